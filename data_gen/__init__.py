@@ -1,0 +1,1 @@
+"""lrtune stage package: data_gen (see DESIGN.md §1)."""

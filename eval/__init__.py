@@ -1,0 +1,1 @@
+"""lrtune stage package: eval (see DESIGN.md §1)."""

@@ -1,0 +1,3 @@
+from lrtune.cli import main
+
+raise SystemExit(main())

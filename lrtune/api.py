@@ -1,0 +1,147 @@
+"""Public Python API.
+
+>>> from lrtune import Decoder                                   # doctest: +SKIP
+>>> dec = Decoder.from_pretrained(target="default", draft="default", method="lr+sd")
+>>> out = dec.generate(["Tom has 3 apples and buys 4 more. How many?"], max_new_tokens=256)
+>>> out[0].text, out[0].token_ids[:5], out[0].stats.alpha1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.errors import ConfigError
+from lrtune.stats import DecodeStats
+from lrtune.verifiers import Verifier, make_verifier
+
+BACKENDS = ("vllm",)
+
+
+@dataclass
+class ModelConfig:
+    """Which models, engine and verifier to use."""
+
+    target: str = field(default="default", metadata={"help": "target model: 'default', a local HF dir, or a hub id"})
+    draft: str = field(default="default", metadata={"help": "draft model (same tokenizer as the target)"})
+    backend: str = field(default="vllm", metadata={"help": "inference engine", "choices": BACKENDS})
+    verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding"})
+    verifier_threshold: float | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
+    sd_method: str = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram", "choices": ("draft", "ngram")})
+    dtype: str = field(default="auto", metadata={"help": "model dtype (auto = as saved; bfloat16 for the default pair)"})
+    max_model_len: int = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
+    gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
+    cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
+
+
+@dataclass
+class DecodeOutput:
+    """One prompt's result: text (special tokens removed), generated ids, stats."""
+
+    prompt: str
+    text: str
+    token_ids: list[int]
+    finish: str
+    stats: DecodeStats
+    steps: list[tuple[str, list[int]]]
+
+
+class Decoder:
+    """Loads models once; ``generate`` decodes prompts one by one with any method."""
+
+    def __init__(self, decoder: LookaheadDecoder, models: ModelConfig) -> None:
+        self.decoder = decoder
+        self.models = models
+
+    @classmethod
+    def from_pretrained(cls, target: str = "default", draft: str = "default", *, method: str = "lr+sd",
+                        verifier: str | Verifier = "embedding", backend: str = "vllm", gamma1: int = 3,
+                        gamma2: int = 4, max_step_tokens: int = 128, seed: int = 0,
+                        verifier_threshold: float | None = None, progress: bool = True, **model_kwargs) -> Decoder:
+        """Resolve and load target/draft, build the verifier, return a ready decoder.
+
+        ``model_kwargs`` are :class:`ModelConfig` fields (``sd_method``, ``dtype``,
+        ``max_model_len``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``cache_dir``).
+        """
+        models = ModelConfig(target=target, draft=draft, backend=backend,
+                             verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
+                             verifier_threshold=verifier_threshold, **model_kwargs)
+        cfg = DecodeConfig(method=method, gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens,
+                           seed=seed).validate()
+        return cls.from_configs(models, cfg, verifier=verifier, progress=progress)
+
+    @classmethod
+    def from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier: str | Verifier | None = None,
+                     progress: bool = True, load_all_methods: bool = False) -> Decoder:
+        """Build from configs. ``load_all_methods`` loads the draft even for ``target``."""
+        from lrtune.models import check_tokenizers_compatible, resolve_model
+
+        cfg.validate()
+        if models.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {models.backend!r}; choose from {', '.join(BACKENDS)}")
+        if models.sd_method not in ("draft", "ngram"):
+            raise ConfigError(f"unknown sd method {models.sd_method!r} (draft|ngram)")
+        if models.max_model_len < cfg.max_step_tokens + 2:
+            raise ConfigError("max_model_len is too small for one step")
+        needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
+        target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
+        draft_path = None
+        if needs_draft:
+            draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
+            check_tokenizers_compatible(target_path, draft_path)
+        from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+
+        common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed,
+                      gpu_memory_utilization=models.gpu_memory_utilization)
+        target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
+                                                     spec_method=models.sd_method, spec_model=draft_path, **common),
+                             name="target")
+        draft_backend = VLLMBackend(draft_path, VLLMConfig(**common), name="draft") if draft_path else None
+        ver = make_verifier(verifier if verifier is not None else models.verifier,
+                            threshold=models.verifier_threshold, seed=cfg.seed)
+        return cls(LookaheadDecoder(target, draft_backend, ver, cfg), models)
+
+    def encode(self, prompt: str, *, chat: bool = True) -> list[int]:
+        if not prompt or not prompt.strip():
+            raise ConfigError("empty prompt")
+        return self.decoder.target.encode_prompt(prompt, chat=chat)
+
+    def generate(self, prompts: str | Sequence[str], *, chat: bool = True,
+                 on_step: Callable[[int, str, str], None] | None = None, **overrides) -> list[DecodeOutput]:
+        """Decode each prompt. ``overrides`` are :class:`DecodeConfig` fields (``max_new_tokens``,
+        ``temperature``, ``top_p``, ``seed``, ``method``, ``gamma1``, ``gamma2``, ...).
+
+        ``on_step(prompt_index, source, text)`` streams every committed step as it lands.
+        """
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        unknown = set(overrides) - set(DecodeConfig.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown decode option(s): {', '.join(sorted(unknown))}")
+        cfg = replace(self.decoder.config, **overrides).validate()
+        if cfg.uses_lr and self.decoder.draft is None:
+            raise ConfigError(f"method {cfg.method!r} needs the draft model; load with a draft")
+        encoded = [self.encode(p, chat=chat) for p in prompts]
+        limit = self.models.max_model_len
+        for ids in encoded:
+            need = len(ids) + cfg.max_new_tokens + (cfg.max_step_tokens if cfg.uses_lr else 0)
+            if need > limit:
+                raise ConfigError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
+                                  f"max_model_len {limit}; lower --max-new-tokens or raise --max-model-len")
+        outs = []
+        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+            cb = None
+            if on_step is not None:
+                def cb(source: str, step_ids: list[int], _i: int = i) -> None:
+                    on_step(_i, source, self.decoder.target.decode(step_ids, skip_special_tokens=True))
+            res, stats = self.decoder.decode(ids, cfg, on_commit=cb)
+            outs.append(DecodeOutput(prompt=prompt, text=res.text, token_ids=res.token_ids, finish=res.finish,
+                                     stats=stats, steps=res.steps))
+        return outs
+
+    def close(self) -> None:
+        self.decoder.target.close()
+        if self.decoder.draft is not None:
+            self.decoder.draft.close()

@@ -1,0 +1,136 @@
+"""``lrtune`` command line: parses flags (generated from the config dataclasses), calls a stage.
+
+Commands:
+    lrtune decode PROMPT | --task-problem N   decode one prompt and print answer + stats
+    lrtune prepare                            build the offline default model pair once
+
+Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.errors import LrtuneError
+
+
+def make_parser() -> ArgumentParser:
+    from lrtune.api import ModelConfig
+    from lrtune.decoder import DecodeConfig
+
+    parser = ArgumentParser(prog="lrtune", description="Lookahead Reasoning + speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+
+    dec = sub.add_parser("decode", help="decode one prompt with target | sd | lr | lr+sd")
+    dec.add_argument("prompt", nargs="?", help="the user prompt (chat template applied)")
+    dec.add_argument("--task-problem", type=int, metavar="N", help="decode problem N of --task instead of PROMPT")
+    dec.add_argument("--task", default="gsm_symbolic", help="task for --task-problem (default: gsm_symbolic)")
+    dec.add_argument("--task-seed", type=int, default=0, help="task generator seed (default: 0)")
+    dec.add_argument("--no-chat", action="store_true", help="feed PROMPT raw, without the chat template")
+    dec.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
+    dec.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(dec, ModelConfig)
+    add_dataclass_args(dec, DecodeConfig)
+
+    prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
+    prep.add_argument("--cache-dir", default=None, help="cache root (default: $LRTUNE_CACHE or ~/.cache/lrtune)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        if args.command == "decode":
+            return cmd_decode(args)
+        if args.command == "prepare":
+            return cmd_prepare(args)
+    except LrtuneError as e:
+        sys.stderr.write(f"lrtune: error: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("lrtune: interrupted\n")
+        return 130
+    return 2
+
+
+def cmd_prepare(args) -> int:
+    from lrtune.models import resolve_model
+
+    for role in ("target", "draft"):
+        path = resolve_model("default", role, cache_dir=args.cache_dir, progress=True)
+        print(f"{role}: {path}")
+    return 0
+
+
+def cmd_decode(args) -> int:
+    from lrtune.api import Decoder, ModelConfig
+    from lrtune.decoder import DecodeConfig
+    from lrtune.errors import ConfigError
+
+    file_values = load_config_file(args.config)
+    check_unknown_keys(file_values, ModelConfig, DecodeConfig, extra=("prompt", "task", "task_problem", "task_seed"))
+    models = build(ModelConfig, args, file_values)
+    cfg = build(DecodeConfig, args, file_values).validate()
+    prompt = args.prompt if args.prompt is not None else file_values.get("prompt")
+    problem = task = None
+    if args.task_problem is not None:
+        from lrtune.tasks import get_task
+
+        if prompt is not None:
+            raise ConfigError("give either PROMPT or --task-problem, not both")
+        if args.task_problem < 0:
+            raise ConfigError("--task-problem must be >= 0")
+        task = get_task(args.task)
+        problem = task.load(limit=args.task_problem + 1, seed=args.task_seed)[args.task_problem]
+        prompt = task.prompt(problem)
+    if prompt is None or not str(prompt).strip():
+        raise ConfigError("empty prompt: pass PROMPT or --task-problem N")
+
+    dec = Decoder.from_configs(models, cfg, progress=not args.json)
+    out = dec.generate([prompt], chat=not args.no_chat)[0]
+    record = {"method": cfg.method, "text": out.text, "finish": out.finish, "stats": out.stats.to_dict()}
+    if problem is not None:
+        pred, ok = task.check(problem, out.text)
+        record.update(problem_id=problem.id, expected=problem.answer, answer=pred, correct=ok)
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(out.text)
+        print_stats(record)
+    return 0
+
+
+def print_stats(record: dict) -> None:
+    """A compact rich table of one decode (DESIGN §4 names)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    s = record["stats"]
+    t = Table(title=f"lrtune decode — {record['method']}", show_header=False)
+    def fmt(v, spec=".3f"):
+        return "—" if v is None else format(v, spec)
+    rows = [
+        ("wall (s)", fmt(s["wall_s"], ".2f")),
+        ("  draft / target / verify / other", " / ".join(fmt(s[k], ".2f") for k in ("draft_s", "target_s", "verify_s", "other_s"))),
+        ("generated tokens", str(s["generated_tokens"])),
+        ("tokens/s", fmt(s["tokens_per_s"], ".2f")),
+        ("rounds", str(s["rounds"])),
+        ("α1 (step acceptance)", fmt(s["alpha1"])),
+        ("α1 by position", ", ".join(fmt(a, ".2f") for a in s["alpha1_by_pos"]) or "—"),
+        ("mean accepted steps / round (incl. target step)", fmt(s["mean_accepted_steps_per_round"], ".2f")),
+        ("α2 (token acceptance)", fmt(s["alpha2"])),
+        ("target calls / draft calls / verifier calls", f"{s['target_calls']} / {s['draft_calls']} / {s['verifier_calls']}"),
+        ("finish", record["finish"]),
+    ]
+    if "correct" in record:
+        rows.append(("answer (expected)", f"{record['answer']} ({record['expected']}) — {'correct' if record['correct'] else 'wrong'}"))
+    for k, v in rows:
+        t.add_row(k, v)
+    Console(stderr=False).print(t)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

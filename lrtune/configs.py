@@ -1,0 +1,94 @@
+"""Dataclass configs -> argparse, plus ``--config file.yaml`` loading (DESIGN §6).
+
+Every field of a config dataclass becomes ``--field-name`` with the field's ``help``
+metadata; values from ``--config`` are defaults that explicit flags override.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from lrtune.errors import ConfigError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line and exits with status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+    """Add one ``--flag`` per dataclass field (bool fields get ``--flag/--no-flag``)."""
+    hints = get_type_hints(cls)
+    group = parser.add_argument_group(cls.__name__)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        help_ = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        typ = hints[f.name]
+        if typ is bool:
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"{help_} (default: {default})")
+            continue
+        conv = _converter(typ)
+        group.add_argument(flag, dest=f.name, type=conv, default=None, metavar=f.name.upper(),
+                           choices=f.metadata.get("choices"), help=f"{help_} (default: {default!r})")
+
+
+def _converter(typ: Any):
+    s = str(typ)
+    if typ is int or s == "int":
+        return int
+    if typ is float or s == "float":
+        return float
+    if "int" in s and "None" in s:
+        return int
+    if "float" in s and "None" in s:
+        return float
+    return str
+
+
+def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> Any:
+    """Instantiate ``cls`` from YAML values overridden by explicit flags."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in file_values.items() if k in names}
+    for name in names:
+        v = getattr(args, name, None)
+        if v is not None:
+            values[name] = v
+    return cls(**values)
+
+
+def load_config_file(path: str | None) -> dict[str, Any]:
+    """Flat mapping from a YAML (or JSON) file; keys may use ``-`` or ``_``."""
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    import yaml
+
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot parse {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of option: value")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple[str, ...] = ()) -> None:
+    known = set(extra)
+    for cls in classes:
+        known |= {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(file_values) - known)
+    if unknown:
+        raise ConfigError(f"unknown option(s) in config file: {', '.join(unknown)}")

@@ -1,0 +1,606 @@
+"""Speedup models for Lookahead Reasoning (LR) and token-level speculative decoding (SD).
+
+Pure functions (numpy only), named in the notation of arXiv 2506.19830.
+
+Units
+-----
+Time is measured in **T**, the time of one plain target reasoning step (one target step
+generated token by token without SD), so T = 1. A *speedup* is committed work divided by
+the time the target alone needs for it: steps per T for LR, tokens per target forward for
+SD. Every speedup here is dimensionless and the target alone scores exactly 1.
+
+Symbols
+-------
+- ``alpha`` (α): probability that one draft unit (a step for LR, a token for SD) is
+  accepted; units are accepted independently.
+- ``c``: draft cost of one unit relative to the target's cost of the same unit.
+- ``gamma`` (γ): number of drafted units per round (LR: γ1 steps, SD: γ2 tokens); for
+  async LR, the lookahead limit.
+- ``b(n)`` (``batch_cost``): time of one batched target pass over n steps relative to one
+  step; b(1) = 1. ``None`` means b ≡ 1 (free batching); a sequence gives
+  ``batch_cost[n - 1] = b(n)``; a callable is called as ``batch_cost(n)``.
+
+Public functions
+----------------
+Closed forms: :func:`expected_accepted_per_round`, :func:`f_sync`, :func:`g`, :func:`h`,
+:func:`S1`, :func:`S2`, :func:`S2_paper`, :func:`speedup_async`, :func:`best_gammas`.
+Async timeline: :func:`async_event_sim`, :func:`async_verify_times`.
+Monte-Carlo estimators (vectorised, ``rng`` is a ``numpy.random.Generator`` or a seed):
+:func:`simulate_sync`, :func:`simulate_sd`, :func:`simulate_combined`,
+:func:`simulate_async`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Union
+
+import numpy as np
+
+from lrtune.errors import ConfigError
+
+__all__ = [
+    "BatchCost",
+    "BestGammas",
+    "expected_accepted_per_round",
+    "f_sync",
+    "g",
+    "h",
+    "S1",
+    "S2",
+    "S2_paper",
+    "speedup_async",
+    "best_gammas",
+    "async_event_sim",
+    "async_verify_times",
+    "simulate_sync",
+    "simulate_sd",
+    "simulate_combined",
+    "simulate_async",
+]
+
+BatchCost = Union[None, Sequence[float], Callable[[int], float]]
+
+_B1_TOL = 1e-6  # how far b(1) may sit from 1
+
+
+class BestGammas(NamedTuple):
+    """Result of :func:`best_gammas`; unpacks as ``(gamma1, gamma2, h)``."""
+
+    gamma1: int
+    gamma2: int
+    h: float
+
+
+# ---------------------------------------------------------------------------------------
+# validation helpers
+# ---------------------------------------------------------------------------------------
+
+
+def _check_alpha(alpha: float, name: str = "alpha") -> float:
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number in [0, 1], got {alpha!r}") from None
+    if not 0.0 <= a <= 1.0:  # also rejects NaN
+        raise ConfigError(f"{name} must be in [0, 1], got {alpha!r}")
+    return a
+
+
+def _check_c(c: float, name: str = "c") -> float:
+    try:
+        v = float(c)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a positive number, got {c!r}") from None
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ConfigError(f"{name} must be a finite number > 0, got {c!r}")
+    return v
+
+
+def _check_int(value: int, name: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    v = int(value)
+    if v < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value!r}")
+    return v
+
+
+def _rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _b(batch_cost: BatchCost, n: int) -> float:
+    """b(n): time of a batched target pass over ``n`` steps, in T (b(1) must be 1)."""
+    if batch_cost is None:
+        return 1.0
+    if n != 1:
+        _b(batch_cost, 1)  # a curve is only valid if it is normalised: b(1) = 1
+    if callable(batch_cost):
+        value = batch_cost(n)
+    else:
+        if n > len(batch_cost):
+            raise ConfigError(
+                f"batch_cost has {len(batch_cost)} entries but b({n}) is needed "
+                f"(batch_cost[n - 1] = b(n))"
+            )
+        value = batch_cost[n - 1]
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"batch_cost b({n}) must be a number, got {value!r}") from None
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ConfigError(f"batch_cost b({n}) must be finite and > 0, got {value!r}")
+    if n == 1 and abs(v - 1.0) > _B1_TOL:
+        raise ConfigError(
+            f"batch_cost must satisfy b(1) = 1 (normalise by the one-step time), got {v}"
+        )
+    return v
+
+
+def _geom_sum(alpha: float, n: int) -> float:
+    """Σ_{j=0}^{n-1} α^j = (1 − α^n)/(1 − α), evaluated without dividing by 1 − α."""
+    if n <= 0:
+        return 0.0
+    return float(np.sum(alpha ** np.arange(n, dtype=float)))
+
+
+def _leading_accepts(alpha: float, gamma: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Samples of J = number of leading accepts among γ i.i.d. Bernoulli(α) trials."""
+    if gamma == 0 or alpha <= 0.0:
+        return np.zeros(size, dtype=np.int64)
+    if alpha >= 1.0:
+        return np.full(size, gamma, dtype=np.int64)
+    # G ~ Geometric(1 − α) on {1, 2, ...}: P(G − 1 >= j) = α^j, so J = min(G − 1, γ).
+    return np.minimum(rng.geometric(1.0 - alpha, size=size) - 1, gamma)
+
+
+# ---------------------------------------------------------------------------------------
+# synchronous LR, token-level SD, and their combination
+# ---------------------------------------------------------------------------------------
+
+
+def expected_accepted_per_round(alpha: float, gamma: int) -> float:
+    """E[J + 1] = Σ_{j=0}^{γ} α^j = (1 − α^(γ+1))/(1 − α)   [units committed per round].
+
+    J is the number of leading accepts among γ drafted units (each accepted i.i.d. with
+    probability α); the +1 is the target's own unit (its step s_{J+1} for LR, the
+    bonus/correction token for SD). Equals γ + 1 at α = 1 and 1 at α = 0.
+    """
+    a = _check_alpha(alpha)
+    n = _check_int(gamma, "gamma")
+    return _geom_sum(a, n + 1)
+
+
+def f_sync(alpha: float, c: float, gamma: int, batch_cost: BatchCost = None) -> float:
+    """Synchronous LR speedup over the target alone   [steps per T, dimensionless].
+
+    f(γ) = E[J + 1] / E[round time] = (1 − α^(γ+1)) / ((1 − α)(c·γ + b(γ + 1)))
+
+    One round: the draft writes γ steps one after another (γ·c T), then the target runs
+    ONE batch of γ + 1 steps (s1|P, s2|P+ŝ1, ..., s_{γ+1}|P+ŝ1..ŝγ) taking b(γ + 1) T; the
+    round commits the J leading accepted draft steps plus the target's step s_{J+1}.
+    γ = 0 is the target alone: f = 1 exactly. α = 1 gives (γ + 1)/(c·γ + b(γ + 1)) and
+    α = 0 gives 1/(c·γ + b(γ + 1)); the numerator is summed as Σ α^j, so neither limit
+    divides by zero.
+
+    The design doc writes the denominator as (1 − c + c·γ): that is the paper's form, in
+    which γ counts the target batch size (drafts + 1); substituting γ_paper = γ + 1 gives
+    our (1 + c·γ) with b ≡ 1, since this process drafts γ steps before the batch.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    if n == 0:
+        _b(batch_cost, 1)  # validate the curve; b(1) = 1, so the target alone scores 1
+        return 1.0
+    return _geom_sum(a, n + 1) / (cc * n + _b(batch_cost, n + 1))
+
+
+def g(alpha: float, c: float, gamma: int) -> float:
+    """Token-level SD speedup (Leviathan et al.)   [tokens per target forward, dimensionless].
+
+    g(γ) = (1 − α^(γ+1)) / ((1 − α)(c·γ + 1))
+
+    One iteration: γ draft tokens at c each, then one target forward (time 1) verifies
+    them; tokens are accepted i.i.d. with probability α and the iteration commits the
+    leading accepts plus one bonus/correction token. γ = 0 gives exactly 1.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    return _geom_sum(a, n + 1) / (cc * n + 1.0)
+
+
+def h(
+    gamma1: int,
+    gamma2: int,
+    alpha1: float,
+    c1: float,
+    alpha2: float,
+    c2: float,
+    batch_cost: BatchCost = None,
+) -> float:
+    """LR (γ1 steps) with SD (γ2 tokens) inside each target step   [speedup, dimensionless].
+
+    h = g(γ2) · f_sync(γ1; α1, c1·g(γ2))
+      = (1 − α1^(γ1+1)) / ((1 − α1)(c1·γ1 + b(γ1 + 1)/g(γ2)))
+
+    With SD the target's step time drops from 1 to 1/g(γ2) T (the whole SD iteration,
+    draft tokens included, is scaled by b for a batch), while a draft step still costs c1 T
+    because c1 is measured against *plain* target decoding. Relative to the SD-accelerated
+    target the draft step costs c1_eff = c1·g(γ2); f_sync with c1_eff is the speedup over
+    SD, and multiplying by g converts it to a speedup over the plain target. If c1 is
+    instead measured against the SD-accelerated target (as in the paper) this is exactly
+    the paper's h = f·g. γ1 = 0 gives g(γ2); γ2 = 0 gives f_sync(γ1; α1, c1).
+    """
+    n1 = _check_int(gamma1, "gamma1")
+    gg = g(alpha2, c2, gamma2)
+    return gg * f_sync(alpha1, _check_c(c1, "c1") * gg, n1, batch_cost)
+
+
+# ---------------------------------------------------------------------------------------
+# asynchronous (pipelined) LR
+# ---------------------------------------------------------------------------------------
+
+
+def S1(alpha: float, c: float) -> float:
+    """Async LR speedup when the lookahead limit never binds (γ ≥ ⌈1/c⌉), 0 < c ≤ 1.
+
+    S1 = 1 / (c + (1 − c)(1 − α))   [steps per T]
+
+    (the paper's formula; confirmed by the event simulator.) Without stalls step k of a
+    segment is verified at 1 + (k − 1)c, a segment commits K ~ Geometric(1 − α) steps, so
+    S1 = E[K] / E[1 + (K − 1)c]. α = 1 gives 1/c, α = 0 gives 1.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    return 1.0 / (cc + (1.0 - cc) * (1.0 - a))
+
+
+def S2_paper(alpha: float, c: float, gamma: int) -> float:
+    """The paper's formula for async LR when γ < ⌈1/c⌉, verbatim — known to be WRONG.
+
+    S2_paper = (1 − α^γ) / ((1 − α)(c + α − α^(γ+1) − γ(1 − α)α^γ))
+
+    Kept for reference only. It does not describe the process of :func:`speedup_async`
+    (nor any stall rule of it): at α = 0 it gives 1/c although every segment then commits
+    one step after at least one target step (speedup ≤ 1), at α → 1 it gives γ/c, above
+    the draft's throughput bound 1/c, and at γ = 1 it is 1/c for every α. Use
+    :func:`S2` / :func:`speedup_async`.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma", minimum=1)
+    den = cc + a - a ** (n + 1) - n * (1.0 - a) * a**n
+    return _geom_sum(a, n) / den
+
+
+def S2(alpha: float, c: float, gamma: int) -> float:
+    """Async LR speedup when the lookahead limit binds (γ < ⌈1/c⌉), derived exactly.
+
+    S2 = 1 / ((1 − α) + α·c + (1 − γc)·α^(γ+1)/Σ_{j=0}^{γ} α^j)   [steps per T]
+
+    (α^(γ+1)/Σ_{j≤γ} α^j = (1 − α)α^(γ+1)/(1 − α^(γ+1)).) This replaces the paper's S2
+    (:func:`S2_paper`), which disagrees with the process; see :func:`speedup_async` for
+    the process, the stall rule and the derivation. For γ ≥ 1/c the correction term is
+    dropped and S2 equals S1. α = 1 gives (γ + 1)/(1 + c); α = 0 gives 1.
+    """
+    return speedup_async(alpha, c, _check_int(gamma, "gamma", minimum=1))
+
+
+def speedup_async(alpha: float, c: float, gamma: int) -> float:
+    """Asynchronous (pipelined) LR speedup with lookahead limit γ   [steps per T].
+
+    S(α, c, γ) = 1 / ((1 − α)·max(1, c) + α·c + (1 − γc)⁺ · α^(γ+1) / Σ_{j=0}^{γ} α^j)
+
+    Process (unlimited target parallelism; each target task takes 1 T, each draft step c):
+
+    - A segment starts at t0 with a committed prefix P and nothing in flight. Target task
+      τ1 (s1|P) starts at t0. The draft writes ŝ1, ŝ2, ... one at a time; when ŝm is done
+      (time d_m) target task τ_{m+1} (s_{m+1}|P+ŝ1..ŝm) starts and ends at e_{m+1} = d_m + 1
+      (e_1 = t0 + 1).
+    - Step k is verified at v_k = max(d_k, e_k, v_{k−1}) (in order). Accepted: go on.
+      Rejected: commit ŝ1..ŝ_{k−1} and s_k (k steps), cancel everything in flight and
+      start a new segment at v_k.
+    - Stall rule: the draft may start ŝm only when it is idle and m − V ≤ γ, V = steps
+      verified so far in the segment; i.e. at most γ drafted-but-unverified steps, the
+      step being drafted counted. So ŝm starts at max(d_{m−1}, v_{m−γ}) (v_j = t0 for
+      j ≤ 0), and the draft never holds more than γ unverified steps.
+
+    Derivation: within a segment everything is deterministic until the first rejection,
+    and for c ≤ 1 the all-accept timeline is
+        v_k − t0 = 1 + (k − 1)c + ⌊(k − 1)/(γ + 1)⌋ · (1 − γc)⁺
+    (k ≤ γ + 1: no stall, v_k = 1 + (k − 1)c; afterwards stalls bind and
+    v_{k+γ+1} = v_k + 1 + c, since d_k = v_{k−γ} + c and v_{k+1} = d_k + 1). For c > 1 the
+    draft is the bottleneck and v_k − t0 = k·c. A segment commits K ~ Geometric(1 − α)
+    steps, E[K] = 1/(1 − α), E[⌊(K − 1)/(γ + 1)⌋] = α^(γ+1)/(1 − α^(γ+1)), and the
+    renewal-reward ratio E[K]/E[v_K − t0] gives the formula. Limits: γ ≥ ⌈1/c⌉ (and c ≤ 1)
+    gives the paper's S1; α = 1 gives 1/(c + (1 − γc)⁺/(γ + 1)), i.e. (γ + 1)/(1 + c) when
+    the limit binds; α = 0 gives 1/max(1, c). γ = 0 means no lookahead: the target alone,
+    speedup 1. The paper's S2 does not match this process (see :func:`S2_paper`).
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    if n == 0:
+        return 1.0
+    stall = max(0.0, 1.0 - n * cc) * a ** (n + 1) / _geom_sum(a, n + 1)
+    return 1.0 / ((1.0 - a) * max(1.0, cc) + a * cc + stall)
+
+
+def _async_events(outcomes: Sequence[bool], c: float, gamma: int) -> tuple[float, int, list[float]]:
+    """Event loop of the async LR process; returns (time, committed, verification times)."""
+    outcomes = [bool(o) for o in outcomes]
+    n_out = len(outcomes)
+    time_now = 0.0
+    committed = 0
+    verify_times: list[float] = []
+    used = 0
+    if n_out == 0:
+        return 0.0, 0, verify_times
+    seq = 0
+    while used < n_out:  # one iteration per segment
+        t0 = time_now
+        heap: list[tuple[float, int, str, int]] = []
+        drafted: set[int] = set()
+        targeted: set[int] = set()
+        verified = 0  # V
+        next_draft = 1  # m of the next draft step to start
+        drafting = False
+
+        def push(t: float, kind: str, k: int) -> None:
+            nonlocal seq
+            heapq.heappush(heap, (t, seq, kind, k))
+            seq += 1
+
+        push(t0 + 1.0, "target", 1)
+        segment_over = False
+
+        def try_start_draft(now: float) -> None:
+            nonlocal drafting, next_draft
+            if not drafting and next_draft - verified <= gamma:
+                drafting = True
+                push(now + c, "draft", next_draft)
+                next_draft += 1
+
+        try_start_draft(t0)
+        while not segment_over:
+            now, _, kind, k = heapq.heappop(heap)
+            if kind == "draft":
+                drafted.add(k)
+                drafting = False
+                push(now + 1.0, "target", k + 1)
+            else:
+                targeted.add(k)
+            while verified + 1 in drafted and verified + 1 in targeted:
+                ok = outcomes[used]
+                used += 1
+                verify_times.append(now)
+                time_now = now
+                committed += 1  # accepted: ŝk committed; rejected: s_k committed
+                if not ok:
+                    segment_over = True  # cancel everything in flight (heap dropped)
+                    break
+                verified += 1
+                if used == n_out:
+                    segment_over = True
+                    break
+            if not segment_over:
+                try_start_draft(now)
+    return time_now, committed, verify_times
+
+
+def async_event_sim(outcomes: Sequence[bool], c: float, gamma: int) -> tuple[float, int]:
+    """Event-driven simulation of async LR (process and stall rule in :func:`speedup_async`).
+
+    ``outcomes[i]`` is the verdict (True = accept) of the i-th verification, counted
+    across segments. Runs until the outcomes are used up and returns ``(time, committed)``:
+    time [T] of the last verification (from 0) and steps committed by then (an accepted
+    draft step is committed when verified; a rejection commits the target's step and
+    starts a new segment). Requires γ ≥ 1 (γ = 0 is the target alone) and c > 0.
+    """
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma", minimum=1)
+    t, k, _ = _async_events(outcomes, cc, n)
+    return t, k
+
+
+def async_verify_times(c: float, gamma: int, n: int) -> np.ndarray:
+    """Verification times v_1..v_n [T] of one all-accept segment starting at 0.
+
+    Produced by the event simulator (:func:`async_event_sim`) on n accepts. Since a segment
+    is deterministic until its first rejection, a segment ending with a rejection at step K
+    lasts exactly v_K.
+    """
+    cc = _check_c(c)
+    g_ = _check_int(gamma, "gamma", minimum=1)
+    nn = _check_int(n, "n", minimum=1)
+    _, _, times = _async_events([True] * nn, cc, g_)
+    return np.asarray(times, dtype=float)
+
+
+# ---------------------------------------------------------------------------------------
+# budgeted search
+# ---------------------------------------------------------------------------------------
+
+
+def best_gammas(
+    alpha1: float,
+    c1: float,
+    alpha2: float,
+    c2: float,
+    M: float,
+    gamma1_max: int = 8,
+    gamma2_max: int = 8,
+    batch_cost: BatchCost = None,
+) -> BestGammas:
+    """argmax over γ1 ∈ 0..gamma1_max, γ2 ∈ 0..gamma2_max of h, subject to γ1·γ2 ≤ M.
+
+    Exhaustive search; returns ``(γ1, γ2, h)`` (a :class:`BestGammas`). γ1 = 0 means no LR,
+    γ2 = 0 means no SD (so either one alone always has product 0 and is always feasible).
+    Ties in h (relative 1e-12) go to the smaller budget γ1·γ2, then the smaller γ1 + γ2,
+    then the smaller γ1. Raises :class:`~lrtune.errors.ConfigError` for α outside [0, 1],
+    c ≤ 0, M < 0, negative γ bounds, or a batch_cost that does not cover b(gamma1_max + 1).
+    """
+    a1 = _check_alpha(alpha1, "alpha1")
+    a2 = _check_alpha(alpha2, "alpha2")
+    cc1 = _check_c(c1, "c1")
+    cc2 = _check_c(c2, "c2")
+    try:
+        budget = float(M)
+    except (TypeError, ValueError):
+        raise ConfigError(f"M must be a number >= 0, got {M!r}") from None
+    if not budget >= 0.0:
+        raise ConfigError(f"M must be >= 0, got {M!r}")
+    n1 = _check_int(gamma1_max, "gamma1_max")
+    n2 = _check_int(gamma2_max, "gamma2_max")
+    best: tuple[float, int, int, int] | None = None  # (h, budget, total, γ1)
+    result = BestGammas(0, 0, 1.0)
+    for g1 in range(n1 + 1):
+        for g2 in range(n2 + 1):
+            if g1 * g2 > budget:
+                continue
+            value = h(g1, g2, a1, cc1, a2, cc2, batch_cost)
+            key = (g1 * g2, g1 + g2, g1)
+            if best is None:
+                better = True
+            elif value > best[0] * (1.0 + 1e-12):
+                better = True
+            elif value >= best[0] * (1.0 - 1e-12):
+                better = key < best[1:]
+            else:
+                better = False
+            if better:
+                best = (value, *key)
+                result = BestGammas(g1, g2, value)
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# Monte-Carlo estimators
+# ---------------------------------------------------------------------------------------
+
+
+def simulate_sync(
+    alpha: float,
+    c: float,
+    gamma: int,
+    rounds: int,
+    rng: np.random.Generator | int | None,
+    batch_cost: BatchCost = None,
+) -> float:
+    """Monte-Carlo sync LR: Σ committed steps / Σ round time over ``rounds`` rounds [steps/T].
+
+    Each round samples J (leading accepts among γ draft steps, i.i.d. α), commits J + 1
+    steps and takes γ·c + b(γ + 1) T. Estimates :func:`f_sync`.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    r = _check_int(rounds, "rounds", minimum=1)
+    j = _leading_accepts(a, n, r, _rng(rng))
+    return float((j + 1).sum()) / (r * (cc * n + _b(batch_cost, n + 1)))
+
+
+def simulate_sd(
+    alpha: float, c: float, gamma: int, iterations: int, rng: np.random.Generator | int | None
+) -> float:
+    """Monte-Carlo token-level SD: Σ committed tokens / Σ iteration time [tokens/forward].
+
+    Each iteration samples the leading accepts J among γ draft tokens, commits J + 1 tokens
+    and takes γ·c + 1 target-forward times. Estimates :func:`g`.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    it = _check_int(iterations, "iterations", minimum=1)
+    j = _leading_accepts(a, n, it, _rng(rng))
+    return float((j + 1).sum()) / (it * (cc * n + 1.0))
+
+
+def simulate_combined(
+    alpha1: float,
+    c1: float,
+    gamma1: int,
+    alpha2: float,
+    c2: float,
+    gamma2: int,
+    rounds: int,
+    rng: np.random.Generator | int | None,
+    batch_cost: BatchCost = None,
+    tokens_per_step: int = 16,
+) -> float:
+    """Monte-Carlo LR + SD: Σ committed steps / Σ round time over ``rounds`` rounds [steps/T].
+
+    A step is L = ``tokens_per_step`` tokens; one plain target token costs 1/L T, so a plain
+    target step costs 1 T and a draft step c1 T (c1 vs plain target decoding). Round i:
+    the draft writes γ1 steps (γ1·c1 T); the target batch over γ1 + 1 steps advances by L
+    tokens of one SD token stream, paying b(γ1 + 1) × the time of the SD iterations needed.
+    SD iterations take (c2·γ2 + 1)/L T and emit J2 + 1 tokens (J2 leading accepts among γ2,
+    i.i.d. α2). The stream runs across step boundaries: tokens of an iteration that
+    overshoot step i's L tokens count toward step i + 1 (round i is charged up to the
+    iteration that completes its L tokens), so no tokens are dropped at boundaries and the
+    long-run target time per step is exactly b/g(γ2). The round commits J1 + 1 steps (J1
+    leading accepts among γ1, i.i.d. α1). Estimates :func:`h`.
+    """
+    a1 = _check_alpha(alpha1, "alpha1")
+    a2 = _check_alpha(alpha2, "alpha2")
+    cc1 = _check_c(c1, "c1")
+    cc2 = _check_c(c2, "c2")
+    n1 = _check_int(gamma1, "gamma1")
+    n2 = _check_int(gamma2, "gamma2")
+    r = _check_int(rounds, "rounds", minimum=1)
+    L = _check_int(tokens_per_step, "tokens_per_step", minimum=1)
+    gen = _rng(rng)
+    bb = _b(batch_cost, n1 + 1)
+
+    j1 = _leading_accepts(a1, n1, r, gen)
+
+    need = r * L  # tokens the target stream must emit
+    mean_tokens = _geom_sum(a2, n2 + 1)
+    chunks: list[np.ndarray] = []
+    total = 0
+    while total < need:
+        size = int((need - total) / mean_tokens * 1.05) + 64
+        chunk = _leading_accepts(a2, n2, size, gen) + 1
+        chunks.append(chunk)
+        total += int(chunk.sum())
+    cum = np.cumsum(np.concatenate(chunks))
+    # iterations completed when the stream first holds i·L tokens, i = 1..r
+    done = np.searchsorted(cum, L * np.arange(1, r + 1), side="left") + 1
+    iter_time = (cc2 * n2 + 1.0) / L
+    target_time = bb * np.diff(done, prepend=0) * iter_time  # per round
+    time = r * n1 * cc1 + float(target_time.sum())
+    return float((j1 + 1).sum()) / time
+
+
+def simulate_async(
+    alpha: float, c: float, gamma: int, n_segments: int, rng: np.random.Generator | int | None
+) -> float:
+    """Monte-Carlo async LR: Σ committed steps / Σ segment time over segments [steps/T].
+
+    Samples each segment's length K ~ Geometric(1 − α) (K − 1 accepts then a rejection)
+    and charges it v_K from the event-driven timeline (:func:`async_verify_times`); this is
+    exact because a segment is deterministic until its first rejection. α = 1 (no
+    rejection ever): one segment of ``n_segments`` accepted steps, n / v_n. γ = 0: the
+    target alone, 1. Estimates :func:`speedup_async`.
+    """
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    ns = _check_int(n_segments, "n_segments", minimum=1)
+    if n == 0:
+        return 1.0
+    if a >= 1.0:
+        v = async_verify_times(cc, n, ns)
+        return ns / float(v[-1])
+    if a <= 0.0:
+        k = np.ones(ns, dtype=np.int64)  # every first step is rejected
+    else:
+        k = _rng(rng).geometric(1.0 - a, size=ns)  # K − 1 accepts, then a rejection
+    v = async_verify_times(cc, n, int(k.max()))
+    return float(k.sum()) / float(v[k - 1].sum())

@@ -1,0 +1,166 @@
+"""Decode statistics (pure bookkeeping, no logging).
+
+Conventions (DESIGN §3.2, §4):
+
+* A *round* drafts ``d`` steps (``d <= γ1``); if the first ``j`` are accepted the round
+  commits those ``j`` draft steps plus one target step. Per draft position ``i`` (0-based)
+  we count how often a step was drafted there and how often it was accepted, so
+  ``α1[i] = accepted[i] / drafted[i]``. Every drafted step is compared with its target
+  step, also those after the first rejection (their verdicts do not change what is
+  committed but are unbiased samples of the acceptance rate).
+* ``mean_accepted_steps_per_round = (accepted draft steps + target steps) / rounds``,
+  i.e. it *includes* the target's step, as vLLM does for tokens.
+* Token-level SD: ``α2 = accepted_tokens / drafted_tokens`` from the engine's counters.
+* Times are wall seconds; ``other_s = wall_s - draft_s - target_s - verify_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class DecodeStats:
+    """Counters and timings of one decode (or a sum of decodes, see :meth:`merge`)."""
+
+    wall_s: float = 0.0
+    draft_s: float = 0.0
+    target_s: float = 0.0
+    verify_s: float = 0.0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    draft_calls: int = 0
+    target_calls: int = 0
+    verifier_calls: int = 0
+    committed_draft_steps: int = 0
+    committed_target_steps: int = 0
+    drafted_by_pos: list[int] = field(default_factory=list)
+    accepted_by_pos: list[int] = field(default_factory=list)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    sd_accepted_by_pos: list[int] = field(default_factory=list)
+    sd_drafts: int = 0
+    draft_step_tokens: int = 0
+    target_step_tokens: int = 0
+
+    # ---- observation -------------------------------------------------------------
+    def observe_round(self, accepted: list[bool], *, committed_target_step: bool = True) -> None:
+        """Record one LR round: ``accepted[i]`` is the verdict on drafted position ``i``.
+
+        The committed prefix is the leading run of ``True``; the target's step follows it
+        unless the round ended on an accepted EOS (``committed_target_step=False``).
+        """
+        self.rounds += 1
+        _grow(self.drafted_by_pos, len(accepted))
+        _grow(self.accepted_by_pos, len(accepted))
+        for i, ok in enumerate(accepted):
+            self.drafted_by_pos[i] += 1
+            self.accepted_by_pos[i] += int(ok)
+        self.committed_draft_steps += leading_accepts(accepted)
+        self.committed_target_steps += int(committed_target_step)
+
+    def observe_sd(self, drafts: int, drafted_tokens: int, accepted_tokens: int,
+                   accepted_by_pos: list[int] | None = None) -> None:
+        """Add token-level SD counters (differences of the engine's counters for one call)."""
+        self.sd_drafts += drafts
+        self.drafted_tokens += drafted_tokens
+        self.accepted_tokens += accepted_tokens
+        if accepted_by_pos:
+            _grow(self.sd_accepted_by_pos, len(accepted_by_pos))
+            for i, n in enumerate(accepted_by_pos):
+                self.sd_accepted_by_pos[i] += n
+
+    # ---- derived -----------------------------------------------------------------
+    @property
+    def other_s(self) -> float:
+        return max(0.0, self.wall_s - self.draft_s - self.target_s - self.verify_s)
+
+    @property
+    def drafted_steps(self) -> int:
+        return sum(self.drafted_by_pos)
+
+    @property
+    def accepted_steps(self) -> int:
+        return sum(self.accepted_by_pos)
+
+    @property
+    def alpha1(self) -> float | None:
+        """Step acceptance over all compared draft steps, or None if none were drafted."""
+        return _ratio(self.accepted_steps, self.drafted_steps)
+
+    @property
+    def alpha1_by_pos(self) -> list[float | None]:
+        return [_ratio(a, d) for a, d in zip(self.accepted_by_pos, self.drafted_by_pos)]
+
+    @property
+    def alpha2(self) -> float | None:
+        """Token acceptance of speculative decoding, or None without SD."""
+        return _ratio(self.accepted_tokens, self.drafted_tokens)
+
+    @property
+    def mean_accepted_steps_per_round(self) -> float | None:
+        """(committed draft steps + committed target steps) / rounds."""
+        return _ratio(self.committed_draft_steps + self.committed_target_steps, self.rounds)
+
+    @property
+    def mean_accepted_tokens_per_draft(self) -> float | None:
+        """SD: 1 + accepted tokens per verification (vLLM's *mean acceptance length*)."""
+        r = _ratio(self.accepted_tokens, self.sd_drafts)
+        return None if r is None else 1.0 + r
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return _ratio(self.generated_tokens, self.wall_s)
+
+    # ---- aggregation ---------------------------------------------------------------
+    def merge(self, other: DecodeStats) -> DecodeStats:
+        """Return the sum of two stats (counters and times add; per-position lists add)."""
+        out = DecodeStats()
+        for name, value in asdict(self).items():
+            theirs = getattr(other, name)
+            if isinstance(value, list):
+                n = max(len(value), len(theirs))
+                setattr(out, name, [
+                    (value[i] if i < len(value) else 0) + (theirs[i] if i < len(theirs) else 0)
+                    for i in range(n)
+                ])
+            else:
+                setattr(out, name, value + theirs)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """All counters plus the derived rates (JSON-ready)."""
+        d = asdict(self)
+        d.update(
+            other_s=self.other_s,
+            drafted_steps=self.drafted_steps,
+            accepted_steps=self.accepted_steps,
+            alpha1=self.alpha1,
+            alpha1_by_pos=self.alpha1_by_pos,
+            alpha2=self.alpha2,
+            mean_accepted_steps_per_round=self.mean_accepted_steps_per_round,
+            mean_accepted_tokens_per_draft=self.mean_accepted_tokens_per_draft,
+            tokens_per_s=self.tokens_per_s,
+        )
+        return d
+
+
+def leading_accepts(accepted: list[bool]) -> int:
+    """Length of the leading run of accepted verdicts (the committed draft prefix)."""
+    n = 0
+    for ok in accepted:
+        if not ok:
+            break
+        n += 1
+    return n
+
+
+def _grow(xs: list[int], n: int) -> None:
+    if len(xs) < n:
+        xs.extend([0] * (n - len(xs)))
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return None if b == 0 else a / b

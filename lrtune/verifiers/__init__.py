@@ -1,0 +1,54 @@
+"""Verifiers: decide whether a draft step can stand in for the target's step.
+
+``make_verifier(spec)`` builds one from a short spec string:
+
+=====================  ===============================================================
+``exact``              normalised text equality
+``never`` / ``always`` reject / accept everything (baselines, invariant tests)
+``random`` ``random(p)``  accept with probability p (seeded; ``random:p`` also works)
+``embedding``          sentence-encoder cosine >= threshold (default 0.95)
+=====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import re
+
+from lrtune.errors import ConfigError
+from lrtune.verifiers.base import StepPair, Verifier, accept
+from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier
+
+__all__ = ["StepPair", "Verifier", "accept", "make_verifier", "VERIFIER_KINDS"]
+
+VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding")
+_SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?:[(:](?P<arg>[^)]*)\)?)?$")
+
+
+def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed: int = 0,
+                  model: str | None = None) -> Verifier:
+    """Build a verifier from ``spec`` (see module docstring); a Verifier passes through."""
+    if not isinstance(spec, str):
+        if not isinstance(spec, Verifier):
+            raise ConfigError(f"not a verifier: {spec!r}")
+        return spec
+    m = _SPEC.match(spec.strip().lower())
+    if m is None or m["kind"] not in VERIFIER_KINDS:
+        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)}")
+    kind, arg = m["kind"], m["arg"]
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")
+    if kind == "random":
+        try:
+            p = 0.5 if not arg else float(arg)
+        except ValueError:
+            raise ConfigError(f"random verifier needs a probability, got {arg!r}") from None
+        return RandomVerifier(p, seed=seed)
+    if arg:
+        raise ConfigError(f"verifier {kind!r} takes no argument (got {arg!r})")
+    if kind == "exact":
+        return ExactVerifier()
+    if kind in ("never", "always"):
+        return ConstantVerifier(kind == "always")
+    from lrtune.verifiers.embedding import DEFAULT_THRESHOLD, EmbeddingVerifier
+
+    return EmbeddingVerifier(model=model, threshold=DEFAULT_THRESHOLD if threshold is None else threshold)

@@ -1,0 +1,1 @@
+"""lrtune stage package: policies (see DESIGN.md §1)."""

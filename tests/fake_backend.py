@@ -1,0 +1,78 @@
+"""A deterministic fake backend for orchestration tests only (no model, no engine).
+
+Vocabulary: ids 0..V-1 decode to short words; ``DELIM`` decodes to "\\n\\n", ``MERGED``
+to ".\\n\\n" (a delimiter inside a bigger token) and ``EOS`` ends the sequence. The
+"model" is a Markov chain: the next token is ``table[last token]`` (greedy) or a seeded
+draw near it (sampling), so outputs depend only on the token-id prefix, as for a real LM.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step
+
+V = 40
+EOS, DELIM, MERGED = 0, 1, 2
+WORDS = {EOS: "<eos>", DELIM: "\n\n", MERGED: ".\n\n"}
+
+
+def word(i: int) -> str:
+    return WORDS.get(i, f" w{i}")
+
+
+def chain(seed: int, eos_rate: float = 0.02, delim_rate: float = 0.15) -> list[int]:
+    rng = random.Random(seed)
+    table = []
+    for _ in range(V):
+        r = rng.random()
+        if r < eos_rate:
+            table.append(EOS)
+        elif r < eos_rate + delim_rate:
+            table.append(rng.choice([DELIM, MERGED]))
+        else:
+            table.append(rng.randrange(3, V))
+    return table
+
+
+class FakeBackend:
+    def __init__(self, table: list[int], name: str = "fake") -> None:
+        self.table = table
+        self.name = name
+        self.eos_ids = frozenset({EOS})
+        self.calls: list[tuple[int, GenParams]] = []  # (batch size, params)
+
+    def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
+        return [3 + (ord(c) % (V - 3)) for c in prompt]
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return "".join("" if (skip_special_tokens and t == EOS) else word(t) for t in token_ids)
+
+    def _next(self, last: int, rng: random.Random | None) -> int:
+        nxt = self.table[last]
+        if rng is not None and rng.random() < 0.3:
+            nxt = rng.randrange(0, V)
+        return nxt
+
+    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch:
+        self.calls.append((len(prefixes), params))
+        outs = []
+        for i, prefix in enumerate(prefixes):
+            rng = None
+            if params.temperature > 0:
+                rng = random.Random(hash((params.seeds[i] if params.seeds else 0, tuple(prefix))))
+            ids, last = [], prefix[-1]
+            while len(ids) < params.max_tokens + 3:  # overshoot on purpose: finish_step must cut
+                last = self._next(last, rng)
+                ids.append(last)
+                if last == EOS:
+                    break
+            ids, finish = finish_step(ids, self.decode, params, self.eos_ids)
+            outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish))
+        sd = SDCounters(drafts=1, drafted_tokens=params.num_speculative_tokens, accepted_tokens=0) \
+            if params.num_speculative_tokens else None
+        return GenBatch(outputs=outs, seconds=0.0, sd=sd)
+
+    def close(self) -> None:
+        pass

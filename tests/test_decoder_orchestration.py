@@ -1,0 +1,147 @@
+"""Round logic of LookaheadDecoder on a deterministic fake backend (orchestration only).
+
+The real-engine versions of these invariants are in test_vllm_backend.py.
+"""
+
+import pytest
+
+from fake_backend import EOS, FakeBackend, chain
+from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.errors import ConfigError
+from lrtune.verifiers import make_verifier
+from lrtune.verifiers.simple import RandomVerifier
+
+PROMPTS = [[5, 7, 9], [11], [3, 4, 5, 6, 7, 8], [20, 21], [33, 12, 19]]
+SEEDS = range(6)
+
+
+def target_only(target, prompt, max_new):
+    dec = LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=max_new))
+    return dec.decode(prompt)[0].token_ids
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_never_verifier_output_equals_target_greedy(seed, method):
+    target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed + 100))
+    for prompt in PROMPTS:
+        for max_new in (1, 7, 60):
+            cfg = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=max_new, max_step_tokens=6)
+            res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(prompt)
+            assert res.token_ids == target_only(target, prompt, max_new)
+            assert stats.committed_draft_steps == 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_identical_draft_with_exact_verifier_accepts_every_step_and_equals_target(seed):
+    target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed))
+    for prompt in PROMPTS:
+        cfg = DecodeConfig(method="lr", gamma1=4, max_new_tokens=80, max_step_tokens=8)
+        res, stats = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(prompt)
+        assert res.token_ids == target_only(target, prompt, 80)
+        assert stats.alpha1 in (None, 1.0)
+        assert all(a == d for a, d in zip(stats.accepted_by_pos, stats.drafted_by_pos))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_identical_draft_with_random_verifier_still_equals_target(seed):
+    # Whatever is accepted is the target's own step, so any verdict sequence is safe.
+    target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed))
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=70, max_step_tokens=5)
+    dec = LookaheadDecoder(target, draft, RandomVerifier(0.5, seed=seed), cfg)
+    for prompt in PROMPTS:
+        assert dec.decode(prompt)[0].token_ids == target_only(target, prompt, 70)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma1", [1, 2, 5])
+def test_round_commits_accepted_draft_prefix_then_one_target_step(seed, gamma1):
+    target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed + 7))
+    rounds = []
+    cfg = DecodeConfig(method="lr", gamma1=gamma1, max_new_tokens=120, max_step_tokens=7)
+    dec = LookaheadDecoder(target, draft, RandomVerifier(0.6, seed=seed), cfg)
+    res, stats = dec.decode([5, 6, 7], on_round=rounds.append)
+    rebuilt = []
+    for r in rounds:
+        assert len(r.drafts) <= gamma1
+        assert len(r.targets) in (len(r.drafts), len(r.drafts) + 1)
+        j = r.committed_drafts
+        assert r.accepted[:j] == [True] * j and (j == len(r.accepted) or not r.accepted[j])
+        for d in r.drafts[:j]:
+            rebuilt += d.token_ids
+        if j < len(r.targets):
+            rebuilt += r.targets[j].token_ids
+    assert rebuilt[: len(res.token_ids)] == res.token_ids
+    assert stats.rounds == len(rounds)
+    assert stats.committed_draft_steps == sum(r.committed_drafts for r in rounds)
+    assert stats.mean_accepted_steps_per_round == pytest.approx(
+        (stats.committed_draft_steps + stats.committed_target_steps) / stats.rounds)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_target_step_j_is_conditioned_on_draft_steps_before_j(seed):
+    target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed + 3))
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=50, max_step_tokens=6)
+    dec = LookaheadDecoder(target, draft, make_verifier("never"), cfg)
+    rounds = []
+    dec.decode([9, 8, 7], on_round=rounds.append)
+    for r in rounds:
+        for k, t in enumerate(r.targets):
+            ctx = [9, 8, 7]  # only checked in round 0, where the base prefix is the prompt
+            if r.index == 0:
+                prefix = ctx + [tok for d in r.drafts[:k] for tok in d.token_ids]
+                expect = target.generate([prefix], dec._step_params(cfg, 50, 0, 0, 1, draft=False)).outputs[0]
+                assert t.token_ids == expect.token_ids
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_budgets_are_never_exceeded(seed):
+    target, draft = FakeBackend(chain(seed, eos_rate=0.0)), FakeBackend(chain(seed + 1, eos_rate=0.0))
+    cfg = DecodeConfig(method="lr+sd", gamma1=3, gamma2=4, max_new_tokens=37, max_step_tokens=5)
+    res, stats = LookaheadDecoder(target, draft, RandomVerifier(0.7, seed=1), cfg).decode([4, 4, 4])
+    assert len(res.token_ids) <= 37
+    assert all(len(ids) <= 5 for _, ids in res.steps)
+    assert all(len(p.seeds or ()) <= 4 for _, p in draft.calls)
+    assert all(n == 1 for n, _ in draft.calls)  # one draft step per call, γ1 calls at most per round
+    assert draft.calls and all(p.max_tokens <= 5 for _, p in draft.calls)
+    assert all(n <= 3 + 1 for n, _ in target.calls)  # γ1 + the bonus step
+    assert all(p.num_speculative_tokens == 4 for _, p in target.calls)
+    assert all(p.num_speculative_tokens == 0 for _, p in draft.calls)
+    assert max(len(stats.drafted_by_pos), 0) <= 3
+
+
+def test_eos_ends_decoding_and_is_kept():
+    table = chain(1, eos_rate=0.3)
+    target, draft = FakeBackend(table), FakeBackend(table)
+    res, _ = LookaheadDecoder(target, draft, make_verifier("exact"),
+                              DecodeConfig(method="lr", max_new_tokens=500)).decode([5])
+    if EOS in res.token_ids:
+        assert res.token_ids[-1] == EOS and res.token_ids.count(EOS) == 1 and res.finish == "eos"
+
+
+def test_sampling_is_reproducible_with_a_seed_and_varies_across_seeds():
+    target, draft = FakeBackend(chain(2, eos_rate=0.0)), FakeBackend(chain(3, eos_rate=0.0))
+    outs = {}
+    for seed in (0, 0, 1):
+        cfg = DecodeConfig(method="lr", temperature=0.8, seed=seed, max_new_tokens=60)
+        res, _ = LookaheadDecoder(target, draft, RandomVerifier(0.5, seed=seed), cfg).decode([5, 6])
+        outs.setdefault(seed, []).append(res.token_ids)
+    assert outs[0][0] == outs[0][1]
+    assert outs[0][0] != outs[1][0]
+
+
+@pytest.mark.parametrize("bad", [
+    dict(method="lr", gamma1=0), dict(method="lr+sd", gamma1=17), dict(method="sd", gamma2=0),
+    dict(method="lr+sd", gamma2=99), dict(max_new_tokens=0), dict(method="fast"), dict(temperature=-1),
+])
+def test_out_of_range_config_raises_config_error(bad):
+    with pytest.raises(ConfigError):
+        DecodeConfig(**bad).validate()
+
+
+def test_lr_without_draft_and_empty_prompt_raise_config_error():
+    target = FakeBackend(chain(0))
+    with pytest.raises(ConfigError):
+        LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="lr")).decode([1, 2])
+    with pytest.raises(ConfigError):
+        LookaheadDecoder(target, target, make_verifier("never"), DecodeConfig(method="lr")).decode([])

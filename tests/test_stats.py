@@ -1,0 +1,45 @@
+"""DecodeStats accounting rules."""
+
+import pytest
+
+from lrtune.stats import DecodeStats, leading_accepts
+
+
+@pytest.mark.parametrize("verdicts, j", [([], 0), ([True], 1), ([False, True], 0), ([True, True, False], 2), ([True] * 4, 4)])
+def test_leading_accepts_is_the_committed_draft_prefix(verdicts, j):
+    assert leading_accepts(verdicts) == j
+
+
+def test_rounds_count_target_step_in_mean_accepted_steps():
+    s = DecodeStats()
+    s.observe_round([True, True, False])  # commits 2 drafts + 1 target step
+    s.observe_round([False, True, True])  # commits 0 drafts + 1 target step
+    assert s.rounds == 2
+    assert s.committed_draft_steps == 2 and s.committed_target_steps == 2
+    assert s.mean_accepted_steps_per_round == pytest.approx(2.0)
+    assert s.alpha1 == pytest.approx(4 / 6)
+    assert s.alpha1_by_pos == [pytest.approx(0.5), pytest.approx(1.0), pytest.approx(0.5)]
+
+
+def test_sd_counters_give_alpha2_and_mean_acceptance_length():
+    s = DecodeStats()
+    s.observe_sd(drafts=10, drafted_tokens=40, accepted_tokens=30, accepted_by_pos=[9, 8, 7, 6])
+    assert s.alpha2 == pytest.approx(0.75)
+    assert s.mean_accepted_tokens_per_draft == pytest.approx(4.0)
+
+
+def test_merge_adds_counters_and_per_position_lists():
+    a, b = DecodeStats(wall_s=1.0, generated_tokens=5), DecodeStats(wall_s=2.0, generated_tokens=7)
+    a.observe_round([True, False])
+    b.observe_round([True, True, True])
+    m = a.merge(b)
+    assert m.wall_s == 3.0 and m.generated_tokens == 12
+    assert m.drafted_by_pos == [2, 2, 1] and m.accepted_by_pos == [2, 1, 1]
+
+
+def test_other_time_is_wall_minus_parts_and_dict_has_derived_rates():
+    s = DecodeStats(wall_s=10.0, draft_s=2.0, target_s=6.0, verify_s=1.0, generated_tokens=50)
+    d = s.to_dict()
+    assert d["other_s"] == pytest.approx(1.0)
+    assert d["tokens_per_s"] == pytest.approx(5.0)
+    assert d["alpha1"] is None and d["alpha2"] is None

@@ -1,0 +1,46 @@
+"""Verifiers on hand-made step pairs."""
+
+import pytest
+
+from lrtune.errors import ConfigError
+from lrtune.verifiers import StepPair, accept, make_verifier
+
+SAME = StepPair("ctx", "Tom has 3 + 4 = 7 apples.\n\n", "Tom has  3 + 4 = 7 apples.\n\n")
+PARAPHRASE = StepPair("ctx", "So Tom now has 7 apples in total.", "Therefore, Tom has a total of 7 apples.")
+UNRELATED = StepPair("ctx", "The train leaves the station at 5 pm.", "Multiply 12 by 4 to get 48 cookies.")
+
+
+def test_exact_accepts_whitespace_variants_only():
+    v = make_verifier("exact")
+    assert accept(v, [SAME, PARAPHRASE])[0] == [True, False]
+
+
+@pytest.mark.parametrize("spec, expected", [("never", False), ("always", True)])
+def test_constant_verifiers(spec, expected):
+    assert accept(make_verifier(spec), [SAME, PARAPHRASE, UNRELATED])[0] == [expected] * 3
+
+
+def test_random_verifier_accepts_with_probability_p_and_is_seeded():
+    pairs = [SAME] * 4000
+    verdicts = accept(make_verifier("random(0.3)", seed=1), pairs)[0]
+    assert abs(sum(verdicts) / len(verdicts) - 0.3) < 0.03
+    assert verdicts == accept(make_verifier("random:0.3", seed=1), pairs)[0]
+
+
+def test_embedding_verifier_scores_paraphrase_above_unrelated():
+    v = make_verifier("embedding", threshold=0.8)
+    scores = v.score([SAME, PARAPHRASE, UNRELATED])
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert scores[0] > 0.99
+    assert scores[1] > 0.8 > scores[2]
+    assert accept(v, [PARAPHRASE, UNRELATED])[0] == [True, False]
+
+
+def test_embedding_default_threshold_is_the_papers_0_95():
+    assert make_verifier("embedding").threshold == 0.95
+
+
+@pytest.mark.parametrize("spec", ["judge", "random(2)", "random(x)", "exact(1)", ""])
+def test_bad_verifier_specs_raise_config_error(spec):
+    with pytest.raises(ConfigError):
+        make_verifier(spec)

@@ -1,0 +1,128 @@
+"""Algorithm invariants (DESIGN §3.1) on real vLLM engines with the tiny float32 pair.
+
+Greedy equality is exact here because the tiny models are float32 (bf16 batched
+verification may flip near-ties; see shared/notes/vllm-cpu.md).
+"""
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from lrtune.backends.base import GenParams  # noqa: E402
+from lrtune.backends.vllm import VLLMBackend, VLLMConfig  # noqa: E402
+from lrtune.decoder import DecodeConfig, LookaheadDecoder  # noqa: E402
+from lrtune.verifiers import make_verifier  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+
+GAMMA2 = 3
+MAX_NEW = 96
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return get_tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def engines(pair):
+    cfg = dict(dtype="float32", max_model_len=1024, seed=0)
+    target = VLLMBackend(str(pair.target), VLLMConfig(spec_model=str(pair.draft), **cfg), name="target")
+    draft = VLLMBackend(str(pair.draft), VLLMConfig(**cfg), name="draft")
+    yield target, draft
+    target.close()
+    draft.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(engines):
+    target, _ = engines
+    return [target.encode_prompt(q) for q in sample_questions(4)]
+
+
+def greedy(target, prompt, max_new=MAX_NEW):
+    dec = LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=max_new))
+    return dec.decode(prompt)[0].token_ids
+
+
+def test_tiny_target_writes_several_steps(engines, prompts):
+    target, _ = engines
+    text = target.decode(greedy(target, prompts[0], 200))
+    assert text.count("\n\n") >= 2
+
+
+def test_step_generation_stops_at_the_delimiter_and_keeps_its_token(engines, prompts):
+    target, _ = engines
+    out = target.generate(prompts[:2], GenParams(max_tokens=64)).outputs
+    for o in out:
+        assert o.finish in ("delimiter", "eos", "length")
+        if o.finish == "delimiter":
+            assert "\n\n" in o.text and "\n\n" not in target.decode(o.token_ids[:-1])
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_never_verifier_output_equals_target_greedy(engines, prompts, method):
+    target, draft = engines
+    cfg = DecodeConfig(method=method, gamma1=3, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    dec = LookaheadDecoder(target, draft, make_verifier("never"), cfg)
+    for p in prompts:
+        res, stats = dec.decode(p)
+        assert res.token_ids == greedy(target, p)
+        assert stats.rounds >= 2 and stats.committed_draft_steps == 0
+
+
+def test_token_level_sd_output_equals_target_greedy_and_reports_acceptance(engines, prompts):
+    target, draft = engines
+    dec = LookaheadDecoder(target, draft, make_verifier("never"), DecodeConfig(method="sd", gamma2=GAMMA2, max_new_tokens=MAX_NEW))
+    for p in prompts:
+        res, stats = dec.decode(p)
+        assert res.token_ids == greedy(target, p)
+        assert stats.drafted_tokens > 0 and 0.0 <= stats.alpha2 <= 1.0
+        assert len(stats.sd_accepted_by_pos) == GAMMA2
+
+
+def test_identical_draft_with_exact_verifier_accepts_every_step_and_equals_target(engines, prompts):
+    target, _ = engines
+    for method in ("lr", "lr+sd"):
+        cfg = DecodeConfig(method=method, gamma1=3, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+        dec = LookaheadDecoder(target, target, make_verifier("exact"), cfg)  # the target drafts for itself
+        for p in prompts:
+            res, stats = dec.decode(p)
+            assert res.token_ids == greedy(target, p)
+            assert stats.alpha1 == 1.0
+            assert stats.committed_draft_steps > 0
+
+
+def test_lr_sd_with_a_real_draft_commits_a_consistent_sequence(engines, prompts):
+    target, draft = engines
+    rounds = []
+    cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    res, stats = LookaheadDecoder(target, draft, make_verifier("random(0.5)"), cfg).decode(prompts[1], on_round=rounds.append)
+    rebuilt = []
+    for r in rounds:
+        assert len(r.drafts) <= 2
+        rebuilt += [t for d in r.drafts[: r.committed_drafts] for t in d.token_ids]
+        if r.committed_drafts < len(r.targets):
+            rebuilt += r.targets[r.committed_drafts].token_ids
+    assert rebuilt[:len(res.token_ids)] == res.token_ids and len(res.token_ids) <= MAX_NEW
+    assert stats.drafted_tokens > 0 and stats.target_calls == stats.rounds
+
+
+def test_seeded_sampling_is_reproducible_and_seeds_matter(engines, prompts):
+    target, draft = engines
+    def run(seed):
+        cfg = DecodeConfig(method="lr", gamma1=2, temperature=0.9, seed=seed, max_new_tokens=48, max_step_tokens=16)
+        return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[2])[0].token_ids
+    a, b, c = run(1), run(1), run(2)
+    assert a == b
+    assert a != c
+
+
+def test_ngram_sd_output_equals_target_greedy(pair, engines, prompts):
+    target, _ = engines
+    ngram = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_method="ngram"), name="ngram")
+    try:
+        dec = LookaheadDecoder(ngram, None, make_verifier("never"), DecodeConfig(method="sd", gamma2=2, max_new_tokens=MAX_NEW))
+        for p in prompts[:2]:
+            assert dec.decode(p)[0].token_ids == greedy(target, p)
+    finally:
+        ngram.close()

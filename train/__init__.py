@@ -1,0 +1,1 @@
+"""lrtune stage package: train (see DESIGN.md §1)."""
