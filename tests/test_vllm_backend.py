@@ -126,3 +126,23 @@ def test_ngram_sd_output_equals_target_greedy(pair, engines, prompts):
             assert dec.decode(p)[0].token_ids == greedy(target, p)
     finally:
         ngram.close()
+
+
+def test_lr_sd_counts_speculative_tokens_of_steps_that_end_at_the_delimiter(engines, prompts):
+    target, draft = engines
+    cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    rounds = []
+    _, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(prompts[0], on_round=rounds.append)
+    assert sum(t.finish == "delimiter" for r in rounds for t in r.targets) >= 2
+    assert stats.sd_drafts >= stats.rounds
+    assert 0 < stats.accepted_tokens <= stats.drafted_tokens <= stats.sd_drafts * GAMMA2
+    assert sum(stats.sd_accepted_by_pos) == stats.accepted_tokens
+
+
+def test_seeded_sampling_with_token_level_sd_is_reproducible(engines, prompts):
+    target, draft = engines
+    def run(seed):
+        cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, temperature=0.9, seed=seed, max_new_tokens=48,
+                           max_step_tokens=16)
+        return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[3])[0].token_ids
+    assert run(5) == run(5)

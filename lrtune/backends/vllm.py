@@ -53,6 +53,12 @@ class VLLMConfig:
     seed: int = 0
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float | None = None
+    # KV block size; None = 32 on CPU (vLLM's CPU default of 128 makes every step
+    # recompute up to 127 uncached prefix tokens), the engine's default elsewhere.
+    block_size: int | None = None
+    # Tokens per engine step; None = 16384 on CPU, where vLLM 0.32 crashes on seeded
+    # sampling when a prefill is split into chunks (its default budget is 4096 tokens).
+    max_num_batched_tokens: int | None = None
     spec_method: str = "draft"  # "draft" (a draft model) or "ngram"
     spec_model: str | None = None  # the draft model for spec_method="draft"
     ngram_prompt_lookup_max: int = 4
@@ -70,6 +76,7 @@ class VLLMBackend:
             raise ConfigError(f"unknown speculative method {self.config.spec_method!r} (draft|ngram)")
         self.name = name or Path(self.model).name
         self._engines: dict[int, object] = {}
+        self._counters: dict[int, _SDCounter] = {}
         from transformers import AutoTokenizer
 
         try:
@@ -125,6 +132,16 @@ class VLLMBackend:
         )
         if cfg.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+        block_size = cfg.block_size
+        if block_size is None and _on_cpu():
+            block_size = 32
+        if block_size is not None:
+            kwargs["block_size"] = block_size
+        batched = cfg.max_num_batched_tokens
+        if batched is None and _on_cpu():
+            batched = max(16384, cfg.max_model_len)
+        if batched is not None:
+            kwargs["max_num_batched_tokens"] = batched
         if k > 0:
             if cfg.spec_method == "ngram":
                 kwargs["speculative_config"] = {
@@ -137,12 +154,24 @@ class VLLMBackend:
                 if not cfg.spec_model:
                     raise ConfigError("token-level speculative decoding (gamma2 > 0) needs a draft model")
                 kwargs["speculative_config"] = {"model": cfg.spec_model, "num_speculative_tokens": k}
-            # Per-request acceptance histograms on each CompletionOutput (vLLM >= 0.32).
-            kwargs["per_request_spec_decode_metrics"] = "summary"
+            # Spec-decode stats reach stat loggers only when stats are on (see _SDCounter).
+            kwargs["disable_log_stats"] = False
+        _guard_llvmlite_dunder_lookup()
+        if _on_cpu():
+            _patch_cpu_expand_batch_to_tokens()
         try:
-            return LLM(**kwargs)
+            llm = LLM(**kwargs)
         except (OSError, ValueError) as e:
             raise ModelError(f"vLLM could not load {self.model}: {str(e).splitlines()[0]}") from None
+        _KEEP_ALIVE.append(llm)
+        if k > 0:
+            manager = getattr(llm.llm_engine, "logger_manager", None)
+            if manager is None:
+                raise RuntimeError("vLLM engine has no stat logger manager: cannot count speculative tokens")
+            counter = _SDCounter()
+            manager.stat_loggers.append(counter)
+            self._counters[k] = counter
+        return llm
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch:
@@ -164,17 +193,20 @@ class VLLMBackend:
                 stop=[params.delimiter] if params.stop_at_delimiter else None,
                 seed=None if params.seeds is None else params.seeds[i],
                 logprobs=0 if params.logprobs else None,
+                # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
+                # stop could match across a skipped special token).
+                skip_special_tokens=False,
             ))
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prefixes]
+        counter = self._counters.get(params.num_speculative_tokens)
+        before = counter.snapshot() if counter is not None else None
         t0 = time.perf_counter()
         results = llm.generate(prompts, sps, use_tqdm=False)
         seconds = time.perf_counter() - t0
-        sd = SDCounters() if params.num_speculative_tokens else None
+        sd = counter.snapshot().minus(before) if counter is not None else None
         outputs = []
         for res in results:
             comp = res.outputs[0]
-            if sd is not None:
-                add_spec_metrics(sd, getattr(comp, "spec_decode_metrics", None))
             ids, finish = finish_step(comp.token_ids, self.decode, params, self.eos_ids)
             lps = None
             if params.logprobs and comp.logprobs is not None:
@@ -183,10 +215,47 @@ class VLLMBackend:
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd)
 
     def close(self) -> None:
-        self._engines.clear()
-        import gc
+        """Forget this backend's engines.
 
-        gc.collect()
+        vLLM 0.32 tears down process-global state when an in-process engine is garbage
+        collected, which breaks every other engine in the process; engines therefore stay
+        referenced (``_KEEP_ALIVE``) until the process exits.
+        """
+        self._engines.clear()
+        self._counters.clear()
+
+
+def _guard_llvmlite_dunder_lookup() -> None:
+    """Work around a vLLM 0.32 crash when an engine starts after numba was imported.
+
+    vLLM's kernel dispatcher scans every module for kernel references and calls
+    ``hasattr(obj, "__dict__")``; llvmlite's ``ffi.lib`` wrapper answers *any* missing
+    attribute with a C-function wrapper, so the scan fails with ``'_lib_fn_wrapper'
+    object has no attribute 'get'``. numba (hence llvmlite) is imported by vLLM's ngram
+    proposer, so every engine created after an ngram engine hit this. Dunder names are
+    never C functions: make the wrapper raise AttributeError for them.
+    """
+    import sys
+
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    cls = getattr(ffi, "_lib_wrapper", None)
+    if cls is None or getattr(cls, "_lrtune_guarded", False):
+        return
+    original = cls.__getattr__
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return original(self, name)
+
+    cls.__getattr__ = __getattr__
+    cls._lrtune_guarded = True
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def _sampled_logprob(entry, token_id: int) -> float:
@@ -195,21 +264,84 @@ def _sampled_logprob(entry, token_id: int) -> float:
     return float(getattr(lp, "logprob", lp))
 
 
-def add_spec_metrics(acc: SDCounters, metrics) -> None:
-    """Add one request's ``RequestSpecDecodeMetrics`` to ``acc``.
+_KEEP_ALIVE: list = []
 
-    ``histogram[j]`` counts verify steps that accepted exactly ``j`` draft tokens, so
-    drafts = Σ_j hist[j], accepted = Σ_j j·hist[j], and position i (0-based) was
-    accepted in Σ_{j>i} hist[j] steps. ``num_draft_tokens`` is the number proposed.
+
+class _SDCounter:
+    """A vLLM stat logger that sums one engine's speculative-decoding stats.
+
+    ``LLM.get_metrics()`` cannot separate engines in one process (every new engine
+    unregisters the previous engines' Prometheus collectors), and the per-request
+    ``spec_decode_metrics`` are empty for requests that end on a stop string — i.e.
+    for every LR step. This logger is attached to one engine only, so differences of
+    :meth:`snapshot` around a ``generate`` call are that call's counts: verify steps
+    (drafts), proposed tokens, accepted tokens, accepted tokens per draft position.
     """
-    if metrics is None:
+
+    def __init__(self) -> None:
+        self.totals = SDCounters()
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+        s = getattr(scheduler_stats, "spec_decoding_stats", None)
+        if s is None:
+            return
+        t = self.totals
+        t.drafts += s.num_drafts
+        t.drafted_tokens += s.num_draft_tokens
+        t.accepted_tokens += s.num_accepted_tokens
+        per_pos = list(s.num_accepted_tokens_per_pos)
+        if len(t.accepted_by_pos) < len(per_pos):
+            t.accepted_by_pos.extend([0] * (len(per_pos) - len(t.accepted_by_pos)))
+        for i, n in enumerate(per_pos):
+            t.accepted_by_pos[i] += n
+
+    def snapshot(self) -> _Snapshot:
+        t = self.totals
+        return _Snapshot(t.drafts, t.drafted_tokens, t.accepted_tokens, list(t.accepted_by_pos))
+
+    def log(self) -> None:
+        pass
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+    def record_sleep_state(self, *args, **kwargs) -> None:
+        pass
+
+    def record_admission_rejection(self, *args, **kwargs) -> None:
+        pass
+
+
+class _Snapshot(SDCounters):
+    def minus(self, other: SDCounters) -> SDCounters:
+        n = len(self.accepted_by_pos)
+        old = other.accepted_by_pos + [0] * (n - len(other.accepted_by_pos))
+        return SDCounters(drafts=self.drafts - other.drafts,
+                          drafted_tokens=self.drafted_tokens - other.drafted_tokens,
+                          accepted_tokens=self.accepted_tokens - other.accepted_tokens,
+                          accepted_by_pos=[a - b for a, b in zip(self.accepted_by_pos, old)])
+
+
+def _patch_cpu_expand_batch_to_tokens() -> None:
+    """Fix vLLM 0.32's CPU ``expand_batch_to_tokens`` (speculative sampling at T > 0).
+
+    Its CPU kernel writes into an int64 copy of the output and never copies it back,
+    so per-token temperature/top-p tensors of the rejection sampler hold garbage:
+    sampled SD outputs are wrong and seeds do not reproduce (greedy is unaffected).
+    This pure-torch version repeats ``x[i]`` for the ``cu[i] - cu[i-1]`` tokens of
+    request i, after replacing ``replace_from`` by ``replace_to``, as the kernel means to.
+    """
+    import torch
+    import vllm.v1.sample.rejection_sampler as rs
+
+    if getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False):
         return
-    hist = list(metrics.histogram)
-    acc.drafts += sum(hist)
-    acc.drafted_tokens += int(metrics.num_draft_tokens)
-    acc.accepted_tokens += sum(j * n for j, n in enumerate(hist))
-    k = len(hist) - 1
-    if len(acc.accepted_by_pos) < k:
-        acc.accepted_by_pos.extend([0] * (k - len(acc.accepted_by_pos)))
-    for i in range(k):
-        acc.accepted_by_pos[i] += sum(hist[i + 1:])
+
+    def expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+        cu = cu_num_tokens.to(torch.long)
+        counts = torch.diff(cu, prepend=cu.new_zeros(1))
+        x = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
+        return torch.repeat_interleave(x, counts, output_size=num_tokens)
+
+    expand_batch_to_tokens._lrtune_fixed = True
+    rs.expand_batch_to_tokens = expand_batch_to_tokens

@@ -1,0 +1,68 @@
+"""The public API and `lrtune decode` on real vLLM engines with the tiny pair."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from lrtune import Decoder  # noqa: E402
+from lrtune.errors import ConfigError  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dec():
+    pair = get_tiny_pair()
+    d = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), method="lr+sd", verifier="exact",
+                                gamma1=2, gamma2=2, max_step_tokens=24, dtype="float32", max_model_len=1024,
+                                progress=False)
+    yield d
+    d.close()
+
+
+def test_generate_returns_one_output_per_prompt_with_text_ids_and_stats(dec):
+    qs = sample_questions(2)
+    outs = dec.generate(qs, max_new_tokens=48)
+    assert [o.prompt for o in outs] == qs
+    for o in outs:
+        assert 0 < len(o.token_ids) <= 48 and o.text and o.finish in ("eos", "length")
+        assert o.stats.generated_tokens == len(o.token_ids) and o.stats.rounds >= 1
+        assert "alpha1_by_pos" in o.stats.to_dict()
+
+
+def test_sd_through_the_api_equals_target_greedy(dec):
+    q = sample_questions(3)[2]
+    target = dec.generate(q, method="target", max_new_tokens=64)[0]
+    sd = dec.generate(q, method="sd", max_new_tokens=64)[0]
+    assert sd.token_ids == target.token_ids and sd.stats.drafted_tokens > 0
+
+
+def test_on_step_streams_committed_steps_in_order(dec):
+    seen = []
+    out = dec.generate(sample_questions(1), max_new_tokens=48, on_step=lambda i, src, text: seen.append((i, src, text)))[0]
+    assert seen and all(i == 0 and src in ("draft", "target") for i, src, _ in seen)
+    assert "".join(t for _, _, t in seen) == out.text
+
+
+def test_generate_rejects_empty_prompts_unknown_options_and_context_overflow(dec):
+    with pytest.raises(ConfigError):
+        dec.generate(["  "])
+    with pytest.raises(ConfigError):
+        dec.generate(["hi"], beam_width=4)
+    with pytest.raises(ConfigError):
+        dec.generate(["hi"], max_new_tokens=5000)
+
+
+def test_cli_decode_json_on_the_tiny_pair():
+    pair = get_tiny_pair()
+    proc = subprocess.run(
+        [sys.executable, "-m", "lrtune", "decode", sample_questions(1)[0], "--target", str(pair.target),
+         "--draft", str(pair.draft), "--method", "lr", "--verifier", "exact", "--dtype", "float32",
+         "--max-model-len", "1024", "--max-new-tokens", "32", "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert rec["method"] == "lr" and rec["stats"]["generated_tokens"] <= 32 and rec["stats"]["rounds"] >= 1
