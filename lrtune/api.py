@@ -29,7 +29,8 @@ class ModelConfig:
     verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding"})
     verifier_threshold: float | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
     sd_method: str = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram", "choices": ("draft", "ngram")})
-    dtype: str = field(default="auto", metadata={"help": "model dtype (auto = as saved; bfloat16 for the default pair)"})
+    dtype: str = field(default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"})
+    kv_cache_gib: float = field(default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"})
     max_model_len: int = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
     gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
@@ -93,7 +94,7 @@ class Decoder:
             check_tokenizers_compatible(target_path, draft_path)
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
-        common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed,
+        common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
                       gpu_memory_utilization=models.gpu_memory_utilization)
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path, **common),
