@@ -81,11 +81,17 @@ def main(cfg: BenchConfig) -> dict:
     base = DecodeConfig(method="lr+sd", gamma1=cfg.gamma1, gamma2=cfg.gamma2, max_new_tokens=cfg.max_new_tokens,
                         max_step_tokens=cfg.max_step_tokens)
     t_load = time.perf_counter()
-    dec = Decoder.from_configs(models, base, load_all_methods=True)
-    # Start every engine before timing anything (lazy engines would bill their start-up).
-    dec.decoder.target.engine(0)
-    dec.decoder.target.engine(cfg.gamma2)
-    dec.decoder.draft.engine(0)
+    uses_draft = any(m in ("lr", "lr+sd") for m in methods) or (
+        any(m in ("sd", "lr+sd") for m in methods) and cfg.sd_method == "draft")
+    dec = Decoder.from_configs(models, base, load_all_methods=uses_draft)
+    # Start every engine the methods use before timing anything (lazy engines would
+    # bill their start-up to the first problem).
+    if any(m in ("target", "lr") for m in methods):
+        dec.decoder.target.engine(0)
+    if any(m in ("sd", "lr+sd") for m in methods):
+        dec.decoder.target.engine(cfg.gamma2)
+    if any(m in ("lr", "lr+sd") for m in methods):
+        dec.decoder.draft.engine(0)
     load_s = time.perf_counter() - t_load
     log(f"engines ready in {load_s:.1f} s")
 

@@ -146,3 +146,12 @@ def test_seeded_sampling_with_token_level_sd_is_reproducible(engines, prompts):
                            max_step_tokens=16)
         return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[3])[0].token_ids
     assert run(5) == run(5)
+
+
+def test_logprobs_are_returned_per_generated_token(engines, prompts):
+    target, _ = engines
+    for k in (0, GAMMA2):
+        out = target.generate(prompts[:2], GenParams(max_tokens=20, logprobs=True, num_speculative_tokens=k)).outputs
+        for o in out:
+            assert o.logprobs is not None and len(o.logprobs) == len(o.token_ids)
+            assert all(lp <= 0.0 for lp in o.logprobs)
