@@ -47,6 +47,7 @@ class BenchConfig:
     max_model_len: int = field(default=2048, metadata={"help": "engine context length"})
     dtype: str = field(default="auto", metadata={"help": "model dtype"})
     kv_cache_gib: float = field(default=1.0, metadata={"help": "KV cache per engine on CPU (GiB)"})
+    max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step"})
     out: str = field(default="results/bench_decode.json", metadata={"help": "JSON output path"})
 
 
@@ -77,7 +78,8 @@ def main(cfg: BenchConfig) -> dict:
     problems = task.load(limit=cfg.limit, seed=cfg.task_seed)
     models = ModelConfig(target=cfg.target, draft=cfg.draft, verifier=cfg.verifier,
                          verifier_threshold=cfg.verifier_threshold, sd_method=cfg.sd_method,
-                         max_model_len=cfg.max_model_len, dtype=cfg.dtype, kv_cache_gib=cfg.kv_cache_gib)
+                         max_model_len=cfg.max_model_len, dtype=cfg.dtype, kv_cache_gib=cfg.kv_cache_gib,
+                         max_num_batched_tokens=cfg.max_num_batched_tokens)
     base = DecodeConfig(method="lr+sd", gamma1=cfg.gamma1, gamma2=cfg.gamma2, max_new_tokens=cfg.max_new_tokens,
                         max_step_tokens=cfg.max_step_tokens)
     t_load = time.perf_counter()

@@ -34,6 +34,7 @@ class ModelConfig:
     max_model_len: int = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
     gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
+    max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
     cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
 
 
@@ -95,6 +96,7 @@ class Decoder:
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
+                      max_num_batched_tokens=models.max_num_batched_tokens,
                       gpu_memory_utilization=models.gpu_memory_utilization)
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path, **common),
@@ -131,6 +133,7 @@ class Decoder:
             if need > limit:
                 raise ConfigError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
                                   f"max_model_len {limit}; lower --max-new-tokens or raise --max-model-len")
+        self._start_engines(cfg)
         outs = []
         for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
             cb = None
@@ -141,6 +144,14 @@ class Decoder:
             outs.append(DecodeOutput(prompt=prompt, text=res.text, token_ids=res.token_ids, finish=res.finish,
                                      stats=stats, steps=res.steps))
         return outs
+
+    def _start_engines(self, cfg: DecodeConfig) -> None:
+        """Start the engines ``cfg`` needs now, so their start-up is not billed to a decode."""
+        target, draft = self.decoder.target, self.decoder.draft
+        if hasattr(target, "engine"):
+            target.engine(cfg.gamma2 if cfg.uses_sd else 0)
+        if cfg.uses_lr and draft is not None and hasattr(draft, "engine"):
+            draft.engine(0)
 
     def close(self) -> None:
         self.decoder.target.close()

@@ -34,7 +34,7 @@ def configure_vllm_env() -> None:
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_ATTN_SPLIT_KV", "0")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         if cpus:
