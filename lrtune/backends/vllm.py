@@ -274,7 +274,8 @@ def resolve_dtype(dtype: str, model: str) -> str:
     import json
 
     cfg = Path(model) / "config.json"
-    saved = json.loads(cfg.read_text()).get("torch_dtype", json.loads(cfg.read_text()).get("dtype")) if cfg.is_file() else None
+    meta = json.loads(cfg.read_text()) if cfg.is_file() else {}
+    saved = meta.get("torch_dtype", meta.get("dtype"))
     return "float32" if saved in ("bfloat16", "float16", None) else "auto"
 
 
