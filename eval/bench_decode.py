@@ -100,7 +100,10 @@ def main(cfg: BenchConfig) -> dict:
     warm = dec.encode(task.prompt(problems[0]))
     for m in methods:  # warm-up: short decode of every method
         dec.decoder.decode(warm, dataclasses.replace(base, method=m, max_new_tokens=32))
-    batch_cost = measure_batch_cost(dec.decoder.target, warm, [cfg.gamma1 + 1])
+    # b(n) of the plain target engine; not measured when no method uses that engine
+    # (starting it would cost another target's worth of memory).
+    plain = any(m in ("target", "lr") for m in methods)
+    batch_cost = measure_batch_cost(dec.decoder.target, warm, [cfg.gamma1 + 1]) if plain else {1: 1.0}
     log(f"batch cost b(n): {batch_cost}")
 
     records = []
