@@ -88,12 +88,9 @@ def main(cfg: BenchConfig) -> dict:
     dec = Decoder.from_configs(models, base, load_all_methods=uses_draft)
     # Start every engine the methods use before timing anything (lazy engines would
     # bill their start-up to the first problem).
-    if any(m in ("target", "lr") for m in methods):
-        dec.decoder.target.engine(0)
-    if any(m in ("sd", "lr+sd") for m in methods):
-        dec.decoder.target.engine(cfg.gamma2)
-    if any(m in ("lr", "lr+sd") for m in methods):
-        dec.decoder.draft.engine(0)
+    method_cfgs = [dataclasses.replace(base, method=m) for m in methods]
+    for mc in method_cfgs:
+        dec.start_engines(mc)
     load_s = time.perf_counter() - t_load
     log(f"engines ready in {load_s:.1f} s")
 
@@ -102,7 +99,7 @@ def main(cfg: BenchConfig) -> dict:
         dec.decoder.decode(warm, dataclasses.replace(base, method=m, max_new_tokens=32))
     # b(n) of the plain target engine; not measured when no method uses that engine
     # (starting it would cost another target's worth of memory).
-    plain = any(m in ("target", "lr") for m in methods)
+    plain = any(not mc.uses_sd for mc in method_cfgs)
     batch_cost = measure_batch_cost(dec.decoder.target, warm, [cfg.gamma1 + 1]) if plain else {1: 1.0}
     log(f"batch cost b(n): {batch_cost}")
 

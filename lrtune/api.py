@@ -133,7 +133,7 @@ class Decoder:
             if need > limit:
                 raise ConfigError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
                                   f"max_model_len {limit}; lower --max-new-tokens or raise --max-model-len")
-        self._start_engines(cfg)
+        self.start_engines(cfg)
         outs = []
         for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
             cb = None
@@ -145,7 +145,7 @@ class Decoder:
                                      stats=stats, steps=res.steps))
         return outs
 
-    def _start_engines(self, cfg: DecodeConfig) -> None:
+    def start_engines(self, cfg: DecodeConfig) -> None:
         """Start the engines ``cfg`` needs now, so their start-up is not billed to a decode."""
         target, draft = self.decoder.target, self.decoder.draft
         if hasattr(target, "engine"):
