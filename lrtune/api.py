@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.stats import DecodeStats
-from lrtune.verifiers import Verifier, make_verifier
+from lrtune.verifiers import MODEL_VERIFIERS, Verifier, make_verifier
 
-BACKENDS = ("vllm",)
+BACKENDS = ("vllm", "transformers")
 
 
 @dataclass
@@ -25,8 +25,10 @@ class ModelConfig:
 
     target: str = field(default="default", metadata={"help": "target model: 'default', a local HF dir, or a hub id"})
     draft: str = field(default="default", metadata={"help": "draft model (same tokenizer as the target)"})
-    backend: str = field(default="vllm", metadata={"help": "inference engine", "choices": BACKENDS})
-    verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding"})
+    backend: str = field(default="vllm", metadata={"help": "inference engine: vllm | transformers", "choices": BACKENDS})
+    device: str = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
+    verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding | llm_judge | target_score"})
+    judge_model: str | None = field(default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"})
     verifier_threshold: float | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
     sd_method: str = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram", "choices": ("draft", "ngram")})
     dtype: str = field(default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"})
@@ -35,6 +37,7 @@ class ModelConfig:
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
     gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
     max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
+    shared_engine: bool = field(default=True, metadata={"help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of the target (saves the target's weights in RAM; vLLM, draft-model SD)"})
     cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
 
 
@@ -93,18 +96,46 @@ class Decoder:
         if needs_draft:
             draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
             check_tokenizers_compatible(target_path, draft_path)
+        if models.backend == "transformers":
+            return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier)
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
                       max_num_batched_tokens=models.max_num_batched_tokens,
                       gpu_memory_utilization=models.gpu_memory_utilization)
+        # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
+        shared = cfg.gamma2 if (models.shared_engine and draft_path and models.sd_method == "draft"
+                                and cfg.gamma2 > 0 and (cfg.uses_sd or load_all_methods)) else 0
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
-                                                     spec_method=models.sd_method, spec_model=draft_path, **common),
+                                                     spec_method=models.sd_method, spec_model=draft_path,
+                                                     shared_spec_tokens=shared, **common),
                              name="target")
         draft_backend = VLLMBackend(draft_path, VLLMConfig(**common), name="draft") if draft_path else None
-        ver = make_verifier(verifier if verifier is not None else models.verifier,
-                            threshold=models.verifier_threshold, seed=cfg.seed)
+        spec = verifier if verifier is not None else models.verifier
+        judge = target
+        if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
+            judge_path = resolve_model(models.judge_model, "judge", cache_dir=models.cache_dir, progress=progress)
+            judge = VLLMBackend(judge_path, VLLMConfig(**common), name="judge")
+        ver = make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge)
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg), models)
+
+    @classmethod
+    def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,
+                         verifier) -> Decoder:
+        """The transformers backend: one draft model serves LR drafting and SD."""
+        from lrtune.backends.hf import HFBackend, HFConfig
+
+        if models.sd_method != "draft":
+            raise ConfigError("the transformers backend does token-level SD with the draft model only (--sd-method draft)")
+        hcfg = HFConfig(device=models.device, dtype=models.dtype, seed=cfg.seed)
+        draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
+        target = HFBackend(target_path, hcfg, name="target", spec=draft)
+        spec = verifier if verifier is not None else models.verifier
+        judge = target
+        if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
+            judge = HFBackend(models.judge_model, hcfg, name="judge")
+        ver = make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge)
+        return cls(LookaheadDecoder(target, draft, ver, cfg), models)
 
     def encode(self, prompt: str, *, chat: bool = True) -> list[int]:
         if not prompt or not prompt.strip():

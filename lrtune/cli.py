@@ -3,6 +3,8 @@
 Commands:
     lrtune decode PROMPT | --task-problem N   decode one prompt and print answer + stats
     lrtune prepare                            build the offline default model pair once
+    lrtune evaluate [--task --limit --methods ...]  every method on the same problems: report + plots
+    lrtune collect [--task --limit --teacher ...]   step-pair dataset with teacher labels (--merge, --stats)
 
 Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
 """
@@ -35,6 +37,16 @@ def make_parser() -> ArgumentParser:
     add_dataclass_args(dec, ModelConfig)
     add_dataclass_args(dec, DecodeConfig)
 
+    from eval.evaluate import add_arguments as add_eval_arguments
+
+    ev = sub.add_parser("evaluate", help="accuracy, acceptance and speedup of every method on a task, in one run")
+    add_eval_arguments(ev)
+
+    from data_gen.collect import add_arguments as add_collect_arguments
+
+    col = sub.add_parser("collect", help="record every draft/target step pair with teacher labels (parquet)")
+    add_collect_arguments(col)
+
     prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
     prep.add_argument("--cache-dir", default=None, help="cache root (default: $LRTUNE_CACHE or ~/.cache/lrtune)")
     return parser
@@ -47,6 +59,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_decode(args)
         if args.command == "prepare":
             return cmd_prepare(args)
+        if args.command == "collect":
+            from data_gen.collect import main_from_args
+
+            return main_from_args(args)
+        if args.command == "evaluate":
+            from eval.evaluate import config_from_args
+            from eval.evaluate import main as evaluate_main
+
+            return evaluate_main(config_from_args(args))
     except LrtuneError as e:
         sys.stderr.write(f"lrtune: error: {e}\n")
         return e.exit_code

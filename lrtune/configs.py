@@ -30,8 +30,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        flag = "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "")
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        help_ = f.metadata.get("help", "").replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
         typ = hints[f.name]
         if typ is bool:

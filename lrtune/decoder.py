@@ -51,6 +51,10 @@ class DecodeConfig:
     seed: int = field(default=0, metadata={"help": "seed of all sampling (per round and position)"})
     delimiter: str = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
     context_tokens: int = field(default=256, metadata={"help": "tokens of context shown to the verifier"})
+    width: int = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps)"})
+    logprobs: bool = field(default=False, metadata={"help": "keep per-token logprobs of LR steps (for collect features)"})
+    async_lr: bool = field(default=False, metadata={"help": "pipelined (async) LR: target steps start as soon as their draft prefix exists", "flag": "--async"})
+    branch_temperature: float = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
 
     @property
     def uses_lr(self) -> bool:
@@ -65,6 +69,12 @@ class DecodeConfig:
             raise ConfigError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
         if self.uses_lr and not 1 <= self.gamma1 <= GAMMA_MAX:
             raise ConfigError(f"gamma1 must be in 1..{GAMMA_MAX}, got {self.gamma1}")
+        if self.uses_lr and not 1 <= self.width <= 8:
+            raise ConfigError(f"width must be in 1..8, got {self.width}")
+        if self.async_lr and self.width > 1:
+            raise ConfigError("async LR drafts one branch (width 1)")
+        if self.branch_temperature <= 0:
+            raise ConfigError(f"branch_temperature must be > 0, got {self.branch_temperature}")
         if self.uses_sd and not 1 <= self.gamma2 <= GAMMA_MAX:
             raise ConfigError(f"gamma2 must be in 1..{GAMMA_MAX}, got {self.gamma2}")
         if self.max_new_tokens < 1:
@@ -94,6 +104,12 @@ class RoundRecord:
     draft_seconds: list[float]
     target_seconds: float
     verify_seconds: float
+    # multi-branch drafting (width W): the chosen branch above; every branch below
+    branch: int = 0
+    branches: list[list[Generation]] = field(default_factory=list)
+    branch_targets: list[list[Generation]] = field(default_factory=list)
+    branch_scores: list[list[float]] = field(default_factory=list)
+    branch_accepted: list[list[bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -131,7 +147,14 @@ class LookaheadDecoder:
             raise ConfigError(f"method {cfg.method!r} needs a draft model")
         stats = DecodeStats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
-        if cfg.uses_lr:
+        if cfg.uses_lr and cfg.async_lr:
+            from lrtune.async_lr import decode_async
+
+            gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit)
+            eos = self.target.eos_ids | self.draft.eos_ids
+            result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
+                                  finish="eos" if gen and gen[-1] in eos else "length", steps=steps)
+        elif cfg.uses_lr:
             result = self._lookahead(list(prompt_ids), cfg, stats, on_round, on_commit)
         else:
             result = self._plain(list(prompt_ids), cfg, stats, on_commit)
@@ -163,57 +186,50 @@ class LookaheadDecoder:
         while not finished and len(gen) < cfg.max_new_tokens:
             budget = cfg.max_new_tokens - len(gen)
             base = prompt + gen
-            # 1. draft up to γ1 steps, sequentially, each conditioned on the ones before.
-            drafts: list[Generation] = []
-            draft_secs: list[float] = []
-            drafted = 0
-            for j in range(cfg.gamma1):
-                if drafted >= budget:
-                    break
-                # Same cap as the target's step at this position, so identical models agree;
-                # tokens past the budget are cut at commit time.
-                b = self.draft.generate([base + _concat(drafts)], self._step_params(cfg, budget, rnd, j, 0, draft=True))
-                stats.draft_calls += 1
-                stats.draft_s += b.seconds
-                draft_secs.append(b.seconds)
-                step = b.outputs[0]
-                if not step.token_ids:
-                    break
-                drafts.append(step)
-                drafted += len(step.token_ids)
-                stats.draft_step_tokens += len(step.token_ids)
-                if step.finish == "eos":
-                    break
-            # 2. the target regenerates every drafted position in one batch (+ the bonus step).
-            ends = bool(drafts) and (drafts[-1].finish == "eos" or drafted >= budget)
-            n_targets = len(drafts) if ends else len(drafts) + 1
-            prefixes = [base + _concat(drafts[:k]) for k in range(n_targets)]
-            tb = self.target.generate(prefixes, self._step_params(cfg, budget, rnd, 0, n_targets, draft=False))
+            # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
+            chains, draft_secs = self._draft_chains(base, cfg, budget, rnd, stats)
+            # 2. the target regenerates every drafted position (+ bonus steps) in ONE batch.
+            rows, where = _target_rows(base, chains, budget, eos)
+            tb = self.target.generate(rows, self._step_params(cfg, budget, rnd, 0, len(rows), draft=False))
             self._account_target(stats, tb)
-            targets = tb.outputs
-            stats.target_step_tokens += sum(len(t.token_ids) for t in targets)
-            # 3. verify all drafted positions in one batch.
-            verdicts: list[bool] = []
-            scores: list[float] = []
+            stats.target_step_tokens += sum(len(t.token_ids) for t in tb.outputs)
+            targets = [[tb.outputs[where[w, k]] if (w, k) in where else None for k in range(len(c) + 1)]
+                       for w, c in enumerate(chains)]
+            # 3. verify every (branch, position) pair in ONE batch.
+            verdicts: list[list[bool]] = [[] for _ in chains]
+            scores: list[list[float]] = [[] for _ in chains]
             vsec = 0.0
-            if drafts:
+            keys = [(w, k) for w, c in enumerate(chains) for k in range(len(c))]
+            if keys:
                 context = self.target.decode(base[-cfg.context_tokens:])
-                pairs = [StepPair(context=context, draft=d.text, target=t.text) for d, t in zip(drafts, targets)]
+                pairs = [StepPair(context=context, draft=chains[w][k].text, target=targets[w][k].text) for w, k in keys]
                 tv = time.perf_counter()
-                verdicts, scores = accept(self.verifier, pairs)
+                flat_v, flat_s = accept(self.verifier, pairs)
                 vsec = time.perf_counter() - tv
                 stats.verify_s += vsec
                 stats.verifier_calls += 1
-            # 4. commit the accepted draft prefix, then the target's step.
-            j = leading_accepts(verdicts)
+                for (w, _), v, sc in zip(keys, flat_v, flat_s):
+                    verdicts[w].append(v)
+                    scores[w].append(sc)
+            # 4. keep the branch with the longest accepted prefix (ties: the higher score
+            #    sum over it, then the lower index); commit it and the target's next step.
+            best = max(range(len(chains)),
+                       key=lambda w: (leading_accepts(verdicts[w]), sum(scores[w][:leading_accepts(verdicts[w])]), -w))
+            j = leading_accepts(verdicts[best])
+            drafts = chains[best]
             commit: list[tuple[str, list[int]]] = [("draft", list(d.token_ids)) for d in drafts[:j]]
-            if j < len(targets):
-                commit.append(("target", list(targets[j].token_ids)))
-            stats.observe_round(verdicts, committed_target_step=j < len(targets))
+            nxt = targets[best][j] if j < len(targets[best]) else None
+            if nxt is not None:
+                commit.append(("target", list(nxt.token_ids)))
+            stats.observe_round(verdicts[best], committed_target_step=nxt is not None)
             if on_round:
-                on_round(RoundRecord(index=rnd, prefix_len=len(base), drafts=drafts, targets=targets, scores=scores,
-                                     accepted=verdicts, committed_drafts=j, draft_seconds=draft_secs,
-                                     target_seconds=tb.seconds, verify_seconds=vsec))
+                on_round(RoundRecord(
+                    index=rnd, prefix_len=len(base), drafts=drafts,
+                    targets=[t for t in targets[best] if t is not None], scores=scores[best],
+                    accepted=verdicts[best], committed_drafts=j, draft_seconds=draft_secs, target_seconds=tb.seconds,
+                    verify_seconds=vsec, branch=best, branches=chains,
+                    branch_targets=[[t for t in ts if t is not None] for ts in targets], branch_scores=scores,
+                    branch_accepted=verdicts))
             progressed = False
             for source, ids in commit:
                 room = cfg.max_new_tokens - len(gen)
@@ -235,6 +251,46 @@ class LookaheadDecoder:
         finish: Literal["eos", "length"] = "eos" if gen and gen[-1] in eos else "length"
         return DecodeResult(token_ids=gen, text=text, finish=finish, steps=steps)
 
+    def _draft_chains(self, base: list[int], cfg: DecodeConfig, budget: int, rnd: int,
+                      stats: DecodeStats) -> tuple[list[list[Generation]], list[float]]:
+        """W draft chains; position j of every live chain is one batched draft call per
+        temperature group (branch 0 at ``temperature``, branches >= 1 sampled at
+        ``branch_temperature`` when ``temperature`` is 0, each with its own seed)."""
+        W = cfg.width
+        chains: list[list[Generation]] = [[] for _ in range(W)]
+        used = [0] * W
+        live = list(range(W))
+        secs: list[float] = []
+        for j in range(cfg.gamma1):
+            live = [w for w in live if used[w] < budget]
+            if not live:
+                break
+            spent = 0.0
+            for group in _temperature_groups(live, cfg):
+                temp = _branch_temperature(group[0], cfg)
+                params = self._step_params(cfg, budget, rnd, j, len(group), draft=True)
+                seeds = None
+                if temp > 0:
+                    seeds = tuple(_mix(cfg.seed, rnd, j, 1) if w == 0 else _mix(cfg.seed, rnd, j, 1, w) for w in group)
+                params = GenParams(max_tokens=params.max_tokens, stop_at_delimiter=True, delimiter=cfg.delimiter,
+                                   temperature=temp, top_p=cfg.top_p, seeds=seeds, num_speculative_tokens=0,
+                                   logprobs=cfg.logprobs)
+                b = self.draft.generate([base + _concat(chains[w]) for w in group], params)
+                stats.draft_calls += 1
+                stats.draft_s += b.seconds
+                spent += b.seconds
+                for w, step in zip(group, b.outputs):
+                    if not step.token_ids:
+                        live.remove(w)
+                        continue
+                    chains[w].append(step)
+                    used[w] += len(step.token_ids)
+                    stats.draft_step_tokens += len(step.token_ids)
+                    if step.finish == "eos":
+                        live.remove(w)
+            secs.append(spent)
+        return chains, secs
+
     def _step_params(self, cfg: DecodeConfig, budget: int, rnd: int, pos: int, n: int, *, draft: bool) -> GenParams:
         """Step params; seeds are a pure function of (seed, round, position, role)."""
         count = 1 if draft else n
@@ -243,7 +299,7 @@ class LookaheadDecoder:
             role = 1 if draft else 2
             seeds = tuple(_mix(cfg.seed, rnd, pos + k, role) for k in range(count))
         return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
-                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds,
+                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds, logprobs=cfg.logprobs,
                          num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
 
     @staticmethod
@@ -252,6 +308,40 @@ class LookaheadDecoder:
         stats.target_s += batch.seconds
         if batch.sd is not None:
             stats.observe_sd(batch.sd.drafts, batch.sd.drafted_tokens, batch.sd.accepted_tokens, batch.sd.accepted_by_pos)
+
+
+def _branch_temperature(w: int, cfg: DecodeConfig) -> float:
+    return cfg.temperature if (w == 0 or cfg.temperature > 0) else cfg.branch_temperature
+
+
+def _temperature_groups(branches: list[int], cfg: DecodeConfig) -> list[list[int]]:
+    groups: dict[float, list[int]] = {}
+    for w in branches:
+        groups.setdefault(_branch_temperature(w, cfg), []).append(w)
+    return list(groups.values())
+
+
+def _target_rows(base: list[int], chains: list[list[Generation]], budget: int,
+                 eos: frozenset[int]) -> tuple[list[list[int]], dict[tuple[int, int], int]]:
+    """Distinct target prefixes ``base + chain_w[:k]`` and the row of each (w, k).
+
+    Position k runs for k = 0..len(chain_w); the bonus position k = len(chain_w) is
+    skipped when the chain ended the sequence (EOS) or the token budget.
+    """
+    rows: list[list[int]] = []
+    index: dict[tuple[int, ...], int] = {}
+    where: dict[tuple[int, int], int] = {}
+    for w, chain in enumerate(chains):
+        drafted = sum(len(d.token_ids) for d in chain)
+        ends = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in eos or drafted >= budget)
+        for k in range(len(chain) if ends else len(chain) + 1):
+            prefix = base + _concat(chain[:k])
+            key = tuple(prefix)
+            if key not in index:
+                index[key] = len(rows)
+                rows.append(prefix)
+            where[w, k] = index[key]
+    return rows, where
 
 
 def _concat(steps: Sequence[Generation]) -> list[int]:

@@ -28,6 +28,7 @@ class DecodeStats:
     draft_s: float = 0.0
     target_s: float = 0.0
     verify_s: float = 0.0
+    overlap_s: float = 0.0  # async LR: draft + target busy time beyond wall time (work done in parallel)
     prompt_tokens: int = 0
     generated_tokens: int = 0
     rounds: int = 0
@@ -75,7 +76,7 @@ class DecodeStats:
     # ---- derived -----------------------------------------------------------------
     @property
     def other_s(self) -> float:
-        return max(0.0, self.wall_s - self.draft_s - self.target_s - self.verify_s)
+        return max(0.0, self.wall_s - self.draft_s - self.target_s - self.verify_s + self.overlap_s)
 
     @property
     def drafted_steps(self) -> int:
@@ -129,6 +130,12 @@ class DecodeStats:
             else:
                 setattr(out, name, value + theirs)
         return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DecodeStats:
+        """Inverse of :meth:`to_dict` (derived rates are ignored and recomputed)."""
+        names = cls.__dataclass_fields__
+        return cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
         """All counters plus the derived rates (JSON-ready)."""

@@ -76,3 +76,26 @@ class FakeBackend:
 
     def close(self) -> None:
         pass
+
+
+class SlowFakeBackend(FakeBackend):
+    """A FakeBackend whose calls take a random time (thread-safe; for async LR tests)."""
+
+    concurrent_safe = True
+
+    def __init__(self, table, name="slow", seed=0, max_delay=0.004):
+        super().__init__(table, name)
+        self._rng = random.Random(seed)
+        self._max_delay = max_delay
+        import threading
+
+        self._lock = threading.Lock()
+
+    def generate(self, prefixes, params):
+        import time
+
+        with self._lock:
+            delay = self._rng.random() * self._max_delay
+        time.sleep(delay)
+        with self._lock:
+            return super().generate(prefixes, params)

@@ -145,3 +145,59 @@ def test_lr_without_draft_and_empty_prompt_raise_config_error():
         LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="lr")).decode([1, 2])
     with pytest.raises(ConfigError):
         LookaheadDecoder(target, target, make_verifier("never"), DecodeConfig(method="lr")).decode([])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_multi_branch_never_verifier_output_equals_target_greedy(seed):
+    target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed + 100))
+    for prompt in PROMPTS:
+        cfg = DecodeConfig(method="lr", gamma1=3, width=3, max_new_tokens=50, max_step_tokens=6)
+        assert LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(prompt)[0].token_ids == \
+            target_only(target, prompt, 50)
+
+
+def test_multi_branch_budget_and_branches_really_differ_when_sampling():
+    target, draft = FakeBackend(chain(1)), FakeBackend(chain(101))
+    rounds = []
+    cfg = DecodeConfig(method="lr", gamma1=3, width=2, temperature=0.9, seed=4, max_new_tokens=60, max_step_tokens=6)
+    LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=1), cfg).decode([5, 7, 9], on_round=rounds.append)
+    differ = 0
+    for r in rounds:
+        assert len(r.branches) == 2 and all(len(b) <= 3 for b in r.branches)
+        assert r.drafts is r.branches[r.branch]
+        assert len(r.branch_scores[0]) == len(r.branches[0])
+        a, b = ([d.token_ids for d in br] for br in r.branches)
+        differ += a != b
+    assert differ >= len(rounds) // 2
+
+
+def test_multi_branch_at_temperature_zero_keeps_branch_zero_greedy_and_samples_the_others():
+    target, draft = FakeBackend(chain(2)), FakeBackend(chain(102))
+    rounds = []
+    cfg = DecodeConfig(method="lr", gamma1=2, width=3, max_new_tokens=40, max_step_tokens=6)
+    LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode([5, 7, 9], on_round=rounds.append)
+    greedy_calls = [(n, p) for n, p in draft.calls if p.temperature == 0]
+    sampled_calls = [(n, p) for n, p in draft.calls if p.temperature > 0]
+    assert greedy_calls and sampled_calls
+    assert all(n == 1 for n, _ in greedy_calls)  # branch 0 alone, greedy
+    assert all(p.seeds is not None and len(set(p.seeds)) == n for n, p in sampled_calls)  # distinct seeds
+
+
+def test_multi_branch_picks_the_branch_with_the_longest_accepted_prefix():
+    target = FakeBackend(chain(3))
+    rounds = []
+    cfg = DecodeConfig(method="lr", gamma1=3, width=2, max_new_tokens=40, max_step_tokens=6)
+    # branch 0 drafts with the target itself (greedy, always equal); branch 1 samples.
+    LookaheadDecoder(target, target, make_verifier("exact"), cfg).decode([5, 7, 9], on_round=rounds.append)
+    from lrtune.stats import leading_accepts
+
+    assert rounds
+    for r in rounds:
+        lead = [leading_accepts(v) for v in r.branch_accepted]
+        assert r.committed_drafts == lead[r.branch] == max(lead)
+        assert r.branch_accepted[0] == [True] * len(r.branches[0])  # the target drafting for itself
+
+
+def test_width_out_of_range_is_a_config_error():
+    with pytest.raises(ConfigError, match="width"):
+        DecodeConfig(method="lr", width=0).validate()

@@ -155,3 +155,63 @@ def test_logprobs_are_returned_per_generated_token(engines, prompts):
         for o in out:
             assert o.logprobs is not None and len(o.logprobs) == len(o.token_ids)
             assert all(lp <= 0.0 for lp in o.logprobs)
+
+
+def test_shared_speculative_engine_serves_plain_requests_without_drafting(pair, engines, prompts):
+    """γ2 = 0 on the shared SD engine: same greedy tokens as a plain engine, no drafts run."""
+    target, draft = engines
+    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_model=str(pair.draft),
+                                                      shared_spec_tokens=GAMMA2), name="shared")
+    try:
+        assert shared.engine(0) is shared.engine(GAMMA2)
+        counter = shared._counters[GAMMA2]
+        for p in prompts[:2]:
+            before = counter.snapshot()
+            plain = LookaheadDecoder(shared, None, make_verifier("never"),
+                                     DecodeConfig(method="target", max_new_tokens=MAX_NEW)).decode(p)[0]
+            assert plain.token_ids == greedy(target, p)
+            assert counter.snapshot().minus(before).drafts == 0
+            # then speculative requests on the same engine still draft and stay exact
+            res, stats = LookaheadDecoder(shared, draft, make_verifier("never"),
+                                          DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW,
+                                                       max_step_tokens=24)).decode(p)
+            assert res.token_ids == plain.token_ids
+            assert stats.drafted_tokens > 0
+            lr, lr_stats = LookaheadDecoder(shared, draft, make_verifier("never"),
+                                            DecodeConfig(method="lr", gamma1=2, max_new_tokens=MAX_NEW,
+                                                         max_step_tokens=24)).decode(p)
+            assert lr.token_ids == plain.token_ids and lr_stats.drafted_tokens == 0
+    finally:
+        shared.close()
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_two_branches_with_the_never_verifier_equal_target_greedy(engines, prompts, method):
+    target, draft = engines
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=GAMMA2, width=2, max_new_tokens=64, max_step_tokens=16)
+    for p in prompts[:2]:
+        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
+        assert res.token_ids == greedy(target, p, 64)
+
+
+def test_top_logprobs_and_the_llm_judge_on_a_real_engine(engines, prompts):
+    from lrtune.verifiers import StepPair
+
+    target, _ = engines
+    out = target.generate(prompts[:2], GenParams(max_tokens=6, top_logprobs=4)).outputs
+    for o in out:
+        assert len(o.top_logprobs) == len(o.token_ids)
+        assert all(tok in top and len(top) >= 4 for tok, top in zip(o.token_ids, o.top_logprobs))
+    for kind in ("llm_judge", "target_score"):
+        ver = make_verifier(kind, backend=target)
+        scores = ver.score([StepPair("Q: 2+2?", "2 + 2 = 4.", "2 + 2 = 4."), StepPair("Q: 2+2?", "x", "2 + 2 = 4.")])
+        assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores) and ver.calls == 1
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_async_lr_with_the_never_verifier_equals_target_greedy(engines, prompts, method):
+    target, draft = engines
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=GAMMA2, max_new_tokens=64, max_step_tokens=16, async_lr=True)
+    for p in prompts[:2]:
+        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
+        assert res.token_ids == greedy(target, p, 64)

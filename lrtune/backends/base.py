@@ -39,6 +39,8 @@ class GenParams:
     seeds: tuple[int, ...] | None = None
     logprobs: bool = False
     num_speculative_tokens: int = 0
+    # > 0: also return the k most likely tokens (id -> logprob) at every generated position
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Generation:
     text: str
     finish: Finish
     logprobs: list[float] | None = None
+    top_logprobs: list[dict[int, float]] | None = None  # with GenParams.top_logprobs = k
 
 
 @dataclass

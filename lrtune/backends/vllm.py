@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step
+from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 
 
@@ -64,12 +65,17 @@ class VLLMConfig:
     # sampling when a prefill is split into chunks (its default budget is 4096 tokens).
     max_num_batched_tokens: int | None = None
     spec_method: str = "draft"  # "draft" (a draft model) or "ngram"
+    # γ2 of the one speculative engine that also serves γ2 = 0 requests with its drafter
+    # switched off (see ``_patch_runner_no_spec``): the plain target engine is not loaded,
+    # which saves a copy of the target's weights (6-9 GB for the 1.5B in float32). 0 = off:
+    # one engine per γ2, γ2 = 0 on a plain engine.
+    shared_spec_tokens: int = 0
     spec_model: str | None = None  # the draft model for spec_method="draft"
     ngram_prompt_lookup_max: int = 4
     ngram_prompt_lookup_min: int = 2
 
 
-class VLLMBackend:
+class VLLMBackend(TokenizerMixin):
     """A model served by vLLM engines (see module docstring)."""
 
     def __init__(self, model: str, config: VLLMConfig | None = None, *, name: str | None = None) -> None:
@@ -81,35 +87,7 @@ class VLLMBackend:
         self.name = name or Path(self.model).name
         self._engines: dict[int, object] = {}
         self._counters: dict[int, _SDCounter] = {}
-        from transformers import AutoTokenizer
-
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"cannot load tokenizer of {self.model}: {str(e).splitlines()[0]}") from None
-        eos = {self.tokenizer.eos_token_id}
-        gen_cfg = Path(self.model) / "generation_config.json"
-        if gen_cfg.is_file():
-            import json
-
-            ids = json.loads(gen_cfg.read_text()).get("eos_token_id")
-            eos.update(ids if isinstance(ids, list) else [ids])
-        self.eos_ids = frozenset(i for i in eos if i is not None)
-
-    # ---- text <-> ids ----------------------------------------------------------------
-    def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
-        """Token ids of ``prompt``, through the chat template when the model has one."""
-        if chat and getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-            )
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return list(ids)
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
-
-    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+        self._load_tokenizer()
 
     # ---- engines -------------------------------------------------------------------
     def engine(self, num_speculative_tokens: int = 0):
@@ -117,9 +95,16 @@ class VLLMBackend:
         k = int(num_speculative_tokens)
         if k < 0:
             raise ConfigError(f"gamma2 must be >= 0, got {k}")
+        shared = self.config.shared_spec_tokens
+        if shared and k in (0, shared):
+            k = shared
         if k not in self._engines:
             self._engines[k] = self._make_engine(k)
         return self._engines[k]
+
+    def _runs_without_spec(self, k: int) -> bool:
+        """γ2 = 0 served by the shared speculative engine (drafter off per request)."""
+        return k == 0 and self.config.shared_spec_tokens > 0
 
     def _make_engine(self, k: int):
         from vllm import LLM
@@ -165,6 +150,8 @@ class VLLMBackend:
         _guard_llvmlite_dunder_lookup()
         if _on_cpu():
             _patch_cpu_expand_batch_to_tokens()
+        if k > 0:
+            _patch_runner_no_spec()
         try:
             llm = LLM(**kwargs)
         except (OSError, ValueError) as e:
@@ -190,6 +177,7 @@ class VLLMBackend:
         if params.seeds is not None and len(params.seeds) != len(prefixes):
             raise ValueError("one seed per prefix is required")
         llm = self.engine(params.num_speculative_tokens)
+        no_spec = self._runs_without_spec(params.num_speculative_tokens)
         sps = []
         for i in range(len(prefixes)):
             sps.append(SamplingParams(
@@ -198,13 +186,20 @@ class VLLMBackend:
                 max_tokens=params.max_tokens,
                 stop=[params.delimiter] if params.stop_at_delimiter else None,
                 seed=None if params.seeds is None else params.seeds[i],
-                logprobs=0 if params.logprobs else None,
+                logprobs=params.top_logprobs if params.top_logprobs else (0 if params.logprobs else None),
                 # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
                 # stop could match across a skipped special token).
                 skip_special_tokens=False,
+                extra_args={NO_SPEC_KEY: True} if no_spec else None,
             ))
-        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prefixes]
-        counter = self._counters.get(params.num_speculative_tokens)
+        if no_spec:
+            # Drafter-off requests leave the drafter's KV cache unfilled: keep their
+            # prefix-cache blocks apart from speculative requests' blocks.
+            prompts = [TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY) for p in prefixes]
+        else:
+            prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prefixes]
+        engine_k = self.config.shared_spec_tokens if no_spec else params.num_speculative_tokens
+        counter = self._counters.get(engine_k)
         before = counter.snapshot() if counter is not None else None
         t0 = time.perf_counter()
         results = llm.generate(prompts, sps, use_tqdm=False)
@@ -215,9 +210,14 @@ class VLLMBackend:
             comp = res.outputs[0]
             ids, finish = finish_step(comp.token_ids, self.decode, params, self.eos_ids)
             lps = None
-            if params.logprobs and comp.logprobs is not None:
+            if (params.logprobs or params.top_logprobs) and comp.logprobs is not None:
                 lps = [_sampled_logprob(entry, tok) for entry, tok in zip(comp.logprobs, ids)]
-            outputs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps))
+            tops = None
+            if params.top_logprobs and comp.logprobs is not None:
+                tops = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
+                        for entry, _ in zip(comp.logprobs, ids)]
+            outputs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps,
+                                      top_logprobs=tops))
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd)
 
     def close(self) -> None:
@@ -229,6 +229,48 @@ class VLLMBackend:
         """
         self._engines.clear()
         self._counters.clear()
+
+
+NO_SPEC_KEY = "lrtune_no_spec"
+
+
+def _patch_runner_no_spec() -> None:
+    """Let a speculative vLLM engine serve requests without speculation.
+
+    A request whose ``SamplingParams.extra_args`` holds ``NO_SPEC_KEY`` gets no draft
+    tokens: the model runner's drafts for it are replaced by ``[]`` (the scheduler then
+    schedules one token per step for it), and when every request of the batch is such a
+    request the drafter is not run at all, so the step costs what a plain engine's does.
+    vLLM's runner keeps drafts either as a tensor or as a list of lists; a list is what
+    the ngram path returns and what ``take_draft_token_ids`` passes on as is.
+    """
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if getattr(GPUModelRunner, "_lrtune_no_spec", False):
+        return
+    propose, take = GPUModelRunner.propose_draft_token_ids, GPUModelRunner.take_draft_token_ids
+
+    def flagged(runner, req_id) -> bool:
+        state = runner.requests.get(req_id)
+        sp = getattr(state, "sampling_params", None)
+        return bool(sp is not None and sp.extra_args and sp.extra_args.get(NO_SPEC_KEY))
+
+    def propose_draft_token_ids(self, *args, **kwargs):
+        req_ids = self.input_batch.req_ids
+        if req_ids and all(flagged(self, r) for r in req_ids):
+            return [[] for _ in req_ids]
+        return propose(self, *args, **kwargs)
+
+    def take_draft_token_ids(self):
+        out = take(self)
+        if out is not None:
+            out.draft_token_ids = [[] if flagged(self, r) else list(d)
+                                   for r, d in zip(out.req_ids, out.draft_token_ids)]
+        return out
+
+    GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
+    GPUModelRunner.take_draft_token_ids = take_draft_token_ids
+    GPUModelRunner._lrtune_no_spec = True
 
 
 def _guard_llvmlite_dunder_lookup() -> None:

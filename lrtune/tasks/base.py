@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 
@@ -45,36 +44,13 @@ def last_boxed(text: str) -> str | None:
 _NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
-def parse_number(s: str) -> Fraction | None:
-    """Parse a number like ``1,000``, ``-3.5``, ``7/2``, ``\\frac{7}{2}``, ``$42``; None if absent."""
-    s = s.replace("\\!", "").replace("\\,", "").replace("$", "").strip()
-    m = re.fullmatch(r"\\d?frac\{(-?\d+)\}\{(\d+)\}", s)
-    if m:
-        return Fraction(int(m[1]), int(m[2]))
-    found = _NUM.findall(s)
-    if not found:
-        return None
-    tok = found[-1].replace(",", "")
-    try:
-        return Fraction(tok)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
 def extract_answer(text: str) -> str | None:
     """The final answer of a solution: last ``\\boxed{}``, else text after ``####``, else the last number."""
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip()
     if "####" in text:
-        return text.rsplit("####", 1)[1].strip()
+        tail = text.rsplit("####", 1)[1].strip()
+        return tail.splitlines()[0].strip() if tail else None
     nums = _NUM.findall(text)
     return nums[-1] if nums else None
-
-
-def numeric_match(pred: str | None, gold: str) -> bool:
-    """True when both parse as numbers and are equal (exactly, as fractions)."""
-    if pred is None:
-        return False
-    a, b = parse_number(pred), parse_number(gold)
-    return a is not None and b is not None and a == b

@@ -7,7 +7,11 @@
 ``never`` / ``always`` reject / accept everything (baselines, invariant tests)
 ``random`` ``random(p)``  accept with probability p (seeded; ``random:p`` also works)
 ``embedding``          sentence-encoder cosine >= threshold (default 0.95)
+``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.5)
+``target_score``       the target rates the draft step 0-9; score/9 (default 7/9)
 =====================  ===============================================================
+
+``llm_judge`` and ``target_score`` need a ``backend`` (the model that judges).
 """
 
 from __future__ import annotations
@@ -18,14 +22,22 @@ from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, Verifier, accept
 from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier
 
-__all__ = ["StepPair", "Verifier", "accept", "make_verifier", "VERIFIER_KINDS"]
+__all__ = ["StepPair", "Verifier", "accept", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
 
-VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding")
+VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score")
+MODEL_VERIFIERS = ("llm_judge", "target_score")
 _SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?:[(:](?P<arg>[^)]*)\)?)?$")
 
 
+def check_verifier_spec(spec: str) -> None:
+    """Raise ConfigError when ``spec`` names no verifier (without building one)."""
+    m = _SPEC.match(spec.strip().lower())
+    if m is None or m["kind"] not in VERIFIER_KINDS:
+        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)}")
+
+
 def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed: int = 0,
-                  model: str | None = None) -> Verifier:
+                  model: str | None = None, backend=None) -> Verifier:
     """Build a verifier from ``spec`` (see module docstring); a Verifier passes through."""
     if not isinstance(spec, str):
         if not isinstance(spec, Verifier):
@@ -49,6 +61,13 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
         return ExactVerifier()
     if kind in ("never", "always"):
         return ConstantVerifier(kind == "always")
+    if kind in MODEL_VERIFIERS:
+        from lrtune.verifiers.judge import DEFAULT_THRESHOLDS, LLMJudgeVerifier, TargetScoreVerifier
+
+        if backend is None:
+            raise ConfigError(f"verifier {kind!r} needs a model to judge with (a backend)")
+        cls = LLMJudgeVerifier if kind == "llm_judge" else TargetScoreVerifier
+        return cls(backend, DEFAULT_THRESHOLDS[kind] if threshold is None else threshold)
     from lrtune.verifiers.embedding import DEFAULT_THRESHOLD, EmbeddingVerifier
 
     return EmbeddingVerifier(model=model, threshold=DEFAULT_THRESHOLD if threshold is None else threshold)

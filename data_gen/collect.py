@@ -1,0 +1,484 @@
+"""``lrtune collect``: a step-pair dataset with teacher labels, resumable and shardable.
+
+    lrtune collect --task gsm_symbolic --limit 50 --teacher llm_judge --out data/pairs
+    lrtune collect ... --num-shards 4 --shard-id 1          # one of 4 disjoint shards
+    lrtune collect --merge data/s0 data/s1 --out data/all   # merge shard outputs
+    lrtune collect --stats data/pairs                       # counts and verifier agreement
+
+LR (or LR+SD) decoding runs with the **teacher** as its verifier, and every draft/target
+step pair the decoder compares is recorded — rejected ones and every branch included —
+with the teacher's score and label, cheap features (lengths, draft/target mean and min
+token logprob, embedding cosine, exact match, the target's own 0–9 score) and timings.
+One row per problem holds measured α1, α2, c1, c2, lengths, time, the answer and its
+correctness (and a target-only reference with ``--with-baseline``). Storage and crash
+safety: :mod:`data_gen.store`. Problem i belongs to shard ``i % num_shards``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lrtune.api import ModelConfig
+from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.decoder import DecodeConfig
+from lrtune.errors import ConfigError, LrtuneError
+
+from data_gen import stats as pair_stats
+from data_gen.store import ShardStore, all_entries, parquet_bytes, write_atomic
+
+CONFIG = "collect_config.json"
+RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new")
+
+
+@dataclass
+class CollectOptions:
+    """What to collect and where."""
+
+    task: str = field(default="gsm_symbolic", metadata={"help": "task (see lrtune evaluate --help)"})
+    data: str | None = field(default=None, metadata={"help": "problem file for file tasks"})
+    limit: int = field(default=50, metadata={"help": "number of problems (all shards together)"})
+    task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
+    teacher: str = field(default="llm_judge", metadata={"help": "teacher verifier spec (llm_judge, embedding, ...)"})
+    out: str = field(default="results/collect", metadata={"help": "output directory"})
+    with_baseline: bool = field(default=False, metadata={"help": "also decode target-only per problem (reference answer and time)"})
+    num_shards: int = field(default=1, metadata={"help": "split problems into this many shards (problem i -> shard i % N)"})
+    shard_id: int = field(default=0, metadata={"help": "the shard this process collects"})
+    embedding_feature: bool = field(default=True, metadata={"help": "record the embedding cosine of each pair"})
+    target_score_feature: bool = field(default=True, metadata={"help": "record the target's 0-9 score of each draft step"})
+    force_new: bool = field(default=False, metadata={"help": "start a new dataset in --out even if it holds another config (old files move to backup-*/)"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+
+@dataclass
+class CollectConfig:
+    options: CollectOptions = field(default_factory=CollectOptions)
+    models: ModelConfig = field(default_factory=ModelConfig)
+    decode: DecodeConfig = field(default_factory=lambda: DecodeConfig(method="lr", gamma1=3, max_new_tokens=512,
+                                                                      max_step_tokens=96))
+
+
+PAIR_FIELDS = [
+    ("problem_id", "string"), ("task", "string"), ("round", "int32"), ("position", "int32"), ("branch", "int32"),
+    ("chosen_branch", "bool_"), ("committed", "bool_"), ("prefix_len", "int32"), ("prefix_sha", "string"),
+    ("prefix_text", "string"), ("context", "string"), ("draft_step", "string"), ("target_step", "string"),
+    ("teacher", "string"), ("teacher_score", "float64"), ("label", "bool_"),
+    ("draft_len", "int32"), ("target_len", "int32"), ("draft_mean_logprob", "float64"),
+    ("draft_min_logprob", "float64"), ("target_mean_logprob", "float64"), ("target_min_logprob", "float64"),
+    ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
+    ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
+]
+PROBLEM_FIELDS = [
+    ("problem_id", "string"), ("index", "int32"), ("task", "string"), ("method", "string"), ("gamma1", "int32"),
+    ("gamma2", "int32"), ("alpha1", "float64"), ("alpha2", "float64"), ("c1", "float64"), ("c2", "float64"),
+    ("rounds", "int32"), ("steps", "int32"), ("tokens", "int32"), ("wall_s", "float64"), ("answer", "string"),
+    ("expected", "string"), ("correct", "bool_"), ("pairs", "int32"), ("baseline_answer", "string"),
+    ("baseline_correct", "bool_"), ("baseline_wall_s", "float64"), ("baseline_tokens", "int32"),
+]
+
+
+def schema(fields):
+    import pyarrow as pa
+
+    return pa.schema([(n, getattr(pa, t)()) for n, t in fields])
+
+
+# ---- rows ------------------------------------------------------------------------------
+def _lp_stats(g) -> tuple[float | None, float | None]:
+    lps = getattr(g, "logprobs", None)
+    if not lps:
+        return None, None
+    return sum(lps) / len(lps), min(lps)
+
+
+def pair_rows(problem_id: str, task: str, teacher: str, rnd, decode_text) -> list[dict]:
+    """Every (branch, position) pair one round compared (pure given the round record)."""
+    branches = rnd.branches or [rnd.drafts]
+    b_targets = rnd.branch_targets or [rnd.targets]
+    b_scores = rnd.branch_scores or [rnd.scores]
+    b_accepted = rnd.branch_accepted or [rnd.accepted]
+    n_pairs = sum(len(b) for b in branches) or 1
+    n_targets = len({id(t) for ts in b_targets for t in ts}) or 1
+    rows = []
+    for w, chain in enumerate(branches):
+        for k, d in enumerate(chain):
+            t = b_targets[w][k]
+            dm, dmin = _lp_stats(d)
+            tm, tmin = _lp_stats(t)
+            rows.append({
+                "problem_id": problem_id, "task": task, "round": rnd.index, "position": k, "branch": w,
+                "chosen_branch": w == rnd.branch, "committed": w == rnd.branch and k < rnd.committed_drafts,
+                "prefix_len": rnd.prefix_len + sum(len(x.token_ids) for x in chain[:k]),
+                "draft_step": d.text, "target_step": t.text, "teacher": teacher,
+                "teacher_score": float(b_scores[w][k]), "label": bool(b_accepted[w][k]),
+                "draft_len": len(d.token_ids), "target_len": len(t.token_ids),
+                "draft_mean_logprob": dm, "draft_min_logprob": dmin, "target_mean_logprob": tm, "target_min_logprob": tmin,
+                "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
+                if k < len(rnd.draft_seconds) else None,
+                "target_s": rnd.target_seconds / n_targets,
+                "judge_s": rnd.verify_seconds / n_pairs,
+            })
+    return rows
+
+
+def _finite(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+# ---- the run ---------------------------------------------------------------------------
+def config_key(cfg: CollectConfig) -> dict:
+    d = {"options": dataclasses.asdict(cfg.options), "models": dataclasses.asdict(cfg.models),
+         "decode": dataclasses.asdict(cfg.decode)}
+    for k in RESUME_FREE:
+        d["options"].pop(k, None)
+    return d
+
+
+def prepare_out(cfg: CollectConfig) -> Path:
+    out = Path(cfg.options.out).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"cannot write to output directory {out}: {e.strerror or e}") from None
+    key = config_key(cfg)
+    path = out / CONFIG
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            old = None
+        if old != key:
+            if not cfg.options.force_new:
+                raise ConfigError(f"{out} holds a dataset collected with another config; use another --out or "
+                                  "--force-new (the old files move to a backup folder)")
+            backup = out / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
+            backup.mkdir()
+            for p in list(out.iterdir()):
+                if not p.name.startswith("backup-"):
+                    shutil.move(str(p), backup / p.name)
+    if not path.is_file() or json.loads(path.read_text()) != key:
+        write_atomic(path, json.dumps(key, indent=1).encode())
+    return out
+
+
+def run(cfg: CollectConfig) -> dict:
+    """Collect this shard's problems (resuming), write the card; returns counts."""
+    from lrtune.tasks import get_task
+
+    opts = cfg.options
+    if opts.num_shards < 1 or not 0 <= opts.shard_id < opts.num_shards:
+        raise ConfigError(f"--shard-id must be in 0..{opts.num_shards - 1} (--num-shards {opts.num_shards})")
+    if opts.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
+    dcfg = dataclasses.replace(cfg.decode, logprobs=True).validate()
+    if not dcfg.uses_lr:
+        raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
+    from lrtune.verifiers import check_verifier_spec
+
+    check_verifier_spec(opts.teacher)
+    task = get_task(opts.task)
+    problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
+    if not problems:
+        raise ConfigError("no problems to collect")
+    mine = [(i, p) for i, p in enumerate(problems) if i % opts.num_shards == opts.shard_id]
+    out = prepare_out(cfg)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store = ShardStore(out, opts.shard_id)
+    for w in caught:
+        _log(f"warning: {w.message}")
+    removed = store.clean_orphans()
+    if removed:
+        _log(f"removed {removed} file(s) of an interrupted run")
+    todo = [(i, p) for i, p in mine if p.id not in store.finished]
+    if store.finished:
+        _log(f"resuming {out}: {len(mine) - len(todo)} of {len(mine)} problems done")
+    if todo:
+        _collect(cfg, dcfg, task, todo, store)
+    counts = write_card(out)
+    return counts
+
+
+def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
+    from lrtune.api import Decoder
+    from lrtune.verifiers import StepPair
+    from lrtune.verifiers.simple import ExactVerifier
+
+    opts = cfg.options
+    models = dataclasses.replace(cfg.models, verifier=opts.teacher)
+    dec = Decoder.from_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
+    dec.start_engines(dcfg)
+    exact = ExactVerifier()
+    embed = None
+    if opts.embedding_feature:
+        from lrtune.verifiers.embedding import EmbeddingVerifier
+
+        embed = dec.decoder.verifier if dec.decoder.verifier.name == "embedding" else EmbeddingVerifier()
+    scorer = None
+    if opts.target_score_feature:
+        from lrtune.verifiers import make_verifier
+
+        scorer = make_verifier("target_score", backend=dec.decoder.target)
+    pschema, qschema = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
+    bar = _Bar(len(todo), opts.progress)
+    labels = [0, 0]
+    try:
+        for i, prob in todo:
+            ids = dec.encode(task.prompt(prob))
+            rounds = []
+            res, st = dec.decoder.decode(ids, dcfg, on_round=rounds.append)
+            rows = []
+            for r in rounds:
+                rr = pair_rows(prob.id, opts.task, opts.teacher, r, dec.decoder.target.decode)
+                prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
+                context = dec.decoder.target.decode(prefix[-dcfg.context_tokens:])
+                prefix_text = dec.decoder.target.decode(prefix)
+                for row in rr:
+                    pre = prefix + [t for d in (r.branches or [r.drafts])[row["branch"]][:row["position"]] for t in d.token_ids]
+                    row["prefix_sha"] = hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16]
+                    row["prefix_text"] = prefix_text
+                    row["context"] = context
+                rows += rr
+            pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
+            for row, ok in zip(rows, exact.score(pairs)):
+                row["exact_match"] = bool(ok)
+            cos = embed.score(pairs) if embed is not None else [None] * len(rows)
+            ts = scorer.score(pairs) if scorer is not None else [None] * len(rows)
+            for row, c, t in zip(rows, cos, ts):
+                row["embedding_cosine"] = c
+                row["target_score"] = t
+            answer, ok = task.check(prob, res.text)
+            t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
+            d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
+            c1 = d_tok / t_tok if d_tok and t_tok else None
+            prow = {"problem_id": prob.id, "index": i, "task": opts.task, "method": dcfg.method,
+                    "gamma1": dcfg.gamma1, "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
+                    "alpha1": st.alpha1, "alpha2": st.alpha2, "c1": c1, "c2": c1, "rounds": st.rounds,
+                    "steps": len(res.steps), "tokens": len(res.token_ids), "wall_s": st.wall_s,
+                    "answer": None if answer is None else str(answer), "expected": prob.answer, "correct": bool(ok),
+                    "pairs": len(rows), "baseline_answer": None, "baseline_correct": None, "baseline_wall_s": None,
+                    "baseline_tokens": None}
+            if opts.with_baseline:
+                bres, bst = dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
+                banswer, bok = task.check(prob, bres.text)
+                prow.update(baseline_answer=None if banswer is None else str(banswer), baseline_correct=bool(bok),
+                            baseline_wall_s=bst.wall_s, baseline_tokens=len(bres.token_ids))
+            store.add(prob.id, i, [{k: _finite(v) for k, v in r.items()} for r in rows], prow, pschema, qschema)
+            for r in rows:
+                labels[r["label"]] += 1
+            bar.advance(len(rows), labels)
+    finally:
+        bar.close()
+
+
+class _Bar:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.p = None
+        self.rows = 0
+        self.lines = enabled and not sys.stderr.isatty()
+        self.done, self.total = 0, total
+        if enabled and not self.lines:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.p = Progress(TextColumn("collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                              TextColumn("{task.description}"))
+            self.p.start()
+            self.task = self.p.add_task("", total=total)
+
+    def advance(self, rows: int, labels: list[int]) -> None:
+        self.rows += rows
+        self.done += 1
+        n = sum(labels)
+        text = f"{self.rows} rows, accepted {labels[1] / n:.0%}" if n else f"{self.rows} rows"
+        if self.p is not None:
+            self.p.update(self.task, advance=1, description=text)
+        elif self.lines:
+            _log(f"[{self.done}/{self.total}] {text}")
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()
+
+
+# ---- reading, merging, stats -----------------------------------------------------------
+def load_tables(src: Path):
+    """(pairs, problems) pyarrow tables of a collect dir or a merged dir."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if (src / "pairs.parquet").is_file():
+        return pq.read_table(src / "pairs.parquet"), pq.read_table(src / "problems.parquet")
+    entries = all_entries(src)
+    if not entries:
+        raise ConfigError(f"no collected problems in {src}")
+    order = sorted(entries.values(), key=lambda e: e["index"])
+    pairs = pa.concat_tables([pq.read_table(src / e["pairs"]["file"]) for e in order])
+    probs = pa.concat_tables([pq.read_table(src / e["problems"]["file"]) for e in order])
+    return pairs, probs
+
+
+def merge(dirs: list[str], out: str) -> dict:
+    """Merge shard outputs into ``out/pairs.parquet`` + ``problems.parquet`` (idempotent)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    srcs = [Path(d).expanduser() for d in dirs]
+    for s in srcs:
+        if not s.is_dir():
+            raise ConfigError(f"not a directory: {s}")
+    configs = {json.dumps(json.loads((s / CONFIG).read_text()), sort_keys=True) for s in srcs if (s / CONFIG).is_file()}
+    if len(configs) > 1:
+        raise ConfigError("the shard directories were collected with different configs")
+    by_id: dict[str, tuple[Path, dict]] = {}
+    for s in srcs:
+        for pid, e in all_entries(s).items():
+            if pid in by_id and by_id[pid][1]["pairs"]["sha256"] != e["pairs"]["sha256"]:
+                raise ConfigError(f"problem {pid} differs between {by_id[pid][0]} and {s}")
+            by_id.setdefault(pid, (s, e))
+    if not by_id:
+        raise ConfigError("nothing to merge: no finished problems in " + ", ".join(map(str, srcs)))
+    order = sorted(by_id.values(), key=lambda t: t[1]["index"])
+    pairs = pa.concat_tables([pq.read_table(s / e["pairs"]["file"]) for s, e in order])
+    probs = pa.concat_tables([pq.read_table(s / e["problems"]["file"]) for s, e in order])
+    dest = Path(out).expanduser()
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, table in (("pairs.parquet", pairs), ("problems.parquet", probs)):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        write_atomic(dest / name, sink.getvalue().to_pybytes())
+    if configs:
+        write_atomic(dest / CONFIG, json.dumps(json.loads(next(iter(configs))), indent=1).encode())
+    return write_card(dest)
+
+
+def summarize_pairs(src: Path) -> dict:
+    """Counts, label balance, α1 by position, and each cheap verifier's agreement with the teacher."""
+    pairs, probs = load_tables(src)
+    d = pairs.to_pydict()
+    labels = d["label"]
+    out = {"problems": probs.num_rows, "rows": pairs.num_rows, "accepted": sum(labels),
+           "label_balance": sum(labels) / len(labels) if labels else None,
+           "alpha1_by_position": pair_stats.acceptance_by_position(d["position"], labels)}
+    agree = {"exact": pair_stats.agreement([float(x) for x in d["exact_match"]], labels, 0.5)}
+    if any(x is not None for x in d["embedding_cosine"]):
+        agree["embedding@0.95"] = pair_stats.agreement(d["embedding_cosine"], labels, 0.95)
+    if any(x is not None for x in d["target_score"]):
+        agree["target_score@7/9"] = pair_stats.agreement(d["target_score"], labels, 7 / 9)
+    out["agreement_with_teacher"] = agree
+    p = probs.to_pydict()
+    out["accuracy"] = sum(bool(x) for x in p["correct"]) / len(p["correct"]) if p["correct"] else None
+    return out
+
+
+def write_card(out: Path) -> dict:
+    """README.md dataset card from what is on disk now; returns the counts."""
+    try:
+        s = summarize_pairs(out)
+    except ConfigError:
+        s = {"problems": 0, "rows": 0, "label_balance": None, "alpha1_by_position": [], "agreement_with_teacher": {}}
+    cfg = json.loads((out / CONFIG).read_text()) if (out / CONFIG).is_file() else {}
+    o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
+    lines = [
+        "# lrtune step-pair dataset", "",
+        f"Collected by `lrtune collect`: task `{o.get('task')}`, teacher `{o.get('teacher')}`, target "
+        f"`{m.get('target')}`, draft `{m.get('draft')}`, method `{dc.get('method')}` (γ1={dc.get('gamma1')}, "
+        f"γ2={dc.get('gamma2')}), temperature {dc.get('temperature')}.", "",
+        f"- problems: {s['problems']}; step pairs: {s['rows']}; teacher accept rate: "
+        + (f"{s['label_balance']:.3f}" if s.get("label_balance") is not None else "—"),
+        "- α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s.get("alpha1_by_position", [])),
+        "", "Load it:", "", "```python", "import datasets",
+        'pairs = datasets.load_dataset("parquet", data_files="pairs/*.parquet", split="train")'
+        if not (out / "pairs.parquet").is_file() else
+        'pairs = datasets.load_dataset("parquet", data_files="pairs.parquet", split="train")',
+        "```", "", "Columns: " + ", ".join(n for n, _ in PAIR_FIELDS) + ".", "",
+        "Per-problem rows (`problems`): " + ", ".join(n for n, _ in PROBLEM_FIELDS) + ".", "",
+        "Config: `collect_config.json`. The shard manifests (`manifest-s*.json`) list the finished problems "
+        "with sha256 checksums of their files.",
+    ]
+    write_atomic(out / "README.md", ("\n".join(lines) + "\n").encode())
+    return s
+
+
+def print_stats(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    c.print(f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate "
+            + (f"{s['label_balance']:.3f}" if s["label_balance"] is not None else "—"))
+    c.print("α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]))
+    t = Table(title="agreement with the teacher")
+    for col in ("verifier", "n", "accuracy", "AUROC", "accept rate"):
+        t.add_column(col)
+    f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    for name, a in s["agreement_with_teacher"].items():
+        t.add_row(name, str(a["n"]), f(a["accuracy"]), f(a["auroc"]), f(a["accept_rate"]))
+    c.print(t)
+
+
+# ---- CLI -------------------------------------------------------------------------------
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with any of these options")
+    p.add_argument("--merge", nargs="+", metavar="DIR", help="merge these collect dirs into --out and exit")
+    p.add_argument("--stats", metavar="DIR", help="print counts and verifier agreement of a collect dir and exit")
+    add_dataclass_args(p, CollectOptions)
+    add_dataclass_args(p, ModelConfig, skip=("verifier", "verifier_threshold"))
+    add_dataclass_args(p, DecodeConfig, skip=("logprobs",))
+
+
+def make_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="lrtune collect", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return p
+
+
+def config_from_args(args) -> CollectConfig:
+    file_values = load_config_file(getattr(args, "config", None))
+    check_unknown_keys(file_values, CollectOptions, ModelConfig, DecodeConfig)
+    d = CollectConfig().decode
+    dec_values = {"method": d.method, "gamma1": d.gamma1, "max_new_tokens": d.max_new_tokens,
+                  "max_step_tokens": d.max_step_tokens, **file_values}
+    return CollectConfig(options=build(CollectOptions, args, file_values), models=build(ModelConfig, args, file_values),
+                         decode=build(DecodeConfig, args, dec_values))
+
+
+def main_from_args(args) -> int:
+    if args.stats:
+        src = Path(args.stats).expanduser()
+        if not src.is_dir():
+            raise ConfigError(f"not a directory: {src}")
+        s = summarize_pairs(src)
+        print_stats(s)
+        return 0
+    cfg = config_from_args(args)
+    if args.merge:
+        s = merge(args.merge, cfg.options.out)
+        _log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
+        return 0
+    counts = run(cfg)
+    _log(f"{counts['problems']} problems, {counts['rows']} step pairs in {cfg.options.out}")
+    print_stats(counts)
+    return 0
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    try:
+        raise SystemExit(main_from_args(make_parser().parse_args()))
+    except LrtuneError as e:
+        print(f"lrtune collect: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

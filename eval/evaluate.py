@@ -1,0 +1,539 @@
+"""``lrtune evaluate``: every method on the same problems, in one process, in one run.
+
+    lrtune evaluate --task gsm_symbolic --limit 30 --methods target,sd,lr,lr+sd --out results/eval
+
+Methods run interleaved per problem, in a rotating order (A B C, B C A, ...), after a
+short warm-up of every method, so machine drift hits all of them alike. Speedup is
+always against target-only on the same problem in the same run. The output directory
+holds ``config.json``, ``records.jsonl`` (one line per problem x method, appended and
+fsynced as each decode ends), ``summary.json``, ``report.md`` and PNG plots. Re-running
+with the same ``--out`` and config skips finished (problem, method) pairs; a different
+config is refused (``--overwrite`` moves the old records aside, never deletes them).
+
+``--sweep "gamma1=1,2,4 gamma2=0,2,4"`` adds one method per grid point (γ2 = 0 is LR
+alone, γ1 = 0 SD alone) and plots measured speedup against the speedup model's
+prediction from the α and c measured at that point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lrtune.api import ModelConfig
+from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.decoder import METHODS, DecodeConfig
+from lrtune.errors import ConfigError, LrtuneError
+
+from eval import metrics
+
+RECORDS, SUMMARY, REPORT, CONFIG = "records.jsonl", "summary.json", "report.md", "config.json"
+# Options that may change between runs into the same --out (they do not change results).
+RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out")
+
+
+@dataclass
+class EvalOptions:
+    """What to evaluate and where to write it (models/decoding: ModelConfig, DecodeConfig)."""
+
+    task: str = field(default="gsm_symbolic", metadata={"help": "gsm_symbolic | gsm8k | math500 | aime24 | humaneval | custom"})
+    data: str | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
+    limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
+    task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
+    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge)"})
+    sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
+    warmup_tokens: int = field(default=32, metadata={"help": "tokens per method in the untimed warm-up (0 = none)"})
+    out: str = field(default="results/eval", metadata={"help": "output directory"})
+    overwrite: bool = field(default=False, metadata={"help": "start over in --out (old records are kept as a backup)"})
+    plots: bool = field(default=True, metadata={"help": "write PNG plots"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+
+@dataclass
+class EvalConfig:
+    """Everything ``run`` needs; build with :func:`config_from_args` or directly."""
+
+    options: EvalOptions = field(default_factory=EvalOptions)
+    models: ModelConfig = field(default_factory=ModelConfig)
+    decode: DecodeConfig = field(default_factory=lambda: DecodeConfig(gamma1=2, max_new_tokens=512, max_step_tokens=96))
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One evaluated method: a decode ``kind`` with its γ1/γ2, options and a unique label.
+
+    Options come from the label (``kind/opt/opt``): ``async`` (pipelined LR), ``w=N``
+    (draft branches), ``v=SPEC`` (a verifier other than the run's ``--verifier``).
+    """
+
+    label: str
+    kind: str
+    gamma1: int
+    gamma2: int
+    async_lr: bool = False
+    width: int = 1
+    verifier: str | None = None
+
+    def decode_config(self, base: DecodeConfig) -> DecodeConfig:
+        return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
+                                   async_lr=self.async_lr, width=self.width)
+
+
+def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
+    """``"lr+sd/async/w=2/v=llm_judge"`` -> MethodSpec (see :class:`MethodSpec`)."""
+    kind, *opts = [x.strip() for x in label.split("/")]
+    if kind not in METHODS:
+        raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join(METHODS)}")
+    extra: dict = {}
+    for opt in opts:
+        key, _, val = opt.partition("=")
+        if opt == "async":
+            extra["async_lr"] = True
+        elif key == "w" and val.isdigit():
+            extra["width"] = int(val)
+        elif key == "v" and val:
+            extra["verifier"] = val
+        else:
+            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | w=N | v=VERIFIER)")
+    if extra and kind not in ("lr", "lr+sd"):
+        raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
+    return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)
+
+
+@dataclass
+class Summary:
+    """What ``run`` returns: per-method rows (see ``summary.json``) and the file paths."""
+
+    methods: dict[str, dict]
+    out_dir: Path
+    data: dict
+
+    def __getitem__(self, method: str) -> dict:
+        return self.methods[method]
+
+
+# ---- method specs ----------------------------------------------------------------------
+def parse_methods(methods: str, sweep: str | None, gamma1: int, gamma2: int) -> list[MethodSpec]:
+    """Method specs from ``--methods`` and ``--sweep``; target-only is always first."""
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    specs = [parse_method(m, gamma1, gamma2) for m in dict.fromkeys(["target", *names])]
+    if sweep:
+        grid = parse_sweep(sweep)
+        labels = {s.label for s in specs}
+        for g1 in grid.get("gamma1", [gamma1]):
+            for g2 in grid.get("gamma2", [gamma2]):
+                kind = "lr+sd" if g1 and g2 else "lr" if g1 else "sd" if g2 else "target"
+                if kind == "target":
+                    continue
+                spec = MethodSpec(f"{kind}[g1={g1},g2={g2}]", kind, g1, g2)
+                if spec.label not in labels:
+                    specs.append(spec)
+                    labels.add(spec.label)
+    return specs
+
+
+def parse_sweep(text: str) -> dict[str, list[int]]:
+    """``"gamma1=1,2,4 gamma2=0,2"`` -> ``{"gamma1": [1, 2, 4], "gamma2": [0, 2]}``."""
+    grid: dict[str, list[int]] = {}
+    for part in text.replace(";", " ").split():
+        key, _, values = part.partition("=")
+        if key not in ("gamma1", "gamma2") or not values:
+            raise ConfigError(f"bad --sweep item {part!r}; expected gamma1=1,2,4 and/or gamma2=0,2,4")
+        try:
+            vals = [int(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"bad --sweep values in {part!r}: integers expected") from None
+        if any(v < 0 or v > 16 for v in vals):
+            raise ConfigError(f"--sweep values must be in 0..16: {part!r}")
+        grid[key] = vals
+    if not grid:
+        raise ConfigError("empty --sweep")
+    return grid
+
+
+# ---- records on disk -------------------------------------------------------------------
+def load_records(path: Path) -> list[dict]:
+    """Records of ``records.jsonl``; a torn last line (a crash mid-write) is dropped and the
+    file rewritten without it, so appending can continue."""
+    if not path.is_file():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    good, bad_tail = [], False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            good.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:  # only the last line may be torn
+                bad_tail = True
+                continue
+            raise ConfigError(f"{path}:{i + 1}: corrupt record; move the file away to start over") from None
+    if bad_tail:
+        warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
+        _atomic_write(path, "".join(json.dumps(r) + "\n" for r in good))
+    return good
+
+
+def append_record(path: Path, record: dict) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def resume_key(cfg: EvalConfig) -> dict:
+    """The part of the config that must match to append to an existing run."""
+    d = {"options": dataclasses.asdict(cfg.options), "models": dataclasses.asdict(cfg.models),
+         "decode": dataclasses.asdict(cfg.decode)}
+    for k in RESUME_FREE:
+        d["options"].pop(k, None)
+    return d
+
+
+def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
+    """Create/validate ``--out``; return it and the records already there."""
+    out = Path(cfg.options.out).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"cannot write to output directory {out}: {e.strerror or e}") from None
+    key = resume_key(cfg)
+    cfg_path = out / CONFIG
+    if cfg_path.is_file():
+        try:
+            old = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError:
+            old = None
+        if old != key and not cfg.options.overwrite:
+            diff = _diff_keys(old, key) if isinstance(old, dict) else []
+            raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff) or 'unreadable config'}); "
+                              "use another --out, or --overwrite to start over (old records are kept)")
+    if cfg.options.overwrite:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for name in (RECORDS, SUMMARY, REPORT, CONFIG):
+            if (out / name).exists():
+                (out / name).rename(out / f"{name}.bak-{stamp}")
+    _atomic_write(cfg_path, json.dumps(key, indent=1))
+    return out, load_records(out / RECORDS)
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys += _diff_keys(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            keys.append(prefix + k)
+    return keys
+
+
+# ---- the run ---------------------------------------------------------------------------
+def run(cfg: EvalConfig) -> Summary:
+    """Evaluate (resuming any finished work in ``cfg.options.out``) and write the reports."""
+    from lrtune.tasks import get_task
+
+    opts = cfg.options
+    cfg.decode.validate()
+    if opts.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
+    specs = parse_methods(opts.methods, opts.sweep, cfg.decode.gamma1, cfg.decode.gamma2)
+    from lrtune.verifiers import check_verifier_spec
+
+    for s in specs:
+        s.decode_config(cfg.decode).validate()
+        if s.verifier:
+            check_verifier_spec(s.verifier)
+    task = get_task(opts.task)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
+    for w in caught:
+        _log(f"warning: {w.message}")
+    if not problems:
+        raise ConfigError(f"no problems to evaluate in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
+    if len({p.id for p in problems}) != len(problems):
+        raise ConfigError("problem ids are not unique; give every row a distinct 'id'")
+    out, records = prepare_out_dir(cfg)
+    done = {(r["problem"], r["method"]) for r in records}
+    todo = [(p, s) for p in problems for s in specs if (p.id, s.label) not in done]
+    if done:
+        _log(f"resuming {out}: {len(done)} decodes done, {len(todo)} to go")
+
+    timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0}
+    batch_cost = None
+    if todo:
+        dec, batch_cost = _start(cfg, specs, task, problems, timing)
+        _decode_all(dec, cfg, specs, task, problems, done, out, timing)
+    records = load_records(out / RECORDS)
+    data = write_reports(cfg, specs, problems, records, out, timing, batch_cost)
+    return Summary(methods=data["methods"], out_dir=out, data=data)
+
+
+def _start(cfg: EvalConfig, specs, task, problems, timing):
+    from lrtune.api import Decoder
+
+    t0 = time.perf_counter()
+    uses_draft = any(s.kind in ("lr", "lr+sd") for s in specs) or (
+        any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft")
+    dec = Decoder.from_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"),
+                               progress=cfg.options.progress, load_all_methods=uses_draft)
+    for s in specs:  # start every engine now: lazy starts would bill the first problem
+        dec.start_engines(s.decode_config(cfg.decode))
+    dec.method_verifiers = _method_verifiers(dec, cfg, specs)
+    timing["load_s"] = time.perf_counter() - t0
+    _log(f"engines ready in {timing['load_s']:.1f} s")
+    t0 = time.perf_counter()
+    warm = dec.encode(task.prompt(problems[0]))
+    if cfg.options.warmup_tokens > 0:
+        for s in specs:
+            _use_verifier(dec, s)
+            dec.decoder.decode(warm, dataclasses.replace(s.decode_config(cfg.decode),
+                                                         max_new_tokens=cfg.options.warmup_tokens))
+    batch_cost = None
+    lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
+    if lr_specs and cfg.options.warmup_tokens > 0:
+        sizes = sorted({s.gamma1 + 1 for s in lr_specs})
+        batch_cost = measure_batch_cost(dec.decoder.target, warm, sizes)
+        _log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
+    timing["warmup_s"] = time.perf_counter() - t0
+    return dec, batch_cost
+
+
+def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
+    """One verifier object per distinct ``v=`` option (model verifiers judge with the target)."""
+    from lrtune.verifiers import make_verifier
+
+    out = {None: dec.decoder.verifier}
+    for s in specs:
+        if s.verifier is not None and s.verifier not in out:
+            out[s.verifier] = make_verifier(s.verifier, threshold=None, seed=cfg.decode.seed, backend=dec.decoder.target)
+    return out
+
+
+def _use_verifier(dec, spec: MethodSpec) -> None:
+    dec.decoder.verifier = dec.method_verifiers[spec.verifier]
+
+
+def measure_batch_cost(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict[int, float]:
+    """b(n) = time of n distinct prompts decoding ``tokens`` tokens each / time of one
+    (plain target engine, best of two tries per size)."""
+    from lrtune.backends.base import GenParams
+
+    params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
+    times = {}
+    for n in [1, *sizes]:
+        prefixes = [prompt_ids + [prompt_ids[-1]] * (i + 1) for i in range(n)]
+        times[n] = min(backend.generate(prefixes, params).seconds for _ in range(2))
+    return {n: times[n] / times[1] for n in times}
+
+
+def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+    from lrtune.errors import ConfigError as _CE
+
+    progress = _Progress(total=sum((p.id, s.label) not in done for p in problems for s in specs),
+                         enabled=cfg.options.progress)
+    live: dict[str, dict] = {s.label: {"k": 0, "n": 0, "wall": 0.0, "base": 0.0} for s in specs}
+    base_wall: dict[str, float] = {}
+    for r in load_records(out / RECORDS):
+        if r["method"] == "target":
+            base_wall[r["problem"]] = r["wall_s"]
+    t_loop = time.perf_counter()
+    try:
+        for i, prob in enumerate(problems):
+            pending = [s for s in specs if (prob.id, s.label) not in done]
+            if not pending:
+                continue
+            try:
+                ids = dec.encode(task.prompt(prob))
+            except _CE as e:
+                _log(f"skipping {prob.id}: {e}")
+                progress.advance(len(pending))
+                continue
+            need = len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
+            if need > cfg.models.max_model_len:
+                _log(f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
+                     f"{cfg.models.max_model_len}")
+                progress.advance(len(pending))
+                continue
+            k = i % len(pending)
+            for spec in pending[k:] + pending[:k]:
+                _use_verifier(dec, spec)
+                res, stats = dec.decoder.decode(ids, spec.decode_config(cfg.decode))
+                timing["decode_s"] += stats.wall_s
+                answer, ok = task.check(prob, res.text)
+                rec = {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
+                       "gamma1": spec.gamma1, "gamma2": spec.gamma2, "async_lr": spec.async_lr, "width": spec.width,
+                       "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
+                       "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
+                       "finish": res.finish, "text": res.text, "stats": stats.to_dict()}
+                append_record(out / RECORDS, rec)
+                done.add((prob.id, spec.label))
+                if spec.label == "target":
+                    base_wall[prob.id] = stats.wall_s
+                lv = live[spec.label]
+                lv["k"] += ok
+                lv["n"] += 1
+                if prob.id in base_wall:
+                    lv["wall"] += stats.wall_s
+                    lv["base"] += base_wall[prob.id]
+                progress.advance(1, _live_text(spec.label, lv))
+    finally:
+        timing["loop_s"] += time.perf_counter() - t_loop
+        progress.close()
+
+
+def _live_text(label: str, lv: dict) -> str:
+    acc = f"{lv['k'] / lv['n']:.0%}" if lv["n"] else "—"
+    sp = f"{lv['base'] / lv['wall']:.2f}x" if lv["wall"] else "—"
+    return f"{label}: acc {acc}, speedup {sp}"
+
+
+class _Progress:
+    """A rich progress bar on a terminal; one log line per decode otherwise (none when disabled)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self._p = None
+        self._lines = enabled and not sys.stderr.isatty()
+        self._done, self._total = 0, total
+        if enabled and total and not self._lines:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._p = Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                               TextColumn("{task.description}"), transient=False)
+            self._p.start()
+            self._task = self._p.add_task("", total=total)
+
+    def advance(self, n: int, text: str | None = None) -> None:
+        self._done += n
+        if self._lines and text:
+            _log(f"[{self._done}/{self._total}] {text}")
+        if self._p is not None:
+            self._p.update(self._task, advance=n, **({"description": text} if text else {}))
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+
+# ---- reports ---------------------------------------------------------------------------
+def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost) -> dict:
+    """summary.json, report.md and plots from the records of the current problems."""
+    from eval.report import render_markdown, write_plots
+
+    ids = {p.id for p in problems}
+    recs = [r for r in records if r["problem"] in ids]
+    labels = [s.label for s in specs]
+    rows = metrics.summarize(recs, labels)
+    c = metrics.measured_c(rows, recs)
+    for s in specs:
+        row = rows[s.label]
+        row.update(kind=s.kind, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
+                   verifier=s.verifier or cfg.models.verifier)
+        b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
+        pred = metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b)
+        row["predicted_speedup"] = pred
+        row["measured_over_predicted"] = (row["speedup_total"] / pred) if pred and row["speedup_total"] else None
+    loop = timing.get("loop_s", 0.0)
+    data = {
+        "task": cfg.options.task,
+        "problems": len(problems),
+        "decoded_problems": len({r["problem"] for r in recs}),
+        "methods": rows,
+        "c_measured": c,
+        "batch_cost": batch_cost,
+        "timing": timing,
+        "evaluator_overhead": ((loop - timing.get("decode_s", 0.0)) / loop) if loop > 0 else None,
+        "machine": machine_info(),
+        "config": resume_key(cfg),
+        "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    plots = write_plots(data, out) if cfg.options.plots else []
+    data["plots"] = [str(p.name) for p in plots]
+    _atomic_write(out / SUMMARY, json.dumps(data, indent=1))
+    _atomic_write(out / REPORT, render_markdown(data))
+    return data
+
+
+def machine_info() -> dict:
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    for mod in ("torch", "vllm", "transformers"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - optional
+            pass
+    return info
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---- CLI -------------------------------------------------------------------------------
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(p, EvalOptions)
+    add_dataclass_args(p, ModelConfig)
+    add_dataclass_args(p, DecodeConfig, skip=("method",))
+
+
+def make_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="lrtune evaluate", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return p
+
+
+def config_from_args(args) -> EvalConfig:
+    file_values = load_config_file(getattr(args, "config", None))
+    check_unknown_keys(file_values, EvalOptions, ModelConfig, DecodeConfig)
+    defaults = EvalConfig()
+    dec_values = {**{k: getattr(defaults.decode, k) for k in ("gamma1", "max_new_tokens", "max_step_tokens")},
+                  **file_values}
+    return EvalConfig(options=build(EvalOptions, args, file_values), models=build(ModelConfig, args, file_values),
+                      decode=build(DecodeConfig, args, dec_values))
+
+
+def main(cfg: EvalConfig) -> int:
+    summary = run(cfg)
+    from eval.report import print_table
+
+    print_table(summary.data)
+    _log(f"wrote {summary.out_dir / REPORT}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    args = make_parser().parse_args()
+    try:
+        raise SystemExit(main(config_from_args(args)))
+    except LrtuneError as e:
+        print(f"lrtune evaluate: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

@@ -1,0 +1,125 @@
+"""Pure summary math for evaluation records (no I/O).
+
+A record is one (problem, method) decode: ``problem``, ``method`` (a label), ``kind``
+(target | sd | lr | lr+sd), ``gamma1``, ``gamma2``, ``correct``, ``wall_s``, ``tokens``
+and ``stats`` (``DecodeStats.to_dict()``). Speedup of a method on a problem is
+``wall(target) / wall(method)`` on that problem, so a summary needs the target-only
+record of every problem it uses.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable, Sequence
+
+from lrtune.stats import DecodeStats
+
+Z95 = 1.959963984540054
+
+
+def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval for a proportion k/n (95% by default); None when n = 0."""
+    if n == 0:
+        return None
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    lo = 0.0 if k == 0 else max(0.0, centre - half)
+    hi = 1.0 if k == n else min(1.0, centre + half)
+    return lo, hi
+
+
+def bootstrap_ci(values: Sequence[float], stat: Callable[[Sequence[float]], float] = statistics.fmean,
+                 n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``stat`` over ``values`` (seeded, reproducible)."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return float(values[0]), float(values[0])
+    rng = random.Random(seed)
+    n = len(values)
+    boots = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(n_boot))
+    lo = boots[int((1 - level) / 2 * (n_boot - 1))]
+    hi = boots[int((1 + level) / 2 * (n_boot - 1))]
+    return float(lo), float(hi)
+
+
+def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) -> dict:
+    """Summary of one method's records; ``baseline`` maps problem -> target-only record."""
+    n = len(records)
+    k = sum(bool(r["correct"]) for r in records)
+    total = DecodeStats()
+    for r in records:
+        total = total.merge(DecodeStats.from_dict(r["stats"]))
+    wall = sum(r["wall_s"] for r in records)
+    row: dict = {
+        "n": n,
+        "accuracy": k / n if n else None,
+        "accuracy_ci95": wilson_ci(k, n),
+        "wall_s": wall,
+        "tokens": total.generated_tokens,
+        "tokens_per_s": total.generated_tokens / wall if wall else None,
+        "alpha1": total.alpha1,
+        "alpha1_by_pos": total.alpha1_by_pos,
+        "alpha2": total.alpha2,
+        "mean_accepted_steps_per_round": total.mean_accepted_steps_per_round,
+        "mean_accepted_tokens_per_draft": total.mean_accepted_tokens_per_draft,
+        "time_split_s": {"draft": total.draft_s, "target": total.target_s, "verify": total.verify_s,
+                         "other": total.other_s},
+        "rounds": total.rounds,
+        "draft_step_tokens": total.draft_step_tokens,
+        "draft_s": total.draft_s,
+    }
+    ratios = [baseline[r["problem"]]["wall_s"] / r["wall_s"] for r in records
+              if baseline and r["problem"] in baseline and r["wall_s"] > 0]
+    if ratios:
+        base_wall = sum(baseline[r["problem"]]["wall_s"] for r in records if r["problem"] in baseline)
+        row.update(
+            speedup_total=base_wall / wall if wall else None,
+            speedup_mean=statistics.fmean(ratios),
+            speedup_mean_ci95=bootstrap_ci(ratios),
+            speedup_median=statistics.median(ratios),
+            speedup_median_ci95=bootstrap_ci(ratios, statistics.median),
+        )
+    else:
+        row.update(speedup_total=None, speedup_mean=None, speedup_mean_ci95=None, speedup_median=None,
+                   speedup_median_ci95=None)
+    return row
+
+
+def summarize(records: Sequence[dict], methods: Sequence[str], baseline_method: str = "target") -> dict[str, dict]:
+    """Per-method summaries (in ``methods`` order) from the records of one run."""
+    base = {r["problem"]: r for r in records if r["method"] == baseline_method}
+    return {m: summarize_method([r for r in records if r["method"] == m], base or None) for m in methods}
+
+
+def measured_c(summary: dict[str, dict], records: Sequence[dict], baseline_method: str = "target") -> float | None:
+    """c = draft seconds per drafted token / target-only seconds per generated token."""
+    base = summary.get(baseline_method)
+    if not base or not base["tokens"]:
+        return None
+    t_tok = base["wall_s"] / base["tokens"]
+    drafts = [s for s in summary.values() if s["draft_step_tokens"]]
+    d_tok = sum(s["draft_s"] for s in drafts) / max(1, sum(s["draft_step_tokens"] for s in drafts)) if drafts else None
+    return d_tok / t_tok if d_tok and t_tok else None
+
+
+def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None, alpha2: float | None,
+                      c: float | None, batch_cost: Sequence[float] | None = None) -> float | None:
+    """The speedup model's prediction (lrtune.speedup) from measured α and c."""
+    from lrtune.speedup import f_sync, g, h
+
+    if c is None:
+        return None
+    if kind == "target":
+        return 1.0
+    if kind == "sd" and alpha2 is not None:
+        return g(alpha2, c, gamma2)
+    if kind == "lr" and alpha1 is not None:
+        return f_sync(alpha1, c, gamma1, batch_cost=batch_cost)
+    if kind == "lr+sd" and alpha1 is not None and alpha2 is not None:
+        return h(gamma1, gamma2, alpha1, c, alpha2, c, batch_cost=batch_cost)
+    return None

@@ -1,0 +1,178 @@
+"""Rendering an evaluation summary: Markdown report, terminal table, PNG plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FLAG_GAP = 0.10  # flag methods whose measured/predicted speedup differs by more than this
+
+
+def _f(v, spec=".2f") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _ci(ci, spec=".2f") -> str:
+    return "" if not ci else f" [{format(ci[0], spec)}, {format(ci[1], spec)}]"
+
+
+def _split(row: dict) -> str:
+    ts = row["time_split_s"]
+    total = sum(ts.values()) or 1.0
+    return " / ".join(f"{100 * ts[k] / total:.0f}" for k in ("draft", "target", "verify", "other"))
+
+
+def render_markdown(data: dict) -> str:
+    """The human-readable report (one table per concern)."""
+    m = data["machine"]
+    lines = [
+        f"# lrtune evaluate — {data['task']}",
+        "",
+        f"{data['decoded_problems']} of {data['problems']} problems decoded; every method on the same problems, "
+        "interleaved, in one process. Speedup = target-only wall time / method wall time on the same problem.",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; torch {m.get('torch', '?')}, "
+        f"vLLM {m.get('vllm', '—')}. Generated {data['generated_at']}.",
+        "",
+        "| method | accuracy [95% CI] | speedup (total) | mean speedup [95% CI] | median | predicted | "
+        "meas/pred | α1 | α2 | steps/round | tok/s | time % draft/target/verify/other |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, r in data["methods"].items():
+        lines.append(
+            f"| {label} | {_f(r['accuracy'])}{_ci(r['accuracy_ci95'])} | {_f(r['speedup_total'])} | "
+            f"{_f(r['speedup_mean'])}{_ci(r['speedup_mean_ci95'])} | {_f(r['speedup_median'])} | "
+            f"{_f(r['predicted_speedup'])} | {_f(r['measured_over_predicted'])} | {_f(r['alpha1'])} | "
+            f"{_f(r['alpha2'])} | {_f(r['mean_accepted_steps_per_round'])} | {_f(r['tokens_per_s'])} | {_split(r)} |"
+        )
+    lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
+    if lr:
+        width = max(len(r["alpha1_by_pos"]) for r in lr.values())
+        lines += ["", "## Step acceptance α1 by draft position", "",
+                  "| method | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |",
+                  "|---|" + "---|" * width]
+        for k, r in lr.items():
+            vals = list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"]))
+            lines.append(f"| {k} | " + " | ".join(_f(v) for v in vals) + " |")
+    flags = [(k, r["measured_over_predicted"]) for k, r in data["methods"].items()
+             if r["measured_over_predicted"] is not None and abs(r["measured_over_predicted"] - 1) > FLAG_GAP]
+    lines += ["", "## Speedup model check", "",
+              f"Prediction from the measured α and c = {_f(data['c_measured'], '.3f')} (draft/target time per token)"
+              + (", batch cost " + ", ".join(f"b({n})={_f(v)}" for n, v in data["batch_cost"].items())
+                 if data.get("batch_cost") else "") + "."]
+    if flags:
+        lines += ["", "Measured and predicted speedup disagree by more than "
+                  f"{FLAG_GAP:.0%} for: " + ", ".join(f"**{k}** ({v:.2f}x of predicted)" for k, v in flags) + "."]
+    else:
+        lines += ["", f"All methods with a prediction are within {FLAG_GAP:.0%} of it."]
+    t = data["timing"]
+    lines += ["", "## Run", "",
+              f"Engine start {_f(t.get('load_s'), '.1f')} s, warm-up {_f(t.get('warmup_s'), '.1f')} s, "
+              f"decode loop {_f(t.get('loop_s'), '.1f')} s (this invocation); evaluator overhead (loop time "
+              f"outside decoding) {_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.2f')}%."]
+    if data.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in data["plots"]]
+    return "\n".join(lines) + "\n"
+
+
+def print_table(data: dict) -> None:
+    """The summary as a rich table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"lrtune evaluate — {data['task']} ({data['decoded_problems']} problems)")
+    for col in ("method", "acc", "speedup", "mean [95% CI]", "pred", "α1", "α2", "steps/rnd", "tok/s"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for k, r in data["methods"].items():
+        t.add_row(k, _f(r["accuracy"]), _f(r["speedup_total"]), _f(r["speedup_mean"]) + _ci(r["speedup_mean_ci95"]),
+                  _f(r["predicted_speedup"]), _f(r["alpha1"]), _f(r["alpha2"]),
+                  _f(r["mean_accepted_steps_per_round"]), _f(r["tokens_per_s"]))
+    Console().print(t)
+
+
+def write_plots(data: dict, out: Path) -> list[Path]:
+    """speedup_vs_accuracy.png, acceptance_by_position.png, time_split.png (+ sweep.png)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = data["methods"]
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for k, r in rows.items():
+        x = r["speedup_mean"] if r["speedup_mean"] is not None else 1.0
+        y = r["accuracy"] or 0.0
+        xe = [[x - r["speedup_mean_ci95"][0]], [r["speedup_mean_ci95"][1] - x]] if r["speedup_mean_ci95"] else None
+        ye = [[y - r["accuracy_ci95"][0]], [r["accuracy_ci95"][1] - y]] if r["accuracy_ci95"] else None
+        ax.errorbar([x], [y], xerr=xe, yerr=ye, fmt="o", capsize=3, label=k)
+    ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("speedup vs target-only (mean per problem, 95% CI)")
+    ax.set_ylabel("accuracy (95% CI)")
+    ax.set_title(f"{data['task']}: speedup vs accuracy")
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, out / "speedup_vs_accuracy.png"))
+
+    lr = {k: r["alpha1_by_pos"] for k, r in rows.items() if r["alpha1_by_pos"]}
+    if lr:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        width = 0.8 / len(lr)
+        for j, (k, vals) in enumerate(lr.items()):
+            xs = [i + 1 + (j - (len(lr) - 1) / 2) * width for i in range(len(vals))]
+            ax.bar(xs, [v or 0.0 for v in vals], width=width, label=k)
+        ax.set_xlabel("draft step position in the round")
+        ax.set_ylabel("α1 (accepted / drafted)")
+        ax.set_ylim(0, 1)
+        ax.set_title("step acceptance by position")
+        ax.legend(fontsize=8)
+        paths.append(_save(fig, out / "acceptance_by_position.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = [0.0] * len(rows)
+    for part in ("draft", "target", "verify", "other"):
+        vals = [r["time_split_s"][part] for r in rows.values()]
+        ax.bar(list(rows), vals, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("seconds (all problems)")
+    ax.set_title("time split")
+    ax.legend(fontsize=8)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    paths.append(_save(fig, out / "time_split.png"))
+
+    grid = [r for r in rows.values() if r["kind"] != "target"]
+    g1s = sorted({r["gamma1"] for r in grid})
+    g2s = sorted({r["gamma2"] for r in grid})
+    if len(grid) >= 3 and len(g1s) > 1 and len(g2s) > 1:
+        import numpy as np
+
+        meas = np.full((len(g1s), len(g2s)), np.nan)
+        pred = np.full_like(meas, np.nan)
+        for r in grid:
+            i, j = g1s.index(r["gamma1"]), g2s.index(r["gamma2"])
+            meas[i, j] = r["speedup_total"] if r["speedup_total"] is not None else np.nan
+            pred[i, j] = r["predicted_speedup"] if r["predicted_speedup"] is not None else np.nan
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, mat, title in ((axes[0], meas, "measured speedup"), (axes[1], pred, "speedup model")):
+            im = ax.imshow(mat, origin="lower", cmap="viridis")
+            ax.set_xticks(range(len(g2s)), [str(v) for v in g2s])
+            ax.set_yticks(range(len(g1s)), [str(v) for v in g1s])
+            ax.set_xlabel("γ2 (draft tokens)")
+            ax.set_ylabel("γ1 (draft steps)")
+            ax.set_title(title)
+            for (i, j), v in np.ndenumerate(mat):
+                if not np.isnan(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
+            fig.colorbar(im, ax=ax)
+        paths.append(_save(fig, out / "sweep.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

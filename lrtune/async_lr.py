@@ -1,0 +1,238 @@
+"""Asynchronous (pipelined) Lookahead Reasoning.
+
+The draft keeps drafting ahead of the committed prefix P while the target works:
+
+    draft:   ŝ1 = D(P), ŝ2 = D(P ŝ1), ...                 up to γ1 steps ahead of P
+    target:  s_i = T(P ŝ1..ŝ(i-1)) starts as soon as ŝ(i-1) exists (i = 1 at once)
+    commit:  when s1 is ready: if ŝ1 exists and V(ŝ1, s1) accepts, P <- P ŝ1 and every
+             job shifts down one position (its prefix is still valid); otherwise
+             P <- P s1 and all speculative work is dropped (a new epoch).
+
+Each backend has one worker thread. The target worker runs every queued job of the
+current epoch as ONE batched call, so several positions share a batch as in sync LR.
+Work of an old epoch that has not started is cancelled; a call already running cannot be
+interrupted, so its result is discarded. Backends that cannot run concurrently with each
+other (vLLM in-process engines share process-global state) declare
+``concurrent_safe = False`` and their calls take one lock: then nothing overlaps and
+async LR only reorders work — ``DecodeStats.overlap_s`` reports the overlap obtained.
+
+Round accounting matches sync LR: a round ends when a target step is committed, and its
+verdicts are the draft steps accepted before it (plus the rejected one, if any).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from lrtune.backends.base import GenParams
+from lrtune.stats import DecodeStats
+from lrtune.verifiers import StepPair, accept
+
+_ENGINE_LOCK = threading.Lock()
+
+
+@dataclass
+class _Job:
+    epoch: int
+    prefix: list[int]
+    params: GenParams
+    future: Future = field(default_factory=Future)
+
+
+class _Worker:
+    """One thread that runs a backend's jobs; queued jobs of one epoch run as one batch."""
+
+    def __init__(self, backend, stats: DecodeStats, role: str, batch: bool, account) -> None:
+        self.backend, self.stats, self.role, self.batch, self.account = backend, stats, role, batch, account
+        self.cv = threading.Condition()
+        self.queue: list[_Job] = []
+        self.epoch = 0
+        self.closed = False
+        self.busy_s = 0.0
+        self.thread = threading.Thread(target=self._run, name=f"lrtune-{role}", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: _Job) -> Future:
+        with self.cv:
+            self.queue.append(job)
+            self.cv.notify()
+        return job.future
+
+    def new_epoch(self, epoch: int) -> None:
+        with self.cv:
+            self.epoch = epoch
+            for job in self.queue:
+                job.future.cancel()
+            self.queue.clear()
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify()
+        self.thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.queue and not self.closed:
+                    self.cv.wait()
+                if self.closed:
+                    return
+                jobs = [j for j in self.queue if j.epoch == self.epoch]
+                for j in self.queue:
+                    if j.epoch != self.epoch:
+                        j.future.cancel()
+                if not self.batch:
+                    jobs = jobs[:1]
+                taken = {id(j) for j in jobs}
+                self.queue = [j for j in self.queue if id(j) not in taken and j.epoch == self.epoch]
+            jobs = [j for j in jobs if j.future.set_running_or_notify_cancel()]
+            if not jobs:
+                continue
+            try:
+                params = jobs[0].params
+                if len(jobs) > 1 and params.seeds is not None:
+                    params = _with_seeds(params, tuple(s for j in jobs for s in j.params.seeds))
+                t0 = time.perf_counter()
+                if getattr(self.backend, "concurrent_safe", False):
+                    out = self.backend.generate([j.prefix for j in jobs], params)
+                else:
+                    with _ENGINE_LOCK:
+                        out = self.backend.generate([j.prefix for j in jobs], params)
+                self.busy_s += time.perf_counter() - t0
+                self.account(out)  # all work is billed, also work that a rejection made useless
+                for j, g in zip(jobs, out.outputs):
+                    j.future.set_result((g, out))
+            except BaseException as e:  # noqa: BLE001 - delivered to the waiting decoder
+                for j in jobs:
+                    if not j.future.done():
+                        j.future.set_exception(e)
+
+
+def _with_seeds(params: GenParams, seeds: tuple[int, ...]) -> GenParams:
+    from dataclasses import replace
+
+    return replace(params, seeds=seeds)
+
+
+def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit):
+    """Async LR (see module docstring); returns ``(token_ids, steps, finished_by_eos)``."""
+    from lrtune.decoder import _mix
+
+    eos = dec.target.eos_ids | dec.draft.eos_ids
+    gen: list[int] = []
+    steps: list[tuple[str, list[int]]] = []
+    epoch = 0
+    chain: list = []  # draft steps after P, in order
+    draft_job: Future | None = None
+    tjobs: dict[int, Future] = {}  # position i (1-based after P) -> target step T(P ŝ1..ŝ(i-1))
+    verdicts: list[bool] = []  # of the current round
+
+    def account_draft(out) -> None:
+        stats.draft_calls += 1
+        stats.draft_s += out.seconds
+        stats.draft_step_tokens += sum(len(o.token_ids) for o in out.outputs)
+
+    def account_target(out) -> None:
+        dec._account_target(stats, out)
+        stats.target_step_tokens += sum(len(o.token_ids) for o in out.outputs)
+
+    draft_w = _Worker(dec.draft, stats, "draft", batch=False, account=account_draft)
+    target_w = _Worker(dec.target, stats, "target", batch=True, account=account_target)
+
+    def params(role: int, prefix_len: int, budget: int, draft: bool) -> GenParams:
+        # seeded by the prefix, so a step's sample never depends on when it was scheduled
+        seeds = (_mix(cfg.seed, prefix_len, role),) if cfg.temperature > 0 else None
+        return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
+                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds,
+                         num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
+
+    def commit(source: str, ids: list[int]) -> bool:
+        """Append a step; True when decoding is over."""
+        ids = ids[: cfg.max_new_tokens - len(gen)]
+        if not ids:
+            return True
+        gen.extend(ids)
+        steps.append((source, ids))
+        if on_commit:
+            on_commit(source, ids)
+        return ids[-1] in eos or len(gen) >= cfg.max_new_tokens
+
+    draft_dead = False  # the draft produced an empty step: no more drafting this epoch
+
+    def restart() -> None:
+        nonlocal epoch, chain, draft_job, tjobs, draft_dead
+        draft_dead = False
+        epoch += 1
+        draft_w.new_epoch(epoch)
+        target_w.new_epoch(epoch)
+        chain, draft_job, tjobs = [], None, {}
+
+    t_start = time.perf_counter()
+    try:
+        done = False
+        while not done:
+            budget = cfg.max_new_tokens - len(gen)
+            base = prompt + gen
+            drafted = sum(len(s.token_ids) for s in chain)
+            chain_ended = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in eos)
+            if draft_job is None and len(chain) < cfg.gamma1 and drafted < budget and not chain_ended and not draft_dead:
+                prefix = base + _ids(chain)
+                draft_job = draft_w.submit(_Job(epoch, prefix, params(1, len(prefix), budget, True)))
+            for i in range(1, len(chain) + 2):
+                if i not in tjobs and i <= cfg.gamma1 + 1:
+                    if i == len(chain) + 1 and (chain_ended or drafted >= budget):
+                        break
+                    prefix = base + _ids(chain[: i - 1])
+                    tjobs[i] = target_w.submit(_Job(epoch, prefix, params(2, len(prefix), budget, False)))
+            waiting = [f for f in (draft_job, tjobs.get(1)) if f is not None]
+            _wait_first(waiting)
+            if draft_job is not None and draft_job.done():
+                g, _ = draft_job.result()  # a draft step that is ready is used before s1
+                draft_job = None
+                if g.token_ids:
+                    chain.append(g)
+                else:
+                    draft_dead = True
+                continue
+            s1, _ = tjobs[1].result()
+            if chain:
+                context = dec.target.decode(base[-cfg.context_tokens:])
+                tv = time.perf_counter()
+                (ok,), _ = accept(dec.verifier, [StepPair(context=context, draft=chain[0].text, target=s1.text)])
+                stats.verify_s += time.perf_counter() - tv
+                stats.verifier_calls += 1
+                verdicts.append(ok)
+                if ok:
+                    first = chain.pop(0)
+                    tjobs = {i - 1: f for i, f in tjobs.items() if i > 1}
+                    done = commit("draft", list(first.token_ids))
+                    if done:
+                        stats.observe_round(verdicts, committed_target_step=False)
+                    continue
+            stats.observe_round(verdicts, committed_target_step=True)
+            verdicts = []
+            done = commit("target", list(s1.token_ids))
+            restart()
+    finally:
+        draft_w.close()
+        target_w.close()
+        wall = time.perf_counter() - t_start
+        stats.overlap_s += max(0.0, draft_w.busy_s + target_w.busy_s - wall)
+    return gen, steps, bool(gen) and gen[-1] in eos
+
+
+def _ids(steps) -> list[int]:
+    out: list[int] = []
+    for s in steps:
+        out.extend(s.token_ids)
+    return out
+
+
+def _wait_first(futures: list[Future]) -> None:
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    wait(futures, return_when=FIRST_COMPLETED)

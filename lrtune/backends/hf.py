@@ -1,0 +1,445 @@
+"""transformers backend: batched step generation with a reusable KV cache and batched SD.
+
+One :class:`HFBackend` serves one model (``AutoModelForCausalLM``) on CPU or CUDA
+(``device="auto"``). The decode loop is our own (gpt-fast style), so that a batch of
+step prompts with different lengths, a KV cache kept across LR rounds and token-level
+speculative decoding compose:
+
+* **Row state.** A row is one sequence: its KV cache covers every token of the row but
+  the last one, which is the next input. Rows of a batch are left-padded to one cache
+  length; ``mask[b, s] = 0`` marks padding and holes (draft tokens rejected by SD), and
+  ``position_ids`` count only real tokens, so holes never change the math.
+* **Prefix store.** After a call the cache of every row (holes removed) is kept in a
+  small LRU keyed by its token ids. A new prefix starts from the entry with the longest
+  common prefix, cut to it, and only the rest is prefilled. Every LR round's committed
+  path is one of the previous round's rows, so the committed prefix is never recomputed.
+* **Token-level SD (γ2).** A draft backend proposes γ2 tokens per row (batched); the
+  target scores all rows' γ2 + 1 positions in one forward; greedy: accept while the
+  draft token is the target's argmax, then the target's token; sampling: accept d with
+  probability min(1, p(d)/q(d)), else sample from norm(max(0, p − q)) (Leviathan et al.),
+  so outputs follow the target's distribution exactly.
+
+Supports decoder-only models with a standard (non-sliding) ``DynamicCache``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step
+from lrtune.backends.tokenizer import TokenizerMixin
+from lrtune.errors import ConfigError, ModelError
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    """Model placement and cache settings."""
+
+    device: str = "auto"  # "auto": cuda when available, else cpu
+    dtype: str = "auto"  # "auto": float32 on CPU, the checkpoint's dtype on CUDA
+    cache_entries: int = 8  # prefix-store entries (rows) kept between calls
+    seed: int = 0  # seed of unseeded sampling calls
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+class HFBackend(TokenizerMixin):
+    """A model run by transformers (see module docstring). ``spec`` drafts for SD."""
+
+    concurrent_safe = True  # two HF backends may run in two threads (async LR)
+
+    def __init__(self, model: str, config: HFConfig | None = None, *, name: str | None = None,
+                 spec: HFBackend | None = None) -> None:
+        torch = _torch()
+        from transformers import AutoModelForCausalLM
+
+        self.model = str(model)
+        self.config = config or HFConfig()
+        self.name = name or Path(self.model).name
+        self.spec = spec
+        self._load_tokenizer()
+        dev = self.config.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(dev)
+        dtype = self.config.dtype
+        if dtype == "auto":
+            dtype = "float32" if self.device.type == "cpu" else "auto"
+        try:
+            self.lm = AutoModelForCausalLM.from_pretrained(
+                self.model, dtype=dtype if dtype == "auto" else getattr(torch, dtype)).to(self.device).eval()
+        except (OSError, ValueError) as e:
+            raise ModelError(f"transformers could not load {self.model}: {str(e).splitlines()[0]}") from None
+        self._store: OrderedDict[tuple[int, ...], list[tuple]] = OrderedDict()
+        self._calls = 0
+        self.prefill_tokens = 0  # prompt tokens computed (not found in the prefix store)
+        self.reused_tokens = 0  # prompt tokens served from the prefix store
+
+    # ---- public protocol -------------------------------------------------------------
+    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch:
+        """One batched generation over token-id prefixes (see :class:`GenParams`)."""
+        torch = _torch()
+        if not prefixes:
+            return GenBatch(outputs=[], seconds=0.0)
+        if any(len(p) == 0 for p in prefixes):
+            raise ConfigError("empty prefix")
+        if params.seeds is not None and len(params.seeds) != len(prefixes):
+            raise ValueError("one seed per prefix is required")
+        k = params.num_speculative_tokens
+        if k > 0 and self.spec is None:
+            raise ConfigError("token-level speculative decoding (gamma2 > 0) needs a draft model")
+        self._calls += 1
+        gens = None
+        if params.temperature > 0:
+            gens = []
+            for i in range(len(prefixes)):
+                g = torch.Generator(device=self.device)
+                g.manual_seed(params.seeds[i] if params.seeds is not None else hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF)
+                gens.append(g)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            if k > 0:
+                gen_ids, tops, sd = self._generate_sd(prefixes, params, gens)
+            else:
+                gen_ids, tops = self._generate_plain(prefixes, params, gens)
+                sd = None
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - t0
+        outputs = []
+        for ids, top in zip(gen_ids, tops):
+            cut, finish = finish_step(ids, self.decode, params, self.eos_ids)
+            lps = [top[j][1] for j in range(len(cut))] if (params.logprobs or params.top_logprobs) else None
+            tl = [top[j][2] for j in range(len(cut))] if params.top_logprobs else None
+            outputs.append(Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl))
+        return GenBatch(outputs=outputs, seconds=seconds, sd=sd)
+
+    def close(self) -> None:
+        self._store.clear()
+
+    # ---- rows and the prefix store ---------------------------------------------------
+    def _rows(self, prefixes: Sequence[Sequence[int]]) -> _Rows:
+        """Left-padded batch state whose caches cover ``prefix[:-1]`` of every row."""
+        caches = [self._row_cache(list(p)) for p in prefixes]
+        return _Rows.stack(caches, [list(p) for p in prefixes], self.device)
+
+    def _row_cache(self, prefix: list[int]) -> list[tuple]:
+        """Per-layer (k, v) of shape [1, H, len(prefix) - 1, D], from the store + prefill."""
+        torch = _torch()
+        want = prefix[:-1]
+        best, best_n = None, 0
+        for key, kv in self._store.items():
+            n = _common_prefix(key, want)
+            if n > best_n:
+                best, best_n = (key, kv), n
+        if best is not None:
+            self._store.move_to_end(best[0])
+            kv = [(k[:, :, :best_n], v[:, :, :best_n]) for k, v in best[1]]
+        else:
+            kv = None
+        rest = want[best_n:]
+        self.reused_tokens += best_n
+        self.prefill_tokens += len(rest)
+        if not rest:
+            return kv if kv is not None else []
+        cache = _to_cache(kv)
+        ids = torch.tensor([rest], device=self.device)
+        pos = torch.arange(best_n, best_n + len(rest), device=self.device)[None]
+        out = self.lm(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+        return _from_cache(out.past_key_values)
+
+    def _remember(self, rows: _Rows) -> None:
+        """Store every row's cache without holes (LRU, ``cache_entries`` rows)."""
+        for b in range(rows.batch):
+            keep = rows.mask[b].nonzero().squeeze(-1)
+            kv = [(k[b:b + 1].index_select(2, keep), v[b:b + 1].index_select(2, keep)) for k, v in rows.kv]
+            key = tuple(rows.ids[b])
+            if len(key) != keep.numel():  # pragma: no cover - internal invariant
+                raise RuntimeError("row cache and ids disagree")
+            self._store[key] = kv
+            self._store.move_to_end(key)
+        while len(self._store) > max(1, self.config.cache_entries):
+            self._store.popitem(last=False)
+
+    def _forward(self, rows: _Rows, tokens):
+        """Feed ``tokens`` [B, T] (−1 = hole) to every row; returns float logits [B, T, V]."""
+        torch = _torch()
+        hole = tokens < 0
+        feed = tokens.clamp(min=0)
+        real = (~hole).long()
+        pos = rows.pos[:, None] + torch.cumsum(real, dim=1) - real
+        mask = torch.cat([rows.mask, real], dim=1)
+        cache = _to_cache(rows.kv)
+        out = self.lm(input_ids=feed, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        rows.kv = _from_cache(out.past_key_values)
+        rows.mask = mask
+        rows.pos = rows.pos + real.sum(dim=1)
+        for b in range(rows.batch):
+            rows.ids[b].extend(int(t) for t, h in zip(tokens[b].tolist(), hole[b].tolist()) if not h)
+        return out.logits.float()
+
+    # ---- plain batched decoding ------------------------------------------------------
+    def _generate_plain(self, prefixes, params: GenParams, gens):
+        torch = _torch()
+        rows = self._rows(prefixes)
+        B = rows.batch
+        gen: list[list[int]] = [[] for _ in range(B)]
+        tops: list[list[tuple]] = [[] for _ in range(B)]
+        done = [False] * B
+        inputs = torch.tensor([[p[-1]] for p in prefixes], device=self.device)
+        rows.ids = [list(p[:-1]) for p in prefixes]
+        while not all(done):
+            logits = self._forward(rows, inputs)[:, -1]
+            nxt = []
+            for b in range(B):
+                if done[b]:
+                    nxt.append(-1)  # a hole: finished rows add nothing
+                    continue
+                tok, info = _choose(logits[b], params, gens[b] if gens else None)
+                gen[b].append(tok)
+                tops[b].append(info)
+                nxt.append(tok)
+                done[b] = self._finished(gen[b], params)
+            inputs = torch.tensor([[t] for t in nxt], device=self.device)
+        self._remember(rows)
+        return gen, tops
+
+    def _finished(self, gen: list[int], params: GenParams) -> bool:
+        """Stop once the tokens so far already hold a complete step / EOS / the budget."""
+        if len(gen) >= params.max_tokens or gen[-1] in self.eos_ids:
+            return True
+        if params.stop_at_delimiter:
+            return params.delimiter in self.decode(gen[-8:])
+        return False
+
+    # ---- batched token-level speculative decoding ------------------------------------
+    def _generate_sd(self, prefixes, params: GenParams, gens):
+        torch = _torch()
+        k = params.num_speculative_tokens
+        draft = self.spec
+        rows = self._rows(prefixes)
+        drows = draft._rows(prefixes)
+        B = rows.batch
+        rows.ids = [list(p[:-1]) for p in prefixes]
+        drows.ids = [list(p[:-1]) for p in prefixes]
+        gen: list[list[int]] = [[] for _ in range(B)]
+        tops: list[list[tuple]] = [[] for _ in range(B)]
+        done = [False] * B
+        last = [p[-1] for p in prefixes]  # next input of the target (not in its cache)
+        dpend = [[p[-1]] for p in prefixes]  # tokens not yet in the draft's cache
+        sd = SDCounters(accepted_by_pos=[0] * k)
+        while not all(done):
+            live = [b for b in range(B) if not done[b]]
+            room = min(params.max_tokens - len(gen[b]) for b in live)
+            kk = max(0, min(k, room - 1))
+            # 1. draft kk tokens per row (the first feed carries its pending tokens).
+            width = max(len(dpend[b]) for b in range(B))
+            feed = torch.full((B, width), -1, device=self.device)
+            for b in range(B):
+                feed[b, width - len(dpend[b]):] = torch.tensor(dpend[b], device=self.device)
+            proposals = [[] for _ in range(B)]
+            qs = [[] for _ in range(B)]
+            for step in range(kk):
+                logits = draft._forward(drows, feed)[:, -1]
+                toks = []
+                for b in range(B):
+                    g = gens[b] if gens else None
+                    tok, q = _draft_choice(logits[b], params, g)
+                    proposals[b].append(tok)
+                    qs[b].append(q)
+                    toks.append(tok)
+                feed = torch.tensor([[t] for t in toks], device=self.device)
+            # the last proposal is not in the draft cache yet
+            # 2. the target scores last + proposals in one forward.
+            tin = torch.tensor([[last[b]] + proposals[b] for b in range(B)], device=self.device)
+            logits = self._forward(rows, tin)  # [B, kk+1, V]
+            new_last = list(last)
+            for b in range(B):
+                if done[b]:
+                    continue
+                g = gens[b] if gens else None
+                n, toks, infos = _accept(proposals[b], qs[b], logits[b], params, g)
+                if kk:
+                    sd.drafts += 1
+                    sd.drafted_tokens += kk
+                    sd.accepted_tokens += n
+                    for i in range(n):
+                        sd.accepted_by_pos[i] += 1
+                # holes for rejected draft tokens in both caches
+                if n < kk:
+                    rows.reject_tail(b, kk - n)
+                    dn = kk - 1 - n  # draft cache holds last-pending + proposals[:kk-1]
+                    if dn > 0:
+                        drows.reject_tail(b, dn)
+                    dpend[b] = [toks[-1]]
+                elif kk:
+                    dpend[b] = [proposals[b][-1], toks[-1]]
+                else:
+                    dpend[b] = dpend[b] + [toks[-1]]
+                for t, info in zip(toks, infos):
+                    if done[b]:
+                        break
+                    gen[b].append(t)
+                    tops[b].append(info)
+                    done[b] = self._finished(gen[b], params)
+                new_last[b] = toks[-1]
+            last = new_last
+        self._remember(rows)
+        draft._remember(drows)
+        return gen, tops, sd
+
+
+class _Rows:
+    """Batch KV state: per-layer (k, v) [B, H, S, D], mask [B, S], real positions, ids."""
+
+    def __init__(self, kv, mask, pos, ids) -> None:
+        self.kv, self.mask, self.pos, self.ids = kv, mask, pos, ids
+
+    @property
+    def batch(self) -> int:
+        return self.mask.shape[0]
+
+    @classmethod
+    def stack(cls, caches: list[list[tuple]], prefixes: list[list[int]], device) -> _Rows:
+        torch = _torch()
+        lens = [len(p) - 1 for p in prefixes]
+        S = max(lens)
+        B = len(prefixes)
+        mask = torch.zeros((B, S), dtype=torch.long, device=device)
+        for b, n in enumerate(lens):
+            if n:
+                mask[b, S - n:] = 1
+        kv = []
+        template = next((c for c in caches if c), None)
+        if template is not None:
+            for layer in range(len(template)):
+                ks, vs = [], []
+                for b, c in enumerate(caches):
+                    k0, v0 = template[layer]
+                    k = c[layer][0] if c else k0[:, :, :0]
+                    v = c[layer][1] if c else v0[:, :, :0]
+                    pad = S - k.shape[2]
+                    if pad:
+                        k = torch.cat([k.new_zeros(k.shape[0], k.shape[1], pad, k.shape[3]), k], dim=2)
+                        v = torch.cat([v.new_zeros(v.shape[0], v.shape[1], pad, v.shape[3]), v], dim=2)
+                    ks.append(k)
+                    vs.append(v)
+                kv.append((torch.cat(ks), torch.cat(vs)))
+        pos = torch.tensor(lens, device=device)
+        return cls(kv, mask, pos, [list(p[:-1]) for p in prefixes])
+
+    def reject_tail(self, b: int, n: int) -> None:
+        """Turn the last ``n`` real tokens of row ``b`` into holes."""
+        real = self.mask[b].nonzero().squeeze(-1)
+        drop = real[-n:]
+        self.mask[b, drop] = 0
+        self.pos[b] -= n
+        del self.ids[b][-n:]
+
+
+def _to_cache(kv):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(kv or []):
+        cache.update(k, v, i)
+    return cache
+
+
+def _from_cache(cache) -> list[tuple]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _probs(logits, params: GenParams):
+    """The sampling distribution: softmax(logits / T), cut to the top-p nucleus."""
+    torch = _torch()
+    p = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sp, si = torch.sort(p, descending=True)
+        keep = torch.cumsum(sp, dim=-1) - sp < params.top_p
+        sp = sp * keep
+        p = torch.zeros_like(p).scatter(-1, si, sp)
+        p = p / p.sum()
+    return p
+
+
+def _info(logits, tok: int, params: GenParams) -> tuple:
+    """(token, its logprob, top-k {id: logprob}) under the target's raw distribution."""
+    torch = _torch()
+    lp = torch.log_softmax(logits, dim=-1)
+    top = {}
+    if params.top_logprobs:
+        v, i = torch.topk(lp, params.top_logprobs)
+        top = {int(a): float(b) for a, b in zip(i.tolist(), v.tolist())}
+        top.setdefault(tok, float(lp[tok]))
+    return tok, float(lp[tok]), top
+
+
+def _choose(logits, params: GenParams, gen) -> tuple[int, tuple]:
+    torch = _torch()
+    if params.temperature <= 0:
+        tok = int(torch.argmax(logits))
+    else:
+        tok = int(torch.multinomial(_probs(logits, params), 1, generator=gen))
+    return tok, _info(logits, tok, params)
+
+
+def _draft_choice(logits, params: GenParams, gen):
+    """A draft token and the draft distribution q it came from (None when greedy)."""
+    torch = _torch()
+    if params.temperature <= 0:
+        return int(torch.argmax(logits)), None
+    q = _probs(logits, params)
+    return int(torch.multinomial(q, 1, generator=gen)), q
+
+
+def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
+    """Speculative acceptance of one row: (accepted count, committed tokens, infos).
+
+    ``logits[i]`` is the target's distribution for position i (after proposals[:i]);
+    committed tokens are the accepted proposals plus one target token.
+    """
+    torch = _torch()
+    toks, infos = [], []
+    for i, d in enumerate(proposals):
+        if params.temperature <= 0:
+            ok = int(torch.argmax(logits[i])) == d
+        else:
+            p = _probs(logits[i], params)
+            q = qs[i]
+            ratio = float(p[d] / q[d]) if float(q[d]) > 0 else 0.0
+            u = float(torch.rand((), generator=gen))
+            ok = u < min(1.0, ratio)
+        if not ok:
+            if params.temperature <= 0:
+                tok = int(torch.argmax(logits[i]))
+            else:
+                resid = torch.clamp(_probs(logits[i], params) - qs[i], min=0)
+                s = float(resid.sum())
+                resid = resid / s if s > 0 else _probs(logits[i], params)
+                tok = int(torch.multinomial(resid, 1, generator=gen))
+            toks.append(tok)
+            infos.append(_info(logits[i], tok, params))
+            return i, toks, infos
+        toks.append(d)
+        infos.append(_info(logits[i], d, params))
+    tok, info = _choose(logits[len(proposals)], params, gen)
+    toks.append(tok)
+    infos.append(info)
+    return len(proposals), toks, infos

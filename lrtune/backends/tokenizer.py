@@ -1,0 +1,43 @@
+"""Tokenizer side of a backend, shared by the vLLM and transformers backends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from lrtune.errors import ModelError
+
+
+class TokenizerMixin:
+    """``encode_prompt`` (chat template once, up front), ``decode`` and ``eos_ids``."""
+
+    model: str
+
+    def _load_tokenizer(self) -> None:
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot load tokenizer of {self.model}: {str(e).splitlines()[0]}") from None
+        eos = {self.tokenizer.eos_token_id}
+        gen_cfg = Path(self.model) / "generation_config.json"
+        if gen_cfg.is_file():
+            ids = json.loads(gen_cfg.read_text()).get("eos_token_id")
+            eos.update(ids if isinstance(ids, list) else [ids])
+        self.eos_ids = frozenset(i for i in eos if i is not None)
+
+    def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
+        """Token ids of ``prompt``, through the chat template when the model has one."""
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return list(ids)
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)

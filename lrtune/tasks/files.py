@@ -1,0 +1,87 @@
+"""Reading problem files: JSONL (bad lines reported with their number, then skipped),
+JSON lists, parquet, or a Hugging Face dataset name where a hub is reachable."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from lrtune.errors import ConfigError
+
+
+class DataWarning(UserWarning):
+    """A problem file had rows that could not be used (the rest are used)."""
+
+
+def read_rows(source: str, *, split: str = "test") -> list[dict]:
+    """Rows of a local ``.jsonl``/``.json``/``.parquet`` file, or of HF dataset ``source``.
+
+    Malformed JSONL lines are skipped with a :class:`DataWarning` naming the line number.
+    """
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json", ".parquet"))
+        if not files:
+            raise ConfigError(f"no .jsonl/.json/.parquet files in {path}")
+        return [row for f in files for row in read_rows(str(f), split=split)]
+    if path.suffix in (".jsonl", ".json", ".parquet") or path.exists() or "/" not in source or source.startswith((".", "~")):
+        if not path.is_file():
+            raise ConfigError(f"problem file not found: {source}")
+        if path.suffix == ".parquet":
+            return _read_parquet(path)
+        if path.suffix == ".json":
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+            if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+                raise ConfigError(f"{path}: expected a JSON list of objects")
+            return data
+        return list(_read_jsonl(path))
+    return _read_hub(source, split)
+
+
+def _read_jsonl(path: Path) -> Iterator[dict]:
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                warnings.warn(f"{path}:{lineno}: skipped malformed JSON line ({e.msg})", DataWarning, stacklevel=3)
+                continue
+            if not isinstance(row, dict):
+                warnings.warn(f"{path}:{lineno}: skipped line that is not a JSON object", DataWarning, stacklevel=3)
+                continue
+            row.setdefault("_line", lineno)
+            yield row
+
+
+def _read_parquet(path: Path) -> list[dict]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("reading parquet needs pyarrow: pip install pyarrow") from None
+    return pq.read_table(path).to_pylist()
+
+
+def _read_hub(name: str, split: str) -> list[dict]:
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(f"{name!r} is not a local file, and loading hub datasets needs `datasets`") from None
+    try:
+        return list(datasets.load_dataset(name, split=split))
+    except Exception as e:  # noqa: BLE001 - offline, missing, gated ...
+        raise ConfigError(f"cannot load dataset {name!r} split {split!r}: {str(e).splitlines()[0]}") from None
+
+
+def pick(row: dict, keys: tuple[str, ...], what: str, where: str) -> str:
+    """The first present key of ``row`` as a string; a ConfigError naming ``where`` if none."""
+    for k in keys:
+        if k in row and row[k] is not None:
+            return str(row[k])
+    raise ConfigError(f"{where}: row has no {what} field (looked for {', '.join(keys)})")

@@ -1,0 +1,175 @@
+"""Model-based verifiers: an LLM judge and the target's own score of a draft step.
+
+Both run on any :class:`~lrtune.backends.base.Backend` (by default the target's), score
+all pairs of a round in one batched call, and read the score from the probabilities of
+the first answer token (top-k logprobs), falling back to parsing the answer text.
+
+* ``llm_judge`` (the paper's semantic judge): the model sees the context, the target's
+  step and the draft's step and answers *aligned* or *unaligned*.
+  score = P(aligned) / (P(aligned) + P(unaligned)) over the first answer token.
+* ``target_score`` (SpecReason style): the model rates the draft step 0–9 for
+  correctness and usefulness after the context, without seeing the target's step.
+  score = E[rating] / 9 under the first-token distribution over the digits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from lrtune.backends.base import GenParams
+from lrtune.verifiers.base import StepPair
+
+TOP_K = 20
+ANSWER_TOKENS = 4
+
+JUDGE_PROMPT = """You compare two candidate next steps of a step-by-step solution.
+
+Problem and solution so far:
+<context>
+{context}
+</context>
+
+Step A:
+<step>
+{target}
+</step>
+
+Step B:
+<step>
+{draft}
+</step>
+
+Do Step A and Step B make the same reasoning move and reach the same intermediate results \
+(numbers, expressions, conclusions), even if worded differently? Answer with one word: aligned or unaligned."""
+
+SCORE_PROMPT = """Here is a problem, the solution so far, and a proposed next step.
+
+Problem and solution so far:
+<context>
+{context}
+</context>
+
+Proposed next step:
+<step>
+{draft}
+</step>
+
+Rate the proposed next step from 0 (wrong or useless) to 9 (correct and exactly what should come next). \
+Answer with a single digit."""
+
+_VERDICT = re.compile(r"\b(unaligned|not\s+aligned|misaligned|aligned)\b")
+
+
+def parse_judge_answer(text: str) -> bool | None:
+    """The judge's verdict from its answer text; None when it gave none.
+
+    The first of *aligned* / *unaligned* (also "not aligned", "misaligned") counts, in any
+    case, with any punctuation or brackets around it.
+    """
+    m = _VERDICT.search(text.lower())
+    if m is None:
+        return None
+    return m.group(1) == "aligned"
+
+
+def parse_rating(text: str) -> int | None:
+    """The first digit 0–9 of a rating answer; None when there is none."""
+    m = re.search(r"\d", text)
+    return int(m.group(0)) if m else None
+
+
+def _token_class(text: str) -> str | None:
+    """Which answer a first token starts: "aligned", "unaligned", or None."""
+    t = re.sub(r"[^a-z]", "", text.lower())
+    if len(t) < 2:
+        return None
+    if "unaligned".startswith(t) or t.startswith(("unalign", "notalign", "misalign")) or t in ("not", "mis"):
+        return "unaligned"
+    if "aligned".startswith(t) or t.startswith("align"):
+        return "aligned"
+    return None
+
+
+def judge_score(top: dict[int, float] | None, decode, text: str) -> float:
+    """P(aligned) / (P(aligned) + P(unaligned)) from the first position's top-k logprobs;
+    the parsed ``text`` verdict (1/0) when neither answer is in the top-k; 0 when none."""
+    mass = {"aligned": 0.0, "unaligned": 0.0}
+    for tok, lp in (top or {}).items():
+        cls = _token_class(decode([tok]))
+        if cls is not None:
+            mass[cls] += math.exp(lp)
+    total = mass["aligned"] + mass["unaligned"]
+    if total > 0:
+        return mass["aligned"] / total
+    verdict = parse_judge_answer(text)
+    return 1.0 if verdict else 0.0
+
+
+def rating_score(top: dict[int, float] | None, decode, text: str) -> float:
+    """E[rating]/9 over the digit tokens of the first position's top-k; the parsed digit/9
+    when no digit is in the top-k; 0 when there is no rating."""
+    num = den = 0.0
+    for tok, lp in (top or {}).items():
+        t = decode([tok]).strip()
+        if len(t) == 1 and t.isdigit():
+            p = math.exp(lp)
+            num += p * int(t)
+            den += p
+    if den > 0:
+        return num / den / 9.0
+    r = parse_rating(text)
+    return r / 9.0 if r is not None else 0.0
+
+
+class _ModelVerifier:
+    """Shared batching: one prompt per pair, one ``generate`` call per ``score``."""
+
+    name = "model"
+    template = ""
+
+    def __init__(self, backend, threshold: float) -> None:
+        self.backend = backend
+        self.threshold = threshold
+        self.calls = 0
+
+    def prompts(self, pairs: Sequence[StepPair]) -> list[list[int]]:
+        return [self.backend.encode_prompt(self.template.format(context=p.context.strip(), draft=p.draft.strip(),
+                                                                target=p.target.strip()))
+                for p in pairs]
+
+    def generate(self, pairs: Sequence[StepPair]):
+        if not pairs:
+            return []
+        self.calls += 1
+        params = GenParams(max_tokens=ANSWER_TOKENS, stop_at_delimiter=False, temperature=0.0, top_logprobs=TOP_K)
+        return self.backend.generate(self.prompts(pairs), params).outputs
+
+    def _decode(self, ids):
+        return self.backend.decode(ids, skip_special_tokens=True)
+
+
+class LLMJudgeVerifier(_ModelVerifier):
+    """The paper's semantic judge (see module docstring); default threshold 0.5."""
+
+    name = "llm_judge"
+    template = JUDGE_PROMPT
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        return [judge_score(o.top_logprobs[0] if o.top_logprobs else None, self._decode, o.text)
+                for o in self.generate(pairs)]
+
+
+class TargetScoreVerifier(_ModelVerifier):
+    """The model's 0–9 rating of the draft step, divided by 9; default threshold 7/9."""
+
+    name = "target_score"
+    template = SCORE_PROMPT
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        return [rating_score(o.top_logprobs[0] if o.top_logprobs else None, self._decode, o.text)
+                for o in self.generate(pairs)]
+
+
+DEFAULT_THRESHOLDS = {"llm_judge": 0.5, "target_score": 7 / 9}

@@ -1,0 +1,213 @@
+"""`lrtune collect` on the tiny pair (transformers backend): schema, counts, crash safety,
+sharding, merge, stats and bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from data_gen.collect import CollectConfig, CollectOptions, load_tables, merge, run, summarize_pairs  # noqa: E402
+from data_gen.stats import auroc  # noqa: E402
+from lrtune.api import ModelConfig  # noqa: E402
+from lrtune.decoder import DecodeConfig  # noqa: E402
+from lrtune.errors import ConfigError  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+
+KEY = ("problem_id", "round", "position", "branch")
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cdata") / "problems.jsonl"
+    with open(path, "w") as f:
+        for i, q in enumerate(sample_questions(4, seed=99)):
+            f.write(json.dumps({"id": f"q{i}", "question": q, "answer": str(i)}) + "\n")
+    return str(path)
+
+
+def cli_args(data_file, out, *extra, teacher="exact", limit=3):
+    pair = get_tiny_pair()
+    return ["--task", "custom", "--data", data_file, "--limit", str(limit), "--out", str(out), "--teacher", teacher,
+            "--backend", "transformers", "--target", str(pair.target), "--draft", str(pair.draft),
+            "--gamma1", "2", "--max-new-tokens", "48", "--max-step-tokens", "12", "--max-model-len", "512",
+            "--no-embedding-feature", "--no-progress", *extra]
+
+
+def collect_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "lrtune", "collect", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def make_cfg(data_file, out, teacher="llm_judge", **opts):
+    pair = get_tiny_pair()
+    return CollectConfig(
+        options=CollectOptions(task="custom", data=data_file, limit=3, teacher=teacher, out=str(out), progress=False,
+                               **opts),
+        models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", max_model_len=512),
+        decode=DecodeConfig(method="lr", gamma1=2, max_new_tokens=48, max_step_tokens=12),
+    )
+
+
+def rows_by_key(out):
+    pairs, _ = load_tables(out)
+    d = pairs.to_pylist()
+    return {tuple(r[k] for k in KEY): r for r in d}
+
+
+@pytest.fixture(scope="module")
+def collected(data_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("collect")
+    counts = run(make_cfg(data_file, out))
+    return out, counts
+
+
+def test_collect_writes_loadable_parquet_with_every_compared_pair(collected):
+    import datasets
+
+    out, counts = collected
+    ds = datasets.load_dataset("parquet", data_files=str(out / "pairs" / "*.parquet"), split="train")
+    probs = datasets.load_dataset("parquet", data_files=str(out / "problems" / "*.parquet"), split="train")
+    assert len(ds) == counts["rows"] > 0 and len(probs) == 3
+    for col in ("draft_step", "target_step", "teacher_score", "label", "draft_mean_logprob", "target_min_logprob",
+                "exact_match", "target_score", "embedding_cosine", "draft_s", "target_s", "judge_s", "prefix_text"):
+        assert col in ds.column_names
+    assert set(ds["teacher"]) == {"llm_judge"}
+    assert all(0.0 <= s <= 1.0 for s in ds["teacher_score"])
+    assert all(x is not None for x in ds["draft_mean_logprob"])
+    assert (out / "README.md").is_file() and "step pairs" in (out / "README.md").read_text()
+
+
+def test_counts_match_the_decoders_stats(collected):
+    out, _ = collected
+    pairs, probs = load_tables(out)
+    p = pairs.to_pylist()
+    for prob in probs.to_pylist():
+        mine = [r for r in p if r["problem_id"] == prob["problem_id"]]
+        assert len(mine) == prob["pairs"]
+        assert len({r["round"] for r in mine}) <= prob["rounds"]
+        # rejected pairs are recorded too (the first rejection of a round ends it)
+        for rnd in {r["round"] for r in mine}:
+            labels = [r["label"] for r in sorted(mine, key=lambda r: r["position"]) if r["round"] == rnd]
+            assert len(labels) <= 2
+
+
+def test_rerun_skips_finished_problems_and_changed_config_is_refused(collected, data_file):
+    out, counts = collected
+    before = {f.name: f.stat().st_mtime_ns for f in (out / "pairs").iterdir()}
+    again = run(make_cfg(data_file, out))
+    assert again["rows"] == counts["rows"]
+    assert {f.name: f.stat().st_mtime_ns for f in (out / "pairs").iterdir()} == before
+    with pytest.raises(ConfigError, match="another config"):
+        run(make_cfg(data_file, out, teacher="exact"))
+
+
+def test_stats_report_agreement_of_cheap_verifiers_with_the_teacher(collected):
+    out, _ = collected
+    s = summarize_pairs(out)
+    assert s["rows"] > 0 and 0.0 <= s["label_balance"] <= 1.0
+    assert {"exact", "embedding@0.95", "target_score@7/9"} <= set(s["agreement_with_teacher"])
+    proc = collect_cli("--stats", str(out))
+    assert proc.returncode == 0 and "agreement with the teacher" in proc.stdout
+
+
+def test_auroc_table():
+    assert auroc([0.1, 0.9], [False, True]) == 1.0
+    assert auroc([0.9, 0.1], [False, True]) == 0.0
+    assert auroc([0.5, 0.5, 0.5, 0.5], [True, False, True, False]) == 0.5
+    assert auroc([0.2, 0.4, 0.6], [True, True, True]) is None
+
+
+@pytest.fixture(scope="module")
+def reference(data_file, tmp_path_factory):
+    """An uninterrupted 3-problem run through the CLI (exact teacher)."""
+    ref = tmp_path_factory.mktemp("ref")
+    proc = collect_cli(*cli_args(data_file, ref))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return rows_by_key(ref)
+
+
+def test_sigkill_at_any_point_then_restart_gives_exactly_the_uninterrupted_rows(data_file, tmp_path, reference):
+    want = reference
+    for delay in (3.0, 6.0):
+        out = tmp_path / f"killed-{delay}"
+        proc = subprocess.Popen([sys.executable, "-m", "lrtune", "collect", *cli_args(data_file, out)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(delay)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        done = collect_cli(*cli_args(data_file, out))
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = rows_by_key(out)
+        assert set(got) == set(want)
+        for k in want:
+            assert got[k]["draft_step"] == want[k]["draft_step"] and got[k]["label"] == want[k]["label"]
+        assert not list((out / "pairs").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("point", ["after-pairs:1", "after-problems:0", "after-manifest:1"])
+def test_sigkill_between_file_writes_and_manifest_is_repaired(data_file, tmp_path, point, reference):
+    out = tmp_path / "killed"
+    env = {**os.environ, "LRTUNE_FAULT": point}
+    proc = subprocess.run([sys.executable, "-m", "lrtune", "collect", *cli_args(data_file, out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert collect_cli(*cli_args(data_file, out)).returncode == 0
+    assert rows_by_key(out).keys() == reference.keys()
+    listed = {e[k]["file"] for m in out.glob("manifest-*.json")
+              for e in json.loads(m.read_text())["finished"].values() for k in ("pairs", "problems")}
+    on_disk = {f"{d}/{f.name}" for d in ("pairs", "problems") for f in (out / d).iterdir()}
+    assert on_disk == listed  # no orphan left
+
+
+def test_corrupt_shard_file_is_detected_and_redone(data_file, tmp_path):
+    out = tmp_path / "c"
+    assert collect_cli(*cli_args(data_file, out, limit=2)).returncode == 0
+    want = rows_by_key(out)
+    victim = sorted((out / "pairs").glob("*.parquet"))[0]
+    victim.write_bytes(b"garbage")
+    proc = collect_cli(*cli_args(data_file, out, limit=2))
+    assert proc.returncode == 0 and "corrupt" in proc.stderr
+    assert rows_by_key(out).keys() == want.keys()
+
+
+def test_shards_union_equals_one_run_and_merge_is_idempotent(data_file, tmp_path):
+    one = tmp_path / "one"
+    assert collect_cli(*cli_args(data_file, one, limit=4)).returncode == 0
+    shard_dirs = []
+    for i in range(2):
+        d = tmp_path / f"s{i}"
+        proc = collect_cli(*cli_args(data_file, d, "--num-shards", "2", "--shard-id", str(i), limit=4))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        shard_dirs.append(str(d))
+    merged = tmp_path / "merged"
+    merge(shard_dirs, str(merged))
+    first = (merged / "pairs.parquet").read_bytes()
+    assert set(rows_by_key(merged)) == set(rows_by_key(one))
+    merge(shard_dirs + shard_dirs[:1], str(merged))
+    assert (merged / "pairs.parquet").read_bytes() == first
+
+
+def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.geteuid() != 0:  # root ignores directory permissions
+            proc = collect_cli(*cli_args(data_file, ro / "x"))
+            assert proc.returncode == 2 and "cannot write" in proc.stderr
+    finally:
+        ro.chmod(0o700)
+    for args, msg in ((["--shard-id", "3", "--num-shards", "2"], "--shard-id"),
+                      (["--method", "target"], "lr or lr+sd"),
+                      (["--teacher", "oracle"], "unknown verifier")):
+        proc = collect_cli(*cli_args(data_file, tmp_path / "bad"), *args)
+        assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = collect_cli("--stats", str(tmp_path / "nothing"))
+    assert proc.returncode == 2

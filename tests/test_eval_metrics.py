@@ -1,0 +1,85 @@
+"""Summary math of `lrtune evaluate` (pure functions over records)."""
+
+import math
+
+import pytest
+
+from eval import metrics
+from eval.evaluate import parse_methods, parse_sweep
+from lrtune.errors import ConfigError
+from lrtune.stats import DecodeStats
+
+
+def test_wilson_interval_contains_the_proportion_and_stays_in_unit_range():
+    for k, n in [(0, 10), (3, 10), (10, 10), (50, 100)]:
+        lo, hi = metrics.wilson_ci(k, n)
+        assert 0 <= lo <= k / n <= hi <= 1
+    lo, hi = metrics.wilson_ci(50, 100)
+    assert math.isclose(lo, 0.4038, abs_tol=1e-3) and math.isclose(hi, 0.5962, abs_tol=1e-3)
+    assert metrics.wilson_ci(0, 0) is None
+
+
+def test_bootstrap_interval_is_reproducible_and_brackets_the_mean():
+    vals = [1.0, 1.2, 0.9, 1.5, 1.1, 1.3]
+    a, b = metrics.bootstrap_ci(vals), metrics.bootstrap_ci(vals)
+    assert a == b and a[0] <= sum(vals) / len(vals) <= a[1]
+
+
+def rec(problem, method, wall, correct, **stats):
+    s = DecodeStats(wall_s=wall, generated_tokens=stats.pop("tokens", 10), **stats)
+    return {"problem": problem, "method": method, "wall_s": wall, "correct": correct, "stats": s.to_dict()}
+
+
+def test_speedup_is_per_problem_target_wall_over_method_wall():
+    records = [rec("a", "target", 10.0, True), rec("a", "lr", 5.0, True),
+               rec("b", "target", 6.0, False), rec("b", "lr", 6.0, True)]
+    s = metrics.summarize(records, ["target", "lr"])
+    assert s["lr"]["speedup_total"] == pytest.approx(16 / 11)
+    assert s["lr"]["speedup_mean"] == pytest.approx((2.0 + 1.0) / 2)
+    assert s["lr"]["speedup_median"] == pytest.approx(1.5)
+    assert s["target"]["speedup_total"] == pytest.approx(1.0)
+    assert s["lr"]["accuracy"] == 1.0 and s["target"]["accuracy"] == 0.5
+
+
+def test_acceptance_is_pooled_over_problems():
+    records = [rec("a", "target", 1.0, True), rec("a", "lr", 1.0, True, drafted_by_pos=[2, 1], accepted_by_pos=[1, 1]),
+               rec("b", "target", 1.0, True), rec("b", "lr", 1.0, True, drafted_by_pos=[2, 0], accepted_by_pos=[2, 0])]
+    s = metrics.summarize(records, ["target", "lr"])["lr"]
+    assert s["alpha1_by_pos"] == [0.75, 1.0] and s["alpha1"] == pytest.approx(4 / 5)
+
+
+def test_methods_always_start_with_the_target_baseline_and_reject_unknown_names():
+    specs = parse_methods("lr+sd,sd", None, 2, 4)
+    assert [s.label for s in specs] == ["target", "lr+sd", "sd"]
+    assert specs[1].gamma1 == 2 and specs[1].gamma2 == 4 and specs[2].gamma1 == 0
+    with pytest.raises(ConfigError, match="unknown method"):
+        parse_methods("target,beam", None, 2, 4)
+
+
+def test_sweep_grid_adds_one_method_per_point_and_skips_the_origin():
+    specs = parse_methods("target", "gamma1=0,2 gamma2=0,4", 2, 4)
+    assert [(s.kind, s.gamma1, s.gamma2) for s in specs[1:]] == [("sd", 0, 4), ("lr", 2, 0), ("lr+sd", 2, 4)]
+    for bad in ("gamma3=1", "gamma1=a", "gamma1=99", ""):
+        with pytest.raises(ConfigError):
+            parse_sweep(bad)
+
+
+def test_prediction_uses_the_speedup_model():
+    from lrtune.speedup import f_sync, g
+
+    assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3) == pytest.approx(g(0.8, 0.3, 4))
+    assert metrics.predicted_speedup("lr", 2, 0, 0.5, None, 0.3, [1.0, 1.1, 1.2]) == pytest.approx(
+        f_sync(0.5, 0.3, 2, batch_cost=[1.0, 1.1, 1.2]))
+    assert metrics.predicted_speedup("lr", 2, 0, None, None, 0.3) is None
+
+
+def test_method_options_parse_into_async_width_and_verifier():
+    from eval.evaluate import parse_method
+
+    s = parse_method("lr+sd/async/v=llm_judge", 2, 4)
+    assert (s.kind, s.async_lr, s.width, s.verifier, s.gamma1, s.gamma2) == ("lr+sd", True, 1, "llm_judge", 2, 4)
+    assert parse_method("lr/w=2", 3, 4).width == 2
+    assert parse_method("lr/v=random(0.5)", 3, 4).verifier == "random(0.5)"
+    for bad in ("lr/fast", "sd/async", "lr/w=x", "beam/async"):
+        with pytest.raises(ConfigError):
+            parse_method(bad, 2, 4)

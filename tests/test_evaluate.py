@@ -1,0 +1,150 @@
+"""`lrtune evaluate` end to end on the tiny pair: files, schema, resume, recomputable summary."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from eval import metrics  # noqa: E402
+from eval.evaluate import EvalConfig, EvalOptions, load_records, run  # noqa: E402
+from lrtune.api import ModelConfig  # noqa: E402
+from lrtune.decoder import DecodeConfig  # noqa: E402
+from lrtune.errors import ConfigError  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+
+RECORD_KEYS = {"problem", "index", "method", "kind", "gamma1", "gamma2", "answer", "expected", "correct", "tokens",
+               "wall_s", "finish", "text", "stats"}
+METHOD_KEYS = {"n", "accuracy", "accuracy_ci95", "speedup_total", "speedup_mean", "speedup_mean_ci95",
+               "speedup_median", "alpha1", "alpha1_by_pos", "alpha2", "mean_accepted_steps_per_round",
+               "time_split_s", "tokens_per_s", "predicted_speedup"}
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "problems.jsonl"
+    with open(path, "w") as f:
+        for i, q in enumerate(sample_questions(3)):
+            f.write(json.dumps({"id": f"p{i}", "question": q, "answer": str(i)}) + "\n")
+    return str(path)
+
+
+def make_cfg(data_file, out, **opts):
+    pair = get_tiny_pair()
+    return EvalConfig(
+        options=EvalOptions(task="custom", data=data_file, limit=3, methods="target,lr", out=str(out), progress=False,
+                            warmup_tokens=8, **opts),
+        models=ModelConfig(target=str(pair.target), draft=str(pair.draft), verifier="random(0.5)", dtype="float32",
+                           max_model_len=512, kv_cache_gib=0.25),
+        decode=DecodeConfig(gamma1=2, gamma2=2, max_new_tokens=40, max_step_tokens=16),
+    )
+
+
+@pytest.fixture(scope="module")
+def first_run(data_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval")
+    summary = run(make_cfg(data_file, out))
+    return out, summary
+
+
+def test_evaluate_writes_records_summary_report_and_plots(first_run):
+    out, summary = first_run
+    for name in ("config.json", "records.jsonl", "summary.json", "report.md", "speedup_vs_accuracy.png",
+                 "acceptance_by_position.png", "time_split.png"):
+        assert (out / name).is_file(), name
+    records = load_records(out / "records.jsonl")
+    assert len(records) == 3 * 2
+    assert all(RECORD_KEYS <= set(r) for r in records)
+    assert {(r["problem"], r["method"]) for r in records} == {(f"p{i}", m) for i in range(3) for m in ("target", "lr")}
+    data = json.loads((out / "summary.json").read_text())
+    assert set(data["methods"]) == {"target", "lr"}
+    assert all(METHOD_KEYS <= set(row) for row in data["methods"].values())
+    assert data["methods"]["target"]["speedup_total"] == pytest.approx(1.0)
+    assert 0.0 <= data["evaluator_overhead"] < 1.0
+    report = (out / "report.md").read_text()
+    assert "| target |" in report and "| lr |" in report and "α1 by draft position" in report
+    assert summary["lr"]["n"] == 3
+
+
+def test_methods_run_interleaved_in_a_rotating_order(first_run):
+    out, _ = first_run
+    order = [r["method"] for r in load_records(out / "records.jsonl")]
+    assert order == ["target", "lr", "lr", "target", "target", "lr"]
+
+
+def test_summary_numbers_are_recomputable_from_the_records(first_run):
+    out, _ = first_run
+    data = json.loads((out / "summary.json").read_text())
+    again = metrics.summarize(load_records(out / "records.jsonl"), ["target", "lr"])
+    for m in ("target", "lr"):
+        for k, v in again[m].items():
+            got = data["methods"][m][k]
+            assert got == (list(v) if isinstance(v, tuple) else v) or got == pytest.approx(v), (m, k)
+
+
+def test_rerun_with_the_same_out_skips_finished_pairs(first_run, data_file):
+    out, _ = first_run
+    before = (out / "records.jsonl").read_text()
+    summary = run(make_cfg(data_file, out))
+    assert (out / "records.jsonl").read_text() == before
+    assert summary.data["timing"]["loop_s"] == 0.0 and summary["lr"]["n"] == 3
+
+
+def test_torn_last_record_is_redone_and_a_changed_config_is_refused(first_run, data_file, tmp_path):
+    out, _ = first_run
+    work = tmp_path / "copy"
+    work.mkdir()
+    for name in ("config.json", "records.jsonl"):
+        (work / name).write_bytes((out / name).read_bytes())
+    lines = (work / "records.jsonl").read_text().splitlines()
+    (work / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])  # killed mid-write
+    summary = run(make_cfg(data_file, work))
+    records = load_records(work / "records.jsonl")
+    assert len(records) == 6 and summary["lr"]["n"] == 3
+    assert [r["method"] for r in records][:5] == [json.loads(x)["method"] for x in lines[:5]]
+    changed = make_cfg(data_file, work)
+    changed.decode.gamma1 = 3
+    with pytest.raises(ConfigError, match="different config.*gamma1"):
+        run(changed)
+    changed.options.overwrite = True
+    changed.options.methods = "target"
+    summary = run(changed)
+    assert summary["target"]["n"] == 3
+    assert list(work.glob("records.jsonl.bak-*")), "old records must be kept"
+
+
+def lrtune(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "lrtune", "evaluate", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_bad_input_gives_one_line_errors_and_exit_2(tmp_path, data_file):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    cases = [
+        (["--methods", "target,beam"], "unknown method"),
+        (["--task", "custom", "--data", str(tmp_path / "missing.jsonl")], "not found"),
+        (["--task", "custom", "--data", str(empty)], "no problems"),
+        (["--task", "custom", "--data", data_file, "--sweep", "gamma3=1"], "--sweep"),
+        (["--limit", "0"], "--limit"),
+        (["--methods", "lr/v=oracle"], "unknown verifier"),
+    ]
+    for args, msg in cases:
+        proc = lrtune(*args, "--out", str(tmp_path / "out"))
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert msg in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_method_variants_async_branches_and_verifiers_run_side_by_side(data_file, tmp_path):
+    cfg = make_cfg(data_file, tmp_path / "variants")
+    cfg.options.limit = 2
+    cfg.options.methods = "lr,lr/w=2,lr/async/v=exact"
+    summary = run(cfg)
+    assert set(summary.methods) == {"target", "lr", "lr/w=2", "lr/async/v=exact"}
+    rows = summary.methods
+    assert rows["lr/w=2"]["width"] == 2 and rows["lr/async/v=exact"]["async_lr"]
+    assert rows["lr/async/v=exact"]["verifier"] == "exact" and rows["lr"]["verifier"] == "random(0.5)"
+    assert all(r["n"] == 2 for r in rows.values())

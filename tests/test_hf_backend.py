@@ -1,0 +1,144 @@
+"""Invariants (DESIGN §3.1) on the transformers backend with the tiny float32 pair."""
+
+import pytest
+import torch
+
+from lrtune.backends.base import GenParams
+from lrtune.backends.hf import HFBackend
+from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.verifiers import StepPair, make_verifier
+from tiny_models import get_tiny_pair, sample_questions
+
+MAX_NEW = 96
+
+
+@pytest.fixture(scope="module")
+def models():
+    torch.set_num_threads(1)
+    pair = get_tiny_pair()
+    draft = HFBackend(str(pair.draft), name="draft")
+    target = HFBackend(str(pair.target), name="target", spec=draft)
+    return target, draft
+
+
+@pytest.fixture(scope="module")
+def prompts(models):
+    return [models[0].encode_prompt(q) for q in sample_questions(3)]
+
+
+def reference_greedy(target, prompt, n=MAX_NEW):
+    """transformers' own generate(), cut at EOS."""
+    out = target.lm.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                             eos_token_id=sorted(target.eos_ids), pad_token_id=0)[0, len(prompt):].tolist()
+    for i, t in enumerate(out):
+        if t in target.eos_ids:
+            return out[:i + 1]
+    return out
+
+
+def test_device_auto_picks_cpu_without_a_gpu(models):
+    assert models[0].device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_plain_decoding_equals_transformers_generate(models, prompts):
+    target, _ = models
+    dec = LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=MAX_NEW))
+    for p in prompts:
+        assert dec.decode(p)[0].token_ids == reference_greedy(target, p)
+
+
+@pytest.mark.parametrize("method", ["sd", "lr", "lr+sd"])
+def test_every_method_with_the_never_verifier_equals_target_greedy(models, prompts, method):
+    target, draft = models
+    cfg = DecodeConfig(method=method, gamma1=3, gamma2=3, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    for p in prompts:
+        res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
+        assert res.token_ids == reference_greedy(target, p)
+        if "sd" in method:
+            assert stats.drafted_tokens > 0 and 0 <= stats.alpha2 <= 1
+            assert sum(stats.sd_accepted_by_pos) == stats.accepted_tokens
+
+
+def test_identical_draft_with_exact_verifier_accepts_every_step(models, prompts):
+    target, _ = models
+    cfg = DecodeConfig(method="lr+sd", gamma1=3, gamma2=3, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    for p in prompts:
+        res, stats = LookaheadDecoder(target, target, make_verifier("exact"), cfg).decode(p)
+        assert res.token_ids == reference_greedy(target, p) and stats.alpha1 == 1.0
+
+
+def test_batched_left_padded_steps_equal_one_by_one(models, prompts):
+    target, _ = models
+    params = GenParams(max_tokens=20)
+    batch = target.generate(prompts, params).outputs
+    single = [target.generate([p], params).outputs[0] for p in prompts]
+    assert [b.token_ids for b in batch] == [s.token_ids for s in single]
+    for b in batch:
+        assert b.finish in ("delimiter", "eos", "length")
+
+
+def test_committed_prefix_is_not_recomputed_across_rounds(models, prompts):
+    target, draft = models
+    p = prompts[1]
+    before = target.prefill_tokens
+    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    res, stats = LookaheadDecoder(target, draft, make_verifier("random(0.5)"), cfg).decode(p)
+    # without reuse every round would prefill the prompt again: rounds x len(prompt) tokens
+    computed = target.prefill_tokens - before
+    assert stats.rounds >= 3
+    assert computed < len(p) + len(res.token_ids) + stats.rounds * 2 * 24
+    assert computed < stats.rounds * len(p)
+
+
+def test_seeded_sampling_reproduces_and_seeds_matter(models, prompts):
+    target, draft = models
+    def run(seed, method):
+        cfg = DecodeConfig(method=method, gamma1=2, gamma2=2, temperature=0.9, seed=seed, max_new_tokens=40,
+                           max_step_tokens=16)
+        return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[2])[0].token_ids
+    for method in ("target", "lr+sd"):
+        assert run(3, method) == run(3, method)
+    assert run(3, "target") != run(4, "target")
+
+
+def test_logprobs_and_top_logprobs_per_generated_token(models, prompts):
+    target, _ = models
+    for k in (0, 2):
+        out = target.generate(prompts[:2], GenParams(max_tokens=12, top_logprobs=3, num_speculative_tokens=k)).outputs
+        for o in out:
+            assert len(o.logprobs) == len(o.top_logprobs) == len(o.token_ids)
+            for tok, lp, top in zip(o.token_ids, o.logprobs, o.top_logprobs):
+                assert lp <= 0 and tok in top and len(top) >= 3
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_two_branches_with_the_never_verifier_equal_target_greedy(models, prompts, method):
+    target, draft = models
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=2, width=2, max_new_tokens=64, max_step_tokens=16)
+    for p in prompts[:2]:
+        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
+        assert res.token_ids == reference_greedy(target, p, 64)
+
+
+def test_decoder_api_and_judge_verifier_run_on_the_transformers_backend():
+    from lrtune import Decoder
+
+    pair = get_tiny_pair()
+    dec = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), backend="transformers",
+                                  method="lr+sd", verifier="llm_judge", gamma1=2, gamma2=2, max_step_tokens=16,
+                                  max_model_len=1024, progress=False)
+    out = dec.generate(sample_questions(1), max_new_tokens=32)[0]
+    assert 0 < len(out.token_ids) <= 32 and out.stats.verifier_calls == out.stats.rounds >= 1
+    assert dec.decoder.verifier.calls == out.stats.verifier_calls
+    scores = dec.decoder.verifier.score([StepPair("c", "x = 1", "x = 1")])
+    assert 0.0 <= scores[0] <= 1.0
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_async_lr_with_the_never_verifier_equals_target_greedy(models, prompts, method):
+    target, draft = models
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=2, max_new_tokens=64, max_step_tokens=16, async_lr=True)
+    for p in prompts[:2]:
+        res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
+        assert res.token_ids == reference_greedy(target, p, 64)
+        assert stats.overlap_s >= 0.0
