@@ -225,9 +225,9 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
             old = json.loads(cfg_path.read_text())
         except json.JSONDecodeError:
             old = None
-        if old != key and not cfg.options.overwrite:
-            diff = _diff_keys(old, key) if isinstance(old, dict) else []
-            raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff) or 'unreadable config'}); "
+        diff = _changed(old, key) if isinstance(old, dict) else ["unreadable config"]
+        if diff and not cfg.options.overwrite:
+            raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
                               "use another --out, or --overwrite to start over (old records are kept)")
     if cfg.options.overwrite:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -236,6 +236,21 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
                 (out / name).rename(out / f"{name}.bak-{stamp}")
     _atomic_write(cfg_path, json.dumps(key, indent=1))
     return out, load_records(out / RECORDS)
+
+
+def _changed(old: dict, new: dict) -> list[str]:
+    """Config keys whose value changed. A key that a newer lrtune added is unchanged when
+    the run uses its default (so upgrading lrtune does not orphan a run)."""
+    defaults = resume_key(EvalConfig(options=EvalOptions(), models=ModelConfig(), decode=DecodeConfig()))
+    out = []
+    for name in _diff_keys(old, new):
+        section, _, key = name.partition(".")
+        if key and key not in old.get(section, {}) and new.get(section, {}).get(key) == defaults.get(section, {}).get(key):
+            continue
+        if key and key not in new.get(section, {}):
+            continue  # an option this lrtune no longer has
+        out.append(name)
+    return out
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -282,13 +297,23 @@ def run(cfg: EvalConfig) -> Summary:
         _log(f"resuming {out}: {len(done)} decodes done, {len(todo)} to go")
 
     timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0}
-    batch_cost = None
+    previous = _previous_summary(out)
+    batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
     if todo:
         dec, batch_cost = _start(cfg, specs, task, problems, timing)
         _decode_all(dec, cfg, specs, task, problems, done, out, timing)
     records = load_records(out / RECORDS)
-    data = write_reports(cfg, specs, problems, records, out, timing, batch_cost)
+    total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
+    data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing)
     return Summary(methods=data["methods"], out_dir=out, data=data)
+
+
+def _previous_summary(out: Path) -> dict:
+    """The last summary of this run directory (its timings accumulate across invocations)."""
+    try:
+        return json.loads((out / SUMMARY).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
 
 
 def _start(cfg: EvalConfig, specs, task, problems, timing):
@@ -438,7 +463,8 @@ class _Progress:
 
 
 # ---- reports ---------------------------------------------------------------------------
-def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost) -> dict:
+def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost,
+                  this_run: dict | None = None) -> dict:
     """summary.json, report.md and plots from the records of the current problems."""
     from eval.report import render_markdown, write_plots
 
@@ -451,6 +477,10 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         row = rows[s.label]
         row.update(kind=s.kind, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
                    verifier=s.verifier or cfg.models.verifier)
+        if s.kind not in ("sd", "lr+sd"):
+            row["alpha2"] = None  # no token-level SD in this method
+        if s.kind not in ("lr", "lr+sd"):
+            row["alpha1"], row["alpha1_by_pos"] = None, []
         b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
         pred = metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b)
         row["predicted_speedup"] = pred
@@ -464,6 +494,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "c_measured": c,
         "batch_cost": batch_cost,
         "timing": timing,
+        "timing_this_invocation": this_run if this_run is not None else timing,
+        "sweep": bool(cfg.options.sweep),
         "evaluator_overhead": ((loop - timing.get("decode_s", 0.0)) / loop) if loop > 0 else None,
         "machine": machine_info(),
         "config": resume_key(cfg),

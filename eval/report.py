@@ -67,8 +67,8 @@ def render_markdown(data: dict) -> str:
     t = data["timing"]
     lines += ["", "## Run", "",
               f"Engine start {_f(t.get('load_s'), '.1f')} s, warm-up {_f(t.get('warmup_s'), '.1f')} s, "
-              f"decode loop {_f(t.get('loop_s'), '.1f')} s (this invocation); evaluator overhead (loop time "
-              f"outside decoding) {_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.2f')}%."]
+              f"decode loop {_f(t.get('loop_s'), '.1f')} s (all invocations of this run); evaluator overhead (loop "
+              f"time outside decoding) {_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.3f')}%."]
     if data.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in data["plots"]]
     return "\n".join(lines) + "\n"
@@ -139,7 +139,7 @@ def write_plots(data: dict, out: Path) -> list[Path]:
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     paths.append(_save(fig, out / "time_split.png"))
 
-    grid = [r for r in rows.values() if r["kind"] != "target"]
+    grid = [r for r in rows.values() if r["kind"] != "target"] if data.get("sweep") else []
     g1s = sorted({r["gamma1"] for r in grid})
     g2s = sorted({r["gamma2"] for r in grid})
     if len(grid) >= 3 and len(g1s) > 1 and len(g2s) > 1:

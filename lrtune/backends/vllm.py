@@ -204,7 +204,9 @@ class VLLMBackend(TokenizerMixin):
         t0 = time.perf_counter()
         results = llm.generate(prompts, sps, use_tqdm=False)
         seconds = time.perf_counter() - t0
-        sd = counter.snapshot().minus(before) if counter is not None else None
+        # γ2 = 0 on the shared engine: no SD by construction (its counter may still show a
+        # draft of the previous call's last step, which the engine reports one step late).
+        sd = counter.snapshot().minus(before) if (counter is not None and not no_spec) else None
         outputs = []
         for res in results:
             comp = res.outputs[0]
