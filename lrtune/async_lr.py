@@ -96,13 +96,15 @@ class _Worker:
                 params = jobs[0].params
                 if len(jobs) > 1 and params.seeds is not None:
                     params = _with_seeds(params, tuple(s for j in jobs for s in j.params.seeds))
-                t0 = time.perf_counter()
                 if getattr(self.backend, "concurrent_safe", False):
+                    t0 = time.perf_counter()
                     out = self.backend.generate([j.prefix for j in jobs], params)
+                    self.busy_s += time.perf_counter() - t0
                 else:
-                    with _ENGINE_LOCK:
+                    with _ENGINE_LOCK:  # busy time excludes the wait for the lock
+                        t0 = time.perf_counter()
                         out = self.backend.generate([j.prefix for j in jobs], params)
-                self.busy_s += time.perf_counter() - t0
+                        self.busy_s += time.perf_counter() - t0
                 self.account(out)  # all work is billed, also work that a rejection made useless
                 for j, g in zip(jobs, out.outputs):
                     j.future.set_result((g, out))

@@ -57,3 +57,13 @@ def test_async_with_a_random_verifier_commits_a_consistent_sequence(seed):
 def test_async_with_several_branches_is_refused():
     with pytest.raises(ConfigError, match="async"):
         DecodeConfig(method="lr", width=2, async_lr=True).validate()
+
+
+def test_backends_that_cannot_run_concurrently_never_overlap():
+    class Serial(SlowFakeBackend):
+        concurrent_safe = False
+
+    target, draft = Serial(chain(1), seed=1), Serial(chain(101), seed=2)
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, async_lr=True)
+    _, stats = LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=1), cfg).decode([5, 7, 9])
+    assert stats.overlap_s < 0.005  # only timer jitter: calls take one lock
