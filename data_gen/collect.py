@@ -31,9 +31,10 @@ from lrtune.api import ModelConfig
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
+from lrtune.runfiles import ProgressBar, config_key, log, read_json, writable_dir, write_atomic
 
 from data_gen import stats as pair_stats
-from data_gen.store import ShardStore, all_entries, parquet_bytes, write_atomic
+from data_gen.store import ShardStore, all_entries
 
 CONFIG = "collect_config.json"
 RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new")
@@ -99,7 +100,7 @@ def _lp_stats(g) -> tuple[float | None, float | None]:
     return sum(lps) / len(lps), min(lps)
 
 
-def pair_rows(problem_id: str, task: str, teacher: str, rnd, decode_text) -> list[dict]:
+def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
     """Every (branch, position) pair one round compared (pure given the round record)."""
     branches = rnd.branches or [rnd.drafts]
     b_targets = rnd.branch_targets or [rnd.targets]
@@ -134,41 +135,27 @@ def _finite(x):
 
 
 # ---- the run ---------------------------------------------------------------------------
-def config_key(cfg: CollectConfig) -> dict:
-    d = {"options": dataclasses.asdict(cfg.options), "models": dataclasses.asdict(cfg.models),
-         "decode": dataclasses.asdict(cfg.decode)}
-    for k in RESUME_FREE:
-        d["options"].pop(k, None)
-    return d
+def collect_key(cfg: CollectConfig) -> dict:
+    """The part of the config that must match to append to an existing dataset."""
+    return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
 
 
 def prepare_out(cfg: CollectConfig) -> Path:
-    out = Path(cfg.options.out).expanduser()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"cannot write to output directory {out}: {e.strerror or e}") from None
-    key = config_key(cfg)
+    out = writable_dir(cfg.options.out)
+    key = collect_key(cfg)
     path = out / CONFIG
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            old = None
-        if old != key:
-            if not cfg.options.force_new:
-                raise ConfigError(f"{out} holds a dataset collected with another config; use another --out or "
-                                  "--force-new (the old files move to a backup folder)")
-            backup = out / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
-            backup.mkdir()
-            for p in list(out.iterdir()):
-                if not p.name.startswith("backup-"):
-                    shutil.move(str(p), backup / p.name)
-    if not path.is_file() or json.loads(path.read_text()) != key:
-        write_atomic(path, json.dumps(key, indent=1).encode())
+    old = read_json(path) if path.is_file() else key
+    if old != key:
+        if not cfg.options.force_new:
+            raise ConfigError(f"{out} holds a dataset collected with another config; use another --out or "
+                              "--force-new (the old files move to a backup folder)")
+        backup = out / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
+        backup.mkdir()
+        for p in list(out.iterdir()):
+            if not p.name.startswith("backup-"):
+                shutil.move(str(p), backup / p.name)
+    if old != key or not path.is_file():
+        write_atomic(path, json.dumps(key, indent=1))
     return out
 
 
@@ -197,13 +184,13 @@ def run(cfg: CollectConfig) -> dict:
         warnings.simplefilter("always")
         store = ShardStore(out, opts.shard_id)
     for w in caught:
-        _log(f"warning: {w.message}")
+        log(f"warning: {w.message}")
     removed = store.clean_orphans()
     if removed:
-        _log(f"removed {removed} file(s) of an interrupted run")
+        log(f"removed {removed} file(s) of an interrupted run")
     todo = [(i, p) for i, p in mine if p.id not in store.finished]
     if store.finished:
-        _log(f"resuming {out}: {len(mine) - len(todo)} of {len(mine)} problems done")
+        log(f"resuming {out}: {len(mine) - len(todo)} of {len(mine)} problems done")
     if todo:
         _collect(cfg, dcfg, task, todo, store)
     counts = write_card(out)
@@ -231,8 +218,9 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
 
         scorer = make_verifier("target_score", backend=dec.decoder.target)
     pschema, qschema = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
-    bar = _Bar(len(todo), opts.progress)
+    bar = ProgressBar("collect", len(todo), opts.progress)
     labels = [0, 0]
+    n_rows = 0
     try:
         for i, prob in todo:
             ids = dec.encode(task.prompt(prob))
@@ -240,7 +228,7 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             res, st = dec.decoder.decode(ids, dcfg, on_round=rounds.append)
             rows = []
             for r in rounds:
-                rr = pair_rows(prob.id, opts.task, opts.teacher, r, dec.decoder.target.decode)
+                rr = pair_rows(prob.id, opts.task, opts.teacher, r)
                 prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
                 context = dec.decoder.target.decode(prefix[-dcfg.context_tokens:])
                 prefix_text = dec.decoder.target.decode(prefix)
@@ -277,38 +265,10 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             store.add(prob.id, i, [{k: _finite(v) for k, v in r.items()} for r in rows], prow, pschema, qschema)
             for r in rows:
                 labels[r["label"]] += 1
-            bar.advance(len(rows), labels)
+            n_rows += len(rows)
+            bar.advance(1, f"{n_rows} rows, accepted {labels[1] / n_rows:.0%}" if n_rows else f"{n_rows} rows")
     finally:
         bar.close()
-
-
-class _Bar:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.p = None
-        self.rows = 0
-        self.lines = enabled and not sys.stderr.isatty()
-        self.done, self.total = 0, total
-        if enabled and not self.lines:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.p = Progress(TextColumn("collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                              TextColumn("{task.description}"))
-            self.p.start()
-            self.task = self.p.add_task("", total=total)
-
-    def advance(self, rows: int, labels: list[int]) -> None:
-        self.rows += rows
-        self.done += 1
-        n = sum(labels)
-        text = f"{self.rows} rows, accepted {labels[1] / n:.0%}" if n else f"{self.rows} rows"
-        if self.p is not None:
-            self.p.update(self.task, advance=1, description=text)
-        elif self.lines:
-            _log(f"[{self.done}/{self.total}] {text}")
-
-    def close(self) -> None:
-        if self.p is not None:
-            self.p.stop()
 
 
 # ---- reading, merging, stats -----------------------------------------------------------
@@ -358,7 +318,7 @@ def merge(dirs: list[str], out: str) -> dict:
         pq.write_table(table, sink)
         write_atomic(dest / name, sink.getvalue().to_pybytes())
     if configs:
-        write_atomic(dest / CONFIG, json.dumps(json.loads(next(iter(configs))), indent=1).encode())
+        write_atomic(dest / CONFIG, json.dumps(json.loads(next(iter(configs))), indent=1))
     return write_card(dest)
 
 
@@ -406,7 +366,7 @@ def write_card(out: Path) -> dict:
         "Config: `collect_config.json`. The shard manifests (`manifest-s*.json`) list the finished problems "
         "with sha256 checksums of their files.",
     ]
-    write_atomic(out / "README.md", ("\n".join(lines) + "\n").encode())
+    write_atomic(out / "README.md", "\n".join(lines) + "\n")
     return s
 
 
@@ -464,16 +424,12 @@ def main_from_args(args) -> int:
     cfg = config_from_args(args)
     if args.merge:
         s = merge(args.merge, cfg.options.out)
-        _log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
+        log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
         return 0
     counts = run(cfg)
-    _log(f"{counts['problems']} problems, {counts['rows']} step pairs in {cfg.options.out}")
+    log(f"{counts['problems']} problems, {counts['rows']} step pairs in {cfg.options.out}")
     print_stats(counts)
     return 0
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

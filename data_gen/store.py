@@ -24,21 +24,7 @@ import warnings
 from pathlib import Path
 
 from lrtune.errors import ConfigError
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file, fsync and rename (never half-written)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+from lrtune.runfiles import write_atomic
 
 
 def parquet_bytes(rows: list[dict], schema=None) -> bytes:
@@ -116,7 +102,7 @@ class ShardStore:
             _fault_point(f"after-{kind}", len(self.finished))
         self.finished[problem_id] = entry
         data = {"shard_id": self.shard_id, "finished": self.finished}
-        write_atomic(self.manifest_path, json.dumps(data, indent=1, sort_keys=True).encode())
+        write_atomic(self.manifest_path, json.dumps(data, indent=1, sort_keys=True))
         _fault_point("after-manifest", len(self.finished) - 1)
 
 

@@ -31,6 +31,7 @@ from lrtune.api import ModelConfig
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.decoder import METHODS, DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
+from lrtune.runfiles import ProgressBar, config_key, log, read_json, writable_dir, write_atomic
 
 from eval import metrics
 
@@ -179,7 +180,7 @@ def load_records(path: Path) -> list[dict]:
             raise ConfigError(f"{path}:{i + 1}: corrupt record; move the file away to start over") from None
     if bad_tail:
         warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
-        _atomic_write(path, "".join(json.dumps(r) + "\n" for r in good))
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in good))
     return good
 
 
@@ -190,42 +191,19 @@ def append_record(path: Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-
-
 def resume_key(cfg: EvalConfig) -> dict:
     """The part of the config that must match to append to an existing run."""
-    d = {"options": dataclasses.asdict(cfg.options), "models": dataclasses.asdict(cfg.models),
-         "decode": dataclasses.asdict(cfg.decode)}
-    for k in RESUME_FREE:
-        d["options"].pop(k, None)
-    return d
+    return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
 
 
 def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
     """Create/validate ``--out``; return it and the records already there."""
-    out = Path(cfg.options.out).expanduser()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"cannot write to output directory {out}: {e.strerror or e}") from None
+    out = writable_dir(cfg.options.out)
     key = resume_key(cfg)
     cfg_path = out / CONFIG
     if cfg_path.is_file():
-        try:
-            old = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError:
-            old = None
-        diff = _changed(old, key) if isinstance(old, dict) else ["unreadable config"]
+        old = read_json(cfg_path)
+        diff = _changed(old, key) if old is not None else ["unreadable config"]
         if diff and not cfg.options.overwrite:
             raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
                               "use another --out, or --overwrite to start over (old records are kept)")
@@ -234,7 +212,7 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
         for name in (RECORDS, SUMMARY, REPORT, CONFIG):
             if (out / name).exists():
                 (out / name).rename(out / f"{name}.bak-{stamp}")
-    _atomic_write(cfg_path, json.dumps(key, indent=1))
+    write_atomic(cfg_path, json.dumps(key, indent=1))
     return out, load_records(out / RECORDS)
 
 
@@ -285,7 +263,7 @@ def run(cfg: EvalConfig) -> Summary:
         warnings.simplefilter("always")
         problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
     for w in caught:
-        _log(f"warning: {w.message}")
+        log(f"warning: {w.message}")
     if not problems:
         raise ConfigError(f"no problems to evaluate in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
     if len({p.id for p in problems}) != len(problems):
@@ -294,7 +272,7 @@ def run(cfg: EvalConfig) -> Summary:
     done = {(r["problem"], r["method"]) for r in records}
     todo = [(p, s) for p in problems for s in specs if (p.id, s.label) not in done]
     if done:
-        _log(f"resuming {out}: {len(done)} decodes done, {len(todo)} to go")
+        log(f"resuming {out}: {len(done)} decodes done, {len(todo)} to go")
 
     timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0}
     previous = _previous_summary(out)
@@ -310,10 +288,7 @@ def run(cfg: EvalConfig) -> Summary:
 
 def _previous_summary(out: Path) -> dict:
     """The last summary of this run directory (its timings accumulate across invocations)."""
-    try:
-        return json.loads((out / SUMMARY).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    return read_json(out / SUMMARY) or {}
 
 
 def _start(cfg: EvalConfig, specs, task, problems, timing):
@@ -328,7 +303,7 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
         dec.start_engines(s.decode_config(cfg.decode))
     dec.method_verifiers = _method_verifiers(dec, cfg, specs)
     timing["load_s"] = time.perf_counter() - t0
-    _log(f"engines ready in {timing['load_s']:.1f} s")
+    log(f"engines ready in {timing['load_s']:.1f} s")
     t0 = time.perf_counter()
     warm = dec.encode(task.prompt(problems[0]))
     if cfg.options.warmup_tokens > 0:
@@ -341,7 +316,7 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     if lr_specs and cfg.options.warmup_tokens > 0:
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
         batch_cost = measure_batch_cost(dec.decoder.target, warm, sizes)
-        _log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
+        log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
     timing["warmup_s"] = time.perf_counter() - t0
     return dec, batch_cost
 
@@ -375,10 +350,8 @@ def measure_batch_cost(backend, prompt_ids: list[int], sizes: list[int], tokens:
 
 
 def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
-    from lrtune.errors import ConfigError as _CE
-
-    progress = _Progress(total=sum((p.id, s.label) not in done for p in problems for s in specs),
-                         enabled=cfg.options.progress)
+    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
+                           cfg.options.progress)
     live: dict[str, dict] = {s.label: {"k": 0, "n": 0, "wall": 0.0, "base": 0.0} for s in specs}
     base_wall: dict[str, float] = {}
     for r in load_records(out / RECORDS):
@@ -392,13 +365,13 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
                 continue
             try:
                 ids = dec.encode(task.prompt(prob))
-            except _CE as e:
-                _log(f"skipping {prob.id}: {e}")
+            except ConfigError as e:
+                log(f"skipping {prob.id}: {e}")
                 progress.advance(len(pending))
                 continue
             need = len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
             if need > cfg.models.max_model_len:
-                _log(f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
+                log(f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
                      f"{cfg.models.max_model_len}")
                 progress.advance(len(pending))
                 continue
@@ -435,33 +408,6 @@ def _live_text(label: str, lv: dict) -> str:
     return f"{label}: acc {acc}, speedup {sp}"
 
 
-class _Progress:
-    """A rich progress bar on a terminal; one log line per decode otherwise (none when disabled)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self._p = None
-        self._lines = enabled and not sys.stderr.isatty()
-        self._done, self._total = 0, total
-        if enabled and total and not self._lines:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._p = Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                               TextColumn("{task.description}"), transient=False)
-            self._p.start()
-            self._task = self._p.add_task("", total=total)
-
-    def advance(self, n: int, text: str | None = None) -> None:
-        self._done += n
-        if self._lines and text:
-            _log(f"[{self._done}/{self._total}] {text}")
-        if self._p is not None:
-            self._p.update(self._task, advance=n, **({"description": text} if text else {}))
-
-    def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
-
-
 # ---- reports ---------------------------------------------------------------------------
 def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost,
                   this_run: dict | None = None) -> dict:
@@ -478,9 +424,9 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         row.update(kind=s.kind, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
                    verifier=s.verifier or cfg.models.verifier)
         if s.kind not in ("sd", "lr+sd"):
-            row["alpha2"] = None  # no token-level SD in this method
-        if s.kind not in ("lr", "lr+sd"):
-            row["alpha1"], row["alpha1_by_pos"] = None, []
+            # no token-level SD in this method (records written before the vLLM backend
+            # stopped reporting the shared engine's late-counted drafts may still hold some)
+            row["alpha2"] = None
         b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
         pred = metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b)
         row["predicted_speedup"] = pred
@@ -503,8 +449,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
     }
     plots = write_plots(data, out) if cfg.options.plots else []
     data["plots"] = [str(p.name) for p in plots]
-    _atomic_write(out / SUMMARY, json.dumps(data, indent=1))
-    _atomic_write(out / REPORT, render_markdown(data))
+    write_atomic(out / SUMMARY, json.dumps(data, indent=1))
+    write_atomic(out / REPORT, render_markdown(data))
     return data
 
 
@@ -523,10 +469,6 @@ def machine_info() -> dict:
         except Exception:  # noqa: BLE001 - optional
             pass
     return info
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ---- CLI -------------------------------------------------------------------------------
@@ -558,7 +500,7 @@ def main(cfg: EvalConfig) -> int:
     from eval.report import print_table
 
     print_table(summary.data)
-    _log(f"wrote {summary.out_dir / REPORT}")
+    log(f"wrote {summary.out_dir / REPORT}")
     return 0
 
 

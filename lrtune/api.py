@@ -41,6 +41,19 @@ class ModelConfig:
     cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
 
 
+def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, progress: bool, load_judge) -> Verifier:
+    """The verifier; model verifiers judge with the target, or with ``--judge-model`` loaded
+    by ``load_judge(path)`` on the same backend."""
+    from lrtune.models import resolve_model
+
+    spec = verifier if verifier is not None else models.verifier
+    judge = target
+    if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
+        # role "target": "default" names the default target model
+        judge = load_judge(resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress))
+    return make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge)
+
+
 @dataclass
 class DecodeOutput:
     """One prompt's result: text (special tokens removed), generated ids, stats."""
@@ -97,7 +110,7 @@ class Decoder:
             draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
             check_tokenizers_compatible(target_path, draft_path)
         if models.backend == "transformers":
-            return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier)
+            return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, progress)
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
@@ -111,17 +124,13 @@ class Decoder:
                                                      shared_spec_tokens=shared, **common),
                              name="target")
         draft_backend = VLLMBackend(draft_path, VLLMConfig(**common), name="draft") if draft_path else None
-        spec = verifier if verifier is not None else models.verifier
-        judge = target
-        if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
-            judge_path = resolve_model(models.judge_model, "judge", cache_dir=models.cache_dir, progress=progress)
-            judge = VLLMBackend(judge_path, VLLMConfig(**common), name="judge")
-        ver = make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge)
+        ver = _build_verifier(models, cfg, verifier, target, progress,
+                              lambda path: VLLMBackend(path, VLLMConfig(**common), name="judge"))
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg), models)
 
     @classmethod
     def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,
-                         verifier) -> Decoder:
+                         verifier, progress: bool) -> Decoder:
         """The transformers backend: one draft model serves LR drafting and SD."""
         from lrtune.backends.hf import HFBackend, HFConfig
 
@@ -130,11 +139,7 @@ class Decoder:
         hcfg = HFConfig(device=models.device, dtype=models.dtype, seed=cfg.seed)
         draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
         target = HFBackend(target_path, hcfg, name="target", spec=draft)
-        spec = verifier if verifier is not None else models.verifier
-        judge = target
-        if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
-            judge = HFBackend(models.judge_model, hcfg, name="judge")
-        ver = make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge)
+        ver = _build_verifier(models, cfg, verifier, target, progress, lambda path: HFBackend(path, hcfg, name="judge"))
         return cls(LookaheadDecoder(target, draft, ver, cfg), models)
 
     def encode(self, prompt: str, *, chat: bool = True) -> list[int]:

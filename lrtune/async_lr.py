@@ -45,8 +45,8 @@ class _Job:
 class _Worker:
     """One thread that runs a backend's jobs; queued jobs of one epoch run as one batch."""
 
-    def __init__(self, backend, stats: DecodeStats, role: str, batch: bool, account) -> None:
-        self.backend, self.stats, self.role, self.batch, self.account = backend, stats, role, batch, account
+    def __init__(self, backend, role: str, batch: bool, account) -> None:
+        self.backend, self.batch, self.account = backend, batch, account
         self.cv = threading.Condition()
         self.queue: list[_Job] = []
         self.epoch = 0
@@ -114,7 +114,7 @@ class _Worker:
                         j.future.set_exception(e)
 
 
-def _with_seeds(params: GenParams, seeds: tuple[int, ...]) -> GenParams:
+def _with_seeds(params: GenParams, seeds: tuple[int, ...] | None) -> GenParams:
     from dataclasses import replace
 
     return replace(params, seeds=seeds)
@@ -142,15 +142,13 @@ def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit):
         dec._account_target(stats, out)
         stats.target_step_tokens += sum(len(o.token_ids) for o in out.outputs)
 
-    draft_w = _Worker(dec.draft, stats, "draft", batch=False, account=account_draft)
-    target_w = _Worker(dec.target, stats, "target", batch=True, account=account_target)
+    draft_w = _Worker(dec.draft, "draft", batch=False, account=account_draft)
+    target_w = _Worker(dec.target, "target", batch=True, account=account_target)
 
     def params(role: int, prefix_len: int, budget: int, draft: bool) -> GenParams:
         # seeded by the prefix, so a step's sample never depends on when it was scheduled
         seeds = (_mix(cfg.seed, prefix_len, role),) if cfg.temperature > 0 else None
-        return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
-                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds,
-                         num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
+        return _with_seeds(dec._step_params(cfg, budget, 0, 0, 1, draft=draft), seeds)
 
     def commit(source: str, ids: list[int]) -> bool:
         """Append a step; True when decoding is over."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from lrtune.backends.base import Backend, GenBatch, Generation, GenParams
@@ -268,13 +268,11 @@ class LookaheadDecoder:
             spent = 0.0
             for group in _temperature_groups(live, cfg):
                 temp = _branch_temperature(group[0], cfg)
-                params = self._step_params(cfg, budget, rnd, j, len(group), draft=True)
                 seeds = None
                 if temp > 0:
                     seeds = tuple(_mix(cfg.seed, rnd, j, 1) if w == 0 else _mix(cfg.seed, rnd, j, 1, w) for w in group)
-                params = GenParams(max_tokens=params.max_tokens, stop_at_delimiter=True, delimiter=cfg.delimiter,
-                                   temperature=temp, top_p=cfg.top_p, seeds=seeds, num_speculative_tokens=0,
-                                   logprobs=cfg.logprobs)
+                params = replace(self._step_params(cfg, budget, rnd, j, len(group), draft=True),
+                                 temperature=temp, seeds=seeds)
                 b = self.draft.generate([base + _concat(chains[w]) for w in group], params)
                 stats.draft_calls += 1
                 stats.draft_s += b.seconds

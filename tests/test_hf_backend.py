@@ -142,3 +142,14 @@ def test_async_lr_with_the_never_verifier_equals_target_greedy(models, prompts, 
         res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
         assert res.token_ids == reference_greedy(target, p, 64)
         assert stats.overlap_s >= 0.0
+
+
+def test_judge_model_loads_a_separate_judge_backend():
+    from lrtune import Decoder
+
+    pair = get_tiny_pair()
+    dec = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), backend="transformers", method="lr",
+                                  verifier="target_score", judge_model=str(pair.target), progress=False)
+    judge = dec.decoder.verifier.backend
+    assert judge is not dec.decoder.target and judge.name == "judge"
+    assert 0.0 <= dec.decoder.verifier.score([StepPair("c", "x = 1", "x = 1")])[0] <= 1.0

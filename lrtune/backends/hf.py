@@ -195,7 +195,6 @@ class HFBackend(TokenizerMixin):
         tops: list[list[tuple]] = [[] for _ in range(B)]
         done = [False] * B
         inputs = torch.tensor([[p[-1]] for p in prefixes], device=self.device)
-        rows.ids = [list(p[:-1]) for p in prefixes]
         while not all(done):
             logits = self._forward(rows, inputs)[:, -1]
             nxt = []
@@ -228,8 +227,6 @@ class HFBackend(TokenizerMixin):
         rows = self._rows(prefixes)
         drows = draft._rows(prefixes)
         B = rows.batch
-        rows.ids = [list(p[:-1]) for p in prefixes]
-        drows.ids = [list(p[:-1]) for p in prefixes]
         gen: list[list[int]] = [[] for _ in range(B)]
         tops: list[list[tuple]] = [[] for _ in range(B)]
         done = [False] * B

@@ -124,10 +124,12 @@ def rating_score(top: dict[int, float] | None, decode, text: str) -> float:
 
 
 class _ModelVerifier:
-    """Shared batching: one prompt per pair, one ``generate`` call per ``score``."""
+    """Shared batching: one prompt per pair, one ``generate`` call per ``score``; a subclass
+    names its prompt ``template`` and the ``read`` that turns an answer into a score."""
 
     name = "model"
     template = ""
+    read = staticmethod(judge_score)  # (first-token top-k logprobs, decode, text) -> score
 
     def __init__(self, backend, threshold: float) -> None:
         self.backend = backend
@@ -139,12 +141,13 @@ class _ModelVerifier:
                                                                 target=p.target.strip()))
                 for p in pairs]
 
-    def generate(self, pairs: Sequence[StepPair]):
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
         if not pairs:
             return []
         self.calls += 1
         params = GenParams(max_tokens=ANSWER_TOKENS, stop_at_delimiter=False, temperature=0.0, top_logprobs=TOP_K)
-        return self.backend.generate(self.prompts(pairs), params).outputs
+        outs = self.backend.generate(self.prompts(pairs), params).outputs
+        return [self.read(o.top_logprobs[0] if o.top_logprobs else None, self._decode, o.text) for o in outs]
 
     def _decode(self, ids):
         return self.backend.decode(ids, skip_special_tokens=True)
@@ -155,10 +158,7 @@ class LLMJudgeVerifier(_ModelVerifier):
 
     name = "llm_judge"
     template = JUDGE_PROMPT
-
-    def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return [judge_score(o.top_logprobs[0] if o.top_logprobs else None, self._decode, o.text)
-                for o in self.generate(pairs)]
+    read = staticmethod(judge_score)
 
 
 class TargetScoreVerifier(_ModelVerifier):
@@ -166,10 +166,7 @@ class TargetScoreVerifier(_ModelVerifier):
 
     name = "target_score"
     template = SCORE_PROMPT
-
-    def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return [rating_score(o.top_logprobs[0] if o.top_logprobs else None, self._decode, o.text)
-                for o in self.generate(pairs)]
+    read = staticmethod(rating_score)
 
 
 DEFAULT_THRESHOLDS = {"llm_judge": 0.5, "target_score": 7 / 9}

@@ -1,0 +1,91 @@
+"""Run directories of the long jobs (evaluate, collect): atomic writes, the config a run
+was made with, and progress reporting. Shared by the stages, which do not import each other."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from lrtune.errors import ConfigError
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` via a temp file, fsync and rename (never half-written),
+    then fsync the directory so the rename itself survives a crash."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def writable_dir(path: str | Path) -> Path:
+    """``path`` created if needed and checked writable; a ConfigError (one line) if not."""
+    out = Path(path).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"cannot write to output directory {out}: {e.strerror or e}") from None
+    return out
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``; None when the file is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def config_key(sections: dict[str, object], free: tuple[str, ...] = ()) -> dict:
+    """``{section: asdict(config)}`` without the ``options`` keys in ``free`` (the ones that
+    may change between invocations of one run without changing its results)."""
+    key = {name: dataclasses.asdict(cfg) for name, cfg in sections.items()}
+    for k in free:
+        key.get("options", {}).pop(k, None)
+    return key
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class ProgressBar:
+    """A rich progress bar on a terminal, one log line per step otherwise, nothing when
+    disabled. ``advance(n, text)`` moves it by ``n`` and shows ``text``."""
+
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self._p = None
+        self._lines = enabled and not sys.stderr.isatty()
+        self._done, self._total = 0, total
+        if enabled and total and not self._lines:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                               TextColumn("{task.description}"))
+            self._p.start()
+            self._task = self._p.add_task("", total=total)
+
+    def advance(self, n: int, text: str | None = None) -> None:
+        self._done += n
+        if self._lines and text:
+            log(f"[{self._done}/{self._total}] {text}")
+        if self._p is not None:
+            self._p.update(self._task, advance=n, **({"description": text} if text else {}))
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
