@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -31,13 +32,14 @@ from lrtune.api import ModelConfig
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import ProgressBar, config_key, log, read_json, writable_dir, write_atomic
+from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, writable_dir, write_atomic
 
 from data_gen import stats as pair_stats
 from data_gen.store import ShardStore, all_entries
 
 CONFIG = "collect_config.json"
-RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new")
+RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new", "ray", "ray_address", "ray_cpus_per_shard",
+               "ray_gpus_per_shard")
 
 
 @dataclass
@@ -49,6 +51,8 @@ class CollectOptions:
     limit: int = field(default=50, metadata={"help": "number of problems (all shards together)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
     teacher: str = field(default="llm_judge", metadata={"help": "teacher verifier spec (llm_judge, embedding, ...)"})
+    teacher_threshold: float | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
+                                                                           "(default: the verifier's own)"})
     out: str = field(default="results/collect", metadata={"help": "output directory"})
     with_baseline: bool = field(default=False, metadata={"help": "also decode target-only per problem (reference answer and time)"})
     num_shards: int = field(default=1, metadata={"help": "split problems into this many shards (problem i -> shard i % N)"})
@@ -57,6 +61,11 @@ class CollectOptions:
     target_score_feature: bool = field(default=True, metadata={"help": "record the target's 0-9 score of each draft step"})
     force_new: bool = field(default=False, metadata={"help": "start a new dataset in --out even if it holds another config (old files move to backup-*/)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    ray: bool = field(default=False, metadata={"help": "run all --num-shards shards as Ray tasks (pip install lrtune[ray])"})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join (default: start a local one)"})
+    ray_cpus_per_shard: float = field(default=1.0, metadata={"help": "CPUs Ray reserves for each shard task"})
+    ray_gpus_per_shard: float = field(default=0.0, metadata={"help": "GPUs Ray reserves for each shard task "
+                                                                    "(tensor parallel: the TP size)"})
 
 
 @dataclass
@@ -135,6 +144,11 @@ def _finite(x):
 
 
 # ---- the run ---------------------------------------------------------------------------
+def teacher_name(opts: CollectOptions) -> str:
+    """The teacher as recorded in every row: its spec, and ``@threshold`` when one is set."""
+    return opts.teacher if opts.teacher_threshold is None else f"{opts.teacher}@{opts.teacher_threshold:g}"
+
+
 def collect_key(cfg: CollectConfig) -> dict:
     """The part of the config that must match to append to an existing dataset."""
     return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
@@ -145,7 +159,9 @@ def prepare_out(cfg: CollectConfig) -> Path:
     key = collect_key(cfg)
     path = out / CONFIG
     old = read_json(path) if path.is_file() else key
-    if old != key:
+    if old != key and not changed_keys(old, key, collect_key(CollectConfig())):
+        old = None  # only options a newer lrtune added, at their defaults: same dataset
+    if old is not None and old != key:
         if not cfg.options.force_new:
             raise ConfigError(f"{out} holds a dataset collected with another config; use another --out or "
                               "--force-new (the old files move to a backup folder)")
@@ -159,7 +175,7 @@ def prepare_out(cfg: CollectConfig) -> Path:
     return out
 
 
-def run(cfg: CollectConfig) -> dict:
+def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     """Collect this shard's problems (resuming), write the card; returns counts."""
     from lrtune.tasks import get_task
 
@@ -174,6 +190,8 @@ def run(cfg: CollectConfig) -> dict:
     from lrtune.verifiers import check_verifier_spec
 
     check_verifier_spec(opts.teacher)
+    if opts.teacher_threshold is not None and not 0.0 <= opts.teacher_threshold <= 1.0:
+        raise ConfigError(f"--teacher-threshold must be in [0, 1], got {opts.teacher_threshold}")
     task = get_task(opts.task)
     problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
     if not problems:
@@ -193,8 +211,7 @@ def run(cfg: CollectConfig) -> dict:
         log(f"resuming {out}: {len(mine) - len(todo)} of {len(mine)} problems done")
     if todo:
         _collect(cfg, dcfg, task, todo, store)
-    counts = write_card(out)
-    return counts
+    return write_card(out) if card else {"problems": len(mine), "rows": None}
 
 
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
@@ -203,7 +220,8 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     from lrtune.verifiers.simple import ExactVerifier
 
     opts = cfg.options
-    models = dataclasses.replace(cfg.models, verifier=opts.teacher)
+    models = dataclasses.replace(cfg.models, verifier=opts.teacher, verifier_threshold=opts.teacher_threshold)
+    teacher = teacher_name(opts)
     dec = Decoder.from_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
     dec.start_engines(dcfg)
     exact = ExactVerifier()
@@ -228,7 +246,7 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             res, st = dec.decoder.decode(ids, dcfg, on_round=rounds.append)
             rows = []
             for r in rounds:
-                rr = pair_rows(prob.id, opts.task, opts.teacher, r)
+                rr = pair_rows(prob.id, opts.task, teacher, r)
                 prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
                 context = dec.decoder.target.decode(prefix[-dcfg.context_tokens:])
                 prefix_text = dec.decoder.target.decode(prefix)
@@ -269,6 +287,60 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             bar.advance(1, f"{n_rows} rows, accepted {labels[1] / n_rows:.0%}" if n_rows else f"{n_rows} rows")
     finally:
         bar.close()
+
+
+# ---- Ray --------------------------------------------------------------------------------
+RAY_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "LRTUNE", "VLLM_", "OMP_", "TOKENIZERS_", "CUDA_VISIBLE_DEVICES")
+
+
+def run_ray(cfg: CollectConfig) -> dict:
+    """Every shard of ``cfg`` as one Ray task writing into the same ``--out`` (each shard has
+    its own manifest, so tasks never touch each other's files); the card is written once at
+    the end. A failed task is reported and the finished shards stay (re-run to resume)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray needs Ray: pip install 'lrtune[ray]'") from None
+    opts = cfg.options
+    if opts.num_shards < 1:
+        raise ConfigError(f"--num-shards must be >= 1, got {opts.num_shards}")
+    prepare_out(cfg)  # config check and the config file, before any task starts
+    env = {k: v for k, v in os.environ.items() if k.startswith(RAY_ENV_PREFIXES)}
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=opts.ray_address, runtime_env={"env_vars": env}, include_dashboard=False,
+                 log_to_driver=opts.progress, logging_level="ERROR")
+    try:
+        task = ray.remote(num_cpus=opts.ray_cpus_per_shard, num_gpus=opts.ray_gpus_per_shard, max_retries=0)(_ray_shard)
+        shard_cfgs = [dataclasses.replace(cfg, options=dataclasses.replace(opts, shard_id=i, ray=False, progress=False))
+                      for i in range(opts.num_shards)]
+        refs = {task.remote(c): c.options.shard_id for c in shard_cfgs}
+        bar = ProgressBar("ray shards", len(refs), opts.progress)
+        failed = []
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            sid = refs[done[0]]
+            try:
+                ray.get(done[0])
+                bar.advance(1, f"shard {sid} done")
+            except Exception as e:  # noqa: BLE001 - a task's error is reported, the others go on
+                failed.append(f"shard {sid}: {str(e).strip().splitlines()[-1]}")
+                bar.advance(1, f"shard {sid} failed")
+        bar.close()
+    finally:
+        if started_here:
+            ray.shutdown()
+    counts = write_card(Path(opts.out).expanduser())
+    if failed:
+        raise LrtuneError(f"{len(failed)} of {opts.num_shards} shard(s) failed ({'; '.join(failed)}); "
+                          "finished problems are kept: re-run the same command to resume")
+    return counts
+
+
+def _ray_shard(cfg: CollectConfig) -> dict:
+    """One shard inside a Ray worker (no card: the driver writes it once)."""
+    return run(cfg, card=False)
 
 
 # ---- reading, merging, stats -----------------------------------------------------------
@@ -426,7 +498,7 @@ def main_from_args(args) -> int:
         s = merge(args.merge, cfg.options.out)
         log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
         return 0
-    counts = run(cfg)
+    counts = run_ray(cfg) if cfg.options.ray else run(cfg)
     log(f"{counts['problems']} problems, {counts['rows']} step pairs in {cfg.options.out}")
     print_stats(counts)
     return 0

@@ -31,13 +31,17 @@ from lrtune.api import ModelConfig
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.decoder import METHODS, DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import ProgressBar, config_key, log, read_json, writable_dir, write_atomic
+from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, writable_dir, write_atomic
 
 from eval import metrics
 
 RECORDS, SUMMARY, REPORT, CONFIG = "records.jsonl", "summary.json", "report.md", "config.json"
 # Options that may change between runs into the same --out (they do not change results).
 RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out")
+# lr+sd whose depths come from a controller: per round (adaptive, needs --controller), per
+# problem from its measured α under the speedup model (oracle, after lr+sd on the problem),
+# or the best fixed pair on the controller's training data (best-fixed).
+CONTROLLED = ("adaptive", "oracle", "best-fixed")
 
 
 @dataclass
@@ -48,7 +52,7 @@ class EvalOptions:
     data: str | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
     limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
-    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge)"})
+    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
     warmup_tokens: int = field(default=32, metadata={"help": "tokens per method in the untimed warm-up (0 = none)"})
     out: str = field(default="results/eval", metadata={"help": "output directory"})
@@ -81,6 +85,7 @@ class MethodSpec:
     async_lr: bool = False
     width: int = 1
     verifier: str | None = None
+    control: str | None = None  # adaptive | oracle | best-fixed: lr+sd with depths from a controller
 
     def decode_config(self, base: DecodeConfig) -> DecodeConfig:
         return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
@@ -88,10 +93,16 @@ class MethodSpec:
 
 
 def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
-    """``"lr+sd/async/w=2/v=llm_judge"`` -> MethodSpec (see :class:`MethodSpec`)."""
-    kind, *opts = [x.strip() for x in label.split("/")]
+    """``"lr+sd/async/w=2/v=llm_judge"`` -> MethodSpec (see :class:`MethodSpec`). ``v=`` comes
+    last and takes the rest of the label, so a checkpoint path may hold slashes."""
+    head, sep, vspec = label.partition("/v=")
+    kind, *opts = [x.strip() for x in head.split("/")]
+    if sep:
+        opts.append("v=" + vspec.strip())
+    if kind in CONTROLLED and not opts:
+        return MethodSpec(label, "lr+sd", gamma1, gamma2, control=kind)
     if kind not in METHODS:
-        raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join(METHODS)}")
+        raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *CONTROLLED))}")
     extra: dict = {}
     for opt in opts:
         key, _, val = opt.partition("=")
@@ -217,29 +228,9 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
 
 
 def _changed(old: dict, new: dict) -> list[str]:
-    """Config keys whose value changed. A key that a newer lrtune added is unchanged when
-    the run uses its default (so upgrading lrtune does not orphan a run)."""
-    defaults = resume_key(EvalConfig(options=EvalOptions(), models=ModelConfig(), decode=DecodeConfig()))
-    out = []
-    for name in _diff_keys(old, new):
-        section, _, key = name.partition(".")
-        if key and key not in old.get(section, {}) and new.get(section, {}).get(key) == defaults.get(section, {}).get(key):
-            continue
-        if key and key not in new.get(section, {}):
-            continue  # an option this lrtune no longer has
-        out.append(name)
-    return out
-
-
-def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
-    keys = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            keys += _diff_keys(va, vb, f"{prefix}{k}.")
-        elif va != vb:
-            keys.append(prefix + k)
-    return keys
+    """Config keys whose value changed (see :func:`lrtune.runfiles.changed_keys`)."""
+    return changed_keys(old, new, resume_key(EvalConfig(options=EvalOptions(), models=ModelConfig(),
+                                                        decode=DecodeConfig())))
 
 
 # ---- the run ---------------------------------------------------------------------------
@@ -277,6 +268,8 @@ def run(cfg: EvalConfig) -> Summary:
     timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0}
     previous = _previous_summary(out)
     batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
+    if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
+        raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
         dec, batch_cost = _start(cfg, specs, task, problems, timing)
         _decode_all(dec, cfg, specs, task, problems, done, out, timing)
@@ -297,8 +290,16 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     t0 = time.perf_counter()
     uses_draft = any(s.kind in ("lr", "lr+sd") for s in specs) or (
         any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft")
-    dec = Decoder.from_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"),
+    from lrtune.api import build_controller
+
+    ctl = build_controller(cfg.models.controller, cfg.decode)
+    if any(s.control in ("adaptive", "best-fixed") for s in specs) and ctl is None:
+        raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
+    dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
+                               dataclasses.replace(cfg.decode, method="lr+sd"), controller=ctl,
                                progress=cfg.options.progress, load_all_methods=uses_draft)
+    dec.decoder.controller = None  # only the controlled methods use it
+    dec.method_controller = ctl
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
     dec.method_verifiers = _method_verifiers(dec, cfg, specs)
@@ -315,6 +316,8 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
     if lr_specs and cfg.options.warmup_tokens > 0:
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
+        if ctl is not None and any(s.control for s in specs):
+            sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))
         batch_cost = measure_batch_cost(dec.decoder.target, warm, sizes)
         log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
     timing["warmup_s"] = time.perf_counter() - t0
@@ -376,13 +379,18 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
                 progress.advance(len(pending))
                 continue
             k = i % len(pending)
-            for spec in pending[k:] + pending[:k]:
+            order = pending[k:] + pending[:k]
+            order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
+            for spec in order:
                 _use_verifier(dec, spec)
-                res, stats = dec.decoder.decode(ids, spec.decode_config(cfg.decode))
+                dcfg, kwargs = _controlled(dec, cfg, spec, prob, out, task)
+                res, stats = dec.decoder.decode(ids, dcfg, **kwargs)
                 timing["decode_s"] += stats.wall_s
                 answer, ok = task.check(prob, res.text)
                 rec = {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
-                       "gamma1": spec.gamma1, "gamma2": spec.gamma2, "async_lr": spec.async_lr, "width": spec.width,
+                       "gamma1": dcfg.gamma1 if spec.control != "adaptive" else None,
+                       "gamma2": dcfg.gamma2 if spec.control != "adaptive" else None, "control": spec.control,
+                       "async_lr": spec.async_lr, "width": spec.width,
                        "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
                        "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
                        "finish": res.finish, "text": res.text, "stats": stats.to_dict()}
@@ -400,6 +408,33 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
     finally:
         timing["loop_s"] += time.perf_counter() - t_loop
         progress.close()
+
+
+def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, out: Path, task):
+    """(decode config, decode kwargs) of one decode; controlled methods get their depths."""
+    from lrtune.control import ProblemInfo
+    from lrtune.speedup import best_gammas
+
+    dcfg = spec.decode_config(cfg.decode)
+    ctl = getattr(dec, "method_controller", None)
+    if spec.control == "adaptive":
+        return dcfg, {"controller": ctl, "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
+    if spec.control == "best-fixed":
+        g1, g2 = getattr(ctl, "best_fixed", None) or (cfg.decode.gamma1, cfg.decode.gamma2)
+        return dataclasses.replace(dcfg, gamma1=max(1, g1), gamma2=max(1, g2)), {}
+    if spec.control == "oracle":
+        ref = next((r for r in load_records(out / RECORDS) if r["problem"] == prob.id and r["method"] == "lr+sd"), None)
+        st = (ref or {}).get("stats", {})
+        a1, a2 = st.get("alpha1"), st.get("alpha2")
+        if a1 is None or a2 is None:
+            return dcfg, {}
+        c1, c2 = (ctl.c1, ctl.c2) if ctl is not None and hasattr(ctl, "c1") else (0.4, 0.4)
+        b = getattr(ctl, "batch_cost", None) if ctl is not None else None
+        bounds = ctl.bounds if ctl is not None else None
+        best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, bounds.M if bounds else 24.0,
+                           bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b)
+        return dataclasses.replace(dcfg, gamma1=max(1, best.gamma1), gamma2=max(1, best.gamma2)), {}
+    return dcfg, {}
 
 
 def _live_text(label: str, lv: dict) -> str:
@@ -421,14 +456,15 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
     c = metrics.measured_c(rows, recs)
     for s in specs:
         row = rows[s.label]
-        row.update(kind=s.kind, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
+        row.update(kind=s.kind, control=s.control, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
                    verifier=s.verifier or cfg.models.verifier)
         if s.kind not in ("sd", "lr+sd"):
             # no token-level SD in this method (records written before the vLLM backend
             # stopped reporting the shared engine's late-counted drafts may still hold some)
             row["alpha2"] = None
         b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
-        pred = metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b)
+        pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
+                                                                 row["alpha2"], c, b)
         row["predicted_speedup"] = pred
         row["measured_over_predicted"] = (row["speedup_total"] / pred) if pred and row["speedup_total"] else None
     loop = timing.get("loop_s", 0.0)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.stats import DecodeStats
+from lrtune.control import ProblemInfo
 from lrtune.verifiers import MODEL_VERIFIERS, Verifier, make_verifier
 
 BACKENDS = ("vllm", "transformers")
@@ -37,6 +38,8 @@ class ModelConfig:
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
     gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
     max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
+    controller: str | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | a "
+                                                                    "directory from lrtune train controller (sync LR)"})
     shared_engine: bool = field(default=True, metadata={"help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of the target (saves the target's weights in RAM; vLLM, draft-model SD)"})
     cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
 
@@ -51,7 +54,40 @@ def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, pr
     if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
         # role "target": "default" names the default target model
         judge = load_judge(resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress))
-    return make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge)
+    return make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge,
+                         device=verifier_device(models.device))
+
+
+def build_controller(spec, cfg: DecodeConfig):
+    """A controller from a policy name, a learned-controller directory, or an object with
+    ``choose``/``update`` (passed through); None stays None (fixed depths from ``cfg``)."""
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        if not (hasattr(spec, "choose") and hasattr(spec, "update") and hasattr(spec, "bounds")):
+            raise ConfigError(f"not a controller: {spec!r}")
+        return spec
+    from pathlib import Path
+
+    if Path(spec).expanduser().is_dir():
+        from policies.learned import load
+
+        return load(spec, seed=cfg.seed)
+    from lrtune.control import Bounds
+    from policies import make_controller
+
+    bounds = Bounds(gamma1_min=0, gamma1_max=max(6, cfg.gamma1), gamma2_min=0, gamma2_max=max(8, cfg.gamma2),
+                    M=float(max(24, cfg.gamma1 * cfg.gamma2)))
+    return make_controller(spec, gamma1=cfg.gamma1, gamma2=cfg.gamma2, bounds=bounds, seed=cfg.seed)
+
+
+def verifier_device(device: str) -> str:
+    """Where a distilled verifier runs: ``auto`` is CUDA when present, else CPU."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
@@ -77,23 +113,35 @@ class Decoder:
     def from_pretrained(cls, target: str = "default", draft: str = "default", *, method: str = "lr+sd",
                         verifier: str | Verifier = "embedding", backend: str = "vllm", gamma1: int = 3,
                         gamma2: int = 4, max_step_tokens: int = 128, seed: int = 0,
-                        verifier_threshold: float | None = None, progress: bool = True, **model_kwargs) -> Decoder:
-        """Resolve and load target/draft, build the verifier, return a ready decoder.
+                        verifier_threshold: float | None = None, controller=None, progress: bool = True,
+                        **model_kwargs) -> Decoder:
+        """Resolve and load target/draft, build the verifier (a kind or a distilled
+        checkpoint directory) and the controller (a policy name, a learned controller
+        directory, or an object with ``choose``/``update``), return a ready decoder.
 
         ``model_kwargs`` are :class:`ModelConfig` fields (``sd_method``, ``dtype``,
         ``max_model_len``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``cache_dir``).
         """
         models = ModelConfig(target=target, draft=draft, backend=backend,
                              verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
-                             verifier_threshold=verifier_threshold, **model_kwargs)
+                             verifier_threshold=verifier_threshold,
+                             controller=controller if isinstance(controller, str) else None, **model_kwargs)
         cfg = DecodeConfig(method=method, gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens,
                            seed=seed).validate()
-        return cls.from_configs(models, cfg, verifier=verifier, progress=progress)
+        return cls.from_configs(models, cfg, verifier=verifier, controller=controller, progress=progress)
 
     @classmethod
     def from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier: str | Verifier | None = None,
-                     progress: bool = True, load_all_methods: bool = False) -> Decoder:
+                     controller=None, progress: bool = True, load_all_methods: bool = False) -> Decoder:
         """Build from configs. ``load_all_methods`` loads the draft even for ``target``."""
+        dec = cls._from_configs(models, cfg, verifier=verifier, progress=progress, load_all_methods=load_all_methods,
+                                controller=build_controller(controller if controller is not None else models.controller,
+                                                            cfg))
+        return dec
+
+    @classmethod
+    def _from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier, progress: bool,
+                      load_all_methods: bool, controller) -> Decoder:
         from lrtune.models import check_tokenizers_compatible, resolve_model
 
         cfg.validate()
@@ -110,15 +158,19 @@ class Decoder:
             draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
             check_tokenizers_compatible(target_path, draft_path)
         if models.backend == "transformers":
-            return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, progress)
+            dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, progress)
+            dec.decoder.controller = controller
+            return dec
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
                       max_num_batched_tokens=models.max_num_batched_tokens,
                       gpu_memory_utilization=models.gpu_memory_utilization)
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
-        shared = cfg.gamma2 if (models.shared_engine and draft_path and models.sd_method == "draft"
-                                and cfg.gamma2 > 0 and (cfg.uses_sd or load_all_methods)) else 0
+        # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
+        spec_k = max(cfg.gamma2, controller.bounds.gamma2_max if controller is not None else 0)
+        shared = spec_k if (models.shared_engine and draft_path and models.sd_method == "draft"
+                            and cfg.gamma2 > 0 and (cfg.uses_sd or load_all_methods)) else 0
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path,
                                                      shared_spec_tokens=shared, **common),
@@ -126,7 +178,7 @@ class Decoder:
         draft_backend = VLLMBackend(draft_path, VLLMConfig(**common), name="draft") if draft_path else None
         ver = _build_verifier(models, cfg, verifier, target, progress,
                               lambda path: VLLMBackend(path, VLLMConfig(**common), name="judge"))
-        return cls(LookaheadDecoder(target, draft_backend, ver, cfg), models)
+        return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=controller), models)
 
     @classmethod
     def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,
@@ -176,7 +228,8 @@ class Decoder:
             if on_step is not None:
                 def cb(source: str, step_ids: list[int], _i: int = i) -> None:
                     on_step(_i, source, self.decoder.target.decode(step_ids, skip_special_tokens=True))
-            res, stats = self.decoder.decode(ids, cfg, on_commit=cb)
+            problem = ProblemInfo(id=f"prompt-{i}-{hash(prompt) & 0xFFFFFFFF:08x}", text=prompt, prompt_tokens=len(ids))
+            res, stats = self.decoder.decode(ids, cfg, on_commit=cb, problem=problem)
             outs.append(DecodeOutput(prompt=prompt, text=res.text, token_ids=res.token_ids, finish=res.finish,
                                      stats=stats, steps=res.steps))
         return outs

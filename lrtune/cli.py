@@ -5,6 +5,9 @@ Commands:
     lrtune prepare                            build the offline default model pair once
     lrtune evaluate [--task --limit --methods ...]  every method on the same problems: report + plots
     lrtune collect [--task --limit --teacher ...]   step-pair dataset with teacher labels (--merge, --stats)
+    lrtune train verifier --data DIR [--student ...] distil the teacher into a verifier checkpoint
+    lrtune train controller --data DIR [--profile F] fit the learned (γ1, γ2) controller
+    lrtune profile [--out F]                      measure c1, c2 and b(n) for the speedup model
 
 Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
 """
@@ -47,6 +50,22 @@ def make_parser() -> ArgumentParser:
     col = sub.add_parser("collect", help="record every draft/target step pair with teacher labels (parquet)")
     add_collect_arguments(col)
 
+    from train.verifier import add_arguments as add_train_verifier_arguments
+
+    tr = sub.add_parser("train", help="train a distilled verifier or a controller")
+    tr_sub = tr.add_subparsers(dest="train_command", required=True, parser_class=ArgumentParser)
+    trv = tr_sub.add_parser("verifier", help="distil a collected teacher judge into a lightweight verifier checkpoint")
+    add_train_verifier_arguments(trv)
+    from train.controller import add_arguments as add_train_controller_arguments
+
+    trc = tr_sub.add_parser("controller", help="fit the learned (γ1, γ2) controller on collected problems")
+    add_train_controller_arguments(trc)
+
+    from eval.profile import add_arguments as add_profile_arguments
+
+    prof = sub.add_parser("profile", help="measure c1, c2 and the batch-cost curve b(n) of a backend/model pair")
+    add_profile_arguments(prof)
+
     prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
     prep.add_argument("--cache-dir", default=None, help="cache root (default: $LRTUNE_CACHE or ~/.cache/lrtune)")
     return parser
@@ -63,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from data_gen.collect import main_from_args
 
             return main_from_args(args)
+        if args.command == "profile":
+            from eval.profile import main_from_args as profile_main
+
+            return profile_main(args)
+        if args.command == "train":
+            return cmd_train(args)
         if args.command == "evaluate":
             from eval.evaluate import config_from_args
             from eval.evaluate import main as evaluate_main
@@ -74,6 +99,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("lrtune: interrupted\n")
         return 130
+    return 2
+
+
+def cmd_train(args) -> int:
+    if args.train_command == "verifier":
+        from train.verifier import config_from_args, main as train_verifier_main
+
+        return train_verifier_main(config_from_args(args))
+    if args.train_command == "controller":
+        from train.controller import config_from_args as controller_config, main as train_controller_main
+
+        return train_controller_main(controller_config(args))
     return 2
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from lrtune.backends.base import Backend, GenBatch, Generation, GenParams
+from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
 from lrtune.stats import DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER
@@ -130,17 +131,24 @@ class LookaheadDecoder:
     """
 
     def __init__(self, target: Backend, draft: Backend | None, verifier: Verifier,
-                 config: DecodeConfig | None = None) -> None:
+                 config: DecodeConfig | None = None, controller: Controller | None = None) -> None:
         self.target = target
         self.draft = draft
         self.verifier = verifier
         self.config = (config or DecodeConfig()).validate()
+        self.controller = controller  # picks (γ1, γ2) per round for sync LR (None: the config's)
 
     def decode(self, prompt_ids: Sequence[int], config: DecodeConfig | None = None,
                on_round: Callable[[RoundRecord], None] | None = None,
-               on_commit: Callable[[str, list[int]], None] | None = None) -> tuple[DecodeResult, DecodeStats]:
-        """Decode one prompt; ``on_round`` sees every LR round, ``on_commit`` every committed step."""
+               on_commit: Callable[[str, list[int]], None] | None = None,
+               controller: Controller | None = None,
+               problem: ProblemInfo | None = None) -> tuple[DecodeResult, DecodeStats]:
+        """Decode one prompt; ``on_round`` sees every LR round, ``on_commit`` every committed
+        step; ``controller`` (default ``self.controller``) picks (γ1, γ2) before each round."""
         cfg = (config or self.config).validate()
+        controller = controller if controller is not None else self.controller
+        if controller is not None and cfg.uses_lr and cfg.async_lr:
+            raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")
         if not prompt_ids:
             raise ConfigError("empty prompt")
         if cfg.uses_lr and self.draft is None:
@@ -155,7 +163,11 @@ class LookaheadDecoder:
             result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
                                   finish="eos" if gen and gen[-1] in eos else "length", steps=steps)
         elif cfg.uses_lr:
-            result = self._lookahead(list(prompt_ids), cfg, stats, on_round, on_commit)
+            if controller is not None and problem is None:
+                problem = ProblemInfo(id=f"prompt-{hash(tuple(prompt_ids)) & 0xFFFFFFFF:08x}",
+                                      text=self.target.decode(list(prompt_ids), skip_special_tokens=True),
+                                      prompt_tokens=len(prompt_ids))
+            result = self._lookahead(list(prompt_ids), cfg, stats, on_round, on_commit, controller, problem)
         else:
             result = self._plain(list(prompt_ids), cfg, stats, on_commit)
         stats.wall_s = time.perf_counter() - t0
@@ -176,16 +188,25 @@ class LookaheadDecoder:
                             finish="eos" if out.finish == "eos" else "length", steps=[("target", list(out.token_ids))])
 
     # ---- Lookahead Reasoning ---------------------------------------------------------
-    def _lookahead(self, prompt: list[int], cfg: DecodeConfig, stats: DecodeStats, on_round, on_commit) -> DecodeResult:
+    def _lookahead(self, prompt: list[int], base_cfg: DecodeConfig, stats: DecodeStats, on_round, on_commit,
+                   controller: Controller | None = None, problem: ProblemInfo | None = None) -> DecodeResult:
         assert self.draft is not None
         gen: list[int] = []
         steps: list[tuple[str, list[int]]] = []
         eos = self.target.eos_ids | self.draft.eos_ids
         finished = False
         rnd = 0
-        while not finished and len(gen) < cfg.max_new_tokens:
-            budget = cfg.max_new_tokens - len(gen)
+        cfg = base_cfg
+        while not finished and len(gen) < base_cfg.max_new_tokens:
+            budget = base_cfg.max_new_tokens - len(gen)
             base = prompt + gen
+            if controller is not None:  # 0. this round's depths (γ1 = 0: one target step, no drafts)
+                g1, g2 = controller.choose(problem, ControlState(round=rnd, generated_tokens=len(gen), budget_left=budget))
+                if not controller.bounds.allows(g1, g2):
+                    raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds {controller.bounds}")
+                cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
+                sd_before = (stats.sd_drafts, stats.drafted_tokens, stats.accepted_tokens, _full_passes(stats, cfg))
+                times_before = (stats.draft_s, stats.target_s, stats.verify_s)
             # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
             chains, draft_secs = self._draft_chains(base, cfg, budget, rnd, stats)
             # 2. the target regenerates every drafted position (+ bonus steps) in ONE batch.
@@ -244,6 +265,15 @@ class LookaheadDecoder:
                 if ids[-1] in eos:
                     finished = True
                     break
+            if controller is not None:
+                it, dr, ac, full = (a - b for a, b in zip(
+                    (stats.sd_drafts, stats.drafted_tokens, stats.accepted_tokens, _full_passes(stats, cfg)), sd_before))
+                controller.update(RoundOutcome(
+                    gamma1=cfg.gamma1, gamma2=cfg.gamma2 if cfg.uses_sd else 0, verdicts=tuple(verdicts[best]),
+                    accepted_steps=j, committed_tokens=sum(len(ids) for _, ids in commit), sd_iterations=it,
+                    sd_drafted=dr, sd_accepted=ac, sd_full=full,
+                    draft_s=stats.draft_s - times_before[0], target_s=stats.target_s - times_before[1],
+                    verify_s=stats.verify_s - times_before[2]))
             if not progressed:  # the engine produced nothing (context full): stop, never spin
                 break
             rnd += 1
@@ -306,6 +336,12 @@ class LookaheadDecoder:
         stats.target_s += batch.seconds
         if batch.sd is not None:
             stats.observe_sd(batch.sd.drafts, batch.sd.drafted_tokens, batch.sd.accepted_tokens, batch.sd.accepted_by_pos)
+
+
+def _full_passes(stats: DecodeStats, cfg: DecodeConfig) -> int:
+    """SD passes so far that accepted all γ2 of this round's draft tokens."""
+    k = cfg.gamma2 if cfg.uses_sd else 0
+    return stats.sd_accepted_by_pos[k - 1] if 0 < k <= len(stats.sd_accepted_by_pos) else 0
 
 
 def _branch_temperature(w: int, cfg: DecodeConfig) -> float:

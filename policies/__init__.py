@@ -1,1 +1,31 @@
-"""lrtune stage package: policies (see DESIGN.md §1)."""
+"""Controllers that pick (γ1, γ2) per round (protocol: :mod:`lrtune.control`).
+
+``fixed`` · ``heuristic`` (grow on full acceptance, shrink on rejection) · ``bandit``
+(Beta posteriors + the speedup model) · ``learned`` (a fitted per-problem α predictor as
+the bandit's prior; see :mod:`policies.learned`).
+"""
+
+from __future__ import annotations
+
+from lrtune.control import Bounds
+from lrtune.errors import ConfigError
+
+from policies.bandit import BanditController
+from policies.fixed import FixedController
+from policies.heuristic import HeuristicController
+
+POLICIES = ("fixed", "heuristic", "bandit")
+
+__all__ = ["BanditController", "FixedController", "HeuristicController", "POLICIES", "make_controller"]
+
+
+def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Bounds | None = None,
+                    c1: float = 0.4, c2: float = 0.4, batch_cost=None, seed: int = 0):
+    """A controller by policy name (``learned`` ones load from a directory instead)."""
+    if name == "fixed":
+        return FixedController(gamma1, gamma2, bounds)
+    if name == "heuristic":
+        return HeuristicController(gamma1, gamma2, bounds)
+    if name == "bandit":
+        return BanditController(bounds, c1=c1, c2=c2, batch_cost=batch_cost, seed=seed)
+    raise ConfigError(f"unknown controller policy {name!r}; choose from {', '.join(POLICIES)} or a controller directory")

@@ -211,3 +211,51 @@ def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     proc = collect_cli("--stats", str(tmp_path / "nothing"))
     assert proc.returncode == 2
+
+
+def test_ray_runs_shards_as_tasks_and_matches_one_run(data_file, tmp_path, reference):
+    """--ray on a local Ray instance: 2 shard tasks into one dir == the uninterrupted run."""
+    pytest.importorskip("ray")
+    out = tmp_path / "ray"
+    proc = collect_cli(*cli_args(data_file, out, "--num-shards", "2", "--ray", "--ray-cpus-per-shard", "1"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = rows_by_key(out)
+    assert set(got) == set(reference)
+    assert all(got[k]["draft_step"] == reference[k]["draft_step"] and got[k]["label"] == reference[k]["label"]
+               for k in reference)
+    assert sorted(p.name for p in out.glob("manifest-s*.json")) == ["manifest-s000.json", "manifest-s001.json"]
+    assert "problems: 3;" in (out / "README.md").read_text()  # the card, written once by the driver
+
+
+def test_ray_flag_without_ray_installed_is_a_clear_error(data_file, tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *a, **k):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    from data_gen.collect import run_ray
+
+    cfg = make_cfg(data_file, tmp_path / "o", teacher="exact", ray=True, num_shards=2)
+    with pytest.raises(ConfigError, match=r"pip install 'lrtune\[ray\]'"):
+        run_ray(cfg)
+
+
+def test_a_dataset_from_an_older_lrtune_without_newer_default_options_still_resumes(data_file, tmp_path):
+    from data_gen.collect import CONFIG, collect_key, prepare_out
+
+    cfg = make_cfg(data_file, tmp_path / "old", teacher="exact")
+    key = collect_key(cfg)
+    del key["options"]["teacher_threshold"]  # an option added later, at its default
+    del key["models"]["controller"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / CONFIG).write_text(json.dumps(key))
+    prepare_out(cfg)  # accepted as the same dataset
+    assert json.loads((tmp_path / "old" / CONFIG).read_text()) == collect_key(cfg)
+    changed = make_cfg(data_file, tmp_path / "old", teacher="exact", teacher_threshold=0.7)
+    with pytest.raises(ConfigError, match="another config"):
+        prepare_out(changed)

@@ -149,3 +149,31 @@ def test_method_variants_async_branches_and_verifiers_run_side_by_side(data_file
     assert rows["lr/w=2"]["width"] == 2 and rows["lr/async/v=exact"]["async_lr"]
     assert rows["lr/async/v=exact"]["verifier"] == "exact" and rows["lr"]["verifier"] == "random(0.5)"
     assert all(r["n"] == 2 for r in rows.values())
+
+
+def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_path):
+    """Controlled methods on the shared vLLM engine: adaptive asks the controller each
+    round (γ2 cut per request), oracle picks per problem from lr+sd's measured α."""
+    cfg = make_cfg(data_file, tmp_path / "adaptive")
+    cfg.options.limit = 2
+    cfg.options.methods = "lr+sd,adaptive,oracle,best-fixed"
+    cfg.models.controller = "bandit"
+    summary = run(cfg)
+    assert set(summary.methods) == {"target", "lr+sd", "adaptive", "oracle", "best-fixed"}
+    recs = load_records(tmp_path / "adaptive" / "records.jsonl")
+    by = {}
+    for r in recs:
+        by.setdefault(r["method"], []).append(r)
+    assert all(r["gamma1"] is None and r["control"] == "adaptive" for r in by["adaptive"])
+    assert all(1 <= r["gamma1"] <= 6 and 1 <= r["gamma2"] <= 8 for r in by["oracle"])
+    assert all((r["gamma1"], r["gamma2"]) == (2, 2) for r in by["best-fixed"])  # bandit: no training data
+    order = [r["method"] for r in recs if r["problem"] == "p1"]
+    assert order.index("oracle") > order.index("lr+sd")  # oracle reads lr+sd's α of the same problem
+    assert summary.methods["adaptive"]["predicted_speedup"] is None
+
+
+def test_adaptive_without_a_controller_is_refused(data_file, tmp_path):
+    cfg = make_cfg(data_file, tmp_path / "nocontrol")
+    cfg.options.methods = "adaptive"
+    with pytest.raises(ConfigError, match="need --controller"):
+        run(cfg)

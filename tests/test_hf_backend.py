@@ -1,5 +1,7 @@
 """Invariants (DESIGN §3.1) on the transformers backend with the tiny float32 pair."""
 
+import json
+
 import pytest
 import torch
 
@@ -153,3 +155,35 @@ def test_judge_model_loads_a_separate_judge_backend():
     judge = dec.decoder.verifier.backend
     assert judge is not dec.decoder.target and judge.name == "judge"
     assert 0.0 <= dec.decoder.verifier.score([StepPair("c", "x = 1", "x = 1")])[0] <= 1.0
+
+
+def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
+    from eval.profile import ProfileOptions, run
+    from lrtune.api import ModelConfig
+    from tiny_models import get_tiny_pair
+
+    pair = get_tiny_pair()
+    out = tmp_path / "profile.json"
+    prof = run(ProfileOptions(out=str(out), gamma1_max=2, tokens=8, repeats=1, task="gsm_symbolic"),
+               ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", device="cpu",
+                           max_model_len=1024))
+    data = json.loads(out.read_text())
+    assert data["batch_cost"][0] == 1.0 and len(data["batch_cost"]) == 3
+    assert all(v > 0 for v in data["batch_cost"]) and data["c1"] == pytest.approx(prof["c1"]) and data["c1"] > 0
+
+
+@pytest.mark.parametrize("controller", ["heuristic", "bandit"])
+def test_api_with_a_controller_keeps_greedy_equality(controller):
+    """Decoder.from_pretrained(..., controller=...) on transformers: depths change per round,
+    output stays the target's greedy output (never verifier: every draft is rejected)."""
+    from lrtune import Decoder
+
+    pair = get_tiny_pair()
+    dec = Decoder.from_pretrained(str(pair.target), str(pair.draft), backend="transformers", device="cpu",
+                                  method="lr+sd", verifier="never", controller=controller, gamma1=2, gamma2=2,
+                                  max_step_tokens=12, max_model_len=512, progress=False)
+    assert dec.decoder.controller.name == controller
+    q = sample_questions(1, seed=5)[0]
+    out = dec.generate([q], max_new_tokens=40)[0]
+    ref = dec.generate([q], max_new_tokens=40, method="target")[0]
+    assert out.token_ids == ref.token_ids and out.stats.rounds > 1

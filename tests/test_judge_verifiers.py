@@ -105,3 +105,32 @@ def test_target_score_uses_the_rating_and_its_threshold():
 def test_model_verifiers_need_a_backend():
     with pytest.raises(ConfigError, match="needs a model"):
         make_verifier("llm_judge")
+
+
+def test_llm_judge_asks_after_the_worked_examples_on_chat_backends():
+    from lrtune.verifiers.judge import FEW_SHOT
+
+    class ChatStub(StubJudgeModel):
+        def encode_messages(self, messages):
+            self.messages = messages
+            return self.encode_prompt(messages[-1]["content"])
+
+    model = ChatStub()
+    ver = make_verifier("llm_judge", backend=model)
+    assert ver.score([StepPair("ctx", "x = 3", "x = 3")]) == pytest.approx([0.9])
+    roles = [m["role"] for m in model.messages]
+    assert roles == ["user", "assistant"] * len(FEW_SHOT) + ["user"]
+    assert {m["content"] for m in model.messages if m["role"] == "assistant"} == {"aligned", "unaligned"}
+    assert "x = 3" in model.messages[-1]["content"]
+
+
+def test_judge_probe_pairs_have_one_positive_per_step_and_distinct_negatives():
+    from eval.judge_probe import synthetic_pairs
+
+    sols = [("Q1", ["a = 2 + 3 = 5", "b = 5 * 4 = 20", "\\boxed{20}"]), ("Q2", ["c = 7 - 1 = 6", "d = 6"])]
+    pairs, labels, kinds = synthetic_pairs(sols)
+    assert kinds.count("same") == 5 and labels.count(1) == 5
+    for p, y, k in zip(pairs, labels, kinds):
+        assert (p.draft == p.target) == (y == 1)
+        if k == "number":
+            assert p.draft != p.target and p.draft.split()[:-1] == p.target.split()[:-1]

@@ -185,6 +185,28 @@ def test_shared_speculative_engine_serves_plain_requests_without_drafting(pair, 
         shared.close()
 
 
+def test_shared_engine_honours_a_smaller_gamma2_per_request(pair, engines, prompts):
+    """γ2 = 1 on an engine started with γ2 = 3: drafts are cut per request (at most 1
+    verified draft token per pass) and greedy output stays the target's."""
+    target, draft = engines
+    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_model=str(pair.draft),
+                                                      shared_spec_tokens=GAMMA2), name="shared")
+    try:
+        assert shared.engine(1) is shared.engine(GAMMA2)
+        for p in prompts[:2]:
+            res, stats = LookaheadDecoder(shared, draft, make_verifier("never"),
+                                          DecodeConfig(method="lr+sd", gamma1=2, gamma2=1, max_new_tokens=MAX_NEW,
+                                                       max_step_tokens=24)).decode(p)
+            assert res.token_ids == greedy(target, p)
+            assert stats.sd_drafts > 0 and stats.drafted_tokens <= stats.sd_drafts  # ≤ 1 draft token per pass
+            full, _ = LookaheadDecoder(shared, draft, make_verifier("never"),
+                                       DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW,
+                                                    max_step_tokens=24)).decode(p)
+            assert full.token_ids == res.token_ids
+    finally:
+        shared.close()
+
+
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
 def test_two_branches_with_the_never_verifier_equal_target_greedy(engines, prompts, method):
     target, draft = engines

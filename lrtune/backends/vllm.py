@@ -96,7 +96,7 @@ class VLLMBackend(TokenizerMixin):
         if k < 0:
             raise ConfigError(f"gamma2 must be >= 0, got {k}")
         shared = self.config.shared_spec_tokens
-        if shared and k in (0, shared):
+        if shared and k <= shared:  # 0 < k < shared: the shared engine, drafts cut to k per request
             k = shared
         if k not in self._engines:
             self._engines[k] = self._make_engine(k)
@@ -178,6 +178,9 @@ class VLLMBackend(TokenizerMixin):
             raise ValueError("one seed per prefix is required")
         llm = self.engine(params.num_speculative_tokens)
         no_spec = self._runs_without_spec(params.num_speculative_tokens)
+        shared = self.config.shared_spec_tokens
+        capped = 0 < params.num_speculative_tokens < shared  # γ2 below the shared engine's: cut per request
+        extra = {NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(params.num_speculative_tokens)} if capped else None
         sps = []
         for i in range(len(prefixes)):
             sps.append(SamplingParams(
@@ -190,7 +193,7 @@ class VLLMBackend(TokenizerMixin):
                 # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
                 # stop could match across a skipped special token).
                 skip_special_tokens=False,
-                extra_args={NO_SPEC_KEY: True} if no_spec else None,
+                extra_args=extra,
             ))
         if no_spec:
             # Drafter-off requests leave the drafter's KV cache unfilled: keep their
@@ -198,7 +201,7 @@ class VLLMBackend(TokenizerMixin):
             prompts = [TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY) for p in prefixes]
         else:
             prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prefixes]
-        engine_k = self.config.shared_spec_tokens if no_spec else params.num_speculative_tokens
+        engine_k = shared if (no_spec or capped) else params.num_speculative_tokens
         counter = self._counters.get(engine_k)
         before = counter.snapshot() if counter is not None else None
         t0 = time.perf_counter()
@@ -234,6 +237,7 @@ class VLLMBackend(TokenizerMixin):
 
 
 NO_SPEC_KEY = "lrtune_no_spec"
+GAMMA2_KEY = "lrtune_gamma2"  # per-request γ2 cap on the shared speculative engine
 
 
 def _patch_runner_no_spec() -> None:
@@ -243,6 +247,9 @@ def _patch_runner_no_spec() -> None:
     tokens: the model runner's drafts for it are replaced by ``[]`` (the scheduler then
     schedules one token per step for it), and when every request of the batch is such a
     request the drafter is not run at all, so the step costs what a plain engine's does.
+    A request with ``GAMMA2_KEY = k`` keeps only the first k drafts (per-request γ2 below
+    the engine's): the target verifies k tokens, the drafter still proposes the engine's
+    number (its cost is the engine's γ2, the verification cost is k).
     vLLM's runner keeps drafts either as a tensor or as a list of lists; a list is what
     the ngram path returns and what ``take_draft_token_ids`` passes on as is.
     """
@@ -252,10 +259,17 @@ def _patch_runner_no_spec() -> None:
         return
     propose, take = GPUModelRunner.propose_draft_token_ids, GPUModelRunner.take_draft_token_ids
 
-    def flagged(runner, req_id) -> bool:
+    def extra(runner, req_id) -> dict:
         state = runner.requests.get(req_id)
         sp = getattr(state, "sampling_params", None)
-        return bool(sp is not None and sp.extra_args and sp.extra_args.get(NO_SPEC_KEY))
+        return (sp.extra_args or {}) if sp is not None else {}
+
+    def flagged(runner, req_id) -> bool:
+        return bool(extra(runner, req_id).get(NO_SPEC_KEY))
+
+    def cap(runner, req_id, drafts) -> list:
+        k = extra(runner, req_id).get(GAMMA2_KEY)
+        return list(drafts) if k is None else list(drafts)[:int(k)]
 
     def propose_draft_token_ids(self, *args, **kwargs):
         req_ids = self.input_batch.req_ids
@@ -266,7 +280,7 @@ def _patch_runner_no_spec() -> None:
     def take_draft_token_ids(self):
         out = take(self)
         if out is not None:
-            out.draft_token_ids = [[] if flagged(self, r) else list(d)
+            out.draft_token_ids = [[] if flagged(self, r) else cap(self, r, d)
                                    for r, d in zip(out.req_ids, out.draft_token_ids)]
         return out
 

@@ -9,6 +9,7 @@
 ``embedding``          sentence-encoder cosine >= threshold (default 0.95)
 ``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.5)
 ``target_score``       the target rates the draft step 0-9; score/9 (default 7/9)
+a directory            a distilled checkpoint from ``lrtune train verifier`` (``load``)
 =====================  ===============================================================
 
 ``llm_judge`` and ``target_score`` need a ``backend`` (the model that judges).
@@ -22,30 +23,48 @@ from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, Verifier, accept
 from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier
 
-__all__ = ["StepPair", "Verifier", "accept", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
+__all__ = ["StepPair", "Verifier", "accept", "load", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
 
 VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score")
 MODEL_VERIFIERS = ("llm_judge", "target_score")
 _SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?:[(:](?P<arg>[^)]*)\)?)?$")
 
 
+def load(path, *, device: str = "cpu", threshold: float | None = None) -> Verifier:
+    """Load a distilled verifier checkpoint (see :mod:`lrtune.verifiers.distilled`)."""
+    from lrtune.verifiers.distilled import load as load_checkpoint
+
+    return load_checkpoint(path, device=device, threshold=threshold)
+
+
 def check_verifier_spec(spec: str) -> None:
     """Raise ConfigError when ``spec`` names no verifier (without building one)."""
+    from lrtune.verifiers.distilled import is_checkpoint, read_meta
+
+    if is_checkpoint(spec):
+        read_meta(spec)
+        return
     m = _SPEC.match(spec.strip().lower())
     if m is None or m["kind"] not in VERIFIER_KINDS:
-        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)}")
+        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)} or a checkpoint directory")
 
 
 def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed: int = 0,
-                  model: str | None = None, backend=None) -> Verifier:
+                  model: str | None = None, backend=None, device: str = "cpu") -> Verifier:
     """Build a verifier from ``spec`` (see module docstring); a Verifier passes through."""
     if not isinstance(spec, str):
         if not isinstance(spec, Verifier):
             raise ConfigError(f"not a verifier: {spec!r}")
         return spec
+    from lrtune.verifiers.distilled import is_checkpoint
+
+    if is_checkpoint(spec):
+        if threshold is not None and not 0.0 <= threshold <= 1.0:
+            raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")
+        return load(spec, device=device, threshold=threshold)
     m = _SPEC.match(spec.strip().lower())
     if m is None or m["kind"] not in VERIFIER_KINDS:
-        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)}")
+        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)} or a checkpoint directory")
     kind, arg = m["kind"], m["arg"]
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")

@@ -7,6 +7,11 @@ the first answer token (top-k logprobs), falling back to parsing the answer text
 * ``llm_judge`` (the paper's semantic judge): the model sees the context, the target's
   step and the draft's step and answers *aligned* or *unaligned*.
   score = P(aligned) / (P(aligned) + P(unaligned)) over the first answer token.
+  On backends with a chat template the question follows four worked examples (two
+  aligned, two not) as earlier chat turns: zero-shot, the 1.5B default target answered
+  "aligned" for everything (AUROC 0.49 on synthetic same / changed-number / next-step /
+  other-problem pairs; 0.71 with the examples). The examples are a fixed prefix, so an
+  engine with prefix caching computes them once.
 * ``target_score`` (SpecReason style): the model rates the draft step 0–9 for
   correctness and usefulness after the context, without seeing the target's step.
   score = E[rating] / 9 under the first-token distribution over the digits.
@@ -58,6 +63,30 @@ Proposed next step:
 
 Rate the proposed next step from 0 (wrong or useless) to 9 (correct and exactly what should come next). \
 Answer with a single digit."""
+
+# (context, step A = target, step B = draft, answer): the judge's worked examples.
+FEW_SHOT = (
+    ("Tom has 3 boxes with 12 apples each. He eats 5 apples. How many are left?",
+     "Tom starts with 3 x 12 = 36 apples.", "First, the total number of apples is 12 * 3 = 36.", "aligned"),
+    ("Tom has 3 boxes with 12 apples each. He eats 5 apples. How many are left?\n\nTom starts with 36 apples.",
+     "He has 36 - 5 = 31 apples left.", "After eating 5, he has 36 - 5 = 30 apples.", "unaligned"),
+    ("A shop sells pens for $2 each. Ana buys 4 pens and a $3 notebook. What does she pay?",
+     "The pens cost 4 * 2 = $8.", "Ana pays for the notebook: $3.", "unaligned"),
+    ("A shop sells pens for $2 each. Ana buys 4 pens and a $3 notebook. What does she pay?\n\nThe pens cost $8.",
+     "In total she pays 8 + 3 = $11, so the answer is \\boxed{11}.",
+     "Adding the notebook, the total is $8 + $3 = $11. The answer is \\boxed{11}.", "aligned"),
+)
+
+
+def few_shot_messages(template: str, context: str, draft: str, target: str) -> list[dict]:
+    """The chat of the judge: the worked examples as earlier turns, then the question."""
+    msgs: list[dict] = []
+    for c, a, b, ans in FEW_SHOT:
+        msgs += [{"role": "user", "content": template.format(context=c, target=a, draft=b)},
+                 {"role": "assistant", "content": ans}]
+    msgs.append({"role": "user", "content": template.format(context=context, draft=draft, target=target)})
+    return msgs
+
 
 _VERDICT = re.compile(r"\b(unaligned|not\s+aligned|misaligned|aligned)\b")
 
@@ -159,6 +188,13 @@ class LLMJudgeVerifier(_ModelVerifier):
     name = "llm_judge"
     template = JUDGE_PROMPT
     read = staticmethod(judge_score)
+
+    def prompts(self, pairs: Sequence[StepPair]) -> list[list[int]]:
+        encode = getattr(self.backend, "encode_messages", None)
+        if encode is None:  # a backend without chat support: the zero-shot prompt
+            return super().prompts(pairs)
+        return [encode(few_shot_messages(self.template, p.context.strip(), p.draft.strip(), p.target.strip()))
+                for p in pairs]
 
 
 class TargetScoreVerifier(_ModelVerifier):

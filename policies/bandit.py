@@ -1,0 +1,95 @@
+"""``bandit``: per-problem Beta posteriors on α1 and α2, (γ1, γ2) maximising the speedup model.
+
+State per problem: α1 ~ Beta(a1, b1), α2 ~ Beta(a2, b2), starting from the prior (a
+learned controller sets it from a prediction). After a round, every verdict updates α1
+(success = accepted) and the SD passes update α2 (accepted tokens are successes; each pass
+that stopped early is one failure — the i.i.d. model's likelihood). Before a round:
+
+* ``thompson``: draw α̃1, α̃2 from the posteriors and pick argmax h(γ1, γ2; α̃1, c1, α̃2, c2, b)
+  over the allowed arms;
+* ``ucb``: use the posterior quantile 1 − 1/(t+1) of each α instead of a draw (optimism).
+
+h is :func:`lrtune.speedup.h` with the measured c1, c2 and batch-cost curve b(n).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
+from lrtune.errors import ConfigError
+from lrtune.speedup import h
+
+
+class BanditController:
+    name = "bandit"
+
+    def __init__(self, bounds: Bounds | None = None, c1: float = 0.4, c2: float = 0.4, batch_cost=None,
+                 prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
+                 seed: int = 0) -> None:
+        if mode not in ("thompson", "ucb"):
+            raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
+        self.bounds = bounds or Bounds()
+        self.c1, self.c2, self.batch_cost = c1, c2, batch_cost
+        self.prior = prior
+        self.mode = mode
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._problem: str | None = None
+        self.post = list(prior)
+        self.rounds = 0
+        self._arms = self.bounds.arms()
+        if not self._arms:
+            raise ConfigError(f"no (γ1, γ2) satisfies {self.bounds}")
+
+    def reset(self, prior: tuple[float, float, float, float] | None = None) -> None:
+        self.post = list(prior or self.prior)
+        self.rounds = 0
+
+    def _value(self, a1: float, a2: float) -> tuple[int, int]:
+        best, arg = -math.inf, self._arms[0]
+        for g1, g2 in self._arms:
+            v = h(g1, g2, a1, self.c1, a2, self.c2, self.batch_cost)
+            if v > best * (1 + 1e-12):
+                best, arg = v, (g1, g2)
+        return arg
+
+    def estimate(self) -> tuple[float, float]:
+        """Posterior means of (α1, α2)."""
+        a1, b1, a2, b2 = self.post
+        return a1 / (a1 + b1), a2 / (a2 + b2)
+
+    def choose(self, problem: ProblemInfo, state: ControlState) -> tuple[int, int]:
+        if problem.id != self._problem or state.round == 0:
+            self._problem = problem.id
+            self._rng = random.Random(f"{self.seed}:{problem.id}")
+            self.reset(self.problem_prior(problem))
+        a1, b1, a2, b2 = self.post
+        if self.mode == "thompson":
+            x1, x2 = self._rng.betavariate(a1, b1), self._rng.betavariate(a2, b2)
+        else:
+            q = 1.0 - 1.0 / (self.rounds + 2)
+            x1, x2 = _beta_quantile(a1, b1, q), _beta_quantile(a2, b2, q)
+        return self._value(min(x1, 0.999), min(x2, 0.999))
+
+    def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:
+        """The prior of a new problem (a learned controller overrides this)."""
+        return self.prior
+
+    def update(self, o: RoundOutcome) -> None:
+        acc, rej = o.step_successes
+        self.post[0] += acc
+        self.post[1] += rej
+        if o.gamma2 > 0:
+            tacc, trej = o.token_successes
+            self.post[2] += tacc
+            self.post[3] += trej
+        self.rounds += 1
+
+
+def _beta_quantile(a: float, b: float, q: float) -> float:
+    """The q-quantile of Beta(a, b) by bisection on the regularised incomplete beta."""
+    from scipy.special import betaincinv
+
+    return float(betaincinv(a, b, q))

@@ -1,0 +1,203 @@
+"""``learned``: predict a problem's α1, α2 before decoding it, then refine them online.
+
+1. :class:`AlphaPredictor` (a scikit-learn regressor: standardised ridge regression,
+   closed form) maps problem features to (α1, α2).
+2. :class:`LearnedController` turns the prediction into the bandit's prior,
+   α ~ Beta(n0·α̂, n0·(1 − α̂)) with ``prior_strength`` n0 pseudo-observations, so the first
+   round already uses the (γ1, γ2) that maximises the speedup model for this problem,
+   and later rounds follow the evidence (see :mod:`policies.bandit`).
+
+Problem features (:class:`ProblemFeaturizer`): the sentence-encoder embedding of the
+problem text, log(1 + characters) and a one-hot of the task. The controller directory
+holds ``lrtune_controller.json``: features, the fitted weights, the hardware profile
+(c1, c2, batch-cost curve), bounds and budget M, cross-validated metrics. No pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from lrtune.control import Bounds, ProblemInfo
+from lrtune.errors import ConfigError
+
+from policies.bandit import BanditController
+
+META = "lrtune_controller.json"
+FORMAT = "lrtune-controller"
+VERSION = 1
+ALPHA_CLIP = (0.02, 0.98)
+
+
+class AlphaPredictor(RegressorMixin, BaseEstimator):
+    """Ridge regression on standardised features: ŷ = ((x − μ)/s)·W + b.
+
+    Hyperparameters: ``alpha`` (L2 penalty, ≥ 0). Learned: ``coef_`` (n_features × n_targets,
+    or n_features for a 1-d y), ``intercept_``, ``x_mean_``, ``x_scale_``, ``n_features_in_``.
+    """
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        self.alpha = alpha
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # predicts (α1, α2) jointly
+        return tags
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True)
+        if not (isinstance(self.alpha, (int, float)) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
+        X = X.astype(np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        self.x_mean_ = X.mean(axis=0)
+        scale = X.std(axis=0)
+        self.x_scale_ = np.where(scale > 1e-12, scale, 1.0)
+        Z = (X - self.x_mean_) / self.x_scale_
+        y_mean = y.mean(axis=0)
+        A = Z.T @ Z + self.alpha * np.eye(Z.shape[1])
+        self.coef_ = np.linalg.lstsq(A, Z.T @ (y - y_mean), rcond=None)[0]
+        self.intercept_ = y_mean
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self, "coef_")
+        X = validate_data(self, X, reset=False).astype(np.float64)
+        return ((X - self.x_mean_) / self.x_scale_) @ self.coef_ + self.intercept_
+
+    def to_dict(self) -> dict:
+        check_is_fitted(self, "coef_")
+        return {"alpha": self.alpha, "coef": np.asarray(self.coef_).tolist(),
+                "intercept": np.asarray(self.intercept_).tolist(), "x_mean": self.x_mean_.tolist(),
+                "x_scale": self.x_scale_.tolist(), "n_features_in": int(self.n_features_in_)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AlphaPredictor":
+        m = cls(alpha=float(d["alpha"]))
+        m.coef_ = np.asarray(d["coef"], dtype=np.float64)
+        m.intercept_ = np.asarray(d["intercept"], dtype=np.float64)
+        m.x_mean_ = np.asarray(d["x_mean"], dtype=np.float64)
+        m.x_scale_ = np.asarray(d["x_scale"], dtype=np.float64)
+        m.n_features_in_ = int(d["n_features_in"])
+        if m.x_mean_.shape != (m.n_features_in_,) or m.coef_.shape[0] != m.n_features_in_:
+            raise ConfigError("controller weights do not match their feature count")
+        return m
+
+
+class ProblemFeaturizer:
+    """Problem → feature vector: [embedding (d), log(1 + chars), one-hot(task)]."""
+
+    def __init__(self, tasks: Sequence[str], encoder: str | None = "all-MiniLM-L6-v2") -> None:
+        self.tasks = list(tasks)
+        self.encoder = encoder
+        self._enc = None
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        if self.encoder is None:
+            return np.zeros((len(texts), 0))
+        if self._enc is None:
+            from lrtune.verifiers.distilled import resolve_encoder
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
+            self._enc = EmbeddingVerifier(model=resolve_encoder(self.encoder))
+        return self._enc.embed(texts).numpy()
+
+    def transform(self, problems: Sequence[ProblemInfo]) -> np.ndarray:
+        emb = self._embed([p.text for p in problems])
+        rows = []
+        for p, e in zip(problems, emb):
+            onehot = [float(p.task == t) for t in self.tasks]
+            rows.append([*e.tolist(), math.log1p(len(p.text)), *onehot])
+        return np.asarray(rows, dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        return {"tasks": self.tasks, "encoder": self.encoder}
+
+
+class LearnedController(BanditController):
+    """The bandit with a per-problem prior from :class:`AlphaPredictor` (module docstring)."""
+
+    name = "learned"
+
+    def __init__(self, predictor: AlphaPredictor, featurizer: ProblemFeaturizer, bounds: Bounds | None = None,
+                 c1: float = 0.4, c2: float = 0.4, batch_cost=None, prior_strength: float = 8.0,
+                 mode: str = "thompson", seed: int = 0) -> None:
+        super().__init__(bounds, c1=c1, c2=c2, batch_cost=batch_cost, mode=mode, seed=seed)
+        self.predictor, self.featurizer = predictor, featurizer
+        self.prior_strength = prior_strength
+        self.last_prediction: tuple[float, float] | None = None
+        self.best_fixed: tuple[int, int] | None = None
+
+    def predict_alphas(self, problem: ProblemInfo) -> tuple[float, float]:
+        y = np.asarray(self.predictor.predict(self.featurizer.transform([problem]))).reshape(-1)
+        lo, hi = ALPHA_CLIP
+        return float(np.clip(y[0], lo, hi)), float(np.clip(y[1], lo, hi))
+
+    def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:
+        a1, a2 = self.last_prediction = self.predict_alphas(problem)
+        n0 = self.prior_strength
+        return (n0 * a1, n0 * (1 - a1), n0 * a2, n0 * (1 - a2))
+
+
+# ---- files -------------------------------------------------------------------------------
+def save(path: str | Path, predictor: AlphaPredictor, featurizer: ProblemFeaturizer, *, bounds: Bounds,
+         profile: dict, prior_strength: float, metrics: dict, data: dict) -> Path:
+    """Write a controller directory (``lrtune_controller.json`` + README)."""
+    from lrtune.runfiles import write_atomic
+
+    out = Path(path).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"format": FORMAT, "version": VERSION, "policy": "learned", "features": featurizer.to_dict(),
+            "model": predictor.to_dict(), "profile": profile, "prior_strength": prior_strength,
+            "bounds": {"gamma1_min": bounds.gamma1_min, "gamma1_max": bounds.gamma1_max,
+                       "gamma2_min": bounds.gamma2_min, "gamma2_max": bounds.gamma2_max, "M": bounds.M},
+            "metrics": metrics, "data": data}
+    write_atomic(out / META, json.dumps(meta, indent=1))
+    return out
+
+
+def read_meta(path: str | Path) -> dict:
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"controller not found: {path}")
+    if any(p.suffix.lower() in (".pkl", ".pickle", ".joblib", ".bin", ".pt", ".pth") for p in root.rglob("*")):
+        raise ConfigError(f"refusing to load {path}: it holds pickle-capable files; controllers are JSON only")
+    f = root / META
+    if not f.is_file():
+        raise ConfigError(f"{path} is not an lrtune controller (no {META})")
+    try:
+        meta = json.loads(f.read_text())
+    except ValueError as e:
+        raise ConfigError(f"{f} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise ConfigError(f"{f} is not lrtune controller metadata (format {FORMAT!r}, version {VERSION})")
+    if meta.get("policy") != "learned":
+        raise ConfigError(f"{f}: unknown controller policy {meta.get('policy')!r}")
+    return meta
+
+
+def load(path: str | Path, *, seed: int = 0, mode: str = "thompson") -> LearnedController:
+    """A :class:`LearnedController` from a directory written by :func:`save`."""
+    meta = read_meta(path)
+    try:
+        b = Bounds(**meta["bounds"])
+        prof = meta["profile"]
+        predictor = AlphaPredictor.from_dict(meta["model"])
+        feats = ProblemFeaturizer(meta["features"]["tasks"], meta["features"]["encoder"])
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"{path}: incomplete controller metadata ({e})") from None
+    ctl = LearnedController(predictor, feats, b, c1=float(prof["c1"]), c2=float(prof["c2"]),
+                            batch_cost=prof.get("batch_cost"), prior_strength=float(meta["prior_strength"]),
+                            mode=mode, seed=seed)
+    bf = meta.get("metrics", {}).get("best_fixed")
+    ctl.best_fixed = tuple(bf) if bf else None  # the best fixed (γ1, γ2) on the training data
+    return ctl
+
+
+__all__ = ["AlphaPredictor", "LearnedController", "ProblemFeaturizer", "load", "save"]

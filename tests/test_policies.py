@@ -1,0 +1,150 @@
+"""Controllers: bounds and budget on every call, heuristic moves, bandit convergence, and
+the decoder calling choose/update every round."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
+from lrtune.errors import ConfigError
+from lrtune.speedup import h
+from policies import BanditController, FixedController, HeuristicController, make_controller
+
+P = ProblemInfo(id="p0", text="q")
+
+
+def simulate_round(rng, g1, g2, a1, a2, passes=6):
+    """One round of the i.i.d. model: γ1 verdicts ~ Bernoulli(α1); ``passes`` SD passes
+    that accept draft tokens until the first rejection."""
+    verdicts = tuple(rng.random() < a1 for _ in range(g1))
+    acc = full = 0
+    for _ in range(passes if g2 else 0):
+        k = 0
+        while k < g2 and rng.random() < a2:
+            k += 1
+        acc += k
+        full += k == g2
+    j = next((i for i, v in enumerate(verdicts) if not v), len(verdicts))
+    return RoundOutcome(gamma1=g1, gamma2=g2, verdicts=verdicts, accepted_steps=j, sd_iterations=passes if g2 else 0,
+                        sd_drafted=passes * g2, sd_accepted=acc, sd_full=full)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3), st.integers(1, 6), st.integers(0, 3), st.integers(1, 8), st.floats(0, 30),
+       st.sampled_from(["fixed", "heuristic", "bandit"]), st.integers(0, 10_000))
+def test_every_choice_respects_bounds_and_budget(g1min, g1span, g2min, g2span, M, policy, seed):
+    b = Bounds(gamma1_min=g1min, gamma1_max=g1min + g1span, gamma2_min=g2min, gamma2_max=g2min + g2span, M=M)
+    if not b.arms():
+        with pytest.raises(ConfigError):
+            make_controller("bandit", bounds=b)
+        return
+    g1, g2 = b.arms()[len(b.arms()) // 2]
+    ctl = make_controller(policy, gamma1=g1, gamma2=g2, bounds=b, seed=seed)
+    rng = random.Random(seed)
+    for r in range(25):
+        c1, c2 = ctl.choose(P, ControlState(round=r, generated_tokens=r * 10, budget_left=500))
+        assert b.allows(c1, c2), (policy, c1, c2, b)
+        ctl.update(simulate_round(rng, c1, c2, rng.random(), rng.random()))
+
+
+@pytest.mark.parametrize("gamma1,gamma2,M,expected", [
+    (9, 9, 100, (6, 8)), (6, 8, 24, (5, 4)), (-1, 3, 24, (0, 3)), (1, 40, 5, (1, 5)),
+])
+def test_bounds_clip_to_the_nearest_allowed_pair(gamma1, gamma2, M, expected):
+    b = Bounds(gamma1_max=6, gamma2_max=8, M=M)
+    got = b.clip(gamma1, gamma2)
+    assert b.allows(*got) and got == expected
+
+
+def test_heuristic_grows_on_full_acceptance_and_shrinks_on_rejection():
+    ctl = HeuristicController(2, 4, Bounds(gamma1_max=6, gamma2_max=8, M=48))
+    assert ctl.choose(P, ControlState(0, 0, 100)) == (2, 4)
+    ctl.update(RoundOutcome(2, 4, verdicts=(True, True), sd_iterations=3, sd_drafted=12, sd_accepted=12, sd_full=3))
+    assert ctl.choose(P, ControlState(1, 10, 90)) == (3, 5)
+    ctl.update(RoundOutcome(3, 5, verdicts=(False, True, True), sd_iterations=3, sd_drafted=15, sd_accepted=3, sd_full=0))
+    assert ctl.choose(P, ControlState(2, 20, 80)) == (2, 4)
+    assert ctl.choose(ProblemInfo("p1"), ControlState(0, 0, 100)) == (2, 4)  # a new problem restarts
+
+
+def test_fixed_never_moves():
+    ctl = FixedController(3, 4)
+    for r in range(3):
+        assert ctl.choose(P, ControlState(r, 0, 100)) == (3, 4)
+        ctl.update(RoundOutcome(3, 4, verdicts=(False,)))
+
+
+@pytest.mark.parametrize("a1,a2,mode", [(0.85, 0.7, "thompson"), (0.3, 0.9, "thompson"), (0.85, 0.7, "ucb")])
+def test_bandit_converges_to_the_best_arm_of_a_bernoulli_process(a1, a2, mode):
+    bounds = Bounds(gamma1_max=6, gamma2_max=8, M=24)
+    c1, c2 = 0.3, 0.2
+    best = max(bounds.arms(), key=lambda a: h(a[0], a[1], a1, c1, a2, c2))
+    best_h = h(best[0], best[1], a1, c1, a2, c2)
+    ctl = BanditController(bounds, c1=c1, c2=c2, mode=mode, seed=1)
+    rng = random.Random(7)
+    late = []
+    for r in range(400):
+        g1, g2 = ctl.choose(P, ControlState(r, 0, 10_000))
+        ctl.update(simulate_round(rng, g1, g2, a1, a2))
+        if r >= 300:
+            late.append(h(g1, g2, a1, c1, a2, c2) / best_h)
+    assert sum(late) / len(late) > 0.97  # the late choices are (near-)optimal under the true α
+    e1, e2 = ctl.estimate()  # the α an optimal arm keeps observing is learned
+    if best[0] > 0:
+        assert abs(e1 - a1) < 0.08
+    if best[1] > 0:
+        assert abs(e2 - a2) < 0.08
+
+
+def test_decoder_asks_the_controller_every_round_and_reports_each_round():
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+    from fake_backend import FakeBackend, chain
+
+    class Recorder:
+        bounds = Bounds(gamma1_max=4, gamma2_max=0, M=0)
+
+        def __init__(self):
+            self.calls, self.outcomes = [], []
+
+        def choose(self, problem, state):
+            self.calls.append(state)
+            return [2, 0, 3, 1][state.round % 4], 0
+
+        def update(self, o):
+            self.outcomes.append(o)
+
+    dec = LookaheadDecoder(FakeBackend(chain(3)), FakeBackend(chain(10)), make_verifier("exact"),
+                           DecodeConfig(method="lr", gamma1=2, max_new_tokens=120, max_step_tokens=8))
+    rec = Recorder()
+    rounds = []
+    res, stats = dec.decode([1, 2, 3], controller=rec, on_round=rounds.append)
+    assert len(rec.calls) == len(rec.outcomes) == len(rounds) == stats.rounds > 2
+    assert [c.round for c in rec.calls] == list(range(len(rec.calls)))
+    for o, r in zip(rec.outcomes, rounds):
+        assert len(r.drafts) <= o.gamma1 and len(o.verdicts) == len(r.drafts)  # γ1 = 0: no drafts, a target step
+    assert {o.gamma1 for o in rec.outcomes} == {0, 1, 2, 3}
+    ref, _ = dec.decode([1, 2, 3], DecodeConfig(method="target", max_new_tokens=120, max_step_tokens=8))
+    assert res.token_ids == ref.token_ids  # identical draft and target: output is the target's
+
+
+def test_a_controller_outside_its_bounds_is_an_error():
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+    from fake_backend import FakeBackend, chain
+
+    class Bad:
+        bounds = Bounds(gamma1_max=2, gamma2_max=0, M=0)
+
+        def choose(self, problem, state):
+            return 5, 0
+
+        def update(self, o):
+            pass
+
+    dec = LookaheadDecoder(FakeBackend(chain(3)), FakeBackend(chain(3)), make_verifier("exact"), DecodeConfig(method="lr"))
+    with pytest.raises(ConfigError, match="outside its bounds"):
+        dec.decode([1, 2], controller=Bad())

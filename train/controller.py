@@ -1,0 +1,232 @@
+"""``lrtune train controller``: fit the learned (γ1, γ2) controller on collected problems.
+
+    lrtune train controller --data results/collect --profile results/profile.json --out results/controller
+
+Per-problem rows of ``lrtune collect`` give each problem's measured α1, α2 (and c1). The
+problems' texts are reloaded from the task the collect run used. :class:`AlphaPredictor`
+(ridge, penalty chosen by cross-validation) maps problem features to (α1, α2); metrics are
+K-fold cross-validated **by problem**:
+
+* MAE of the predicted α1, α2 vs predicting the training mean;
+* decision quality under the speedup model h (with the profile's c1, c2, b(n)): for each
+  held-out problem, h at the (γ1, γ2) chosen from the prediction, at the best fixed
+  (γ1, γ2) of the training folds (max mean h), and at the oracle (γ1, γ2) from its true α.
+
+The profile (``lrtune profile``) supplies c1, c2 and the batch-cost curve b(n); without one,
+c1 = c2 = the median measured c1 of the data and b ≡ 1 (stated in the metadata).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.control import Bounds, ProblemInfo
+from lrtune.errors import ConfigError, LrtuneError
+from lrtune.runfiles import log, writable_dir
+from lrtune.speedup import best_gammas, h
+
+from policies import learned
+
+
+@dataclass
+class TrainControllerConfig:
+    """Fitting of the learned controller (see module docstring)."""
+
+    data: str = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
+    out: str = field(default="results/controller", metadata={"help": "controller directory to write"})
+    profile: str | None = field(default=None, metadata={"help": "hardware profile JSON from lrtune profile"})
+    encoder: str = field(default="all-MiniLM-L6-v2", metadata={"help": "sentence encoder of the problem text ('none': length and task only)"})
+    gamma1_max: int = field(default=6, metadata={"help": "largest γ1 the controller may choose"})
+    gamma2_max: int = field(default=8, metadata={"help": "largest γ2 the controller may choose"})
+    budget: float = field(default=24.0, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
+    prior_strength: float = field(default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"})
+    folds: int = field(default=5, metadata={"help": "cross-validation folds (by problem)"})
+    seed: int = field(default=0, metadata={"help": "fold assignment seed"})
+
+    def validate(self) -> "TrainControllerConfig":
+        if self.gamma1_max < 1 or self.gamma2_max < 0 or self.budget < 0:
+            raise ConfigError("--gamma1-max must be >= 1, --gamma2-max and --budget >= 0")
+        if self.folds < 2:
+            raise ConfigError("--folds must be >= 2")
+        if self.prior_strength <= 0:
+            raise ConfigError("--prior-strength must be > 0")
+        return self
+
+
+def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, list[float]]:
+    """(problems with their texts, Y = [[α1, α2]], measured c1 values) from collect dirs."""
+    from data_gen.collect import CONFIG, load_tables
+    from lrtune.tasks import get_task
+
+    problems, ys, c1s = [], [], []
+    for d in dirs:
+        src = Path(d).expanduser()
+        if not src.is_dir():
+            raise ConfigError(f"training data not found: {d} (a directory written by lrtune collect)")
+        cfg_file = src / CONFIG
+        if not cfg_file.is_file():
+            raise ConfigError(f"{d} has no {CONFIG}: not a collect output")
+        opts = json.loads(cfg_file.read_text()).get("options", {})
+        _, probs = load_tables(src)
+        rows = probs.to_pylist()
+        task = get_task(opts.get("task", "gsm_symbolic"))
+        limit = max(r["index"] for r in rows) + 1
+        texts = {p.id: task.prompt(p) for p in task.load(limit=limit, seed=opts.get("task_seed", 0), path=opts.get("data"))}
+        for r in rows:
+            if r.get("alpha1") is None or r["problem_id"] not in texts:
+                continue
+            a2 = r.get("alpha2")
+            problems.append(ProblemInfo(id=r["problem_id"], text=texts[r["problem_id"]], task=r["task"]))
+            ys.append([float(r["alpha1"]), float("nan") if a2 is None else float(a2)])
+            if r.get("c1"):
+                c1s.append(float(r["c1"]))
+    if len(problems) < 4:
+        raise ConfigError(f"need at least 4 collected problems with measured α1, got {len(problems)}")
+    Y = np.asarray(ys)
+    if np.isnan(Y[:, 1]).all():
+        raise ConfigError("the data has no α2 (collect with --method lr+sd)")
+    Y[np.isnan(Y[:, 1]), 1] = np.nanmean(Y[:, 1])
+    return problems, Y, c1s
+
+
+def _profile(cfg: TrainControllerConfig, c1s: list[float]) -> dict:
+    if cfg.profile:
+        p = Path(cfg.profile).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"profile not found: {cfg.profile}")
+        prof = json.loads(p.read_text())
+        for k in ("c1", "c2"):
+            if not isinstance(prof.get(k), (int, float)) or not prof[k] > 0:
+                raise ConfigError(f"{cfg.profile}: {k} must be a number > 0")
+        return {"c1": prof["c1"], "c2": prof["c2"], "batch_cost": prof.get("batch_cost"), "source": str(p)}
+    c = statistics.median(c1s) if c1s else 0.4
+    return {"c1": c, "c2": c, "batch_cost": None,
+            "source": "median c1 of the collected problems; b(n) = 1 (no profile given)"}
+
+
+def _folds(n: int, k: int, seed: int) -> list[np.ndarray]:
+    order = np.random.default_rng(seed).permutation(n)
+    return [order[i::k] for i in range(k)]
+
+
+def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControllerConfig, bounds: Bounds,
+                   prof: dict) -> dict:
+    """Held-out α errors and speedup-model decision quality (see module docstring)."""
+    arms = bounds.arms()
+    c1, c2, b = prof["c1"], prof["c2"], prof.get("batch_cost")
+
+    def hv(arm, a1, a2):
+        return h(arm[0], arm[1], min(a1, 0.999), c1, min(a2, 0.999), c2, b)
+
+    err, err_mean, h_learned, h_fixed, h_oracle = [], [], [], [], []
+    for test in _folds(len(X), min(cfg.folds, len(X)), cfg.seed):
+        train = np.setdiff1d(np.arange(len(X)), test)
+        m = learned.AlphaPredictor(alpha=ridge).fit(X[train], Y[train])
+        pred = np.clip(m.predict(X[test]), *learned.ALPHA_CLIP)
+        err.append(np.abs(pred - Y[test]))
+        err_mean.append(np.abs(Y[train].mean(axis=0) - Y[test]))
+        fixed = max(arms, key=lambda a: float(np.mean([hv(a, *Y[i]) for i in train])))
+        for i, p in zip(test, pred):
+            chosen = best_gammas(p[0], c1, p[1], c2, bounds.M, bounds.gamma1_max, bounds.gamma2_max, b)
+            arm = bounds.clip(chosen.gamma1, chosen.gamma2)
+            h_learned.append(hv(arm, *Y[i]))
+            h_fixed.append(hv(fixed, *Y[i]))
+            h_oracle.append(max(hv(a, *Y[i]) for a in arms))
+    e, em = np.vstack(err), np.vstack(err_mean)
+    return {"mae_alpha1": float(e[:, 0].mean()), "mae_alpha2": float(e[:, 1].mean()),
+            "mae_alpha1_mean_baseline": float(em[:, 0].mean()), "mae_alpha2_mean_baseline": float(em[:, 1].mean()),
+            "model_speedup_learned": float(np.mean(h_learned)), "model_speedup_best_fixed": float(np.mean(h_fixed)),
+            "model_speedup_oracle": float(np.mean(h_oracle))}
+
+
+def run(cfg: TrainControllerConfig) -> dict:
+    cfg.validate()
+    dirs = [d for d in cfg.data.split(",") if d]
+    problems, Y, c1s = load_problem_rows(dirs)
+    out = writable_dir(cfg.out)
+    prof = _profile(cfg, c1s)
+    bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
+    feats = learned.ProblemFeaturizer(sorted({p.task for p in problems}),
+                                      None if cfg.encoder.lower() == "none" else cfg.encoder)
+    X = feats.transform(problems)
+    log(f"{len(problems)} problems; mean α1 {Y[:, 0].mean():.3f}, α2 {Y[:, 1].mean():.3f}; "
+        f"c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}")
+    scores = {r: cross_validate(X, Y, r, cfg, bounds, prof) for r in (0.1, 1.0, 10.0, 100.0, 1000.0)}
+    ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
+    model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
+    c1, c2, b = prof["c1"], prof["c2"], prof.get("batch_cost")
+    best_fixed = max(bounds.arms(), key=lambda a: float(np.mean(
+        [h(a[0], a[1], min(y[0], 0.999), c1, min(y[1], 0.999), c2, b) for y in Y])))
+    metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
+               "folds": cfg.folds}
+    metrics["best_fixed"] = list(best_fixed)
+    learned.save(out, model, feats, bounds=bounds, profile=prof, prior_strength=cfg.prior_strength, metrics=metrics,
+                 data={"dirs": dirs, "problems": len(problems), "mean_alpha1": float(Y[:, 0].mean()),
+                       "mean_alpha2": float(Y[:, 1].mean())})
+    _write_card(out, metrics, prof, bounds, len(problems))
+    return metrics
+
+
+def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) -> None:
+    from lrtune.runfiles import write_atomic
+
+    cv = metrics["cv"]
+    lines = [
+        "# lrtune learned controller", "",
+        f"Fitted by `lrtune train controller` on {n} problems. Load: `policies.learned.load(path)` or "
+        "`--controller PATH`.", "",
+        f"- bounds: γ1 ≤ {bounds.gamma1_max}, γ2 ≤ {bounds.gamma2_max}, γ1·γ2 ≤ M = {bounds.M:g}",
+        f"- profile: c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}, b(n) = {prof.get('batch_cost') or '1'} ({prof['source']})",
+        f"- ridge penalty {metrics['ridge_alpha']:g} (cross-validated, {metrics['folds']} folds by problem)", "",
+        "| held-out | learned | training mean |", "|---|---|---|",
+        f"| MAE α1 | {cv['mae_alpha1']:.3f} | {cv['mae_alpha1_mean_baseline']:.3f} |",
+        f"| MAE α2 | {cv['mae_alpha2']:.3f} | {cv['mae_alpha2_mean_baseline']:.3f} |", "",
+        "Speedup model h at the chosen depths, mean over held-out problems (true α):", "",
+        f"- learned: {cv['model_speedup_learned']:.3f}; best fixed (training folds): "
+        f"{cv['model_speedup_best_fixed']:.3f}; oracle: {cv['model_speedup_oracle']:.3f}",
+    ]
+    write_atomic(out / "README.md", "\n".join(lines) + "\n")
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(p, TrainControllerConfig)
+
+
+def make_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="lrtune train controller", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return p
+
+
+def config_from_args(args) -> TrainControllerConfig:
+    file_values = load_config_file(getattr(args, "config", None))
+    check_unknown_keys(file_values, TrainControllerConfig)
+    return build(TrainControllerConfig, args, file_values).validate()
+
+
+def main(cfg: TrainControllerConfig) -> int:
+    m = run(cfg)
+    cv = m["cv"]
+    print(f"held-out MAE α1 {cv['mae_alpha1']:.3f} (mean baseline {cv['mae_alpha1_mean_baseline']:.3f}), "
+          f"α2 {cv['mae_alpha2']:.3f} ({cv['mae_alpha2_mean_baseline']:.3f})")
+    print(f"speedup model at the chosen depths: learned {cv['model_speedup_learned']:.3f}, best fixed "
+          f"{cv['model_speedup_best_fixed']:.3f}, oracle {cv['model_speedup_oracle']:.3f}")
+    log(f"controller: {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    try:
+        raise SystemExit(main(config_from_args(make_parser().parse_args())))
+    except LrtuneError as e:
+        print(f"lrtune train controller: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

@@ -1,0 +1,99 @@
+"""Training data of the distilled verifier: step pairs from ``lrtune collect`` with
+problem-level splits (no problem in two splits) and a fingerprint of the data used."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lrtune.errors import ConfigError
+from lrtune.verifiers.base import StepPair
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class PairExample:
+    """One teacher-labelled pair: ``target`` is the teacher's soft score in [0, 1] (its
+    label when it has no score in that range), ``label`` the teacher's decision."""
+
+    problem_id: str
+    pair: StepPair
+    label: bool
+    target: float
+    teacher_s: float | None = None  # teacher seconds per pair (collect's judge_s)
+    embedding_cosine: float | None = None
+    exact_match: bool | None = None
+
+
+def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
+    """Examples from one or more collect (or merged) dirs, and the teacher's name."""
+    from data_gen.collect import load_tables
+
+    dirs = [data] if isinstance(data, str) else list(data)
+    if not dirs:
+        raise ConfigError("no training data: pass --data COLLECT_DIR")
+    out: list[PairExample] = []
+    teachers = set()
+    for d in dirs:
+        src = Path(d).expanduser()
+        if not src.is_dir():
+            raise ConfigError(f"training data not found: {d} (a directory written by lrtune collect)")
+        pairs, _ = load_tables(src)
+        for r in pairs.to_pylist():
+            if r.get("label") is None or r.get("draft_step") is None:
+                continue
+            s = r.get("teacher_score")
+            soft = float(s) if s is not None and not math.isnan(s) and 0.0 <= s <= 1.0 else float(r["label"])
+            teachers.add(r.get("teacher") or "?")
+            out.append(PairExample(problem_id=f"{r['task']}/{r['problem_id']}",
+                                   pair=StepPair(context=r.get("context") or "", draft=r["draft_step"], target=r["target_step"]),
+                                   label=bool(r["label"]), target=soft, teacher_s=r.get("judge_s"),
+                                   embedding_cosine=r.get("embedding_cosine"), exact_match=r.get("exact_match")))
+    if not out:
+        raise ConfigError(f"no labelled step pairs in {', '.join(dirs)}")
+    if len(teachers) > 1:
+        raise ConfigError(f"the data mixes teachers ({', '.join(sorted(teachers))}); train on one teacher's labels")
+    return out, teachers.pop()
+
+
+def split_problems(problem_ids: Sequence[str], val_fraction: float, test_fraction: float,
+                   seed: int) -> dict[str, str]:
+    """Problem id -> split. Problems (not pairs) are shuffled with ``seed`` and cut into
+    test (⌈n·test⌉, ≥ 1), val (⌈n·val⌉, ≥ 1) and train (the rest, ≥ 1)."""
+    ids = sorted(set(problem_ids))
+    n = len(ids)
+    if n < 3:
+        raise ConfigError(f"need at least 3 problems for train/val/test splits, got {n}")
+    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise ConfigError("val and test fractions must be in (0, 1) with a sum below 1")
+    random.Random(seed).shuffle(ids)
+    n_test = max(1, math.ceil(n * test_fraction))
+    n_val = max(1, math.ceil(n * val_fraction))
+    if n_test + n_val >= n:
+        n_test, n_val = 1, 1
+    return {pid: ("test" if i < n_test else "val" if i < n_test + n_val else "train") for i, pid in enumerate(ids)}
+
+
+def split_examples(examples: Sequence[PairExample], val_fraction: float, test_fraction: float,
+                   seed: int) -> dict[str, list[PairExample]]:
+    """The examples of each split (see :func:`split_problems`)."""
+    where = split_problems([e.problem_id for e in examples], val_fraction, test_fraction, seed)
+    out: dict[str, list[PairExample]] = {s: [] for s in SPLITS}
+    for e in examples:
+        out[where[e.problem_id]].append(e)
+    return out
+
+
+def fingerprint(examples: Sequence[PairExample]) -> str:
+    """sha256 over every example's problem, texts and teacher label/score, in order."""
+    h = hashlib.sha256()
+    for e in examples:
+        for part in (e.problem_id, e.pair.context, e.pair.draft, e.pair.target, str(int(e.label)), f"{e.target:.6f}"):
+            h.update(part.encode())
+            h.update(b"\0")
+    return h.hexdigest()

@@ -1,0 +1,321 @@
+"""The three student kinds of ``lrtune train verifier``: fit on the train split, select
+on validation AUROC, write the checkpoint files (weights, tokenizer) into a directory.
+
+* ``features``: logistic regression (scikit-learn) on the cheap pair features; C chosen
+  on validation AUROC. Weights stored as safetensors (standardisation + coefficients).
+* ``cross-encoder``: a sentence encoder + 1-logit head with a PEFT LoRA adapter, trained
+  on BCE(σ(logit), teacher score) with AdamW; early stopping on validation AUROC; a
+  resumable per-epoch state (adapter + optimizer in safetensors).
+* ``lm-judge``: a LoRA adapter on a small causal LM trained with TRL's SFTTrainer on the
+  judge prompt → "aligned"/"unaligned" (completion-only loss); early stopping on
+  validation AUROC by a callback; resumes from TRL's last checkpoint.
+
+Each ``fit_*`` returns a dict of metadata for ``lrtune_verifier.json`` (base model, input
+settings, training history).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lrtune.errors import ConfigError
+from lrtune.runfiles import ProgressBar, log, write_atomic
+from lrtune.verifiers import distilled
+from lrtune.verifiers.base import StepPair
+
+from train.data import PairExample
+
+
+
+def state_dir(out: Path) -> Path:
+    """Training state (resumable epochs; TRL's checkpoints hold pickles) lives beside the
+    checkpoint, never inside it: ``<out>.train-state``; removed after a successful export."""
+    return out.with_name(out.name + ".train-state")
+
+
+def _auroc(scores, examples: Sequence[PairExample]) -> float:
+    from data_gen.stats import auroc
+
+    a = auroc(list(scores), [e.label for e in examples])
+    return float("nan") if a is None else a
+
+
+# ---- features ----------------------------------------------------------------------------
+def feature_matrix(examples: Sequence[PairExample], encoder: str):
+    """Rows of :data:`~lrtune.verifiers.features.FEATURE_NAMES`; the embedding cosine comes
+    from collect's column when present, else from ``encoder``."""
+    import numpy as np
+
+    from lrtune.verifiers.features import text_features
+
+    cos = [e.embedding_cosine for e in examples]
+    missing = [i for i, c in enumerate(cos) if c is None or (isinstance(c, float) and math.isnan(c))]
+    if missing:
+        from lrtune.verifiers.embedding import EmbeddingVerifier
+
+        enc = EmbeddingVerifier(model=distilled.resolve_encoder(encoder))
+        for i, c in zip(missing, enc.score([examples[i].pair for i in missing])):
+            cos[i] = c
+    return np.asarray([text_features(e.pair.draft, e.pair.target) + [float(c)] for e, c in zip(examples, cos)])
+
+
+def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
+    import numpy as np
+    from safetensors.numpy import save_file
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from lrtune.verifiers.features import FEATURE_NAMES
+
+    encoder = cfg.base_model or distilled.ENCODERS[0]
+    xtr, ytr = feature_matrix(train, encoder), np.asarray([e.label for e in train])
+    xva = feature_matrix(val, encoder)
+    if len(set(ytr.tolist())) < 2:
+        raise ConfigError("the training split has only one teacher label: collect more problems")
+    scaler = StandardScaler().fit(xtr)
+    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
+    history, best = [], None
+    for c in (0.01, 0.1, 1.0, 10.0):
+        clf = LogisticRegression(C=c, max_iter=2000, random_state=cfg.seed).fit((xtr - scaler.mean_) / scale, ytr)
+        a = _auroc(clf.predict_proba((xva - scaler.mean_) / scale)[:, 1], val)
+        history.append({"C": c, "val_auroc": a})
+        if best is None or (not math.isnan(a) and (math.isnan(best[0]) or a > best[0])):
+            best = (a, c, clf)
+    _, c, clf = best
+    save_file({"mean": scaler.mean_.astype(np.float64), "scale": scale.astype(np.float64),
+               "coef": clf.coef_[0].astype(np.float64), "intercept": clf.intercept_.astype(np.float64)},
+              str(out / "features.safetensors"))
+    return {"base_model": None, "encoder": encoder, "features": list(FEATURE_NAMES), "C": c, "history": history}
+
+
+# ---- cross-encoder -----------------------------------------------------------------------
+def _lora_targets(model, skip: set[str]) -> list[str]:
+    """Full names of the encoder's Linear layers, excluding new (head) modules."""
+    import torch
+
+    return [n for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and not any(n == s or n.startswith(s + ".") for s in skip)]
+
+
+def _new_modules(model, missing_keys: Sequence[str]) -> set[str]:
+    """Modules holding weights the base checkpoint lacks (the new head): the parent
+    module of each missing parameter."""
+    names = {n for n, _ in model.named_modules()}
+    return {k.rsplit(".", 1)[0] for k in missing_keys if "." in k and k.rsplit(".", 1)[0] in names}
+
+
+def _save_optimizer(opt, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    sd = opt.state_dict()
+    tensors = {f"{i}.{k}": v.contiguous() for i, st in sd["state"].items() for k, v in st.items()}
+    save_file(tensors, str(path / "optimizer.safetensors"))
+    write_atomic(path / "optimizer.json", json.dumps({"param_groups": sd["param_groups"]}))
+
+
+def _load_optimizer(opt, path: Path) -> None:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path / "optimizer.safetensors"))
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        i, name = key.split(".", 1)
+        state.setdefault(int(i), {})[name] = v
+    opt.load_state_dict({"state": state, "param_groups": json.loads((path / "optimizer.json").read_text())["param_groups"]})
+
+
+def build_cross_encoder(base: str, cfg):
+    """(tokenizer, PEFT model) of a fresh cross-encoder student."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    tok = AutoTokenizer.from_pretrained(base)
+    hf_logging.set_verbosity_error()  # "newly initialized head" is expected here
+    model, info = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, output_loading_info=True)
+    new = _new_modules(model, info.get("missing_keys", []))
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=_lora_targets(model, new), modules_to_save=sorted(new))
+    return tok, get_peft_model(model, lora)
+
+
+def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    torch.manual_seed(cfg.seed)
+    base = distilled.resolve_encoder(cfg.base_model or distilled.ENCODERS[0])
+    tok, model = build_cross_encoder(base, cfg)
+    device = _device(cfg.device)
+    model.to(device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.01)
+    sdir = state_dir(out)
+    last, best_dir = sdir / "last", sdir / "best"
+    st = {"epoch": 0, "best_auroc": None, "bad_epochs": 0, "history": []}
+    if cfg.resume and (last / "trainer.json").is_file():
+        st = json.loads((last / "trainer.json").read_text())
+        set_peft_model_state_dict(model, load_file(str(last / "adapter_model.safetensors")))
+        _load_optimizer(opt, last)
+        log(f"resuming cross-encoder training after epoch {st['epoch']} (best val AUROC {st['best_auroc']})")
+
+    def encode(batch: Sequence[PairExample]):
+        a, b = zip(*(distilled.cross_encoder_text(e.pair, cfg.context_chars) for e in batch))
+        return tok(list(a), list(b), padding=True, truncation=True, max_length=cfg.max_length, return_tensors="pt").to(device)
+
+    def val_scores():
+        model.eval()
+        out_s = []
+        with torch.inference_mode():
+            for i in range(0, len(val), 64):
+                out_s += torch.sigmoid(model(**encode(val[i:i + 64])).logits[:, 0]).tolist()
+        return out_s
+
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    while st["epoch"] < cfg.epochs and st["bad_epochs"] < cfg.patience:
+        epoch = st["epoch"]
+        order = list(range(len(train)))
+        random.Random(cfg.seed * 1000 + epoch).shuffle(order)
+        model.train()
+        bar = ProgressBar(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch, cfg.progress)
+        losses = []
+        for i in range(0, len(order), cfg.batch_size):
+            batch = [train[j] for j in order[i:i + cfg.batch_size]]
+            y = torch.tensor([e.target if cfg.soft_targets else float(e.label) for e in batch], device=device)
+            loss = loss_fn(model(**encode(batch)).logits[:, 0].float(), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            bar.advance(1, f"loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+        bar.close()
+        a = _auroc(val_scores(), val)
+        improved = st["best_auroc"] is None or (not math.isnan(a) and a > st["best_auroc"])
+        st["history"].append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "val_auroc": a})
+        st["epoch"] = epoch + 1
+        st["bad_epochs"] = 0 if improved else st["bad_epochs"] + 1
+        if improved:
+            st["best_auroc"] = a
+            _save_adapter(model, best_dir)
+        log(f"epoch {epoch + 1}: train loss {st['history'][-1]['train_loss']:.4f}, val AUROC {a:.4f}"
+            + (" (best)" if improved else ""))
+        _save_adapter(model, last)  # the resumable state: adapter, optimizer, counters
+        _save_optimizer(opt, last)
+        write_atomic(last / "trainer.json", json.dumps(st))
+    _export_adapter(best_dir, out)
+    tok.save_pretrained(str(out))
+    return {"base_model": cfg.base_model or distilled.ENCODERS[0], "context_chars": cfg.context_chars,
+            "max_length": cfg.max_length, "history": st["history"], "best_val_auroc": st["best_auroc"]}
+
+
+def _save_adapter(model, d: Path) -> None:
+    tmp = d.with_name(d.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    shutil.rmtree(d, ignore_errors=True)
+    tmp.rename(d)
+
+
+def _export_adapter(src: Path, out: Path) -> None:
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copyfile(src / name, out / name)
+
+
+def _device(spec: str) -> str:
+    import torch
+
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return spec
+
+
+# ---- lm-judge (TRL SFT) ------------------------------------------------------------------
+def _judge_dataset(examples: Sequence[PairExample], context_chars: int):
+    from datasets import Dataset
+
+    return Dataset.from_list([{
+        "prompt": [{"role": "user", "content": distilled.judge_student_prompt(e.pair, context_chars)}],
+        "completion": [{"role": "assistant", "content": "aligned" if e.label else "unaligned"}],
+    } for e in examples])
+
+
+def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    base_spec = cfg.base_model or "default:draft"
+    base = distilled.resolve_base_lm(base_spec)
+    device = _device(cfg.device)
+    tok = AutoTokenizer.from_pretrained(base)
+    sdir = state_dir(out)
+    sdir.mkdir(parents=True, exist_ok=True)
+    best_dir = sdir / "best"
+    track_file = sdir / "early_stopping.json"
+    track = json.loads(track_file.read_text()) if cfg.resume and track_file.is_file() else \
+        {"best_auroc": None, "bad_epochs": 0, "history": []}
+
+    class EarlyStopOnAuroc(TrainerCallback):
+        """Scores the validation pairs after each epoch; keeps the best adapter; stops
+        after ``patience`` epochs without a better validation AUROC."""
+
+        def on_epoch_end(self, args, state, control, model=None, **kw):
+            scorer = distilled.LMJudgeStudent.from_model(model, tok, cfg.context_chars, device)
+            was_training = model.training
+            model.eval()
+            a = _auroc(scorer.score([e.pair for e in val]), val)
+            if was_training:
+                model.train()
+            improved = track["best_auroc"] is None or (not math.isnan(a) and a > track["best_auroc"])
+            track["history"].append({"epoch": round(state.epoch or 0, 3), "val_auroc": a,
+                                     "train_loss": next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None)})
+            track["bad_epochs"] = 0 if improved else track["bad_epochs"] + 1
+            if improved:
+                track["best_auroc"] = a
+                _save_adapter(model, best_dir)
+            write_atomic(track_file, json.dumps(track))
+            log(f"epoch {state.epoch:.0f}: val AUROC {a:.4f}" + (" (best)" if improved else ""))
+            if track["bad_epochs"] >= cfg.patience:
+                control.should_training_stop = True
+            return control
+
+    args = SFTConfig(
+        output_dir=str(sdir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate, logging_steps=5, save_strategy="epoch", save_total_limit=1,
+        report_to="none", seed=cfg.seed, max_length=cfg.max_length, disable_tqdm=not cfg.progress,
+        use_cpu=device == "cpu", model_init_kwargs={"dtype": torch.float32}, completion_only_loss=True,
+        dataloader_num_workers=0, lr_scheduler_type="constant",
+    )
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    trainer = SFTTrainer(model=base, args=args, train_dataset=_judge_dataset(train, cfg.context_chars),
+                         processing_class=tok, peft_config=lora, callbacks=[EarlyStopOnAuroc()])
+    ckpts = sorted(sdir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    resume = str(ckpts[-1]) if cfg.resume and ckpts else None
+    if resume:
+        log(f"resuming lm-judge training from {resume}")
+    if track["bad_epochs"] < cfg.patience:
+        trainer.train(resume_from_checkpoint=resume)
+    if not (best_dir / "adapter_model.safetensors").is_file():
+        raise ConfigError("lm-judge training produced no adapter (no epoch finished)")
+    _export_adapter(best_dir, out)
+    tok.save_pretrained(str(out))
+    return {"base_model": base_spec, "context_chars": cfg.context_chars, "max_length": cfg.max_length,
+            "history": track["history"], "best_val_auroc": track["best_auroc"]}
+
+
+FITTERS: dict[str, Callable] = {"features": fit_features, "cross-encoder": fit_cross_encoder, "lm-judge": fit_lm_judge}
+
+
+def score_pairs(verifier, pairs: Sequence[StepPair], batch_size: int = 64) -> list[float]:
+    out: list[float] = []
+    for i in range(0, len(pairs), batch_size):
+        out += verifier.score(pairs[i:i + batch_size])
+    return out

@@ -1,0 +1,274 @@
+"""``lrtune train verifier``: distil a collected teacher judge into a lightweight verifier.
+
+    lrtune train verifier --data results/collect --student cross-encoder --out results/verifier
+    lrtune train verifier --data results/collect --student features --out results/verifier-features
+    lrtune train verifier --data results/collect --student lm-judge --max-train-pairs 300 --out ...
+
+Steps: load the step pairs of ``lrtune collect`` → split by *problem* into train / val /
+test → fit the student (:mod:`train.students`) with early stopping on validation AUROC →
+export the checkpoint (:mod:`lrtune.verifiers.distilled`) → reload it through the same
+``load`` that decoding uses → calibrate the threshold on validation (max acceptance with
+false-accept rate ≤ ``--max-false-accept``) → test-split agreement with the teacher and
+latency per pair (batch 1 and batched) → ``lrtune_verifier.json`` + ``README.md``.
+Re-running with the same ``--out`` resumes training from the last finished epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.errors import ConfigError, LrtuneError
+from lrtune.runfiles import config_key, log, read_json, writable_dir, write_atomic
+from lrtune.verifiers import distilled
+
+from train import students
+from train.calibrate import agreement, calibrate_threshold
+from train.data import fingerprint, load_pairs, split_examples
+
+TRAIN_CONFIG = "train_config.json"
+RESUME_FREE = ("progress", "resume", "out", "keep_train_state")
+
+
+@dataclass
+class TrainVerifierConfig:
+    """Distillation of a teacher verifier (see module docstring)."""
+
+    data: str = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
+    out: str = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
+    student: str = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features",
+                                                           "choices": distilled.STUDENT_KINDS})
+    base_model: str | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
+                                                                   "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
+                                                                   "(default:draft) or a local dir"})
+    val_fraction: float = field(default=0.2, metadata={"help": "share of problems in the validation split"})
+    test_fraction: float = field(default=0.2, metadata={"help": "share of problems in the test split"})
+    seed: int = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
+    epochs: int = field(default=6, metadata={"help": "maximum training epochs"})
+    patience: int = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC"})
+    batch_size: int = field(default=16, metadata={"help": "training batch size (pairs)"})
+    learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate (LoRA + head)"})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
+    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout"})
+    soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
+    context_chars: int = field(default=400, metadata={"help": "characters of context (its tail) the student reads"})
+    max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer)"})
+    max_train_pairs: int | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
+                                                                        "(lm-judge on CPU is slow)"})
+    max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
+                                                                    "teacher on validation"})
+    latency_pairs: int = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
+    device: str = field(default="cpu", metadata={"help": "cpu | cuda | auto"})
+    resume: bool = field(default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"})
+    keep_train_state: bool = field(default=False, metadata={"help": "keep OUT.train-state after a successful export"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def validate(self) -> "TrainVerifierConfig":
+        if self.student not in distilled.STUDENT_KINDS:
+            raise ConfigError(f"unknown student {self.student!r}; choose from {', '.join(distilled.STUDENT_KINDS)}")
+        for name in ("epochs", "patience", "batch_size", "lora_r", "context_chars", "max_length", "latency_pairs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.max_train_pairs is not None and self.max_train_pairs < 2:
+            raise ConfigError("--max-train-pairs must be >= 2")
+        if not 0 <= self.max_false_accept <= 1:
+            raise ConfigError("--max-false-accept must be in [0, 1]")
+        if self.learning_rate <= 0:
+            raise ConfigError("--learning-rate must be > 0")
+        return self
+
+
+def _prepare_out(cfg: TrainVerifierConfig) -> Path:
+    """The output dir; a different config in it is refused (resume only with the same one)."""
+    out = writable_dir(cfg.out)
+    key = config_key({"options": cfg}, free=RESUME_FREE)
+    old = read_json(out / TRAIN_CONFIG)
+    if old is not None and old != key:
+        changed = sorted(k for k in key["options"] if old.get("options", {}).get(k) != key["options"][k])
+        raise ConfigError(f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
+                          "use another --out or delete it")
+    if old is None and (out / distilled.META).is_file():
+        raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
+    write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
+    return out
+
+
+def measure_latency(verifier, pairs, n_single: int) -> dict:
+    """Seconds per pair at batch 1 (median of ``n_single`` calls) and batched (all pairs
+    in batches of 64, total / n)."""
+    single = []
+    for p in pairs[:n_single]:
+        t = time.perf_counter()
+        verifier.score([p])
+        single.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    students.score_pairs(verifier, pairs)
+    batched = (time.perf_counter() - t) / max(1, len(pairs))
+    return {"batch1_s_per_pair": statistics.median(single) if single else None, "batched_s_per_pair": batched,
+            "n_batch1": len(single), "n_batched": len(pairs)}
+
+
+def cheap_baselines(test, teacher_threshold_note: str) -> dict:
+    """Agreement of the embedding (collect's cosine, threshold 0.95) and exact verifiers
+    with the teacher on the test split: the bar a student must clear."""
+    out = {}
+    labels = [e.label for e in test]
+    cos = [e.embedding_cosine for e in test]
+    if all(c is not None for c in cos):
+        out["embedding@0.95"] = agreement(cos, labels, 0.95)
+    ex = [e.exact_match for e in test]
+    if all(x is not None for x in ex):
+        out["exact"] = agreement([float(x) for x in ex], labels, 0.5)
+    return out
+
+
+def run(cfg: TrainVerifierConfig) -> dict:
+    """Train, export, calibrate and measure; returns the checkpoint metadata."""
+    cfg.validate()
+    examples, teacher = load_pairs([d for d in cfg.data.split(",") if d])
+    out = _prepare_out(cfg)
+    splits = split_examples(examples, cfg.val_fraction, cfg.test_fraction, cfg.seed)
+    train = splits["train"]
+    if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
+        train = random.Random(cfg.seed).sample(train, cfg.max_train_pairs)
+    counts = {s: {"pairs": len(v), "problems": len({e.problem_id for e in v}),
+                  "teacher_accept": sum(e.label for e in v) / max(1, len(v))} for s, v in splits.items()}
+    counts["train"]["pairs_used"] = len(train)
+    log(f"{len(examples)} pairs from {teacher!r}: " + ", ".join(f"{s} {c['pairs']} ({c['problems']} problems)"
+                                                              for s, c in counts.items()))
+    for s in ("train", "val"):
+        if len({e.label for e in splits[s]}) < 2:
+            log(f"warning: the {s} split holds one teacher label only; AUROC is undefined there")
+    t0 = time.perf_counter()
+    fit_meta = students.FITTERS[cfg.student](train, splits["val"], out, cfg)
+    train_s = time.perf_counter() - t0
+    meta = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": cfg.student, "threshold": 0.5,
+            "teacher": teacher, **fit_meta}
+    write_atomic(out / distilled.META, json.dumps(meta, indent=1))  # provisional: lets load() read the weights
+
+    v = distilled.load(out, device=cfg.device)  # the same path decoding uses
+    val_scores = students.score_pairs(v, [e.pair for e in splits["val"]])
+    calib = calibrate_threshold(val_scores, [e.label for e in splits["val"]], cfg.max_false_accept)
+    v.threshold = calib["threshold"]
+    test = splits["test"]
+    test_scores = students.score_pairs(v, [e.pair for e in test])
+    metrics = {"test": agreement(test_scores, [e.label for e in test], calib["threshold"]),
+               "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"])}
+    lat = measure_latency(v, [e.pair for e in test], cfg.latency_pairs)
+    teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
+    lat["teacher_s_per_pair"] = statistics.median(teacher_s) if teacher_s else None
+    lat["teacher_note"] = "median judge seconds per pair as recorded by collect (batched per round, same machine)"
+    if lat["teacher_s_per_pair"] and lat["batched_s_per_pair"]:
+        lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
+    meta.update(threshold=calib["threshold"], calibration=calib, data={
+        "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "problem", "seed": cfg.seed},
+        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, teacher), "train_seconds": train_s},
+        training={k: v_ for k, v_ in dataclasses.asdict(cfg).items() if k not in RESUME_FREE})
+    write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))
+    write_atomic(out / "README.md", model_card(meta))
+    if not cfg.keep_train_state:
+        shutil.rmtree(students.state_dir(out), ignore_errors=True)
+    return meta
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def metrics_rows(meta: dict) -> list[tuple[str, dict]]:
+    m = meta["metrics"]
+    rows = [(f"student ({meta['kind']})", m["test"])]
+    rows += [(name, a) for name, a in m.get("baselines_test", {}).items()]
+    return rows
+
+
+def model_card(meta: dict) -> str:
+    """The checkpoint's README: what it is, how it was trained, how well it agrees."""
+    m, lat, d = meta["metrics"], meta["metrics"]["latency"], meta["data"]
+    lines = [
+        f"# lrtune distilled verifier ({meta['kind']})", "",
+        f"Distilled from the `{meta['teacher']}` teacher with `lrtune train verifier`. Load it with "
+        "`lrtune.verifiers.load(path)` or pass the directory as `--verifier PATH`.", "",
+        f"- base model: `{meta.get('base_model') or meta.get('encoder')}`",
+        f"- threshold: {meta['threshold']:.4f} ({meta['calibration']['method']}, max FAR "
+        f"{meta['calibration']['max_false_accept']}, on validation)",
+        f"- data: `{d['dirs']}` (sha256 {d['fingerprint'][:16]}…), split by problem: "
+        + ", ".join(f"{s} {c['pairs']} pairs / {c['problems']} problems" for s, c in d["splits"].items()),
+        f"- training: {meta['metrics']['train_seconds']:.0f} s", "",
+        "## Agreement with the teacher (test split)", "",
+        "| verifier | accuracy | F1 | AUROC | false accept | false reject | acceptance (teacher) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, a in metrics_rows(meta):
+        lines.append(f"| {name} | {_fmt(a['accuracy'])} | {_fmt(a['f1'])} | {_fmt(a['auroc'])} | "
+                     f"{_fmt(a['false_accept_rate'])} | {_fmt(a['false_reject_rate'])} | "
+                     f"{_fmt(a['acceptance'])} ({_fmt(a['teacher_acceptance'])}) |")
+    lines += ["", "## Latency per pair (this machine)", "",
+              f"- student: {_fmt(lat['batch1_s_per_pair'], '.4f')} s at batch 1, "
+              f"{_fmt(lat['batched_s_per_pair'], '.4f')} s batched",
+              f"- teacher: {_fmt(lat['teacher_s_per_pair'], '.4f')} s ({lat['teacher_note']})"]
+    if lat.get("cost_ratio_batched") is not None:
+        lines.append(f"- student/teacher cost: {lat['cost_ratio_batched']:.4f} (1/{1 / lat['cost_ratio_batched']:.0f})")
+    hist = meta.get("history") or []
+    if hist:
+        lines += ["", "## Training history", "", "```", *(json.dumps(h) for h in hist), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def print_metrics(meta: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"verifier vs teacher {meta['teacher']!r} (test split)")
+    for col in ("verifier", "accuracy", "F1", "AUROC", "FAR", "FRR", "accept", "teacher accept"):
+        t.add_column(col)
+    for name, a in metrics_rows(meta):
+        t.add_row(name, *(_fmt(a[k]) for k in ("accuracy", "f1", "auroc", "false_accept_rate", "false_reject_rate",
+                                                 "acceptance", "teacher_acceptance")))
+    Console().print(t)
+    lat = meta["metrics"]["latency"]
+    print(f"latency s/pair: student batch-1 {_fmt(lat['batch1_s_per_pair'], '.4f')}, batched "
+          f"{_fmt(lat['batched_s_per_pair'], '.4f')}; teacher {_fmt(lat['teacher_s_per_pair'], '.4f')}"
+          + (f" (ratio {lat['cost_ratio_batched']:.4f})" if lat.get("cost_ratio_batched") else ""))
+    print(f"threshold {meta['threshold']:.4f}; checkpoint written")
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(p, TrainVerifierConfig)
+
+
+def make_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="lrtune train verifier", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return p
+
+
+def config_from_args(args) -> TrainVerifierConfig:
+    file_values = load_config_file(getattr(args, "config", None))
+    check_unknown_keys(file_values, TrainVerifierConfig)
+    return build(TrainVerifierConfig, args, file_values).validate()
+
+
+def main(cfg: TrainVerifierConfig) -> int:
+    meta = run(cfg)
+    print_metrics(meta)
+    log(f"verifier checkpoint: {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    try:
+        raise SystemExit(main(config_from_args(make_parser().parse_args())))
+    except LrtuneError as e:
+        print(f"lrtune train verifier: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
