@@ -16,6 +16,7 @@ The JSON it writes is what ``lrtune train controller --profile`` reads.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -71,6 +72,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     prof = {"c1": c, "c2": c, "batch_cost": b, "target_s_per_token": t1 / opts.tokens,
             "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens, "backend": models.backend,
             "target": models.target, "draft": models.draft, "dtype": models.dtype, "machine": machine_info(),
+            "options": dataclasses.asdict(opts),
             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     out = Path(opts.out).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)

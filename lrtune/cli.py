@@ -8,6 +8,8 @@ Commands:
     lrtune train verifier --data DIR [--student ...] distil the teacher into a verifier checkpoint
     lrtune train controller --data DIR [--profile F] fit the learned (γ1, γ2) controller
     lrtune profile [--out F]                      measure c1, c2 and b(n) for the speedup model
+    lrtune demo [--size ...]                      the whole loop on the offline default pair
+    lrtune pipeline --config pipeline.yaml        the whole loop for any models/tasks
 
 Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
 """
@@ -66,6 +68,15 @@ def make_parser() -> ArgumentParser:
     prof = sub.add_parser("profile", help="measure c1, c2 and the batch-cost curve b(n) of a backend/model pair")
     add_profile_arguments(prof)
 
+    from lrtune.pipeline import PipelineOptions
+
+    for name, help_ in (("demo", "the whole loop on the offline default: collect, train verifier + controller, evaluate"),
+                        ("pipeline", "the whole loop from a config file (any models/tasks): --config pipeline.yaml")):
+        pp = sub.add_parser(name, help=help_)
+        pp.add_argument("--config", help="YAML file with any of these options")
+        add_dataclass_args(pp, PipelineOptions)
+        add_dataclass_args(pp, ModelConfig, skip=("verifier", "verifier_threshold", "controller"))
+
     prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
     prep.add_argument("--cache-dir", default=None, help="cache root (default: $LRTUNE_CACHE or ~/.cache/lrtune)")
     return parser
@@ -82,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from data_gen.collect import main_from_args
 
             return main_from_args(args)
+        if args.command in ("demo", "pipeline"):
+            return cmd_pipeline(args)
         if args.command == "profile":
             from eval.profile import main_from_args as profile_main
 
@@ -100,6 +113,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("lrtune: interrupted\n")
         return 130
     return 2
+
+
+def cmd_pipeline(args) -> int:
+    from lrtune.api import ModelConfig
+    from lrtune.errors import ConfigError
+    from lrtune.pipeline import PipelineOptions, run
+
+    if args.command == "pipeline" and not args.config:
+        raise ConfigError("lrtune pipeline needs --config FILE (lrtune demo runs the built-in default)")
+    file_values = load_config_file(args.config)
+    check_unknown_keys(file_values, PipelineOptions, ModelConfig)
+    res = run(build(PipelineOptions, args, file_values), build(ModelConfig, args, file_values))
+    from eval.report import print_table
+
+    print_table(res["summary"])
+    print("stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in res["timings"].items()))
+    return 0
 
 
 def cmd_train(args) -> int:

@@ -16,7 +16,12 @@ from lrtune.errors import ConfigError
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line and exits with status 2."""
+    """argparse that reports a bad flag in one line and exits with status 2, and takes
+    no abbreviated flags (``--method`` must never silently mean ``--methods``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")

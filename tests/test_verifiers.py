@@ -44,3 +44,30 @@ def test_embedding_default_threshold_is_the_papers_0_95():
 def test_bad_verifier_specs_raise_config_error(spec):
     with pytest.raises(ConfigError):
         make_verifier(spec)
+
+
+@pytest.mark.parametrize("spec,kind,threshold", [
+    ("embedding@0.9", "embedding", 0.9), ("exact@1", "exact", None), ("random(0.3)@0.5", "random", 0.5),
+])
+def test_a_spec_may_carry_its_threshold_after_an_at_sign(spec, kind, threshold):
+    from lrtune.verifiers import split_threshold
+
+    base, thr = split_threshold(spec)
+    assert thr == (1.0 if spec == "exact@1" else threshold) and base.startswith(kind)
+
+
+@pytest.mark.parametrize("spec,message", [("embedding@high", "bad verifier threshold"), ("exact@1.5", "in \\[0, 1\\]")])
+def test_a_bad_threshold_suffix_is_a_clear_error(spec, message):
+    from lrtune.verifiers import check_verifier_spec
+
+    with pytest.raises(ConfigError, match=message):
+        check_verifier_spec(spec)
+
+
+def test_judge_threshold_suffix_reaches_the_verifier():
+    class Stub:
+        def encode_prompt(self, p, chat=True):
+            return [1]
+
+    v = make_verifier("llm_judge@0.85", backend=Stub())
+    assert v.threshold == 0.85 and make_verifier("llm_judge@0.85", backend=Stub(), threshold=0.6).threshold == 0.6

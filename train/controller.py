@@ -18,6 +18,7 @@ c1 = c2 = the median measured c1 of the data and b ≡ 1 (stated in the metadata
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -34,6 +35,9 @@ from lrtune.runfiles import log, writable_dir
 from lrtune.speedup import best_gammas, h
 
 from policies import learned
+
+
+TRAIN_CONFIG = "train_config.json"
 
 
 @dataclass
@@ -88,8 +92,8 @@ def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, l
             ys.append([float(r["alpha1"]), float("nan") if a2 is None else float(a2)])
             if r.get("c1"):
                 c1s.append(float(r["c1"]))
-    if len(problems) < 4:
-        raise ConfigError(f"need at least 4 collected problems with measured α1, got {len(problems)}")
+    if len(problems) < 3:
+        raise ConfigError(f"need at least 3 collected problems with measured α1, got {len(problems)}")
     Y = np.asarray(ys)
     if np.isnan(Y[:, 1]).all():
         raise ConfigError("the data has no α2 (collect with --method lr+sd)")
@@ -148,9 +152,22 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
 
 
 def run(cfg: TrainControllerConfig) -> dict:
+    """Fit, cross-validate and export; a controller already in ``--out`` with this config is
+    returned as is (its metrics)."""
+    import dataclasses
+
+    from lrtune.runfiles import read_json, write_atomic
+
     cfg.validate()
     dirs = [d for d in cfg.data.split(",") if d]
     problems, Y, c1s = load_problem_rows(dirs)
+    digest = hashlib.sha256(json.dumps([[p.id for p in problems], Y.round(9).tolist()]).encode()).hexdigest()
+    key = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "out"}, "data_sha256": digest}
+    prev = read_json(Path(cfg.out).expanduser() / TRAIN_CONFIG)
+    meta = read_json(Path(cfg.out).expanduser() / learned.META)
+    if prev == key and meta and "metrics" in meta:
+        log(f"{cfg.out} is up to date (same data and settings): nothing to fit")
+        return meta["metrics"]
     out = writable_dir(cfg.out)
     prof = _profile(cfg, c1s)
     bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
@@ -172,6 +189,7 @@ def run(cfg: TrainControllerConfig) -> dict:
                  data={"dirs": dirs, "problems": len(problems), "mean_alpha1": float(Y[:, 0].mean()),
                        "mean_alpha2": float(Y[:, 1].mean())})
     _write_card(out, metrics, prof, bounds, len(problems))
+    write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
     return metrics
 
 

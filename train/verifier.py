@@ -87,6 +87,17 @@ class TrainVerifierConfig:
         return self
 
 
+def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
+    """The metadata of a finished checkpoint in ``cfg.out`` trained with this config on
+    this data, or None."""
+    out = Path(cfg.out).expanduser()
+    if read_json(out / TRAIN_CONFIG) == config_key({"options": cfg}, free=RESUME_FREE):
+        meta = read_json(out / distilled.META)
+        if meta and "metrics" in meta and meta.get("data", {}).get("fingerprint") == data_fingerprint:
+            return meta
+    return None
+
+
 def _prepare_out(cfg: TrainVerifierConfig) -> Path:
     """The output dir; a different config in it is refused (resume only with the same one)."""
     out = writable_dir(cfg.out)
@@ -98,6 +109,8 @@ def _prepare_out(cfg: TrainVerifierConfig) -> Path:
                           "use another --out or delete it")
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
+    if old is not None and (out / distilled.META).is_file():
+        (out / distilled.META).unlink()  # same settings, new data: this run replaces it
     write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
     return out
 
@@ -132,9 +145,14 @@ def cheap_baselines(test, teacher_threshold_note: str) -> dict:
 
 
 def run(cfg: TrainVerifierConfig) -> dict:
-    """Train, export, calibrate and measure; returns the checkpoint metadata."""
+    """Train, export, calibrate and measure; returns the checkpoint metadata. A checkpoint
+    already finished in ``--out`` with the same config is returned as is."""
     cfg.validate()
     examples, teacher = load_pairs([d for d in cfg.data.split(",") if d])
+    done = up_to_date(cfg, fingerprint(examples))
+    if done is not None:
+        log(f"{cfg.out} is up to date (same data and settings): nothing to train")
+        return done
     out = _prepare_out(cfg)
     splits = split_examples(examples, cfg.val_fraction, cfg.test_fraction, cfg.seed)
     train = splits["train"]

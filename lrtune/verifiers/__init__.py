@@ -12,6 +12,9 @@
 a directory            a distilled checkpoint from ``lrtune train verifier`` (``load``)
 =====================  ===============================================================
 
+Any spec may end in ``@T`` to set its threshold (``llm_judge@0.85``, ``embedding@0.9``,
+``path/to/ckpt@0.4``); an explicit ``threshold`` argument wins.
+
 ``llm_judge`` and ``target_score`` need a ``backend`` (the model that judges).
 """
 
@@ -37,10 +40,25 @@ def load(path, *, device: str = "cpu", threshold: float | None = None) -> Verifi
     return load_checkpoint(path, device=device, threshold=threshold)
 
 
+def split_threshold(spec: str) -> tuple[str, float | None]:
+    """``"llm_judge@0.85"`` -> ``("llm_judge", 0.85)``; no ``@``: ``(spec, None)``."""
+    base, sep, t = spec.strip().rpartition("@")
+    if not sep:
+        return spec.strip(), None
+    try:
+        thr = float(t)
+    except ValueError:
+        raise ConfigError(f"bad verifier threshold {t!r} in {spec!r} (expected KIND@NUMBER)") from None
+    if not 0.0 <= thr <= 1.0:
+        raise ConfigError(f"verifier threshold must be in [0, 1], got {thr} in {spec!r}")
+    return base, thr
+
+
 def check_verifier_spec(spec: str) -> None:
     """Raise ConfigError when ``spec`` names no verifier (without building one)."""
     from lrtune.verifiers.distilled import is_checkpoint, read_meta
 
+    spec, _ = split_threshold(spec)
     if is_checkpoint(spec):
         read_meta(spec)
         return
@@ -58,6 +76,8 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
         return spec
     from lrtune.verifiers.distilled import is_checkpoint
 
+    spec, spec_threshold = split_threshold(spec)
+    threshold = threshold if threshold is not None else spec_threshold
     if is_checkpoint(spec):
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")

@@ -1,0 +1,65 @@
+"""``lrtune demo --size tiny``: every stage end to end on the tiny pair, then a re-run
+that skips every finished stage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from tiny_models import get_tiny_pair
+
+
+def demo(out, *extra):
+    pair = get_tiny_pair()
+    return subprocess.run([sys.executable, "-m", "lrtune", "demo", "--size", "tiny", "--out", str(out),
+                           "--backend", "transformers", "--device", "cpu", "--target", str(pair.target),
+                           "--draft", str(pair.draft), "--teacher", "random(0.5)", "--max-model-len", "1024",
+                           "--max-step-tokens", "12", "--no-progress", *extra],
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(tmp_path):
+    out = tmp_path / "demo"
+    t0 = time.perf_counter()
+    proc = demo(out)
+    first_s = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for f in ("collect/collect_config.json", "collect/README.md", "profile.json", "verifier/lrtune_verifier.json",
+              "verifier/README.md", "controller/lrtune_controller.json", "eval/records.jsonl", "eval/summary.json",
+              "eval/report.md", "pipeline.json"):
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "eval" / "summary.json").read_text())
+    assert set(summary["methods"]) == {"target", "sd", "lr+sd/v=random(0.5)", "lr+sd", "adaptive"}
+    assert summary["methods"]["lr+sd"]["verifier"] == str(out / "verifier")
+    assert "adaptive" in proc.stdout and "stage times" in proc.stdout
+
+    t0 = time.perf_counter()
+    again = demo(out)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "up to date" in again.stderr and "profile" not in json.loads((out / "pipeline.json").read_text())["timings_s"]
+    assert time.perf_counter() - t0 < first_s
+
+
+def test_the_example_gpu_pipeline_config_names_only_known_options():
+    from pathlib import Path
+
+    from lrtune.api import ModelConfig
+    from lrtune.configs import check_unknown_keys, load_config_file
+    from lrtune.pipeline import SIZES, PipelineOptions
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "pipeline-gpu.yaml"
+    values = load_config_file(str(path))
+    check_unknown_keys(values, PipelineOptions, ModelConfig)
+    opts = PipelineOptions(**{k: v for k, v in values.items() if k in PipelineOptions.__dataclass_fields__})
+    models = ModelConfig(**{k: v for k, v in values.items() if k in ModelConfig.__dataclass_fields__})
+    assert opts.size in SIZES and models.tensor_parallel_size == 4 and models.judge_model
+
+
+def test_pipeline_without_a_config_file_is_a_one_line_error(capsys):
+    from lrtune.cli import main
+
+    assert main(["pipeline"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs --config" in err[0]
