@@ -7,6 +7,9 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from tiny_models import get_tiny_pair
 
@@ -20,8 +23,13 @@ def demo(out, *extra):
                           capture_output=True, text=True, timeout=900)
 
 
-def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(tmp_path):
-    out = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("pipeline") / "demo"
+
+
+def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_dir):
+    out = demo_dir
     t0 = time.perf_counter()
     proc = demo(out)
     first_s = time.perf_counter() - t0
@@ -63,3 +71,22 @@ def test_pipeline_without_a_config_file_is_a_one_line_error(capsys):
     assert main(["pipeline"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs --config" in err[0]
+
+
+def test_the_readme_python_example_runs_on_the_demo_outputs(demo_dir, capsys):
+    """The README's Python API block, verbatim but for the model names, backend and budget."""
+    if not (demo_dir / "controller" / "lrtune_controller.json").is_file():
+        pytest.skip("needs the demo run of the test above")
+    pair = get_tiny_pair()
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    code = (block.replace('"default", "default"', f'"{pair.target}", "{pair.draft}", backend="transformers", '
+                                                  f'device="cpu", max_model_len=1024, progress=False')
+            .replace("results/demo/", f"{demo_dir}/").replace("max_new_tokens=384", "max_new_tokens=40"))
+    assert code.count(str(demo_dir)) == 2 and str(pair.target) in code
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    outs, dec = scope["outs"], scope["dec"]
+    assert len(outs) == 2 and outs[0].stats.rounds >= 1
+    assert dec.decoder.controller.name == "learned" and dec.decoder.verifier.name == "distilled:cross-encoder"
+    assert "prompt 1 [" in capsys.readouterr().out  # committed steps were streamed

@@ -81,6 +81,10 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
     """Load a distilled verifier checkpoint (see module docstring) in one call."""
     meta = read_meta(path)
     root = Path(path).expanduser().resolve()
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     cls = {"cross-encoder": CrossEncoderVerifier, "lm-judge": LMJudgeStudent, "features": FeatureVerifier}[meta["kind"]]
     v = cls(root, meta, device=device)
     if threshold is not None:
@@ -203,9 +207,16 @@ class CrossEncoderVerifier:
         self.batch_size = 32
         self.device = device
         self._torch = torch
+        from transformers.utils import logging as hf_logging
+
         base = resolve_encoder(meta["base_model"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(root))
-        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the head is "newly initialised" here, then replaced by the adapter's
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+        finally:
+            hf_logging.set_verbosity(level)
         self.model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
 
     def logits(self, pairs: Sequence[StepPair]):
