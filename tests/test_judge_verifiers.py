@@ -134,3 +134,18 @@ def test_judge_probe_pairs_have_one_positive_per_step_and_distinct_negatives():
         assert (p.draft == p.target) == (y == 1)
         if k == "number":
             assert p.draft != p.target and p.draft.split()[:-1] == p.target.split()[:-1]
+
+
+def test_llm_judge_drops_worked_examples_that_do_not_fit_the_engine_context():
+    from types import SimpleNamespace
+
+    class SmallChat(StubJudgeModel):
+        config = SimpleNamespace(max_model_len=1200)
+
+        def encode_messages(self, messages):
+            self.turns = len(messages)
+            return [ord(c) for m in messages for c in m["content"]]
+
+    model = SmallChat()
+    make_verifier("llm_judge", backend=model).score([StepPair("ctx", "x = 3", "x = 3")])
+    assert 1 <= model.turns < 9  # fewer than the four examples (8 turns) + question, but it still asks

@@ -78,10 +78,10 @@ FEW_SHOT = (
 )
 
 
-def few_shot_messages(template: str, context: str, draft: str, target: str) -> list[dict]:
-    """The chat of the judge: the worked examples as earlier turns, then the question."""
+def few_shot_messages(template: str, context: str, draft: str, target: str, shots: int = len(FEW_SHOT)) -> list[dict]:
+    """The chat of the judge: the first ``shots`` worked examples as earlier turns, then the question."""
     msgs: list[dict] = []
-    for c, a, b, ans in FEW_SHOT:
+    for c, a, b, ans in FEW_SHOT[:shots]:
         msgs += [{"role": "user", "content": template.format(context=c, target=a, draft=b)},
                  {"role": "assistant", "content": ans}]
     msgs.append({"role": "user", "content": template.format(context=context, draft=draft, target=target)})
@@ -193,8 +193,17 @@ class LLMJudgeVerifier(_ModelVerifier):
         encode = getattr(self.backend, "encode_messages", None)
         if encode is None:  # a backend without chat support: the zero-shot prompt
             return super().prompts(pairs)
-        return [encode(few_shot_messages(self.template, p.context.strip(), p.draft.strip(), p.target.strip()))
-                for p in pairs]
+        limit = getattr(getattr(self.backend, "config", None), "max_model_len", None)
+        out = []
+        for p in pairs:
+            # as many worked examples as the engine's context holds (all four normally)
+            for shots in range(len(FEW_SHOT), -1, -1):
+                ids = encode(few_shot_messages(self.template, p.context.strip(), p.draft.strip(), p.target.strip(),
+                                               shots))
+                if limit is None or len(ids) + ANSWER_TOKENS <= limit:
+                    break
+            out.append(ids)
+        return out
 
 
 class TargetScoreVerifier(_ModelVerifier):
