@@ -166,7 +166,9 @@ def read_meta(path: str | Path) -> dict:
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ConfigError(f"controller not found: {path}")
-    if any(p.suffix.lower() in (".pkl", ".pickle", ".joblib", ".bin", ".pt", ".pth") for p in root.rglob("*")):
+    from lrtune.verifiers.distilled import PICKLE_SUFFIXES
+
+    if any(p.suffix.lower() in PICKLE_SUFFIXES for p in root.rglob("*")):
         raise ConfigError(f"refusing to load {path}: it holds pickle-capable files; controllers are JSON only")
     f = root / META
     if not f.is_file():

@@ -130,7 +130,7 @@ def measure_latency(verifier, pairs, n_single: int) -> dict:
             "n_batch1": len(single), "n_batched": len(pairs)}
 
 
-def cheap_baselines(test, teacher_threshold_note: str) -> dict:
+def cheap_baselines(test) -> dict:
     """Agreement of the embedding (collect's cosine, threshold 0.95) and exact verifiers
     with the teacher on the test split: the bar a student must clear."""
     out = {}
@@ -189,7 +189,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
     meta.update(threshold=calib["threshold"], calibration=calib, data={
         "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "problem", "seed": cfg.seed},
-        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, teacher), "train_seconds": train_s},
+        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test), "train_seconds": train_s},
         training={k: v_ for k, v_ in dataclasses.asdict(cfg).items() if k not in RESUME_FREE})
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))
     write_atomic(out / "README.md", model_card(meta))
