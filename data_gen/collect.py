@@ -410,7 +410,28 @@ def summarize_pairs(src: Path) -> dict:
     out["agreement_with_teacher"] = agree
     p = probs.to_pydict()
     out["accuracy"] = sum(bool(x) for x in p["correct"]) / len(p["correct"]) if p["correct"] else None
+    out["wall_s"] = float(sum(x or 0.0 for x in p["wall_s"]))
+    judge = sorted(x for x in d["judge_s"] if x is not None)
+    out["judge_s_median"] = judge[len(judge) // 2] if judge else None
+    a2 = [x for x in p["alpha2"] if x is not None]
+    out["alpha2_mean"] = sum(a2) / len(a2) if a2 else None
     return out
+
+
+def teacher_spec(options: dict) -> str:
+    """The teacher as recorded in the rows: ``KIND`` or ``KIND@T`` (collect_config options)."""
+    t = options.get("teacher_threshold")
+    return f"{options.get('teacher')}" + ("" if t is None else f"@{t:g}")
+
+
+def _overview(s: dict) -> list[str]:
+    """Counts, accuracy and time of a summary, as markdown/console lines."""
+    f = lambda v, spec=".3f": "—" if v is None else format(v, spec)  # noqa: E731
+    return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}",
+            "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
+            f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
+            f"decode wall {f(s.get('wall_s'), '.0f')} s in all, judge {f(s.get('judge_s_median'), '.2f')} s "
+            "per pair (median)"]
 
 
 def write_card(out: Path) -> dict:
@@ -421,14 +442,18 @@ def write_card(out: Path) -> dict:
         s = {"problems": 0, "rows": 0, "label_balance": None, "alpha1_by_position": [], "agreement_with_teacher": {}}
     cfg = json.loads((out / CONFIG).read_text()) if (out / CONFIG).is_file() else {}
     o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
+    fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    agree = s.get("agreement_with_teacher", {})
     lines = [
         "# lrtune step-pair dataset", "",
-        f"Collected by `lrtune collect`: task `{o.get('task')}`, teacher `{o.get('teacher')}`, target "
+        f"Collected by `lrtune collect`: task `{o.get('task')}`, teacher `{teacher_spec(o)}`, target "
         f"`{m.get('target')}`, draft `{m.get('draft')}`, method `{dc.get('method')}` (γ1={dc.get('gamma1')}, "
         f"γ2={dc.get('gamma2')}), temperature {dc.get('temperature')}.", "",
-        f"- problems: {s['problems']}; step pairs: {s['rows']}; teacher accept rate: "
-        + (f"{s['label_balance']:.3f}" if s.get("label_balance") is not None else "—"),
-        "- α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s.get("alpha1_by_position", [])),
+        *([f"- {line}" for line in _overview(s)] if s["problems"] else ["- no finished problems yet"]),
+        *(["", "Agreement of cheap verifiers with the teacher (`lrtune collect --stats`):", "",
+           "| verifier | n | accuracy | AUROC | accept rate |", "|---|---|---|---|---|",
+           *(f"| {k} | {a['n']} | {fmt(a['accuracy'])} | {fmt(a['auroc'])} | {fmt(a['accept_rate'])} |"
+             for k, a in agree.items())] if agree else []),
         "", "Load it:", "", "```python", "import datasets",
         'pairs = datasets.load_dataset("parquet", data_files="pairs/*.parquet", split="train")'
         if not (out / "pairs.parquet").is_file() else
@@ -447,9 +472,8 @@ def print_stats(s: dict) -> None:
     from rich.table import Table
 
     c = Console()
-    c.print(f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate "
-            + (f"{s['label_balance']:.3f}" if s["label_balance"] is not None else "—"))
-    c.print("α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]))
+    for line in _overview(s):
+        c.print(line)
     t = Table(title="agreement with the teacher")
     for col in ("verifier", "n", "accuracy", "AUROC", "accept rate"):
         t.add_column(col)

@@ -37,7 +37,7 @@ from eval import metrics
 
 RECORDS, SUMMARY, REPORT, CONFIG = "records.jsonl", "summary.json", "report.md", "config.json"
 # Options that may change between runs into the same --out (they do not change results).
-RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out")
+RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile")  # profile: only the predicted column
 # lr+sd whose depths come from a controller: per round (adaptive, needs --controller), per
 # problem from its measured α under the speedup model (oracle, after lr+sd on the problem),
 # or the best fixed pair on the controller's training data (best-fixed).
@@ -55,6 +55,7 @@ class EvalOptions:
     methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
     warmup_tokens: int = field(default=32, metadata={"help": "tokens per method in the untimed warm-up (0 = none)"})
+    profile: str | None = field(default=None, metadata={"help": "take the batch-cost curve b(n) from this `lrtune profile` JSON instead of measuring it after the warm-up"})
     out: str = field(default="results/eval", metadata={"help": "output directory"})
     overwrite: bool = field(default=False, metadata={"help": "start over in --out (old records are kept as a backup)"})
     plots: bool = field(default=True, metadata={"help": "write PNG plots"})
@@ -265,9 +266,11 @@ def run(cfg: EvalConfig) -> Summary:
     if done:
         log(f"resuming {out}: {len(done)} decodes done, {len(todo)} to go")
 
-    timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0}
+    timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0, "prompt_cache_s": 0.0}
     previous = _previous_summary(out)
     batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
+    if opts.profile:
+        batch_cost = profile_batch_cost(opts.profile)
     if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
         raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
@@ -314,7 +317,10 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
                                                          max_new_tokens=cfg.options.warmup_tokens))
     batch_cost = None
     lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
-    if lr_specs and cfg.options.warmup_tokens > 0:
+    if lr_specs and cfg.options.profile:
+        batch_cost = profile_batch_cost(cfg.options.profile)
+        log(f"batch cost b(n) from {cfg.options.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
+    elif lr_specs and cfg.options.warmup_tokens > 0:
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
         if ctl is not None and any(s.control for s in specs):
             sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))
@@ -339,6 +345,17 @@ def _use_verifier(dec, spec: MethodSpec) -> None:
     dec.decoder.verifier = dec.method_verifiers[spec.verifier]
 
 
+def profile_batch_cost(path: str) -> dict[int, float]:
+    """{n: b(n)} from an ``lrtune profile`` JSON (its ``batch_cost`` list starts at n = 1)."""
+    try:
+        b = json.loads(Path(path).expanduser().read_text())["batch_cost"]
+        if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
+            raise ValueError("batch_cost must be a non-empty list of positive numbers")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
+    return {n: float(v) for n, v in enumerate(b, start=1)}
+
+
 def measure_batch_cost(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict[int, float]:
     """b(n) = time of n distinct prompts decoding ``tokens`` tokens each / time of one
     (plain target engine, best of two tries per size)."""
@@ -357,9 +374,12 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
                            cfg.options.progress)
     live: dict[str, dict] = {s.label: {"k": 0, "n": 0, "wall": 0.0, "base": 0.0} for s in specs}
     base_wall: dict[str, float] = {}
+    lrsd_stats: dict[str, dict] = {}  # problem -> the lr+sd row's stats (the oracle's α)
     for r in load_records(out / RECORDS):
         if r["method"] == "target":
             base_wall[r["problem"]] = r["wall_s"]
+        elif r["method"] == "lr+sd":
+            lrsd_stats[r["problem"]] = r.get("stats", {})
     t_loop = time.perf_counter()
     try:
         for i, prob in enumerate(problems):
@@ -378,18 +398,23 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
                      f"{cfg.models.max_model_len}")
                 progress.advance(len(pending))
                 continue
+            t_warm = time.perf_counter()
+            _cache_prompt(dec, ids)
+            timing["prompt_cache_s"] += time.perf_counter() - t_warm
             k = i % len(pending)
             order = pending[k:] + pending[:k]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
                 _use_verifier(dec, spec)
-                dcfg, kwargs = _controlled(dec, cfg, spec, prob, out, task)
+                dcfg, kwargs = _controlled(dec, cfg, spec, prob, task, lrsd_stats.get(prob.id))
                 res, stats = dec.decoder.decode(ids, dcfg, **kwargs)
                 timing["decode_s"] += stats.wall_s
                 answer, ok = task.check(prob, res.text)
                 rec = {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
-                       "gamma1": dcfg.gamma1 if spec.control != "adaptive" else None,
-                       "gamma2": dcfg.gamma2 if spec.control != "adaptive" else None, "control": spec.control,
+                       # depths actually run (0 = not used); adaptive rows change them per round
+                       "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
+                       "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
+                       "control": spec.control, "decode_method": dcfg.method,
                        "async_lr": spec.async_lr, "width": spec.width,
                        "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
                        "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
@@ -398,6 +423,8 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
                 done.add((prob.id, spec.label))
                 if spec.label == "target":
                     base_wall[prob.id] = stats.wall_s
+                elif spec.label == "lr+sd":
+                    lrsd_stats[prob.id] = rec["stats"]
                 lv = live[spec.label]
                 lv["k"] += ok
                 lv["n"] += 1
@@ -410,8 +437,20 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
         progress.close()
 
 
-def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, out: Path, task):
-    """(decode config, decode kwargs) of one decode; controlled methods get their depths."""
+def _cache_prompt(dec, ids: list[int]) -> None:
+    """Prefill the problem's prompt once on every engine, untimed. Engines cache prefixes,
+    so otherwise the first method run on a problem would pay the prompt's prefill for all
+    the others (a bias that the rotating order only cancels over many problems)."""
+    from lrtune.backends.base import GenParams
+
+    params = GenParams(max_tokens=1, stop_at_delimiter=False)
+    for backend in {id(b): b for b in (dec.decoder.target, dec.decoder.draft) if b is not None}.values():
+        backend.generate([ids], params)
+
+
+def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
+    """(decode config, decode kwargs) of one decode; controlled methods get their depths.
+    ``ref_stats``: the lr+sd row's DecodeStats of this problem (the oracle reads its α)."""
     from lrtune.control import ProblemInfo
     from lrtune.speedup import best_gammas
 
@@ -421,10 +460,9 @@ def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, out: Path, task):
         return dcfg, {"controller": ctl, "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
     if spec.control == "best-fixed":
         g1, g2 = getattr(ctl, "best_fixed", None) or (cfg.decode.gamma1, cfg.decode.gamma2)
-        return dataclasses.replace(dcfg, gamma1=max(1, g1), gamma2=max(1, g2)), {}
+        return _fixed_depths(dcfg, g1, g2), {}
     if spec.control == "oracle":
-        ref = next((r for r in load_records(out / RECORDS) if r["problem"] == prob.id and r["method"] == "lr+sd"), None)
-        st = (ref or {}).get("stats", {})
+        st = ref_stats or {}
         a1, a2 = st.get("alpha1"), st.get("alpha2")
         if a1 is None or a2 is None:
             return dcfg, {}
@@ -433,8 +471,16 @@ def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, out: Path, task):
         bounds = ctl.bounds if ctl is not None else None
         best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, bounds.M if bounds else 24.0,
                            bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b)
-        return dataclasses.replace(dcfg, gamma1=max(1, best.gamma1), gamma2=max(1, best.gamma2)), {}
+        return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
     return dcfg, {}
+
+
+def _fixed_depths(dcfg, gamma1: int, gamma2: int):
+    """``dcfg`` running fixed (γ1, γ2); a zero depth switches the method (γ1 = 0 → sd, ...)."""
+    from lrtune.control import method_for_depths
+
+    return dataclasses.replace(dcfg, method=method_for_depths(gamma1, gamma2),
+                               gamma1=max(1, gamma1), gamma2=max(1, gamma2))
 
 
 def _live_text(label: str, lv: dict) -> str:
@@ -478,7 +524,9 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "timing": timing,
         "timing_this_invocation": this_run if this_run is not None else timing,
         "sweep": bool(cfg.options.sweep),
-        "evaluator_overhead": ((loop - timing.get("decode_s", 0.0)) / loop) if loop > 0 else None,
+        # loop time outside decoding and outside the untimed per-problem prompt prefill
+        "evaluator_overhead": ((loop - timing.get("decode_s", 0.0) - timing.get("prompt_cache_s", 0.0)) / loop)
+        if loop > 0 else None,
         "machine": machine_info(),
         "config": resume_key(cfg),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -67,8 +67,10 @@ def render_markdown(data: dict) -> str:
     t = data["timing"]
     lines += ["", "## Run", "",
               f"Engine start {_f(t.get('load_s'), '.1f')} s, warm-up {_f(t.get('warmup_s'), '.1f')} s, "
-              f"decode loop {_f(t.get('loop_s'), '.1f')} s (all invocations of this run); evaluator overhead (loop "
-              f"time outside decoding) {_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.3f')}%."]
+              f"decode loop {_f(t.get('loop_s'), '.1f')} s (all invocations of this run), of which "
+              f"{_f(t.get('prompt_cache_s'), '.1f')} s untimed prompt prefill (once per problem, so that no method "
+              "pays another's prefill); evaluator overhead (loop time outside both) "
+              f"{_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.3f')}%."]
     if data.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in data["plots"]]
     return "\n".join(lines) + "\n"

@@ -171,6 +171,12 @@ class Decoder:
         spec_k = max(cfg.gamma2, controller.bounds.gamma2_max if controller is not None else 0)
         shared = spec_k if (models.shared_engine and draft_path and models.sd_method == "draft"
                             and cfg.gamma2 > 0 and (cfg.uses_sd or load_all_methods)) else 0
+        if shared > cfg.gamma2 and cfg.uses_sd:
+            from lrtune.runfiles import log
+
+            log(f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
+                f"γ2 = {cfg.gamma2} verify only their first {cfg.gamma2} but pay for all {shared} drafts "
+                "(train the controller with --gamma2-max to match)")
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path,
                                                      shared_spec_tokens=shared, **common),

@@ -111,6 +111,13 @@ class RoundOutcome:
         return self.sd_accepted, max(0, self.sd_iterations - self.sd_full)
 
 
+def method_for_depths(gamma1: int, gamma2: int) -> str:
+    """The decode method that runs fixed depths (γ1, γ2): γ1 = 0 drafts no steps and γ2 = 0
+    drafts no tokens, so (0, 0) → target, (0, γ2) → sd, (γ1, 0) → lr, else lr+sd."""
+    return {(False, False): "target", (False, True): "sd", (True, False): "lr",
+            (True, True): "lr+sd"}[(gamma1 > 0, gamma2 > 0)]
+
+
 @runtime_checkable
 class Controller(Protocol):
     """``choose`` (γ1, γ2) before a round; ``update`` with what the round did."""

@@ -30,10 +30,12 @@ from lrtune.runfiles import log, writable_dir, write_atomic
 # size -> (collect problems, eval problems, max new tokens, verifier epochs)
 SIZES = {
     "tiny": (4, 2, 48, 2),        # CI, with tiny models
-    "default": (3, 2, 128, 4),    # the README's demo on the default pair (2 CPU cores)
+    "default": (3, 2, 96, 4),     # the README's demo on the default pair (2 CPU cores, <= 20 min)
     "medium": (12, 6, 256, 6),
     "large": (50, 20, 256, 6),
 }
+# size -> (profile tokens per timed generation, profile repeats, evaluation warm-up tokens)
+TIMING = {"tiny": (16, 1, 8), "default": (16, 2, 16), "medium": (32, 2, 32), "large": (32, 2, 32)}
 
 
 @dataclass
@@ -120,8 +122,8 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     stage("collect", ["collect", *to_flags(CollectOptions(
         task=opts.task, data=opts.data, limit=n_col, teacher=opts.teacher, out=str(collect_dir),
         progress=opts.progress)), *model_flags, *decode_flags])
-    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=16 if opts.size == "tiny" else 32,
-                          repeats=1 if opts.size == "tiny" else 2, task=opts.task)
+    prof_tokens, prof_repeats, warmup = TIMING[opts.size]
+    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=prof_tokens, repeats=prof_repeats, task=opts.task)
     if not _profile_matches(profile_path, prof, models):
         stage("profile", ["profile", *to_flags(prof),
                           *to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None,
@@ -130,10 +132,14 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         data=str(collect_dir), out=str(verifier_dir), student=opts.student, epochs=epochs, progress=opts.progress,
         device="cpu" if models.device == "auto" else models.device))])
     stage("train controller", ["train", "controller", *to_flags(TrainControllerConfig(
-        data=str(collect_dir), out=str(controller_dir), profile=str(profile_path), folds=min(5, max(2, n_col))))])
+        data=str(collect_dir), out=str(controller_dir), profile=str(profile_path), folds=min(5, max(2, n_col)),
+        # vLLM drafts the engine's γ2 (the controller's γ2 max) every SD pass and cuts per request: a
+        # larger max would slow the fixed rows' SD, so the controller chooses γ2 <= the rows' γ2
+        gamma2_max=opts.gamma2))])
     ev = EvalOptions(task=opts.task, data=opts.data, limit=n_eval, task_seed=opts.eval_task_seed,
                      methods=f"target,sd,lr+sd/v={opts.teacher},lr+sd,adaptive", out=str(root / "eval"),
-                     progress=opts.progress, warmup_tokens=8 if opts.size == "tiny" else 32)
+                     progress=opts.progress, warmup_tokens=warmup,
+                     profile=str(profile_path))  # b(n) as measured by the profile stage
     stage("evaluate", ["evaluate", *to_flags(ev),
                        *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
                        *to_flags(dataclasses.replace(decode, method=None, logprobs=None, async_lr=None))])

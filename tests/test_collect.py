@@ -80,7 +80,9 @@ def test_collect_writes_loadable_parquet_with_every_compared_pair(collected):
     assert set(ds["teacher"]) == {"llm_judge"}
     assert all(0.0 <= s <= 1.0 for s in ds["teacher_score"])
     assert all(x is not None for x in ds["draft_mean_logprob"])
-    assert (out / "README.md").is_file() and "step pairs" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert f"problems 3, step pairs {counts['rows']}" in card and "teacher `llm_judge`" in card
+    assert "| exact | " in card and "| embedding@0.95 | " in card  # the --stats agreement table
 
 
 def test_counts_match_the_decoders_stats(collected):
@@ -224,7 +226,7 @@ def test_ray_runs_shards_as_tasks_and_matches_one_run(data_file, tmp_path, refer
     assert all(got[k]["draft_step"] == reference[k]["draft_step"] and got[k]["label"] == reference[k]["label"]
                for k in reference)
     assert sorted(p.name for p in out.glob("manifest-s*.json")) == ["manifest-s000.json", "manifest-s001.json"]
-    assert "problems: 3;" in (out / "README.md").read_text()  # the card, written once by the driver
+    assert "problems 3, step pairs" in (out / "README.md").read_text()  # the card, written once by the driver
 
 
 def test_ray_flag_without_ray_installed_is_a_clear_error(data_file, tmp_path, monkeypatch):

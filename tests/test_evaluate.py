@@ -10,6 +10,7 @@ pytest.importorskip("vllm")
 
 from eval import metrics  # noqa: E402
 from eval.evaluate import EvalConfig, EvalOptions, load_records, run  # noqa: E402
+from lrtune.control import method_for_depths  # noqa: E402
 from lrtune.api import ModelConfig  # noqa: E402
 from lrtune.decoder import DecodeConfig  # noqa: E402
 from lrtune.errors import ConfigError  # noqa: E402
@@ -63,6 +64,8 @@ def test_evaluate_writes_records_summary_report_and_plots(first_run):
     assert all(METHOD_KEYS <= set(row) for row in data["methods"].values())
     assert data["methods"]["target"]["speedup_total"] == pytest.approx(1.0)
     assert 0.0 <= data["evaluator_overhead"] < 1.0
+    # every problem's prompt is prefilled once, untimed, before its methods run
+    assert 0.0 < data["timing"]["prompt_cache_s"] < data["timing"]["loop_s"] - data["timing"]["decode_s"] + 1e-9
     report = (out / "report.md").read_text()
     assert "| target |" in report and "| lr |" in report and "α1 by draft position" in report
     assert summary["lr"]["n"] == 3
@@ -131,6 +134,7 @@ def test_cli_bad_input_gives_one_line_errors_and_exit_2(tmp_path, data_file):
         (["--task", "custom", "--data", data_file, "--sweep", "gamma3=1"], "--sweep"),
         (["--limit", "0"], "--limit"),
         (["--methods", "lr/v=oracle"], "unknown verifier"),
+        (["--task", "custom", "--data", data_file, "--profile", str(empty)], "not an lrtune profile"),
     ]
     for args, msg in cases:
         proc = lrtune(*args, "--out", str(tmp_path / "out"))
@@ -158,14 +162,20 @@ def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_pat
     cfg.options.limit = 2
     cfg.options.methods = "lr+sd,adaptive,oracle,best-fixed"
     cfg.models.controller = "bandit"
+    profile = tmp_path / "profile.json"  # b(n) from a profile instead of measuring it
+    profile.write_text(json.dumps({"c1": 0.3, "c2": 0.3, "batch_cost": [1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5]}))
+    cfg.options.profile = str(profile)
     summary = run(cfg)
+    assert summary.data["batch_cost"] == {1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0, 6: 2.25, 7: 2.5}
     assert set(summary.methods) == {"target", "lr+sd", "adaptive", "oracle", "best-fixed"}
     recs = load_records(tmp_path / "adaptive" / "records.jsonl")
     by = {}
     for r in recs:
         by.setdefault(r["method"], []).append(r)
     assert all(r["gamma1"] is None and r["control"] == "adaptive" for r in by["adaptive"])
-    assert all(1 <= r["gamma1"] <= 6 and 1 <= r["gamma2"] <= 8 for r in by["oracle"])
+    assert all(0 <= r["gamma1"] <= 6 and 0 <= r["gamma2"] <= 8 for r in by["oracle"])
+    # a zero depth runs the matching method (γ1 = 0 is plain SD), and the row says so
+    assert all(r["decode_method"] == method_for_depths(r["gamma1"], r["gamma2"]) for r in by["oracle"])
     assert all((r["gamma1"], r["gamma2"]) == (2, 2) for r in by["best-fixed"])  # bandit: no training data
     order = [r["method"] for r in recs if r["problem"] == "p1"]
     assert order.index("oracle") > order.index("lr+sd")  # oracle reads lr+sd's α of the same problem

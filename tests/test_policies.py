@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
+from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome, method_for_depths
 from lrtune.errors import ConfigError
 from lrtune.speedup import h
 from policies import BanditController, FixedController, HeuristicController, make_controller
@@ -68,6 +68,11 @@ def test_heuristic_grows_on_full_acceptance_and_shrinks_on_rejection():
     ctl.update(RoundOutcome(3, 5, verdicts=(False, True, True), sd_iterations=3, sd_drafted=15, sd_accepted=3, sd_full=0))
     assert ctl.choose(P, ControlState(2, 20, 80)) == (2, 4)
     assert ctl.choose(ProblemInfo("p1"), ControlState(0, 0, 100)) == (2, 4)  # a new problem restarts
+
+
+@pytest.mark.parametrize("g1, g2, method", [(0, 0, "target"), (0, 4, "sd"), (3, 0, "lr"), (3, 4, "lr+sd")])
+def test_a_zero_depth_selects_the_method_without_that_level(g1, g2, method):
+    assert method_for_depths(g1, g2) == method
 
 
 def test_fixed_never_moves():

@@ -49,7 +49,7 @@ class TrainControllerConfig:
     profile: str | None = field(default=None, metadata={"help": "hardware profile JSON from lrtune profile"})
     encoder: str = field(default="all-MiniLM-L6-v2", metadata={"help": "sentence encoder of the problem text ('none': length and task only)"})
     gamma1_max: int = field(default=6, metadata={"help": "largest γ1 the controller may choose"})
-    gamma2_max: int = field(default=8, metadata={"help": "largest γ2 the controller may choose"})
+    gamma2_max: int = field(default=4, metadata={"help": "largest γ2 the controller may choose (on vLLM the SD engine drafts this many tokens every pass and cuts per request, so rows with a smaller γ2 pay for them)"})
     budget: float = field(default=24.0, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
     prior_strength: float = field(default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"})
     folds: int = field(default=5, metadata={"help": "cross-validation folds (by problem)"})
