@@ -424,9 +424,14 @@ def teacher_spec(options: dict) -> str:
     return f"{options.get('teacher')}" + ("" if t is None else f"@{t:g}")
 
 
+def _num(v, spec: str = ".3f") -> str:
+    """A number for the card and --stats; "—" when missing."""
+    return "—" if v is None else format(v, spec)
+
+
 def _overview(s: dict) -> list[str]:
     """Counts, accuracy and time of a summary, as markdown/console lines."""
-    f = lambda v, spec=".3f": "—" if v is None else format(v, spec)  # noqa: E731
+    f = _num
     return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}",
             "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
             f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
@@ -442,7 +447,7 @@ def write_card(out: Path) -> dict:
         s = {"problems": 0, "rows": 0, "label_balance": None, "alpha1_by_position": [], "agreement_with_teacher": {}}
     cfg = json.loads((out / CONFIG).read_text()) if (out / CONFIG).is_file() else {}
     o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
-    fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    fmt = _num
     agree = s.get("agreement_with_teacher", {})
     lines = [
         "# lrtune step-pair dataset", "",
@@ -477,7 +482,7 @@ def print_stats(s: dict) -> None:
     t = Table(title="agreement with the teacher")
     for col in ("verifier", "n", "accuracy", "AUROC", "accept rate"):
         t.add_column(col)
-    f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    f = _num
     for name, a in s["agreement_with_teacher"].items():
         t.add_row(name, str(a["n"]), f(a["accuracy"]), f(a["auroc"]), f(a["accept_rate"]))
     c.print(t)

@@ -271,10 +271,12 @@ def run(cfg: EvalConfig) -> Summary:
     batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
     if opts.profile:
         batch_cost = profile_batch_cost(opts.profile)
+        log(f"batch cost b(n) from {opts.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
     if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
         raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
-        dec, batch_cost = _start(cfg, specs, task, problems, timing)
+        dec, measured = _start(cfg, specs, task, problems, timing)
+        batch_cost = batch_cost if opts.profile else measured
         _decode_all(dec, cfg, specs, task, problems, done, out, timing)
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
@@ -317,10 +319,7 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
                                                          max_new_tokens=cfg.options.warmup_tokens))
     batch_cost = None
     lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
-    if lr_specs and cfg.options.profile:
-        batch_cost = profile_batch_cost(cfg.options.profile)
-        log(f"batch cost b(n) from {cfg.options.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
-    elif lr_specs and cfg.options.warmup_tokens > 0:
+    if lr_specs and cfg.options.warmup_tokens > 0 and not cfg.options.profile:  # --profile: run() has b(n)
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
         if ctl is not None and any(s.control for s in specs):
             sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))

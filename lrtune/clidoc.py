@@ -6,7 +6,7 @@ built from the config dataclasses (field name → flag, field default → defaul
 
     python -m lrtune.clidoc > docs/cli.md
 
-``tests/test_cli.py`` fails when the committed file is stale.
+``tests/test_cli_reference.py`` fails when the committed file is stale.
 """
 
 from __future__ import annotations
