@@ -231,10 +231,36 @@ def test_lm_judge_student_trains_with_trl_and_reloads_to_the_same_scores(tmp_pat
     base = AutoModelForCausalLM.from_pretrained(str(tiny_pair.target), dtype=torch.float32)
     model = PeftModel.from_pretrained(base, str(out)).eval()
     pairs = [StepPair("Q: 2 bags of 3.", "2 * 3 = 6", "so 2 * 3 = 6"), StepPair("Q", "7", "8")]
-    ref = distilled.LMJudgeStudent.from_model(model, AutoTokenizer.from_pretrained(str(out)), cfg.context_chars).score(pairs)
+    ref = distilled.LMJudgeStudent.from_model(model, AutoTokenizer.from_pretrained(str(out)), cfg.context_chars,
+                                              max_length=cfg.max_length).score(pairs)
     got = distilled.load(out).score(pairs)
     assert got == pytest.approx(ref, abs=1e-4)
     assert all(0.0 <= s <= 1.0 for s in got)
+
+
+def test_lm_judge_prompt_is_fitted_to_max_length_context_first_so_no_answer_is_truncated(tiny_pair):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_pair.target))
+    pair = StepPair(" ".join(f"word{i}" for i in range(300)), "The draft step says 12 * 4 = 48 apples. " * 6,
+                    "The target step says 12 * 4 = 48 apples too. " * 6)
+    full, full_ids = distilled.fit_judge_prompt(pair, tok, 400, None)
+    assert full == distilled.judge_student_prompt(pair, 400)
+
+    def fits(max_length):
+        prompt, ids = distilled.fit_judge_prompt(pair, tok, 400, max_length)
+        assert len(ids) + distilled.ANSWER_TOKENS <= max_length
+        return prompt
+
+    no_ctx = distilled.judge_student_prompt(pair, 0)
+    n_no_ctx = len(distilled.fit_judge_prompt(pair, tok, 0, None)[1])
+    assert n_no_ctx < len(full_ids)
+    shorter = fits(len(full_ids))  # a little context goes, the steps stay whole
+    assert pair.draft.strip() in shorter and pair.target.strip() in shorter and shorter != full
+    cut = fits(n_no_ctx)  # no context left: the steps are cut, their beginnings kept
+    assert pair.draft.strip() not in cut and pair.draft.strip()[:30] in cut and len(cut) < len(no_ctx)
+    with pytest.raises(ConfigError, match="too short for the judge prompt"):
+        distilled.fit_judge_prompt(pair, tok, 400, 12)
 
 
 # ---- load errors -------------------------------------------------------------------------

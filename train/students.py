@@ -236,13 +236,20 @@ def _device(spec: str) -> str:
 
 
 # ---- lm-judge (TRL SFT) ------------------------------------------------------------------
-def _judge_dataset(examples: Sequence[PairExample], context_chars: int):
+def _judge_dataset(examples: Sequence[PairExample], tokenizer, context_chars: int, max_length: int):
+    """Prompt/completion rows with every prompt fitted to ``max_length`` (SFT's keep-start
+    truncation would otherwise cut the answer and drop the example)."""
     from datasets import Dataset
 
-    return Dataset.from_list([{
-        "prompt": [{"role": "user", "content": distilled.judge_student_prompt(e.pair, context_chars)}],
-        "completion": [{"role": "assistant", "content": "aligned" if e.label else "unaligned"}],
-    } for e in examples])
+    rows, shortened = [], 0
+    for e in examples:
+        prompt, _ = distilled.fit_judge_prompt(e.pair, tokenizer, context_chars, max_length)
+        shortened += prompt != distilled.judge_student_prompt(e.pair, context_chars)
+        rows.append({"prompt": [{"role": "user", "content": prompt}],
+                     "completion": [{"role": "assistant", "content": "aligned" if e.label else "unaligned"}]})
+    if shortened:
+        log(f"{shortened} of {len(rows)} judge prompts shortened to fit --max-length {max_length}")
+    return Dataset.from_list(rows)
 
 
 def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
@@ -267,7 +274,8 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
         after ``patience`` epochs without a better validation AUROC."""
 
         def on_epoch_end(self, args, state, control, model=None, **kw):
-            scorer = distilled.LMJudgeStudent.from_model(model, tok, cfg.context_chars, device)
+            scorer = distilled.LMJudgeStudent.from_model(model, tok, cfg.context_chars, device,
+                                                         max_length=cfg.max_length)
             was_training = model.training
             model.eval()
             a = _auroc(scorer.score([e.pair for e in val]), val)
@@ -295,7 +303,7 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     )
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    trainer = SFTTrainer(model=base, args=args, train_dataset=_judge_dataset(train, cfg.context_chars),
+    trainer = SFTTrainer(model=base, args=args, train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.max_length),
                          processing_class=tok, peft_config=lora, callbacks=[EarlyStopOnAuroc()])
     ckpts = sorted(sdir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     resume = str(ckpts[-1]) if cfg.resume and ckpts else None

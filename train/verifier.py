@@ -61,7 +61,8 @@ class TrainVerifierConfig:
     lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout"})
     soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
     context_chars: int = field(default=400, metadata={"help": "characters of context (its tail) the student reads"})
-    max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer)"})
+    max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer; a longer "
+                                                                "prompt loses context first, then step text)"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
                                                                         "(lm-judge on CPU is slow)"})
     max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
@@ -115,17 +116,18 @@ def _prepare_out(cfg: TrainVerifierConfig) -> Path:
     return out
 
 
-def measure_latency(verifier, pairs, n_single: int) -> dict:
+def measure_latency(verifier, pairs, n_single: int, batched: float | None = None) -> dict:
     """Seconds per pair at batch 1 (median of ``n_single`` calls) and batched (all pairs
-    in batches of 64, total / n)."""
+    in batches of 64, total / n; ``batched`` when the caller already timed that pass)."""
     single = []
     for p in pairs[:n_single]:
         t = time.perf_counter()
         verifier.score([p])
         single.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    students.score_pairs(verifier, pairs)
-    batched = (time.perf_counter() - t) / max(1, len(pairs))
+    if batched is None:
+        t = time.perf_counter()
+        students.score_pairs(verifier, pairs)
+        batched = (time.perf_counter() - t) / max(1, len(pairs))
     return {"batch1_s_per_pair": statistics.median(single) if single else None, "batched_s_per_pair": batched,
             "n_batch1": len(single), "n_batched": len(pairs)}
 
@@ -178,10 +180,12 @@ def run(cfg: TrainVerifierConfig) -> dict:
     calib = calibrate_threshold(val_scores, [e.label for e in splits["val"]], cfg.max_false_accept)
     v.threshold = calib["threshold"]
     test = splits["test"]
+    t0 = time.perf_counter()
     test_scores = students.score_pairs(v, [e.pair for e in test])
+    batched_s = (time.perf_counter() - t0) / max(1, len(test))
     metrics = {"test": agreement(test_scores, [e.label for e in test], calib["threshold"]),
                "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"])}
-    lat = measure_latency(v, [e.pair for e in test], cfg.latency_pairs)
+    lat = measure_latency(v, [e.pair for e in test], cfg.latency_pairs, batched_s)
     teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
     lat["teacher_s_per_pair"] = statistics.median(teacher_s) if teacher_s else None
     lat["teacher_note"] = "median judge seconds per pair as recorded by collect (batched per round, same machine)"

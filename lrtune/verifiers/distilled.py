@@ -94,7 +94,9 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
 
 # ---- inputs shared by training and inference --------------------------------------------
 def context_tail(context: str, chars: int) -> str:
-    """The last ``chars`` characters of the context, cut at a word boundary."""
+    """The last ``chars`` characters of the context, cut at a word boundary ("" for chars ≤ 0)."""
+    if chars <= 0:
+        return ""
     if len(context) <= chars:
         return context.strip()
     tail = context[-chars:]
@@ -108,12 +110,45 @@ def cross_encoder_text(pair: StepPair, context_chars: int, step_chars: int = 600
     return f"{ctx} || {pair.draft.strip()[:step_chars]}", pair.target.strip()[:step_chars]
 
 
-def judge_student_prompt(pair: StepPair, context_chars: int) -> str:
-    """The paper's judge prompt with the context cut to its tail (the student's input)."""
+def judge_student_prompt(pair: StepPair, context_chars: int, step_chars: int | None = None) -> str:
+    """The paper's judge prompt with the context cut to its tail (the student's input);
+    ``step_chars`` caps each step's characters (None: whole steps)."""
     from lrtune.verifiers.judge import JUDGE_PROMPT
 
-    return JUDGE_PROMPT.format(context=context_tail(pair.context, context_chars), draft=pair.draft.strip(),
-                               target=pair.target.strip())
+    draft, target = pair.draft.strip(), pair.target.strip()
+    if step_chars is not None:
+        draft, target = draft[:step_chars], target[:step_chars]
+    return JUDGE_PROMPT.format(context=context_tail(pair.context, context_chars), draft=draft, target=target)
+
+
+ANSWER_TOKENS = 8  # room left in max_length for the answer ("unaligned") and the end-of-turn tokens
+
+
+def _chat_ids(tokenizer, prompt: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: int | None) -> tuple[str, list[int]]:
+    """(prompt, chat token ids) of the student prompt, shortened until ids + ANSWER_TOKENS
+    ≤ ``max_length``: first the context tail is halved (to none), then both steps are cut
+    to ¾ of their characters per try. Training and scoring both call this, so the student
+    never sees an input that SFT truncation would have cut (truncation drops the answer)."""
+    ctx, step = context_chars, None
+    longest = max(len(pair.draft.strip()), len(pair.target.strip()))
+    while True:
+        prompt = judge_student_prompt(pair, ctx, step)
+        ids = _chat_ids(tokenizer, prompt)
+        if max_length is None or len(ids) + ANSWER_TOKENS <= max_length:
+            return prompt, ids
+        if ctx > 0:
+            ctx = ctx // 2 if ctx > 32 else 0
+        elif (step if step is not None else longest) > 8:
+            step = int(0.75 * (step if step is not None else longest))
+        else:
+            raise ConfigError(f"max_length {max_length} is too short for the judge prompt: its instructions alone "
+                              f"take {len(ids)} tokens")
 
 
 def resolve_encoder(name: str) -> str:
@@ -250,32 +285,33 @@ class LMJudgeStudent:
 
         model = AutoModelForCausalLM.from_pretrained(resolve_base_lm(meta["base_model"]), dtype=torch.float32)
         model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
-        self._setup(model, AutoTokenizer.from_pretrained(str(root)), int(meta.get("context_chars", 400)), device)
+        max_length = meta.get("max_length")
+        self._setup(model, AutoTokenizer.from_pretrained(str(root)), int(meta.get("context_chars", 400)), device,
+                    int(max_length) if max_length else None)
         self.meta = meta
         self.threshold = float(meta["threshold"])
 
     @classmethod
-    def from_model(cls, model, tokenizer, context_chars: int, device: str = "cpu", threshold: float = 0.5):
+    def from_model(cls, model, tokenizer, context_chars: int, device: str = "cpu", threshold: float = 0.5,
+                   max_length: int | None = None):
         """A scorer over an already loaded (possibly still training) model."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, context_chars, device)
+        self._setup(model, tokenizer, context_chars, device, max_length)
         self.meta, self.threshold = {}, threshold
         return self
 
-    def _setup(self, model, tokenizer, context_chars: int, device: str) -> None:
+    def _setup(self, model, tokenizer, context_chars: int, device: str, max_length: int | None) -> None:
         import torch
 
         self.name = "distilled:lm-judge"
         self.model, self.tokenizer = model, tokenizer
-        self.context_chars = context_chars
+        self.context_chars, self.max_length = context_chars, max_length
         self.batch_size = 8
         self.device = device
         self._torch = torch
 
     def encode(self, pair: StepPair) -> list[int]:
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": judge_student_prompt(pair, self.context_chars)}],
-                                                 add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return fit_judge_prompt(pair, self.tokenizer, self.context_chars, self.max_length)[1]
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         from lrtune.verifiers.judge import judge_score
@@ -290,7 +326,8 @@ class LMJudgeStudent:
                 ids = torch.tensor([[pad] * (n - len(r)) + r for r in rows], device=self.device)
                 mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows], device=self.device)
                 pos = (mask.cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1].float()
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                    logits_to_keep=1).logits[:, -1].float()  # lm_head on the last position only
                 lp = torch.log_softmax(logits, -1)
                 top = lp.topk(self.top_k, dim=-1)
                 for vals, idx in zip(top.values.tolist(), top.indices.tolist()):
