@@ -36,6 +36,7 @@ from train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
 RESUME_FREE = ("progress", "resume", "out", "keep_train_state")
+STOPPING_RULES = ("epochs", "patience")  # decide only where training stops: a resumed run may change them
 
 
 @dataclass
@@ -52,8 +53,8 @@ class TrainVerifierConfig:
     val_fraction: float = field(default=0.2, metadata={"help": "share of problems in the validation split"})
     test_fraction: float = field(default=0.2, metadata={"help": "share of problems in the test split"})
     seed: int = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
-    epochs: int = field(default=6, metadata={"help": "maximum training epochs"})
-    patience: int = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC"})
+    epochs: int = field(default=6, metadata={"help": "maximum training epochs (a resumed run may change it)"})
+    patience: int = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC (a resumed run may change it)"})
     batch_size: int = field(default=16, metadata={"help": "training batch size (pairs)"})
     learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate (LoRA + head)"})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
@@ -106,8 +107,12 @@ def _prepare_out(cfg: TrainVerifierConfig) -> Path:
     old = read_json(out / TRAIN_CONFIG)
     if old is not None and old != key:
         changed = sorted(k for k in key["options"] if old.get("options", {}).get(k) != key["options"][k])
-        raise ConfigError(f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
-                          "use another --out or delete it")
+        same_rest = {**old, "options": {**old.get("options", {}), **{k: key["options"][k] for k in changed}}} == key
+        if not changed or not same_rest or set(changed) - set(STOPPING_RULES):
+            raise ConfigError(f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
+                              "use another --out or delete it")
+        log("stopping rule changed on resume: " + ", ".join(
+            f"{k} {old['options'].get(k)} -> {key['options'][k]}" for k in changed))
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
     if old is not None and (out / distilled.META).is_file():
