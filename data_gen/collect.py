@@ -431,7 +431,7 @@ def _num(v, spec: str = ".3f") -> str:
 
 def _overview(s: dict) -> list[str]:
     """Counts, accuracy and time of a summary, as markdown/console lines."""
-    f = _num
+    f = _num  # short, inside the f-strings
     return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}",
             "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
             f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
@@ -447,7 +447,6 @@ def write_card(out: Path) -> dict:
         s = {"problems": 0, "rows": 0, "label_balance": None, "alpha1_by_position": [], "agreement_with_teacher": {}}
     cfg = json.loads((out / CONFIG).read_text()) if (out / CONFIG).is_file() else {}
     o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
-    fmt = _num
     agree = s.get("agreement_with_teacher", {})
     lines = [
         "# lrtune step-pair dataset", "",
@@ -457,7 +456,7 @@ def write_card(out: Path) -> dict:
         *([f"- {line}" for line in _overview(s)] if s["problems"] else ["- no finished problems yet"]),
         *(["", "Agreement of cheap verifiers with the teacher (`lrtune collect --stats`):", "",
            "| verifier | n | accuracy | AUROC | accept rate |", "|---|---|---|---|---|",
-           *(f"| {k} | {a['n']} | {fmt(a['accuracy'])} | {fmt(a['auroc'])} | {fmt(a['accept_rate'])} |"
+           *(f"| {k} | {a['n']} | {_num(a['accuracy'])} | {_num(a['auroc'])} | {_num(a['accept_rate'])} |"
              for k, a in agree.items())] if agree else []),
         "", "Load it:", "", "```python", "import datasets",
         'pairs = datasets.load_dataset("parquet", data_files="pairs/*.parquet", split="train")'
@@ -482,9 +481,8 @@ def print_stats(s: dict) -> None:
     t = Table(title="agreement with the teacher")
     for col in ("verifier", "n", "accuracy", "AUROC", "accept rate"):
         t.add_column(col)
-    f = _num
     for name, a in s["agreement_with_teacher"].items():
-        t.add_row(name, str(a["n"]), f(a["accuracy"]), f(a["auroc"]), f(a["accept_rate"]))
+        t.add_row(name, str(a["n"]), _num(a["accuracy"]), _num(a["auroc"]), _num(a["accept_rate"]))
     c.print(t)
 
 

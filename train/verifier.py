@@ -107,8 +107,8 @@ def _prepare_out(cfg: TrainVerifierConfig) -> Path:
     old = read_json(out / TRAIN_CONFIG)
     if old is not None and old != key:
         changed = sorted(k for k in key["options"] if old.get("options", {}).get(k) != key["options"][k])
-        same_rest = {**old, "options": {**old.get("options", {}), **{k: key["options"][k] for k in changed}}} == key
-        if not changed or not same_rest or set(changed) - set(STOPPING_RULES):
+        old_rest = {**old, "options": {k: v for k, v in old.get("options", {}).items() if k not in STOPPING_RULES}}
+        if old_rest != config_key({"options": cfg}, free=RESUME_FREE + STOPPING_RULES):
             raise ConfigError(f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
                               "use another --out or delete it")
         log("stopping rule changed on resume: " + ", ".join(
@@ -121,18 +121,14 @@ def _prepare_out(cfg: TrainVerifierConfig) -> Path:
     return out
 
 
-def measure_latency(verifier, pairs, n_single: int, batched: float | None = None) -> dict:
-    """Seconds per pair at batch 1 (median of ``n_single`` calls) and batched (all pairs
-    in batches of 64, total / n; ``batched`` when the caller already timed that pass)."""
+def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
+    """Seconds per pair at batch 1 (median of ``n_single`` calls) beside ``batched``, the
+    caller's timing of the scoring pass over all ``pairs`` (batches of 64, total / n)."""
     single = []
     for p in pairs[:n_single]:
         t = time.perf_counter()
         verifier.score([p])
         single.append(time.perf_counter() - t)
-    if batched is None:
-        t = time.perf_counter()
-        students.score_pairs(verifier, pairs)
-        batched = (time.perf_counter() - t) / max(1, len(pairs))
     return {"batch1_s_per_pair": statistics.median(single) if single else None, "batched_s_per_pair": batched,
             "n_batch1": len(single), "n_batched": len(pairs)}
 

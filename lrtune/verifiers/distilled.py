@@ -135,8 +135,7 @@ def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: 
     ≤ ``max_length``: first the context tail is halved (to none), then both steps are cut
     to ¾ of their characters per try. Training and scoring both call this, so the student
     never sees an input that SFT truncation would have cut (truncation drops the answer)."""
-    ctx, step = context_chars, None
-    longest = max(len(pair.draft.strip()), len(pair.target.strip()))
+    ctx, step = context_chars, max(len(pair.draft.strip()), len(pair.target.strip()))  # step: whole steps
     while True:
         prompt = judge_student_prompt(pair, ctx, step)
         ids = _chat_ids(tokenizer, prompt)
@@ -144,8 +143,8 @@ def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: 
             return prompt, ids
         if ctx > 0:
             ctx = ctx // 2 if ctx > 32 else 0
-        elif (step if step is not None else longest) > 8:
-            step = int(0.75 * (step if step is not None else longest))
+        elif step > 8:
+            step = int(0.75 * step)
         else:
             raise ConfigError(f"max_length {max_length} is too short for the judge prompt: its instructions alone "
                               f"take {len(ids)} tokens")
