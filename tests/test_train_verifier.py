@@ -357,3 +357,11 @@ def test_rerunning_a_finished_training_skips_it_until_the_data_changes(tmp_path,
     capsys.readouterr()
     meta = run(cfg3)
     assert "up to date" not in capsys.readouterr().err and meta["data"]["splits"]["train"]["problems"] > 6
+
+
+def test_lm_judge_trains_in_fp32_on_cpu_because_bf16_autocast_falls_back_to_a_single_threaded_gemm(tmp_path, pair_dir):
+    from train.students import sft_args
+
+    args = sft_args(_cfg(tmp_path, pair_dir, "lm-judge"), tmp_path / "state", "cpu")
+    assert args.bf16 is False and args.fp16 is False and args.use_cpu
+    assert args.completion_only_loss and args.save_strategy == "epoch"
