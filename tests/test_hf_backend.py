@@ -187,3 +187,21 @@ def test_api_with_a_controller_keeps_greedy_equality(controller):
     out = dec.generate([q], max_new_tokens=40)[0]
     ref = dec.generate([q], max_new_tokens=40, method="target")[0]
     assert out.token_ids == ref.token_ids and out.stats.rounds > 1
+
+
+def test_onednn_linears_route_every_float32_linear_and_keep_outputs():
+    import torch
+
+    from lrtune.backends.hf import onednn_linears
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8, bias=False))
+    x = torch.randn(3, 5, 16)
+    with torch.inference_mode():
+        before = model(x)
+        routed = onednn_linears(model)
+        after = model(x)
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN")
+    assert routed == 2
+    assert torch.allclose(before, after, atol=1e-5)

@@ -1,0 +1,54 @@
+"""Benchmark: transformers backend decode speed and batch cost b(3), MKL vs oneDNN linears.
+
+Loads the target twice (``HFConfig(onednn_linear=False)`` then ``True``), decodes the same
+greedy tokens at batch 1 and 3 (best of two tries each), prints s/token and b(3) = t(3 rows)
+/ t(1 row), checks the tokens agree, and writes JSON.
+
+    python -m eval.bench_hf_linear --out eval/results/bench_hf_linear.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="default", help="target model ('default' = the offline pair's target)")
+    p.add_argument("--tokens", type=int, default=16, help="greedy tokens per row")
+    p.add_argument("--out", default="eval/results/bench_hf_linear.json", help="JSON output")
+    return p
+
+
+def main(args: argparse.Namespace) -> dict:
+    from lrtune.backends.base import GenParams
+    from lrtune.backends.hf import HFBackend, HFConfig
+    from lrtune.models import resolve_model
+
+    path = resolve_model(args.target, "target", progress=True)
+    params = GenParams(max_tokens=args.tokens, stop_at_delimiter=False)
+    res: dict = {"target": args.target, "tokens": args.tokens}
+    for name, onednn in (("mkl", False), ("onednn", True)):
+        be = HFBackend(path, HFConfig(device="cpu", onednn_linear=onednn))
+        prompt = be.encode_prompt("A farmer has 12 cows and buys 7 more. Each cow gives 9 litres of milk "
+                                  "a day. How many litres a day does he get?")
+        secs, toks = {}, {}
+        for n in (1, 3):
+            prefixes = [prompt + [prompt[-1]] * (i + 1) for i in range(n)]
+            runs = [be.generate(prefixes, params) for _ in range(2)]
+            secs[n] = min(r.seconds for r in runs)
+            toks[n] = [o.token_ids for o in runs[-1].outputs]
+        res[name] = {"s_per_token_batch1": secs[1] / args.tokens, "b3": secs[3] / secs[1], "token_ids": toks}
+        print(f"{name:7s} {secs[1] / args.tokens:.3f} s/token at batch 1, b(3) = {secs[3] / secs[1]:.2f}", flush=True)
+        del be
+    res["same_tokens"] = res["mkl"]["token_ids"] == res["onednn"]["token_ids"]
+    print("same greedy tokens:", res["same_tokens"])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    return res
+
+
+if __name__ == "__main__":
+    main(make_parser().parse_args())
