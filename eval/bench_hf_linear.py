@@ -23,23 +23,19 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from lrtune.backends.base import GenParams
+    from eval.evaluate import batch_runs
     from lrtune.backends.hf import HFBackend, HFConfig
     from lrtune.models import resolve_model
 
     path = resolve_model(args.target, "target", progress=True)
-    params = GenParams(max_tokens=args.tokens, stop_at_delimiter=False)
     res: dict = {"target": args.target, "tokens": args.tokens}
     for name, onednn in (("mkl", False), ("onednn", True)):
         be = HFBackend(path, HFConfig(device="cpu", onednn_linear=onednn))
         prompt = be.encode_prompt("A farmer has 12 cows and buys 7 more. Each cow gives 9 litres of milk "
                                   "a day. How many litres a day does he get?")
-        secs, toks = {}, {}
-        for n in (1, 3):
-            prefixes = [prompt + [prompt[-1]] * (i + 1) for i in range(n)]
-            runs = [be.generate(prefixes, params) for _ in range(2)]
-            secs[n] = min(r.seconds for r in runs)
-            toks[n] = [o.token_ids for o in runs[-1].outputs]
+        runs = batch_runs(be, prompt, [3], args.tokens)
+        secs = {n: r.seconds for n, r in runs.items()}
+        toks = {n: [o.token_ids for o in r.outputs] for n, r in runs.items()}
         res[name] = {"s_per_token_batch1": secs[1] / args.tokens, "b3": secs[3] / secs[1], "token_ids": toks}
         print(f"{name:7s} {secs[1] / args.tokens:.3f} s/token at batch 1, b(3) = {secs[3] / secs[1]:.2f}", flush=True)
         del be

@@ -355,17 +355,24 @@ def profile_batch_cost(path: str) -> dict[int, float]:
     return {n: float(v) for n, v in enumerate(b, start=1)}
 
 
-def measure_batch_cost(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict[int, float]:
-    """b(n) = time of n distinct prompts decoding ``tokens`` tokens each / time of one
-    (plain target engine, best of two tries per size)."""
+def batch_runs(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict:
+    """Per batch size n (1 and ``sizes``): the faster of two calls decoding n distinct
+    prompts (``prompt_ids`` plus 1..n repeats of its last token), ``tokens`` tokens each."""
     from lrtune.backends.base import GenParams
 
     params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
-    times = {}
+    runs = {}
     for n in [1, *sizes]:
         prefixes = [prompt_ids + [prompt_ids[-1]] * (i + 1) for i in range(n)]
-        times[n] = min(backend.generate(prefixes, params).seconds for _ in range(2))
-    return {n: times[n] / times[1] for n in times}
+        runs[n] = min((backend.generate(prefixes, params) for _ in range(2)), key=lambda r: r.seconds)
+    return runs
+
+
+def measure_batch_cost(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict[int, float]:
+    """b(n) = time of n distinct prompts decoding ``tokens`` tokens each / time of one
+    (plain target engine, best of two tries per size; see :func:`batch_runs`)."""
+    runs = batch_runs(backend, prompt_ids, sizes, tokens)
+    return {n: runs[n].seconds / runs[1].seconds for n in runs}
 
 
 def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:

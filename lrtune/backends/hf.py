@@ -400,8 +400,8 @@ def _choose(logits, params: GenParams, gen) -> tuple[int, tuple]:
     return tok, _info(logits, tok, params)
 
 
-def _onednn_forward(module, x):
-    return _torch().ops.mkldnn._linear_pointwise(x, module.weight, module.bias, "none", [], "")
+def _onednn_forward(op, module, x):
+    return op(x, module.weight, module.bias, "none", [], "")
 
 
 def onednn_linears(model) -> int:
@@ -418,10 +418,10 @@ def onednn_linears(model) -> int:
     torch = _torch()
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return 0
-    n = 0
+    op, n = torch.ops.mkldnn._linear_pointwise, 0  # resolved once, not on every call
     for m in model.modules():
         if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.float32:
-            m.forward = functools.partial(_onednn_forward, m)
+            m.forward = functools.partial(_onednn_forward, op, m)
             n += 1
     return n
 
