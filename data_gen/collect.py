@@ -39,7 +39,7 @@ from data_gen.store import ShardStore, all_entries
 
 CONFIG = "collect_config.json"
 RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new", "ray", "ray_address", "ray_cpus_per_shard",
-               "ray_gpus_per_shard")
+               "ray_gpus_per_shard", "max_concurrent", "profile")  # batching never changes a problem's tokens
 
 
 @dataclass
@@ -54,6 +54,8 @@ class CollectOptions:
     teacher_threshold: float | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
                                                                            "(default: the verifier's own)"})
     out: str = field(default="results/collect", metadata={"help": "output directory"})
+    max_concurrent: int | None = field(default=None, metadata={"help": "problems decoded together (batched LR rounds); default: the best for the b(n) curve of --profile, or of a short measurement at start"})
+    profile: str | None = field(default=None, metadata={"help": "lrtune profile JSON whose b(n) curve picks the default --max-concurrent"})
     with_baseline: bool = field(default=False, metadata={"help": "also decode target-only per problem (reference answer and time)"})
     num_shards: int = field(default=1, metadata={"help": "split problems into this many shards (problem i -> shard i % N)"})
     shard_id: int = field(default=0, metadata={"help": "the shard this process collects"})
@@ -184,7 +186,15 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
         raise ConfigError(f"--shard-id must be in 0..{opts.num_shards - 1} (--num-shards {opts.num_shards})")
     if opts.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
+    if opts.max_concurrent is not None and opts.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be >= 1, got {opts.max_concurrent}")
+    if opts.profile is not None:
+        from lrtune.batchcost import read_profile_curve
+
+        read_profile_curve(opts.profile)  # a bad file fails now, before any model loads
     dcfg = dataclasses.replace(cfg.decode, logprobs=True).validate()
+    if dcfg.async_lr and (opts.max_concurrent or 1) > 1:
+        raise ConfigError("async LR decodes one problem at a time: use --max-concurrent 1, or sync LR")
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
     from lrtune.verifiers import check_verifier_spec
@@ -236,57 +246,88 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
 
         scorer = make_verifier("target_score", backend=dec.decoder.target)
     pschema, qschema = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
+    encoded = [dec.encode(task.prompt(prob)) for _, prob in todo]
+    n_conc = 1 if dcfg.async_lr else opts.max_concurrent or _default_concurrency(dec, dcfg, opts, encoded)
     bar = ProgressBar("collect", len(todo), opts.progress)
     labels = [0, 0]
-    n_rows = 0
+    n_rows = [0]
+    rounds: dict[int, list] = {k: [] for k in range(len(todo))}
+
+    def finish(k: int, result) -> None:
+        """A problem ended: its pairs and its problem row go to the store at once."""
+        i, prob = todo[k]
+        ids = encoded[k]
+        if isinstance(result, Exception):
+            log(f"skipping {prob.id}: {result}")
+            bar.advance(1)
+            return
+        res, st = result
+        rows = []
+        for r in rounds.pop(k):
+            rr = pair_rows(prob.id, opts.task, teacher, r)
+            prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
+            context = dec.decoder.target.decode(prefix[-dcfg.context_tokens:])
+            prefix_text = dec.decoder.target.decode(prefix)
+            for row in rr:
+                pre = prefix + [t for d in (r.branches or [r.drafts])[row["branch"]][:row["position"]] for t in d.token_ids]
+                row["prefix_sha"] = hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16]
+                row["prefix_text"] = prefix_text
+                row["context"] = context
+            rows += rr
+        pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
+        for row, ok in zip(rows, exact.score(pairs)):
+            row["exact_match"] = bool(ok)
+        cos = embed.score(pairs) if embed is not None else [None] * len(rows)
+        ts = scorer.score(pairs) if scorer is not None else [None] * len(rows)
+        for row, c, t in zip(rows, cos, ts):
+            row["embedding_cosine"] = c
+            row["target_score"] = t
+        answer, ok = task.check(prob, res.text)
+        t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
+        d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
+        c1 = d_tok / t_tok if d_tok and t_tok else None
+        prow = {"problem_id": prob.id, "index": i, "task": opts.task, "method": dcfg.method,
+                "gamma1": dcfg.gamma1, "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
+                "alpha1": st.alpha1, "alpha2": st.alpha2, "c1": c1, "c2": c1, "rounds": st.rounds,
+                "steps": len(res.steps), "tokens": len(res.token_ids), "wall_s": st.wall_s,
+                "answer": None if answer is None else str(answer), "expected": prob.answer, "correct": bool(ok),
+                "pairs": len(rows), "baseline_answer": None, "baseline_correct": None, "baseline_wall_s": None,
+                "baseline_tokens": None}
+        if opts.with_baseline:
+            bres, bst = dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
+            banswer, bok = task.check(prob, bres.text)
+            prow.update(baseline_answer=None if banswer is None else str(banswer), baseline_correct=bool(bok),
+                        baseline_wall_s=bst.wall_s, baseline_tokens=len(bres.token_ids))
+        store.add(prob.id, i, [{k: _finite(v) for k, v in r.items()} for r in rows], prow, pschema, qschema)
+        for r in rows:
+            labels[r["label"]] += 1
+        n_rows[0] += len(rows)
+        n = n_rows[0]
+        bar.advance(1, f"{n} rows, accepted {labels[1] / n:.0%}" if n else f"{n} rows")
+
     try:
-        for i, prob in todo:
-            ids = dec.encode(task.prompt(prob))
-            rounds = []
-            res, st = dec.decoder.decode(ids, dcfg, on_round=rounds.append)
-            rows = []
-            for r in rounds:
-                rr = pair_rows(prob.id, opts.task, teacher, r)
-                prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
-                context = dec.decoder.target.decode(prefix[-dcfg.context_tokens:])
-                prefix_text = dec.decoder.target.decode(prefix)
-                for row in rr:
-                    pre = prefix + [t for d in (r.branches or [r.drafts])[row["branch"]][:row["position"]] for t in d.token_ids]
-                    row["prefix_sha"] = hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16]
-                    row["prefix_text"] = prefix_text
-                    row["context"] = context
-                rows += rr
-            pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
-            for row, ok in zip(rows, exact.score(pairs)):
-                row["exact_match"] = bool(ok)
-            cos = embed.score(pairs) if embed is not None else [None] * len(rows)
-            ts = scorer.score(pairs) if scorer is not None else [None] * len(rows)
-            for row, c, t in zip(rows, cos, ts):
-                row["embedding_cosine"] = c
-                row["target_score"] = t
-            answer, ok = task.check(prob, res.text)
-            t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
-            d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
-            c1 = d_tok / t_tok if d_tok and t_tok else None
-            prow = {"problem_id": prob.id, "index": i, "task": opts.task, "method": dcfg.method,
-                    "gamma1": dcfg.gamma1, "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
-                    "alpha1": st.alpha1, "alpha2": st.alpha2, "c1": c1, "c2": c1, "rounds": st.rounds,
-                    "steps": len(res.steps), "tokens": len(res.token_ids), "wall_s": st.wall_s,
-                    "answer": None if answer is None else str(answer), "expected": prob.answer, "correct": bool(ok),
-                    "pairs": len(rows), "baseline_answer": None, "baseline_correct": None, "baseline_wall_s": None,
-                    "baseline_tokens": None}
-            if opts.with_baseline:
-                bres, bst = dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
-                banswer, bok = task.check(prob, bres.text)
-                prow.update(baseline_answer=None if banswer is None else str(banswer), baseline_correct=bool(bok),
-                            baseline_wall_s=bst.wall_s, baseline_tokens=len(bres.token_ids))
-            store.add(prob.id, i, [{k: _finite(v) for k, v in r.items()} for r in rows], prow, pschema, qschema)
-            for r in rows:
-                labels[r["label"]] += 1
-            n_rows += len(rows)
-            bar.advance(1, f"{n_rows} rows, accepted {labels[1] / n_rows:.0%}" if n_rows else f"{n_rows} rows")
+        dec.decoder.decode_many(encoded, dcfg, max_concurrent=n_conc, max_len=cfg.models.max_model_len,
+                                on_round=lambda k, r: rounds[k].append(r), on_done=finish)
     finally:
         bar.close()
+
+
+def _default_concurrency(dec, dcfg: DecodeConfig, opts: CollectOptions, prompts: list[list[int]]) -> int:
+    """Problems in flight: the best for the b(n) curve (``--profile``, else measured now on
+    the target with a few of the problems' prompts; ``lrtune.batchcost.choose_concurrency``)."""
+    from lrtune.batchcost import choose_concurrency, measure_batch_cost, read_profile_curve
+
+    rows = dcfg.width * dcfg.gamma1 + 1  # target rows per problem and round (at most)
+    cap = max(1, min(16, len(prompts)))
+    if opts.profile:
+        curve, source = read_profile_curve(opts.profile), opts.profile
+    else:
+        sizes = sorted({rows * n for n in (1, 2, 4, 8, 16) if n <= cap})
+        curve, source = measure_batch_cost(dec.decoder.target, prompts[:cap], sizes, tokens=16, repeats=1), "measured"
+    n = min(cap, choose_concurrency(curve, rows, max_concurrent=cap))
+    log(f"collect: {n} problem(s) in flight (b(n) {source}: " + ", ".join(f"b({k})={v:.2f}" for k, v in curve.items())
+        + "; --max-concurrent overrides)")
+    return n
 
 
 # ---- Ray --------------------------------------------------------------------------------

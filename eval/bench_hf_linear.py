@@ -23,7 +23,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from eval.evaluate import batch_runs
+    from lrtune.batchcost import batch_runs
     from lrtune.backends.hf import HFBackend, HFConfig
     from lrtune.models import resolve_model
 
@@ -33,7 +33,7 @@ def main(args: argparse.Namespace) -> dict:
         be = HFBackend(path, HFConfig(device="cpu", onednn_linear=onednn))
         prompt = be.encode_prompt("A farmer has 12 cows and buys 7 more. Each cow gives 9 litres of milk "
                                   "a day. How many litres a day does he get?")
-        runs = batch_runs(be, prompt, [3], args.tokens)
+        runs = batch_runs(be, [prompt], [3], args.tokens)
         secs = {n: r.seconds for n, r in runs.items()}
         toks = {n: [o.token_ids for o in r.outputs] for n, r in runs.items()}
         res[name] = {"s_per_token_batch1": secs[1] / args.tokens, "b3": secs[3] / secs[1], "token_ids": toks}

@@ -10,6 +10,12 @@ fsynced as each decode ends), ``summary.json``, ``report.md`` and PNG plots. Re-
 with the same ``--out`` and config skips finished (problem, method) pairs; a different
 config is refused (``--overwrite`` moves the old records aside, never deletes them).
 
+``--mode throughput --max-concurrent N`` decodes each method over the whole set with N
+problems in flight (batched: one engine call per round for all of them), method after
+method, and reports problems/hour, tokens/s and rows per engine call beside the per-problem
+rows (whose wall time is then each problem's latency under that load). The two modes are
+never mixed in one output directory.
+
 ``--sweep "gamma1=1,2,4 gamma2=0,2,4"`` adds one method per grid point (γ2 = 0 is LR
 alone, γ1 = 0 SD alone) and plots measured speedup against the speedup model's
 prediction from the α and c measured at that point.
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lrtune.api import ModelConfig
+from lrtune.batchcost import measure_batch_cost, read_profile_curve
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.decoder import METHODS, DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
@@ -36,6 +43,8 @@ from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_jso
 from eval import metrics
 
 RECORDS, SUMMARY, REPORT, CONFIG = "records.jsonl", "summary.json", "report.md", "config.json"
+THROUGHPUT = "throughput.jsonl"  # one line per (method, invocation) in throughput mode: BatchStats
+MODES = ("latency", "throughput")
 # Options that may change between runs into the same --out (they do not change results).
 RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile")  # profile: only the predicted column
 # lr+sd whose depths come from a controller: per round (adaptive, needs --controller), per
@@ -54,6 +63,8 @@ class EvalOptions:
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
     methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
+    mode: str = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight", "choices": MODES})
+    max_concurrent: int = field(default=8, metadata={"help": "throughput mode: problems in flight at once"})
     warmup_tokens: int = field(default=32, metadata={"help": "tokens per method in the untimed warm-up (0 = none)"})
     profile: str | None = field(default=None, metadata={"help": "take the batch-cost curve b(n) from this `lrtune profile` JSON instead of measuring it after the warm-up"})
     out: str = field(default="results/eval", metadata={"help": "output directory"})
@@ -221,7 +232,7 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
                               "use another --out, or --overwrite to start over (old records are kept)")
     if cfg.options.overwrite:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        for name in (RECORDS, SUMMARY, REPORT, CONFIG):
+        for name in (RECORDS, SUMMARY, REPORT, CONFIG, THROUGHPUT):
             if (out / name).exists():
                 (out / name).rename(out / f"{name}.bak-{stamp}")
     write_atomic(cfg_path, json.dumps(key, indent=1))
@@ -244,6 +255,15 @@ def run(cfg: EvalConfig) -> Summary:
     if opts.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
     specs = parse_methods(opts.methods, opts.sweep, cfg.decode.gamma1, cfg.decode.gamma2)
+    if opts.mode not in MODES:
+        raise ConfigError(f"unknown --mode {opts.mode!r}; choose from {', '.join(MODES)}")
+    if opts.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be >= 1, got {opts.max_concurrent}")
+    if opts.mode == "throughput":
+        bad = [s.label for s in specs if s.async_lr or s.control == "oracle"]
+        if bad:
+            raise ConfigError(f"--mode throughput decodes many problems at once; {', '.join(bad)} cannot "
+                              "(async LR and oracle run one problem at a time): use --mode latency")
     from lrtune.verifiers import check_verifier_spec
 
     for s in specs:
@@ -270,14 +290,17 @@ def run(cfg: EvalConfig) -> Summary:
     previous = _previous_summary(out)
     batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
     if opts.profile:
-        batch_cost = profile_batch_cost(opts.profile)
+        batch_cost = read_profile_curve(opts.profile)
         log(f"batch cost b(n) from {opts.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
     if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
         raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
         dec, measured = _start(cfg, specs, task, problems, timing)
         batch_cost = batch_cost if opts.profile else measured
-        _decode_all(dec, cfg, specs, task, problems, done, out, timing)
+        if opts.mode == "throughput":
+            _decode_throughput(dec, cfg, specs, task, problems, done, out, timing)
+        else:
+            _decode_all(dec, cfg, specs, task, problems, done, out, timing)
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
     data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing)
@@ -323,7 +346,7 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
         if ctl is not None and any(s.control for s in specs):
             sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))
-        batch_cost = measure_batch_cost(dec.decoder.target, warm, sizes)
+        batch_cost = measure_batch_cost(dec.decoder.target, [warm], sizes)
         log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
     timing["warmup_s"] = time.perf_counter() - t0
     return dec, batch_cost
@@ -342,37 +365,6 @@ def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
 
 def _use_verifier(dec, spec: MethodSpec) -> None:
     dec.decoder.verifier = dec.method_verifiers[spec.verifier]
-
-
-def profile_batch_cost(path: str) -> dict[int, float]:
-    """{n: b(n)} from an ``lrtune profile`` JSON (its ``batch_cost`` list starts at n = 1)."""
-    try:
-        b = json.loads(Path(path).expanduser().read_text())["batch_cost"]
-        if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
-            raise ValueError("batch_cost must be a non-empty list of positive numbers")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
-    return {n: float(v) for n, v in enumerate(b, start=1)}
-
-
-def batch_runs(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict:
-    """Per batch size n (1 and ``sizes``): the faster of two calls decoding n distinct
-    prompts (``prompt_ids`` plus 1..n repeats of its last token), ``tokens`` tokens each."""
-    from lrtune.backends.base import GenParams
-
-    params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
-    runs = {}
-    for n in [1, *sizes]:
-        prefixes = [prompt_ids + [prompt_ids[-1]] * (i + 1) for i in range(n)]
-        runs[n] = min((backend.generate(prefixes, params) for _ in range(2)), key=lambda r: r.seconds)
-    return runs
-
-
-def measure_batch_cost(backend, prompt_ids: list[int], sizes: list[int], tokens: int = 32) -> dict[int, float]:
-    """b(n) = time of n distinct prompts decoding ``tokens`` tokens each / time of one
-    (plain target engine, best of two tries per size; see :func:`batch_runs`)."""
-    runs = batch_runs(backend, prompt_ids, sizes, tokens)
-    return {n: runs[n].seconds / runs[1].seconds for n in runs}
 
 
 def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
@@ -415,16 +407,8 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
                 dcfg, kwargs = _controlled(dec, cfg, spec, prob, task, lrsd_stats.get(prob.id))
                 res, stats = dec.decoder.decode(ids, dcfg, **kwargs)
                 timing["decode_s"] += stats.wall_s
-                answer, ok = task.check(prob, res.text)
-                rec = {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
-                       # depths actually run (0 = not used); adaptive rows change them per round
-                       "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
-                       "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
-                       "control": spec.control, "decode_method": dcfg.method,
-                       "async_lr": spec.async_lr, "width": spec.width,
-                       "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
-                       "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
-                       "finish": res.finish, "text": res.text, "stats": stats.to_dict()}
+                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats)
+                ok = rec["correct"]
                 append_record(out / RECORDS, rec)
                 done.add((prob.id, spec.label))
                 if spec.label == "target":
@@ -443,15 +427,95 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
         progress.close()
 
 
-def _cache_prompt(dec, ids: list[int]) -> None:
-    """Prefill the problem's prompt once on every engine, untimed. Engines cache prefixes,
-    so otherwise the first method run on a problem would pay the prompt's prefill for all
-    the others (a bias that the rotating order only cancels over many problems)."""
+def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats) -> dict:
+    answer, ok = task.check(prob, res.text)
+    return {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
+            # depths actually run (0 = not used); adaptive rows change them per round
+            "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
+            "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
+            "control": spec.control, "decode_method": dcfg.method,
+            "async_lr": spec.async_lr, "width": spec.width,
+            "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
+            "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
+            "finish": res.finish, "text": res.text, "stats": stats.to_dict()}
+
+
+def _decode_throughput(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+    """Throughput mode: each method over every problem it has not finished, with
+    ``--max-concurrent`` in flight; a record is written as each problem ends and one
+    :class:`~lrtune.stats.BatchStats` line per method to ``throughput.jsonl``."""
+    from lrtune.control import ProblemInfo
+
+    opts = cfg.options
+    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
+                           opts.progress)
+    t_loop = time.perf_counter()
+    try:
+        for spec in specs:
+            todo = [(i, p) for i, p in enumerate(problems) if (p.id, spec.label) not in done]
+            if not todo:
+                continue
+            _use_verifier(dec, spec)
+            dcfg, kwargs = _controlled(dec, cfg, spec, todo[0][1], task, None)
+            ids = [dec.encode(task.prompt(p)) for _, p in todo]
+            problems_info = [ProblemInfo(p.id, task.prompt(p), task=opts.task) for _, p in todo]
+            n_ok = [0]
+            t_warm = time.perf_counter()
+            _cache_prompt(dec, ids)  # untimed, as in latency mode: no method pays another's prefill
+            timing["prompt_cache_s"] += time.perf_counter() - t_warm
+
+            def on_done(k: int, result, spec=spec, dcfg=dcfg, todo=todo, n_ok=n_ok) -> None:
+                i, prob = todo[k]
+                if isinstance(result, Exception):
+                    log(f"skipping {prob.id}: {result}")
+                else:
+                    rec = _record(prob, i, spec, dcfg, cfg, task, *result)
+                    append_record(out / RECORDS, rec)
+                    done.add((prob.id, spec.label))
+                    n_ok[0] += rec["correct"]
+                progress.advance(1, f"{spec.label}: acc {n_ok[0]}")
+
+            _, batch = dec.decoder.decode_many(ids, dcfg, max_concurrent=opts.max_concurrent,
+                                               max_len=cfg.models.max_model_len, controller=kwargs.get("controller"),
+                                               problems=problems_info, on_done=on_done)
+            timing["decode_s"] += batch.wall_s
+            append_record(out / THROUGHPUT, {"method": spec.label, **batch.to_dict()})
+    finally:
+        timing["loop_s"] += time.perf_counter() - t_loop
+        progress.close()
+
+
+def throughput_rows(path: Path, labels) -> dict[str, dict]:
+    """Per method, the sum of its ``throughput.jsonl`` lines (a resumed method has several):
+    problems, wall seconds, tokens, problems/hour, tokens/s and rows per engine call."""
+    out: dict[str, dict] = {}
+    for line in load_records(path) if path.is_file() else []:
+        m = out.setdefault(line["method"], {"prompts": 0, "wall_s": 0.0, "generated_tokens": 0, "calls": {},
+                                            "rows": {}, "max_concurrent": line["max_concurrent"]})
+        m["prompts"] += line["prompts"]
+        m["wall_s"] += line["wall_s"]
+        m["generated_tokens"] += line["generated_tokens"]
+        for kind in line["calls"]:
+            m["calls"][kind] = m["calls"].get(kind, 0) + line["calls"][kind]
+            m["rows"][kind] = m["rows"].get(kind, 0) + line["rows"][kind]
+    for m in out.values():
+        m["problems_per_hour"] = 3600.0 * m["prompts"] / m["wall_s"] if m["wall_s"] else None
+        m["tokens_per_s"] = m["generated_tokens"] / m["wall_s"] if m["wall_s"] else None
+        m["rows_per_call"] = {k: m["rows"][k] / m["calls"][k] for k in m["calls"] if m["calls"][k]}
+    return {k: out[k] for k in labels if k in out}
+
+
+def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
+    """Prefill the problem's prompt (or every prompt of a list) once on every engine,
+    untimed. Engines cache prefixes, so otherwise the first method run on a problem would
+    pay the prompt's prefill for all the others (a bias that the rotating order only cancels
+    over many problems)."""
     from lrtune.backends.base import GenParams
 
+    prompts = ids if ids and isinstance(ids[0], list) else [ids]
     params = GenParams(max_tokens=1, stop_at_delimiter=False)
     for backend in {id(b): b for b in (dec.decoder.target, dec.decoder.draft) if b is not None}.values():
-        backend.generate([ids], params)
+        backend.generate(prompts, params)
 
 
 def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
@@ -530,6 +594,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "timing": timing,
         "timing_this_invocation": this_run if this_run is not None else timing,
         "sweep": bool(cfg.options.sweep),
+        "mode": cfg.options.mode,
+        "throughput": throughput_rows(out / THROUGHPUT, labels) if cfg.options.mode == "throughput" else None,
         # loop time outside decoding and outside the untimed per-problem prompt prefill
         "evaluator_overhead": ((loop - timing.get("decode_s", 0.0) - timing.get("prompt_cache_s", 0.0)) / loop)
         if loop > 0 else None,

@@ -59,6 +59,9 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         "n": n,
         "accuracy": k / n if n else None,
         "accuracy_ci95": wilson_ci(k, n),
+        # answers that ended (EOS) within the token budget, not cut off by it
+        "finished": sum(r.get("finish") == "eos" for r in records),
+        "finish_rate": sum(r.get("finish") == "eos" for r in records) / n if n else None,
         "wall_s": wall,
         "tokens": total.generated_tokens,
         "tokens_per_s": total.generated_tokens / wall if wall else None,

@@ -9,9 +9,13 @@ On the chosen backend and models (the same flags as decode/evaluate), after a wa
 * c1 = c2 = t_D / t_T (a draft step, or a draft token, relative to the target's; with
   draft-model SD both are the same two models);
 * b(n) = time of n distinct prompts decoding ``tokens`` tokens in one batch / time of one,
-  for n = 1 .. γ1_max + 1 (a round's target batch). b is not 1 on CPUs.
+  for n = 1 .. γ1_max + 1 (a round's target batch; ``batch_cost``). b is not 1 on CPUs.
+* with ``--batch-max M``, also b(n) at n = 8, 12, 16, 24, 32, ... up to M (``batch_cost_curve``):
+  the rows of many prompts decoded together (``--max-concurrent``; collect picks its
+  default concurrency from this curve).
 
-The JSON it writes is what ``lrtune train controller --profile`` reads.
+The JSON it writes is what ``lrtune train controller --profile``, ``lrtune evaluate
+--profile`` and ``lrtune collect --profile`` read.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class ProfileOptions:
     gamma1_max: int = field(default=6, metadata={"help": "measure b(n) up to n = gamma1_max + 1"})
     tokens: int = field(default=32, metadata={"help": "tokens per timed generation"})
     repeats: int = field(default=2, metadata={"help": "timed tries per size (the fastest counts)"})
+    batch_max: int = field(default=0, metadata={"help": "also measure b(n) at n = 8, 12, 16, 24, 32, ... up to this (0: only up to gamma1_max + 1)"})
     task: str = field(default="gsm_symbolic", metadata={"help": "task whose prompts are decoded"})
 
 
@@ -44,6 +49,16 @@ def _time(backend, prefixes, tokens: int, repeats: int) -> float:
 
     params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
     return min(backend.generate(prefixes, params).seconds for _ in range(repeats))
+
+
+def curve_sizes(start: int, batch_max: int) -> list[int]:
+    """Sizes above ``start`` up to ``batch_max``: 8, 12, 16, 24, 32, 48, 64, ... (×1.5, ×4/3)."""
+    sizes, n = [], 8
+    while n <= batch_max:
+        if n > start:
+            sizes.append(n)
+        n = n * 3 // 2 if (n & (n - 1)) == 0 else n * 4 // 3
+    return sizes
 
 
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
@@ -57,7 +72,8 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
                                progress=True)
     dec.start_engines(DecodeConfig(method="lr", gamma1=opts.gamma1_max))
     task = get_task(opts.task)
-    probs = task.load(limit=opts.gamma1_max + 1, seed=0)
+    big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
+    probs = task.load(limit=max([opts.gamma1_max + 1, *big]), seed=0)
     prompts = [dec.encode(task.prompt(p)) for p in probs]
     target, draft = dec.decoder.target, dec.decoder.draft
     _time(target, prompts[:1], 8, 1)  # warm-up
@@ -68,8 +84,12 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     for n in range(2, opts.gamma1_max + 2):
         b.append(_time(target, prompts[:n], opts.tokens, opts.repeats) / t1)
         log(f"b({n}) = {b[-1]:.3f}")
+    curve = {}
+    for n in big:
+        curve[n] = _time(target, prompts[:n], opts.tokens, opts.repeats) / t1
+        log(f"b({n}) = {curve[n]:.3f}")
     c = td / t1
-    prof = {"c1": c, "c2": c, "batch_cost": b, "target_s_per_token": t1 / opts.tokens,
+    prof = {"c1": c, "c2": c, "batch_cost": b, "batch_cost_curve": curve, "target_s_per_token": t1 / opts.tokens,
             "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens, "backend": models.backend,
             "target": models.target, "draft": models.draft, "dtype": models.dtype, "machine": machine_info(),
             "options": dataclasses.asdict(opts),

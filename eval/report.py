@@ -21,6 +21,10 @@ def _split(row: dict) -> str:
     return " / ".join(f"{100 * ts[k] / total:.0f}" for k in ("draft", "target", "verify", "other"))
 
 
+def _tp_n(data: dict):
+    return next((t["max_concurrent"] for t in (data.get("throughput") or {}).values()), "N")
+
+
 def render_markdown(data: dict) -> str:
     """The human-readable report (one table per concern)."""
     m = data["machine"]
@@ -28,22 +32,38 @@ def render_markdown(data: dict) -> str:
         f"# lrtune evaluate — {data['task']}",
         "",
         f"{data['decoded_problems']} of {data['problems']} problems decoded; every method on the same problems, "
-        "interleaved, in one process. Speedup = target-only wall time / method wall time on the same problem.",
+        + ("interleaved, in one process. Speedup = target-only wall time / method wall time on the same problem."
+           if data.get("mode", "latency") == "latency" else
+           f"in one process, method after method, each with up to {_tp_n(data)} problems in flight (throughput "
+           "mode). Speedup = target-only latency / method latency on the same problem under that load. "
+           "Finished = answers that ended within the token budget."),
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; torch {m.get('torch', '?')}, "
         f"vLLM {m.get('vllm', '—')}. Generated {data['generated_at']}.",
         "",
-        "| method | accuracy [95% CI] | speedup (total) | mean speedup [95% CI] | median | predicted | "
+        "| method | accuracy [95% CI] | finished | speedup (total) | mean speedup [95% CI] | median | predicted | "
         "meas/pred | α1 | α2 | steps/round | tok/s | time % draft/target/verify/other |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in data["methods"].items():
+        fin = f"{r['finished']}/{r['n']}" if r.get("finished") is not None else "—"
         lines.append(
-            f"| {label} | {_f(r['accuracy'])}{_ci(r['accuracy_ci95'])} | {_f(r['speedup_total'])} | "
+            f"| {label} | {_f(r['accuracy'])}{_ci(r['accuracy_ci95'])} | {fin} | {_f(r['speedup_total'])} | "
             f"{_f(r['speedup_mean'])}{_ci(r['speedup_mean_ci95'])} | {_f(r['speedup_median'])} | "
             f"{_f(r['predicted_speedup'])} | {_f(r['measured_over_predicted'])} | {_f(r['alpha1'])} | "
             f"{_f(r['alpha2'])} | {_f(r['mean_accepted_steps_per_round'])} | {_f(r['tokens_per_s'])} | {_split(r)} |"
         )
+    if data.get("throughput"):
+        lines += ["", "## Throughput", "",
+                  "Each method over the whole set with up to N problems in flight (one engine call per round for "
+                  "all of them); the per-problem speedup above then compares latencies under that load.", "",
+                  "| method | N | problems | wall s | problems/hour | tok/s | rows per target call | "
+                  "rows per draft call |", "|---|---|---|---|---|---|---|---|"]
+        for k, t in data["throughput"].items():
+            rpc = t.get("rows_per_call", {})
+            lines.append(f"| {k} | {t['max_concurrent']} | {t['prompts']} | {_f(t['wall_s'], '.1f')} | "
+                         f"{_f(t['problems_per_hour'], '.1f')} | {_f(t['tokens_per_s'])} | {_f(rpc.get('target'))} | "
+                         f"{_f(rpc.get('draft'))} |")
     lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
     if lr:
         width = max(len(r["alpha1_by_pos"]) for r in lr.values())
@@ -82,13 +102,16 @@ def print_table(data: dict) -> None:
     from rich.table import Table
 
     t = Table(title=f"lrtune evaluate — {data['task']} ({data['decoded_problems']} problems)")
-    for col in ("method", "acc", "speedup", "mean [95% CI]", "pred", "α1", "α2", "steps/rnd", "tok/s"):
-        t.add_column(col, justify="left" if col == "method" else "right")
+    for col in ("method", "acc", "finished", "speedup", "mean [95% CI]", "pred", "α1", "α2", "steps/rnd", "tok/s"):
+        t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
     for k, r in data["methods"].items():
-        t.add_row(k, _f(r["accuracy"]), _f(r["speedup_total"]), _f(r["speedup_mean"]) + _ci(r["speedup_mean_ci95"]),
+        t.add_row(k, _f(r["accuracy"]), f"{r.get('finished', 0)}/{r['n']}", _f(r["speedup_total"]), _f(r["speedup_mean"]) + _ci(r["speedup_mean_ci95"]),
                   _f(r["predicted_speedup"]), _f(r["alpha1"]), _f(r["alpha2"]),
                   _f(r["mean_accepted_steps_per_round"]), _f(r["tokens_per_s"]))
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: room for every column (rich assumes 80)
+        console = Console(width=140)
+    console.print(t)
 
 
 def write_plots(data: dict, out: Path) -> list[Path]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
 from lrtune.errors import ConfigError
-from lrtune.stats import DecodeStats
+from lrtune.stats import BatchStats, DecodeStats
 from lrtune.control import ProblemInfo
 from lrtune.verifiers import MODEL_VERIFIERS, Verifier, make_verifier
 
@@ -92,7 +92,7 @@ def verifier_device(device: str) -> str:
 
 @dataclass
 class DecodeOutput:
-    """One prompt's result: text (special tokens removed), generated ids, stats."""
+    """One prompt's result: text (special tokens removed), generated ids, stats (or ``error``)."""
 
     prompt: str
     text: str
@@ -100,14 +100,16 @@ class DecodeOutput:
     finish: str
     stats: DecodeStats
     steps: list[tuple[str, list[int]]]
+    error: str | None = None  # why this prompt was not decoded (finish == "error")
 
 
 class Decoder:
-    """Loads models once; ``generate`` decodes prompts one by one with any method."""
+    """Loads models once; ``generate`` decodes prompts with any method, one or many at a time."""
 
     def __init__(self, decoder: LookaheadDecoder, models: ModelConfig) -> None:
         self.decoder = decoder
         self.models = models
+        self.last_batch: BatchStats | None = None
 
     @classmethod
     def from_pretrained(cls, target: str = "default", draft: str = "default", *, method: str = "lr+sd",
@@ -206,11 +208,18 @@ class Decoder:
         return self.decoder.target.encode_prompt(prompt, chat=chat)
 
     def generate(self, prompts: str | Sequence[str], *, chat: bool = True,
-                 on_step: Callable[[int, str, str], None] | None = None, **overrides) -> list[DecodeOutput]:
-        """Decode each prompt. ``overrides`` are :class:`DecodeConfig` fields (``max_new_tokens``,
-        ``temperature``, ``top_p``, ``seed``, ``method``, ``gamma1``, ``gamma2``, ...).
+                 on_step: Callable[[int, str, str], None] | None = None, max_concurrent: int = 1,
+                 **overrides) -> list[DecodeOutput]:
+        """Decode prompts, ``max_concurrent`` at a time (batched: one engine call per round for
+        all of them; greedy outputs equal decoding each alone). ``overrides`` are
+        :class:`DecodeConfig` fields (``max_new_tokens``, ``temperature``, ``top_p``, ``seed``,
+        ``method``, ``gamma1``, ``gamma2``, ...).
 
-        ``on_step(prompt_index, source, text)`` streams every committed step as it lands.
+        ``on_step(prompt_index, source, text)`` streams every committed step as it lands. A
+        prompt that cannot run (too long for ``max_model_len``) fails alone: its output has
+        ``finish == "error"`` and ``error`` says why; the others are decoded (when no prompt
+        can run, :class:`ConfigError` is raised with the first reason). The batch's
+        throughput record is ``self.last_batch`` (:class:`~lrtune.stats.BatchStats`).
         """
         if isinstance(prompts, str):
             prompts = [prompts]
@@ -221,23 +230,27 @@ class Decoder:
         if cfg.uses_lr and self.decoder.draft is None:
             raise ConfigError(f"method {cfg.method!r} needs the draft model; load with a draft")
         encoded = [self.encode(p, chat=chat) for p in prompts]
-        limit = self.models.max_model_len
-        for ids in encoded:
-            need = len(ids) + cfg.max_new_tokens + (cfg.max_step_tokens if cfg.uses_lr else 0)
-            if need > limit:
-                raise ConfigError(f"prompt ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
-                                  f"max_model_len {limit}; lower --max-new-tokens or raise --max-model-len")
         self.start_engines(cfg)
+        cb = None
+        if on_step is not None:
+            def cb(i: int, source: str, step_ids: list[int]) -> None:
+                on_step(i, source, self.decoder.target.decode(step_ids, skip_special_tokens=True))
+        problems = [ProblemInfo(id=f"prompt-{i}-{stable_digest(p)}", text=p, prompt_tokens=len(ids))
+                    for i, (p, ids) in enumerate(zip(prompts, encoded))]
+        results, self.last_batch = self.decoder.decode_many(
+            encoded, cfg, max_concurrent=max_concurrent, max_len=self.models.max_model_len, problems=problems,
+            on_commit=cb)
+        if all(isinstance(r, Exception) for r in results):
+            raise results[0]
         outs = []
-        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-            cb = None
-            if on_step is not None:
-                def cb(source: str, step_ids: list[int], _i: int = i) -> None:
-                    on_step(_i, source, self.decoder.target.decode(step_ids, skip_special_tokens=True))
-            problem = ProblemInfo(id=f"prompt-{i}-{hash(prompt) & 0xFFFFFFFF:08x}", text=prompt, prompt_tokens=len(ids))
-            res, stats = self.decoder.decode(ids, cfg, on_commit=cb, problem=problem)
-            outs.append(DecodeOutput(prompt=prompt, text=res.text, token_ids=res.token_ids, finish=res.finish,
-                                     stats=stats, steps=res.steps))
+        for prompt, ids, res in zip(prompts, encoded, results):
+            if isinstance(res, Exception):
+                outs.append(DecodeOutput(prompt=prompt, text="", token_ids=[], finish="error",
+                                         stats=DecodeStats(prompt_tokens=len(ids)), steps=[], error=str(res)))
+            else:
+                r, stats = res
+                outs.append(DecodeOutput(prompt=prompt, text=r.text, token_ids=r.token_ids, finish=r.finish,
+                                         stats=stats, steps=r.steps))
         return outs
 
     def start_engines(self, cfg: DecodeConfig) -> None:

@@ -179,6 +179,8 @@ def cmd_decode(args) -> int:
 
     dec = Decoder.from_configs(models, cfg, progress=not args.json)
     out = dec.generate([prompt], chat=not args.no_chat)[0]
+    if out.error:
+        raise ConfigError(out.error)
     record = {"method": cfg.method, "text": out.text, "finish": out.finish, "stats": out.stats.to_dict()}
     if problem is not None:
         pred, ok = task.check(problem, out.text)

@@ -21,15 +21,18 @@ ids, never re-tokenized text. Decoding never prints; it returns ``(result, stats
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from lrtune.backends.base import Backend, GenBatch, Generation, GenParams
+from lrtune.backends.base import (Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row,
+                                  split_counters)
 from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
-from lrtune.stats import DecodeStats, leading_accepts
+from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER
 from lrtune.verifiers import StepPair, Verifier, accept
 
@@ -127,7 +130,8 @@ class LookaheadDecoder:
     """Decode with ``target`` alone, target+SD, LR, or LR+SD (see module docstring).
 
     ``draft`` is the step drafter (needed for ``lr``/``lr+sd``); token-level SD is the
-    target backend's business (its engine for γ2).
+    target backend's business (its engine for γ2). :meth:`decode_many` decodes many
+    prompts together (DESIGN §3.7); :meth:`decode` is that with one prompt.
     """
 
     def __init__(self, target: Backend, draft: Backend | None, verifier: Verifier,
@@ -146,178 +150,331 @@ class LookaheadDecoder:
         """Decode one prompt; ``on_round`` sees every LR round, ``on_commit`` every committed
         step; ``controller`` (default ``self.controller``) picks (γ1, γ2) before each round."""
         cfg = (config or self.config).validate()
-        controller = controller if controller is not None else self.controller
-        if controller is not None and cfg.uses_lr and cfg.async_lr:
-            raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")
         if not prompt_ids:
             raise ConfigError("empty prompt")
-        if cfg.uses_lr and self.draft is None:
-            raise ConfigError(f"method {cfg.method!r} needs a draft model")
-        stats = DecodeStats(prompt_tokens=len(prompt_ids))
-        t0 = time.perf_counter()
         if cfg.uses_lr and cfg.async_lr:
+            controller = controller if controller is not None else self.controller
+            if controller is not None:
+                raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")
+            if self.draft is None:
+                raise ConfigError(f"method {cfg.method!r} needs a draft model")
             from lrtune.async_lr import decode_async
 
+            stats = DecodeStats(prompt_tokens=len(prompt_ids))
+            t0 = time.perf_counter()
             gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit)
             eos = self.target.eos_ids | self.draft.eos_ids
             result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
                                   finish="eos" if gen and gen[-1] in eos else "length", steps=steps)
-        elif cfg.uses_lr:
-            if controller is not None and problem is None:
-                problem = ProblemInfo(id=f"prompt-{hash(tuple(prompt_ids)) & 0xFFFFFFFF:08x}",
-                                      text=self.target.decode(list(prompt_ids), skip_special_tokens=True),
-                                      prompt_tokens=len(prompt_ids))
-            result = self._lookahead(list(prompt_ids), cfg, stats, on_round, on_commit, controller, problem)
+            stats.wall_s = time.perf_counter() - t0
+            stats.generated_tokens = len(gen)
+            return result, stats
+        outs, _ = self.decode_many(
+            [prompt_ids], cfg, controller=controller, problems=None if problem is None else [problem],
+            on_round=None if on_round is None else (lambda _i, r: on_round(r)),
+            on_commit=None if on_commit is None else (lambda _i, src, ids: on_commit(src, ids)))
+        if isinstance(outs[0], Exception):
+            raise outs[0]
+        return outs[0]
+
+    def decode_many(self, prompts: Sequence[Sequence[int]], config: DecodeConfig | None = None, *,
+                    max_concurrent: int = 1, max_len: int | None = None,
+                    controller: Controller | None = None, problems: Sequence[ProblemInfo] | None = None,
+                    on_round: Callable[[int, RoundRecord], None] | None = None,
+                    on_commit: Callable[[int, str, list[int]], None] | None = None,
+                    on_done: Callable[[int, tuple[DecodeResult, DecodeStats] | Exception], None] | None = None,
+                    ) -> tuple[list[tuple[DecodeResult, DecodeStats] | Exception], BatchStats]:
+        """Decode ``prompts`` with up to ``max_concurrent`` in flight (DESIGN §3.7).
+
+        Sync LR: each round, the draft steps at position j of every in-flight prompt are one
+        draft call, every target row of every prompt is one target call, and every pair one
+        verifier call; a prompt that finishes frees its slot for the next waiting one
+        (continuous batching at the round level). ``target``/``sd``: one engine call whose
+        engine keeps ``max_concurrent`` sequences in flight. Greedy outputs equal decoding
+        each prompt alone.
+
+        Per-prompt stats are exact counts; a shared call's seconds (and, on vLLM, its SD
+        counters) are split over its prompts in proportion to the tokens each generated in
+        it; a prompt's ``wall_s`` runs from its admission to its end. A prompt that cannot
+        run (empty, or longer than ``max_len`` with its budget) gets a :class:`ConfigError` in
+        its place and the others go on. ``on_done(i, result)`` fires as each prompt ends.
+        Returns the per-prompt results in input order and the :class:`BatchStats` of the set.
+        """
+        cfg = (config or self.config).validate()
+        if max_concurrent < 1:
+            raise ConfigError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        if cfg.uses_lr and cfg.async_lr:
+            if max_concurrent > 1:
+                raise ConfigError("async LR decodes one prompt at a time: use --max-concurrent 1 or sync LR")
+            return self._decode_each_async(prompts, cfg, on_commit, on_done)
+        controller = controller if controller is not None else self.controller
+        if cfg.uses_lr and self.draft is None:
+            raise ConfigError(f"method {cfg.method!r} needs a draft model")
+        results: list[tuple[DecodeResult, DecodeStats] | Exception | None] = [None] * len(prompts)
+        runnable = []
+        for i, ids in enumerate(prompts):
+            need = len(ids) + cfg.max_new_tokens + (cfg.max_step_tokens if cfg.uses_lr else 0)
+            if not ids:
+                results[i] = ConfigError(f"prompt {i} is empty")
+            elif max_len is not None and need > max_len:
+                results[i] = ConfigError(
+                    f"prompt {i} ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit max_model_len "
+                    f"{max_len}; lower --max-new-tokens or raise --max-model-len")
+            else:
+                runnable.append(i)
+                continue
+            if on_done:
+                on_done(i, results[i])
+        batch = BatchStats(prompts=len(prompts), max_concurrent=max_concurrent)
+        t0 = time.perf_counter()
+        if cfg.uses_lr:
+            self._lookahead_many(prompts, runnable, cfg, max_concurrent, controller, problems, on_round, on_commit,
+                                 on_done, results, batch)
         else:
-            result = self._plain(list(prompt_ids), cfg, stats, on_commit)
-        stats.wall_s = time.perf_counter() - t0
-        stats.generated_tokens = len(result.token_ids)
-        return result, stats
+            self._plain_many(prompts, runnable, cfg, max_concurrent, on_commit, on_done, results, batch)
+        batch.wall_s = time.perf_counter() - t0
+        batch.generated_tokens = sum(len(r[0].token_ids) for r in results if isinstance(r, tuple))
+        return results, batch  # type: ignore[return-value]
+
+    def _decode_each_async(self, prompts, cfg, on_commit, on_done):
+        results, batch = [], BatchStats(prompts=len(prompts), max_concurrent=1)
+        t0 = time.perf_counter()
+        for i, ids in enumerate(prompts):
+            try:
+                r = self.decode(ids, cfg, on_commit=None if on_commit is None else (
+                    lambda src, step, _i=i: on_commit(_i, src, step)))
+            except ConfigError as e:
+                r = e
+            results.append(r)
+            if on_done:
+                on_done(i, r)
+        batch.wall_s = time.perf_counter() - t0
+        batch.generated_tokens = sum(len(r[0].token_ids) for r in results if isinstance(r, tuple))
+        return results, batch
 
     # ---- baselines: target alone / target + token-level SD --------------------------
-    def _plain(self, prompt: list[int], cfg: DecodeConfig, stats: DecodeStats, on_commit) -> DecodeResult:
-        params = GenParams(max_tokens=cfg.max_new_tokens, stop_at_delimiter=False, delimiter=cfg.delimiter,
-                           temperature=cfg.temperature, top_p=cfg.top_p, seeds=(cfg.seed,),
-                           num_speculative_tokens=cfg.gamma2 if cfg.uses_sd else 0)
-        batch = self.target.generate([prompt], params)
-        self._account_target(stats, batch)
-        out = batch.outputs[0]
-        if on_commit:
-            on_commit("target", list(out.token_ids))
-        return DecodeResult(token_ids=list(out.token_ids), text=self.target.decode(out.token_ids, skip_special_tokens=True),
-                            finish="eos" if out.finish == "eos" else "length", steps=[("target", list(out.token_ids))])
+    def _plain_params(self, cfg: DecodeConfig) -> GenParams:
+        return GenParams(max_tokens=cfg.max_new_tokens, stop_at_delimiter=False, delimiter=cfg.delimiter,
+                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=(cfg.seed,),
+                         num_speculative_tokens=cfg.gamma2 if cfg.uses_sd else 0)
+
+    def _plain_many(self, prompts, runnable: list[int], cfg: DecodeConfig, max_concurrent: int, on_commit, on_done,
+                    results: list, batch: BatchStats) -> None:
+        """target / sd: every runnable prompt in one engine call (``max_concurrent`` in
+        flight), or, with one in flight, one call per prompt (exact per-prompt times)."""
+        groups = [[i] for i in runnable] if max_concurrent == 1 else ([runnable] if runnable else [])
+        for group in groups:
+            t0 = time.perf_counter()
+            call = self.target.generate([list(prompts[i]) for i in group], [self._plain_params(cfg)] * len(group),
+                                        max_concurrent=max_concurrent)
+            batch.observe_call("target", len(group))
+            shares = _time_shares(call, [[k] for k in range(len(group))])
+            row_sd = _row_counters(call)
+            for k, i in enumerate(group):
+                out = call.outputs[k]
+                stats = DecodeStats(prompt_tokens=len(prompts[i]), target_calls=1, target_s=shares[k])
+                sd = row_sd[k] if row_sd is not None else None
+                if sd is not None:
+                    stats.observe_sd(sd.drafts, sd.drafted_tokens, sd.accepted_tokens, sd.accepted_by_pos)
+                ids = list(out.token_ids)
+                if on_commit:
+                    on_commit(i, "target", ids)
+                stats.wall_s = call.row_seconds[k] if call.row_seconds else time.perf_counter() - t0
+                stats.generated_tokens = len(ids)
+                results[i] = (DecodeResult(token_ids=ids, text=self.target.decode(ids, skip_special_tokens=True),
+                                           finish="eos" if out.finish == "eos" else "length", steps=[("target", ids)]),
+                              stats)
+                if on_done:
+                    on_done(i, results[i])
 
     # ---- Lookahead Reasoning ---------------------------------------------------------
-    def _lookahead(self, prompt: list[int], base_cfg: DecodeConfig, stats: DecodeStats, on_round, on_commit,
-                   controller: Controller | None = None, problem: ProblemInfo | None = None) -> DecodeResult:
-        assert self.draft is not None
-        gen: list[int] = []
-        steps: list[tuple[str, list[int]]] = []
+    def _lookahead_many(self, prompts, runnable: list[int], cfg: DecodeConfig, max_concurrent: int, controller,
+                        problems, on_round, on_commit, on_done, results: list, batch: BatchStats) -> None:
         eos = self.target.eos_ids | self.draft.eos_ids
-        finished = False
-        rnd = 0
-        cfg = base_cfg
-        while not finished and len(gen) < base_cfg.max_new_tokens:
-            budget = base_cfg.max_new_tokens - len(gen)
-            base = prompt + gen
-            if controller is not None:  # 0. this round's depths (γ1 = 0: one target step, no drafts)
-                g1, g2 = controller.choose(problem, ControlState(round=rnd, generated_tokens=len(gen), budget_left=budget))
-                if not controller.bounds.allows(g1, g2):
-                    raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds {controller.bounds}")
-                cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
-                sd_before = (stats.sd_drafts, stats.drafted_tokens, stats.accepted_tokens, _full_passes(stats, cfg))
-                times_before = (stats.draft_s, stats.target_s, stats.verify_s)
-            # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
-            chains, draft_secs = self._draft_chains(base, cfg, budget, rnd, stats)
-            # 2. the target regenerates every drafted position (+ bonus steps) in ONE batch.
-            rows, where = _target_rows(base, chains, budget, eos)
-            tb = self.target.generate(rows, self._step_params(cfg, budget, rnd, 0, len(rows), draft=False))
-            self._account_target(stats, tb)
-            stats.target_step_tokens += sum(len(t.token_ids) for t in tb.outputs)
-            targets = [[tb.outputs[where[w, k]] if (w, k) in where else None for k in range(len(c) + 1)]
-                       for w, c in enumerate(chains)]
-            # 3. verify every (branch, position) pair in ONE batch.
-            verdicts: list[list[bool]] = [[] for _ in chains]
-            scores: list[list[float]] = [[] for _ in chains]
-            vsec = 0.0
-            keys = [(w, k) for w, c in enumerate(chains) for k in range(len(c))]
-            if keys:
-                context = self.target.decode(base[-cfg.context_tokens:])
-                pairs = [StepPair(context=context, draft=chains[w][k].text, target=targets[w][k].text) for w, k in keys]
-                tv = time.perf_counter()
-                flat_v, flat_s = accept(self.verifier, pairs)
-                vsec = time.perf_counter() - tv
-                stats.verify_s += vsec
-                stats.verifier_calls += 1
-                for (w, _), v, sc in zip(keys, flat_v, flat_s):
-                    verdicts[w].append(v)
-                    scores[w].append(sc)
-            # 4. keep the branch with the longest accepted prefix (ties: the higher score
-            #    sum over it, then the lower index); commit it and the target's next step.
-            best = max(range(len(chains)),
-                       key=lambda w: (leading_accepts(verdicts[w]), sum(scores[w][:leading_accepts(verdicts[w])]), -w))
-            j = leading_accepts(verdicts[best])
-            drafts = chains[best]
-            commit: list[tuple[str, list[int]]] = [("draft", list(d.token_ids)) for d in drafts[:j]]
-            nxt = targets[best][j] if j < len(targets[best]) else None
-            if nxt is not None:
-                commit.append(("target", list(nxt.token_ids)))
-            stats.observe_round(verdicts[best], committed_target_step=nxt is not None)
-            if on_round:
-                on_round(RoundRecord(
-                    index=rnd, prefix_len=len(base), drafts=drafts,
-                    targets=[t for t in targets[best] if t is not None], scores=scores[best],
-                    accepted=verdicts[best], committed_drafts=j, draft_seconds=draft_secs, target_seconds=tb.seconds,
-                    verify_seconds=vsec, branch=best, branches=chains,
-                    branch_targets=[[t for t in ts if t is not None] for ts in targets], branch_scores=scores,
-                    branch_accepted=verdicts))
-            progressed = False
-            for source, ids in commit:
-                room = cfg.max_new_tokens - len(gen)
-                ids = ids[:room]
-                if not ids:
-                    break
-                progressed = True
-                gen.extend(ids)
-                steps.append((source, ids))
-                if on_commit:
-                    on_commit(source, ids)
-                if ids[-1] in eos:
-                    finished = True
-                    break
-            if controller is not None:
-                it, dr, ac, full = (a - b for a, b in zip(
-                    (stats.sd_drafts, stats.drafted_tokens, stats.accepted_tokens, _full_passes(stats, cfg)), sd_before))
-                controller.update(RoundOutcome(
-                    gamma1=cfg.gamma1, gamma2=cfg.gamma2 if cfg.uses_sd else 0, verdicts=tuple(verdicts[best]),
-                    accepted_steps=j, committed_tokens=sum(len(ids) for _, ids in commit), sd_iterations=it,
-                    sd_drafted=dr, sd_accepted=ac, sd_full=full,
-                    draft_s=stats.draft_s - times_before[0], target_s=stats.target_s - times_before[1],
-                    verify_s=stats.verify_s - times_before[2]))
-            if not progressed:  # the engine produced nothing (context full): stop, never spin
-                break
-            rnd += 1
-        text = self.target.decode(gen, skip_special_tokens=True)
-        finish: Literal["eos", "length"] = "eos" if gen and gen[-1] in eos else "length"
-        return DecodeResult(token_ids=gen, text=text, finish=finish, steps=steps)
+        waiting = list(runnable)
+        active: list[_Slot] = []
+        while waiting or active:
+            while waiting and len(active) < max_concurrent:  # admit (continuous batching)
+                i = waiting.pop(0)
+                ids = list(prompts[i])
+                ctl = controller
+                if controller is not None and max_concurrent > 1:
+                    ctl = copy.copy(controller)  # per-prompt state; fitted parts are shared
+                prob = problems[i] if problems is not None else None
+                if ctl is not None and prob is None:
+                    prob = ProblemInfo(id=f"prompt-{stable_digest(ids)}",
+                                       text=self.target.decode(ids, skip_special_tokens=True), prompt_tokens=len(ids))
+                active.append(_Slot(index=i, prompt=ids, stats=DecodeStats(prompt_tokens=len(ids)), controller=ctl,
+                                    problem=prob, started=time.perf_counter()))
+            self._round(active, cfg, eos, on_round, on_commit, batch)
+            for slot in [s for s in active if s.done]:
+                active.remove(slot)
+                slot.stats.wall_s = time.perf_counter() - slot.started
+                slot.stats.generated_tokens = len(slot.gen)
+                text = self.target.decode(slot.gen, skip_special_tokens=True)
+                finish: Literal["eos", "length"] = "eos" if slot.gen and slot.gen[-1] in eos else "length"
+                results[slot.index] = (DecodeResult(token_ids=slot.gen, text=text, finish=finish, steps=slot.steps),
+                                       slot.stats)
+                if on_done:
+                    on_done(slot.index, results[slot.index])
 
-    def _draft_chains(self, base: list[int], cfg: DecodeConfig, budget: int, rnd: int,
-                      stats: DecodeStats) -> tuple[list[list[Generation]], list[float]]:
-        """W draft chains; position j of every live chain is one batched draft call per
-        temperature group (branch 0 at ``temperature``, branches >= 1 sampled at
-        ``branch_temperature`` when ``temperature`` is 0, each with its own seed)."""
-        W = cfg.width
-        chains: list[list[Generation]] = [[] for _ in range(W)]
-        used = [0] * W
-        live = list(range(W))
-        secs: list[float] = []
-        for j in range(cfg.gamma1):
-            live = [w for w in live if used[w] < budget]
-            if not live:
+    def _round(self, slots: list[_Slot], base_cfg: DecodeConfig, eos: frozenset[int], on_round, on_commit,
+               batch: BatchStats) -> None:
+        """One LR round for every slot: batched drafts per position, one target call, one
+        verifier call, then each slot commits its accepted prefix and the target's step."""
+        for s in slots:  # 0. this round's depths (γ1 = 0: one target step, no drafts)
+            s.budget = base_cfg.max_new_tokens - len(s.gen)
+            s.base = s.prompt + s.gen
+            s.cfg = base_cfg
+            if s.controller is not None:
+                g1, g2 = s.controller.choose(s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen),
+                                                                     budget_left=s.budget))
+                if not s.controller.bounds.allows(g1, g2):
+                    raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
+                                      f"{s.controller.bounds}")
+                s.cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
+            s.chains = [[] for _ in range(s.cfg.width)]
+            s.draft_secs = []
+        # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
+        self._draft_chains(slots, batch)
+        # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call.
+        rows: list[list[int]] = []
+        params: list[GenParams] = []
+        owner: list[list[int]] = []  # row indices of each slot
+        wheres = []
+        for s in slots:
+            srows, where = _target_rows(s.base, s.chains, s.budget, eos)
+            owner.append(list(range(len(rows), len(rows) + len(srows))))
+            rows += srows
+            params += per_row(self._step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False), len(srows))
+            wheres.append(where)
+        tb = self.target.generate(rows, params)
+        batch.observe_call("target", len(rows))
+        shares = _time_shares(tb, owner)
+        row_sd = _row_counters(tb)
+        for s, mine, share, where in zip(slots, owner, shares, wheres):
+            s.target_s = share
+            s.stats.target_calls += 1
+            s.stats.target_s += share
+            s.round_sd = add_counters([row_sd[r] for r in mine]) if row_sd is not None else None
+            if s.round_sd is not None:
+                sd = s.round_sd
+                s.stats.observe_sd(sd.drafts, sd.drafted_tokens, sd.accepted_tokens, sd.accepted_by_pos)
+            s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
+            s.targets = [[tb.outputs[mine[where[w, k]]] if (w, k) in where else None for k in range(len(c) + 1)]
+                         for w, c in enumerate(s.chains)]
+        # 3. verify every (slot, branch, position) pair in ONE call.
+        keys = [(s, w, k) for s in slots for w, c in enumerate(s.chains) for k in range(len(c))]
+        for s in slots:
+            s.verdicts = [[] for _ in s.chains]
+            s.scores = [[] for _ in s.chains]
+            s.verify_s = 0.0
+        if keys:
+            contexts = {id(s): self.target.decode(s.base[-s.cfg.context_tokens:]) for s in slots}
+            pairs = [StepPair(context=contexts[id(s)], draft=s.chains[w][k].text, target=s.targets[w][k].text)
+                     for s, w, k in keys]
+            tv = time.perf_counter()
+            flat_v, flat_s = accept(self.verifier, pairs)
+            vsec = time.perf_counter() - tv
+            batch.observe_call("verify", len(pairs))
+            for (s, w, _), v, sc in zip(keys, flat_v, flat_s):
+                s.verdicts[w].append(v)
+                s.scores[w].append(sc)
+                s.verify_s += vsec / len(pairs)
+            for s in {id(s): s for s, _, _ in keys}.values():
+                s.stats.verify_s += s.verify_s
+                s.stats.verifier_calls += 1
+        for s in slots:  # 4. commit
+            self._commit(s, eos, on_round, on_commit)
+
+    def _commit(self, s: _Slot, eos: frozenset[int], on_round, on_commit) -> None:
+        """Keep the branch with the longest accepted prefix (ties: the higher score sum over
+        it, then the lower index); commit it and the target's next step."""
+        cfg = s.cfg
+        best = max(range(len(s.chains)),
+                   key=lambda w: (leading_accepts(s.verdicts[w]), sum(s.scores[w][:leading_accepts(s.verdicts[w])]), -w))
+        j = leading_accepts(s.verdicts[best])
+        drafts = s.chains[best]
+        commit: list[tuple[str, list[int]]] = [("draft", list(d.token_ids)) for d in drafts[:j]]
+        nxt = s.targets[best][j] if j < len(s.targets[best]) else None
+        if nxt is not None:
+            commit.append(("target", list(nxt.token_ids)))
+        s.stats.observe_round(s.verdicts[best], committed_target_step=nxt is not None)
+        if on_round:
+            on_round(s.index, RoundRecord(
+                index=s.rnd, prefix_len=len(s.base), drafts=drafts,
+                targets=[t for t in s.targets[best] if t is not None], scores=s.scores[best],
+                accepted=s.verdicts[best], committed_drafts=j, draft_seconds=s.draft_secs, target_seconds=s.target_s,
+                verify_seconds=s.verify_s, branch=best, branches=s.chains,
+                branch_targets=[[t for t in ts if t is not None] for ts in s.targets], branch_scores=s.scores,
+                branch_accepted=s.verdicts))
+        progressed = False
+        for source, ids in commit:
+            ids = ids[:cfg.max_new_tokens - len(s.gen)]
+            if not ids:
                 break
-            spent = 0.0
-            for group in _temperature_groups(live, cfg):
-                temp = _branch_temperature(group[0], cfg)
+            progressed = True
+            s.gen.extend(ids)
+            s.steps.append((source, ids))
+            if on_commit:
+                on_commit(s.index, source, ids)
+            if ids[-1] in eos:
+                s.done = True
+                break
+        if s.controller is not None:
+            sd = s.round_sd or SDCounters()
+            k = cfg.gamma2 if cfg.uses_sd else 0
+            full = sd.accepted_by_pos[k - 1] if 0 < k <= len(sd.accepted_by_pos) else 0
+            s.controller.update(RoundOutcome(
+                gamma1=cfg.gamma1, gamma2=k, verdicts=tuple(s.verdicts[best]), accepted_steps=j,
+                committed_tokens=sum(len(ids) for _, ids in commit), sd_iterations=sd.drafts,
+                sd_drafted=sd.drafted_tokens, sd_accepted=sd.accepted_tokens, sd_full=full,
+                draft_s=sum(s.draft_secs), target_s=s.target_s, verify_s=s.verify_s))
+        if not progressed or len(s.gen) >= cfg.max_new_tokens:  # context full: stop, never spin
+            s.done = True
+        s.rnd += 1
+
+    def _draft_chains(self, slots: list[_Slot], batch: BatchStats) -> None:
+        """W draft chains per slot; position j of every live chain of every slot is ONE
+        draft call (branch 0 at ``temperature``, branches >= 1 sampled at
+        ``branch_temperature`` when ``temperature`` is 0, each with its own seed)."""
+        used = {id(s): [0] * s.cfg.width for s in slots}
+        live = {id(s): list(range(s.cfg.width)) for s in slots}
+        for j in range(max((s.cfg.gamma1 for s in slots), default=0)):
+            items: list[tuple[_Slot, int]] = []
+            for s in slots:
+                if j < s.cfg.gamma1:
+                    live[id(s)] = [w for w in live[id(s)] if used[id(s)][w] < s.budget]
+                    items += [(s, w) for w in live[id(s)]]
+            if not items:
+                break
+            params = []
+            for s, w in items:
+                temp = _branch_temperature(w, s.cfg)
                 seeds = None
                 if temp > 0:
-                    seeds = tuple(_mix(cfg.seed, rnd, j, 1) if w == 0 else _mix(cfg.seed, rnd, j, 1, w) for w in group)
-                params = replace(self._step_params(cfg, budget, rnd, j, len(group), draft=True),
-                                 temperature=temp, seeds=seeds)
-                b = self.draft.generate([base + _concat(chains[w]) for w in group], params)
-                stats.draft_calls += 1
-                stats.draft_s += b.seconds
-                spent += b.seconds
-                for w, step in zip(group, b.outputs):
-                    if not step.token_ids:
-                        live.remove(w)
-                        continue
-                    chains[w].append(step)
-                    used[w] += len(step.token_ids)
-                    stats.draft_step_tokens += len(step.token_ids)
-                    if step.finish == "eos":
-                        live.remove(w)
-            secs.append(spent)
-        return chains, secs
+                    seeds = (_mix(s.cfg.seed, s.rnd, j, 1) if w == 0 else _mix(s.cfg.seed, s.rnd, j, 1, w),)
+                params.append(replace(self._step_params(s.cfg, s.budget, s.rnd, j, 1, draft=True),
+                                      temperature=temp, seeds=seeds))
+            b = self.draft.generate([s.base + _concat(s.chains[w]) for s, w in items], params)
+            batch.observe_call("draft", len(items))
+            by_slot: dict[int, list[int]] = {}
+            for r, (s, _) in enumerate(items):
+                by_slot.setdefault(id(s), []).append(r)
+            members = [s for s in slots if id(s) in by_slot]
+            for s, share in zip(members, _time_shares(b, [by_slot[id(s)] for s in members])):
+                s.stats.draft_calls += 1
+                s.stats.draft_s += share
+                s.draft_secs.append(share)
+            for (s, w), step in zip(items, b.outputs):
+                if not step.token_ids:
+                    live[id(s)].remove(w)
+                    continue
+                s.chains[w].append(step)
+                used[id(s)][w] += len(step.token_ids)
+                s.stats.draft_step_tokens += len(step.token_ids)
+                if step.finish == "eos":
+                    live[id(s)].remove(w)
 
     def _step_params(self, cfg: DecodeConfig, budget: int, rnd: int, pos: int, n: int, *, draft: bool) -> GenParams:
         """Step params; seeds are a pure function of (seed, round, position, role)."""
@@ -338,21 +495,59 @@ class LookaheadDecoder:
             stats.observe_sd(batch.sd.drafts, batch.sd.drafted_tokens, batch.sd.accepted_tokens, batch.sd.accepted_by_pos)
 
 
-def _full_passes(stats: DecodeStats, cfg: DecodeConfig) -> int:
-    """SD passes so far that accepted all γ2 of this round's draft tokens."""
-    k = cfg.gamma2 if cfg.uses_sd else 0
-    return stats.sd_accepted_by_pos[k - 1] if 0 < k <= len(stats.sd_accepted_by_pos) else 0
+@dataclass(eq=False)
+class _Slot:
+    """One prompt in flight in :meth:`LookaheadDecoder.decode_many` and its round state."""
+
+    index: int
+    prompt: list[int]
+    stats: DecodeStats
+    controller: Controller | None
+    problem: ProblemInfo | None
+    started: float
+    gen: list[int] = field(default_factory=list)
+    steps: list[tuple[str, list[int]]] = field(default_factory=list)
+    rnd: int = 0
+    done: bool = False
+    # the current round
+    cfg: DecodeConfig | None = None
+    budget: int = 0
+    base: list[int] = field(default_factory=list)
+    chains: list[list[Generation]] = field(default_factory=list)
+    draft_secs: list[float] = field(default_factory=list)
+    targets: list[list[Generation | None]] = field(default_factory=list)
+    target_s: float = 0.0
+    round_sd: SDCounters | None = None
+    verdicts: list[list[bool]] = field(default_factory=list)
+    scores: list[list[float]] = field(default_factory=list)
+    verify_s: float = 0.0
+
+
+def _time_shares(call: GenBatch, rows_of: list[list[int]]) -> list[float]:
+    """A shared call's seconds split over groups of its rows in proportion to the tokens
+    each group generated (equal shares when none generated any)."""
+    tokens = [sum(len(call.outputs[r].token_ids) for r in rows) for rows in rows_of]
+    total = sum(tokens)
+    n = len(rows_of)
+    return [call.seconds * (t / total if total else 1 / n) for t in tokens]
+
+
+def _row_counters(call: GenBatch) -> list[SDCounters | None] | None:
+    """Per-row SD counters: the backend's, else its call total split by generated tokens."""
+    if call.row_sd is not None or call.sd is None:
+        return call.row_sd
+    return split_counters(call.sd, [len(o.token_ids) for o in call.outputs])
+
+
+def stable_digest(data: str | Sequence[int]) -> str:
+    """A stable 8-hex-digit id of a text or a token sequence (the same in every process,
+    unlike ``hash``)."""
+    text = data if isinstance(data, str) else ",".join(map(str, data))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def _branch_temperature(w: int, cfg: DecodeConfig) -> float:
     return cfg.temperature if (w == 0 or cfg.temperature > 0) else cfg.branch_temperature
-
-
-def _temperature_groups(branches: list[int], cfg: DecodeConfig) -> list[list[int]]:
-    groups: dict[float, list[int]] = {}
-    for w in branches:
-        groups.setdefault(_branch_temperature(w, cfg), []).append(w)
-    return list(groups.values())
 
 
 def _target_rows(base: list[int], chains: list[list[Generation]], budget: int,

@@ -1,6 +1,6 @@
 """The whole loop as one job: ``lrtune demo`` and ``lrtune pipeline --config FILE``.
 
-    collect (teacher judge) → profile → train verifier → train controller → evaluate
+    profile → collect (teacher judge, batched) → train verifier → train controller → evaluate
 
 Stage outputs live under ``--out``: ``collect/``, ``profile.json``, ``verifier/``,
 ``controller/``, ``eval/``. Every stage is resumable and skips itself when its output
@@ -119,15 +119,17 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
 
     collect_dir, verifier_dir, controller_dir = root / "collect", root / "verifier", root / "controller"
     profile_path = root / "profile.json"
-    stage("collect", ["collect", *to_flags(CollectOptions(
-        task=opts.task, data=opts.data, limit=n_col, teacher=opts.teacher, out=str(collect_dir),
-        progress=opts.progress)), *model_flags, *decode_flags])
     prof_tokens, prof_repeats, warmup = TIMING[opts.size]
-    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=prof_tokens, repeats=prof_repeats, task=opts.task)
+    # b(n) up to the rows of every collected problem in flight at once (collect's concurrency)
+    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=prof_tokens, repeats=prof_repeats, task=opts.task,
+                          batch_max=min(n_col, 16) * (opts.gamma1 + 1))
     if not _profile_matches(profile_path, prof, models):
         stage("profile", ["profile", *to_flags(prof),
                           *to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None,
                                                         judge_model=None))])
+    stage("collect", ["collect", *to_flags(CollectOptions(
+        task=opts.task, data=opts.data, limit=n_col, teacher=opts.teacher, out=str(collect_dir),
+        progress=opts.progress, profile=str(profile_path))), *model_flags, *decode_flags])
     stage("train verifier", ["train", "verifier", *to_flags(TrainVerifierConfig(
         data=str(collect_dir), out=str(verifier_dir), student=opts.student, epochs=epochs, progress=opts.progress,
         device="cpu" if models.device == "auto" else models.device))])

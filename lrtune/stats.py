@@ -154,6 +154,45 @@ class DecodeStats:
         return d
 
 
+@dataclass
+class BatchStats:
+    """A set of prompts decoded together (``LookaheadDecoder.decode_many``): throughput.
+
+    ``wall_s`` covers the whole set; per engine kind (draft, target, verify) the number of
+    calls and the rows (prefixes, or verifier pairs) they carried, so
+    ``rows_per_call(kind)`` is the batch the engine saw.
+    """
+
+    wall_s: float = 0.0
+    prompts: int = 0
+    max_concurrent: int = 1
+    generated_tokens: int = 0
+    calls: dict[str, int] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def observe_call(self, kind: str, rows: int) -> None:
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        self.rows[kind] = self.rows.get(kind, 0) + rows
+
+    def rows_per_call(self, kind: str) -> float | None:
+        return _ratio(self.rows.get(kind, 0), self.calls.get(kind, 0))
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return _ratio(self.generated_tokens, self.wall_s)
+
+    @property
+    def problems_per_hour(self) -> float | None:
+        r = _ratio(self.prompts, self.wall_s)
+        return None if r is None else 3600.0 * r
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(tokens_per_s=self.tokens_per_s, problems_per_hour=self.problems_per_hour,
+                 rows_per_call={k: self.rows_per_call(k) for k in self.calls})
+        return d
+
+
 def leading_accepts(accepted: list[bool]) -> int:
     """Length of the leading run of accepted verdicts (the committed draft prefix)."""
     n = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step
+from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step, per_row
 
 V = 40
 EOS, DELIM, MERGED = 0, 1, 2
@@ -41,7 +41,8 @@ class FakeBackend:
         self.table = table
         self.name = name
         self.eos_ids = frozenset({EOS})
-        self.calls: list[tuple[int, GenParams]] = []  # (batch size, params)
+        self.calls: list[tuple[int, GenParams]] = []  # (batch size, params or the first row's)
+        self.row_params: list[list[GenParams]] = []  # every call's per-row params
 
     def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
         return [3 + (ord(c) % (V - 3)) for c in prompt]
@@ -55,13 +56,15 @@ class FakeBackend:
             nxt = rng.randrange(0, V)
         return nxt
 
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch:
-        self.calls.append((len(prefixes), params))
+    def generate(self, prefixes: Sequence[Sequence[int]], params, max_concurrent=None) -> GenBatch:
+        rows = per_row(params, len(prefixes))
+        self.calls.append((len(prefixes), params if isinstance(params, GenParams) else rows[0]))
+        self.row_params.append(rows)
         outs = []
-        for i, prefix in enumerate(prefixes):
+        for prefix, params in zip(prefixes, rows):
             rng = None
             if params.temperature > 0:
-                rng = random.Random(hash((params.seeds[i] if params.seeds else 0, tuple(prefix))))
+                rng = random.Random(hash((params.seeds[0] if params.seeds else 0, tuple(prefix))))
             ids, last = [], prefix[-1]
             while len(ids) < params.max_tokens + 3:  # overshoot on purpose: finish_step must cut
                 last = self._next(last, rng)
@@ -70,8 +73,8 @@ class FakeBackend:
                     break
             ids, finish = finish_step(ids, self.decode, params, self.eos_ids)
             outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish))
-        sd = SDCounters(drafts=1, drafted_tokens=params.num_speculative_tokens, accepted_tokens=0) \
-            if params.num_speculative_tokens else None
+        k = max(r.num_speculative_tokens for r in rows) if rows else 0
+        sd = SDCounters(drafts=1, drafted_tokens=k, accepted_tokens=0) if k else None
         return GenBatch(outputs=outs, seconds=0.0, sd=sd)
 
     def close(self) -> None:
@@ -91,7 +94,7 @@ class SlowFakeBackend(FakeBackend):
 
         self._lock = threading.Lock()
 
-    def generate(self, prefixes, params):
+    def generate(self, prefixes, params, max_concurrent=None):
         import time
 
         with self._lock:

@@ -56,6 +56,17 @@ def test_generate_rejects_empty_prompts_unknown_options_and_context_overflow(dec
         dec.generate(["hi"], max_new_tokens=5000)
 
 
+def test_generate_fails_a_too_long_prompt_alone_and_decodes_the_others(dec):
+    long_prompt = " ".join(["word"] * 900)
+    outs = dec.generate(["What is 2+2?", long_prompt, "What is 3+5?"], max_new_tokens=16, max_concurrent=3)
+    assert [o.finish == "error" for o in outs] == [False, True, False]
+    assert "max_model_len" in outs[1].error and outs[1].token_ids == []
+    assert all(len(o.token_ids) > 0 and o.error is None for o in (outs[0], outs[2]))
+    assert dec.last_batch.prompts == 3 and dec.last_batch.generated_tokens == sum(len(o.token_ids) for o in outs)
+    alone = dec.generate(["What is 3+5?"], max_new_tokens=16)[0]
+    assert outs[2].token_ids == alone.token_ids
+
+
 def test_cli_decode_json_on_the_tiny_pair():
     pair = get_tiny_pair()
     proc = subprocess.run(

@@ -261,3 +261,32 @@ def test_a_dataset_from_an_older_lrtune_without_newer_default_options_still_resu
     changed = make_cfg(data_file, tmp_path / "old", teacher="exact", teacher_threshold=0.7)
     with pytest.raises(ConfigError, match="another config"):
         prepare_out(changed)
+
+
+def test_batched_collect_records_exactly_the_rows_of_one_problem_at_a_time(data_file, tmp_path, reference):
+    """--max-concurrent N decodes N problems together; every recorded pair (steps, label,
+    context, prefix) is the one a one-at-a-time collect records. The reference run chose its
+    concurrency from a b(n) curve measured at start."""
+    runs = {}
+    for n in (1, 3):
+        out = tmp_path / f"n{n}"
+        proc = collect_cli(*cli_args(data_file, out, "--max-concurrent", str(n)))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "in flight" not in proc.stderr  # an explicit --max-concurrent measures nothing
+        runs[n] = rows_by_key(out)
+    assert set(runs[1]) == set(runs[3]) == set(reference)
+    for k in runs[1]:
+        for col in ("draft_step", "target_step", "label", "context", "prefix_sha", "prefix_len"):
+            assert runs[3][k][col] == runs[1][k][col] == reference[k][col], (k, col)
+
+
+def test_collect_picks_its_concurrency_from_a_profile_curve(data_file, tmp_path):
+    prof = tmp_path / "profile.json"
+    # free batches up to 9 rows: 3 problems x (γ1 + 1 = 3 rows) fit
+    prof.write_text(json.dumps({"batch_cost": [1.0] * 9}))
+    proc = collect_cli(*cli_args(data_file, tmp_path / "p", "--profile", str(prof)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"collect: 3 problem(s) in flight (b(n) {prof}" in proc.stderr
+    bad = collect_cli(*cli_args(data_file, tmp_path / "q", "--profile", str(tmp_path / "missing.json")))
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("lrtune: error: --profile")
+    assert "Traceback" not in bad.stderr

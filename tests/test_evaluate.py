@@ -187,3 +187,36 @@ def test_adaptive_without_a_controller_is_refused(data_file, tmp_path):
     cfg.options.methods = "adaptive"
     with pytest.raises(ConfigError, match="need --controller"):
         run(cfg)
+
+
+def test_throughput_mode_batches_problems_and_matches_latency_mode_outputs(first_run, data_file, tmp_path):
+    """--mode throughput: each method over the set with N in flight, records equal to the
+    latency run's (greedy), a throughput line per method, a Throughput table in the report."""
+    latency_out, _ = first_run
+    cfg = make_cfg(data_file, tmp_path / "tp", mode="throughput", max_concurrent=3)
+    cfg.models.verifier = "never"
+    lat_cfg = make_cfg(data_file, tmp_path / "lat")
+    lat_cfg.models.verifier = "never"
+    run(lat_cfg)
+    summary = run(cfg)
+    recs, lat = load_records(tmp_path / "tp" / "records.jsonl"), load_records(tmp_path / "lat" / "records.jsonl")
+    key = {(r["problem"], r["method"]): r["text"] for r in lat}
+    assert {(r["problem"], r["method"]): r["text"] for r in recs} == key
+    tp = summary.data["throughput"]
+    assert set(tp) == {"target", "lr"} and summary.data["mode"] == "throughput"
+    assert all(t["prompts"] == 3 and t["problems_per_hour"] > 0 and t["max_concurrent"] == 3 for t in tp.values())
+    assert tp["lr"]["rows_per_call"]["target"] > cfg.decode.gamma1 + 1 - 1e-9  # rows of several problems per call
+    report = (tmp_path / "tp" / "report.md").read_text()
+    assert "## Throughput" in report and "| finished |" in report and "with up to 3 problems in flight" in report
+    # a different mode is a different run: refused in the same --out
+    with pytest.raises(ConfigError, match="different config"):
+        run(make_cfg(data_file, tmp_path / "tp"))
+
+
+def test_throughput_mode_refuses_async_and_oracle_rows(data_file, tmp_path):
+    cfg = make_cfg(data_file, tmp_path / "x", mode="throughput")
+    cfg.options.methods = "target,lr/async"
+    with pytest.raises(ConfigError, match="--mode latency"):
+        run(cfg)
+    with pytest.raises(ConfigError, match="--max-concurrent"):
+        run(make_cfg(data_file, tmp_path / "y", mode="throughput", max_concurrent=0))

@@ -41,8 +41,11 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_dir):
     summary = json.loads((out / "eval" / "summary.json").read_text())
     assert set(summary["methods"]) == {"target", "sd", "lr+sd/v=random(0.5)", "lr+sd", "adaptive"}
     assert summary["methods"]["lr+sd"]["verifier"] == str(out / "verifier")
-    prof = json.loads((out / "profile.json").read_text())["batch_cost"]
-    assert summary["batch_cost"] == {str(n): b for n, b in enumerate(prof, 1)}  # evaluate reused the profile's b(n)
+    prof = json.loads((out / "profile.json").read_text())
+    assert set(prof["batch_cost_curve"]) == {"8", "12", "16"}  # up to 4 collected problems x (γ1 + 1) rows
+    # evaluate reused the profile's b(n)
+    assert summary["batch_cost"] == {**{str(n): b for n, b in enumerate(prof["batch_cost"], 1)}, **prof["batch_cost_curve"]}
+    assert "problem(s) in flight (b(n) " + str(out / "profile.json") in proc.stderr  # collect's concurrency from it
     bounds = json.loads((out / "controller" / "lrtune_controller.json").read_text())["bounds"]
     assert bounds["gamma2_max"] == 4  # = the rows' γ2, so the SD engine drafts no more than they use
     assert "adaptive" in proc.stdout and "stage times" in proc.stdout

@@ -237,3 +237,32 @@ def test_async_lr_with_the_never_verifier_equals_target_greedy(engines, prompts,
     for p in prompts[:2]:
         res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
         assert res.token_ids == greedy(target, p, 64)
+
+
+@pytest.mark.parametrize("method,width", [("target", 1), ("sd", 1), ("lr", 1), ("lr+sd", 1), ("lr", 2), ("lr+sd", 2)])
+def test_batched_prompts_get_the_tokens_they_get_alone(engines, prompts, method, width):
+    """DESIGN §3.7 on real engines: 4 prompts of different lengths, 3 in flight (a finished
+    prompt's slot takes the waiting one), each equal to its target greedy decode alone."""
+    target, draft = engines
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=GAMMA2, width=width, max_new_tokens=64, max_step_tokens=16)
+    dec = LookaheadDecoder(target, draft, make_verifier("never"), cfg)
+    assert len({len(p) for p in prompts}) > 1
+    outs, batch = dec.decode_many(prompts, cfg, max_concurrent=3)
+    for p, (res, stats) in zip(prompts, outs):
+        assert res.token_ids == greedy(target, p, 64)
+        assert stats.wall_s > 0 and stats.target_s > 0
+    if "lr" in method:
+        assert len({s.rounds for _, s in outs}) > 1  # prompts finish at different rounds
+        assert batch.rows_per_call("target") > cfg.gamma1 + 1 - 1e-9
+    if "sd" in method:
+        assert sum(s.drafted_tokens for _, s in outs) > 0
+
+
+def test_batched_identical_draft_with_exact_verifier_equals_alone(engines, prompts):
+    target, _ = engines
+    cfg = DecodeConfig(method="lr+sd", gamma1=3, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    dec = LookaheadDecoder(target, target, make_verifier("exact"), cfg)  # the target drafts for itself
+    outs, _ = dec.decode_many(prompts, cfg, max_concurrent=4)
+    for p, (res, stats) in zip(prompts, outs):
+        assert res.token_ids == greedy(target, p)
+        assert stats.alpha1 == 1.0 and stats.committed_draft_steps > 0

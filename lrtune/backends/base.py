@@ -5,18 +5,23 @@ state it needs) and exposes four methods::
 
     encode_prompt(prompt) -> list[int]            # chat template applied once, up front
     decode(token_ids) -> str                      # text is derived, never re-encoded
-    generate(prefixes, params) -> GenBatch        # one batched call, one output per prefix
+    generate(prefixes, params, max_concurrent=None) -> GenBatch   # one batched call
     close()                                       # free engines
 
 With ``params.stop_at_delimiter`` each output is one *step* (DESIGN §2, ``lrtune.steps``);
 otherwise it runs until EOS or ``max_tokens``. ``params.num_speculative_tokens = γ2 > 0``
 asks for token-level speculative decoding inside the call; greedy outputs must not change.
+
+``params`` is one :class:`GenParams` for every row, or a sequence with one per row (rows
+of many prompts in one call: each keeps its own budget, seed and γ2; see :func:`per_row`).
+``max_concurrent`` caps the rows in flight at once (the engine admits the next row when
+one finishes; ``None``: all at once). A row's output never depends on its batch (greedy).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from lrtune.steps import DEFAULT_DELIMITER, first_step_end
@@ -66,9 +71,85 @@ class SDCounters:
 
 @dataclass
 class GenBatch:
+    """One call's outputs, its wall seconds and SD counters (``sd``: the call's total;
+    ``row_sd``: per row — exact on the transformers backend, on vLLM the call's total split
+    by :func:`split_counters`); ``row_seconds``: each row's seconds in flight (admission to
+    end) where the call capped concurrency and the engine reports it (``None``: ``seconds``)."""
+
     outputs: list[Generation]
     seconds: float
     sd: SDCounters | None = None
+    row_sd: list[SDCounters | None] | None = None
+    row_seconds: list[float] | None = None
+
+
+def per_row(params: GenParams | Sequence[GenParams], n: int) -> list[GenParams]:
+    """One :class:`GenParams` per row, each with its own seed (``seeds`` of length 1 or None)."""
+    if isinstance(params, GenParams):
+        if params.seeds is not None and len(params.seeds) != n:
+            raise ValueError("one seed per prefix is required")
+        return [replace(params, seeds=None if params.seeds is None else (params.seeds[i],)) for i in range(n)]
+    rows = list(params)
+    if len(rows) != n:
+        raise ValueError(f"{len(rows)} GenParams for {n} prefixes")
+    if any(p.seeds is not None and len(p.seeds) != 1 for p in rows):
+        raise ValueError("a per-row GenParams holds one seed (or None)")
+    return rows
+
+
+def row_groups(rows: Sequence[GenParams]) -> dict[GenParams, list[int]]:
+    """Rows that can share one batched loop: same params except budget and seed.
+
+    Key: the row's params with ``max_tokens=0`` and ``seeds=None``; value: row indices in order.
+    """
+    groups: dict[GenParams, list[int]] = {}
+    for i, p in enumerate(rows):
+        groups.setdefault(replace(p, max_tokens=0, seeds=None), []).append(i)
+    return groups
+
+
+def split_counts(total: int, weights: Sequence[float]) -> list[int]:
+    """Split an integer count in proportion to ``weights`` (largest remainder; sums to
+    ``total``; equal weights when all are 0)."""
+    if not weights:
+        return []
+    w = [max(0.0, float(x)) for x in weights]
+    s = sum(w)
+    if s <= 0:
+        w, s = [1.0] * len(w), float(len(w))
+    raw = [total * x / s for x in w]
+    out = [int(r) for r in raw]
+    for i in sorted(range(len(w)), key=lambda i: raw[i] - out[i], reverse=True)[:total - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def split_counters(total: SDCounters, weights: Sequence[float]) -> list[SDCounters]:
+    """A call's SD counters split over its rows in proportion to ``weights`` (the tokens
+    each row generated), field by field with :func:`split_counts`; the parts sum to ``total``."""
+    parts = [SDCounters(accepted_by_pos=[0] * len(total.accepted_by_pos)) for _ in weights]
+    for name in ("drafts", "drafted_tokens", "accepted_tokens"):
+        for part, n in zip(parts, split_counts(getattr(total, name), weights)):
+            setattr(part, name, n)
+    for pos, count in enumerate(total.accepted_by_pos):
+        for part, n in zip(parts, split_counts(count, weights)):
+            part.accepted_by_pos[pos] = n
+    return parts
+
+
+def add_counters(parts: Sequence[SDCounters | None]) -> SDCounters | None:
+    """The sum of SD counters (``None`` when no part has any)."""
+    real = [p for p in parts if p is not None]
+    if not real:
+        return None
+    out = SDCounters(accepted_by_pos=[0] * max(len(p.accepted_by_pos) for p in real))
+    for p in real:
+        out.drafts += p.drafts
+        out.drafted_tokens += p.drafted_tokens
+        out.accepted_tokens += p.accepted_tokens
+        for i, n in enumerate(p.accepted_by_pos):
+            out.accepted_by_pos[i] += n
+    return out
 
 
 @runtime_checkable
@@ -80,7 +161,8 @@ class Backend(Protocol):
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch: ...
+    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
+                 max_concurrent: int | None = None) -> GenBatch: ...
 
     def close(self) -> None: ...
 

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step
+from lrtune.backends.base import (GenBatch, Generation, GenParams, SDCounters, add_counters, finish_step,
+                                  per_row, row_groups)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 
@@ -87,43 +88,61 @@ class HFBackend(TokenizerMixin):
         self.reused_tokens = 0  # prompt tokens served from the prefix store
 
     # ---- public protocol -------------------------------------------------------------
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch:
-        """One batched generation over token-id prefixes (see :class:`GenParams`)."""
+    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
+                 max_concurrent: int | None = None) -> GenBatch:
+        """One batched generation over token-id prefixes (see :class:`GenParams`).
+
+        Rows that differ only in budget and seed share one loop; rows with other sampling,
+        stopping or γ2 run as separate loops of the same call (:func:`row_groups`), and
+        ``max_concurrent`` runs a group in waves of that many rows."""
         torch = _torch()
         if not prefixes:
             return GenBatch(outputs=[], seconds=0.0)
         if any(len(p) == 0 for p in prefixes):
             raise ConfigError("empty prefix")
-        if params.seeds is not None and len(params.seeds) != len(prefixes):
-            raise ValueError("one seed per prefix is required")
-        k = params.num_speculative_tokens
-        if k > 0 and self.spec is None:
+        rows = per_row(params, len(prefixes))
+        if any(r.num_speculative_tokens > 0 for r in rows) and self.spec is None:
             raise ConfigError("token-level speculative decoding (gamma2 > 0) needs a draft model")
         self._calls += 1
-        gens = None
-        if params.temperature > 0:
-            gens = []
-            for i in range(len(prefixes)):
-                g = torch.Generator(device=self.device)
-                g.manual_seed(params.seeds[i] if params.seeds is not None else hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF)
-                gens.append(g)
+        wave = max(1, max_concurrent or len(prefixes))
+        outputs: list[Generation | None] = [None] * len(prefixes)
+        row_sd: list[SDCounters | None] = [None] * len(prefixes)
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            if k > 0:
-                gen_ids, tops, sd = self._generate_sd(prefixes, params, gens)
-            else:
-                gen_ids, tops = self._generate_plain(prefixes, params, gens)
-                sd = None
+        for shape, members in row_groups(rows).items():
+            for start in range(0, len(members), wave):
+                idx = members[start:start + wave]
+                gens = None
+                if shape.temperature > 0:
+                    gens = []
+                    for i in idx:
+                        g = torch.Generator(device=self.device)
+                        seed = rows[i].seeds[0] if rows[i].seeds is not None else \
+                            hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF
+                        g.manual_seed(seed)
+                        gens.append(g)
+                group = [prefixes[i] for i in idx]
+                limits = [rows[i].max_tokens for i in idx]
+                with torch.inference_mode():
+                    if shape.num_speculative_tokens > 0:
+                        gen_ids, tops, sds = self._generate_sd(group, shape, limits, gens)
+                    else:
+                        gen_ids, tops = self._generate_plain(group, shape, limits, gens)
+                        sds = [None] * len(idx)
+                for i, ids, top, sd in zip(idx, gen_ids, tops, sds):
+                    outputs[i] = self._output(ids, top, rows[i])
+                    row_sd[i] = sd
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - t0
-        outputs = []
-        for ids, top in zip(gen_ids, tops):
-            cut, finish = finish_step(ids, self.decode, params, self.eos_ids)
-            lps = [top[j][1] for j in range(len(cut))] if (params.logprobs or params.top_logprobs) else None
-            tl = [top[j][2] for j in range(len(cut))] if params.top_logprobs else None
-            outputs.append(Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl))
-        return GenBatch(outputs=outputs, seconds=seconds, sd=sd)
+        has_sd = any(r.num_speculative_tokens > 0 for r in rows)
+        return GenBatch(outputs=outputs, seconds=seconds, sd=add_counters(row_sd) if has_sd else None,
+                        row_sd=row_sd if has_sd else None)
+
+    def _output(self, ids: list[int], top: list[tuple], params: GenParams) -> Generation:
+        cut, finish = finish_step(ids, self.decode, params, self.eos_ids)
+        lps = [top[j][1] for j in range(len(cut))] if (params.logprobs or params.top_logprobs) else None
+        tl = [top[j][2] for j in range(len(cut))] if params.top_logprobs else None
+        return Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl)
 
     def close(self) -> None:
         self._store.clear()
@@ -190,7 +209,7 @@ class HFBackend(TokenizerMixin):
         return out.logits.float()
 
     # ---- plain batched decoding ------------------------------------------------------
-    def _generate_plain(self, prefixes, params: GenParams, gens):
+    def _generate_plain(self, prefixes, params: GenParams, limits: list[int], gens):
         torch = _torch()
         rows = self._rows(prefixes)
         B = rows.batch
@@ -209,21 +228,21 @@ class HFBackend(TokenizerMixin):
                 gen[b].append(tok)
                 tops[b].append(info)
                 nxt.append(tok)
-                done[b] = self._finished(gen[b], params)
+                done[b] = self._finished(gen[b], params, limits[b])
             inputs = torch.tensor([[t] for t in nxt], device=self.device)
         self._remember(rows)
         return gen, tops
 
-    def _finished(self, gen: list[int], params: GenParams) -> bool:
-        """Stop once the tokens so far already hold a complete step / EOS / the budget."""
-        if len(gen) >= params.max_tokens or gen[-1] in self.eos_ids:
+    def _finished(self, gen: list[int], params: GenParams, limit: int) -> bool:
+        """Stop once the tokens so far already hold a complete step / EOS / the row's budget."""
+        if len(gen) >= limit or gen[-1] in self.eos_ids:
             return True
         if params.stop_at_delimiter:
             return params.delimiter in self.decode(gen[-8:])
         return False
 
     # ---- batched token-level speculative decoding ------------------------------------
-    def _generate_sd(self, prefixes, params: GenParams, gens):
+    def _generate_sd(self, prefixes, params: GenParams, limits: list[int], gens):
         torch = _torch()
         k = params.num_speculative_tokens
         draft = self.spec
@@ -235,10 +254,10 @@ class HFBackend(TokenizerMixin):
         done = [False] * B
         last = [p[-1] for p in prefixes]  # next input of the target (not in its cache)
         dpend = [[p[-1]] for p in prefixes]  # tokens not yet in the draft's cache
-        sd = SDCounters(accepted_by_pos=[0] * k)
+        sd = [SDCounters(accepted_by_pos=[0] * k) for _ in range(B)]
         while not all(done):
             live = [b for b in range(B) if not done[b]]
-            room = min(params.max_tokens - len(gen[b]) for b in live)
+            room = min(limits[b] - len(gen[b]) for b in live)
             kk = max(0, min(k, room - 1))
             # 1. draft kk tokens per row (the first feed carries its pending tokens).
             width = max(len(dpend[b]) for b in range(B))
@@ -268,11 +287,11 @@ class HFBackend(TokenizerMixin):
                 g = gens[b] if gens else None
                 n, toks, infos = _accept(proposals[b], qs[b], logits[b], params, g)
                 if kk:
-                    sd.drafts += 1
-                    sd.drafted_tokens += kk
-                    sd.accepted_tokens += n
+                    sd[b].drafts += 1
+                    sd[b].drafted_tokens += kk
+                    sd[b].accepted_tokens += n
                     for i in range(n):
-                        sd.accepted_by_pos[i] += 1
+                        sd[b].accepted_by_pos[i] += 1
                 # holes for rejected draft tokens in both caches
                 if n < kk:
                     rows.reject_tail(b, kk - n)
@@ -289,7 +308,7 @@ class HFBackend(TokenizerMixin):
                         break
                     gen[b].append(t)
                     tops[b].append(info)
-                    done[b] = self._finished(gen[b], params)
+                    done[b] = self._finished(gen[b], params, limits[b])
                 new_last[b] = toks[-1]
             last = new_last
         self._remember(rows)

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step
+from lrtune.backends.base import (GenBatch, Generation, GenParams, SDCounters, add_counters, finish_step,
+                                  per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 
@@ -167,63 +168,99 @@ class VLLMBackend(TokenizerMixin):
         return llm
 
     # ---- generation ----------------------------------------------------------------
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams) -> GenBatch:
-        """One batched ``LLM.generate`` over token-id prefixes (see :class:`GenParams`)."""
+    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
+                 max_concurrent: int | None = None) -> GenBatch:
+        """One batched generation over token-id prefixes (see :class:`GenParams`).
+
+        Rows may carry their own params (budget, seed, γ2): on the shared speculative engine
+        every γ2 runs in one engine call (drafter off or drafts cut per request); otherwise
+        rows are grouped by engine, one call each. ``max_concurrent`` keeps at most that
+        many requests in the engine and admits the next as one finishes."""
+        if not prefixes:
+            return GenBatch(outputs=[], seconds=0.0)
+        rows = per_row(params, len(prefixes))
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(rows):
+            groups.setdefault(self._engine_key(r.num_speculative_tokens), []).append(i)
+        outputs: list[Generation | None] = [None] * len(prefixes)
+        row_sd: list[SDCounters | None] = [None] * len(prefixes)
+        row_seconds: list[float] = [0.0] * len(prefixes)
+        total, seconds = [], 0.0
+        for key, idx in groups.items():
+            part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent)
+            seconds += part.seconds
+            for k, i in enumerate(idx):
+                outputs[i] = part.outputs[k]
+                row_sd[i] = part.row_sd[k] if part.row_sd is not None else None
+                row_seconds[i] = part.row_seconds[k] if part.row_seconds is not None else part.seconds
+            total.append(part.sd)
+        sd = add_counters(total)
+        return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd if sd is not None else None,
+                        row_seconds=row_seconds if max_concurrent is not None else None)
+
+    def _engine_key(self, k: int) -> int:
+        """The engine that serves γ2 = ``k`` (the shared one for every k it covers)."""
+        shared = self.config.shared_spec_tokens
+        return shared if (shared and k <= shared) else k
+
+    def _generate_on(self, engine_k: int, prefixes, rows: list[GenParams], max_concurrent: int | None) -> GenBatch:
+        """Rows that one engine serves, in one engine run."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if not prefixes:
-            return GenBatch(outputs=[], seconds=0.0)
-        if params.seeds is not None and len(params.seeds) != len(prefixes):
-            raise ValueError("one seed per prefix is required")
-        llm = self.engine(params.num_speculative_tokens)
-        no_spec = self._runs_without_spec(params.num_speculative_tokens)
+        llm = self.engine(engine_k)
         shared = self.config.shared_spec_tokens
-        capped = 0 < params.num_speculative_tokens < shared  # γ2 below the shared engine's: cut per request
-        extra = {NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(params.num_speculative_tokens)} if capped else None
-        sps = []
-        for i in range(len(prefixes)):
+        sps, prompts, spec_rows = [], [], []
+        for p, r in zip(prefixes, rows):
+            k = r.num_speculative_tokens
+            no_spec = self._runs_without_spec(k)
+            capped = 0 < k < shared  # γ2 below the shared engine's: cut per request
+            spec_rows.append(not no_spec and engine_k > 0)
             sps.append(SamplingParams(
-                temperature=params.temperature,
-                top_p=params.top_p,
-                max_tokens=params.max_tokens,
-                stop=[params.delimiter] if params.stop_at_delimiter else None,
-                seed=None if params.seeds is None else params.seeds[i],
-                logprobs=params.top_logprobs if params.top_logprobs else (0 if params.logprobs else None),
+                temperature=r.temperature,
+                top_p=r.top_p,
+                max_tokens=r.max_tokens,
+                stop=[r.delimiter] if r.stop_at_delimiter else None,
+                seed=None if r.seeds is None else r.seeds[0],
+                logprobs=r.top_logprobs if r.top_logprobs else (0 if r.logprobs else None),
                 # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
                 # stop could match across a skipped special token).
                 skip_special_tokens=False,
-                extra_args=extra,
+                extra_args={NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(k)} if capped else None,
             ))
-        if no_spec:
             # Drafter-off requests leave the drafter's KV cache unfilled: keep their
             # prefix-cache blocks apart from speculative requests' blocks.
-            prompts = [TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY) for p in prefixes]
-        else:
-            prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prefixes]
-        engine_k = shared if (no_spec or capped) else params.num_speculative_tokens
+            prompts.append(TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY) if no_spec
+                           else TokensPrompt(prompt_token_ids=list(p)))
         counter = self._counters.get(engine_k)
         before = counter.snapshot() if counter is not None else None
         t0 = time.perf_counter()
-        results = llm.generate(prompts, sps, use_tqdm=False)
+        if max_concurrent is None or max_concurrent >= len(prompts):
+            results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
+        else:
+            results, row_seconds = _run_continuous(llm, prompts, sps, max_concurrent)
         seconds = time.perf_counter() - t0
-        # γ2 = 0 on the shared engine: no SD by construction (its counter may still show a
-        # draft of the previous call's last step, which the engine reports one step late).
-        sd = counter.snapshot().minus(before) if (counter is not None and not no_spec) else None
         outputs = []
-        for res in results:
+        for res, r in zip(results, rows):
             comp = res.outputs[0]
-            ids, finish = finish_step(comp.token_ids, self.decode, params, self.eos_ids)
+            ids, finish = finish_step(comp.token_ids, self.decode, r, self.eos_ids)
             lps = None
-            if (params.logprobs or params.top_logprobs) and comp.logprobs is not None:
+            if (r.logprobs or r.top_logprobs) and comp.logprobs is not None:
                 lps = [_sampled_logprob(entry, tok) for entry, tok in zip(comp.logprobs, ids)]
             tops = None
-            if params.top_logprobs and comp.logprobs is not None:
+            if r.top_logprobs and comp.logprobs is not None:
                 tops = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
                         for entry, _ in zip(comp.logprobs, ids)]
             outputs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps,
                                       top_logprobs=tops))
-        return GenBatch(outputs=outputs, seconds=seconds, sd=sd)
+        # Drafter-off rows draft nothing by construction (the counter may still show a draft
+        # of the previous call's last step, which the engine reports one step late).
+        sd = counter.snapshot().minus(before) if (counter is not None and any(spec_rows)) else None
+        row_sd = None
+        if sd is not None:  # the engine counts per step, not per request: split by tokens
+            weights = [len(o.token_ids) if spec else 0 for o, spec in zip(outputs, spec_rows)]
+            row_sd = [part if spec else None for part, spec in zip(split_counters(sd, weights), spec_rows)]
+        return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd, row_seconds=row_seconds)
 
     def close(self) -> None:
         """Forget this backend's engines.
@@ -234,6 +271,41 @@ class VLLMBackend(TokenizerMixin):
         """
         self._engines.clear()
         self._counters.clear()
+
+
+def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int) -> tuple[list, list[float]]:
+    """Run ``prompts`` with at most ``max_concurrent`` in the engine (``LLMEngine.add_request``
+    + ``step``, as ``LLM.generate`` does with all at once): a finished request's slot takes
+    the next prompt at once. Returns the outputs in prompt order and each request's seconds
+    from admission to end."""
+    from vllm.sampling_params import RequestOutputKind
+
+    engine = llm.llm_engine
+    tag = f"lrtune-{os.getpid()}-{time.monotonic_ns()}"
+    pending = list(range(len(prompts)))
+    owner: dict[str, int] = {}
+    admitted: dict[int, float] = {}
+    results: list = [None] * len(prompts)
+    seconds = [0.0] * len(prompts)
+
+    def admit() -> None:
+        i = pending.pop(0)
+        sps[i].output_kind = RequestOutputKind.FINAL_ONLY
+        owner[f"{tag}-{i}"] = i
+        engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
+        admitted[i] = time.perf_counter()
+
+    for _ in range(min(max_concurrent, len(prompts))):
+        admit()
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                i = owner[out.request_id]
+                results[i] = out
+                seconds[i] = time.perf_counter() - admitted[i]
+                if pending:
+                    admit()
+    return results, seconds
 
 
 NO_SPEC_KEY = "lrtune_no_spec"
