@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> dict:
     res["load_and_warmup_s"] = time.perf_counter() - t0
     if "batch_cost_curve" not in res:
         sizes = [n for n in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if n <= args.batch_max]
-        curve = measure_batch_cost(dec.decoder.target, prompts, sizes, tokens=args.curve_tokens, repeats=1)
+        curve = measure_batch_cost(dec.decoder.target, prompts, sizes, tokens=args.curve_tokens, repeats=2)
         res["batch_cost_curve"] = {str(n): v for n, v in curve.items()}
         print("b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in curve.items()), flush=True)
         save()
@@ -98,15 +98,19 @@ def main(args: argparse.Namespace) -> dict:
         rows = prompts[:8]
         mixed = [GenParams(max_tokens=64, stop_at_delimiter=False, num_speculative_tokens=2 if i % 2 else args.gamma2)
                  for i in range(len(rows))]
-        one = dec.decoder.target.generate(rows, mixed)
-        grouped = [dec.decoder.target.generate([r for r, m in zip(rows, mixed) if m.num_speculative_tokens == k],
-                                               [m for m in mixed if m.num_speculative_tokens == k])
-                   for k in (2, args.gamma2)]
+        target = dec.decoder.target
+        target.generate(rows, GenParams(max_tokens=1, stop_at_delimiter=False))  # untimed prompt prefill
+        one, grouped_s = [], []
+        for _ in range(2):  # alternate the two ways, best of two each
+            one.append(target.generate(rows, mixed))
+            grouped = [target.generate([r for r, m in zip(rows, mixed) if m.num_speculative_tokens == k],
+                                       [m for m in mixed if m.num_speculative_tokens == k]) for k in (2, args.gamma2)]
+            grouped_s.append(sum(g.seconds for g in grouped))
+        best = min(one, key=lambda b: b.seconds)
         res["mixed_gamma2"] = {"rows": len(rows), "gamma2": [2, args.gamma2], "tokens": 64,
-                               "one_call_s": one.seconds, "grouped_calls_s": sum(g.seconds for g in grouped),
-                               "same_ids": _same_mixed(one, grouped, mixed)}
-        print(f"mixed γ2 rows: one call {one.seconds:.1f} s, grouped by γ2 {res['mixed_gamma2']['grouped_calls_s']:.1f} s",
-              flush=True)
+                               "one_call_s": best.seconds, "grouped_calls_s": min(grouped_s),
+                               "same_ids": _same_mixed(best, grouped, mixed)}
+        print(f"mixed γ2 rows: one call {best.seconds:.1f} s, grouped by γ2 {min(grouped_s):.1f} s", flush=True)
         save()
     for spec in args.runs.split(","):
         method, n = spec.split(":")

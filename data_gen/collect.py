@@ -50,7 +50,8 @@ class CollectOptions:
     data: str | None = field(default=None, metadata={"help": "problem file for file tasks"})
     limit: int = field(default=50, metadata={"help": "number of problems (all shards together)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
-    teacher: str = field(default="llm_judge", metadata={"help": "teacher verifier spec (llm_judge, embedding, ...)"})
+    teacher: str = field(default="llm_judge", metadata={"help": "teacher: a verifier spec (llm_judge, llm_judge(paper), embedding, ...), rollout (outcome of target continuations; decodes with --verifier), or consensus(rollout,VERIFIER)"})
+    rollout_tokens: int = field(default=256, metadata={"help": "rollout teachers: tokens each continuation may generate"})
     teacher_threshold: float | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
                                                                            "(default: the verifier's own)"})
     out: str = field(default="results/collect", metadata={"help": "output directory"})
@@ -63,6 +64,7 @@ class CollectOptions:
     target_score_feature: bool = field(default=True, metadata={"help": "record the target's 0-9 score of each draft step"})
     force_new: bool = field(default=False, metadata={"help": "start a new dataset in --out even if it holds another config (old files move to backup-*/)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    unsafe_exec: bool = field(default=False, metadata={"help": "code tasks: run generated code without OS-level isolation when bubblewrap is missing (only the in-process Python guard; not isolation)"})
     ray: bool = field(default=False, metadata={"help": "run all --num-shards shards as Ray tasks (pip install lrtune[ray])"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join (default: start a local one)"})
     ray_cpus_per_shard: float = field(default=1.0, metadata={"help": "CPUs Ray reserves for each shard task"})
@@ -87,6 +89,11 @@ PAIR_FIELDS = [
     ("draft_min_logprob", "float64"), ("target_mean_logprob", "float64"), ("target_min_logprob", "float64"),
     ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
     ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
+    # the live verifier's decision during decoding (= the teacher's for a verifier teacher)
+    ("decode_verifier", "string"), ("verifier_score", "float64"), ("verifier_label", "bool_"),
+    # rollout / consensus teachers: both continuations and their outcomes (data_gen.rollout)
+    ("rollout_draft_answer", "string"), ("rollout_target_answer", "string"), ("rollout_draft_text", "string"),
+    ("rollout_target_text", "string"), ("rollout_finished", "bool_"),
 ]
 PROBLEM_FIELDS = [
     ("problem_id", "string"), ("index", "int32"), ("task", "string"), ("method", "string"), ("gamma1", "int32"),
@@ -94,6 +101,7 @@ PROBLEM_FIELDS = [
     ("rounds", "int32"), ("steps", "int32"), ("tokens", "int32"), ("wall_s", "float64"), ("answer", "string"),
     ("expected", "string"), ("correct", "bool_"), ("pairs", "int32"), ("baseline_answer", "string"),
     ("baseline_correct", "bool_"), ("baseline_wall_s", "float64"), ("baseline_tokens", "int32"),
+    ("finished", "bool_"), ("teacher_disagreements", "int32"),
 ]
 
 
@@ -125,11 +133,13 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
             t = b_targets[w][k]
             dm, dmin = _lp_stats(d)
             tm, tmin = _lp_stats(t)
+            seen = rnd.pairs[w][k] if rnd.pairs else None  # exactly what the teacher judged
             rows.append({
                 "problem_id": problem_id, "task": task, "round": rnd.index, "position": k, "branch": w,
                 "chosen_branch": w == rnd.branch, "committed": w == rnd.branch and k < rnd.committed_drafts,
                 "prefix_len": rnd.prefix_len + sum(len(x.token_ids) for x in chain[:k]),
-                "draft_step": d.text, "target_step": t.text, "teacher": teacher,
+                "draft_step": seen.draft if seen else d.text, "target_step": seen.target if seen else t.text,
+                "context": seen.context if seen else None, "teacher": teacher,
                 "teacher_score": float(b_scores[w][k]), "label": bool(b_accepted[w][k]),
                 "draft_len": len(d.token_ids), "target_len": len(t.token_ids),
                 "draft_mean_logprob": dm, "draft_min_logprob": dmin, "target_mean_logprob": tm, "target_min_logprob": tmin,
@@ -197,12 +207,18 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
         raise ConfigError("async LR decodes one problem at a time: use --max-concurrent 1, or sync LR")
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
-    from lrtune.verifiers import check_verifier_spec
+    from data_gen.rollout import parse_teacher
 
-    check_verifier_spec(opts.teacher)
+    spec = parse_teacher(opts.teacher)
+    if spec.kind != "verifier" and opts.rollout_tokens < 1:
+        raise ConfigError(f"--rollout-tokens must be >= 1, got {opts.rollout_tokens}")
     if opts.teacher_threshold is not None and not 0.0 <= opts.teacher_threshold <= 1.0:
         raise ConfigError(f"--teacher-threshold must be in [0, 1], got {opts.teacher_threshold}")
     task = get_task(opts.task)
+    if getattr(task, "KIND", "math") == "code":
+        from lrtune.sandbox import require_isolation
+
+        require_isolation(opts.unsafe_exec)
     problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
     if not problems:
         raise ConfigError("no problems to collect")
@@ -226,11 +242,18 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
 
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
     from lrtune.api import Decoder
+    from lrtune.control import ProblemInfo
     from lrtune.verifiers import StepPair
     from lrtune.verifiers.simple import ExactVerifier
 
+    from data_gen.rollout import parse_teacher, rollout_labels
+
     opts = cfg.options
-    models = dataclasses.replace(cfg.models, verifier=opts.teacher, verifier_threshold=opts.teacher_threshold)
+    spec = parse_teacher(opts.teacher)
+    live = spec.live if spec.live is not None else cfg.models.verifier  # what decodes (rollout: --verifier)
+    models = dataclasses.replace(cfg.models, verifier=live,
+                                 verifier_threshold=opts.teacher_threshold if spec.kind != "rollout"
+                                 else cfg.models.verifier_threshold)
     teacher = teacher_name(opts)
     dec = Decoder.from_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
     dec.start_engines(dcfg)
@@ -262,18 +285,34 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             bar.advance(1)
             return
         res, st = result
-        rows = []
+        rows, items = [], []
         for r in rounds.pop(k):
             rr = pair_rows(prob.id, opts.task, teacher, r)
             prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
-            context = dec.decoder.target.decode(prefix[-dcfg.context_tokens:])
-            prefix_text = dec.decoder.target.decode(prefix)
+            prefix_text = dec.decoder.target.decode(prefix, skip_special_tokens=True)
             for row in rr:
                 pre = prefix + [t for d in (r.branches or [r.drafts])[row["branch"]][:row["position"]] for t in d.token_ids]
                 row["prefix_sha"] = hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16]
                 row["prefix_text"] = prefix_text
-                row["context"] = context
+                row.update(decode_verifier=live, verifier_score=row["teacher_score"], verifier_label=row["label"])
+                chain = (r.branches or [r.drafts])[row["branch"]]
+                targets = (r.branch_targets or [r.targets])[row["branch"]]
+                items.append((pre, list(chain[row["position"]].token_ids), list(targets[row["position"]].token_ids)))
             rows += rr
+        disagreements = None
+        if spec.kind != "verifier" and rows:  # outcome labels: every pair rolled out in one call
+            labels, secs = rollout_labels(dec.decoder.target, task, prob, ids, items, max_tokens=opts.rollout_tokens,
+                                          max_len=cfg.models.max_model_len,
+                                          gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+            for row, lab in zip(rows, labels):
+                row.update(lab)
+                row["label"] = bool(row.pop("rollout_label"))
+                row["teacher_score"] = float(row["label"])
+                row["judge_s"] = secs / len(rows) + (row["judge_s"] if spec.kind == "consensus" else 0.0)
+            if spec.kind == "consensus":  # keep the pairs both teachers agree on
+                kept = [row for row in rows if row["label"] == row["verifier_label"]]
+                disagreements = len(rows) - len(kept)
+                rows = kept
         pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
         for row, ok in zip(rows, exact.score(pairs)):
             row["exact_match"] = bool(ok)
@@ -292,7 +331,7 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
                 "steps": len(res.steps), "tokens": len(res.token_ids), "wall_s": st.wall_s,
                 "answer": None if answer is None else str(answer), "expected": prob.answer, "correct": bool(ok),
                 "pairs": len(rows), "baseline_answer": None, "baseline_correct": None, "baseline_wall_s": None,
-                "baseline_tokens": None}
+                "baseline_tokens": None, "finished": res.finish == "eos", "teacher_disagreements": disagreements}
         if opts.with_baseline:
             bres, bst = dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
             banswer, bok = task.check(prob, bres.text)
@@ -307,6 +346,8 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
 
     try:
         dec.decoder.decode_many(encoded, dcfg, max_concurrent=n_conc, max_len=cfg.models.max_model_len,
+                                problems=[ProblemInfo(prob.id, task.prompt(prob), len(ids), opts.task)
+                                          for (_, prob), ids in zip(todo, encoded)],
                                 on_round=lambda k, r: rounds[k].append(r), on_done=finish)
     finally:
         bar.close()
@@ -396,8 +437,9 @@ def load_tables(src: Path):
     if not entries:
         raise ConfigError(f"no collected problems in {src}")
     order = sorted(entries.values(), key=lambda e: e["index"])
-    pairs = pa.concat_tables([pq.read_table(src / e["pairs"]["file"]) for e in order])
-    probs = pa.concat_tables([pq.read_table(src / e["problems"]["file"]) for e in order])
+    # promote: a dataset resumed by a newer lrtune may hold files with more columns (nulls elsewhere)
+    pairs = pa.concat_tables([pq.read_table(src / e["pairs"]["file"]) for e in order], promote_options="default")
+    probs = pa.concat_tables([pq.read_table(src / e["problems"]["file"]) for e in order], promote_options="default")
     return pairs, probs
 
 
@@ -422,8 +464,8 @@ def merge(dirs: list[str], out: str) -> dict:
     if not by_id:
         raise ConfigError("nothing to merge: no finished problems in " + ", ".join(map(str, srcs)))
     order = sorted(by_id.values(), key=lambda t: t[1]["index"])
-    pairs = pa.concat_tables([pq.read_table(s / e["pairs"]["file"]) for s, e in order])
-    probs = pa.concat_tables([pq.read_table(s / e["problems"]["file"]) for s, e in order])
+    pairs = pa.concat_tables([pq.read_table(s / e["pairs"]["file"]) for s, e in order], promote_options="default")
+    probs = pa.concat_tables([pq.read_table(s / e["problems"]["file"]) for s, e in order], promote_options="default")
     dest = Path(out).expanduser()
     dest.mkdir(parents=True, exist_ok=True)
     for name, table in (("pairs.parquet", pairs), ("problems.parquet", probs)):
@@ -449,7 +491,26 @@ def summarize_pairs(src: Path) -> dict:
     if any(x is not None for x in d["target_score"]):
         agree["target_score@7/9"] = pair_stats.agreement(d["target_score"], labels, 7 / 9)
     out["agreement_with_teacher"] = agree
+    # every decider's yes/no on every row: the teacher, the live verifier when it is another one, the cheap ones
+    from lrtune.verifiers.base import same_step
+
+    n = len(labels)
+    decide = {"teacher": [bool(x) for x in labels]}
+    live = d.get("verifier_label", [None] * n)
+    if any(x is not None for x in live) and any(a != b for a, b in zip(live, labels) if a is not None):
+        decide["live verifier"] = live
+    decide["exact"] = [bool(x) for x in d["exact_match"]]
+    for name, col, thr in (("embedding@0.95", "embedding_cosine", 0.95), ("target_score@7/9", "target_score", 7 / 9)):
+        if any(x is not None for x in d[col]):
+            decide[name] = [None if x is None else x >= thr for x in d[col]]
+    same = [same_step(a, b) for a, b in zip(d["draft_step"], d["target_step"])]
+    out["agreement_matrix"] = pair_stats.agreement_matrix(decide)
+    out["identical_pairs"] = sum(same)
+    out["identical_acceptance"] = pair_stats.acceptance_on(same, decide)
+    out["label_balance_by_position"] = pair_stats.acceptance_by_position(d["position"], labels)
     p = probs.to_pydict()
+    fin = [x for x in p.get("finished", []) if x is not None]
+    out["finish_rate"] = sum(fin) / len(fin) if fin else None
     out["accuracy"] = sum(bool(x) for x in p["correct"]) / len(p["correct"]) if p["correct"] else None
     out["wall_s"] = float(sum(x or 0.0 for x in p["wall_s"]))
     judge = sorted(x for x in d["judge_s"] if x is not None)
@@ -473,7 +534,10 @@ def _num(v, spec: str = ".3f") -> str:
 def _overview(s: dict) -> list[str]:
     """Counts, accuracy and time of a summary, as markdown/console lines."""
     f = _num  # short, inside the f-strings
-    return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}",
+    return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}, "
+            f"identical pairs {s.get('identical_pairs', '—')} (teacher accepts "
+            f"{f((s.get('identical_acceptance') or {}).get('teacher'))} of them), answers finished within the "
+            f"budget {f(s.get('finish_rate'))}",
             "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
             f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
             f"decode wall {f(s.get('wall_s'), '.0f')} s in all, judge {f(s.get('judge_s_median'), '.2f')} s "
@@ -499,6 +563,7 @@ def write_card(out: Path) -> dict:
            "| verifier | n | accuracy | AUROC | accept rate |", "|---|---|---|---|---|",
            *(f"| {k} | {a['n']} | {_num(a['accuracy'])} | {_num(a['auroc'])} | {_num(a['accept_rate'])} |"
              for k, a in agree.items())] if agree else []),
+        *_matrix_lines(s),
         "", "Load it:", "", "```python", "import datasets",
         'pairs = datasets.load_dataset("parquet", data_files="pairs/*.parquet", split="train")'
         if not (out / "pairs.parquet").is_file() else
@@ -510,6 +575,20 @@ def write_card(out: Path) -> dict:
     ]
     write_atomic(out / "README.md", "\n".join(lines) + "\n")
     return s
+
+
+def _matrix_lines(s: dict) -> list[str]:
+    """The agreement matrix and each decider's acceptance of identical pairs, as markdown."""
+    m = s.get("agreement_matrix") or {}
+    if not m:
+        return []
+    names = list(m)
+    ident = s.get("identical_acceptance") or {}
+    return ["", "Agreement matrix (share of pairs on which two deciders agree) and each one's acceptance of the "
+            f"{s.get('identical_pairs', 0)} pairs whose steps are identical up to whitespace and case:", "",
+            "| | " + " | ".join(names) + " | accepts identical |", "|---" * (len(names) + 2) + "|",
+            *(f"| {a} | " + " | ".join(_num(m[a][b], ".2f") for b in names) + f" | {_num(ident.get(a), '.2f')} |"
+              for a in names)]
 
 
 def print_stats(s: dict) -> None:
@@ -525,6 +604,14 @@ def print_stats(s: dict) -> None:
     for name, a in s["agreement_with_teacher"].items():
         t.add_row(name, str(a["n"]), _num(a["accuracy"]), _num(a["auroc"]), _num(a["accept_rate"]))
     c.print(t)
+    m = s.get("agreement_matrix") or {}
+    if m:
+        t = Table(title="agreement matrix")
+        for col in ("", *m, "accepts identical"):
+            t.add_column(col)
+        for a in m:
+            t.add_row(a, *(_num(m[a][b], ".2f") for b in m), _num((s.get("identical_acceptance") or {}).get(a), ".2f"))
+        c.print(t)
 
 
 # ---- CLI -------------------------------------------------------------------------------

@@ -7,24 +7,15 @@ from collections.abc import Sequence
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
-    """Area under the ROC curve = P(score of a positive > score of a negative), ties 1/2
-    (Mann–Whitney U / (n+ · n−)); None without both classes or with NaN scores only."""
-    pairs = [(s, bool(y)) for s, y in zip(scores, labels) if s is not None and not math.isnan(s)]
-    pos = sum(y for _, y in pairs)
-    neg = len(pairs) - pos
-    if pos == 0 or neg == 0:
+    """Area under the ROC curve (scikit-learn's ``roc_auc_score``: P(score of a positive >
+    score of a negative), ties 1/2); None without both classes among the non-NaN scores."""
+    from sklearn.metrics import roc_auc_score
+
+    kept = [(float(s), bool(y)) for s, y in zip(scores, labels) if s is not None and not math.isnan(s)]
+    ys = [y for _, y in kept]
+    if not kept or all(ys) or not any(ys):
         return None
-    pairs.sort(key=lambda t: t[0])
-    rank_sum = 0.0
-    i = 0
-    while i < len(pairs):  # average ranks over ties
-        j = i
-        while j + 1 < len(pairs) and pairs[j + 1][0] == pairs[i][0]:
-            j += 1
-        avg = (i + j) / 2 + 1
-        rank_sum += avg * sum(1 for k in range(i, j + 1) if pairs[k][1])
-        i = j + 1
-    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg)
+    return float(roc_auc_score(ys, [s for s, _ in kept]))
 
 
 def agreement(scores: Sequence[float | None], labels: Sequence[bool], threshold: float) -> dict:
@@ -47,3 +38,24 @@ def acceptance_by_position(positions: Sequence[int], labels: Sequence[bool]) -> 
         tot[p] += 1
         acc[p] += bool(y)
     return [a / t if t else None for a, t in zip(acc, tot)]
+
+
+def agreement_matrix(decisions: dict[str, Sequence[bool | None]]) -> dict[str, dict[str, float | None]]:
+    """Pairwise agreement of binary decisions: share of rows (where both decided) on which
+    ``a`` and ``b`` agree; ``matrix[a][a] = 1``."""
+    out: dict[str, dict[str, float | None]] = {}
+    for a, xs in decisions.items():
+        out[a] = {}
+        for b, ys in decisions.items():
+            both = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+            out[a][b] = sum(bool(x) == bool(y) for x, y in both) / len(both) if both else None
+    return out
+
+
+def acceptance_on(mask: Sequence[bool], decisions: dict[str, Sequence[bool | None]]) -> dict[str, float | None]:
+    """Each decider's accept rate on the rows where ``mask`` is true (e.g. identical pairs)."""
+    out = {}
+    for name, xs in decisions.items():
+        kept = [bool(x) for x, m in zip(xs, mask) if m and x is not None]
+        out[name] = sum(kept) / len(kept) if kept else None
+    return out

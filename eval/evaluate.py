@@ -71,6 +71,7 @@ class EvalOptions:
     overwrite: bool = field(default=False, metadata={"help": "start over in --out (old records are kept as a backup)"})
     plots: bool = field(default=True, metadata={"help": "write PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    unsafe_exec: bool = field(default=False, metadata={"help": "code tasks: run generated code without OS-level isolation when bubblewrap is missing (only the in-process Python guard; not isolation)"})
 
 
 @dataclass
@@ -271,6 +272,10 @@ def run(cfg: EvalConfig) -> Summary:
         if s.verifier:
             check_verifier_spec(s.verifier)
     task = get_task(opts.task)
+    if getattr(task, "KIND", "math") == "code":
+        from lrtune.sandbox import require_isolation
+
+        require_isolation(opts.unsafe_exec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
@@ -368,6 +373,8 @@ def _use_verifier(dec, spec: MethodSpec) -> None:
 
 
 def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+    from lrtune.control import ProblemInfo
+
     progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
                            cfg.options.progress)
     live: dict[str, dict] = {s.label: {"k": 0, "n": 0, "wall": 0.0, "base": 0.0} for s in specs}
@@ -405,6 +412,7 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
             for spec in order:
                 _use_verifier(dec, spec)
                 dcfg, kwargs = _controlled(dec, cfg, spec, prob, task, lrsd_stats.get(prob.id))
+                kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
                 res, stats = dec.decoder.decode(ids, dcfg, **kwargs)
                 timing["decode_s"] += stats.wall_s
                 rec = _record(prob, i, spec, dcfg, cfg, task, res, stats)
@@ -458,7 +466,7 @@ def _decode_throughput(dec, cfg: EvalConfig, specs, task, problems, done, out: P
             _use_verifier(dec, spec)
             dcfg, kwargs = _controlled(dec, cfg, spec, todo[0][1], task, None)
             ids = [dec.encode(task.prompt(p)) for _, p in todo]
-            problems_info = [ProblemInfo(p.id, task.prompt(p), task=opts.task) for _, p in todo]
+            problems_info = [ProblemInfo(p.id, task.prompt(p), len(x), opts.task) for (_, p), x in zip(todo, ids)]
             n_ok = [0]
             t_warm = time.perf_counter()
             _cache_prompt(dec, ids)  # untimed, as in latency mode: no method pays another's prefill

@@ -19,14 +19,18 @@ def batch_runs(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], 
                repeats: int = 2) -> dict:
     """Per batch size n (1 and ``sizes``): the fastest of ``repeats`` calls decoding n distinct
     prefixes, ``tokens`` tokens each, plain (no SD). Prefix i is ``prompts[i % len]`` plus
-    ``i // len + 1`` repeats of its last token, so every row differs."""
+    ``i // len + 1`` repeats of its last token, so every row differs. Each size's prefixes
+    are prefilled first, untimed (a round's rows extend cached prefixes: b(n) prices
+    decoding, not a cold prompt)."""
     from lrtune.backends.base import GenParams
 
     params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
+    prefill = GenParams(max_tokens=1, stop_at_delimiter=False)
     runs = {}
     for n in sorted({1, *sizes}):
         prefixes = [list(prompts[i % len(prompts)]) + [prompts[i % len(prompts)][-1]] * (i // len(prompts) + 1)
                     for i in range(n)]
+        backend.generate(prefixes, prefill)
         runs[n] = min((backend.generate(prefixes, params) for _ in range(repeats)), key=lambda r: r.seconds)
     return runs
 

@@ -35,6 +35,7 @@ from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER
 from lrtune.verifiers import StepPair, Verifier, accept
+from lrtune.verifiers.base import verifier_context
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
 METHODS: tuple[str, ...] = ("target", "sd", "lr", "lr+sd")
@@ -54,7 +55,7 @@ class DecodeConfig:
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (temperature > 0)"})
     seed: int = field(default=0, metadata={"help": "seed of all sampling (per round and position)"})
     delimiter: str = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
-    context_tokens: int = field(default=256, metadata={"help": "tokens of context shown to the verifier"})
+    context_tokens: int = field(default=256, metadata={"help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"})
     width: int = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps)"})
     logprobs: bool = field(default=False, metadata={"help": "keep per-token logprobs of LR steps (for collect features)"})
     async_lr: bool = field(default=False, metadata={"help": "pipelined (async) LR: target steps start as soon as their draft prefix exists", "flag": "--async"})
@@ -114,6 +115,8 @@ class RoundRecord:
     branch_targets: list[list[Generation]] = field(default_factory=list)
     branch_scores: list[list[float]] = field(default_factory=list)
     branch_accepted: list[list[bool]] = field(default_factory=list)
+    # the verifier's exact inputs, per branch and position (clean text, DESIGN §3.6)
+    pairs: list[list[StepPair]] = field(default_factory=list)
 
 
 @dataclass
@@ -301,7 +304,7 @@ class LookaheadDecoder:
                 if controller is not None and max_concurrent > 1:
                     ctl = copy.copy(controller)  # per-prompt state; fitted parts are shared
                 prob = problems[i] if problems is not None else None
-                if ctl is not None and prob is None:
+                if prob is None:
                     prob = ProblemInfo(id=f"prompt-{stable_digest(ids)}",
                                        text=self.target.decode(ids, skip_special_tokens=True), prompt_tokens=len(ids))
                 active.append(_Slot(index=i, prompt=ids, stats=DecodeStats(prompt_tokens=len(ids)), controller=ctl,
@@ -369,10 +372,10 @@ class LookaheadDecoder:
             s.verdicts = [[] for _ in s.chains]
             s.scores = [[] for _ in s.chains]
             s.verify_s = 0.0
+        for s in slots:
+            s.pairs = [[self._pair(s, w, k) for k in range(len(c))] for w, c in enumerate(s.chains)]
         if keys:
-            contexts = {id(s): self.target.decode(s.base[-s.cfg.context_tokens:]) for s in slots}
-            pairs = [StepPair(context=contexts[id(s)], draft=s.chains[w][k].text, target=s.targets[w][k].text)
-                     for s, w, k in keys]
+            pairs = [s.pairs[w][k] for s, w, k in keys]
             tv = time.perf_counter()
             flat_v, flat_s = accept(self.verifier, pairs)
             vsec = time.perf_counter() - tv
@@ -386,6 +389,17 @@ class LookaheadDecoder:
                 s.stats.verifier_calls += 1
         for s in slots:  # 4. commit
             self._commit(s, eos, on_round, on_commit)
+
+    def _pair(self, s: _Slot, w: int, k: int) -> StepPair:
+        """What the verifier sees for branch ``w``, position ``k`` (DESIGN §3.6): text without
+        special tokens; the context is the problem statement and the last ``context_tokens``
+        of the solution exactly as the target saw it there (committed steps, then this
+        branch's drafts before ``k``)."""
+        solution = s.gen + _concat(s.chains[w][:k])
+        tail = solution[-s.cfg.context_tokens:] if s.cfg.context_tokens > 0 else []
+        clean = lambda ids: self.target.decode(ids, skip_special_tokens=True)  # noqa: E731
+        return StepPair(context=verifier_context(s.problem.text, clean(tail)),
+                        draft=clean(s.chains[w][k].token_ids), target=clean(s.targets[w][k].token_ids))
 
     def _commit(self, s: _Slot, eos: frozenset[int], on_round, on_commit) -> None:
         """Keep the branch with the longest accepted prefix (ties: the higher score sum over
@@ -407,7 +421,7 @@ class LookaheadDecoder:
                 accepted=s.verdicts[best], committed_drafts=j, draft_seconds=s.draft_secs, target_seconds=s.target_s,
                 verify_seconds=s.verify_s, branch=best, branches=s.chains,
                 branch_targets=[[t for t in ts if t is not None] for ts in s.targets], branch_scores=s.scores,
-                branch_accepted=s.verdicts))
+                branch_accepted=s.verdicts, pairs=s.pairs))
         progressed = False
         for source, ids in commit:
             ids = ids[:cfg.max_new_tokens - len(s.gen)]
@@ -518,6 +532,7 @@ class _Slot:
     targets: list[list[Generation | None]] = field(default_factory=list)
     target_s: float = 0.0
     round_sd: SDCounters | None = None
+    pairs: list[list[StepPair]] = field(default_factory=list)
     verdicts: list[list[bool]] = field(default_factory=list)
     scores: list[list[float]] = field(default_factory=list)
     verify_s: float = 0.0

@@ -16,4 +16,13 @@ case ",$extras," in
   *,gpu,*) ;;
   *) "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true ;;
 esac
+# Generated code (the humaneval task) runs only inside bubblewrap (lrtune/sandbox.py).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } \
+      || echo "note: could not install bubblewrap; code tasks will refuse to run generated code (see README)"
+  else
+    echo "note: install bubblewrap (e.g. sudo apt-get install bubblewrap) to run generated code isolated (humaneval)"
+  fi
+fi
 "$venv/bin/python" -c "import lrtune, transformers; print('lrtune', lrtune.__version__, 'installed in $venv')"

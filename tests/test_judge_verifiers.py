@@ -87,12 +87,50 @@ class StubJudgeModel:
 def test_llm_judge_scores_a_round_in_one_batched_call():
     model = StubJudgeModel()
     ver = make_verifier("llm_judge", backend=model)
-    pairs = [StepPair("ctx", "x = 3", "x = 3"), StepPair("ctx", "x = 4", "x = 3"), StepPair("ctx", "y", "y")]
+    pairs = [StepPair("ctx", "x = 3", "x = 3"), StepPair("ctx", "x = 4", "x = 3"), StepPair("ctx", "y", "z"),
+             StepPair("ctx", "Y\n", " y")]
     verdicts, scores = accept(ver, pairs)
-    assert verdicts == [True, False, True]
-    assert scores == pytest.approx([0.9, 0.2, 0.9])
-    assert len(model.calls) == 1 and model.calls[0][0] == 3 and model.calls[0][1].top_logprobs > 0
+    assert verdicts == [True, False, False, True]
+    assert scores == pytest.approx([1.0, 0.2, 0.2, 1.0])  # identical steps never reach the model
+    assert len(model.calls) == 1 and model.calls[0][0] == 2 and model.calls[0][1].top_logprobs > 0
     assert ver.threshold == 0.5
+
+
+@pytest.mark.parametrize("spec", ["llm_judge", "llm_judge(paper)", "target_score"])
+def test_identical_steps_are_accepted_without_a_model_call(spec):
+    """DESIGN §3.6: same text up to whitespace and case scores 1 and costs no call."""
+    model = StubJudgeModel()
+    ver = make_verifier(spec, backend=model)
+    pairs = [StepPair("c", "So x = 12.\n\n", "so  X = 12."), StepPair("c", "a\tb", "A B")]
+    assert ver.score(pairs) == [1.0, 1.0] and model.calls == [] and ver.calls == 0
+    assert accept(ver, pairs)[0] == [True, True]
+
+
+def test_paper_form_judge_sees_only_the_two_steps_and_answers_after_a_bracket():
+    from lrtune.verifiers.judge import PAPER_PREFILL
+
+    class ChatStub(StubJudgeModel):
+        def encode_messages(self, messages, *, prefill=""):
+            self.messages, self.prefill = messages, prefill
+            return self.encode_prompt(messages[-1]["content"] + prefill)
+
+    model = ChatStub()
+    ver = make_verifier("llm_judge(paper)@0.6", backend=model)
+    assert ver.form == "paper" and ver.threshold == 0.6
+    ver.score([StepPair("THE CONTEXT", "x = 4", "x = 3")])
+    assert len(model.messages) == 1 and model.messages[0]["role"] == "user"
+    text = model.messages[0]["content"]
+    assert "THE CONTEXT" not in text and "x = 4" in text and "x = 3" in text
+    assert "[aligned]" in text and "[unaligned]" in text and model.prefill == PAPER_PREFILL == "["
+
+
+@pytest.mark.parametrize("spec,match", [("llm_judge(fancy)", "form must be one of"), ("exact(3)", "takes no argument"),
+                                        ("random(2)", "probability in"), ("random(x)", "needs a probability")])
+def test_bad_verifier_arguments_are_refused_before_any_model_loads(spec, match):
+    from lrtune.verifiers import check_verifier_spec
+
+    with pytest.raises(ConfigError, match=match):
+        check_verifier_spec(spec)
 
 
 def test_target_score_uses_the_rating_and_its_threshold():
@@ -111,29 +149,17 @@ def test_llm_judge_asks_after_the_worked_examples_on_chat_backends():
     from lrtune.verifiers.judge import FEW_SHOT
 
     class ChatStub(StubJudgeModel):
-        def encode_messages(self, messages):
+        def encode_messages(self, messages, *, prefill=""):
             self.messages = messages
             return self.encode_prompt(messages[-1]["content"])
 
     model = ChatStub()
     ver = make_verifier("llm_judge", backend=model)
-    assert ver.score([StepPair("ctx", "x = 3", "x = 3")]) == pytest.approx([0.9])
+    assert ver.score([StepPair("ctx", "x = 4", "x = 3")]) == pytest.approx([0.2])
     roles = [m["role"] for m in model.messages]
     assert roles == ["user", "assistant"] * len(FEW_SHOT) + ["user"]
     assert {m["content"] for m in model.messages if m["role"] == "assistant"} == {"aligned", "unaligned"}
     assert "x = 3" in model.messages[-1]["content"]
-
-
-def test_judge_probe_pairs_have_one_positive_per_step_and_distinct_negatives():
-    from eval.judge_probe import synthetic_pairs
-
-    sols = [("Q1", ["a = 2 + 3 = 5", "b = 5 * 4 = 20", "\\boxed{20}"]), ("Q2", ["c = 7 - 1 = 6", "d = 6"])]
-    pairs, labels, kinds = synthetic_pairs(sols)
-    assert kinds.count("same") == 5 and labels.count(1) == 5
-    for p, y, k in zip(pairs, labels, kinds):
-        assert (p.draft == p.target) == (y == 1)
-        if k == "number":
-            assert p.draft != p.target and p.draft.split()[:-1] == p.target.split()[:-1]
 
 
 def test_llm_judge_drops_worked_examples_that_do_not_fit_the_engine_context():
@@ -142,10 +168,10 @@ def test_llm_judge_drops_worked_examples_that_do_not_fit_the_engine_context():
     class SmallChat(StubJudgeModel):
         config = SimpleNamespace(max_model_len=1200)
 
-        def encode_messages(self, messages):
+        def encode_messages(self, messages, *, prefill=""):
             self.turns = len(messages)
             return [ord(c) for m in messages for c in m["content"]]
 
     model = SmallChat()
-    make_verifier("llm_judge", backend=model).score([StepPair("ctx", "x = 3", "x = 3")])
+    make_verifier("llm_judge", backend=model).score([StepPair("ctx", "x = 4", "x = 3")])
     assert 1 <= model.turns < 9  # fewer than the four examples (8 turns) + question, but it still asks

@@ -39,15 +39,18 @@ class TokenizerMixin:
             return list(ids)
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
-    def encode_messages(self, messages: Sequence[dict]) -> list[int]:
-        """Token ids of a chat (``[{"role", "content"}, ...]``) with the generation prompt;
-        without a chat template, the contents joined by blank lines."""
+    def encode_messages(self, messages: Sequence[dict], *, prefill: str = "") -> list[int]:
+        """Token ids of a chat (``[{"role", "content"}, ...]``) with the generation prompt,
+        then ``prefill`` (the start of the assistant's answer); without a chat template, the
+        contents joined by blank lines."""
         if getattr(self.tokenizer, "chat_template", None):
             ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
-            return list(ids)
-        return list(self.tokenizer.encode("\n\n".join(m["content"] for m in messages), add_special_tokens=True))
+            ids = list(ids)
+        else:
+            ids = list(self.tokenizer.encode("\n\n".join(m["content"] for m in messages), add_special_tokens=True))
+        return ids + (list(self.tokenizer.encode(prefill, add_special_tokens=False)) if prefill else [])
 
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from lrtune.errors import ConfigError
 from lrtune.tasks.base import Problem
 
-__all__ = ["Problem", "get_task", "TASKS"]
+__all__ = ["Problem", "get_task", "same_outcome", "TASKS"]
 
 TASKS = ("gsm_symbolic", "gsm8k", "math500", "aime24", "humaneval", "custom")
 
@@ -30,3 +30,18 @@ def get_task(name: str):
         return {"gsm8k": math_files.GSM8K, "math500": math_files.MATH500, "aime24": math_files.AIME24,
                 "custom": math_files.CUSTOM}[name]
     raise ConfigError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+
+
+def same_outcome(task, problem: Problem, completion_a: str, completion_b: str) -> tuple[bool, str | None, str | None]:
+    """Whether two completions of ``problem`` end the same way by the task's own checker:
+    code tasks (``task.KIND == "code"``) the same pass/fail; math the same final answer
+    (:func:`lrtune.tasks.checker.math_equal`). Returns ``(same, outcome_a, outcome_b)``; a
+    math completion without an answer is never the same as another, except an identical one
+    (the same text ends the same way by construction)."""
+    from lrtune.tasks.checker import math_equal
+
+    (a, ok_a), (b, ok_b) = task.check(problem, completion_a), task.check(problem, completion_b)
+    if getattr(task, "KIND", "math") == "code":
+        return completion_a == completion_b or ok_a == ok_b, "passed" if ok_a else "failed", "passed" if ok_b else "failed"
+    a, b = (None if x is None else str(x) for x in (a, b))
+    return completion_a == completion_b or (a is not None and b is not None and math_equal(a, b)), a, b

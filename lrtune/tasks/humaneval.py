@@ -16,6 +16,8 @@ MEMORY_MB = 1024
 _FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
+KIND = "code"  # outcomes are pass/fail of the tests (lrtune.tasks.same_outcome)
+
 def load(limit: int | None = None, seed: int = 0, path: str | None = None) -> list[Problem]:
     """HumanEval problems in task-id order (``path``: another HumanEval-format JSONL[.gz])."""
     try:

@@ -7,7 +7,8 @@
 ``never`` / ``always`` reject / accept everything (baselines, invariant tests)
 ``random`` ``random(p)``  accept with probability p (seeded; ``random:p`` also works)
 ``embedding``          sentence-encoder cosine >= threshold (default 0.95)
-``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.5)
+``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.5);
+                       ``llm_judge(context)`` (default form) or ``llm_judge(paper)``
 ``target_score``       the target rates the draft step 0-9; score/9 (default 7/9)
 a directory            a distilled checkpoint from ``lrtune train verifier`` (``load``)
 =====================  ===============================================================
@@ -62,9 +63,34 @@ def check_verifier_spec(spec: str) -> None:
     if is_checkpoint(spec):
         read_meta(spec)
         return
+    parse_spec(spec)
+
+
+def parse_spec(spec: str) -> tuple[str, float | str | None]:
+    """``(kind, argument)`` of a built-in verifier spec without its ``@threshold``: the
+    probability of ``random(p)`` (0.5 by default), the form of ``llm_judge(form)`` (None:
+    the default), None for the rest; ConfigError for an unknown kind or a bad argument."""
     m = _SPEC.match(spec.strip().lower())
     if m is None or m["kind"] not in VERIFIER_KINDS:
         raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)} or a checkpoint directory")
+    kind, arg = m["kind"], (m["arg"] or "").strip()
+    if kind == "random":
+        try:
+            p = 0.5 if not arg else float(arg)
+        except ValueError:
+            raise ConfigError(f"random verifier needs a probability, got {arg!r}") from None
+        if not 0.0 <= p <= 1.0:
+            raise ConfigError(f"random verifier needs a probability in [0, 1], got {p}")
+        return kind, p
+    if kind == "llm_judge" and arg:
+        from lrtune.verifiers.judge import JUDGE_FORMS
+
+        if arg not in JUDGE_FORMS:
+            raise ConfigError(f"llm_judge form must be one of {', '.join(JUDGE_FORMS)}, got {arg!r}")
+        return kind, arg
+    if arg:
+        raise ConfigError(f"verifier {kind!r} takes no argument (got {arg!r})")
+    return kind, None
 
 
 def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed: int = 0,
@@ -82,20 +108,11 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")
         return load(spec, device=device, threshold=threshold)
-    m = _SPEC.match(spec.strip().lower())
-    if m is None or m["kind"] not in VERIFIER_KINDS:
-        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)} or a checkpoint directory")
-    kind, arg = m["kind"], m["arg"]
+    kind, arg = parse_spec(spec)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")
     if kind == "random":
-        try:
-            p = 0.5 if not arg else float(arg)
-        except ValueError:
-            raise ConfigError(f"random verifier needs a probability, got {arg!r}") from None
-        return RandomVerifier(p, seed=seed)
-    if arg:
-        raise ConfigError(f"verifier {kind!r} takes no argument (got {arg!r})")
+        return RandomVerifier(arg, seed=seed)
     if kind == "exact":
         return ExactVerifier()
     if kind in ("never", "always"):
@@ -105,8 +122,10 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
 
         if backend is None:
             raise ConfigError(f"verifier {kind!r} needs a model to judge with (a backend)")
-        cls = LLMJudgeVerifier if kind == "llm_judge" else TargetScoreVerifier
-        return cls(backend, DEFAULT_THRESHOLDS[kind] if threshold is None else threshold)
+        thr = DEFAULT_THRESHOLDS[kind] if threshold is None else threshold
+        if kind == "llm_judge":
+            return LLMJudgeVerifier(backend, thr, form=arg or "context")
+        return TargetScoreVerifier(backend, thr)
     from lrtune.verifiers.embedding import DEFAULT_THRESHOLD, EmbeddingVerifier
 
     return EmbeddingVerifier(model=model, threshold=DEFAULT_THRESHOLD if threshold is None else threshold)

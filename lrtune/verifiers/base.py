@@ -6,9 +6,40 @@ they judge the derived text of the two steps and, optionally, the context before
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_step(text: str) -> str:
+    """Collapse whitespace runs to one space and strip the ends (case is kept)."""
+    return _WS.sub(" ", text).strip()
+
+
+def same_step(a: str, b: str) -> bool:
+    """True when two steps are the same text up to whitespace and case (the official LR
+    implementation's test before it calls the judge)."""
+    return _WS.sub("", a).casefold() == _WS.sub("", b).casefold()
+
+
+def score_pairs(pairs: Sequence[StepPair], model_score: Callable[[Sequence[StepPair]], Sequence[float]]) -> list[float]:
+    """Scores of model-based verifiers and teachers (DESIGN §3.6): a pair whose steps are
+    the same (:func:`same_step`) scores 1.0 without a model call; the others go to
+    ``model_score`` in one batch (no call when there are none)."""
+    same = [same_step(p.draft, p.target) for p in pairs]
+    rest = [p for p, s in zip(pairs, same) if not s]
+    scored = iter(model_score(rest) if rest else ())
+    return [1.0 if s else float(next(scored)) for s in same]
+
+
+def verifier_context(problem: str, solution_tail: str) -> str:
+    """The context a verifier sees: the problem statement, then the solution so far."""
+    problem, tail = problem.strip(), solution_tail.strip()
+    return f"{problem}\n\n{tail}" if tail else problem
 
 
 @dataclass(frozen=True)

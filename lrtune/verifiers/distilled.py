@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lrtune.errors import ConfigError, ModelError
-from lrtune.verifiers.base import StepPair
+from lrtune.verifiers.base import StepPair, score_pairs
 
 META = "lrtune_verifier.json"
 FORMAT = "lrtune-verifier"
@@ -218,8 +218,9 @@ class FeatureVerifier:
         return np.asarray(rows, dtype=np.float64)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        if not pairs:
-            return []
+        return score_pairs(pairs, self._model_score)
+
+    def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
         z = ((self.features(pairs) - self.mean) / self.scale) @ self.coef + self.intercept
         return [1.0 / (1.0 + math.exp(-float(v))) for v in z]
 
@@ -265,9 +266,7 @@ class CrossEncoderVerifier:
         return torch.cat(out)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        if not pairs:
-            return []
-        return self._torch.sigmoid(self.logits(pairs)).tolist()
+        return score_pairs(pairs, lambda rest: self._torch.sigmoid(self.logits(rest)).tolist())
 
 
 class LMJudgeStudent:
@@ -313,6 +312,9 @@ class LMJudgeStudent:
         return fit_judge_prompt(pair, self.tokenizer, self.context_chars, self.max_length)[1]
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        return score_pairs(pairs, self._model_score)
+
+    def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
         from lrtune.verifiers.judge import judge_score
 
         torch = self._torch

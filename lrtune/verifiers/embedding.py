@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lrtune.errors import ModelError
-from lrtune.verifiers.base import StepPair
+from lrtune.verifiers.base import StepPair, score_pairs
 
 DEFAULT_THRESHOLD = 0.95
 
@@ -62,8 +62,9 @@ class EmbeddingVerifier:
         return torch.cat(out) if out else torch.zeros(0)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        if not pairs:
-            return []
+        return score_pairs(pairs, self._cosines)
+
+    def _cosines(self, pairs: Sequence[StepPair]) -> list[float]:
         n = len(pairs)
         emb = self.embed([p.draft.strip() for p in pairs] + [p.target.strip() for p in pairs])
         cos = (emb[:n] * emb[n:]).sum(-1).clamp(min=0.0, max=1.0)

@@ -4,14 +4,19 @@ Both run on any :class:`~lrtune.backends.base.Backend` (by default the target's)
 all pairs of a round in one batched call, and read the score from the probabilities of
 the first answer token (top-k logprobs), falling back to parsing the answer text.
 
-* ``llm_judge`` (the paper's semantic judge): the model sees the context, the target's
-  step and the draft's step and answers *aligned* or *unaligned*.
+* ``llm_judge`` (the paper's semantic judge) in two forms:
+
+  - ``llm_judge(context)`` (default): the model sees the problem and the solution so far,
+    the target's step and the draft's step, and answers *aligned* or *unaligned*. On
+    backends with a chat template the question follows four worked examples (two
+    aligned, two not) as earlier chat turns, a fixed prefix that prefix caching computes
+    once.
+  - ``llm_judge(paper)``: the official implementation's form: only the two steps, no
+    context; *[aligned]* when they mean the same and reach the same results, *[unaligned]*
+    when they differ or it cannot tell; the assistant turn is prefilled with ``[`` and the
+    verdict is its next token.
+
   score = P(aligned) / (P(aligned) + P(unaligned)) over the first answer token.
-  On backends with a chat template the question follows four worked examples (two
-  aligned, two not) as earlier chat turns: zero-shot, the 1.5B default target answered
-  "aligned" for everything (AUROC 0.49 on synthetic same / changed-number / next-step /
-  other-problem pairs; 0.71 with the examples). The examples are a fixed prefix, so an
-  engine with prefix caching computes them once.
 * ``target_score`` (SpecReason style): the model rates the draft step 0–9 for
   correctness and usefulness after the context, without seeing the target's step.
   score = E[rating] / 9 under the first-token distribution over the digits.
@@ -24,7 +29,7 @@ import re
 from collections.abc import Sequence
 
 from lrtune.backends.base import GenParams
-from lrtune.verifiers.base import StepPair
+from lrtune.verifiers.base import StepPair, score_pairs
 
 TOP_K = 20
 ANSWER_TOKENS = 4
@@ -48,6 +53,26 @@ Step B:
 
 Do Step A and Step B make the same reasoning move and reach the same intermediate results \
 (numbers, expressions, conclusions), even if worded differently? Answer with one word: aligned or unaligned."""
+
+# The paper form (the official code's rules, in lrtune's words): two steps, no context.
+PAPER_PROMPT = """Decide whether two reasoning steps, s1 and s2, say the same thing. Judge the meaning, \
+not the wording: compare their main idea, their logic and every calculation and result.
+
+Answer [aligned] if they mean the same and reach the same calculation results. Answer [unaligned] if \
+their meaning or any result differs, and also when you cannot tell.
+
+Give only the verdict, [aligned] or [unaligned].
+
+s1:
+<s1>
+{target}
+</s1>
+
+s2:
+<s2>
+{draft}
+</s2>"""
+PAPER_PREFILL = "["
 
 SCORE_PROMPT = """Here is a problem, the solution so far, and a proposed next step.
 
@@ -171,8 +196,9 @@ class _ModelVerifier:
                 for p in pairs]
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        if not pairs:
-            return []
+        return score_pairs(pairs, self._model_score)
+
+    def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
         self.calls += 1
         params = GenParams(max_tokens=ANSWER_TOKENS, stop_at_delimiter=False, temperature=0.0, top_logprobs=TOP_K)
         outs = self.backend.generate(self.prompts(pairs), params).outputs
@@ -182,15 +208,27 @@ class _ModelVerifier:
         return self.backend.decode(ids, skip_special_tokens=True)
 
 
+JUDGE_FORMS = ("context", "paper")
+
+
 class LLMJudgeVerifier(_ModelVerifier):
-    """The paper's semantic judge (see module docstring); default threshold 0.5."""
+    """The paper's semantic judge (see module docstring); default threshold 0.5.
+    ``form``: ``context`` (default) or ``paper``."""
 
     name = "llm_judge"
     template = JUDGE_PROMPT
     read = staticmethod(judge_score)
 
+    def __init__(self, backend, threshold: float, form: str = "context") -> None:
+        if form not in JUDGE_FORMS:
+            raise ValueError(f"llm_judge form must be one of {JUDGE_FORMS}, got {form!r}")
+        super().__init__(backend, threshold)
+        self.form = form
+
     def prompts(self, pairs: Sequence[StepPair]) -> list[list[int]]:
         encode = getattr(self.backend, "encode_messages", None)
+        if self.form == "paper":
+            return [paper_prompt(self.backend, p) for p in pairs]
         if encode is None:  # a backend without chat support: the zero-shot prompt
             return super().prompts(pairs)
         limit = getattr(getattr(self.backend, "config", None), "max_model_len", None)
@@ -204,6 +242,16 @@ class LLMJudgeVerifier(_ModelVerifier):
                     break
             out.append(ids)
         return out
+
+
+def paper_prompt(backend, pair: StepPair) -> list[int]:
+    """Token ids of the paper-form judge prompt: the two steps in one user turn (chat
+    template when the backend has one), then the assistant's answer opened with ``[``."""
+    text = PAPER_PROMPT.format(target=pair.target.strip(), draft=pair.draft.strip())
+    encode = getattr(backend, "encode_messages", None)
+    if encode is not None:
+        return encode([{"role": "user", "content": text}], prefill=PAPER_PREFILL)
+    return backend.encode_prompt(text + "\n\nVerdict: " + PAPER_PREFILL, chat=False)
 
 
 class TargetScoreVerifier(_ModelVerifier):

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 
-from lrtune.verifiers.base import StepPair
+from lrtune.verifiers.base import StepPair, normalize_step
 
-_WS = re.compile(r"\s+")
-
-
-def normalize_step(text: str) -> str:
-    """Collapse whitespace runs to one space and strip the ends (case is kept)."""
-    return _WS.sub(" ", text).strip()
+__all__ = ["ConstantVerifier", "ExactVerifier", "RandomVerifier", "normalize_step"]
 
 
 class ExactVerifier:
