@@ -270,6 +270,11 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
         scorer = make_verifier("target_score", backend=dec.decoder.target)
     pschema, qschema = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
     encoded = [dec.encode(task.prompt(prob)) for _, prob in todo]
+    need = dcfg.max_new_tokens + dcfg.max_step_tokens
+    if not any(len(ids) + need <= cfg.models.max_model_len for ids in encoded):
+        raise ConfigError(f"no problem fits max_model_len {cfg.models.max_model_len} with --max-new-tokens "
+                          f"{dcfg.max_new_tokens} and --max-step-tokens {dcfg.max_step_tokens}; raise --max-model-len "
+                          "or lower them")
     n_conc = 1 if dcfg.async_lr else opts.max_concurrent or _default_concurrency(dec, dcfg, opts, encoded)
     bar = ProgressBar("collect", len(todo), opts.progress)
     labels = [0, 0]
@@ -373,6 +378,15 @@ def _default_concurrency(dec, dcfg: DecodeConfig, opts: CollectOptions, prompts:
 
 # ---- Ray --------------------------------------------------------------------------------
 RAY_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "LRTUNE", "VLLM_", "OMP_", "TOKENIZERS_", "CUDA_VISIBLE_DEVICES")
+_SECRET = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+
+
+def ray_env(environ) -> dict[str, str]:
+    """The variables a Ray shard needs (hub, cache, engine and thread settings), never
+    secrets: a name with TOKEN, SECRET, PASSWORD, KEY or CREDENTIAL in it (e.g. ``HF_TOKEN``)
+    stays here, also with ``--ray-address`` (a remote cluster)."""
+    return {k: v for k, v in environ.items()
+            if k.startswith(RAY_ENV_PREFIXES) and not any(w in k.upper() for w in _SECRET)}
 
 
 def run_ray(cfg: CollectConfig) -> dict:
@@ -387,7 +401,7 @@ def run_ray(cfg: CollectConfig) -> dict:
     if opts.num_shards < 1:
         raise ConfigError(f"--num-shards must be >= 1, got {opts.num_shards}")
     prepare_out(cfg)  # config check and the config file, before any task starts
-    env = {k: v for k, v in os.environ.items() if k.startswith(RAY_ENV_PREFIXES)}
+    env = ray_env(os.environ)
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=opts.ray_address, runtime_env={"env_vars": env}, include_dashboard=False,
@@ -427,7 +441,17 @@ def _ray_shard(cfg: CollectConfig) -> dict:
 
 # ---- reading, merging, stats -----------------------------------------------------------
 def load_tables(src: Path):
-    """(pairs, problems) pyarrow tables of a collect dir or a merged dir."""
+    """(pairs, problems) pyarrow tables of a collect dir or a merged dir; a corrupt file is
+    a ConfigError naming it."""
+    try:
+        return _load_tables(src)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{src}: a dataset file is not readable parquet ({str(e).splitlines()[0]})") from None
+
+
+def _load_tables(src: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -8,11 +8,15 @@ Layout of an output directory::
     manifest-s{S}.json                  finished problems of shard S -> files, row counts, sha256
     README.md                           dataset card
 
-Protocol per problem: write both parquet files (temp file, fsync, rename), then add the
-problem to the manifest (temp, fsync, rename). The manifest is the truth: a file not
-listed in it is an orphan of an interrupted run and is deleted on restart; a listed file
-whose checksum does not match is reported and its problem redone. So a run killed at any
-moment and restarted with the same command ends with every row exactly once.
+Protocol per problem: write both parquet files under hidden *staged* names
+(``pairs/.part-….parquet.staged``: temp file, fsync, rename), add the problem to the
+manifest (temp, fsync, rename: the commit point), then rename the staged files to their
+final names. So ``pairs/*.parquet`` only ever shows files of committed problems: a reader
+never sees rows of a problem an interrupted run did not finish. On restart a committed
+problem whose staged files were not yet renamed is rolled forward (checksums verified);
+staged or temp files of uncommitted problems (and stale manifest temp files) are deleted;
+a listed file whose checksum does not match is reported and its problem redone. So a run
+killed at any moment and restarted with the same command ends with every row exactly once.
 """
 
 from __future__ import annotations
@@ -60,14 +64,26 @@ class ShardStore:
         if not self.manifest_path.is_file():
             return {}
         try:
-            data = json.loads(self.manifest_path.read_text())
-        except json.JSONDecodeError:
-            raise ConfigError(f"{self.manifest_path} is corrupt; move it away to redo shard {self.shard_id}") from None
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            entries = data["finished"]
+            for entry in entries.values():
+                for kind in ("pairs", "problems"):
+                    if not (isinstance(entry[kind]["file"], str) and isinstance(entry[kind]["sha256"], str)):
+                        raise TypeError(kind)
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+            raise ConfigError(f"{self.manifest_path} is corrupt or not an lrtune manifest; move it away to redo "
+                              f"shard {self.shard_id}") from None
         finished = {}
-        for pid, entry in data.get("finished", {}).items():
+        for pid, entry in entries.items():
             ok = True
             for kind in ("pairs", "problems"):
                 f = self.out / entry[kind]["file"]
+                staged = _staged(f)
+                if not f.is_file() and staged.is_file() and sha256(staged) == entry[kind]["sha256"]:
+                    try:
+                        os.replace(staged, f)  # committed before the crash: roll forward
+                    except OSError:
+                        pass  # a read-only copy: reported below as missing
                 if not f.is_file() or sha256(f) != entry[kind]["sha256"]:
                     warnings.warn(f"{f}: missing or corrupt (checksum mismatch); problem {pid} will be redone",
                                   stacklevel=3)
@@ -77,17 +93,20 @@ class ShardStore:
         return finished
 
     def clean_orphans(self) -> int:
-        """Delete this shard's files that the manifest does not list (interrupted writes)."""
+        """Delete this shard's files that the manifest does not list (interrupted writes):
+        unlisted parts, staged parts, temp files, and stale temp files of its manifest."""
         listed = {e[k]["file"] for e in self.finished.values() for k in ("pairs", "problems")}
         n = 0
+        stale = [*(self.out / sub / f.name for sub in ("pairs", "problems")
+                   for f in (self.out / sub).glob(f".part-s{self.shard_id:03d}-*") if f.name.endswith((".tmp", ".staged"))),
+                 *self.out.glob(f".{self.manifest_path.name}.*.tmp")]
         for sub in ("pairs", "problems"):
             for f in (self.out / sub).glob(f"part-s{self.shard_id:03d}-*"):
                 if f"{sub}/{f.name}" not in listed:
-                    f.unlink()
-                    n += 1
-            for f in (self.out / sub).glob(f".part-s{self.shard_id:03d}-*.tmp"):
-                f.unlink()
-                n += 1
+                    stale.append(f)
+        for f in stale:
+            f.unlink()
+            n += 1
         return n
 
     def add(self, problem_id: str, index: int, pair_rows: list[dict], problem_row: dict, pair_schema=None,
@@ -96,14 +115,32 @@ class ShardStore:
         entry = {"index": index}
         for kind, rows, schema in (("pairs", pair_rows, pair_schema), ("problems", [problem_row], problem_schema)):
             rel = f"{kind}/part-s{self.shard_id:03d}-p{index:06d}.parquet"
-            path = self.out / rel
-            write_atomic(path, parquet_bytes(rows, schema))
-            entry[kind] = {"file": rel, "rows": len(rows), "sha256": sha256(path)}
+            staged = _staged(self.out / rel)
+            write_atomic(staged, parquet_bytes(rows, schema))
+            entry[kind] = {"file": rel, "rows": len(rows), "sha256": sha256(staged)}
             _fault_point(f"after-{kind}", len(self.finished))
         self.finished[problem_id] = entry
         data = {"shard_id": self.shard_id, "finished": self.finished}
-        write_atomic(self.manifest_path, json.dumps(data, indent=1, sort_keys=True))
+        write_atomic(self.manifest_path, json.dumps(data, indent=1, sort_keys=True))  # the commit point
         _fault_point("after-manifest", len(self.finished) - 1)
+        for kind in ("pairs", "problems"):
+            final = self.out / entry[kind]["file"]
+            os.replace(_staged(final), final)
+        _fsync_dirs(self.out / "pairs", self.out / "problems")
+
+
+def _staged(final: Path) -> Path:
+    """Where a part is written before its problem commits (hidden from ``*.parquet``)."""
+    return final.with_name(f".{final.name}.staged")
+
+
+def _fsync_dirs(*dirs: Path) -> None:
+    for d in dirs:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _fault_point(name: str, problem_number: int) -> None:

@@ -339,7 +339,12 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     timing["load_s"] = time.perf_counter() - t0
     log(f"engines ready in {timing['load_s']:.1f} s")
     t0 = time.perf_counter()
-    warm = dec.encode(task.prompt(problems[0]))
+    limit = cfg.models.max_model_len
+    need = cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
+    warm = next((ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit), None)
+    if warm is None:  # never decode (not even warm up on) a prompt that does not fit
+        raise ConfigError(f"no problem fits max_model_len {limit} with --max-new-tokens {cfg.decode.max_new_tokens} "
+                          f"and --max-step-tokens {cfg.decode.max_step_tokens}; raise --max-model-len or lower them")
     if cfg.options.warmup_tokens > 0:
         for s in specs:
             _use_verifier(dec, s)

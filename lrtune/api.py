@@ -147,6 +147,10 @@ class Decoder:
         from lrtune.models import check_tokenizers_compatible, resolve_model
 
         cfg.validate()
+        if isinstance(verifier if verifier is not None else models.verifier, str):
+            from lrtune.verifiers import check_verifier_spec
+
+            check_verifier_spec(verifier if verifier is not None else models.verifier)  # before any model loads
         if models.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {models.backend!r}; choose from {', '.join(BACKENDS)}")
         if models.sd_method not in ("draft", "ngram"):

@@ -62,14 +62,39 @@ def _converter(typ: Any):
 
 
 def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> Any:
-    """Instantiate ``cls`` from YAML values overridden by explicit flags."""
+    """Instantiate ``cls`` from YAML values overridden by explicit flags; a file value of
+    the wrong type (``gamma1: 2.5``, ``gamma1: "abc"``) is a ConfigError (see :func:`checked`)."""
+    hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in file_values.items() if k in names}
+    values = {k: checked(k, v, hints[k]) for k, v in file_values.items() if k in names}
     for name in names:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
     return cls(**values)
+
+
+def checked(name: str, value: Any, typ: Any) -> Any:
+    """``value`` as the field type ``typ`` (int, float, bool, str, or one of them | None):
+    ints pass as floats, nothing else converts; ConfigError names the option otherwise."""
+    s = str(typ)
+    optional = "None" in s
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"option {name!r} must not be empty (null)")
+    kinds = [k for k in ("bool", "int", "float", "str") if k in s.replace("Optional", "")] or ["str"]
+    if isinstance(value, bool):
+        if "bool" in kinds:
+            return value
+    elif isinstance(value, int) and ("int" in kinds or "float" in kinds):
+        return value if "int" in kinds else float(value)
+    elif isinstance(value, float) and "float" in kinds:
+        return value
+    elif isinstance(value, str) and "str" in kinds:
+        return value
+    want = " or ".join({"bool": "true/false", "int": "an integer", "float": "a number", "str": "text"}[k] for k in kinds)
+    raise ConfigError(f"option {name!r} must be {want}, got {value!r} ({type(value).__name__})")
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
@@ -82,7 +107,9 @@ def load_config_file(path: str | None) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"cannot parse {path}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

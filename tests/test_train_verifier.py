@@ -365,3 +365,14 @@ def test_lm_judge_trains_in_fp32_on_cpu_because_bf16_autocast_falls_back_to_a_si
     args = sft_args(_cfg(tmp_path, pair_dir, "lm-judge"), tmp_path / "state", "cpu")
     assert args.bf16 is False and args.fp16 is False and args.use_cpu
     assert args.completion_only_loss and args.save_strategy == "epoch"
+
+
+def test_a_base_model_path_named_by_a_checkpoint_follows_the_same_no_pickle_rule(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    (base / "pytorch_model.bin").write_bytes(b"x")  # what torch.load would unpickle
+    with pytest.raises(ConfigError, match="pickle"):
+        distilled.resolve_encoder(str(base))
+    with pytest.raises(ConfigError, match="pickle"):
+        distilled.resolve_base_lm(str(base))

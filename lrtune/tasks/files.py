@@ -11,6 +11,10 @@ from pathlib import Path
 from lrtune.errors import ConfigError
 
 
+MAX_LINE_BYTES = 1 << 20  # a problem row longer than 1 MiB is not a problem (and could exhaust memory)
+MAX_FILE_BYTES = 1 << 30
+
+
 class DataWarning(UserWarning):
     """A problem file had rows that could not be used (the rest are used)."""
 
@@ -29,11 +33,16 @@ def read_rows(source: str, *, split: str = "test") -> list[dict]:
     if path.suffix in (".jsonl", ".json", ".parquet") or path.exists() or "/" not in source or source.startswith((".", "~")):
         if not path.is_file():
             raise ConfigError(f"problem file not found: {source}")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size >> 20} MiB is too large for a problem file "
+                              f"(at most {MAX_FILE_BYTES >> 20} MiB)")
         if path.suffix == ".parquet":
             return _read_parquet(path)
         if path.suffix == ".json":
             try:
-                data = json.loads(path.read_text())
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
             except json.JSONDecodeError as e:
                 raise ConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
@@ -44,8 +53,20 @@ def read_rows(source: str, *, split: str = "test") -> list[dict]:
 
 
 def _read_jsonl(path: Path) -> Iterator[dict]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ConfigError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; a problem row "
+                                  "must be shorter")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
             if not line.strip():
                 continue
             try:
@@ -65,7 +86,10 @@ def _read_parquet(path: Path) -> list[dict]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ConfigError("reading parquet needs pyarrow: pip install pyarrow") from None
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{path}: not a readable parquet file ({str(e).splitlines()[0]})") from None
 
 
 def _read_hub(name: str, split: str) -> list[dict]:

