@@ -228,7 +228,7 @@ class LookaheadDecoder:
                 continue
             if on_done:
                 on_done(i, results[i])
-        batch = BatchStats(prompts=len(prompts), max_concurrent=max_concurrent)
+        batch = BatchStats(prompts=len(runnable), failed=len(prompts) - len(runnable), max_concurrent=max_concurrent)
         t0 = time.perf_counter()
         if cfg.uses_lr:
             self._lookahead_many(prompts, runnable, cfg, max_concurrent, controller, problems, on_round, on_commit,
@@ -253,6 +253,8 @@ class LookaheadDecoder:
                 on_done(i, r)
         batch.wall_s = time.perf_counter() - t0
         batch.generated_tokens = sum(len(r[0].token_ids) for r in results if isinstance(r, tuple))
+        batch.failed = sum(isinstance(r, Exception) for r in results)
+        batch.prompts = len(results) - batch.failed
         return results, batch
 
     # ---- baselines: target alone / target + token-level SD --------------------------

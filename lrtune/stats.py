@@ -158,13 +158,15 @@ class DecodeStats:
 class BatchStats:
     """A set of prompts decoded together (``LookaheadDecoder.decode_many``): throughput.
 
-    ``wall_s`` covers the whole set; per engine kind (draft, target, verify) the number of
-    calls and the rows (prefixes, or verifier pairs) they carried, so
-    ``rows_per_call(kind)`` is the batch the engine saw.
+    ``wall_s`` covers the whole set; ``prompts`` counts the decoded prompts (``failed``: those
+    that could not run); per engine kind (draft, target, verify) the number of calls and
+    the rows (prefixes, or verifier pairs) they carried, so ``rows_per_call(kind)`` is the
+    batch the engine saw.
     """
 
     wall_s: float = 0.0
     prompts: int = 0
+    failed: int = 0
     max_concurrent: int = 1
     generated_tokens: int = 0
     calls: dict[str, int] = field(default_factory=dict)

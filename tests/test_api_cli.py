@@ -62,7 +62,7 @@ def test_generate_fails_a_too_long_prompt_alone_and_decodes_the_others(dec):
     assert [o.finish == "error" for o in outs] == [False, True, False]
     assert "max_model_len" in outs[1].error and outs[1].token_ids == []
     assert all(len(o.token_ids) > 0 and o.error is None for o in (outs[0], outs[2]))
-    assert dec.last_batch.prompts == 3 and dec.last_batch.generated_tokens == sum(len(o.token_ids) for o in outs)
+    assert (dec.last_batch.prompts, dec.last_batch.failed) == (2, 1) and dec.last_batch.generated_tokens == sum(len(o.token_ids) for o in outs)
     alone = dec.generate(["What is 3+5?"], max_new_tokens=16)[0]
     assert outs[2].token_ids == alone.token_ids
 

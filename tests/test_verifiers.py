@@ -71,3 +71,15 @@ def test_judge_threshold_suffix_reaches_the_verifier():
 
     v = make_verifier("llm_judge@0.85", backend=Stub())
     assert v.threshold == 0.85 and make_verifier("llm_judge@0.85", backend=Stub(), threshold=0.6).threshold == 0.6
+
+
+def test_embedding_scores_do_not_depend_on_the_other_pairs_of_the_call():
+    """DESIGN §3.7: batched decoding must give every prompt its own tokens, so a pair's
+    score must not move with the padding of the pairs it shares a call with."""
+    from lrtune.verifiers import StepPair
+
+    v = make_verifier("embedding")
+    a = StepPair("", "So the total cost is 3 * 12 = 36 dollars.", "The total cost is 12 * 3 = $36.")
+    long = StepPair("", "x " * 200, "y " * 150)
+    alone = v.score([a])[0]
+    assert v.score([a, long, long])[0] == alone and v.score([long, a])[1] == alone

@@ -259,6 +259,8 @@ class VLLMBackend(TokenizerMixin):
         row_sd = None
         if sd is not None:  # the engine counts per step, not per request: split by tokens
             weights = [len(o.token_ids) if spec else 0 for o, spec in zip(outputs, spec_rows)]
+            if not any(weights):  # nothing generated: split over the speculative rows alone
+                weights = [int(spec) for spec in spec_rows]
             row_sd = [part if spec else None for part, spec in zip(split_counters(sd, weights), spec_rows)]
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd, row_seconds=row_seconds)
 

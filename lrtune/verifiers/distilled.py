@@ -185,6 +185,13 @@ def resolve_base_lm(name: str) -> str:
     return resolve_model(name, "draft", progress=False)
 
 
+def one_by_one(model_score):
+    """``model_score`` run on each pair alone: a padded batch moves a student's score by
+    float noise, enough to flip a decision at the threshold, so scores must not depend on
+    the other pairs of a call (batched decoding gives every prompt its own tokens)."""
+    return lambda pairs: [s for p in pairs for s in model_score([p])]
+
+
 # ---- students ----------------------------------------------------------------------------
 class FeatureVerifier:
     """Logistic regression on :data:`~lrtune.verifiers.features.FEATURE_NAMES`:
@@ -284,7 +291,7 @@ class CrossEncoderVerifier:
         return torch.cat(out)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return score_pairs(pairs, lambda rest: self._torch.sigmoid(self.logits(rest)).tolist())
+        return score_pairs(pairs, one_by_one(lambda rest: self._torch.sigmoid(self.logits(rest)).tolist()))
 
 
 class LMJudgeStudent:
@@ -330,7 +337,7 @@ class LMJudgeStudent:
         return fit_judge_prompt(pair, self.tokenizer, self.context_chars, self.max_length)[1]
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return score_pairs(pairs, self._model_score)
+        return score_pairs(pairs, one_by_one(self._model_score))
 
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
         from lrtune.verifiers.judge import judge_score

@@ -65,7 +65,18 @@ class EmbeddingVerifier:
         return score_pairs(pairs, self._cosines)
 
     def _cosines(self, pairs: Sequence[StepPair]) -> list[float]:
+        """Cosines from :meth:`embed_each`: a pair's score never depends on which other
+        pairs share the call (padding in a batched forward moves a cosine by ~1e-7, enough
+        to flip a decision at the threshold and change a batched decode's tokens)."""
+        torch = self._torch
+        vec = self.embed_each([p.draft.strip() for p in pairs] + [p.target.strip() for p in pairs])
         n = len(pairs)
-        emb = self.embed([p.draft.strip() for p in pairs] + [p.target.strip() for p in pairs])
-        cos = (emb[:n] * emb[n:]).sum(-1).clamp(min=0.0, max=1.0)
-        return cos.tolist()
+        return [float(torch.dot(vec[i], vec[n + i]).clamp(min=0.0, max=1.0)) for i in range(n)]
+
+    def embed_each(self, texts: Sequence[str]) -> list:
+        """:meth:`embed` of every distinct text on its own (batch-invariant, no padding)."""
+        memo: dict[str, object] = {}
+        for t in texts:
+            if t not in memo:
+                memo[t] = self.embed([t])[0]
+        return [memo[t] for t in texts]
