@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> dict:
         for prob, (r, st) in zip(problems, outs):
             _, ok = task.check(prob, r.text)
             per.append({"problem": prob.id, "correct": bool(ok), "finish": r.finish, "tokens": len(r.token_ids),
-                        "ids_sha": _digest(r.token_ids), "wall_s": st.wall_s, "alpha1": st.alpha1, "alpha2": st.alpha2,
+                        "ids_sha": _digest(r.token_ids), "token_ids": r.token_ids, "wall_s": st.wall_s, "alpha1": st.alpha1, "alpha2": st.alpha2,
                         "rounds": st.rounds})
         run = {"method": method, "max_concurrent": int(n), **batch.to_dict(),
                "correct": sum(p["correct"] for p in per), "finished": sum(p["finish"] == "eos" for p in per),

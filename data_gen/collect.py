@@ -254,6 +254,14 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     models = dataclasses.replace(cfg.models, verifier=live,
                                  verifier_threshold=opts.teacher_threshold if spec.kind != "rollout"
                                  else cfg.models.verifier_threshold)
+    from lrtune.api import encode_prompts
+
+    need = dcfg.max_new_tokens + dcfg.max_step_tokens
+    lengths = [len(ids) for ids in encode_prompts(models, [task.prompt(p) for _, p in todo], progress=opts.progress)]
+    if not any(n + need <= models.max_model_len for n in lengths):  # checked before any model loads
+        raise ConfigError(f"no problem fits max_model_len {models.max_model_len} with --max-new-tokens "
+                          f"{dcfg.max_new_tokens} and --max-step-tokens {dcfg.max_step_tokens}; raise --max-model-len "
+                          "or lower them")
     teacher = teacher_name(opts)
     dec = Decoder.from_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
     dec.start_engines(dcfg)
@@ -270,11 +278,6 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
         scorer = make_verifier("target_score", backend=dec.decoder.target)
     pschema, qschema = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
     encoded = [dec.encode(task.prompt(prob)) for _, prob in todo]
-    need = dcfg.max_new_tokens + dcfg.max_step_tokens
-    if not any(len(ids) + need <= cfg.models.max_model_len for ids in encoded):
-        raise ConfigError(f"no problem fits max_model_len {cfg.models.max_model_len} with --max-new-tokens "
-                          f"{dcfg.max_new_tokens} and --max-step-tokens {dcfg.max_step_tokens}; raise --max-model-len "
-                          "or lower them")
     n_conc = 1 if dcfg.async_lr else opts.max_concurrent or _default_concurrency(dec, dcfg, opts, encoded)
     bar = ProgressBar("collect", len(todo), opts.progress)
     labels = [0, 0]
@@ -306,10 +309,10 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             rows += rr
         disagreements = None
         if spec.kind != "verifier" and rows:  # outcome labels: every pair rolled out in one call
-            labels, secs = rollout_labels(dec.decoder.target, task, prob, ids, items, max_tokens=opts.rollout_tokens,
-                                          max_len=cfg.models.max_model_len,
-                                          gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
-            for row, lab in zip(rows, labels):
+            outcomes, secs = rollout_labels(dec.decoder.target, task, prob, ids, items, max_tokens=opts.rollout_tokens,
+                                            max_len=cfg.models.max_model_len,
+                                            gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+            for row, lab in zip(rows, outcomes):
                 row.update(lab)
                 row["label"] = bool(row.pop("rollout_label"))
                 row["teacher_score"] = float(row["label"])

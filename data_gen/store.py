@@ -97,8 +97,9 @@ class ShardStore:
         unlisted parts, staged parts, temp files, and stale temp files of its manifest."""
         listed = {e[k]["file"] for e in self.finished.values() for k in ("pairs", "problems")}
         n = 0
-        stale = [*(self.out / sub / f.name for sub in ("pairs", "problems")
-                   for f in (self.out / sub).glob(f".part-s{self.shard_id:03d}-*") if f.name.endswith((".tmp", ".staged"))),
+        mine = f"part-s{self.shard_id:03d}-"
+        stale = [*(f for sub in ("pairs", "problems") for f in (self.out / sub).glob(".*")
+                   if f.name.lstrip(".").startswith(mine) and f.name.endswith((".tmp", ".staged"))),
                  *self.out.glob(f".{self.manifest_path.name}.*.tmp")]
         for sub in ("pairs", "problems"):
             for f in (self.out / sub).glob(f"part-s{self.shard_id:03d}-*"):

@@ -184,9 +184,9 @@ def parse_sweep(text: str) -> dict[str, list[int]]:
 
 
 # ---- records on disk -------------------------------------------------------------------
-def load_records(path: Path) -> list[dict]:
-    """Records of ``records.jsonl``; a torn last line (a crash mid-write) is dropped and the
-    file rewritten without it, so appending can continue."""
+def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
+    """Records of ``records.jsonl`` (each must hold ``keys``); a torn last line (a crash
+    mid-write) is dropped and the file rewritten without it, so appending can continue."""
     if not path.is_file():
         return []
     raw = path.read_bytes()
@@ -196,12 +196,16 @@ def load_records(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            good.append(json.loads(line))
-        except json.JSONDecodeError:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
             if i >= len(lines) - 2:  # only the last line may be torn
                 bad_tail = True
                 continue
             raise ConfigError(f"{path}:{i + 1}: corrupt record; move the file away to start over") from None
+        if not isinstance(rec, dict) or not set(keys) <= set(rec):
+            raise ConfigError(f"{path}:{i + 1}: not an lrtune evaluate record (no {'/'.join(keys)}); move the file "
+                              "away or use another --out")
+        good.append(rec)
     if bad_tail:
         warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
         write_atomic(path, "".join(json.dumps(r) + "\n" for r in good))
@@ -285,6 +289,14 @@ def run(cfg: EvalConfig) -> Summary:
         raise ConfigError(f"no problems to evaluate in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
     if len({p.id for p in problems}) != len(problems):
         raise ConfigError("problem ids are not unique; give every row a distinct 'id'")
+    from lrtune.api import encode_prompts
+
+    need = cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
+    lengths = [len(x) for x in encode_prompts(cfg.models, [task.prompt(p) for p in problems], progress=opts.progress)]
+    if not any(n + need <= cfg.models.max_model_len for n in lengths):  # before any file is written or model loads
+        raise ConfigError(f"no problem fits max_model_len {cfg.models.max_model_len} with --max-new-tokens "
+                          f"{cfg.decode.max_new_tokens} and --max-step-tokens {cfg.decode.max_step_tokens}; "
+                          "raise --max-model-len or lower them")
     out, records = prepare_out_dir(cfg)
     done = {(r["problem"], r["method"]) for r in records}
     todo = [(p, s) for p in problems for s in specs if (p.id, s.label) not in done]
@@ -341,10 +353,8 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     t0 = time.perf_counter()
     limit = cfg.models.max_model_len
     need = cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
-    warm = next((ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit), None)
-    if warm is None:  # never decode (not even warm up on) a prompt that does not fit
-        raise ConfigError(f"no problem fits max_model_len {limit} with --max-new-tokens {cfg.decode.max_new_tokens} "
-                          f"and --max-step-tokens {cfg.decode.max_step_tokens}; raise --max-model-len or lower them")
+    # never decode (not even warm up on) a prompt that does not fit; run() checked that one does
+    warm = next(ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit)
     if cfg.options.warmup_tokens > 0:
         for s in specs:
             _use_verifier(dec, s)
@@ -502,7 +512,7 @@ def throughput_rows(path: Path, labels) -> dict[str, dict]:
     """Per method, the sum of its ``throughput.jsonl`` lines (a resumed method has several):
     problems, wall seconds, tokens, problems/hour, tokens/s and rows per engine call."""
     out: dict[str, dict] = {}
-    for line in load_records(path) if path.is_file() else []:
+    for line in load_records(path, keys=("method", "prompts", "wall_s")) if path.is_file() else []:
         m = out.setdefault(line["method"], {"prompts": 0, "wall_s": 0.0, "generated_tokens": 0, "calls": {},
                                             "rows": {}, "max_concurrent": line["max_concurrent"]})
         m["prompts"] += line["prompts"]

@@ -81,6 +81,18 @@ def build_controller(spec, cfg: DecodeConfig):
     return make_controller(spec, gamma1=cfg.gamma1, gamma2=cfg.gamma2, bounds=bounds, seed=cfg.seed)
 
 
+def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
+    """Token ids of ``prompts`` as the target will see them (chat template applied), from
+    the target's tokenizer alone: lengths can be checked before any model loads."""
+    from lrtune.backends.tokenizer import TokenizerMixin
+    from lrtune.models import resolve_model
+
+    tok = TokenizerMixin()
+    tok.model = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
+    tok._load_tokenizer()
+    return [tok.encode_prompt(p) for p in prompts]
+
+
 def verifier_device(device: str) -> str:
     """Where a distilled verifier runs: ``auto`` is CUDA when present, else CPU."""
     if device != "auto":

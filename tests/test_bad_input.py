@@ -65,7 +65,16 @@ def ws(tmp_path_factory):
             (d / "features.safetensors").write_bytes(weights or b"")
         return str(d)
 
+    pickled_base = root / "pickled_base"
+    pickled_base.mkdir()
+    (pickled_base / "config.json").write_text("{}")
+    (pickled_base / "pytorch_model.bin").write_bytes(b"x")
+    ce = Path(ckpt("ck_pickled_base", kind="cross-encoder", base_model=str(pickled_base)))
+    (ce / "adapter_config.json").write_text("{}")
+    (ce / "adapter_model.safetensors").write_bytes(b"")
     ck = {"corrupt": ckpt("ck_corrupt", b"\x00\x01garbage"),
+          "pickled_base": str(ce),
+          "bad_length": ckpt("ck_bad_length", max_length="long"),
           "missing": ckpt("ck_missing", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0]}),
           "typed": ckpt("ck_typed", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0], "intercept": [0.0]},
                         features=3)}
@@ -116,6 +125,10 @@ CASES = {
                                                         ws["ck"]["missing"]], "intercept"),
     "mistyped checkpoint field": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
                                               ws["ck"]["typed"]], "features"),
+    "checkpoint names a pickled base model": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
+                                                          ws["ck"]["pickled_base"]], "pickle"),
+    "mistyped max_length": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
+                                        ws["ck"]["bad_length"]], "max_length"),
     # specs and options, all refused before any model loads
     "unknown verifier": (lambda ws: ["decode", "hi", "--verifier", "bogus", *tiny(ws)], "unknown verifier"),
     "bad llm_judge form": (lambda ws: ["decode", "hi", "--verifier", "llm_judge(fancy)", *tiny(ws)], "form"),
@@ -137,7 +150,7 @@ def test_bad_input_is_one_line_exit_2_and_loses_nothing(ws, case, capsys, tmp_pa
     argv_of, needle = CASES[case]
     out = tmp_path / "out"  # an output directory with results that must survive the bad run
     out.mkdir()
-    (out / "records.jsonl").write_text('{"problem": "old"}\n')
+    (out / "records.jsonl").write_text('{"problem": "old", "method": "target"}\n')
     (out / "keep.txt").write_text("precious")
     ws = {**ws, "out": out}
     before = snapshot(ws["out"])

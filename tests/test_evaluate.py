@@ -194,9 +194,9 @@ def test_throughput_mode_batches_problems_and_matches_latency_mode_outputs(first
     latency run's (greedy), a throughput line per method, a Throughput table in the report."""
     latency_out, _ = first_run
     cfg = make_cfg(data_file, tmp_path / "tp", mode="throughput", max_concurrent=3)
-    cfg.models.verifier = "never"
     lat_cfg = make_cfg(data_file, tmp_path / "lat")
-    lat_cfg.models.verifier = "never"
+    for c in (cfg, lat_cfg):  # transformers: vLLM engines stay alive for the whole test process
+        c.models.verifier, c.models.backend, c.models.device = "never", "transformers", "cpu"
     run(lat_cfg)
     summary = run(cfg)
     recs, lat = load_records(tmp_path / "tp" / "records.jsonl"), load_records(tmp_path / "lat" / "records.jsonl")

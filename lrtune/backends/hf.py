@@ -62,6 +62,9 @@ class HFBackend(TokenizerMixin):
                  spec: HFBackend | None = None) -> None:
         torch = _torch()
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights" bars: quiet stderr (errors stay one line)
 
         self.model = str(model)
         self.config = config or HFConfig()

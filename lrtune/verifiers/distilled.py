@@ -73,6 +73,11 @@ def read_meta(path: str | Path) -> dict:
     kind = meta.get("kind")
     if kind not in STUDENT_KINDS:
         raise ConfigError(f"{meta_file}: unknown verifier kind {kind!r}; expected one of {', '.join(STUDENT_KINDS)}")
+    for key in ("context_chars", "max_length"):
+        if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
+            raise ConfigError(f"{meta_file}: {key} must be a non-negative integer, got {meta[key]!r}")
+    if meta.get("base_model") is not None and not isinstance(meta["base_model"], str):
+        raise ConfigError(f"{meta_file}: base_model must be a model name or path, got {meta['base_model']!r}")
     thr = meta.get("threshold")
     if not isinstance(thr, (int, float)) or not 0.0 <= thr <= 1.0:
         raise ConfigError(f"{meta_file}: threshold must be a number in [0, 1], got {thr!r}")

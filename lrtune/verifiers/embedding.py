@@ -35,6 +35,9 @@ class EmbeddingVerifier:
                  batch_size: int = 64, max_length: int = 256) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights" bars: quiet stderr
 
         path = model or default_encoder_path()
         if not Path(path).is_dir():
