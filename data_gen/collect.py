@@ -254,14 +254,9 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     models = dataclasses.replace(cfg.models, verifier=live,
                                  verifier_threshold=opts.teacher_threshold if spec.kind != "rollout"
                                  else cfg.models.verifier_threshold)
-    from lrtune.api import encode_prompts
+    from lrtune.api import require_a_prompt_that_fits
 
-    need = dcfg.max_new_tokens + dcfg.max_step_tokens
-    lengths = [len(ids) for ids in encode_prompts(models, [task.prompt(p) for _, p in todo], progress=opts.progress)]
-    if not any(n + need <= models.max_model_len for n in lengths):  # checked before any model loads
-        raise ConfigError(f"no problem fits max_model_len {models.max_model_len} with --max-new-tokens "
-                          f"{dcfg.max_new_tokens} and --max-step-tokens {dcfg.max_step_tokens}; raise --max-model-len "
-                          "or lower them")
+    require_a_prompt_that_fits(models, dcfg, [task.prompt(p) for _, p in todo], progress=opts.progress)
     teacher = teacher_name(opts)
     dec = Decoder.from_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
     dec.start_engines(dcfg)

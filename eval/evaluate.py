@@ -289,14 +289,10 @@ def run(cfg: EvalConfig) -> Summary:
         raise ConfigError(f"no problems to evaluate in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
     if len({p.id for p in problems}) != len(problems):
         raise ConfigError("problem ids are not unique; give every row a distinct 'id'")
-    from lrtune.api import encode_prompts
+    from lrtune.api import require_a_prompt_that_fits
 
-    need = cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
-    lengths = [len(x) for x in encode_prompts(cfg.models, [task.prompt(p) for p in problems], progress=opts.progress)]
-    if not any(n + need <= cfg.models.max_model_len for n in lengths):  # before any file is written or model loads
-        raise ConfigError(f"no problem fits max_model_len {cfg.models.max_model_len} with --max-new-tokens "
-                          f"{cfg.decode.max_new_tokens} and --max-step-tokens {cfg.decode.max_step_tokens}; "
-                          "raise --max-model-len or lower them")
+    # before any file is written or model loads
+    require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     out, records = prepare_out_dir(cfg)
     done = {(r["problem"], r["method"]) for r in records}
     todo = [(p, s) for p in problems for s in specs if (p.id, s.label) not in done]

@@ -93,6 +93,17 @@ def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: boo
     return [tok.encode_prompt(p) for p in prompts]
 
 
+def require_a_prompt_that_fits(models: ModelConfig, cfg: DecodeConfig, prompts: Sequence[str], *,
+                               progress: bool = True) -> None:
+    """ConfigError unless at least one prompt fits ``max_model_len`` with its budget
+    (``max_new_tokens + max_step_tokens``); checked from the tokenizer, before any model loads."""
+    need = cfg.max_new_tokens + cfg.max_step_tokens
+    if not any(len(ids) + need <= models.max_model_len for ids in encode_prompts(models, prompts, progress=progress)):
+        raise ConfigError(f"no problem fits max_model_len {models.max_model_len} with --max-new-tokens "
+                          f"{cfg.max_new_tokens} and --max-step-tokens {cfg.max_step_tokens}; raise --max-model-len "
+                          "or lower them")
+
+
 def verifier_device(device: str) -> str:
     """Where a distilled verifier runs: ``auto`` is CUDA when present, else CPU."""
     if device != "auto":
