@@ -83,8 +83,8 @@ def main(args: argparse.Namespace) -> dict:
         r = res["specs"][spec]
         print(f"{spec}: AUROC {r['auroc']}, agreement {r['agreement']}, accept rate {r['accept_rate']}, "
               f"accepts identical {r['identical_acceptance']}, {r['seconds_per_pair']} s/pair", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=1))  # after every spec: a long probe keeps what it has
     return res
 
 

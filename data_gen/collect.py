@@ -52,6 +52,7 @@ class CollectOptions:
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
     teacher: str = field(default="llm_judge", metadata={"help": "teacher: a verifier spec (llm_judge, llm_judge(paper), embedding, ...), rollout (outcome of target continuations; decodes with --verifier), or consensus(rollout,VERIFIER)"})
     rollout_tokens: int = field(default=256, metadata={"help": "rollout teachers: tokens each continuation may generate"})
+    rollout_pairs: str = field(default="all", metadata={"help": "rollout teachers: which pairs to label: all, or committed (only the pairs on the answer's own path, whose committed branch reuses the answer as its rollout when that is the target's greedy continuation, e.g. with --verifier exact)"})
     teacher_threshold: float | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
                                                                            "(default: the verifier's own)"})
     out: str = field(default="results/collect", metadata={"help": "output directory"})
@@ -93,7 +94,7 @@ PAIR_FIELDS = [
     ("decode_verifier", "string"), ("verifier_score", "float64"), ("verifier_label", "bool_"),
     # rollout / consensus teachers: both continuations and their outcomes (data_gen.rollout)
     ("rollout_draft_answer", "string"), ("rollout_target_answer", "string"), ("rollout_draft_text", "string"),
-    ("rollout_target_text", "string"), ("rollout_finished", "bool_"),
+    ("rollout_target_text", "string"), ("rollout_finished", "bool_"), ("rollout_reused", "bool_"),
 ]
 PROBLEM_FIELDS = [
     ("problem_id", "string"), ("index", "int32"), ("task", "string"), ("method", "string"), ("gamma1", "int32"),
@@ -149,6 +150,21 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
                 "judge_s": rnd.verify_seconds / n_pairs,
             })
     return rows
+
+
+def divergent_starts(rounds, prompt_len: int) -> list[int]:
+    """Offsets (in the answer's ids) where an accepted draft step that differs from its target
+    step begins: past the last of them the answer is the target's own greedy continuation."""
+    out = []
+    for r in rounds:
+        chain = (r.branches or [r.drafts])[r.branch]
+        targets = (r.branch_targets or [r.targets])[r.branch]
+        at = r.prefix_len - prompt_len
+        for d, t in zip(chain[:r.committed_drafts], targets):
+            if list(d.token_ids) != list(t.token_ids):
+                out.append(at)
+            at += len(d.token_ids)
+    return out
 
 
 def _finite(x):
@@ -212,6 +228,8 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     spec = parse_teacher(opts.teacher)
     if spec.kind != "verifier" and opts.rollout_tokens < 1:
         raise ConfigError(f"--rollout-tokens must be >= 1, got {opts.rollout_tokens}")
+    if opts.rollout_pairs not in ("all", "committed"):
+        raise ConfigError(f"--rollout-pairs must be all or committed, got {opts.rollout_pairs!r}")
     if opts.teacher_threshold is not None and not 0.0 <= opts.teacher_threshold <= 1.0:
         raise ConfigError(f"--teacher-threshold must be in [0, 1], got {opts.teacher_threshold}")
     task = get_task(opts.task)
@@ -246,7 +264,7 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     from lrtune.verifiers import StepPair
     from lrtune.verifiers.simple import ExactVerifier
 
-    from data_gen.rollout import parse_teacher, rollout_labels
+    from data_gen.rollout import RolloutItem, parse_teacher, rollout_labels, trajectory_continuation
 
     opts = cfg.options
     spec = parse_teacher(opts.teacher)
@@ -279,8 +297,11 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     n_rows = [0]
     rounds: dict[int, list] = {k: [] for k in range(len(todo))}
 
+    pending: list[tuple] = []  # finished problems whose pairs wait for their rollouts
+
     def finish(k: int, result) -> None:
-        """A problem ended: its pairs and its problem row go to the store at once."""
+        """A problem ended: its pairs and its problem row go to the store at once (rollout
+        teachers: once the pending problems' rollouts ran, in one call per ``n_conc``)."""
         i, prob = todo[k]
         ids = encoded[k]
         if isinstance(result, Exception):
@@ -289,33 +310,67 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
             return
         res, st = result
         rows, items = [], []
-        for r in rounds.pop(k):
+        done_rounds = rounds.pop(k)
+        divergent = divergent_starts(done_rounds, len(ids))
+        for r in done_rounds:
             rr = pair_rows(prob.id, opts.task, teacher, r)
             prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
             prefix_text = dec.decoder.target.decode(prefix, skip_special_tokens=True)
             for row in rr:
-                pre = prefix + [t for d in (r.branches or [r.drafts])[row["branch"]][:row["position"]] for t in d.token_ids]
+                chain = (r.branches or [r.drafts])[row["branch"]]
+                targets = (r.branch_targets or [r.targets])[row["branch"]]
+                pos = row["position"]
+                pre = prefix + [t for d in chain[:pos] for t in d.token_ids]
                 row["prefix_sha"] = hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16]
                 row["prefix_text"] = prefix_text
                 row.update(decode_verifier=live, verifier_score=row["teacher_score"], verifier_label=row["label"])
-                chain = (r.branches or [r.drafts])[row["branch"]]
-                targets = (r.branch_targets or [r.targets])[row["branch"]]
-                items.append((pre, list(chain[row["position"]].token_ids), list(targets[row["position"]].token_ids)))
-            rows += rr
-        disagreements = None
-        if spec.kind != "verifier" and rows:  # outcome labels: every pair rolled out in one call
-            outcomes, secs = rollout_labels(dec.decoder.target, task, prob, ids, items, max_tokens=opts.rollout_tokens,
-                                            max_len=cfg.models.max_model_len,
-                                            gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
-            for row, lab in zip(rows, outcomes):
+                on_path = row["chosen_branch"] and pos <= r.committed_drafts
+                if spec.kind != "verifier" and opts.rollout_pairs == "committed" and not on_path:
+                    continue
+                item = RolloutItem(prob, len(ids), pre, list(chain[pos].token_ids), list(targets[pos].token_ids))
+                if on_path and dcfg.temperature == 0:  # the answer itself continues its committed branch
+                    branch = "draft" if pos < r.committed_drafts else "target"
+                    start = len(pre) - len(ids) + len(getattr(item, branch))
+                    room = min(opts.rollout_tokens, cfg.models.max_model_len - len(ids) - start - 1)
+                    known = trajectory_continuation(res.token_ids, res.finish, start, room=room,
+                                                    divergent_starts=divergent)
+                    if known is not None:
+                        item.known[branch] = known
+                items.append(item)
+                rows.append(row)
+        if spec.kind == "verifier":
+            complete(k, res, st, rows)
+            return
+        pending.append((k, res, st, rows, items))
+        if len(pending) >= n_conc:
+            flush()
+
+    def flush() -> None:
+        """Outcome labels of the pending problems' pairs, one engine call; then store them."""
+        batch = pending[:]
+        pending.clear()
+        items = [it for *_, its in batch for it in its]
+        outcomes, secs = rollout_labels(dec.decoder.target, task, items, max_tokens=opts.rollout_tokens,
+                                        max_len=cfg.models.max_model_len, gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+        at = 0
+        for k, res, st, rows, _ in batch:
+            for row, lab in zip(rows, outcomes[at:at + len(rows)]):
                 row.update(lab)
                 row["label"] = bool(row.pop("rollout_label"))
                 row["teacher_score"] = float(row["label"])
-                row["judge_s"] = secs / len(rows) + (row["judge_s"] if spec.kind == "consensus" else 0.0)
+                row["judge_s"] = secs / len(items) + (row["judge_s"] if spec.kind == "consensus" else 0.0)
+            at += len(rows)
+            disagreements = None
             if spec.kind == "consensus":  # keep the pairs both teachers agree on
                 kept = [row for row in rows if row["label"] == row["verifier_label"]]
                 disagreements = len(rows) - len(kept)
                 rows = kept
+            complete(k, res, st, rows, disagreements)
+
+    def complete(k: int, res, st, rows: list[dict], disagreements: int | None = None) -> None:
+        """Features of the labelled pairs, the problem row, and both to the store."""
+        i, prob = todo[k]
+        ids = encoded[k]
         pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
         for row, ok in zip(rows, exact.score(pairs)):
             row["exact_match"] = bool(ok)
@@ -352,6 +407,8 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
                                 problems=[ProblemInfo(prob.id, task.prompt(prob), len(ids), opts.task)
                                           for (_, prob), ids in zip(todo, encoded)],
                                 on_round=lambda k, r: rounds[k].append(r), on_done=finish)
+        if pending:
+            flush()
     finally:
         bar.close()
 
@@ -642,7 +699,9 @@ def add_arguments(p: ArgumentParser) -> None:
     p.add_argument("--merge", nargs="+", metavar="DIR", help="merge these collect dirs into --out and exit")
     p.add_argument("--stats", metavar="DIR", help="print counts and verifier agreement of a collect dir and exit")
     add_dataclass_args(p, CollectOptions)
-    add_dataclass_args(p, ModelConfig, skip=("verifier", "verifier_threshold"))
+    add_dataclass_args(p, ModelConfig, skip=("verifier_threshold",),
+                       help={"verifier": "the verifier that decodes under a rollout teacher (a verifier or consensus "
+                                         "teacher decodes with itself)"})
     add_dataclass_args(p, DecodeConfig, skip=("logprobs",))
 
 

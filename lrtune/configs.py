@@ -28,15 +28,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
-    """Add one ``--flag`` per dataclass field (bool fields get ``--flag/--no-flag``)."""
+def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = (),
+                       help: dict[str, str] | None = None) -> None:
+    """Add one ``--flag`` per dataclass field (bool fields get ``--flag/--no-flag``); ``help``
+    replaces the help text of the named fields."""
     hints = get_type_hints(cls)
     group = parser.add_argument_group(cls.__name__)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "").replace("%", "%%")
+        help_ = (help or {}).get(f.name, f.metadata.get("help", "")).replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
         typ = hints[f.name]
         if typ is bool:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from data_gen.rollout import parse_teacher, rollout_labels
+from data_gen.rollout import RolloutItem, parse_teacher, rollout_labels, trajectory_continuation
 from fake_backend import EOS, FakeBackend, chain
 from lrtune.errors import ConfigError
 from lrtune.tasks import Problem, get_task, same_outcome
@@ -44,17 +44,83 @@ def test_rollouts_of_a_problem_are_one_engine_call_and_steps_that_end_the_answer
     task = get_task("gsm_symbolic")
     prob = Problem(id="p", question="q", answer="12")
     prompt = [5, 6]
-    items = [(prompt + [9], [10, 11], [10, 11]),       # identical steps: identical continuations
-             (prompt + [9], [12, EOS], [13]),           # the draft step ended the answer: not continued
-             (prompt + [9, 9], [14], [15])]
-    labels, secs = rollout_labels(backend, task, prob, prompt, items, max_tokens=20, max_len=100)
-    assert len(backend.calls) == 1 and backend.calls[0][0] == 5  # 3 pairs x 2 rows, one not continued
+    items = [RolloutItem(prob, 2, prompt + [9], [10, 11], [10, 11]),  # identical steps: one row for both
+             RolloutItem(prob, 2, prompt + [9], [12, EOS], [13]),      # the draft step ended the answer: not continued
+             RolloutItem(prob, 2, prompt + [9, 9], [14], [15])]
+    labels, secs = rollout_labels(backend, task, items, max_tokens=20, max_len=100)
+    assert len(backend.calls) == 1 and backend.calls[0][0] == 4  # 3 pairs x 2 rows, one shared, one not continued
     assert labels[0]["rollout_label"] is True and labels[0]["rollout_draft_text"] == labels[0]["rollout_target_text"]
     assert labels[1]["rollout_draft_text"] == backend.decode([9, 12, EOS], skip_special_tokens=True)
     for lab in labels:
         assert lab["rollout_label"] == same_outcome(task, prob, lab["rollout_draft_text"], lab["rollout_target_text"])[0]
-    labels, _ = rollout_labels(backend, task, prob, prompt, items[:1], max_tokens=20, max_len=7)
+    assert not any(lab["rollout_reused"] for lab in labels)
+    labels, _ = rollout_labels(backend, task, items[:1], max_tokens=20, max_len=7)
     assert all(p.max_tokens == 7 - 5 - 1 for p in backend.row_params[-1])  # cut to fit the context
+
+
+def test_a_known_continuation_is_reused_instead_of_rolled_out():
+    backend = FakeBackend(chain(7))
+    task = get_task("gsm_symbolic")
+    prob = Problem(id="p", question="q", answer="12")
+    item = RolloutItem(prob, 2, [5, 6, 9], [14], [15], known={"target": ([16, 17], True)})
+    labels, _ = rollout_labels(backend, task, [item], max_tokens=20, max_len=100)
+    assert backend.calls[-1][0] == 1  # only the draft branch is decoded
+    assert labels[0]["rollout_target_text"] == backend.decode([9, 15, 16, 17], skip_special_tokens=True)
+    assert labels[0]["rollout_reused"] is True
+
+
+@pytest.mark.parametrize("finish,start,room,divergent,expected", [
+    ("eos", 2, 10, [], ([3, 4, 5], True)),        # ended by EOS within the room: the whole rest
+    ("length", 2, 10, [], None),                   # cut by the answer's budget before the room: not a rollout
+    ("length", 2, 2, [], ([3, 4], False)),         # the room is reached: the first `room` tokens
+    ("eos", 2, 3, [], ([3, 4, 5], True)),          # exactly the room, last token EOS
+    ("eos", 2, 10, [3], None),                     # a differing draft step accepted later: not greedy
+    ("eos", 2, 10, [0], ([3, 4, 5], True)),        # one accepted before the start does not matter
+])
+def test_the_answer_is_a_rollout_only_where_it_is_the_targets_greedy_continuation(finish, start, room, divergent,
+                                                                                   expected):
+    assert trajectory_continuation([1, 2, 3, 4, 5], finish, start, room=room, divergent_starts=divergent) == expected
+
+
+def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_gives(tmp_path, monkeypatch):
+    """--rollout-pairs committed keeps only the pairs on the answer's path; with --verifier
+    exact the answer is the target's greedy continuation, so the committed branch is not
+    rolled out again, and every label and continuation equals what a run that rolls out
+    both branches of every pair records for the same pair."""
+    import data_gen.rollout
+    from data_gen.collect import CollectConfig, CollectOptions, load_tables, run
+    from lrtune.api import ModelConfig
+    from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair, sample_questions
+
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": str(i)}) + "\n"
+                            for i, q in enumerate(sample_questions(3, seed=11))))
+    pair = get_tiny_pair()
+    got = {}
+    reuse = data_gen.rollout.trajectory_continuation
+    for which in ("all", "committed"):  # "all" with reuse off: every branch really rolled out
+        monkeypatch.setattr(data_gen.rollout, "trajectory_continuation",
+                            reuse if which == "committed" else lambda *a, **k: None)
+        cfg = CollectConfig(
+            options=CollectOptions(task="custom", data=str(data), limit=3, teacher="rollout", rollout_pairs=which,
+                                   out=str(tmp_path / which), progress=False, rollout_tokens=16, max_concurrent=2,
+                                   embedding_feature=False, target_score_feature=False),
+            models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers",
+                               max_model_len=512, verifier="exact"),
+            decode=DecodeConfig(method="lr", gamma1=2, max_new_tokens=48, max_step_tokens=12))
+        run(cfg)
+        got[which] = load_tables(tmp_path / which)[0].to_pylist()
+    key = lambda r: (r["problem_id"], r["round"], r["position"])  # noqa: E731
+    full = {key(r): r for r in got["all"]}
+    committed = got["committed"]
+    assert committed and len(committed) < len(got["all"])
+    assert all(r["chosen_branch"] and (r["committed"] or not r["verifier_label"]) for r in committed)
+    assert any(r["rollout_reused"] for r in committed) and not any(r["rollout_reused"] for r in got["all"])
+    for r in committed:
+        f = full[key(r)]
+        assert (r["label"], r["rollout_draft_text"], r["rollout_target_text"]) == \
+               (f["label"], f["rollout_draft_text"], f["rollout_target_text"])
 
 
 def test_rollout_and_consensus_teachers_in_collect(tmp_path):

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Outcome labels on the default pair (issue 17): collect gsm_symbolic + humaneval with the
+# rollout teacher, merge, print the agreement statistics and probe both llm_judge forms (and
+# target_score) against the rollout labels on the production path. Resumable: rerun it.
+#   bash benchmarks/rollout_labels.sh [GSM_PROBLEMS] [HUMANEVAL_PROBLEMS]
+set -euo pipefail
+export HF_HUB_OFFLINE=1
+GSM=${1:-32}; HE=${2:-18}
+LR=${LRTUNE:-.venv/bin/lrtune}; PY=${PYTHON:-.venv/bin/python}
+OUT=benchmarks/results/rollout_labels; mkdir -p "$OUT" results
+common=(--teacher rollout --verifier exact --rollout-pairs committed --rollout-tokens 512
+        --method lr+sd --gamma1 3 --gamma2 4 --max-new-tokens 768 --max-step-tokens 96
+        --max-model-len 1536 --kv-cache-gib 3 --max-concurrent 12 --no-target-score-feature)
+/usr/bin/time -f "%e s wall" "$LR" collect --task gsm_symbolic --limit "$GSM" --out results/rollout_gsm "${common[@]}"
+/usr/bin/time -f "%e s wall" "$LR" collect --task humaneval --limit "$HE" --out results/rollout_humaneval "${common[@]}"
+"$LR" collect --merge results/rollout_gsm results/rollout_humaneval --out results/rollout_labels
+"$LR" collect --stats results/rollout_labels | tee "$OUT/stats.txt"
+cp results/rollout_labels/README.md "$OUT/card.md"
+"$PY" -m benchmarks.judge_probe --data results/rollout_labels --kv-cache-gib 2 --max-model-len 4096 \
+    --specs "llm_judge(context),llm_judge(paper),target_score" --out "$OUT/judge_probe.json"
