@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> dict:
     res["load_and_warmup_s"] = time.perf_counter() - t0
     if "batch_cost_curve" not in res:
         sizes = [n for n in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if n <= args.batch_max]
-        curve = measure_batch_cost(dec.decoder.target, prompts, sizes, tokens=args.curve_tokens, repeats=2)
+        curve = measure_batch_cost(dec.target, prompts, sizes, tokens=args.curve_tokens, repeats=2)
         res["batch_cost_curve"] = {str(n): v for n, v in curve.items()}
         print("b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in curve.items()), flush=True)
         save()
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> dict:
         rows = prompts[:8]
         mixed = [GenParams(max_tokens=64, stop_at_delimiter=False, num_speculative_tokens=2 if i % 2 else args.gamma2)
                  for i in range(len(rows))]
-        target = dec.decoder.target
+        target = dec.target
         target.generate(rows, GenParams(max_tokens=1, stop_at_delimiter=False))  # untimed prompt prefill
         one, grouped_s = [], []
         for _ in range(2):  # alternate the two ways, best of two each
@@ -119,7 +119,7 @@ def main(args: argparse.Namespace) -> dict:
             continue
         cfg = replace(base, method=method)
         prefill = GenParams(max_tokens=1, stop_at_delimiter=False)  # untimed prompt prefill
-        for backend in (dec.decoder.target, dec.decoder.draft) if cfg.uses_lr else (dec.decoder.target,):
+        for backend in (dec.target, dec.draft) if cfg.uses_lr else (dec.target,):
             backend.generate(prompts, prefill)
         print(f"{key}: decoding {len(prompts)} problems ...", flush=True)
         outs, batch = dec.decoder.decode_many(prompts, cfg, max_concurrent=int(n), max_len=args.max_model_len)

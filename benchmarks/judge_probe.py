@@ -47,8 +47,8 @@ def _backend(args):
 
 
 def main(args: argparse.Namespace) -> dict:
-    from data_gen.collect import load_tables
-    from data_gen.stats import auroc
+    from lrtune.dataset import load_tables
+    from lrtune.pairstats import auroc
     from lrtune.verifiers import StepPair, make_verifier
     from lrtune.verifiers.base import same_step
 

@@ -28,7 +28,7 @@ KEY = ("problem_id", "round", "position", "branch")
 
 def rows_multiset(out: Path) -> Counter:
     """Every pair row's key, counted (duplicates show as counts > 1)."""
-    from data_gen.collect import load_tables
+    from lrtune.dataset import load_tables
 
     pairs, _ = load_tables(out)
     return Counter(tuple(r[k] for k in KEY) for r in pairs.to_pylist())

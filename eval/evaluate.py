@@ -32,10 +32,12 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lrtune.api import ModelConfig
 from lrtune.batchcost import measure_batch_cost, read_profile_curve
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, writable_dir, write_atomic
@@ -308,12 +310,12 @@ def run(cfg: EvalConfig) -> Summary:
     if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
         raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
-        dec, measured = _start(cfg, specs, task, problems, timing)
+        eng, measured = _start(cfg, specs, task, problems, timing)
         batch_cost = batch_cost if opts.profile else measured
         if opts.mode == "throughput":
-            _decode_throughput(dec, cfg, specs, task, problems, done, out, timing)
+            _decode_throughput(eng, cfg, specs, task, problems, done, out, timing)
         else:
-            _decode_all(dec, cfg, specs, task, problems, done, out, timing)
+            _decode_all(eng, cfg, specs, task, problems, done, out, timing)
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
     data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing)
@@ -325,7 +327,19 @@ def _previous_summary(out: Path) -> dict:
     return read_json(out / SUMMARY) or {}
 
 
-def _start(cfg: EvalConfig, specs, task, problems, timing):
+@dataclass
+class _Engines:
+    """The loaded decoder and what each method plugs into its decode calls."""
+
+    dec: Any  # lrtune.api.Decoder
+    controller: Any  # adaptive / best-fixed / oracle methods only (None: no --controller)
+    verifiers: dict  # MethodSpec.verifier (None: the configured verifier) -> Verifier
+
+    def verifier(self, spec: MethodSpec):
+        return self.verifiers[spec.verifier]
+
+
+def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None]:
     from lrtune.api import Decoder
 
     t0 = time.perf_counter()
@@ -337,13 +351,11 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     if any(s.control in ("adaptive", "best-fixed") for s in specs) and ctl is None:
         raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
-                               dataclasses.replace(cfg.decode, method="lr+sd"), controller=ctl,
+                               dataclasses.replace(cfg.decode, method="lr+sd"),
                                progress=cfg.options.progress, load_all_methods=uses_draft)
-    dec.decoder.controller = None  # only the controlled methods use it
-    dec.method_controller = ctl
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
-    dec.method_verifiers = _method_verifiers(dec, cfg, specs)
+    eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs))
     timing["load_s"] = time.perf_counter() - t0
     log(f"engines ready in {timing['load_s']:.1f} s")
     t0 = time.perf_counter()
@@ -353,38 +365,36 @@ def _start(cfg: EvalConfig, specs, task, problems, timing):
     warm = next(ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit)
     if cfg.options.warmup_tokens > 0:
         for s in specs:
-            _use_verifier(dec, s)
             dec.decoder.decode(warm, dataclasses.replace(s.decode_config(cfg.decode),
-                                                         max_new_tokens=cfg.options.warmup_tokens))
+                                                         max_new_tokens=cfg.options.warmup_tokens),
+                               verifier=eng.verifier(s))
     batch_cost = None
     lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
     if lr_specs and cfg.options.warmup_tokens > 0 and not cfg.options.profile:  # --profile: run() has b(n)
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
         if ctl is not None and any(s.control for s in specs):
             sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))
-        batch_cost = measure_batch_cost(dec.decoder.target, [warm], sizes)
+        batch_cost = measure_batch_cost(dec.target, [warm], sizes)
         log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
     timing["warmup_s"] = time.perf_counter() - t0
-    return dec, batch_cost
+    return eng, batch_cost
 
 
 def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
     """One verifier object per distinct ``v=`` option (model verifiers judge with the target)."""
     from lrtune.verifiers import make_verifier
 
-    out = {None: dec.decoder.verifier}
+    out = {None: dec.verifier}
     for s in specs:
         if s.verifier is not None and s.verifier not in out:
-            out[s.verifier] = make_verifier(s.verifier, threshold=None, seed=cfg.decode.seed, backend=dec.decoder.target)
+            out[s.verifier] = make_verifier(s.verifier, threshold=None, seed=cfg.decode.seed, backend=dec.target)
     return out
 
 
-def _use_verifier(dec, spec: MethodSpec) -> None:
-    dec.decoder.verifier = dec.method_verifiers[spec.verifier]
-
-
-def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
     from lrtune.control import ProblemInfo
+
+    dec = eng.dec
 
     progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
                            cfg.options.progress)
@@ -421,10 +431,9 @@ def _decode_all(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, ti
             order = pending[k:] + pending[:k]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
-                _use_verifier(dec, spec)
-                dcfg, kwargs = _controlled(dec, cfg, spec, prob, task, lrsd_stats.get(prob.id))
+                dcfg, kwargs = _controlled(eng.controller, cfg, spec, prob, task, lrsd_stats.get(prob.id))
                 kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
-                res, stats = dec.decoder.decode(ids, dcfg, **kwargs)
+                res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs)
                 timing["decode_s"] += stats.wall_s
                 rec = _record(prob, i, spec, dcfg, cfg, task, res, stats)
                 ok = rec["correct"]
@@ -459,12 +468,13 @@ def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, st
             "finish": res.finish, "text": res.text, "stats": stats.to_dict()}
 
 
-def _decode_throughput(dec, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
     """Throughput mode: each method over every problem it has not finished, with
     ``--max-concurrent`` in flight; a record is written as each problem ends and one
     :class:`~lrtune.stats.BatchStats` line per method to ``throughput.jsonl``."""
     from lrtune.control import ProblemInfo
 
+    dec = eng.dec
     opts = cfg.options
     progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
                            opts.progress)
@@ -474,8 +484,7 @@ def _decode_throughput(dec, cfg: EvalConfig, specs, task, problems, done, out: P
             todo = [(i, p) for i, p in enumerate(problems) if (p.id, spec.label) not in done]
             if not todo:
                 continue
-            _use_verifier(dec, spec)
-            dcfg, kwargs = _controlled(dec, cfg, spec, todo[0][1], task, None)
+            dcfg, kwargs = _controlled(eng.controller, cfg, spec, todo[0][1], task, None)
             ids = [dec.encode(task.prompt(p)) for _, p in todo]
             problems_info = [ProblemInfo(p.id, task.prompt(p), len(x), opts.task) for (_, p), x in zip(todo, ids)]
             n_ok = [0]
@@ -496,6 +505,7 @@ def _decode_throughput(dec, cfg: EvalConfig, specs, task, problems, done, out: P
 
             _, batch = dec.decoder.decode_many(ids, dcfg, max_concurrent=opts.max_concurrent,
                                                max_len=cfg.models.max_model_len, controller=kwargs.get("controller"),
+                                               verifier=eng.verifier(spec),
                                                problems=problems_info, on_done=on_done)
             timing["decode_s"] += batch.wall_s
             append_record(out / THROUGHPUT, {"method": spec.label, **batch.to_dict()})
@@ -533,18 +543,18 @@ def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
 
     prompts = ids if ids and isinstance(ids[0], list) else [ids]
     params = GenParams(max_tokens=1, stop_at_delimiter=False)
-    for backend in {id(b): b for b in (dec.decoder.target, dec.decoder.draft) if b is not None}.values():
+    for backend in {id(b): b for b in (dec.target, dec.draft) if b is not None}.values():
         backend.generate(prompts, params)
 
 
-def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
-    """(decode config, decode kwargs) of one decode; controlled methods get their depths.
-    ``ref_stats``: the lr+sd row's DecodeStats of this problem (the oracle reads its α)."""
+def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
+    """(decode config, decode kwargs) of one decode; controlled methods get their depths
+    from ``ctl`` (the run's controller). ``ref_stats``: the lr+sd row's DecodeStats of this
+    problem (the oracle reads its α)."""
     from lrtune.control import ProblemInfo
     from lrtune.speedup import best_gammas
 
     dcfg = spec.decode_config(cfg.decode)
-    ctl = getattr(dec, "method_controller", None)
     if spec.control == "adaptive":
         return dcfg, {"controller": ctl, "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
     if spec.control == "best-fixed":
@@ -555,10 +565,10 @@ def _controlled(dec, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
         a1, a2 = st.get("alpha1"), st.get("alpha2")
         if a1 is None or a2 is None:
             return dcfg, {}
-        c1, c2 = (ctl.c1, ctl.c2) if ctl is not None and hasattr(ctl, "c1") else (0.4, 0.4)
+        c1, c2 = (ctl.c1, ctl.c2) if ctl is not None and hasattr(ctl, "c1") else (DEFAULT_COST_RATIO,) * 2
         b = getattr(ctl, "batch_cost", None) if ctl is not None else None
         bounds = ctl.bounds if ctl is not None else None
-        best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, bounds.M if bounds else 24.0,
+        best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, (bounds or Bounds()).M,
                            bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b)
         return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
     return dcfg, {}

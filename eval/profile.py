@@ -75,7 +75,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
     probs = task.load(limit=max([opts.gamma1_max + 1, *big]), seed=0)
     prompts = [dec.encode(task.prompt(p)) for p in probs]
-    target, draft = dec.decoder.target, dec.decoder.draft
+    target, draft = dec.target, dec.draft
     _time(target, prompts[:1], 8, 1)  # warm-up
     _time(draft, prompts[:1], 8, 1)
     t1 = _time(target, prompts[:1], opts.tokens, opts.repeats)

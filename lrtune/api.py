@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from lrtune.backends.base import Backend
 from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
 from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats
@@ -76,9 +77,8 @@ def build_controller(spec, cfg: DecodeConfig):
     from lrtune.control import Bounds
     from policies import make_controller
 
-    bounds = Bounds(gamma1_min=0, gamma1_max=max(6, cfg.gamma1), gamma2_min=0, gamma2_max=max(8, cfg.gamma2),
-                    M=float(max(24, cfg.gamma1 * cfg.gamma2)))
-    return make_controller(spec, gamma1=cfg.gamma1, gamma2=cfg.gamma2, bounds=bounds, seed=cfg.seed)
+    return make_controller(spec, gamma1=cfg.gamma1, gamma2=cfg.gamma2, bounds=Bounds.covering(cfg.gamma1, cfg.gamma2),
+                           seed=cfg.seed)
 
 
 def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
@@ -229,6 +229,21 @@ class Decoder:
         ver = _build_verifier(models, cfg, verifier, target, progress, lambda path: HFBackend(path, hcfg, name="judge"))
         return cls(LookaheadDecoder(target, draft, ver, cfg), models)
 
+    @property
+    def target(self) -> Backend:
+        """The target engine (token ids in, :class:`GenBatch` out)."""
+        return self.decoder.target
+
+    @property
+    def draft(self) -> Backend | None:
+        """The draft engine (None when only target-only / EAGLE methods were loaded)."""
+        return self.decoder.draft
+
+    @property
+    def verifier(self) -> Verifier:
+        """The configured verifier (``decode(..., verifier=...)`` overrides it per call)."""
+        return self.decoder.verifier
+
     def encode(self, prompt: str, *, chat: bool = True) -> list[int]:
         if not prompt or not prompt.strip():
             raise ConfigError("empty prompt")
@@ -282,11 +297,9 @@ class Decoder:
 
     def start_engines(self, cfg: DecodeConfig) -> None:
         """Start the engines ``cfg`` needs now, so their start-up is not billed to a decode."""
-        target, draft = self.decoder.target, self.decoder.draft
-        if hasattr(target, "engine"):
-            target.engine(cfg.gamma2 if cfg.uses_sd else 0)
-        if cfg.uses_lr and draft is not None and hasattr(draft, "engine"):
-            draft.engine(0)
+        self.target.start(cfg.gamma2 if cfg.uses_sd else 0)
+        if cfg.uses_lr and self.draft is not None:
+            self.draft.start(0)
 
     def close(self) -> None:
         self.decoder.target.close()

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lrtune.backends.base import GenParams
+from lrtune.rounds import mix_seed, step_params
 from lrtune.stats import DecodeStats
 from lrtune.verifiers import StepPair, accept
 
@@ -96,7 +97,7 @@ class _Worker:
                 params = jobs[0].params
                 if len(jobs) > 1 and params.seeds is not None:
                     params = _with_seeds(params, tuple(s for j in jobs for s in j.params.seeds))
-                if getattr(self.backend, "concurrent_safe", False):
+                if self.backend.concurrent_safe:
                     t0 = time.perf_counter()
                     out = self.backend.generate([j.prefix for j in jobs], params)
                     self.busy_s += time.perf_counter() - t0
@@ -120,10 +121,9 @@ def _with_seeds(params: GenParams, seeds: tuple[int, ...] | None) -> GenParams:
     return replace(params, seeds=seeds)
 
 
-def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit):
-    """Async LR (see module docstring); returns ``(token_ids, steps, finished_by_eos)``."""
-    from lrtune.decoder import _mix
-
+def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit, verifier):
+    """Async LR (see module docstring) with ``dec``'s target and draft engines and
+    ``verifier``; returns ``(token_ids, steps, finished_by_eos)``."""
     eos = dec.target.eos_ids | dec.draft.eos_ids
     gen: list[int] = []
     steps: list[tuple[str, list[int]]] = []
@@ -139,7 +139,7 @@ def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit):
         stats.draft_step_tokens += sum(len(o.token_ids) for o in out.outputs)
 
     def account_target(out) -> None:
-        dec._account_target(stats, out)
+        stats.observe_target_call(out.seconds, out.sd)
         stats.target_step_tokens += sum(len(o.token_ids) for o in out.outputs)
 
     draft_w = _Worker(dec.draft, "draft", batch=False, account=account_draft)
@@ -147,8 +147,8 @@ def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit):
 
     def params(role: int, prefix_len: int, budget: int, draft: bool) -> GenParams:
         # seeded by the prefix, so a step's sample never depends on when it was scheduled
-        seeds = (_mix(cfg.seed, prefix_len, role),) if cfg.temperature > 0 else None
-        return _with_seeds(dec._step_params(cfg, budget, 0, 0, 1, draft=draft), seeds)
+        seeds = (mix_seed(cfg.seed, prefix_len, role),) if cfg.temperature > 0 else None
+        return _with_seeds(step_params(cfg, budget, 0, 0, 1, draft=draft), seeds)
 
     def commit(source: str, ids: list[int]) -> bool:
         """Append a step; True when decoding is over."""
@@ -202,7 +202,7 @@ def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit):
             if chain:
                 context = dec.target.decode(base[-cfg.context_tokens:])
                 tv = time.perf_counter()
-                (ok,), _ = accept(dec.verifier, [StepPair(context=context, draft=chain[0].text, target=s1.text)])
+                (ok,), _ = accept(verifier, [StepPair(context=context, draft=chain[0].text, target=s1.text)])
                 stats.verify_s += time.perf_counter() - tv
                 stats.verifier_calls += 1
                 verdicts.append(ok)

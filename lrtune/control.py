@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from lrtune.backends.base import SDCounters
 from lrtune.errors import ConfigError
+
+
+DEFAULT_COST_RATIO = 0.4  # c1 = c2 (draft : target seconds per token) where nothing measured it (lrtune profile does)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,13 @@ class Bounds:
             raise ConfigError(f"bad controller bounds: {self}")
         if self.M < 0:
             raise ConfigError(f"the budget M must be >= 0, got {self.M}")
+
+    @classmethod
+    def covering(cls, gamma1: int, gamma2: int) -> Bounds:
+        """The default bounds, widened to allow the configured (γ1, γ2)."""
+        d = cls()
+        return cls(gamma1_min=0, gamma1_max=max(d.gamma1_max, gamma1), gamma2_min=0,
+                   gamma2_max=max(d.gamma2_max, gamma2), M=float(max(d.M, gamma1 * gamma2)))
 
     def allows(self, gamma1: int, gamma2: int) -> bool:
         return (self.gamma1_min <= gamma1 <= self.gamma1_max and self.gamma2_min <= gamma2 <= self.gamma2_max
@@ -80,23 +91,39 @@ class ControlState:
 @dataclass(frozen=True)
 class RoundOutcome:
     """What one round did. ``verdicts`` are the verifier's decisions for every drafted
-    position (all of them are observations of α1); the SD counters cover this round's
-    target call: ``sd_iterations`` verification passes, ``sd_drafted``/``sd_accepted``
-    tokens, ``sd_full`` passes where every draft token was accepted."""
+    position (all of them are observations of α1); ``sd`` holds the token-level SD counters
+    of this round's target call (verification passes, drafted / accepted tokens, accepted
+    tokens per draft position), from which the ``sd_*`` views below are derived."""
 
     gamma1: int
     gamma2: int
     verdicts: tuple[bool, ...] = ()
     accepted_steps: int = 0
     committed_tokens: int = 0
-    sd_iterations: int = 0
-    sd_drafted: int = 0
-    sd_accepted: int = 0
-    sd_full: int = 0
+    sd: SDCounters = field(default_factory=SDCounters)
     draft_s: float = 0.0
     target_s: float = 0.0
     verify_s: float = 0.0
     extra: dict = field(default_factory=dict)
+
+    @property
+    def sd_iterations(self) -> int:
+        """Verification passes of the target (each checked up to γ2 draft tokens)."""
+        return self.sd.drafts
+
+    @property
+    def sd_drafted(self) -> int:
+        return self.sd.drafted_tokens
+
+    @property
+    def sd_accepted(self) -> int:
+        return self.sd.accepted_tokens
+
+    @property
+    def sd_full(self) -> int:
+        """Passes in which all γ2 draft tokens were accepted."""
+        k, by_pos = self.gamma2, self.sd.accepted_by_pos
+        return by_pos[k - 1] if 0 < k <= len(by_pos) else 0
 
     @property
     def step_successes(self) -> tuple[int, int]:

@@ -36,6 +36,7 @@ from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER
 from lrtune.verifiers import StepPair, Verifier, accept
 from lrtune.verifiers.base import verifier_context
+from lrtune.rounds import DRAFT, mix_seed, step_params
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
 METHODS: tuple[str, ...] = ("target", "sd", "lr", "lr+sd")
@@ -149,9 +150,11 @@ class LookaheadDecoder:
                on_round: Callable[[RoundRecord], None] | None = None,
                on_commit: Callable[[str, list[int]], None] | None = None,
                controller: Controller | None = None,
-               problem: ProblemInfo | None = None) -> tuple[DecodeResult, DecodeStats]:
+               problem: ProblemInfo | None = None,
+               verifier: Verifier | None = None) -> tuple[DecodeResult, DecodeStats]:
         """Decode one prompt; ``on_round`` sees every LR round, ``on_commit`` every committed
-        step; ``controller`` (default ``self.controller``) picks (γ1, γ2) before each round."""
+        step; ``controller`` (default ``self.controller``) picks (γ1, γ2) before each round;
+        ``verifier`` (default ``self.verifier``) judges this call's pairs."""
         cfg = (config or self.config).validate()
         if not prompt_ids:
             raise ConfigError("empty prompt")
@@ -165,7 +168,8 @@ class LookaheadDecoder:
 
             stats = DecodeStats(prompt_tokens=len(prompt_ids))
             t0 = time.perf_counter()
-            gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit)
+            gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit,
+                                         verifier if verifier is not None else self.verifier)
             eos = self.target.eos_ids | self.draft.eos_ids
             result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
                                   finish="eos" if gen and gen[-1] in eos else "length", steps=steps)
@@ -173,7 +177,7 @@ class LookaheadDecoder:
             stats.generated_tokens = len(gen)
             return result, stats
         outs, _ = self.decode_many(
-            [prompt_ids], cfg, controller=controller, problems=None if problem is None else [problem],
+            [prompt_ids], cfg, controller=controller, verifier=verifier, problems=None if problem is None else [problem],
             on_round=None if on_round is None else (lambda _i, r: on_round(r)),
             on_commit=None if on_commit is None else (lambda _i, src, ids: on_commit(src, ids)))
         if isinstance(outs[0], Exception):
@@ -183,7 +187,7 @@ class LookaheadDecoder:
     def decode_many(self, prompts: Sequence[Sequence[int]], config: DecodeConfig | None = None, *,
                     max_concurrent: int = 1, max_len: int | None = None,
                     controller: Controller | None = None, problems: Sequence[ProblemInfo] | None = None,
-                    on_round: Callable[[int, RoundRecord], None] | None = None,
+                    verifier: Verifier | None = None, on_round: Callable[[int, RoundRecord], None] | None = None,
                     on_commit: Callable[[int, str, list[int]], None] | None = None,
                     on_done: Callable[[int, tuple[DecodeResult, DecodeStats] | Exception], None] | None = None,
                     ) -> tuple[list[tuple[DecodeResult, DecodeStats] | Exception], BatchStats]:
@@ -209,8 +213,9 @@ class LookaheadDecoder:
         if cfg.uses_lr and cfg.async_lr:
             if max_concurrent > 1:
                 raise ConfigError("async LR decodes one prompt at a time: use --max-concurrent 1 or sync LR")
-            return self._decode_each_async(prompts, cfg, on_commit, on_done)
+            return self._decode_each_async(prompts, cfg, on_commit, on_done, verifier)
         controller = controller if controller is not None else self.controller
+        verifier = verifier if verifier is not None else self.verifier
         if cfg.uses_lr and self.draft is None:
             raise ConfigError(f"method {cfg.method!r} needs a draft model")
         results: list[tuple[DecodeResult, DecodeStats] | Exception | None] = [None] * len(prompts)
@@ -231,20 +236,20 @@ class LookaheadDecoder:
         batch = BatchStats(prompts=len(runnable), failed=len(prompts) - len(runnable), max_concurrent=max_concurrent)
         t0 = time.perf_counter()
         if cfg.uses_lr:
-            self._lookahead_many(prompts, runnable, cfg, max_concurrent, controller, problems, on_round, on_commit,
-                                 on_done, results, batch)
+            self._lookahead_many(prompts, runnable, cfg, max_concurrent, controller, verifier, problems, on_round,
+                                 on_commit, on_done, results, batch)
         else:
             self._plain_many(prompts, runnable, cfg, max_concurrent, on_commit, on_done, results, batch)
         batch.wall_s = time.perf_counter() - t0
         batch.generated_tokens = sum(len(r[0].token_ids) for r in results if isinstance(r, tuple))
         return results, batch  # type: ignore[return-value]
 
-    def _decode_each_async(self, prompts, cfg, on_commit, on_done):
+    def _decode_each_async(self, prompts, cfg, on_commit, on_done, verifier):
         results, batch = [], BatchStats(prompts=len(prompts), max_concurrent=1)
         t0 = time.perf_counter()
         for i, ids in enumerate(prompts):
             try:
-                r = self.decode(ids, cfg, on_commit=None if on_commit is None else (
+                r = self.decode(ids, cfg, verifier=verifier, on_commit=None if on_commit is None else (
                     lambda src, step, _i=i: on_commit(_i, src, step)))
             except ConfigError as e:
                 r = e
@@ -278,9 +283,7 @@ class LookaheadDecoder:
             for k, i in enumerate(group):
                 out = call.outputs[k]
                 stats = DecodeStats(prompt_tokens=len(prompts[i]), target_calls=1, target_s=shares[k])
-                sd = row_sd[k] if row_sd is not None else None
-                if sd is not None:
-                    stats.observe_sd(sd.drafts, sd.drafted_tokens, sd.accepted_tokens, sd.accepted_by_pos)
+                stats.observe_sd(row_sd[k] if row_sd is not None else None)
                 ids = list(out.token_ids)
                 if on_commit:
                     on_commit(i, "target", ids)
@@ -294,7 +297,7 @@ class LookaheadDecoder:
 
     # ---- Lookahead Reasoning ---------------------------------------------------------
     def _lookahead_many(self, prompts, runnable: list[int], cfg: DecodeConfig, max_concurrent: int, controller,
-                        problems, on_round, on_commit, on_done, results: list, batch: BatchStats) -> None:
+                        verifier: Verifier, problems, on_round, on_commit, on_done, results: list, batch: BatchStats) -> None:
         eos = self.target.eos_ids | self.draft.eos_ids
         waiting = list(runnable)
         active: list[_Slot] = []
@@ -311,7 +314,7 @@ class LookaheadDecoder:
                                        text=self.target.decode(ids, skip_special_tokens=True), prompt_tokens=len(ids))
                 active.append(_Slot(index=i, prompt=ids, stats=DecodeStats(prompt_tokens=len(ids)), controller=ctl,
                                     problem=prob, started=time.perf_counter()))
-            self._round(active, cfg, eos, on_round, on_commit, batch)
+            self._round(active, cfg, verifier, eos, on_round, on_commit, batch)
             for slot in [s for s in active if s.done]:
                 active.remove(slot)
                 slot.stats.wall_s = time.perf_counter() - slot.started
@@ -323,7 +326,8 @@ class LookaheadDecoder:
                 if on_done:
                     on_done(slot.index, results[slot.index])
 
-    def _round(self, slots: list[_Slot], base_cfg: DecodeConfig, eos: frozenset[int], on_round, on_commit,
+    def _round(self, slots: list[_Slot], base_cfg: DecodeConfig, verifier: Verifier, eos: frozenset[int], on_round,
+               on_commit,
                batch: BatchStats) -> None:
         """One LR round for every slot: batched drafts per position, one target call, one
         verifier call, then each slot commits its accepted prefix and the target's step."""
@@ -351,7 +355,7 @@ class LookaheadDecoder:
             srows, where = _target_rows(s.base, s.chains, s.budget, eos)
             owner.append(list(range(len(rows), len(rows) + len(srows))))
             rows += srows
-            params += per_row(self._step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False), len(srows))
+            params += per_row(step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False), len(srows))
             wheres.append(where)
         tb = self.target.generate(rows, params)
         batch.observe_call("target", len(rows))
@@ -359,12 +363,8 @@ class LookaheadDecoder:
         row_sd = _row_counters(tb)
         for s, mine, share, where in zip(slots, owner, shares, wheres):
             s.target_s = share
-            s.stats.target_calls += 1
-            s.stats.target_s += share
             s.round_sd = add_counters([row_sd[r] for r in mine]) if row_sd is not None else None
-            if s.round_sd is not None:
-                sd = s.round_sd
-                s.stats.observe_sd(sd.drafts, sd.drafted_tokens, sd.accepted_tokens, sd.accepted_by_pos)
+            s.stats.observe_target_call(share, s.round_sd)
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
             s.targets = [[tb.outputs[mine[where[w, k]]] if (w, k) in where else None for k in range(len(c) + 1)]
                          for w, c in enumerate(s.chains)]
@@ -379,7 +379,7 @@ class LookaheadDecoder:
         if keys:
             pairs = [s.pairs[w][k] for s, w, k in keys]
             tv = time.perf_counter()
-            flat_v, flat_s = accept(self.verifier, pairs)
+            flat_v, flat_s = accept(verifier, pairs)
             vsec = time.perf_counter() - tv
             batch.observe_call("verify", len(pairs))
             for (s, w, _), v, sc in zip(keys, flat_v, flat_s):
@@ -438,14 +438,10 @@ class LookaheadDecoder:
                 s.done = True
                 break
         if s.controller is not None:
-            sd = s.round_sd or SDCounters()
-            k = cfg.gamma2 if cfg.uses_sd else 0
-            full = sd.accepted_by_pos[k - 1] if 0 < k <= len(sd.accepted_by_pos) else 0
             s.controller.update(RoundOutcome(
-                gamma1=cfg.gamma1, gamma2=k, verdicts=tuple(s.verdicts[best]), accepted_steps=j,
-                committed_tokens=sum(len(ids) for _, ids in commit), sd_iterations=sd.drafts,
-                sd_drafted=sd.drafted_tokens, sd_accepted=sd.accepted_tokens, sd_full=full,
-                draft_s=sum(s.draft_secs), target_s=s.target_s, verify_s=s.verify_s))
+                gamma1=cfg.gamma1, gamma2=cfg.gamma2 if cfg.uses_sd else 0, verdicts=tuple(s.verdicts[best]),
+                accepted_steps=j, committed_tokens=sum(len(ids) for _, ids in commit),
+                sd=s.round_sd or SDCounters(), draft_s=sum(s.draft_secs), target_s=s.target_s, verify_s=s.verify_s))
         if not progressed or len(s.gen) >= cfg.max_new_tokens:  # context full: stop, never spin
             s.done = True
         s.rnd += 1
@@ -469,8 +465,8 @@ class LookaheadDecoder:
                 temp = _branch_temperature(w, s.cfg)
                 seeds = None
                 if temp > 0:
-                    seeds = (_mix(s.cfg.seed, s.rnd, j, 1) if w == 0 else _mix(s.cfg.seed, s.rnd, j, 1, w),)
-                params.append(replace(self._step_params(s.cfg, s.budget, s.rnd, j, 1, draft=True),
+                    seeds = (mix_seed(s.cfg.seed, s.rnd, j, DRAFT) if w == 0 else mix_seed(s.cfg.seed, s.rnd, j, DRAFT, w),)
+                params.append(replace(step_params(s.cfg, s.budget, s.rnd, j, 1, draft=True),
                                       temperature=temp, seeds=seeds))
             b = self.draft.generate([s.base + _concat(s.chains[w]) for s, w in items], params)
             batch.observe_call("draft", len(items))
@@ -491,24 +487,6 @@ class LookaheadDecoder:
                 s.stats.draft_step_tokens += len(step.token_ids)
                 if step.finish == "eos":
                     live[id(s)].remove(w)
-
-    def _step_params(self, cfg: DecodeConfig, budget: int, rnd: int, pos: int, n: int, *, draft: bool) -> GenParams:
-        """Step params; seeds are a pure function of (seed, round, position, role)."""
-        count = 1 if draft else n
-        seeds = None
-        if cfg.temperature > 0:
-            role = 1 if draft else 2
-            seeds = tuple(_mix(cfg.seed, rnd, pos + k, role) for k in range(count))
-        return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
-                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds, logprobs=cfg.logprobs,
-                         num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
-
-    @staticmethod
-    def _account_target(stats: DecodeStats, batch: GenBatch) -> None:
-        stats.target_calls += 1
-        stats.target_s += batch.seconds
-        if batch.sd is not None:
-            stats.observe_sd(batch.sd.drafts, batch.sd.drafted_tokens, batch.sd.accepted_tokens, batch.sd.accepted_by_pos)
 
 
 @dataclass(eq=False)
@@ -595,12 +573,3 @@ def _concat(steps: Sequence[Generation]) -> list[int]:
     for s in steps:
         out.extend(s.token_ids)
     return out
-
-
-def _mix(*xs: int) -> int:
-    """A deterministic 31-bit seed from integers (splitmix-style)."""
-    h = 0x9E3779B97F4A7C15
-    for x in xs:
-        h ^= (x + 0x9E3779B97F4A7C15 + (h << 6) + (h >> 2)) & 0xFFFFFFFFFFFFFFFF
-        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    return int(h >> 33)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lrtune.backends.base import SDCounters
+
 
 @dataclass
 class DecodeStats:
@@ -62,16 +64,22 @@ class DecodeStats:
         self.committed_draft_steps += leading_accepts(accepted)
         self.committed_target_steps += int(committed_target_step)
 
-    def observe_sd(self, drafts: int, drafted_tokens: int, accepted_tokens: int,
-                   accepted_by_pos: list[int] | None = None) -> None:
-        """Add token-level SD counters (differences of the engine's counters for one call)."""
-        self.sd_drafts += drafts
-        self.drafted_tokens += drafted_tokens
-        self.accepted_tokens += accepted_tokens
-        if accepted_by_pos:
-            _grow(self.sd_accepted_by_pos, len(accepted_by_pos))
-            for i, n in enumerate(accepted_by_pos):
-                self.sd_accepted_by_pos[i] += n
+    def observe_sd(self, sd: SDCounters | None) -> None:
+        """Add one call's token-level SD counters (None: the call ran no SD)."""
+        if sd is None:
+            return
+        self.sd_drafts += sd.drafts
+        self.drafted_tokens += sd.drafted_tokens
+        self.accepted_tokens += sd.accepted_tokens
+        _grow(self.sd_accepted_by_pos, len(sd.accepted_by_pos))
+        for i, n in enumerate(sd.accepted_by_pos):
+            self.sd_accepted_by_pos[i] += n
+
+    def observe_target_call(self, seconds: float, sd: SDCounters | None) -> None:
+        """One target engine call of this prompt: its (share of the) seconds and SD counters."""
+        self.target_calls += 1
+        self.target_s += seconds
+        self.observe_sd(sd)
 
     # ---- derived -----------------------------------------------------------------
     @property

@@ -7,7 +7,7 @@ the bandit's prior; see :mod:`policies.learned`).
 
 from __future__ import annotations
 
-from lrtune.control import Bounds
+from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.errors import ConfigError
 
 from policies.bandit import BanditController
@@ -20,7 +20,7 @@ __all__ = ["BanditController", "FixedController", "HeuristicController", "POLICI
 
 
 def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Bounds | None = None,
-                    c1: float = 0.4, c2: float = 0.4, batch_cost=None, seed: int = 0):
+                    c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO, batch_cost=None, seed: int = 0):
     """A controller by policy name (``learned`` ones load from a directory instead)."""
     if name == "fixed":
         return FixedController(gamma1, gamma2, bounds)

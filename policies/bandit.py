@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 
-from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
+from lrtune.control import DEFAULT_COST_RATIO, Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
 from lrtune.speedup import h
 
@@ -25,7 +25,8 @@ from lrtune.speedup import h
 class BanditController:
     name = "bandit"
 
-    def __init__(self, bounds: Bounds | None = None, c1: float = 0.4, c2: float = 0.4, batch_cost=None,
+    def __init__(self, bounds: Bounds | None = None, c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO,
+                 batch_cost=None,
                  prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
                  seed: int = 0) -> None:
         if mode not in ("thompson", "ucb"):

@@ -24,7 +24,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lrtune.control import Bounds, ProblemInfo
+from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
 from lrtune.errors import ConfigError
 
 from policies.bandit import BanditController
@@ -126,7 +126,8 @@ class LearnedController(BanditController):
     name = "learned"
 
     def __init__(self, predictor: AlphaPredictor, featurizer: ProblemFeaturizer, bounds: Bounds | None = None,
-                 c1: float = 0.4, c2: float = 0.4, batch_cost=None, prior_strength: float = 8.0,
+                 c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO, batch_cost=None,
+                 prior_strength: float = 8.0,
                  mode: str = "thompson", seed: int = 0) -> None:
         super().__init__(bounds, c1=c1, c2=c2, batch_cost=batch_cost, mode=mode, seed=seed)
         self.predictor, self.featurizer = predictor, featurizer

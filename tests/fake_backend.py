@@ -37,6 +37,8 @@ def chain(seed: int, eos_rate: float = 0.02, delim_rate: float = 0.15) -> list[i
 
 
 class FakeBackend:
+    concurrent_safe = False
+
     def __init__(self, table: list[int], name: str = "fake") -> None:
         self.table = table
         self.name = name
@@ -76,6 +78,9 @@ class FakeBackend:
         k = max(r.num_speculative_tokens for r in rows) if rows else 0
         sd = SDCounters(drafts=1, drafted_tokens=k, accepted_tokens=0) if k else None
         return GenBatch(outputs=outs, seconds=0.0, sd=sd)
+
+    def start(self, num_speculative_tokens: int = 0) -> None:
+        pass
 
     def close(self) -> None:
         pass

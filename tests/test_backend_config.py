@@ -38,11 +38,34 @@ def test_sd_counter_sums_engine_stats_and_snapshots_subtract():
         def __init__(self, s):
             self.spec_decoding_stats = s
 
-    c = vb._SDCounter()
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    from lrtune.backends.vllm_patches import sd_stat_logger
+
+    c = sd_stat_logger()
+    assert isinstance(c, StatLoggerBase)  # vLLM's own interface, not duck typing
     c.record(Sched(S(2, 8, 5, [2, 2, 1, 0])), None)
-    before = c.snapshot()
+    before = c.totals.copy()
     c.record(Sched(S(3, 12, 4, [2, 1, 1, 0])), None)
     c.record(Sched(None), None)
-    delta = c.snapshot().minus(before)
+    delta = c.totals.minus(before)
     assert (delta.drafts, delta.drafted_tokens, delta.accepted_tokens) == (3, 12, 4)
     assert delta.accepted_by_pos == [2, 1, 1, 0]
+
+
+def test_the_vllm_internals_lrtune_patches_have_the_shape_the_patches_expect():
+    from lrtune.backends.vllm_patches import internals_problems
+
+    assert internals_problems() == []
+
+
+def test_another_vllm_version_is_refused_with_the_supported_one_named(monkeypatch):
+    import vllm
+
+    from lrtune.backends.vllm_patches import SUPPORTED_VLLM, require_supported_vllm
+    from lrtune.errors import ConfigError
+
+    require_supported_vllm()  # the installed one
+    monkeypatch.setattr(vllm, "__version__", "0.99.1")
+    with pytest.raises(ConfigError, match=SUPPORTED_VLLM.replace(".", r"\.")):
+        require_supported_vllm()

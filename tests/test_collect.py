@@ -6,14 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 pytest.importorskip("pyarrow")
 
-from data_gen.collect import CollectConfig, CollectOptions, load_tables, merge, run, summarize_pairs  # noqa: E402
-from data_gen.stats import auroc  # noqa: E402
+from data_gen.collect import CollectConfig, CollectOptions, run  # noqa: E402
+from lrtune.dataset import load_tables, merge, summarize_pairs  # noqa: E402
+from lrtune.pairstats import auroc  # noqa: E402
 from lrtune.api import ModelConfig  # noqa: E402
 from lrtune.decoder import DecodeConfig  # noqa: E402
 from lrtune.errors import ConfigError  # noqa: E402
@@ -257,7 +257,8 @@ def test_ray_flag_without_ray_installed_is_a_clear_error(data_file, tmp_path, mo
 
 
 def test_a_dataset_from_an_older_lrtune_without_newer_default_options_still_resumes(data_file, tmp_path):
-    from data_gen.collect import CONFIG, collect_key, prepare_out
+    from data_gen.collect import collect_key, prepare_out
+    from lrtune.dataset import CONFIG
 
     cfg = make_cfg(data_file, tmp_path / "old", teacher="exact")
     key = collect_key(cfg)

@@ -243,3 +243,38 @@ def test_batched_controllers_choose_depths_per_prompt_and_keep_greedy_equality(m
     for i, (p, (res, stats)) in enumerate(zip(prompts, outs)):
         assert res.token_ids == reference_greedy(target, p, 48)
         assert len(stats.drafted_by_pos) == i  # γ1 = i drafted positions (0: SD only)
+
+
+def test_block_acceptance_greedy_keeps_the_longest_argmax_prefix_and_the_targets_token():
+    import torch
+
+    from lrtune.backends.base import GenParams
+    from lrtune.backends.hf import _accept
+
+    logits = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0], [0.0, 5.0, 0.0]])
+    params = GenParams(max_tokens=8, logprobs=True)
+    assert _accept([1, 0, 1], [None] * 3, logits, params, None)[:2] == (2, [1, 0, 2])  # rejected at 2
+    n, toks, infos = _accept([1, 0, 2], [None] * 3, logits, params, None)
+    assert (n, toks) == (3, [1, 0, 2, 1])  # all accepted: the target's bonus token follows
+    assert [i[0] for i in infos] == toks and infos[0][1] == pytest.approx(float(torch.log_softmax(logits[0], -1)[1]))
+    assert _accept([], [], logits, params, None)[:2] == (0, [1])
+
+
+def test_block_acceptance_sampled_commits_tokens_distributed_as_the_target():
+    """Speculative sampling is lossless: whatever q proposed, the first committed token is
+    distributed as p = softmax(target logits / T)."""
+    import torch
+
+    from lrtune.backends.base import GenParams
+    from lrtune.backends.hf import _accept, _probs
+
+    params = GenParams(max_tokens=8, temperature=1.0)
+    logits = torch.tensor([[1.0, 0.2, -1.0, 0.5], [0.0, 0.0, 0.0, 0.0]])
+    q = torch.tensor([0.1, 0.6, 0.2, 0.1])
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(4)
+    n_trials = 20000
+    for _ in range(n_trials):
+        d = int(torch.multinomial(q, 1, generator=gen))
+        counts[_accept([d], [q], logits, params, gen)[1][0]] += 1
+    assert torch.allclose(counts / n_trials, _probs(logits[0], params), atol=0.015)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lrtune.backends.base import SDCounters
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome, method_for_depths
 from lrtune.errors import ConfigError
 from lrtune.speedup import h
@@ -21,16 +22,17 @@ def simulate_round(rng, g1, g2, a1, a2, passes=6):
     """One round of the i.i.d. model: γ1 verdicts ~ Bernoulli(α1); ``passes`` SD passes
     that accept draft tokens until the first rejection."""
     verdicts = tuple(rng.random() < a1 for _ in range(g1))
-    acc = full = 0
+    acc = 0
+    by_pos = [0] * g2  # passes that accepted position i
     for _ in range(passes if g2 else 0):
         k = 0
         while k < g2 and rng.random() < a2:
+            by_pos[k] += 1
             k += 1
         acc += k
-        full += k == g2
     j = next((i for i, v in enumerate(verdicts) if not v), len(verdicts))
-    return RoundOutcome(gamma1=g1, gamma2=g2, verdicts=verdicts, accepted_steps=j, sd_iterations=passes if g2 else 0,
-                        sd_drafted=passes * g2, sd_accepted=acc, sd_full=full)
+    return RoundOutcome(gamma1=g1, gamma2=g2, verdicts=verdicts, accepted_steps=j,
+                        sd=SDCounters(passes if g2 else 0, passes * g2, acc, by_pos))
 
 
 @settings(max_examples=60, deadline=None)
@@ -63,9 +65,9 @@ def test_bounds_clip_to_the_nearest_allowed_pair(gamma1, gamma2, M, expected):
 def test_heuristic_grows_on_full_acceptance_and_shrinks_on_rejection():
     ctl = HeuristicController(2, 4, Bounds(gamma1_max=6, gamma2_max=8, M=48))
     assert ctl.choose(P, ControlState(0, 0, 100)) == (2, 4)
-    ctl.update(RoundOutcome(2, 4, verdicts=(True, True), sd_iterations=3, sd_drafted=12, sd_accepted=12, sd_full=3))
+    ctl.update(RoundOutcome(2, 4, verdicts=(True, True), sd=SDCounters(3, 12, 12, [3, 3, 3, 3])))
     assert ctl.choose(P, ControlState(1, 10, 90)) == (3, 5)
-    ctl.update(RoundOutcome(3, 5, verdicts=(False, True, True), sd_iterations=3, sd_drafted=15, sd_accepted=3, sd_full=0))
+    ctl.update(RoundOutcome(3, 5, verdicts=(False, True, True), sd=SDCounters(3, 15, 3, [2, 1, 0, 0, 0])))
     assert ctl.choose(P, ControlState(2, 20, 80)) == (2, 4)
     assert ctl.choose(ProblemInfo("p1"), ControlState(0, 0, 100)) == (2, 4)  # a new problem restarts
 

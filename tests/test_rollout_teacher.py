@@ -88,7 +88,8 @@ def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_give
     rolled out again, and every label and continuation equals what a run that rolls out
     both branches of every pair records for the same pair."""
     import data_gen.rollout
-    from data_gen.collect import CollectConfig, CollectOptions, load_tables, run
+    from data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.dataset import load_tables
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from tiny_models import get_tiny_pair, sample_questions
@@ -127,7 +128,8 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     """collect --teacher rollout (live verifier: --verifier exact) and consensus(rollout,exact)
     decode the same trajectories; consensus keeps exactly the rollout rows whose live verdict
     agrees with the rollout label and counts the others."""
-    from data_gen.collect import CollectConfig, CollectOptions, load_tables, run
+    from data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.dataset import load_tables
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from tiny_models import get_tiny_pair, sample_questions

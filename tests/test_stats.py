@@ -2,6 +2,7 @@
 
 import pytest
 
+from lrtune.backends.base import SDCounters
 from lrtune.stats import DecodeStats, leading_accepts
 
 
@@ -23,7 +24,7 @@ def test_rounds_count_target_step_in_mean_accepted_steps():
 
 def test_sd_counters_give_alpha2_and_mean_acceptance_length():
     s = DecodeStats()
-    s.observe_sd(drafts=10, drafted_tokens=40, accepted_tokens=30, accepted_by_pos=[9, 8, 7, 6])
+    s.observe_sd(SDCounters(drafts=10, drafted_tokens=40, accepted_tokens=30, accepted_by_pos=[9, 8, 7, 6]))
     assert s.alpha2 == pytest.approx(0.75)
     assert s.mean_accepted_tokens_per_draft == pytest.approx(4.0)
 

@@ -28,7 +28,7 @@ def _ratio(a: int, b: int) -> float | None:
 
 def agreement(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict:
     """Accuracy, F1, AUROC, FAR, FRR and acceptance of the student vs the teacher."""
-    from data_gen.stats import auroc
+    from lrtune.pairstats import auroc
 
     c = confusion(scores, labels, threshold)
     n = len(scores)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
-from lrtune.control import Bounds, ProblemInfo
+from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.runfiles import log, writable_dir
 from lrtune.speedup import best_gammas, h
@@ -48,9 +47,9 @@ class TrainControllerConfig:
     out: str = field(default="results/controller", metadata={"help": "controller directory to write"})
     profile: str | None = field(default=None, metadata={"help": "hardware profile JSON from lrtune profile"})
     encoder: str = field(default="all-MiniLM-L6-v2", metadata={"help": "sentence encoder of the problem text ('none': length and task only)"})
-    gamma1_max: int = field(default=6, metadata={"help": "largest γ1 the controller may choose"})
+    gamma1_max: int = field(default=Bounds.gamma1_max, metadata={"help": "largest γ1 the controller may choose"})
     gamma2_max: int = field(default=4, metadata={"help": "largest γ2 the controller may choose (on vLLM the SD engine drafts this many tokens every pass and cuts per request, so rows with a smaller γ2 pay for them)"})
-    budget: float = field(default=24.0, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
+    budget: float = field(default=Bounds.M, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
     prior_strength: float = field(default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"})
     folds: int = field(default=5, metadata={"help": "cross-validation folds (by problem)"})
     seed: int = field(default=0, metadata={"help": "fold assignment seed"})
@@ -67,7 +66,7 @@ class TrainControllerConfig:
 
 def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, list[float]]:
     """(problems with their texts, Y = [[α1, α2]], measured c1 values) from collect dirs."""
-    from data_gen.collect import CONFIG, load_tables
+    from lrtune.dataset import CONFIG, load_tables
     from lrtune.tasks import get_task
 
     problems, ys, c1s = [], [], []
@@ -111,7 +110,7 @@ def _profile(cfg: TrainControllerConfig, c1s: list[float]) -> dict:
             if not isinstance(prof.get(k), (int, float)) or not prof[k] > 0:
                 raise ConfigError(f"{cfg.profile}: {k} must be a number > 0")
         return {"c1": prof["c1"], "c2": prof["c2"], "batch_cost": prof.get("batch_cost"), "source": str(p)}
-    c = statistics.median(c1s) if c1s else 0.4
+    c = statistics.median(c1s) if c1s else DEFAULT_COST_RATIO
     return {"c1": c, "c2": c, "batch_cost": None,
             "source": "median c1 of the collected problems; b(n) = 1 (no profile given)"}
 

@@ -32,7 +32,7 @@ class PairExample:
 
 def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
     """Examples from one or more collect (or merged) dirs, and the teacher's name."""
-    from data_gen.collect import load_tables
+    from lrtune.dataset import load_tables
 
     dirs = [data] if isinstance(data, str) else list(data)
     if not dirs:

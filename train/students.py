@@ -39,7 +39,7 @@ def state_dir(out: Path) -> Path:
 
 
 def _auroc(scores, examples: Sequence[PairExample]) -> float:
-    from data_gen.stats import auroc
+    from lrtune.pairstats import auroc
 
     a = auroc(list(scores), [e.label for e in examples])
     return float("nan") if a is None else a

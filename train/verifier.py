@@ -216,7 +216,7 @@ def metrics_rows(meta: dict) -> list[tuple[str, dict]]:
 
 def model_card(meta: dict) -> str:
     """The checkpoint's README: what it is, how it was trained, how well it agrees."""
-    m, lat, d = meta["metrics"], meta["metrics"]["latency"], meta["data"]
+    lat, d = meta["metrics"]["latency"], meta["data"]
     lines = [
         f"# lrtune distilled verifier ({meta['kind']})", "",
         f"Distilled from the `{meta['teacher']}` teacher with `lrtune train verifier`. Load it with "

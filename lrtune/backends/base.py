@@ -68,6 +68,27 @@ class SDCounters:
     accepted_tokens: int = 0
     accepted_by_pos: list[int] = field(default_factory=list)
 
+    def observe(self, drafts: int, drafted_tokens: int, accepted_tokens: int,
+                accepted_by_pos: Sequence[int] = ()) -> None:
+        """Add counts (one engine step's, or another counter's)."""
+        self.drafts += drafts
+        self.drafted_tokens += drafted_tokens
+        self.accepted_tokens += accepted_tokens
+        if len(self.accepted_by_pos) < len(accepted_by_pos):
+            self.accepted_by_pos.extend([0] * (len(accepted_by_pos) - len(self.accepted_by_pos)))
+        for i, n in enumerate(accepted_by_pos):
+            self.accepted_by_pos[i] += n
+
+    def copy(self) -> SDCounters:
+        return SDCounters(self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_by_pos))
+
+    def minus(self, earlier: SDCounters) -> SDCounters:
+        """The counts since ``earlier`` (a copy of these counters taken before)."""
+        old = earlier.accepted_by_pos + [0] * (len(self.accepted_by_pos) - len(earlier.accepted_by_pos))
+        return SDCounters(self.drafts - earlier.drafts, self.drafted_tokens - earlier.drafted_tokens,
+                          self.accepted_tokens - earlier.accepted_tokens,
+                          [a - b for a, b in zip(self.accepted_by_pos, old)])
+
 
 @dataclass
 class GenBatch:
@@ -142,27 +163,31 @@ def add_counters(parts: Sequence[SDCounters | None]) -> SDCounters | None:
     real = [p for p in parts if p is not None]
     if not real:
         return None
-    out = SDCounters(accepted_by_pos=[0] * max(len(p.accepted_by_pos) for p in real))
+    out = SDCounters()
     for p in real:
-        out.drafts += p.drafts
-        out.drafted_tokens += p.drafted_tokens
-        out.accepted_tokens += p.accepted_tokens
-        for i, n in enumerate(p.accepted_by_pos):
-            out.accepted_by_pos[i] += n
+        out.observe(p.drafts, p.drafted_tokens, p.accepted_tokens, p.accepted_by_pos)
     return out
 
 
 @runtime_checkable
 class Backend(Protocol):
+    """What decoders, verifiers and stages use of an engine: both backends and the test fake
+    follow exactly this. ``concurrent_safe``: two threads may call ``generate`` at once
+    (async LR overlaps draft and target calls only then)."""
+
     name: str
     eos_ids: frozenset[int]
+    concurrent_safe: bool
 
     def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]: ...
 
-    def decode(self, token_ids: Sequence[int]) -> str: ...
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
     def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
                  max_concurrent: int | None = None) -> GenBatch: ...
+
+    def start(self, num_speculative_tokens: int = 0) -> None:
+        """Start what serving γ2 = ``num_speculative_tokens`` needs now (not at the first call)."""
 
     def close(self) -> None: ...
 

@@ -87,6 +87,7 @@ class HFBackend(TokenizerMixin):
             onednn_linears(self.lm)
         self._store: OrderedDict[tuple[int, ...], list[tuple]] = OrderedDict()
         self._calls = 0
+        self._pieces: dict[int, str] = {}  # token id -> its text (_piece)
         self.prefill_tokens = 0  # prompt tokens computed (not found in the prefix store)
         self.reused_tokens = 0  # prompt tokens served from the prefix store
 
@@ -146,6 +147,9 @@ class HFBackend(TokenizerMixin):
         lps = [top[j][1] for j in range(len(cut))] if (params.logprobs or params.top_logprobs) else None
         tl = [top[j][2] for j in range(len(cut))] if params.top_logprobs else None
         return Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl)
+
+    def start(self, num_speculative_tokens: int = 0) -> None:
+        """Nothing to start: the model is loaded in ``__init__`` and SD needs no other engine."""
 
     def close(self) -> None:
         self._store.clear()
@@ -222,15 +226,20 @@ class HFBackend(TokenizerMixin):
         inputs = torch.tensor([[p[-1]] for p in prefixes], device=self.device)
         while not all(done):
             logits = self._forward(rows, inputs)[:, -1]
+            if params.temperature <= 0:
+                toks = logits.argmax(-1).tolist()  # every row's token in one transfer
+            else:
+                toks = [0 if d else int(torch.multinomial(q, 1, generator=g))  # finished rows draw nothing
+                        for q, g, d in zip(_probs(logits, params), gens, done)]
+            infos = _infos(logits, toks, params)
             nxt = []
             for b in range(B):
                 if done[b]:
                     nxt.append(-1)  # a hole: finished rows add nothing
                     continue
-                tok, info = _choose(logits[b], params, gens[b] if gens else None)
-                gen[b].append(tok)
-                tops[b].append(info)
-                nxt.append(tok)
+                gen[b].append(toks[b])
+                tops[b].append(infos[b])
+                nxt.append(toks[b])
                 done[b] = self._finished(gen[b], params, limits[b])
             inputs = torch.tensor([[t] for t in nxt], device=self.device)
         self._remember(rows)
@@ -241,8 +250,17 @@ class HFBackend(TokenizerMixin):
         if len(gen) >= limit or gen[-1] in self.eos_ids:
             return True
         if params.stop_at_delimiter:
-            return params.delimiter in self.decode(gen[-8:])
+            return params.delimiter in "".join(self._piece(t) for t in gen[-8:])
         return False
+
+    def _piece(self, token: int) -> str:
+        """The text of one token, decoded once per backend (a delimiter made of whole
+        characters, like "\\n\\n", is found in the joined pieces of the last tokens without
+        decoding them again; ``finish_step`` fixes the exact boundary afterwards)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.decode([token])
+        return piece
 
     # ---- batched token-level speculative decoding ------------------------------------
     def _generate_sd(self, prefixes, params: GenParams, limits: list[int], gens):
@@ -271,13 +289,10 @@ class HFBackend(TokenizerMixin):
             qs = [[] for _ in range(B)]
             for step in range(kk):
                 logits = draft._forward(drows, feed)[:, -1]
-                toks = []
+                toks, q_rows = _draft_choices(logits, params, gens)
                 for b in range(B):
-                    g = gens[b] if gens else None
-                    tok, q = _draft_choice(logits[b], params, g)
-                    proposals[b].append(tok)
-                    qs[b].append(q)
-                    toks.append(tok)
+                    proposals[b].append(toks[b])
+                    qs[b].append(q_rows[b])
                 feed = torch.tensor([[t] for t in toks], device=self.device)
             # the last proposal is not in the draft cache yet
             # 2. the target scores last + proposals in one forward.
@@ -290,11 +305,7 @@ class HFBackend(TokenizerMixin):
                 g = gens[b] if gens else None
                 n, toks, infos = _accept(proposals[b], qs[b], logits[b], params, g)
                 if kk:
-                    sd[b].drafts += 1
-                    sd[b].drafted_tokens += kk
-                    sd[b].accepted_tokens += n
-                    for i in range(n):
-                        sd[b].accepted_by_pos[i] += 1
+                    sd[b].observe(1, kk, n, [1] * n)
                 # holes for rejected draft tokens in both caches
                 if n < kk:
                     rows.reject_tail(b, kk - n)
@@ -389,37 +400,16 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def _probs(logits, params: GenParams):
-    """The sampling distribution: softmax(logits / T), cut to the top-p nucleus."""
+    """The sampling distribution over the last dim: softmax(logits / T), cut to the top-p nucleus."""
     torch = _torch()
     p = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
-        sp, si = torch.sort(p, descending=True)
+        sp, si = torch.sort(p, dim=-1, descending=True)
         keep = torch.cumsum(sp, dim=-1) - sp < params.top_p
         sp = sp * keep
         p = torch.zeros_like(p).scatter(-1, si, sp)
-        p = p / p.sum()
+        p = p / p.sum(dim=-1, keepdim=True)
     return p
-
-
-def _info(logits, tok: int, params: GenParams) -> tuple:
-    """(token, its logprob, top-k {id: logprob}) under the target's raw distribution."""
-    torch = _torch()
-    lp = torch.log_softmax(logits, dim=-1)
-    top = {}
-    if params.top_logprobs:
-        v, i = torch.topk(lp, params.top_logprobs)
-        top = {int(a): float(b) for a, b in zip(i.tolist(), v.tolist())}
-        top.setdefault(tok, float(lp[tok]))
-    return tok, float(lp[tok]), top
-
-
-def _choose(logits, params: GenParams, gen) -> tuple[int, tuple]:
-    torch = _torch()
-    if params.temperature <= 0:
-        tok = int(torch.argmax(logits))
-    else:
-        tok = int(torch.multinomial(_probs(logits, params), 1, generator=gen))
-    return tok, _info(logits, tok, params)
 
 
 def _onednn_forward(op, module, x):
@@ -448,46 +438,70 @@ def onednn_linears(model) -> int:
     return n
 
 
-def _draft_choice(logits, params: GenParams, gen):
-    """A draft token and the draft distribution q it came from (None when greedy)."""
+def _draft_choices(logits, params: GenParams, gens) -> tuple[list[int], list]:
+    """One draft token per row of ``logits`` [B, V] and the distribution q it came from
+    (None when greedy: one argmax and one host transfer for the whole batch)."""
     torch = _torch()
     if params.temperature <= 0:
-        return int(torch.argmax(logits)), None
+        return logits.argmax(-1).tolist(), [None] * logits.shape[0]
     q = _probs(logits, params)
-    return int(torch.multinomial(q, 1, generator=gen)), q
+    return [int(torch.multinomial(q[b], 1, generator=g)) for b, g in enumerate(gens)], list(q)
+
+
+def _infos(logits, toks: list[int], params: GenParams) -> list[tuple]:
+    """(token, logprob, top-k {id: logprob}) of ``toks[i]`` under ``logits[i]`` (the target's
+    raw distribution), for all positions at once."""
+    torch = _torch()
+    lp = torch.log_softmax(logits[:len(toks)], dim=-1)
+    idx = torch.tensor(toks, device=lp.device)
+    chosen = lp.gather(1, idx[:, None])[:, 0].tolist()
+    tops: list[dict] = [{} for _ in toks]
+    if params.top_logprobs:
+        v, i = torch.topk(lp, params.top_logprobs, dim=-1)
+        tops = [dict(zip(a, b)) for a, b in zip(i.tolist(), v.tolist())]
+        for t, top, c in zip(toks, tops, chosen):
+            top.setdefault(t, c)
+    return list(zip(toks, chosen, tops))
 
 
 def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
-    """Speculative acceptance of one row: (accepted count, committed tokens, infos).
+    """Speculative acceptance of one row's whole draft block: (accepted count n, committed
+    tokens, their infos).
 
-    ``logits[i]`` is the target's distribution for position i (after proposals[:i]);
-    committed tokens are the accepted proposals plus one target token.
-    """
+    ``logits[i]`` is the target's distribution at position i (after proposals[:i]). Greedy:
+    n = the length of the prefix where proposal i is argmax(logits[i]); the committed tokens
+    are argmax(logits[:n+1]) (the accepted proposals and the target's own token), found with
+    tensor ops and one host transfer. Sampled: proposal i is kept when u_i < p_i(d)/q_i(d)
+    (all positions at once); at the first rejection the token comes from the residual
+    max(p - q, 0), after a full accept from p[k]."""
     torch = _torch()
-    toks, infos = [], []
-    for i, d in enumerate(proposals):
-        if params.temperature <= 0:
-            ok = int(torch.argmax(logits[i])) == d
+    k = len(proposals)
+    if params.temperature <= 0:
+        tgt = logits[:k + 1].argmax(-1)
+        if k:
+            ok = (tgt[:k] == torch.tensor(proposals, device=tgt.device)).to(torch.int64)
+            n_t = ok.cumprod(0).sum().view(1)
         else:
-            p = _probs(logits[i], params)
-            q = qs[i]
-            ratio = float(p[d] / q[d]) if float(q[d]) > 0 else 0.0
-            u = float(torch.rand((), generator=gen))
-            ok = u < min(1.0, ratio)
-        if not ok:
-            if params.temperature <= 0:
-                tok = int(torch.argmax(logits[i]))
-            else:
-                resid = torch.clamp(_probs(logits[i], params) - qs[i], min=0)
-                s = float(resid.sum())
-                resid = resid / s if s > 0 else _probs(logits[i], params)
-                tok = int(torch.multinomial(resid, 1, generator=gen))
-            toks.append(tok)
-            infos.append(_info(logits[i], tok, params))
-            return i, toks, infos
-        toks.append(d)
-        infos.append(_info(logits[i], d, params))
-    tok, info = _choose(logits[len(proposals)], params, gen)
-    toks.append(tok)
-    infos.append(info)
-    return len(proposals), toks, infos
+            n_t = tgt.new_zeros(1)
+        both = torch.cat([n_t, tgt]).tolist()
+        n = both[0]
+        toks = both[1:n + 2]
+        return n, toks, _infos(logits, toks, params)
+    p = _probs(logits[:k + 1], params)
+    n = k
+    if k:
+        idx = torch.tensor(proposals, device=p.device)
+        q = torch.stack(qs)
+        rows = torch.arange(k, device=p.device)
+        pd, qd = p[rows, idx], q[rows, idx]
+        ratio = torch.where(qd > 0, pd / torch.where(qd > 0, qd, torch.ones_like(qd)), torch.zeros_like(qd))
+        u = torch.rand(k, generator=gen, device=p.device)
+        n = int((u < ratio.clamp(max=1.0)).to(torch.int64).cumprod(0).sum())
+    if n < k:
+        resid = torch.clamp(p[n] - qs[n], min=0)
+        s = float(resid.sum())
+        dist = resid / s if s > 0 else p[n]
+    else:
+        dist = p[k]
+    toks = list(proposals[:n]) + [int(torch.multinomial(dist, 1, generator=gen))]
+    return n, toks, _infos(logits, toks, params)

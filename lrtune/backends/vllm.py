@@ -21,26 +21,9 @@ from pathlib import Path
 from lrtune.backends.base import (GenBatch, Generation, GenParams, SDCounters, add_counters, finish_step,
                                   per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
+from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, configure_env, prepare_engine,
+                                          sd_stat_logger)
 from lrtune.errors import ConfigError, ModelError
-
-
-def configure_vllm_env() -> None:
-    """Defaults that make vLLM usable in-process on a small CPU box (user values win).
-
-    * in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): starts in seconds and lets
-      several engines live in one process;
-    * ``VLLM_CPU_ATTN_SPLIT_KV=0`` (2x faster batch-1 decode here); the KV cache size is
-      set per engine (``VLLMConfig.kv_cache_gib``) unless ``VLLM_CPU_KVCACHE_SPACE`` is set;
-    * bind OpenMP to every core this process may use (vLLM's "auto" reserves one core
-      for a scheduler process that does not exist in-process).
-    """
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_ATTN_SPLIT_KV", "0")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        if cpus:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
 
 
 @dataclass(frozen=True)
@@ -80,17 +63,23 @@ class VLLMBackend(TokenizerMixin):
     """A model served by vLLM engines (see module docstring)."""
 
     def __init__(self, model: str, config: VLLMConfig | None = None, *, name: str | None = None) -> None:
-        configure_vllm_env()
+        configure_env()
         self.model = str(model)
         self.config = config or VLLMConfig()
         if self.config.spec_method not in ("draft", "ngram"):
             raise ConfigError(f"unknown speculative method {self.config.spec_method!r} (draft|ngram)")
         self.name = name or Path(self.model).name
         self._engines: dict[int, object] = {}
-        self._counters: dict[int, _SDCounter] = {}
+        self._counters: dict[int, object] = {}  # engine key -> its SD stat logger
         self._load_tokenizer()
 
+    concurrent_safe = False  # one vLLM engine step at a time per process (async LR takes a lock)
+
     # ---- engines -------------------------------------------------------------------
+    def start(self, num_speculative_tokens: int = 0) -> None:
+        """Create the engine that serves γ2 = ``num_speculative_tokens`` now."""
+        self.engine(num_speculative_tokens)
+
     def engine(self, num_speculative_tokens: int = 0):
         """The engine for γ2 = ``num_speculative_tokens`` (created on first use)."""
         k = int(num_speculative_tokens)
@@ -146,24 +135,17 @@ class VLLMBackend(TokenizerMixin):
                 if not cfg.spec_model:
                     raise ConfigError("token-level speculative decoding (gamma2 > 0) needs a draft model")
                 kwargs["speculative_config"] = {"model": cfg.spec_model, "num_speculative_tokens": k}
-            # Spec-decode stats reach stat loggers only when stats are on (see _SDCounter).
+            # Spec-decode stats reach stat loggers only when stats are on (vllm_patches.sd_stat_logger).
             kwargs["disable_log_stats"] = False
-        _guard_llvmlite_dunder_lookup()
-        if _on_cpu():
-            _patch_cpu_expand_batch_to_tokens()
-        if k > 0:
-            _patch_runner_no_spec()
+        prepare_engine(on_cpu=_on_cpu(), speculative=k > 0)
         try:
             llm = LLM(**kwargs)
         except (OSError, ValueError) as e:
             raise ModelError(f"vLLM could not load {self.model}: {str(e).splitlines()[0]}") from None
         _KEEP_ALIVE.append(llm)
         if k > 0:
-            manager = getattr(llm.llm_engine, "logger_manager", None)
-            if manager is None:
-                raise RuntimeError("vLLM engine has no stat logger manager: cannot count speculative tokens")
-            counter = _SDCounter()
-            manager.stat_loggers.append(counter)
+            counter = sd_stat_logger()
+            attach_stat_logger(llm, counter)
             self._counters[k] = counter
         return llm
 
@@ -233,7 +215,7 @@ class VLLMBackend(TokenizerMixin):
             prompts.append(TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY) if no_spec
                            else TokensPrompt(prompt_token_ids=list(p)))
         counter = self._counters.get(engine_k)
-        before = counter.snapshot() if counter is not None else None
+        before = counter.totals.copy() if counter is not None else None
         t0 = time.perf_counter()
         if max_concurrent is None or max_concurrent >= len(prompts):
             results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
@@ -255,7 +237,7 @@ class VLLMBackend(TokenizerMixin):
                                       top_logprobs=tops))
         # Drafter-off rows draft nothing by construction (the counter may still show a draft
         # of the previous call's last step, which the engine reports one step late).
-        sd = counter.snapshot().minus(before) if (counter is not None and any(spec_rows)) else None
+        sd = counter.totals.minus(before) if (counter is not None and any(spec_rows)) else None
         row_sd = None
         if sd is not None:  # the engine counts per step, not per request: split by tokens
             weights = [len(o.token_ids) if spec else 0 for o, spec in zip(outputs, spec_rows)]
@@ -310,86 +292,6 @@ def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int) -> tuple
     return results, seconds
 
 
-NO_SPEC_KEY = "lrtune_no_spec"
-GAMMA2_KEY = "lrtune_gamma2"  # per-request γ2 cap on the shared speculative engine
-
-
-def _patch_runner_no_spec() -> None:
-    """Let a speculative vLLM engine serve requests without speculation.
-
-    A request whose ``SamplingParams.extra_args`` holds ``NO_SPEC_KEY`` gets no draft
-    tokens: the model runner's drafts for it are replaced by ``[]`` (the scheduler then
-    schedules one token per step for it), and when every request of the batch is such a
-    request the drafter is not run at all, so the step costs what a plain engine's does.
-    A request with ``GAMMA2_KEY = k`` keeps only the first k drafts (per-request γ2 below
-    the engine's): the target verifies k tokens, the drafter still proposes the engine's
-    number (its cost is the engine's γ2, the verification cost is k).
-    vLLM's runner keeps drafts either as a tensor or as a list of lists; a list is what
-    the ngram path returns and what ``take_draft_token_ids`` passes on as is.
-    """
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    if getattr(GPUModelRunner, "_lrtune_no_spec", False):
-        return
-    propose, take = GPUModelRunner.propose_draft_token_ids, GPUModelRunner.take_draft_token_ids
-
-    def extra(runner, req_id) -> dict:
-        state = runner.requests.get(req_id)
-        sp = getattr(state, "sampling_params", None)
-        return (sp.extra_args or {}) if sp is not None else {}
-
-    def flagged(runner, req_id) -> bool:
-        return bool(extra(runner, req_id).get(NO_SPEC_KEY))
-
-    def cap(runner, req_id, drafts) -> list:
-        k = extra(runner, req_id).get(GAMMA2_KEY)
-        return list(drafts) if k is None else list(drafts)[:int(k)]
-
-    def propose_draft_token_ids(self, *args, **kwargs):
-        req_ids = self.input_batch.req_ids
-        if req_ids and all(flagged(self, r) for r in req_ids):
-            return [[] for _ in req_ids]
-        return propose(self, *args, **kwargs)
-
-    def take_draft_token_ids(self):
-        out = take(self)
-        if out is not None:
-            out.draft_token_ids = [[] if flagged(self, r) else cap(self, r, d)
-                                   for r, d in zip(out.req_ids, out.draft_token_ids)]
-        return out
-
-    GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
-    GPUModelRunner.take_draft_token_ids = take_draft_token_ids
-    GPUModelRunner._lrtune_no_spec = True
-
-
-def _guard_llvmlite_dunder_lookup() -> None:
-    """Work around a vLLM 0.32 crash when an engine starts after numba was imported.
-
-    vLLM's kernel dispatcher scans every module for kernel references and calls
-    ``hasattr(obj, "__dict__")``; llvmlite's ``ffi.lib`` wrapper answers *any* missing
-    attribute with a C-function wrapper, so the scan fails with ``'_lib_fn_wrapper'
-    object has no attribute 'get'``. numba (hence llvmlite) is imported by vLLM's ngram
-    proposer, so every engine created after an ngram engine hit this. Dunder names are
-    never C functions: make the wrapper raise AttributeError for them.
-    """
-    import sys
-
-    ffi = sys.modules.get("llvmlite.binding.ffi")
-    cls = getattr(ffi, "_lib_wrapper", None)
-    if cls is None or getattr(cls, "_lrtune_guarded", False):
-        return
-    original = cls.__getattr__
-
-    def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return original(self, name)
-
-    cls.__getattr__ = __getattr__
-    cls._lrtune_guarded = True
-
-
 def cpu_has_native_bf16() -> bool:
     """True when the CPU advertises bf16 matmul instructions (avx512_bf16 or amx_bf16)."""
     try:
@@ -424,83 +326,3 @@ def _sampled_logprob(entry, token_id: int) -> float:
 
 
 _KEEP_ALIVE: list = []
-
-
-class _SDCounter:
-    """A vLLM stat logger that sums one engine's speculative-decoding stats.
-
-    ``LLM.get_metrics()`` cannot separate engines in one process (every new engine
-    unregisters the previous engines' Prometheus collectors), and the per-request
-    ``spec_decode_metrics`` are empty for requests that end on a stop string — i.e.
-    for every LR step. This logger is attached to one engine only, so differences of
-    :meth:`snapshot` around a ``generate`` call are that call's counts: verify steps
-    (drafts), proposed tokens, accepted tokens, accepted tokens per draft position.
-    """
-
-    def __init__(self) -> None:
-        self.totals = SDCounters()
-
-    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
-        s = getattr(scheduler_stats, "spec_decoding_stats", None)
-        if s is None:
-            return
-        t = self.totals
-        t.drafts += s.num_drafts
-        t.drafted_tokens += s.num_draft_tokens
-        t.accepted_tokens += s.num_accepted_tokens
-        per_pos = list(s.num_accepted_tokens_per_pos)
-        if len(t.accepted_by_pos) < len(per_pos):
-            t.accepted_by_pos.extend([0] * (len(per_pos) - len(t.accepted_by_pos)))
-        for i, n in enumerate(per_pos):
-            t.accepted_by_pos[i] += n
-
-    def snapshot(self) -> _Snapshot:
-        t = self.totals
-        return _Snapshot(t.drafts, t.drafted_tokens, t.accepted_tokens, list(t.accepted_by_pos))
-
-    def log(self) -> None:
-        pass
-
-    def log_engine_initialized(self) -> None:
-        pass
-
-    def record_sleep_state(self, *args, **kwargs) -> None:
-        pass
-
-    def record_admission_rejection(self, *args, **kwargs) -> None:
-        pass
-
-
-class _Snapshot(SDCounters):
-    def minus(self, other: SDCounters) -> SDCounters:
-        n = len(self.accepted_by_pos)
-        old = other.accepted_by_pos + [0] * (n - len(other.accepted_by_pos))
-        return SDCounters(drafts=self.drafts - other.drafts,
-                          drafted_tokens=self.drafted_tokens - other.drafted_tokens,
-                          accepted_tokens=self.accepted_tokens - other.accepted_tokens,
-                          accepted_by_pos=[a - b for a, b in zip(self.accepted_by_pos, old)])
-
-
-def _patch_cpu_expand_batch_to_tokens() -> None:
-    """Fix vLLM 0.32's CPU ``expand_batch_to_tokens`` (speculative sampling at T > 0).
-
-    Its CPU kernel writes into an int64 copy of the output and never copies it back,
-    so per-token temperature/top-p tensors of the rejection sampler hold garbage:
-    sampled SD outputs are wrong and seeds do not reproduce (greedy is unaffected).
-    This pure-torch version repeats ``x[i]`` for the ``cu[i] - cu[i-1]`` tokens of
-    request i, after replacing ``replace_from`` by ``replace_to``, as the kernel means to.
-    """
-    import torch
-    import vllm.v1.sample.rejection_sampler as rs
-
-    if getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False):
-        return
-
-    def expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-        cu = cu_num_tokens.to(torch.long)
-        counts = torch.diff(cu, prepend=cu.new_zeros(1))
-        x = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
-        return torch.repeat_interleave(x, counts, output_size=num_tokens)
-
-    expand_batch_to_tokens._lrtune_fixed = True
-    rs.expand_batch_to_tokens = expand_batch_to_tokens

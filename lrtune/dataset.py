@@ -1,0 +1,225 @@
+"""The step-pair dataset: the contract between ``lrtune collect`` and every later stage.
+
+Its on-disk layout and crash-safe writer are :mod:`lrtune.store`; this module holds the
+schema (``PAIR_FIELDS``: one row per compared draft/target step pair; ``PROBLEM_FIELDS``:
+one row per problem), the reader (:func:`load_tables`), :func:`merge` of shard outputs,
+the summary statistics (:func:`summarize_pairs`) and the dataset card (:func:`write_card`).
+Stages read a dataset only through :func:`load_tables`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lrtune import pairstats
+from lrtune.errors import ConfigError
+from lrtune.runfiles import write_atomic
+from lrtune.store import all_entries
+
+CONFIG = "collect_config.json"  # the config a dataset was collected with, beside its rows
+
+PAIR_FIELDS = [
+    ("problem_id", "string"), ("task", "string"), ("round", "int32"), ("position", "int32"), ("branch", "int32"),
+    ("chosen_branch", "bool_"), ("committed", "bool_"), ("prefix_len", "int32"), ("prefix_sha", "string"),
+    ("prefix_text", "string"), ("context", "string"), ("draft_step", "string"), ("target_step", "string"),
+    ("teacher", "string"), ("teacher_score", "float64"), ("label", "bool_"),
+    ("draft_len", "int32"), ("target_len", "int32"), ("draft_mean_logprob", "float64"),
+    ("draft_min_logprob", "float64"), ("target_mean_logprob", "float64"), ("target_min_logprob", "float64"),
+    ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
+    ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
+    # the live verifier's decision during decoding (= the teacher's for a verifier teacher)
+    ("decode_verifier", "string"), ("verifier_score", "float64"), ("verifier_label", "bool_"),
+    # rollout / consensus teachers: both continuations and their outcomes (data_gen.rollout)
+    ("rollout_draft_answer", "string"), ("rollout_target_answer", "string"), ("rollout_draft_text", "string"),
+    ("rollout_target_text", "string"), ("rollout_finished", "bool_"), ("rollout_reused", "bool_"),
+]
+PROBLEM_FIELDS = [
+    ("problem_id", "string"), ("index", "int32"), ("task", "string"), ("method", "string"), ("gamma1", "int32"),
+    ("gamma2", "int32"), ("alpha1", "float64"), ("alpha2", "float64"), ("c1", "float64"), ("c2", "float64"),
+    ("rounds", "int32"), ("steps", "int32"), ("tokens", "int32"), ("wall_s", "float64"), ("answer", "string"),
+    ("expected", "string"), ("correct", "bool_"), ("pairs", "int32"), ("baseline_answer", "string"),
+    ("baseline_correct", "bool_"), ("baseline_wall_s", "float64"), ("baseline_tokens", "int32"),
+    ("finished", "bool_"), ("teacher_disagreements", "int32"),
+]
+
+
+def schema(fields):
+    import pyarrow as pa
+
+    return pa.schema([(n, getattr(pa, t)()) for n, t in fields])
+
+
+def load_tables(src: Path):
+    """(pairs, problems) pyarrow tables of a collect dir or a merged dir; a corrupt file is
+    a ConfigError naming it."""
+    try:
+        return _load_tables(src)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"{src}: a dataset file is not readable parquet ({str(e).splitlines()[0]})") from None
+
+
+def _load_tables(src: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if (src / "pairs.parquet").is_file():
+        return pq.read_table(src / "pairs.parquet"), pq.read_table(src / "problems.parquet")
+    entries = all_entries(src)
+    if not entries:
+        raise ConfigError(f"no collected problems in {src}")
+    order = sorted(entries.values(), key=lambda e: e["index"])
+    # promote: a dataset resumed by a newer lrtune may hold files with more columns (nulls elsewhere)
+    pairs = pa.concat_tables([pq.read_table(src / e["pairs"]["file"]) for e in order], promote_options="default")
+    probs = pa.concat_tables([pq.read_table(src / e["problems"]["file"]) for e in order], promote_options="default")
+    return pairs, probs
+
+
+def merge(dirs: list[str], out: str) -> dict:
+    """Merge shard outputs into ``out/pairs.parquet`` + ``problems.parquet`` (idempotent)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    srcs = [Path(d).expanduser() for d in dirs]
+    for s in srcs:
+        if not s.is_dir():
+            raise ConfigError(f"not a directory: {s}")
+    configs = {json.dumps(json.loads((s / CONFIG).read_text()), sort_keys=True) for s in srcs if (s / CONFIG).is_file()}
+    if len(configs) > 1:
+        raise ConfigError("the shard directories were collected with different configs")
+    by_id: dict[str, tuple[Path, dict]] = {}
+    for s in srcs:
+        for pid, e in all_entries(s).items():
+            if pid in by_id and by_id[pid][1]["pairs"]["sha256"] != e["pairs"]["sha256"]:
+                raise ConfigError(f"problem {pid} differs between {by_id[pid][0]} and {s}")
+            by_id.setdefault(pid, (s, e))
+    if not by_id:
+        raise ConfigError("nothing to merge: no finished problems in " + ", ".join(map(str, srcs)))
+    order = sorted(by_id.values(), key=lambda t: t[1]["index"])
+    pairs = pa.concat_tables([pq.read_table(s / e["pairs"]["file"]) for s, e in order], promote_options="default")
+    probs = pa.concat_tables([pq.read_table(s / e["problems"]["file"]) for s, e in order], promote_options="default")
+    dest = Path(out).expanduser()
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, table in (("pairs.parquet", pairs), ("problems.parquet", probs)):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        write_atomic(dest / name, sink.getvalue().to_pybytes())
+    if configs:
+        write_atomic(dest / CONFIG, json.dumps(json.loads(next(iter(configs))), indent=1))
+    return write_card(dest)
+
+
+def summarize_pairs(src: Path) -> dict:
+    """Counts, label balance, α1 by position, and each cheap verifier's agreement with the teacher."""
+    pairs, probs = load_tables(src)
+    d = pairs.to_pydict()
+    labels = d["label"]
+    out = {"problems": probs.num_rows, "rows": pairs.num_rows, "accepted": sum(labels),
+           "label_balance": sum(labels) / len(labels) if labels else None,
+           "alpha1_by_position": pairstats.acceptance_by_position(d["position"], labels)}
+    agree = {"exact": pairstats.agreement([float(x) for x in d["exact_match"]], labels, 0.5)}
+    if any(x is not None for x in d["embedding_cosine"]):
+        agree["embedding@0.95"] = pairstats.agreement(d["embedding_cosine"], labels, 0.95)
+    if any(x is not None for x in d["target_score"]):
+        agree["target_score@7/9"] = pairstats.agreement(d["target_score"], labels, 7 / 9)
+    out["agreement_with_teacher"] = agree
+    # every decider's yes/no on every row: the teacher, the live verifier when it is another one, the cheap ones
+    from lrtune.verifiers.base import same_step
+
+    n = len(labels)
+    decide = {"teacher": [bool(x) for x in labels]}
+    live = d.get("verifier_label", [None] * n)
+    if any(x is not None for x in live) and any(a != b for a, b in zip(live, labels) if a is not None):
+        decide["live verifier"] = live
+    decide["exact"] = [bool(x) for x in d["exact_match"]]
+    for name, col, thr in (("embedding@0.95", "embedding_cosine", 0.95), ("target_score@7/9", "target_score", 7 / 9)):
+        if any(x is not None for x in d[col]):
+            decide[name] = [None if x is None else x >= thr for x in d[col]]
+    same = [same_step(a, b) for a, b in zip(d["draft_step"], d["target_step"])]
+    out["agreement_matrix"] = pairstats.agreement_matrix(decide)
+    out["identical_pairs"] = sum(same)
+    out["identical_acceptance"] = pairstats.acceptance_on(same, decide)
+    out["label_balance_by_position"] = pairstats.acceptance_by_position(d["position"], labels)
+    p = probs.to_pydict()
+    fin = [x for x in p.get("finished", []) if x is not None]
+    out["finish_rate"] = sum(fin) / len(fin) if fin else None
+    out["accuracy"] = sum(bool(x) for x in p["correct"]) / len(p["correct"]) if p["correct"] else None
+    out["wall_s"] = float(sum(x or 0.0 for x in p["wall_s"]))
+    judge = sorted(x for x in d["judge_s"] if x is not None)
+    out["judge_s_median"] = judge[len(judge) // 2] if judge else None
+    a2 = [x for x in p["alpha2"] if x is not None]
+    out["alpha2_mean"] = sum(a2) / len(a2) if a2 else None
+    return out
+
+
+def teacher_spec(options: dict) -> str:
+    """The teacher as recorded in the rows: ``KIND`` or ``KIND@T`` (collect_config options)."""
+    t = options.get("teacher_threshold")
+    return f"{options.get('teacher')}" + ("" if t is None else f"@{t:g}")
+
+
+def num(v, spec: str = ".3f") -> str:
+    """A number for the card and --stats; "—" when missing."""
+    return "—" if v is None else format(v, spec)
+
+
+def overview_lines(s: dict) -> list[str]:
+    """Counts, accuracy and time of a summary, as markdown/console lines."""
+    f = num  # short, inside the f-strings
+    return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}, "
+            f"identical pairs {s.get('identical_pairs', '—')} (teacher accepts "
+            f"{f((s.get('identical_acceptance') or {}).get('teacher'))} of them), answers finished within the "
+            f"budget {f(s.get('finish_rate'))}",
+            "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
+            f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
+            f"decode wall {f(s.get('wall_s'), '.0f')} s in all, judge {f(s.get('judge_s_median'), '.2f')} s "
+            "per pair (median)"]
+
+
+def write_card(out: Path) -> dict:
+    """README.md dataset card from what is on disk now; returns the counts."""
+    try:
+        s = summarize_pairs(out)
+    except ConfigError:
+        s = {"problems": 0, "rows": 0, "label_balance": None, "alpha1_by_position": [], "agreement_with_teacher": {}}
+    cfg = json.loads((out / CONFIG).read_text()) if (out / CONFIG).is_file() else {}
+    o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
+    agree = s.get("agreement_with_teacher", {})
+    lines = [
+        "# lrtune step-pair dataset", "",
+        f"Collected by `lrtune collect`: task `{o.get('task')}`, teacher `{teacher_spec(o)}`, target "
+        f"`{m.get('target')}`, draft `{m.get('draft')}`, method `{dc.get('method')}` (γ1={dc.get('gamma1')}, "
+        f"γ2={dc.get('gamma2')}), temperature {dc.get('temperature')}.", "",
+        *([f"- {line}" for line in overview_lines(s)] if s["problems"] else ["- no finished problems yet"]),
+        *(["", "Agreement of cheap verifiers with the teacher (`lrtune collect --stats`):", "",
+           "| verifier | n | accuracy | AUROC | accept rate |", "|---|---|---|---|---|",
+           *(f"| {k} | {a['n']} | {num(a['accuracy'])} | {num(a['auroc'])} | {num(a['accept_rate'])} |"
+             for k, a in agree.items())] if agree else []),
+        *matrix_lines(s),
+        "", "Load it:", "", "```python", "import datasets",
+        'pairs = datasets.load_dataset("parquet", data_files="pairs/*.parquet", split="train")'
+        if not (out / "pairs.parquet").is_file() else
+        'pairs = datasets.load_dataset("parquet", data_files="pairs.parquet", split="train")',
+        "```", "", "Columns: " + ", ".join(n for n, _ in PAIR_FIELDS) + ".", "",
+        "Per-problem rows (`problems`): " + ", ".join(n for n, _ in PROBLEM_FIELDS) + ".", "",
+        "Config: `collect_config.json`. The shard manifests (`manifest-s*.json`) list the finished problems "
+        "with sha256 checksums of their files.",
+    ]
+    write_atomic(out / "README.md", "\n".join(lines) + "\n")
+    return s
+
+
+def matrix_lines(s: dict) -> list[str]:
+    """The agreement matrix and each decider's acceptance of identical pairs, as markdown."""
+    m = s.get("agreement_matrix") or {}
+    if not m:
+        return []
+    names = list(m)
+    ident = s.get("identical_acceptance") or {}
+    return ["", "Agreement matrix (share of pairs on which two deciders agree) and each one's acceptance of the "
+            f"{s.get('identical_pairs', 0)} pairs whose steps are identical up to whitespace and case:", "",
+            "| | " + " | ".join(names) + " | accepts identical |", "|---" * (len(names) + 2) + "|",
+            *(f"| {a} | " + " | ".join(num(m[a][b], ".2f") for b in names) + f" | {num(ident.get(a), '.2f')} |"
+              for a in names)]

@@ -1,0 +1,35 @@
+"""What one LR step call asks of an engine, shared by the sync and async decoders.
+
+Pure functions: the seeds of a step (a function of seed, round, position and role only, so
+a sample never depends on batching or scheduling) and its :class:`GenParams`.
+"""
+
+from __future__ import annotations
+
+from lrtune.backends.base import GenParams
+
+DRAFT, TARGET = 1, 2  # seed roles
+
+
+def mix_seed(*xs: int) -> int:
+    """A deterministic 31-bit seed from integers (splitmix-style)."""
+    h = 0x9E3779B97F4A7C15
+    for x in xs:
+        h ^= (x + 0x9E3779B97F4A7C15 + (h << 6) + (h >> 2)) & 0xFFFFFFFFFFFFFFFF
+        h = (h * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return int(h >> 33)
+
+
+def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, draft: bool) -> GenParams:
+    """Params of ``n`` step rows (1 for a draft step) of round ``rnd`` from position ``pos``:
+    at most ``min(max_step_tokens, budget)`` tokens each, ending at the delimiter; target rows
+    run token-level SD with γ2 draft tokens when the method uses SD; seeds (temperature > 0)
+    ``mix_seed(seed, rnd, pos + k, role)``."""
+    count = 1 if draft else n
+    seeds = None
+    if cfg.temperature > 0:
+        role = DRAFT if draft else TARGET
+        seeds = tuple(mix_seed(cfg.seed, rnd, pos + k, role) for k in range(count))
+    return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
+                     temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds, logprobs=cfg.logprobs,
+                     num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
