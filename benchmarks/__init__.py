@@ -1,1 +1,29 @@
-"""Benchmark scripts (each prints its figures and writes JSON next to its results)."""
+"""Benchmark scripts (each prints its figures and writes JSON next to its results).
+
+Every script is ``main(args)`` + ``make_parser()``; :func:`parse` adds ``--config FILE``
+(YAML, any of the script's options; the command line wins), as every lrtune command has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """The script's arguments, with defaults from ``--config`` (unknown keys: a one-line error)."""
+    from lrtune.configs import load_config_file
+    from lrtune.errors import ConfigError
+
+    parser.add_argument("--config", help="YAML file with any of these options (the command line wins)")
+    pre, _ = parser.parse_known_args(argv)
+    try:
+        values = load_config_file(pre.config)
+    except ConfigError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    known = {a.dest for a in parser._actions} - {"help", "config"}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        parser.exit(2, f"{parser.prog}: error: unknown option(s) in {pre.config}: {', '.join(unknown)}\n")
+    parser.set_defaults(**values)
+    return parser.parse_args(argv if argv is not None else sys.argv[1:])

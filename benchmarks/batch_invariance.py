@@ -66,4 +66,6 @@ def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    main(make_parser().parse_args())
+    from benchmarks import parse
+
+    main(parse(make_parser()))

@@ -227,12 +227,11 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
 
 
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
-    from lrtune.api import Decoder
-    from lrtune.control import ProblemInfo
-    from lrtune.verifiers import StepPair
-    from lrtune.verifiers.simple import ExactVerifier
+    """Decode ``todo`` (batched, ``--max-concurrent`` in flight) and store each problem's
+    labelled pairs and problem row as it ends (:class:`_Collector`)."""
+    from lrtune.api import require_a_prompt_that_fits
 
-    from data_gen.rollout import RolloutItem, parse_teacher, rollout_labels, trajectory_continuation
+    from data_gen.rollout import parse_teacher
 
     opts = cfg.options
     spec = parse_teacher(opts.teacher)
@@ -240,114 +239,149 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     models = dataclasses.replace(cfg.models, verifier=live,
                                  verifier_threshold=opts.teacher_threshold if spec.kind != "rollout"
                                  else cfg.models.verifier_threshold)
-    from lrtune.api import require_a_prompt_that_fits
-
     require_a_prompt_that_fits(models, dcfg, [task.prompt(p) for _, p in todo], progress=opts.progress)
-    teacher = teacher_name(opts)
-    dec = Decoder.from_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
-    dec.start_engines(dcfg)
-    exact = ExactVerifier()
-    embed = None
-    if opts.embedding_feature:
-        from lrtune.verifiers.embedding import EmbeddingVerifier
+    _Collector(cfg, dcfg, models, spec, live, task, todo, store).run()
 
-        embed = dec.verifier if dec.verifier.name == "embedding" else EmbeddingVerifier()
-    scorer = None
-    if opts.target_score_feature:
-        from lrtune.verifiers import make_verifier
 
-        scorer = make_verifier("target_score", backend=dec.target)
-    pschema, qschema = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
-    encoded = [dec.encode(task.prompt(prob)) for _, prob in todo]
-    n_conc = 1 if dcfg.async_lr else opts.max_concurrent or _default_concurrency(dec, dcfg, opts, encoded)
-    bar = ProgressBar("collect", len(todo), opts.progress)
-    labels = [0, 0]
-    n_rows = [0]
-    rounds: dict[int, list] = {k: [] for k in range(len(todo))}
+class _Collector:
+    """One collect run: the decoder and feature verifiers, and what happens as problems end
+    (rows, rollout labels for outcome teachers, features, the store)."""
 
-    pending: list[tuple] = []  # finished problems whose pairs wait for their rollouts
+    def __init__(self, cfg: CollectConfig, dcfg: DecodeConfig, models, spec, live: str, task, todo,
+                 store: ShardStore) -> None:
+        from lrtune.api import Decoder
+        from lrtune.verifiers.simple import ExactVerifier
 
-    def finish(k: int, result) -> None:
+        self.cfg, self.dcfg, self.opts, self.spec, self.live = cfg, dcfg, cfg.options, spec, live
+        self.task, self.todo, self.store = task, todo, store
+        self.teacher = teacher_name(self.opts)
+        self.dec = Decoder.from_configs(models, dcfg, progress=self.opts.progress, load_all_methods=dcfg.uses_sd)
+        self.dec.start_engines(dcfg)
+        self.exact = ExactVerifier()
+        self.embed = self.scorer = None
+        if self.opts.embedding_feature:
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
+            self.embed = self.dec.verifier if self.dec.verifier.name == "embedding" else EmbeddingVerifier()
+        if self.opts.target_score_feature:
+            from lrtune.verifiers import make_verifier
+
+            self.scorer = make_verifier("target_score", backend=self.dec.target)
+        self.schemas = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
+        self.encoded = [self.dec.encode(task.prompt(prob)) for _, prob in todo]
+        self.n_conc = 1 if dcfg.async_lr else (self.opts.max_concurrent
+                                               or _default_concurrency(self.dec, dcfg, self.opts, self.encoded))
+        self.rounds: dict[int, list] = {k: [] for k in range(len(todo))}
+        self.pending: list[tuple] = []  # finished problems whose pairs wait for their rollouts
+        self.labels = [0, 0]
+        self.bar = None
+
+    def run(self) -> None:
+        from lrtune.control import ProblemInfo
+
+        self.bar = ProgressBar("collect", len(self.todo), self.opts.progress)
+        try:
+            self.dec.decoder.decode_many(
+                self.encoded, self.dcfg, max_concurrent=self.n_conc, max_len=self.cfg.models.max_model_len,
+                problems=[ProblemInfo(prob.id, self.task.prompt(prob), len(ids), self.opts.task)
+                          for (_, prob), ids in zip(self.todo, self.encoded)],
+                on_round=lambda k, r: self.rounds[k].append(r), on_done=self.finish)
+            if self.pending:
+                self.flush()
+        finally:
+            self.bar.close()
+
+    def finish(self, k: int, result) -> None:
         """A problem ended: its pairs and its problem row go to the store at once (rollout
         teachers: once the pending problems' rollouts ran, in one call per ``n_conc``)."""
-        i, prob = todo[k]
-        ids = encoded[k]
         if isinstance(result, Exception):
-            log(f"skipping {prob.id}: {result}")
-            bar.advance(1)
+            log(f"skipping {self.todo[k][1].id}: {result}")
+            self.bar.advance(1)
             return
         res, st = result
+        rows, items = self.pair_rows(k, res)
+        if self.spec.kind == "verifier":
+            self.complete(k, res, st, rows)
+            return
+        self.pending.append((k, res, st, rows, items))
+        if len(self.pending) >= self.n_conc:
+            self.flush()
+
+    def pair_rows(self, k: int, res) -> tuple[list[dict], list]:
+        """The rows of every pair problem ``k`` compared and, for outcome teachers, what to
+        roll out for each (``--rollout-pairs committed``: only the pairs on the answer's path;
+        the answer itself is the committed branch's rollout where it is the target's greedy
+        continuation)."""
+        from data_gen.rollout import RolloutItem, trajectory_continuation
+
+        (_, prob), ids, opts = self.todo[k], self.encoded[k], self.opts
         rows, items = [], []
-        done_rounds = rounds.pop(k)
+        done_rounds = self.rounds.pop(k)
         divergent = divergent_starts(done_rounds, len(ids))
         for r in done_rounds:
-            rr = pair_rows(prob.id, opts.task, teacher, r)
             prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
-            prefix_text = dec.target.decode(prefix, skip_special_tokens=True)
-            for row in rr:
+            prefix_text = self.dec.target.decode(prefix, skip_special_tokens=True)
+            for row in pair_rows(prob.id, opts.task, self.teacher, r):
                 chain = (r.branches or [r.drafts])[row["branch"]]
                 targets = (r.branch_targets or [r.targets])[row["branch"]]
                 pos = row["position"]
                 pre = prefix + [t for d in chain[:pos] for t in d.token_ids]
-                row["prefix_sha"] = hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16]
-                row["prefix_text"] = prefix_text
-                row.update(decode_verifier=live, verifier_score=row["teacher_score"], verifier_label=row["label"])
+                row.update(prefix_sha=hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16], prefix_text=prefix_text,
+                           decode_verifier=self.live, verifier_score=row["teacher_score"], verifier_label=row["label"])
                 on_path = row["chosen_branch"] and pos <= r.committed_drafts
-                if spec.kind != "verifier" and opts.rollout_pairs == "committed" and not on_path:
+                if self.spec.kind != "verifier" and opts.rollout_pairs == "committed" and not on_path:
                     continue
                 item = RolloutItem(prob, len(ids), pre, list(chain[pos].token_ids), list(targets[pos].token_ids))
-                if on_path and dcfg.temperature == 0:  # the answer itself continues its committed branch
+                if on_path and self.dcfg.temperature == 0:
                     branch = "draft" if pos < r.committed_drafts else "target"
                     start = len(pre) - len(ids) + len(getattr(item, branch))
-                    room = min(opts.rollout_tokens, cfg.models.max_model_len - len(ids) - start - 1)
+                    room = min(opts.rollout_tokens, self.cfg.models.max_model_len - len(ids) - start - 1)
                     known = trajectory_continuation(res.token_ids, res.finish, start, room=room,
                                                     divergent_starts=divergent)
                     if known is not None:
                         item.known[branch] = known
                 items.append(item)
                 rows.append(row)
-        if spec.kind == "verifier":
-            complete(k, res, st, rows)
-            return
-        pending.append((k, res, st, rows, items))
-        if len(pending) >= n_conc:
-            flush()
+        return rows, items
 
-    def flush() -> None:
+    def flush(self) -> None:
         """Outcome labels of the pending problems' pairs, one engine call; then store them."""
-        batch = pending[:]
-        pending.clear()
+        from data_gen.rollout import rollout_labels
+
+        batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
-        outcomes, secs = rollout_labels(dec.target, task, items, max_tokens=opts.rollout_tokens,
-                                        max_len=cfg.models.max_model_len, gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+        outcomes, secs = rollout_labels(self.dec.target, self.task, items, max_tokens=self.opts.rollout_tokens,
+                                        max_len=self.cfg.models.max_model_len,
+                                        gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0)
         at = 0
         for k, res, st, rows, _ in batch:
             for row, lab in zip(rows, outcomes[at:at + len(rows)]):
                 row.update(lab)
                 row["label"] = bool(row.pop("rollout_label"))
                 row["teacher_score"] = float(row["label"])
-                row["judge_s"] = secs / len(items) + (row["judge_s"] if spec.kind == "consensus" else 0.0)
+                row["judge_s"] = secs / len(items) + (row["judge_s"] if self.spec.kind == "consensus" else 0.0)
             at += len(rows)
             disagreements = None
-            if spec.kind == "consensus":  # keep the pairs both teachers agree on
+            if self.spec.kind == "consensus":  # keep the pairs both teachers agree on
                 kept = [row for row in rows if row["label"] == row["verifier_label"]]
                 disagreements = len(rows) - len(kept)
                 rows = kept
-            complete(k, res, st, rows, disagreements)
+            self.complete(k, res, st, rows, disagreements)
 
-    def complete(k: int, res, st, rows: list[dict], disagreements: int | None = None) -> None:
+    def complete(self, k: int, res, st, rows: list[dict], disagreements: int | None = None) -> None:
         """Features of the labelled pairs, the problem row, and both to the store."""
-        i, prob = todo[k]
-        ids = encoded[k]
+        from lrtune.verifiers import StepPair
+
+        (i, prob), ids, opts, dcfg = self.todo[k], self.encoded[k], self.opts, self.dcfg
         pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
-        for row, ok in zip(rows, exact.score(pairs)):
+        for row, ok in zip(rows, self.exact.score(pairs)):
             row["exact_match"] = bool(ok)
-        cos = embed.score(pairs) if embed is not None else [None] * len(rows)
-        ts = scorer.score(pairs) if scorer is not None else [None] * len(rows)
+        cos = self.embed.score(pairs) if self.embed is not None else [None] * len(rows)
+        ts = self.scorer.score(pairs) if self.scorer is not None else [None] * len(rows)
         for row, c, t in zip(rows, cos, ts):
             row["embedding_cosine"] = c
             row["target_score"] = t
-        answer, ok = task.check(prob, res.text)
+        answer, ok = self.task.check(prob, res.text)
         t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
         d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
         c1 = d_tok / t_tok if d_tok and t_tok else None
@@ -359,26 +393,15 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
                 "pairs": len(rows), "baseline_answer": None, "baseline_correct": None, "baseline_wall_s": None,
                 "baseline_tokens": None, "finished": res.finish == "eos", "teacher_disagreements": disagreements}
         if opts.with_baseline:
-            bres, bst = dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
-            banswer, bok = task.check(prob, bres.text)
+            bres, bst = self.dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
+            banswer, bok = self.task.check(prob, bres.text)
             prow.update(baseline_answer=None if banswer is None else str(banswer), baseline_correct=bool(bok),
                         baseline_wall_s=bst.wall_s, baseline_tokens=len(bres.token_ids))
-        store.add(prob.id, i, [{k: _finite(v) for k, v in r.items()} for r in rows], prow, pschema, qschema)
+        self.store.add(prob.id, i, [{c: _finite(v) for c, v in r.items()} for r in rows], prow, *self.schemas)
         for r in rows:
-            labels[r["label"]] += 1
-        n_rows[0] += len(rows)
-        n = n_rows[0]
-        bar.advance(1, f"{n} rows, accepted {labels[1] / n:.0%}" if n else f"{n} rows")
-
-    try:
-        dec.decoder.decode_many(encoded, dcfg, max_concurrent=n_conc, max_len=cfg.models.max_model_len,
-                                problems=[ProblemInfo(prob.id, task.prompt(prob), len(ids), opts.task)
-                                          for (_, prob), ids in zip(todo, encoded)],
-                                on_round=lambda k, r: rounds[k].append(r), on_done=finish)
-        if pending:
-            flush()
-    finally:
-        bar.close()
+            self.labels[r["label"]] += 1
+        n = sum(self.labels)
+        self.bar.advance(1, f"{n} rows, accepted {self.labels[1] / n:.0%}" if n else f"{n} rows")
 
 
 def _default_concurrency(dec, dcfg: DecodeConfig, opts: CollectOptions, prompts: list[list[int]]) -> int:

@@ -266,3 +266,41 @@ def test_batched_identical_draft_with_exact_verifier_equals_alone(engines, promp
     for p, (res, stats) in zip(prompts, outs):
         assert res.token_ids == greedy(target, p)
         assert stats.alpha1 == 1.0 and stats.committed_draft_steps > 0
+
+
+FREE_ONE_ENGINE = """
+import gc, sys
+sys.path.insert(0, {tests!r})
+from tiny_models import get_tiny_pair
+import lrtune.backends.vllm as vb
+from lrtune.backends.base import GenParams
+pair = get_tiny_pair()
+cfg = vb.VLLMConfig(max_model_len=256, kv_cache_gib=0.05)
+a, b = vb.VLLMBackend(str(pair.target), cfg, name="a"), vb.VLLMBackend(str(pair.draft), cfg, name="b")
+p = GenParams(max_tokens=4, stop_at_delimiter=False)
+a.generate([[5, 6, 7]], p), b.generate([[5, 6, 7]], p)
+engine = b._engines.pop(0)
+vb._KEEP_ALIVE.remove(engine)
+del engine
+gc.collect()
+try:
+    a.generate([[5, 6, 7]], p)
+    print("FREED-OK")
+except Exception as e:
+    print("BROKEN", type(e).__name__, e)
+"""
+
+
+@pytest.mark.slow
+def test_freeing_one_vllm_engine_breaks_the_others_so_close_keeps_them():
+    """Why ``VLLMBackend.close`` keeps its engines alive: on the pinned vLLM, garbage-collecting
+    one in-process engine tears down process-global state every other engine needs. If a
+    vLLM upgrade fixes this, this test fails and close() should free its engines."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = FREE_ONE_ENGINE.format(tests=str(Path(__file__).parent))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert "BROKEN" in out.stdout and "model parallel group is not initialized" in out.stdout, \
+        out.stdout[-2000:] + out.stderr[-2000:]

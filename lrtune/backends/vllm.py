@@ -59,6 +59,9 @@ class VLLMConfig:
     ngram_prompt_lookup_min: int = 2
 
 
+_KEEP_ALIVE: list = []  # every engine of this process (see VLLMBackend.close)
+
+
 class VLLMBackend(TokenizerMixin):
     """A model served by vLLM engines (see module docstring)."""
 
@@ -249,9 +252,12 @@ class VLLMBackend(TokenizerMixin):
     def close(self) -> None:
         """Forget this backend's engines.
 
-        vLLM 0.32 tears down process-global state when an in-process engine is garbage
-        collected, which breaks every other engine in the process; engines therefore stay
-        referenced (``_KEEP_ALIVE``) until the process exits.
+        They cannot be freed: vLLM 0.32 tears down process-global state (its model-parallel
+        groups) when an in-process engine is garbage collected, and every other engine of
+        the process then fails ("pipeline model parallel group is not initialized";
+        ``tests/test_vllm_backend.py`` shows it). So engines stay referenced
+        (``_KEEP_ALIVE``) until the process exits; run work that needs its memory back in
+        another process.
         """
         self._engines.clear()
         self._counters.clear()
@@ -325,4 +331,3 @@ def _sampled_logprob(entry, token_id: int) -> float:
     return float(getattr(lp, "logprob", lp))
 
 
-_KEEP_ALIVE: list = []
