@@ -1,4 +1,5 @@
-"""Public Python API.
+"""Public Python API: one of the core's faces (with ``cli.py`` and ``pipeline.py``); it
+reaches no stage but ``policies`` (the controller a decoder runs).
 
 >>> from lrtune import Decoder                                   # doctest: +SKIP
 >>> dec = Decoder.from_pretrained(target="default", draft="default", method="lr+sd")

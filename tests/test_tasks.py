@@ -78,3 +78,13 @@ def test_gsm_symbolic_is_seeded_and_checked_numerically():
     a, b = task.load(limit=3, seed=1), task.load(limit=3, seed=1)
     assert [p.question for p in a] == [p.question for p in b]
     assert task.check(a[0], f"... \\boxed{{{a[0].answer}}}")[1]
+
+
+def test_templates_group_generated_problems_and_every_other_problem_is_its_own():
+    from lrtune.tasks import get_task, template_of
+
+    probs = get_task("gsm_symbolic").load(limit=40, seed=3)
+    assert [template_of("gsm_symbolic", p.id) for p in probs] == [p.meta["template"] for p in probs]
+    assert len({p.meta["template"] for p in probs}) < len(probs)  # ~100 templates: some repeat
+    assert template_of("humaneval", "HumanEval/7") == "humaneval/HumanEval/7"
+    assert template_of("gsm_symbolic", "not-an-id") == "gsm_symbolic/not-an-id"

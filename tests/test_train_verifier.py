@@ -12,7 +12,7 @@ from lrtune.errors import ConfigError
 from lrtune.verifiers import StepPair, make_verifier
 from lrtune.verifiers import distilled
 from train.calibrate import agreement, calibrate_threshold
-from train.data import PairExample, fingerprint, load_pairs, split_examples, split_problems
+from train.data import PairExample, fingerprint, load_pairs, split_examples, split_groups
 
 ITEMS = ["apples", "pens", "books", "coins", "cards"]
 
@@ -80,13 +80,27 @@ def test_splits_never_put_one_problem_in_two_splits(seed, n):
 
 def test_splits_are_deterministic_per_seed():
     ids = [f"p{i}" for i in range(20)]
-    assert split_problems(ids, 0.2, 0.2, 3) == split_problems(list(reversed(ids)), 0.2, 0.2, 3)
-    assert split_problems(ids, 0.2, 0.2, 3) != split_problems(ids, 0.2, 0.2, 4)
+    assert split_groups(ids, 0.2, 0.2, 3) == split_groups(list(reversed(ids)), 0.2, 0.2, 3)
+    assert split_groups(ids, 0.2, 0.2, 3) != split_groups(ids, 0.2, 0.2, 4)
 
 
-def test_splits_need_three_problems():
-    with pytest.raises(ConfigError, match="at least 3 problems"):
-        split_problems(["a", "b"], 0.2, 0.2, 0)
+def test_splits_need_three_templates():
+    with pytest.raises(ConfigError, match="at least 3 problem templates"):
+        split_groups(["a", "b"], 0.2, 0.2, 0)
+
+
+def test_no_template_is_in_two_splits():
+    """gsm_symbolic problems 0-18 and 0-33 share a template: they land in one split."""
+    from lrtune.tasks import get_task, template_of
+
+    probs = get_task("gsm_symbolic").load(limit=50, seed=0)
+    assert probs[18].meta["template"] == probs[33].meta["template"]
+    ex = [PairExample(f"gsm_symbolic/{p.id}", StepPair("c", "d", "t"), True, 1.0,
+                      group=template_of("gsm_symbolic", p.id)) for p in probs]
+    splits = split_examples(ex, 0.2, 0.2, 0)
+    where = {e.group: name for name, items in splits.items() for e in items}
+    assert all(where[e.group] == name for name, items in splits.items() for e in items)
+    assert len(where) == len({p.meta["template"] for p in probs}) < len(probs)
 
 
 def test_fingerprint_changes_with_any_label():

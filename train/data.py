@@ -1,5 +1,6 @@
 """Training data of the distilled verifier: step pairs from ``lrtune collect`` with
-problem-level splits (no problem in two splits) and a fingerprint of the data used."""
+template-level splits (no template, hence no problem, in two splits: gsm_symbolic problems
+share ~100 templates; see :func:`lrtune.tasks.template_of`) and a fingerprint of the data."""
 
 from __future__ import annotations
 
@@ -28,11 +29,17 @@ class PairExample:
     teacher_s: float | None = None  # teacher seconds per pair (collect's judge_s)
     embedding_cosine: float | None = None
     exact_match: bool | None = None
+    group: str = ""  # the split unit: the problem's template ("" = the problem itself)
+
+    @property
+    def split_group(self) -> str:
+        return self.group or self.problem_id
 
 
 def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
     """Examples from one or more collect (or merged) dirs, and the teacher's name."""
     from lrtune.dataset import load_tables
+    from lrtune.tasks import template_of
 
     dirs = [data] if isinstance(data, str) else list(data)
     if not dirs:
@@ -53,7 +60,8 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
             out.append(PairExample(problem_id=f"{r['task']}/{r['problem_id']}",
                                    pair=StepPair(context=r.get("context") or "", draft=r["draft_step"], target=r["target_step"]),
                                    label=bool(r["label"]), target=soft, teacher_s=r.get("judge_s"),
-                                   embedding_cosine=r.get("embedding_cosine"), exact_match=r.get("exact_match")))
+                                   embedding_cosine=r.get("embedding_cosine"), exact_match=r.get("exact_match"),
+                                   group=template_of(r["task"], r["problem_id"])))
     if not out:
         raise ConfigError(f"no labelled step pairs in {', '.join(dirs)}")
     if len(teachers) > 1:
@@ -61,14 +69,14 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
     return out, teachers.pop()
 
 
-def split_problems(problem_ids: Sequence[str], val_fraction: float, test_fraction: float,
-                   seed: int) -> dict[str, str]:
-    """Problem id -> split. Problems (not pairs) are shuffled with ``seed`` and cut into
+def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, str]:
+    """Group (template) -> split. Groups (not pairs) are shuffled with ``seed`` and cut into
     test (⌈n·test⌉, ≥ 1), val (⌈n·val⌉, ≥ 1) and train (the rest, ≥ 1)."""
-    ids = sorted(set(problem_ids))
+    ids = sorted(set(groups))
     n = len(ids)
     if n < 3:
-        raise ConfigError(f"need at least 3 problems for train/val/test splits, got {n}")
+        raise ConfigError(f"need at least 3 problem templates for train/val/test splits, got {n}; "
+                          "collect more problems")
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise ConfigError("val and test fractions must be in (0, 1) with a sum below 1")
     random.Random(seed).shuffle(ids)
@@ -81,11 +89,12 @@ def split_problems(problem_ids: Sequence[str], val_fraction: float, test_fractio
 
 def split_examples(examples: Sequence[PairExample], val_fraction: float, test_fraction: float,
                    seed: int) -> dict[str, list[PairExample]]:
-    """The examples of each split (see :func:`split_problems`)."""
-    where = split_problems([e.problem_id for e in examples], val_fraction, test_fraction, seed)
+    """The examples of each split: all examples of one template in one split (see
+    :func:`split_groups`)."""
+    where = split_groups([e.split_group for e in examples], val_fraction, test_fraction, seed)
     out: dict[str, list[PairExample]] = {s: [] for s in SPLITS}
     for e in examples:
-        out[where[e.problem_id]].append(e)
+        out[where[e.split_group]].append(e)
     return out
 
 

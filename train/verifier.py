@@ -162,6 +162,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
     if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
         train = random.Random(cfg.seed).sample(train, cfg.max_train_pairs)
     counts = {s: {"pairs": len(v), "problems": len({e.problem_id for e in v}),
+                  "templates": len({e.split_group for e in v}),
                   "teacher_accept": sum(e.label for e in v) / max(1, len(v))} for s, v in splits.items()}
     counts["train"]["pairs_used"] = len(train)
     log(f"{len(examples)} pairs from {teacher!r}: " + ", ".join(f"{s} {c['pairs']} ({c['problems']} problems)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from lrtune.errors import ConfigError
 from lrtune.tasks.base import Problem
 
-__all__ = ["Problem", "get_task", "same_outcome", "TASKS"]
+__all__ = ["Problem", "get_task", "same_outcome", "template_of", "TASKS"]
 
 TASKS = ("gsm_symbolic", "gsm8k", "math500", "aime24", "humaneval", "custom")
 
@@ -30,6 +30,19 @@ def get_task(name: str):
         return {"gsm8k": math_files.GSM8K, "math500": math_files.MATH500, "aime24": math_files.AIME24,
                 "custom": math_files.CUSTOM}[name]
     raise ConfigError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+
+
+def template_of(task: str, problem_id: str) -> str:
+    """The group a problem belongs to for splits: problems of one template never go to two
+    splits. gsm_symbolic: the generator template (~100 of them; many problems share one);
+    every other task: the problem itself (a HumanEval task is its own template)."""
+    if task == "gsm_symbolic":
+        from lrtune.tasks import gsm_symbolic
+
+        found = gsm_symbolic.template_of(problem_id)
+        if found is not None:
+            return found
+    return f"{task}/{problem_id}"
 
 
 def same_outcome(task, problem: Problem, completion_a: str, completion_b: str) -> tuple[bool, str | None, str | None]:

@@ -24,7 +24,36 @@ def load(limit: int | None = 10, seed: int = 0, path: str | None = None) -> list
         raise LrtuneError("the gsm_symbolic task needs reasoning-gym: pip install reasoning-gym==0.1.25") from None
     ds = reasoning_gym.create_dataset(NAME, size=limit, seed=seed)
     return [Problem(id=f"{NAME}-{seed}-{i}", question=x["question"], answer=str(x["answer"]),
-                    meta={"difficulty": x["metadata"].get("difficulty")}) for i, x in enumerate(ds)]
+                    meta={"difficulty": x["metadata"].get("difficulty"), "template": _template(ds, i)})
+            for i, x in enumerate(ds)]
+
+
+def _template(ds, i: int) -> str:
+    """The generator (one of ~100 GSM8K templates) behind problem ``i`` of ``ds``."""
+    return f"{NAME}/template-{ds.task_indices[i]}"
+
+
+def template_of(problem_id: str) -> str | None:
+    """The template of a problem id ``gsm_symbolic-SEED-I`` (None for another id): problems
+    are generated, so the template is a pure function of seed and index."""
+    parts = problem_id.split("-")
+    if len(parts) != 3 or parts[0] != NAME or not (parts[1].lstrip("-").isdigit() and parts[2].isdigit()):
+        return None
+    return _templates(int(parts[1]), int(parts[2]) + 1)[int(parts[2])]
+
+
+_CACHE: dict[int, list[str]] = {}
+
+
+def _templates(seed: int, n: int) -> list[str]:
+    """The first ``n`` problems' templates for ``seed`` (prefix-stable, cached per seed)."""
+    have = _CACHE.get(seed, [])
+    if len(have) < n:
+        import reasoning_gym
+
+        ds = reasoning_gym.create_dataset(NAME, size=max(n, 2 * len(have), 64), seed=seed)
+        have = _CACHE[seed] = [_template(ds, i) for i in range(len(ds))]
+    return have
 
 
 def prompt(problem: Problem) -> str:
