@@ -1,4 +1,5 @@
-"""``lrtune`` command line (a face of the core: it calls the stages): parses flags (generated from the config dataclasses), calls a stage.
+"""``lrtune`` command line, a face of the core: parses flags (generated from the config
+dataclasses), then calls a stage.
 
 Commands:
     lrtune decode PROMPT | --task-problem N   decode one prompt and print answer + stats
