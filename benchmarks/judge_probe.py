@@ -65,10 +65,12 @@ def main(args: argparse.Namespace) -> dict:
     for spec in args.specs.split(","):
         ver = make_verifier(spec.strip(), backend=backend)
         sample = next((p for p, s in zip(pairs, same) if not s), None)
+        example = None
         if sample is not None:
             ids = ver.prompts([sample])[0]
-            print(f"--- {spec}: one production prompt, {len(ids)} token ids ---\n{ids}\n"
-                  f"{backend.decode(ids, skip_special_tokens=False)}\n---", flush=True)
+            example = {"token_ids": ids, "text": backend.decode(ids, skip_special_tokens=False)}
+            print(f"--- {spec}: one production prompt, {len(ids)} token ids ---\n{ids}\n{example['text']}\n---",
+                  flush=True)
         t0 = time.perf_counter()
         scores = ver.score(pairs)
         secs = time.perf_counter() - t0
@@ -79,7 +81,7 @@ def main(args: argparse.Namespace) -> dict:
             "agreement": sum(a == y for a, y in zip(accept, labels)) / len(labels) if labels else None,
             "accept_rate": sum(accept) / len(accept) if accept else None,
             "identical_acceptance": sum(ident) / len(ident) if ident else None,
-            "seconds_per_pair": secs / len(pairs) if pairs else None, "scores": scores}
+            "seconds_per_pair": secs / len(pairs) if pairs else None, "example_prompt": example, "scores": scores}
         r = res["specs"][spec]
         print(f"{spec}: AUROC {r['auroc']}, agreement {r['agreement']}, accept rate {r['accept_rate']}, "
               f"accepts identical {r['identical_acceptance']}, {r['seconds_per_pair']} s/pair", flush=True)

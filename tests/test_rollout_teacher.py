@@ -176,3 +176,14 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
         assert len(r["scores"]) == len(rows) and all(0.0 <= x <= 1.0 for x in r["scores"])
         if res["identical_pairs"]:
             assert r["identical_acceptance"] == 1.0
+        assert r["example_prompt"] is None or r["example_prompt"]["token_ids"]
+
+    # the summary: every probed judge beside the cheap verifiers, against the rollout labels
+    from benchmarks.summarize_labels import markdown, summarize
+
+    summ = summarize(str(tmp_path / "rollout"), str(tmp_path / "probe.json"), reps=50)
+    assert summ["pairs"] == len(rows) and summ["accepted"] == sum(r["label"] for r in rows)
+    assert {"rollout", "exact", "llm_judge(context)@0.5", "llm_judge(paper)@0.5"} <= set(summ["agreement_matrix"])
+    assert summ["agreement_matrix"]["rollout"]["exact"] == pytest.approx(
+        sum(r["label"] == r["exact_match"] for r in rows) / len(rows))
+    assert "| llm_judge(paper)@0.5 |" in markdown(summ)

@@ -1,0 +1,153 @@
+"""Summary of an outcome-labelled step-pair dataset and the judge probe on it (issue 17).
+
+Reads a collect directory (``--teacher rollout``; merged or not) and, when given, the JSON of
+``benchmarks.judge_probe`` run on it; writes one JSON and one Markdown table with: problems,
+finish rate and accuracy per task, pairs and label balance (overall, per task, per position),
+the agreement matrix of every decider (rollout teacher, exact, embedding@0.95, each probed
+judge at its threshold), each decider's acceptance of identical pairs, AUROC of every scored
+decider against the rollout labels with a 95% bootstrap interval over problems, and teacher
+seconds per pair.
+
+    python -m benchmarks.summarize_labels --data results/rollout_labels \\
+        --probe benchmarks/results/rollout_labels/judge_probe.json --out benchmarks/results/rollout_labels
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+from pathlib import Path
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="a collect output directory (rollout teacher)")
+    p.add_argument("--probe", default=None, help="judge_probe JSON scored on the same dataset (same row order)")
+    p.add_argument("--out", default="benchmarks/results/rollout_labels", help="folder for summary.json / summary.md")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over problems) for intervals")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def bootstrap_auroc(scores: list[float], labels: list[bool], groups: list[str], reps: int,
+                    seed: int) -> tuple[float | None, float | None, float | None]:
+    """AUROC (scikit-learn) and its 95% percentile interval, resampling whole problems."""
+    from lrtune.pairstats import auroc
+
+    point = auroc(scores, labels)
+    if point is None:
+        return None, None, None
+    by: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    keys, rng, vals = sorted(by), random.Random(seed), []
+    for _ in range(reps):
+        idx = [i for k in rng.choices(keys, k=len(keys)) for i in by[k]]
+        v = auroc([scores[i] for i in idx], [labels[i] for i in idx])
+        if v is not None:
+            vals.append(v)
+    vals.sort()
+    if not vals:
+        return point, None, None
+    return point, vals[int(0.025 * (len(vals) - 1))], vals[int(0.975 * (len(vals) - 1))]
+
+
+def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> dict:
+    from lrtune import pairstats
+    from lrtune.dataset import load_tables
+    from lrtune.verifiers.base import same_step
+
+    pairs_t, probs_t = load_tables(Path(data))
+    rows, probs = pairs_t.to_pylist(), probs_t.to_pylist()
+    labels = [bool(r["label"]) for r in rows]
+    groups = [f"{r['task']}/{r['problem_id']}" for r in rows]
+    same = [same_step(r["draft_step"], r["target_step"]) for r in rows]
+    out: dict = {"data": data, "teacher": rows[0]["teacher"] if rows else None, "problems": len(probs),
+                 "pairs": len(rows), "accepted": sum(labels), "label_balance": sum(labels) / len(rows) if rows else None,
+                 "identical_pairs": sum(same), "rollout_reused": sum(bool(r.get("rollout_reused")) for r in rows),
+                 "rollout_finished": sum(bool(r.get("rollout_finished")) for r in rows)}
+    tasks = sorted({p["task"] for p in probs})
+    out["per_task"] = {t: {
+        "problems": sum(p["task"] == t for p in probs),
+        "finish_rate": statistics.mean(bool(p["finished"]) for p in probs if p["task"] == t),
+        "accuracy": statistics.mean(bool(p["correct"]) for p in probs if p["task"] == t),
+        "tokens_mean": statistics.mean(p["tokens"] for p in probs if p["task"] == t),
+        "pairs": sum(r["task"] == t for r in rows),
+        "label_balance": statistics.mean(bool(r["label"]) for r in rows if r["task"] == t) if any(
+            r["task"] == t for r in rows) else None} for t in tasks}
+    out["finish_rate"] = statistics.mean(bool(p["finished"]) for p in probs) if probs else None
+    out["label_balance_by_position"] = pairstats.acceptance_by_position([r["position"] for r in rows], labels)
+    out["pairs_by_position"] = [sum(r["position"] == k for r in rows) for k in range(max((r["position"] for r in rows),
+                                                                                          default=-1) + 1)]
+    teacher_s = [r["judge_s"] for r in rows if r.get("judge_s") is not None]
+    out["teacher_s_per_pair"] = {"mean": statistics.mean(teacher_s) if teacher_s else None,
+                                 "median": statistics.median(teacher_s) if teacher_s else None}
+    decide: dict[str, list] = {"rollout": labels, "exact": [bool(r["exact_match"]) for r in rows]}
+    scored: dict[str, list[float]] = {"exact": [float(bool(r["exact_match"])) for r in rows]}
+    if any(r.get("embedding_cosine") is not None for r in rows):
+        cos = [r.get("embedding_cosine") for r in rows]
+        decide["embedding@0.95"] = [None if c is None else c >= 0.95 for c in cos]
+        scored["embedding"] = [float("nan") if c is None else c for c in cos]
+    if probe:
+        res = json.loads(Path(probe).read_text())
+        if res.get("pairs") != len(rows):
+            raise SystemExit(f"{probe} scored {res.get('pairs')} pairs, the dataset has {len(rows)}")
+        out["probe"] = {"judge": res.get("judge")}
+        for spec, r in res["specs"].items():
+            decide[f"{spec}@{r['threshold']:g}"] = [s >= r["threshold"] for s in r["scores"]]
+            scored[spec] = r["scores"]
+            out["probe"][spec] = {"seconds_per_pair": r["seconds_per_pair"], "threshold": r["threshold"]}
+    out["agreement_matrix"] = pairstats.agreement_matrix(decide)
+    out["identical_acceptance"] = pairstats.acceptance_on(same, decide)
+    out["accept_rate"] = {k: (sum(bool(x) for x in v if x is not None) / max(1, sum(x is not None for x in v)))
+                          for k, v in decide.items()}
+    out["auroc_vs_rollout"] = {}
+    for name, s in scored.items():
+        point, lo, hi = bootstrap_auroc(s, labels, groups, reps, seed)
+        out["auroc_vs_rollout"][name] = {"auroc": point, "ci95": [lo, hi]}
+    return out
+
+
+def markdown(s: dict) -> str:
+    f = lambda v, d=3: "—" if v is None else f"{v:.{d}f}"  # noqa: E731
+    lines = [f"# Rollout labels: {s['problems']} problems, {s['pairs']} pairs", "",
+             f"Teacher `{s['teacher']}`; accept rate {f(s['label_balance'])}; identical pairs {s['identical_pairs']}; "
+             f"answers finished within the budget {f(s['finish_rate'])}; rollouts reused from the answer "
+             f"{s['rollout_reused']} of {s['pairs']}; teacher seconds per pair: mean "
+             f"{f(s['teacher_s_per_pair']['mean'], 2)}, median {f(s['teacher_s_per_pair']['median'], 2)}.", "",
+             "| task | problems | finished | accuracy | mean tokens | pairs | accept rate |", "|---|---|---|---|---|---|---|",
+             *(f"| {t} | {v['problems']} | {f(v['finish_rate'], 2)} | {f(v['accuracy'], 2)} | {v['tokens_mean']:.0f} | "
+               f"{v['pairs']} | {f(v['label_balance'], 2)} |" for t, v in s["per_task"].items()), "",
+             "Accept rate by position: " + ", ".join(f"{k}: {f(a, 2)} (n={n})" for k, (a, n) in
+                                                     enumerate(zip(s["label_balance_by_position"], s["pairs_by_position"]))),
+             "", "| decider | AUROC vs rollout (95% CI, bootstrap over problems) | accept rate | agrees with rollout | "
+                 "accepts identical |", "|---|---|---|---|---|"]
+    m, ident = s["agreement_matrix"], s["identical_acceptance"]
+    for name in m:
+        base = name.rsplit("@", 1)[0]
+        a = s["auroc_vs_rollout"].get(base) or s["auroc_vs_rollout"].get(name.split("@")[0]) or {}
+        ci = a.get("ci95") or [None, None]
+        lines.append(f"| {name} | {f(a.get('auroc'))} [{f(ci[0])}, {f(ci[1])}] | {f(s['accept_rate'][name], 2)} | "
+                     f"{f(m[name]['rollout'], 2)} | {f(ident.get(name), 2)} |")
+    lines += ["", "Agreement matrix (share of pairs on which two deciders agree):", "",
+              "| | " + " | ".join(m) + " |", "|---" * (len(m) + 1) + "|",
+              *(f"| {a} | " + " | ".join(f(m[a][b], 2) for b in m) + " |" for a in m)]
+    return "\n".join(lines) + "\n"
+
+
+def main(args: argparse.Namespace) -> dict:
+    s = summarize(args.data, args.probe, args.bootstrap, args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(s, indent=1))
+    (out / "summary.md").write_text(markdown(s))
+    print(markdown(s))
+    return s
+
+
+if __name__ == "__main__":
+    from benchmarks import parse
+
+    main(parse(make_parser()))
