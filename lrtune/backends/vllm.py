@@ -111,6 +111,7 @@ class VLLMBackend(TokenizerMixin):
             enforce_eager=cfg.enforce_eager,
             seed=cfg.seed,
             tensor_parallel_size=cfg.tensor_parallel_size,
+            use_tqdm_on_load=False,  # quiet logs: lrtune prints its own progress
         )
         if cfg.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization

@@ -23,8 +23,10 @@ things that version does not offer; each is a small patch here, applied once per
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import sys
+import warnings
 from dataclasses import fields
 
 from lrtune.backends.base import SDCounters
@@ -63,6 +65,10 @@ def configure_env() -> None:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         if cpus:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
+    # quiet logs: vLLM's kernel scan trips torch deprecation warnings; torch says Triton is missing on CPU
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"vllm(\.|$)")
+    logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
     _ENV_DONE = True
 
 
