@@ -62,6 +62,7 @@ class CollectOptions:
     shard_id: int = field(default=0, metadata={"help": "the shard this process collects"})
     embedding_feature: bool = field(default=True, metadata={"help": "record the embedding cosine of each pair"})
     target_score_feature: bool = field(default=True, metadata={"help": "record the target's 0-9 score of each draft step"})
+    judge_features: bool = field(default=False, metadata={"help": "also score every pair with both llm_judge forms (context and paper; the target judges) as feature columns, so --stats compares them with the teacher (two judge calls per non-identical pair)"})
     force_new: bool = field(default=False, metadata={"help": "start a new dataset in --out even if it holds another config (old files move to backup-*/)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     unsafe_exec: bool = field(default=False, metadata={"help": "code tasks: run generated code without OS-level isolation when bubblewrap is missing (only the in-process Python guard; not isolation)"})
@@ -267,6 +268,11 @@ class _Collector:
             from lrtune.verifiers import make_verifier
 
             self.scorer = make_verifier("target_score", backend=self.dec.target)
+        self.judges = {}
+        if self.opts.judge_features:
+            from lrtune.verifiers import make_verifier
+
+            self.judges = {col: make_verifier(spec, backend=self.dec.target) for col, spec in JUDGE_FEATURES.items()}
         self.schemas = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
         self.encoded = [self.dec.encode(task.prompt(prob)) for _, prob in todo]
         self.n_conc = 1 if dcfg.async_lr else (self.opts.max_concurrent
@@ -381,6 +387,9 @@ class _Collector:
         for row, c, t in zip(rows, cos, ts):
             row["embedding_cosine"] = c
             row["target_score"] = t
+        for col, judge in self.judges.items():
+            for row, v in zip(rows, judge.score(pairs)):
+                row[col] = v
         answer, ok = self.task.check(prob, res.text)
         t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
         d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
@@ -402,6 +411,9 @@ class _Collector:
             self.labels[r["label"]] += 1
         n = sum(self.labels)
         self.bar.advance(1, f"{n} rows, accepted {self.labels[1] / n:.0%}" if n else f"{n} rows")
+
+
+JUDGE_FEATURES = {"llm_judge_context_score": "llm_judge(context)", "llm_judge_paper_score": "llm_judge(paper)"}
 
 
 def _default_concurrency(dec, dcfg: DecodeConfig, opts: CollectOptions, prompts: list[list[int]]) -> int:

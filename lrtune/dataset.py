@@ -18,6 +18,9 @@ from lrtune.runfiles import write_atomic
 from lrtune.store import all_entries
 
 CONFIG = "collect_config.json"  # the config a dataset was collected with, beside its rows
+# (decider name, column, threshold) of the optional judge feature columns (collect --judge-features)
+JUDGE_DECIDERS = (("llm_judge(context)@0.5", "llm_judge_context_score", 0.5),
+                  ("llm_judge(paper)@0.5", "llm_judge_paper_score", 0.5))
 
 PAIR_FIELDS = [
     ("problem_id", "string"), ("task", "string"), ("round", "int32"), ("position", "int32"), ("branch", "int32"),
@@ -27,6 +30,7 @@ PAIR_FIELDS = [
     ("draft_len", "int32"), ("target_len", "int32"), ("draft_mean_logprob", "float64"),
     ("draft_min_logprob", "float64"), ("target_mean_logprob", "float64"), ("target_min_logprob", "float64"),
     ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
+    ("llm_judge_context_score", "float64"), ("llm_judge_paper_score", "float64"),  # collect --judge-features
     ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
     # the live verifier's decision during decoding (= the teacher's for a verifier teacher)
     ("decode_verifier", "string"), ("verifier_score", "float64"), ("verifier_label", "bool_"),
@@ -112,7 +116,8 @@ def merge(dirs: list[str], out: str) -> dict:
 
 
 def summarize_pairs(src: Path) -> dict:
-    """Counts, label balance, α1 by position, and each cheap verifier's agreement with the teacher."""
+    """Counts, label balance, α1 by position, and each cheap verifier's (and, where recorded,
+    each llm_judge form's) agreement with the teacher."""
     pairs, probs = load_tables(src)
     d = pairs.to_pydict()
     labels = d["label"]
@@ -124,6 +129,9 @@ def summarize_pairs(src: Path) -> dict:
         agree["embedding@0.95"] = pairstats.agreement(d["embedding_cosine"], labels, 0.95)
     if any(x is not None for x in d["target_score"]):
         agree["target_score@7/9"] = pairstats.agreement(d["target_score"], labels, 7 / 9)
+    for name, col, thr in JUDGE_DECIDERS:
+        if any(x is not None for x in d.get(col, ())):
+            agree[name] = pairstats.agreement(d[col], labels, thr)
     out["agreement_with_teacher"] = agree
     # every decider's yes/no on every row: the teacher, the live verifier when it is another one, the cheap ones
     from lrtune.verifiers.base import same_step
@@ -134,8 +142,9 @@ def summarize_pairs(src: Path) -> dict:
     if any(x is not None for x in live) and any(a != b for a, b in zip(live, labels) if a is not None):
         decide["live verifier"] = live
     decide["exact"] = [bool(x) for x in d["exact_match"]]
-    for name, col, thr in (("embedding@0.95", "embedding_cosine", 0.95), ("target_score@7/9", "target_score", 7 / 9)):
-        if any(x is not None for x in d[col]):
+    for name, col, thr in (("embedding@0.95", "embedding_cosine", 0.95), ("target_score@7/9", "target_score", 7 / 9),
+                           *JUDGE_DECIDERS):
+        if any(x is not None for x in d.get(col, ())):
             decide[name] = [None if x is None else x >= thr for x in d[col]]
     same = [same_step(a, b) for a, b in zip(d["draft_step"], d["target_step"])]
     out["agreement_matrix"] = pairstats.agreement_matrix(decide)

@@ -142,7 +142,8 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     for teacher in ("rollout", "consensus(rollout,exact)"):
         cfg = CollectConfig(
             options=CollectOptions(task="custom", data=str(data), limit=3, teacher=teacher, out=str(tmp_path / teacher),
-                                   progress=False, rollout_tokens=24, max_concurrent=2, embedding_feature=False),
+                                   progress=False, rollout_tokens=24, max_concurrent=2, embedding_feature=False,
+                                   judge_features=teacher == "rollout"),
             models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers",
                                max_model_len=512, verifier="exact"),
             decode=DecodeConfig(method="lr", gamma1=2, max_new_tokens=48, max_step_tokens=12))
@@ -177,6 +178,16 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
         if res["identical_pairs"]:
             assert r["identical_acceptance"] == 1.0
         assert r["example_prompt"] is None or r["example_prompt"]["token_ids"]
+
+    # collect --judge-features recorded exactly what the probe scores (one production path), and --stats shows them
+    from lrtune.dataset import summarize_pairs
+
+    for spec, col in (("llm_judge(context)", "llm_judge_context_score"), ("llm_judge(paper)", "llm_judge_paper_score")):
+        assert res["specs"][spec]["scores"] == pytest.approx([r[col] for r in rows], abs=1e-6)
+    stats = summarize_pairs(tmp_path / "rollout")
+    assert {"llm_judge(context)@0.5", "llm_judge(paper)@0.5"} <= set(stats["agreement_matrix"]) & set(
+        stats["agreement_with_teacher"])
+    assert out["consensus(rollout,exact)"][0][0]["llm_judge_paper_score"] is None  # off by default
 
     # the summary: every probed judge beside the cheap verifiers, against the rollout labels
     from benchmarks.summarize_labels import markdown, summarize
