@@ -327,7 +327,7 @@ class _Collector:
         for r in done_rounds:
             prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
             prefix_text = self.dec.target.decode(prefix, skip_special_tokens=True)
-            for row in pair_rows(prob.id, opts.task, self.teacher, r):
+            for row in pair_rows(prob.id, prob.meta.get("task", opts.task), self.teacher, r):
                 chain = (r.branches or [r.drafts])[row["branch"]]
                 targets = (r.branch_targets or [r.targets])[row["branch"]]
                 pos = row["position"]
@@ -394,7 +394,7 @@ class _Collector:
         t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
         d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
         c1 = d_tok / t_tok if d_tok and t_tok else None
-        prow = {"problem_id": prob.id, "index": i, "task": opts.task, "method": dcfg.method,
+        prow = {"problem_id": prob.id, "index": i, "task": prob.meta.get("task", opts.task), "method": dcfg.method,
                 "gamma1": dcfg.gamma1, "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
                 "alpha1": st.alpha1, "alpha2": st.alpha2, "c1": c1, "c2": c1, "rounds": st.rounds,
                 "steps": len(res.steps), "tokens": len(res.token_ids), "wall_s": st.wall_s,

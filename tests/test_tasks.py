@@ -88,3 +88,26 @@ def test_templates_group_generated_problems_and_every_other_problem_is_its_own()
     assert len({p.meta["template"] for p in probs}) < len(probs)  # ~100 templates: some repeat
     assert template_of("humaneval", "HumanEval/7") == "humaneval/HumanEval/7"
     assert template_of("gsm_symbolic", "not-an-id") == "gsm_symbolic/not-an-id"
+
+
+def test_a_task_mix_interleaves_its_tasks_and_checks_each_problem_by_its_own_task():
+    from lrtune.tasks import get_task, same_outcome, template_of
+
+    mix = get_task("gsm_symbolic+humaneval")
+    probs = mix.load(limit=5, seed=0)
+    assert [p.meta["task"] for p in probs] == ["gsm_symbolic", "humaneval", "gsm_symbolic", "humaneval", "gsm_symbolic"]
+    assert mix.KIND == "code" and get_task("gsm_symbolic+gsm8k").KIND == "math"
+    g, h = probs[0], probs[1]
+    assert mix.prompt(g) == get_task("gsm_symbolic").prompt(g) and "```python" in mix.prompt(h)
+    assert mix.check(g, f"so \\boxed{{{g.answer}}}")[1] is True
+    assert same_outcome(mix, g, f"\\boxed{{{g.answer}}}", f"the answer is {g.answer}")[0] is True
+    assert template_of(mix.name, g.id) == g.meta["template"] and template_of(mix.name, h.id) == f"{mix.name}/{h.id}"
+
+
+@pytest.mark.parametrize("name", ["gsm_symbolic+gsm_symbolic", "gsm_symbolic+", "gsm_symbolic+nope"])
+def test_bad_task_mixes_are_refused(name):
+    from lrtune.errors import ConfigError
+    from lrtune.tasks import get_task
+
+    with pytest.raises(ConfigError):
+        get_task(name)
