@@ -90,9 +90,11 @@ def merge(dirs: list[str], out: str) -> dict:
     for s in srcs:
         if not s.is_dir():
             raise ConfigError(f"not a directory: {s}")
-    configs = {json.dumps(json.loads((s / CONFIG).read_text()), sort_keys=True) for s in srcs if (s / CONFIG).is_file()}
-    if len(configs) > 1:
-        raise ConfigError("the shard directories were collected with different configs")
+    found = [json.loads((s / CONFIG).read_text()) for s in srcs if (s / CONFIG).is_file()]
+    if len({json.dumps(_how(c), sort_keys=True) for c in found}) > 1:
+        raise ConfigError("the directories were collected with different settings (only the problems -- task, "
+                          "data, limit, seed -- and run options may differ)")
+    merged = _merged_config(found) if found else None
     by_id: dict[str, tuple[Path, dict]] = {}
     for s in srcs:
         for pid, e in all_entries(s).items():
@@ -110,9 +112,32 @@ def merge(dirs: list[str], out: str) -> dict:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         write_atomic(dest / name, sink.getvalue().to_pybytes())
-    if configs:
-        write_atomic(dest / CONFIG, json.dumps(json.loads(next(iter(configs))), indent=1))
+    if merged is not None:
+        write_atomic(dest / CONFIG, json.dumps(merged, indent=1))
     return write_card(dest)
+
+
+# options that say which problems a directory holds or how the run went, not how its rows were made
+_PROBLEM_KEYS = ("task", "data", "limit", "task_seed")
+_RUN_KEYS = ("progress", "shard_id", "num_shards", "out", "force_new", "ray", "ray_address", "ray_cpus_per_shard",
+             "ray_gpus_per_shard", "max_concurrent", "profile")
+
+
+def _how(cfg: dict) -> dict:
+    """A collect config without the options that may differ between merged directories."""
+    opts = {k: v for k, v in cfg.get("options", {}).items() if k not in _PROBLEM_KEYS + _RUN_KEYS}
+    return {**cfg, "options": opts}
+
+
+def _merged_config(configs: list[dict]) -> dict:
+    """The config of a merge: the shared settings; the tasks joined as a mix (``A+B``) where
+    they differ, and what differs per directory under ``merged_from``."""
+    out = json.loads(json.dumps(configs[0]))
+    tasks = list(dict.fromkeys(c.get("options", {}).get("task") for c in configs))
+    if len(tasks) > 1:
+        out["options"]["task"] = "+".join(str(t) for t in tasks)
+    out["merged_from"] = [{k: c.get("options", {}).get(k) for k in _PROBLEM_KEYS} for c in configs]
+    return out
 
 
 def summarize_pairs(src: Path) -> dict:
@@ -183,7 +208,7 @@ def overview_lines(s: dict) -> list[str]:
             f"budget {f(s.get('finish_rate'))}",
             "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
             f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
-            f"decode wall {f(s.get('wall_s'), '.0f')} s in all, judge {f(s.get('judge_s_median'), '.2f')} s "
+            f"per-problem decode time {f(s.get('wall_s'), '.0f')} s summed (batched problems overlap), judge {f(s.get('judge_s_median'), '.2f')} s "
             "per pair (median)"]
 
 

@@ -308,3 +308,36 @@ def test_ray_forwards_settings_but_never_secrets():
     env = ray_env({"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_secret", "HUGGING_FACE_HUB_TOKEN": "x", "VLLM_API_KEY": "k",
                    "OMP_NUM_THREADS": "2", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s", "LRTUNE_UNSAFE_EXEC": "0"})
     assert env == {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2", "LRTUNE_UNSAFE_EXEC": "0"}
+
+
+def _tiny_dataset(root, task: str, ids: list[str], gamma1: int = 2):
+    """A collect directory with one pair per problem, written by the real store (no model)."""
+    from lrtune.dataset import CONFIG, PAIR_FIELDS, PROBLEM_FIELDS, schema
+    from lrtune.store import ShardStore
+
+    root.mkdir(parents=True)
+    (root / CONFIG).write_text(json.dumps({"options": {"task": task, "limit": len(ids), "teacher": "rollout",
+                                                       "max_concurrent": 4},
+                                           "models": {"target": "t"}, "decode": {"gamma1": gamma1}}))
+    store = ShardStore(root, 0)
+    for i, pid in enumerate(ids):
+        pair = {"problem_id": pid, "task": task, "round": 0, "position": 0, "branch": 0, "draft_step": "a",
+                "target_step": "a", "label": True, "exact_match": True, "teacher": "rollout", "judge_s": 1.0}
+        prob = {"problem_id": pid, "index": i, "task": task, "correct": True, "finished": True, "wall_s": 1.0,
+                "tokens": 10, "alpha2": None}
+        store.add(pid, i, [pair], prob, schema(PAIR_FIELDS), schema(PROBLEM_FIELDS))
+
+
+def test_directories_of_other_tasks_merge_into_a_mix_and_other_settings_are_refused(tmp_path):
+    from lrtune.errors import ConfigError
+
+    _tiny_dataset(tmp_path / "gsm", "gsm_symbolic", ["gsm_symbolic-0-0", "gsm_symbolic-0-1"])
+    _tiny_dataset(tmp_path / "he", "humaneval", ["HumanEval/0"])
+    _tiny_dataset(tmp_path / "other", "humaneval", ["HumanEval/1"], gamma1=3)
+    merge([str(tmp_path / "gsm"), str(tmp_path / "he")], str(tmp_path / "all"))
+    pairs, probs = load_tables(tmp_path / "all")
+    assert sorted(probs.column("task").to_pylist()) == ["gsm_symbolic", "gsm_symbolic", "humaneval"]
+    cfg = json.loads((tmp_path / "all" / "collect_config.json").read_text())
+    assert cfg["options"]["task"] == "gsm_symbolic+humaneval" and len(cfg["merged_from"]) == 2
+    with pytest.raises(ConfigError, match="different settings"):
+        merge([str(tmp_path / "gsm"), str(tmp_path / "other")], str(tmp_path / "bad"))
