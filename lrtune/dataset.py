@@ -208,8 +208,8 @@ def overview_lines(s: dict) -> list[str]:
             f"budget {f(s.get('finish_rate'))}",
             "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
             f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
-            f"per-problem decode time {f(s.get('wall_s'), '.0f')} s summed (batched problems overlap), judge {f(s.get('judge_s_median'), '.2f')} s "
-            "per pair (median)"]
+            f"per-problem decode time {f(s.get('wall_s'), '.0f')} s summed (batched problems overlap), "
+            f"judge {f(s.get('judge_s_median'), '.2f')} s per pair (median)"]
 
 
 def write_card(out: Path) -> dict:
