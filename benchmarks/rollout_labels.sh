@@ -16,5 +16,7 @@ common=(--teacher rollout --verifier exact --rollout-pairs committed --rollout-t
 "$LR" collect --merge results/rollout_gsm results/rollout_humaneval --out results/rollout_labels
 "$LR" collect --stats results/rollout_labels | tee "$OUT/stats.txt"
 cp results/rollout_labels/README.md "$OUT/card.md"
+cp results/rollout_labels/collect_config.json "$OUT/collect_config.json"
 "$PY" -m benchmarks.judge_probe --data results/rollout_labels --kv-cache-gib 2 --max-model-len 4096 \
     --specs "llm_judge(context),llm_judge(paper),target_score" --out "$OUT/judge_probe.json"
+"$PY" -m benchmarks.summarize_labels --data results/rollout_labels --probe "$OUT/judge_probe.json" --out "$OUT"
