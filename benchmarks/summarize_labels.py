@@ -104,9 +104,21 @@ def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> 
     out["accept_rate"] = {k: (sum(bool(x) for x in v if x is not None) / max(1, sum(x is not None for x in v)))
                           for k, v in decide.items()}
     out["auroc_vs_rollout"] = {}
+    keep = [i for i, x in enumerate(same) if not x]  # identical pairs score 1 by rule: rank the others too
+    out["non_identical_pairs"] = len(keep)
+    out["non_identical_label_balance"] = sum(labels[i] for i in keep) / len(keep) if keep else None
     for name, s in scored.items():
         point, lo, hi = bootstrap_auroc(s, labels, groups, reps, seed)
-        out["auroc_vs_rollout"][name] = {"auroc": point, "ci95": [lo, hi]}
+        npoint, nlo, nhi = bootstrap_auroc([s[i] for i in keep], [labels[i] for i in keep], [groups[i] for i in keep],
+                                           reps, seed)
+        out["auroc_vs_rollout"][name] = {"auroc": point, "ci95": [lo, hi],
+                                         "auroc_non_identical": npoint, "ci95_non_identical": [nlo, nhi]}
+    out["threshold_sweep"] = {name: {f"{t:g}": {"accept_rate": sum(x >= t for x in sc) / len(sc),
+                                               "agreement": sum((x >= t) == y for x, y in zip(sc, labels)) / len(sc)}
+                                     for t in (0.5, 0.7, 0.85, 0.9, 0.95)}
+                              for name, sc in scored.items() if name.startswith(("llm_judge", "target_score")) and sc}
+    out["agreement_non_identical"] = {k: (sum(bool(v[i]) == labels[i] for i in keep if v[i] is not None)
+                                          / max(1, sum(v[i] is not None for i in keep))) for k, v in decide.items()}
     return out
 
 
@@ -122,15 +134,21 @@ def markdown(s: dict) -> str:
                f"{v['pairs']} | {f(v['label_balance'], 2)} |" for t, v in s["per_task"].items()), "",
              "Accept rate by position: " + ", ".join(f"{k}: {f(a, 2)} (n={n})" for k, (a, n) in
                                                      enumerate(zip(s["label_balance_by_position"], s["pairs_by_position"]))),
-             "", "| decider | AUROC vs rollout (95% CI, bootstrap over problems) | accept rate | agrees with rollout | "
-                 "accepts identical |", "|---|---|---|---|---|"]
+             "", f"AUROC and agreement on all pairs, and on the {s['non_identical_pairs']} pairs whose steps differ "
+                 f"(accept rate there {f(s['non_identical_label_balance'], 2)}); 95% intervals by bootstrap over problems.",
+             "", "| decider | AUROC, all pairs | AUROC, steps differ | accept rate | agrees with rollout | agrees, steps "
+                 "differ | accepts identical |", "|---|---|---|---|---|---|---|"]
     m, ident = s["agreement_matrix"], s["identical_acceptance"]
     for name in m:
         base = name.rsplit("@", 1)[0]
         a = s["auroc_vs_rollout"].get(base) or s["auroc_vs_rollout"].get(name.split("@")[0]) or {}
-        ci = a.get("ci95") or [None, None]
-        lines.append(f"| {name} | {f(a.get('auroc'))} [{f(ci[0])}, {f(ci[1])}] | {f(s['accept_rate'][name], 2)} | "
-                     f"{f(m[name]['rollout'], 2)} | {f(ident.get(name), 2)} |")
+        ci, nci = a.get("ci95") or [None, None], a.get("ci95_non_identical") or [None, None]
+        lines.append(f"| {name} | {f(a.get('auroc'))} [{f(ci[0])}, {f(ci[1])}] | {f(a.get('auroc_non_identical'))} "
+                     f"[{f(nci[0])}, {f(nci[1])}] | {f(s['accept_rate'][name], 2)} | {f(m[name]['rollout'], 2)} | "
+                     f"{f(s['agreement_non_identical'][name], 2)} | {f(ident.get(name), 2)} |")
+    for name, sweep in s.get("threshold_sweep", {}).items():
+        lines += ["", f"{name} by threshold (all pairs): " + "; ".join(
+            f"{t}: accepts {f(v['accept_rate'], 2)}, agrees {f(v['agreement'], 2)}" for t, v in sweep.items())]
     lines += ["", "Agreement matrix (share of pairs on which two deciders agree):", "",
               "| | " + " | ".join(m) + " |", "|---" * (len(m) + 1) + "|",
               *(f"| {a} | " + " | ".join(f(m[a][b], 2) for b in m) + " |" for a in m)]
