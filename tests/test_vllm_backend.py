@@ -166,11 +166,11 @@ def test_shared_speculative_engine_serves_plain_requests_without_drafting(pair, 
         assert shared.engine(0) is shared.engine(GAMMA2)
         counter = shared._counters[GAMMA2]
         for p in prompts[:2]:
-            before = counter.snapshot()
+            before = counter.totals.copy()
             plain = LookaheadDecoder(shared, None, make_verifier("never"),
                                      DecodeConfig(method="target", max_new_tokens=MAX_NEW)).decode(p)[0]
             assert plain.token_ids == greedy(target, p)
-            assert counter.snapshot().minus(before).drafts == 0
+            assert counter.totals.minus(before).drafts == 0
             # then speculative requests on the same engine still draft and stay exact
             res, stats = LookaheadDecoder(shared, draft, make_verifier("never"),
                                           DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW,
