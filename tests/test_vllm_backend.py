@@ -25,7 +25,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def engines(pair):
-    cfg = dict(dtype="float32", max_model_len=1024, seed=0)
+    cfg = dict(dtype="float32", max_model_len=1024, seed=0, kv_cache_gib=0.25)  # tiny models: 0.25 GiB holds every test
     target = VLLMBackend(str(pair.target), VLLMConfig(spec_model=str(pair.draft), **cfg), name="target")
     draft = VLLMBackend(str(pair.draft), VLLMConfig(**cfg), name="draft")
     yield target, draft
