@@ -119,7 +119,7 @@ def test_seeded_sampling_is_reproducible_and_seeds_matter(engines, prompts):
 
 def test_ngram_sd_output_equals_target_greedy(pair, engines, prompts):
     target, _ = engines
-    ngram = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_method="ngram"), name="ngram")
+    ngram = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_method="ngram", kv_cache_gib=0.25), name="ngram")
     try:
         dec = LookaheadDecoder(ngram, None, make_verifier("never"), DecodeConfig(method="sd", gamma2=2, max_new_tokens=MAX_NEW))
         for p in prompts[:2]:
@@ -160,7 +160,7 @@ def test_logprobs_are_returned_per_generated_token(engines, prompts):
 def test_shared_speculative_engine_serves_plain_requests_without_drafting(pair, engines, prompts):
     """γ2 = 0 on the shared SD engine: same greedy tokens as a plain engine, no drafts run."""
     target, draft = engines
-    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_model=str(pair.draft),
+    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, spec_model=str(pair.draft),
                                                       shared_spec_tokens=GAMMA2), name="shared")
     try:
         assert shared.engine(0) is shared.engine(GAMMA2)
@@ -189,7 +189,7 @@ def test_shared_engine_honours_a_smaller_gamma2_per_request(pair, engines, promp
     """γ2 = 1 on an engine started with γ2 = 3: drafts are cut per request (at most 1
     verified draft token per pass) and greedy output stays the target's."""
     target, draft = engines
-    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_model=str(pair.draft),
+    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, spec_model=str(pair.draft),
                                                       shared_spec_tokens=GAMMA2), name="shared")
     try:
         assert shared.engine(1) is shared.engine(GAMMA2)
