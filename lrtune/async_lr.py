@@ -28,9 +28,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lrtune.backends.base import GenParams
-from lrtune.rounds import mix_seed, step_params
+from lrtune.rounds import mix_seed, step_pair, step_params
 from lrtune.stats import DecodeStats
-from lrtune.verifiers import StepPair, accept
+from lrtune.verifiers import accept
 
 _ENGINE_LOCK = threading.Lock()
 
@@ -121,108 +121,134 @@ def _with_seeds(params: GenParams, seeds: tuple[int, ...] | None) -> GenParams:
     return replace(params, seeds=seeds)
 
 
-def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit, verifier):
+def decode_async(dec, prompt: list[int], cfg, stats: DecodeStats, on_commit, verifier, problem_text: str):
     """Async LR (see module docstring) with ``dec``'s target and draft engines and
-    ``verifier``; returns ``(token_ids, steps, finished_by_eos)``."""
-    eos = dec.target.eos_ids | dec.draft.eos_ids
-    gen: list[int] = []
-    steps: list[tuple[str, list[int]]] = []
-    epoch = 0
-    chain: list = []  # draft steps after P, in order
-    draft_job: Future | None = None
-    tjobs: dict[int, Future] = {}  # position i (1-based after P) -> target step T(P ŝ1..ŝ(i-1))
-    verdicts: list[bool] = []  # of the current round
-
-    def account_draft(out) -> None:
-        stats.draft_calls += 1
-        stats.draft_s += out.seconds
-        stats.draft_step_tokens += sum(len(o.token_ids) for o in out.outputs)
-
-    def account_target(out) -> None:
-        stats.observe_target_call(out.seconds, out.sd)
-        stats.target_step_tokens += sum(len(o.token_ids) for o in out.outputs)
-
-    draft_w = _Worker(dec.draft, "draft", batch=False, account=account_draft)
-    target_w = _Worker(dec.target, "target", batch=True, account=account_target)
-
-    def params(role: int, prefix_len: int, budget: int, draft: bool) -> GenParams:
-        # seeded by the prefix, so a step's sample never depends on when it was scheduled
-        seeds = (mix_seed(cfg.seed, prefix_len, role),) if cfg.temperature > 0 else None
-        return _with_seeds(step_params(cfg, budget, 0, 0, 1, draft=draft), seeds)
-
-    def commit(source: str, ids: list[int]) -> bool:
-        """Append a step; True when decoding is over."""
-        ids = ids[: cfg.max_new_tokens - len(gen)]
-        if not ids:
-            return True
-        gen.extend(ids)
-        steps.append((source, ids))
-        if on_commit:
-            on_commit(source, ids)
-        return ids[-1] in eos or len(gen) >= cfg.max_new_tokens
-
-    draft_dead = False  # the draft produced an empty step: no more drafting this epoch
-
-    def restart() -> None:
-        nonlocal epoch, chain, draft_job, tjobs, draft_dead
-        draft_dead = False
-        epoch += 1
-        draft_w.new_epoch(epoch)
-        target_w.new_epoch(epoch)
-        chain, draft_job, tjobs = [], None, {}
-
+    ``verifier`` (its pairs' context: ``problem_text`` and the solution tail, as in sync LR);
+    returns ``(token_ids, steps, finished_by_eos)``."""
+    run = _AsyncRun(dec, prompt, cfg, stats, on_commit, verifier, problem_text)
     t_start = time.perf_counter()
     try:
+        run.loop()
+    finally:
+        run.draft_w.close()
+        run.target_w.close()
+        wall = time.perf_counter() - t_start
+        stats.overlap_s += max(0.0, run.draft_w.busy_s + run.target_w.busy_s - wall)
+    return run.gen, run.steps, bool(run.gen) and run.gen[-1] in run.eos
+
+
+class _AsyncRun:
+    """The state of one async LR decode: the committed prefix ``P = prompt + gen``, the
+    draft ``chain`` after it, and the target jobs ``tjobs[i] = T(P ŝ1..ŝ(i-1))``."""
+
+    def __init__(self, dec, prompt: list[int], cfg, stats: DecodeStats, on_commit, verifier, problem_text: str) -> None:
+        self.dec, self.prompt, self.cfg, self.stats = dec, prompt, cfg, stats
+        self.on_commit, self.verifier, self.problem_text = on_commit, verifier, problem_text
+        self.eos = dec.target.eos_ids | dec.draft.eos_ids
+        self.gen: list[int] = []
+        self.steps: list[tuple[str, list[int]]] = []
+        self.verdicts: list[bool] = []  # of the current round
+        self.epoch = 0
+        self.chain: list = []  # draft steps after P, in order
+        self.draft_job: Future | None = None
+        self.tjobs: dict[int, Future] = {}  # position i (1-based after P) -> target step
+        self.draft_dead = False  # the draft produced an empty step: no more drafting this epoch
+        self.draft_w = _Worker(dec.draft, "draft", batch=False, account=self._account_draft)
+        self.target_w = _Worker(dec.target, "target", batch=True, account=self._account_target)
+
+    # ---- accounting (worker threads) -------------------------------------------------
+    def _account_draft(self, out) -> None:
+        self.stats.draft_calls += 1
+        self.stats.draft_s += out.seconds
+        self.stats.draft_step_tokens += sum(len(o.token_ids) for o in out.outputs)
+
+    def _account_target(self, out) -> None:
+        self.stats.observe_target_call(out.seconds, out.sd)
+        self.stats.target_step_tokens += sum(len(o.token_ids) for o in out.outputs)
+
+    # ---- scheduling ----------------------------------------------------------------------
+    def _params(self, role: int, prefix_len: int, budget: int, draft: bool) -> GenParams:
+        # seeded by the prefix, so a step's sample never depends on when it was scheduled
+        seeds = (mix_seed(self.cfg.seed, prefix_len, role),) if self.cfg.temperature > 0 else None
+        return _with_seeds(step_params(self.cfg, budget, 0, 0, 1, draft=draft), seeds)
+
+    def _schedule(self) -> None:
+        """Submit the next draft step (up to γ1 ahead of P) and every target step whose
+        prefix exists (up to position γ1 + 1)."""
+        cfg, chain = self.cfg, self.chain
+        budget = cfg.max_new_tokens - len(self.gen)
+        base = self.prompt + self.gen
+        drafted = sum(len(s.token_ids) for s in chain)
+        chain_ended = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in self.eos)
+        if (self.draft_job is None and len(chain) < cfg.gamma1 and drafted < budget
+                and not chain_ended and not self.draft_dead):
+            prefix = base + _ids(chain)
+            self.draft_job = self.draft_w.submit(_Job(self.epoch, prefix, self._params(1, len(prefix), budget, True)))
+        for i in range(1, min(len(chain) + 1, cfg.gamma1 + 1) + 1):
+            if i in self.tjobs:
+                continue
+            if i == len(chain) + 1 and (chain_ended or drafted >= budget):
+                break
+            prefix = base + _ids(chain[: i - 1])
+            self.tjobs[i] = self.target_w.submit(_Job(self.epoch, prefix, self._params(2, len(prefix), budget, False)))
+
+    def _restart(self) -> None:
+        """A target step was committed: all speculative work is stale (a new epoch)."""
+        self.epoch += 1
+        self.draft_w.new_epoch(self.epoch)
+        self.target_w.new_epoch(self.epoch)
+        self.chain, self.draft_job, self.tjobs, self.draft_dead = [], None, {}, False
+
+    # ---- committing ------------------------------------------------------------------------
+    def _commit(self, source: str, ids: list[int]) -> bool:
+        """Append a step; True when decoding is over."""
+        ids = ids[: self.cfg.max_new_tokens - len(self.gen)]
+        if not ids:
+            return True
+        self.gen.extend(ids)
+        self.steps.append((source, ids))
+        if self.on_commit:
+            self.on_commit(source, ids)
+        return ids[-1] in self.eos or len(self.gen) >= self.cfg.max_new_tokens
+
+    def _verify_first(self, s1) -> bool:
+        """The verifier's verdict on ŝ1 against s1 (both after P)."""
+        pair = step_pair(self.dec.target, self.problem_text, self.gen, self.cfg.context_tokens,
+                         self.chain[0].token_ids, s1.token_ids)
+        tv = time.perf_counter()
+        (ok,), _ = accept(self.verifier, [pair])
+        self.stats.verify_s += time.perf_counter() - tv
+        self.stats.verifier_calls += 1
+        self.verdicts.append(ok)
+        return ok
+
+    def loop(self) -> None:
+        """Until EOS or the budget: a ready draft step extends the chain first; when s1 is
+        ready, ŝ1 is committed if accepted (jobs shift down one position), else s1 is."""
         done = False
         while not done:
-            budget = cfg.max_new_tokens - len(gen)
-            base = prompt + gen
-            drafted = sum(len(s.token_ids) for s in chain)
-            chain_ended = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in eos)
-            if draft_job is None and len(chain) < cfg.gamma1 and drafted < budget and not chain_ended and not draft_dead:
-                prefix = base + _ids(chain)
-                draft_job = draft_w.submit(_Job(epoch, prefix, params(1, len(prefix), budget, True)))
-            for i in range(1, len(chain) + 2):
-                if i not in tjobs and i <= cfg.gamma1 + 1:
-                    if i == len(chain) + 1 and (chain_ended or drafted >= budget):
-                        break
-                    prefix = base + _ids(chain[: i - 1])
-                    tjobs[i] = target_w.submit(_Job(epoch, prefix, params(2, len(prefix), budget, False)))
-            waiting = [f for f in (draft_job, tjobs.get(1)) if f is not None]
-            _wait_first(waiting)
-            if draft_job is not None and draft_job.done():
-                g, _ = draft_job.result()  # a draft step that is ready is used before s1
-                draft_job = None
+            self._schedule()
+            _wait_first([f for f in (self.draft_job, self.tjobs.get(1)) if f is not None])
+            if self.draft_job is not None and self.draft_job.done():
+                g, _ = self.draft_job.result()  # a draft step that is ready is used before s1
+                self.draft_job = None
                 if g.token_ids:
-                    chain.append(g)
+                    self.chain.append(g)
                 else:
-                    draft_dead = True
+                    self.draft_dead = True
                 continue
-            s1, _ = tjobs[1].result()
-            if chain:
-                context = dec.target.decode(base[-cfg.context_tokens:])
-                tv = time.perf_counter()
-                (ok,), _ = accept(verifier, [StepPair(context=context, draft=chain[0].text, target=s1.text)])
-                stats.verify_s += time.perf_counter() - tv
-                stats.verifier_calls += 1
-                verdicts.append(ok)
-                if ok:
-                    first = chain.pop(0)
-                    tjobs = {i - 1: f for i, f in tjobs.items() if i > 1}
-                    done = commit("draft", list(first.token_ids))
-                    if done:
-                        stats.observe_round(verdicts, committed_target_step=False)
-                    continue
-            stats.observe_round(verdicts, committed_target_step=True)
-            verdicts = []
-            done = commit("target", list(s1.token_ids))
-            restart()
-    finally:
-        draft_w.close()
-        target_w.close()
-        wall = time.perf_counter() - t_start
-        stats.overlap_s += max(0.0, draft_w.busy_s + target_w.busy_s - wall)
-    return gen, steps, bool(gen) and gen[-1] in eos
+            s1, _ = self.tjobs[1].result()
+            if self.chain and self._verify_first(s1):
+                first = self.chain.pop(0)
+                self.tjobs = {i - 1: f for i, f in self.tjobs.items() if i > 1}
+                done = self._commit("draft", list(first.token_ids))
+                if done:
+                    self.stats.observe_round(self.verdicts, committed_target_step=False)
+                continue
+            self.stats.observe_round(self.verdicts, committed_target_step=True)
+            self.verdicts = []
+            done = self._commit("target", list(s1.token_ids))
+            self._restart()
 
 
 def _ids(steps) -> list[int]:

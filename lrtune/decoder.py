@@ -35,8 +35,7 @@ from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER
 from lrtune.verifiers import StepPair, Verifier, accept
-from lrtune.verifiers.base import verifier_context
-from lrtune.rounds import DRAFT, mix_seed, step_params
+from lrtune.rounds import DRAFT, mix_seed, step_pair, step_params
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
 METHODS: tuple[str, ...] = ("target", "sd", "lr", "lr+sd")
@@ -168,8 +167,9 @@ class LookaheadDecoder:
 
             stats = DecodeStats(prompt_tokens=len(prompt_ids))
             t0 = time.perf_counter()
+            text = problem.text if problem is not None else self.target.decode(prompt_ids, skip_special_tokens=True)
             gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit,
-                                         verifier if verifier is not None else self.verifier)
+                                         verifier if verifier is not None else self.verifier, text)
             eos = self.target.eos_ids | self.draft.eos_ids
             result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
                                   finish="eos" if gen and gen[-1] in eos else "length", steps=steps)
@@ -393,15 +393,10 @@ class LookaheadDecoder:
             self._commit(s, eos, on_round, on_commit)
 
     def _pair(self, s: _Slot, w: int, k: int) -> StepPair:
-        """What the verifier sees for branch ``w``, position ``k`` (DESIGN §3.6): text without
-        special tokens; the context is the problem statement and the last ``context_tokens``
-        of the solution exactly as the target saw it there (committed steps, then this
-        branch's drafts before ``k``)."""
-        solution = s.gen + _concat(s.chains[w][:k])
-        tail = solution[-s.cfg.context_tokens:] if s.cfg.context_tokens > 0 else []
-        clean = lambda ids: self.target.decode(ids, skip_special_tokens=True)  # noqa: E731
-        return StepPair(context=verifier_context(s.problem.text, clean(tail)),
-                        draft=clean(s.chains[w][k].token_ids), target=clean(s.targets[w][k].token_ids))
+        """Branch ``w``'s pair at position ``k``: the target saw the committed steps, then
+        this branch's drafts before ``k``."""
+        return step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[w][:k]), s.cfg.context_tokens,
+                         s.chains[w][k].token_ids, s.targets[w][k].token_ids)
 
     def _commit(self, s: _Slot, eos: frozenset[int], on_round, on_commit) -> None:
         """Keep the branch with the longest accepted prefix (ties: the higher score sum over

@@ -1,12 +1,16 @@
 """What one LR step call asks of an engine, shared by the sync and async decoders.
 
 Pure functions: the seeds of a step (a function of seed, round, position and role only, so
-a sample never depends on batching or scheduling) and its :class:`GenParams`.
+a sample never depends on batching or scheduling), its :class:`GenParams`, and the
+:class:`StepPair` a verifier sees at a position.
 """
 
 from __future__ import annotations
 
-from lrtune.backends.base import GenParams
+from collections.abc import Sequence
+
+from lrtune.backends.base import Backend, GenParams
+from lrtune.verifiers.base import StepPair, verifier_context
 
 DRAFT, TARGET = 1, 2  # seed roles
 
@@ -33,3 +37,13 @@ def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, draft: bool) ->
     return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
                      temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds, logprobs=cfg.logprobs,
                      num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
+
+
+def step_pair(target: Backend, problem: str, solution: Sequence[int], context_tokens: int,
+              draft: Sequence[int], target_step: Sequence[int]) -> StepPair:
+    """What the verifier sees at one position (DESIGN §3.6): text without special tokens; the
+    context is the problem statement and the last ``context_tokens`` of ``solution``, the
+    ids the target was conditioned on there (committed steps, then the drafts before it)."""
+    tail = list(solution[-context_tokens:]) if context_tokens > 0 else []
+    clean = lambda ids: target.decode(list(ids), skip_special_tokens=True)  # noqa: E731
+    return StepPair(context=verifier_context(problem, clean(tail)), draft=clean(draft), target=clean(target_step))

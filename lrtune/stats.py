@@ -41,12 +41,9 @@ class DecodeStats:
     committed_target_steps: int = 0
     drafted_by_pos: list[int] = field(default_factory=list)
     accepted_by_pos: list[int] = field(default_factory=list)
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    sd_accepted_by_pos: list[int] = field(default_factory=list)
-    sd_drafts: int = 0
     draft_step_tokens: int = 0
     target_step_tokens: int = 0
+    sd: SDCounters = field(default_factory=SDCounters)  # token-level SD, summed over the target calls
 
     # ---- observation -------------------------------------------------------------
     def observe_round(self, accepted: list[bool], *, committed_target_step: bool = True) -> None:
@@ -66,14 +63,8 @@ class DecodeStats:
 
     def observe_sd(self, sd: SDCounters | None) -> None:
         """Add one call's token-level SD counters (None: the call ran no SD)."""
-        if sd is None:
-            return
-        self.sd_drafts += sd.drafts
-        self.drafted_tokens += sd.drafted_tokens
-        self.accepted_tokens += sd.accepted_tokens
-        _grow(self.sd_accepted_by_pos, len(sd.accepted_by_pos))
-        for i, n in enumerate(sd.accepted_by_pos):
-            self.sd_accepted_by_pos[i] += n
+        if sd is not None:
+            self.sd.observe(sd.drafts, sd.drafted_tokens, sd.accepted_tokens, sd.accepted_by_pos)
 
     def observe_target_call(self, seconds: float, sd: SDCounters | None) -> None:
         """One target engine call of this prompt: its (share of the) seconds and SD counters."""
@@ -82,6 +73,23 @@ class DecodeStats:
         self.observe_sd(sd)
 
     # ---- derived -----------------------------------------------------------------
+    @property
+    def drafted_tokens(self) -> int:
+        return self.sd.drafted_tokens
+
+    @property
+    def accepted_tokens(self) -> int:
+        return self.sd.accepted_tokens
+
+    @property
+    def sd_drafts(self) -> int:
+        """Verifications of a token draft (engine steps that proposed at least one token)."""
+        return self.sd.drafts
+
+    @property
+    def sd_accepted_by_pos(self) -> list[int]:
+        return self.sd.accepted_by_pos
+
     @property
     def other_s(self) -> float:
         return max(0.0, self.wall_s - self.draft_s - self.target_s - self.verify_s + self.overlap_s)
@@ -127,9 +135,13 @@ class DecodeStats:
     def merge(self, other: DecodeStats) -> DecodeStats:
         """Return the sum of two stats (counters and times add; per-position lists add)."""
         out = DecodeStats()
-        for name, value in asdict(self).items():
-            theirs = getattr(other, name)
-            if isinstance(value, list):
+        for name in self.__dataclass_fields__:
+            value, theirs = getattr(self, name), getattr(other, name)
+            if isinstance(value, SDCounters):
+                value = value.copy()
+                value.observe(theirs.drafts, theirs.drafted_tokens, theirs.accepted_tokens, theirs.accepted_by_pos)
+                setattr(out, name, value)
+            elif isinstance(value, list):
                 n = max(len(value), len(theirs))
                 setattr(out, name, [
                     (value[i] if i < len(value) else 0) + (theirs[i] if i < len(theirs) else 0)
@@ -142,13 +154,22 @@ class DecodeStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DecodeStats:
         """Inverse of :meth:`to_dict` (derived rates are ignored and recomputed)."""
-        names = cls.__dataclass_fields__
-        return cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
+        names = set(cls.__dataclass_fields__) - {"sd"}
+        out = cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
+        out.sd = SDCounters(int(d.get("sd_drafts", 0)), int(d.get("drafted_tokens", 0)),
+                            int(d.get("accepted_tokens", 0)), list(d.get("sd_accepted_by_pos", [])))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        """All counters plus the derived rates (JSON-ready)."""
+        """All counters plus the derived rates (JSON-ready; the SD counters as flat
+        ``sd_drafts``/``drafted_tokens``/``accepted_tokens``/``sd_accepted_by_pos``)."""
         d = asdict(self)
+        del d["sd"]
         d.update(
+            sd_drafts=self.sd.drafts,
+            drafted_tokens=self.sd.drafted_tokens,
+            accepted_tokens=self.sd.accepted_tokens,
+            sd_accepted_by_pos=list(self.sd.accepted_by_pos),
             other_s=self.other_s,
             drafted_steps=self.drafted_steps,
             accepted_steps=self.accepted_steps,

@@ -4,7 +4,6 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # 1 GiB per tiny engine
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tiny models: one OpenMP thread, unbound (several threads thrash on a shared 2-core box).
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -18,7 +18,7 @@ def dec():
     pair = get_tiny_pair()
     d = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), method="lr+sd", verifier="exact",
                                 gamma1=2, gamma2=2, max_step_tokens=24, dtype="float32", max_model_len=1024,
-                                progress=False)
+                                kv_cache_gib=0.25, progress=False)
     yield d
     d.close()
 

@@ -45,6 +45,7 @@ def _mtimes(out: Path) -> dict[str, int]:
             if f.is_file() and f.name not in RENDERED and f.suffix != ".png"}
 
 
+@pytest.mark.slow  # ~75 s: every stage twice
 def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     out, proc = demo_run
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -95,6 +96,7 @@ def test_pipeline_without_a_config_file_is_a_one_line_error(capsys):
     assert len(err) == 1 and "needs --config" in err[0]
 
 
+@pytest.mark.slow  # needs the demo's outputs
 def test_the_readme_python_example_runs_on_the_demo_outputs(demo_dir, capsys):
     """The README's Python API block, verbatim but for the model names, backend and budget."""
     pair = get_tiny_pair()

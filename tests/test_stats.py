@@ -44,3 +44,16 @@ def test_other_time_is_wall_minus_parts_and_dict_has_derived_rates():
     assert d["other_s"] == pytest.approx(1.0)
     assert d["tokens_per_s"] == pytest.approx(5.0)
     assert d["alpha1"] is None and d["alpha2"] is None
+
+
+def test_sd_counters_live_in_one_object_that_merges_and_round_trips_through_a_record():
+    a, b = DecodeStats(), DecodeStats()
+    a.observe_target_call(1.0, SDCounters(drafts=2, drafted_tokens=8, accepted_tokens=5, accepted_by_pos=[2, 2, 1]))
+    b.observe_target_call(2.0, SDCounters(drafts=1, drafted_tokens=4, accepted_tokens=4, accepted_by_pos=[1, 1, 1, 1]))
+    m = a.merge(b)
+    assert m.sd == SDCounters(3, 12, 9, [3, 3, 2, 1]) and a.sd == SDCounters(2, 8, 5, [2, 2, 1])
+    d = m.to_dict()
+    assert (d["sd_drafts"], d["drafted_tokens"], d["accepted_tokens"], d["sd_accepted_by_pos"]) == (3, 12, 9, [3, 3, 2, 1])
+    assert "sd" not in d  # records keep the flat keys they always had
+    back = DecodeStats.from_dict(d)
+    assert back.sd == m.sd and back.to_dict() == d

@@ -8,6 +8,8 @@ as the target saw it at that position, accepted drafts included.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from lrtune.control import ProblemInfo
@@ -100,3 +102,34 @@ def test_the_problem_is_never_dropped_from_a_short_context(backends):
     assert all(p.context.startswith(question) and len(p.context) < len(question) + 80 for p in ver.pairs)
     ver0, *_ = decode_recording(target, draft, question, context_tokens=0)
     assert all(p.context == question for p in ver0.pairs)
+
+
+class SlowTarget:
+    """The target, 0.2 s slower per call, so async LR's draft steps are ready before s1."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def generate(self, *args, **kwargs):
+        time.sleep(0.2)
+        return self.backend.generate(*args, **kwargs)
+
+
+def test_async_lr_shows_the_verifier_the_same_clean_context_as_sync_lr(backends):
+    target, draft = SlowTarget(backends[0]), backends[1]
+    question = sample_questions(1, seed=6)[0]
+    ver = Recording()
+    commits: list[list[int]] = []
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=64, max_step_tokens=16, async_lr=True)
+    ids = target.encode_prompt(question)
+    info = ProblemInfo(id="q", text=question, prompt_tokens=len(ids))
+    LookaheadDecoder(target, draft, ver, cfg).decode(ids, on_commit=lambda _s, t: commits.append(t), problem=info)
+    assert ver.pairs
+    clean = lambda t: target.decode(t, skip_special_tokens=True)  # noqa: E731
+    prefixes = [[t for c in commits[:n] for t in c] for n in range(len(commits) + 1)]
+    for p in ver.pairs:  # async LR judges position 1 after the committed prefix P
+        assert not any(t in x for t in SPECIAL_TOKENS for x in (p.context, p.draft, p.target))
+        assert any(p.context == verifier_context(question, clean(pre[-256:])) for pre in prefixes), p.context
