@@ -36,6 +36,7 @@ from typing import Any
 
 from lrtune.api import ModelConfig
 from lrtune.batchcost import measure_batch_cost, read_profile_curve
+from lrtune.speedup import expected_longest, longest_step_batch_cost
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
@@ -465,7 +466,8 @@ def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, st
             "async_lr": spec.async_lr, "width": spec.width,
             "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
             "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
-            "finish": res.finish, "text": res.text, "stats": stats.to_dict()}
+            "finish": res.finish, "text": res.text, "stats": stats.to_dict(),
+            "step_tokens": [len(ids) for _, ids in res.steps] if dcfg.uses_lr else None}
 
 
 def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
@@ -599,6 +601,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
     labels = [s.label for s in specs]
     rows = metrics.summarize(recs, labels)
     c = metrics.measured_c(rows, recs)
+    steps = metrics.committed_step_tokens(recs)
     for s in specs:
         row = rows[s.label]
         row.update(kind=s.kind, control=s.control, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
@@ -608,6 +611,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
             # stopped reporting the shared engine's late-counted drafts may still hold some)
             row["alpha2"] = None
         b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
+        if steps and s.kind in ("lr", "lr+sd"):  # a batch of steps lasts as long as its longest step
+            b = longest_step_batch_cost(b, steps)
         pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
                                                                  row["alpha2"], c, b)
         row["predicted_speedup"] = pred
@@ -619,6 +624,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "decoded_problems": len({r["problem"] for r in recs}),
         "methods": rows,
         "c_measured": c,
+        "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
+                                if steps else None),
         "batch_cost": batch_cost,
         "timing": timing,
         "timing_this_invocation": this_run if this_run is not None else timing,

@@ -110,9 +110,17 @@ def measured_c(summary: dict[str, dict], records: Sequence[dict], baseline_metho
     return d_tok / t_tok if d_tok and t_tok else None
 
 
+def committed_step_tokens(records: Sequence[dict]) -> list[int]:
+    """Token lengths of every step the LR records committed (their ``step_tokens``): the
+    step-length sample that prices a batch by its longest step."""
+    return [n for r in records for n in (r.get("step_tokens") or []) if n > 0]
+
+
 def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None, alpha2: float | None,
-                      c: float | None, batch_cost: Sequence[float] | None = None) -> float | None:
-    """The speedup model's prediction (lrtune.speedup) from measured α and c."""
+                      c: float | None, batch_cost: Sequence[float] | Callable[[int], float] | None = None,
+                      ) -> float | None:
+    """The speedup model's prediction (lrtune.speedup) from measured α and c; ``batch_cost``
+    a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps)."""
     from lrtune.speedup import f_sync, g, h
 
     if c is None:

@@ -78,7 +78,10 @@ def render_markdown(data: dict) -> str:
     lines += ["", "## Speedup model check", "",
               f"Prediction from the measured α and c = {_f(data['c_measured'], '.3f')} (draft/target time per token)"
               + (", batch cost " + ", ".join(f"b({n})={_f(v)}" for n, v in data["batch_cost"].items())
-                 if data.get("batch_cost") else "") + "."]
+                 if data.get("batch_cost") else "")
+              + ("; a batch of n steps is priced by its longest step, E[max of n]/E[step] = "
+                 + ", ".join(f"{_f(v)} (n={n})" for n, v in data["longest_step_factor"].items())
+                 if data.get("longest_step_factor") else "") + "."]
     if flags:
         lines += ["", "Measured and predicted speedup disagree by more than "
                   f"{FLAG_GAP:.0%} for: " + ", ".join(f"**{k}** ({v:.2f}x of predicted)" for k, v in flags) + "."]

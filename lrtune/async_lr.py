@@ -243,9 +243,9 @@ class _AsyncRun:
                 self.tjobs = {i - 1: f for i, f in self.tjobs.items() if i > 1}
                 done = self._commit("draft", list(first.token_ids))
                 if done:
-                    self.stats.observe_round(self.verdicts, committed_target_step=False)
+                    self.stats.observe_round(self.verdicts, committed_target_steps=0)
                 continue
-            self.stats.observe_round(self.verdicts, committed_target_step=True)
+            self.stats.observe_round(self.verdicts)
             self.verdicts = []
             done = self._commit("target", list(s1.token_ids))
             self._restart()

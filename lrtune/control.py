@@ -5,8 +5,10 @@ after it, so a controller may change either depth mid-problem. Implementations l
 ``policies/`` (fixed, heuristic, bandit, learned); the core only defines the protocol,
 the records it exchanges, and :class:`Bounds` (which every choice must respect).
 
-γ1 = 0 is a legal choice for LR methods: that round drafts nothing and commits one target
-step (with SD when γ2 > 0), i.e. the controller may fall back to SD-only decoding.
+γ1 = 0 is a legal choice for LR methods: that round drafts nothing and the target (with SD
+when γ2 > 0) runs uninterrupted for ``horizon()`` tokens, its next decision point (None: to
+the end of the answer), so falling back to SD costs one engine call per decision, not one per
+step (SD does not restart at every step boundary).
 """
 
 from __future__ import annotations
@@ -147,10 +149,14 @@ def method_for_depths(gamma1: int, gamma2: int) -> str:
 
 @runtime_checkable
 class Controller(Protocol):
-    """``choose`` (γ1, γ2) before a round; ``update`` with what the round did."""
+    """``choose`` (γ1, γ2) before a round; ``horizon`` after choosing γ1 = 0: how many tokens
+    the target may run before the next decision (None: to the end of the answer); ``update``
+    with what the round did."""
 
     bounds: Bounds
 
     def choose(self, problem: ProblemInfo, state: ControlState) -> tuple[int, int]: ...
+
+    def horizon(self) -> int | None: ...
 
     def update(self, outcome: RoundOutcome) -> None: ...

@@ -33,7 +33,7 @@ from lrtune.backends.base import (Backend, GenBatch, Generation, GenParams, SDCo
 from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
-from lrtune.steps import DEFAULT_DELIMITER
+from lrtune.steps import DEFAULT_DELIMITER, split_steps
 from lrtune.verifiers import StepPair, Verifier, accept
 from lrtune.rounds import DRAFT, mix_seed, step_pair, step_params
 
@@ -331,10 +331,11 @@ class LookaheadDecoder:
                batch: BatchStats) -> None:
         """One LR round for every slot: batched drafts per position, one target call, one
         verifier call, then each slot commits its accepted prefix and the target's step."""
-        for s in slots:  # 0. this round's depths (γ1 = 0: one target step, no drafts)
+        for s in slots:  # 0. this round's depths (γ1 = 0: no drafts, the target runs to the horizon)
             s.budget = base_cfg.max_new_tokens - len(s.gen)
             s.base = s.prompt + s.gen
             s.cfg = base_cfg
+            s.horizon = None
             if s.controller is not None:
                 g1, g2 = s.controller.choose(s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen),
                                                                      budget_left=s.budget))
@@ -342,6 +343,9 @@ class LookaheadDecoder:
                     raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
                                       f"{s.controller.bounds}")
                 s.cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
+                if g1 == 0:
+                    h = s.controller.horizon()
+                    s.horizon = s.budget if h is None else max(1, min(h, s.budget))
             s.chains = [[] for _ in range(s.cfg.width)]
             s.draft_secs = []
         # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
@@ -355,7 +359,10 @@ class LookaheadDecoder:
             srows, where = _target_rows(s.base, s.chains, s.budget, eos)
             owner.append(list(range(len(rows), len(rows) + len(srows))))
             rows += srows
-            params += per_row(step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False), len(srows))
+            p = step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False)
+            if s.horizon is not None:  # γ1 = 0: one uninterrupted SD run, not one call per step
+                p = replace(p, max_tokens=s.horizon, stop_at_delimiter=False)
+            params += per_row(p, len(srows))
             wheres.append(where)
         tb = self.target.generate(rows, params)
         batch.observe_call("target", len(rows))
@@ -409,8 +416,11 @@ class LookaheadDecoder:
         commit: list[tuple[str, list[int]]] = [("draft", list(d.token_ids)) for d in drafts[:j]]
         nxt = s.targets[best][j] if j < len(s.targets[best]) else None
         if nxt is not None:
-            commit.append(("target", list(nxt.token_ids)))
-        s.stats.observe_round(s.verdicts[best], committed_target_step=nxt is not None)
+            pieces = [list(nxt.token_ids)]
+            if s.horizon is not None:  # a γ1 = 0 run: commit (and stream) it step by step
+                pieces = split_steps(nxt.token_ids, self.target.decode, delimiter=cfg.delimiter, eos_ids=eos) or pieces
+            commit += [("target", ids) for ids in pieces]
+        s.stats.observe_round(s.verdicts[best], committed_target_steps=len(commit) - j)
         if on_round:
             on_round(s.index, RoundRecord(
                 index=s.rnd, prefix_len=len(s.base), drafts=drafts,
@@ -511,6 +521,7 @@ class _Slot:
     verdicts: list[list[bool]] = field(default_factory=list)
     scores: list[list[float]] = field(default_factory=list)
     verify_s: float = 0.0
+    horizon: int | None = None  # γ1 = 0: tokens the target runs uninterrupted this round
 
 
 def _time_shares(call: GenBatch, rows_of: list[list[int]]) -> list[float]:

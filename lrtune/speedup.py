@@ -24,6 +24,7 @@ Public functions
 ----------------
 Closed forms: :func:`expected_accepted_per_round`, :func:`f_sync`, :func:`g`, :func:`h`,
 :func:`S1`, :func:`S2`, :func:`S2_paper`, :func:`speedup_async`, :func:`best_gammas`.
+Pricing a batch by its longest step: :func:`expected_longest`, :func:`longest_step_batch_cost`.
 Async timeline: :func:`async_event_sim`, :func:`async_verify_times`.
 Monte-Carlo estimators (vectorised, ``rng`` is a ``numpy.random.Generator`` or a seed):
 :func:`simulate_sync`, :func:`simulate_sd`, :func:`simulate_combined`,
@@ -54,6 +55,8 @@ __all__ = [
     "S2_paper",
     "speedup_async",
     "best_gammas",
+    "expected_longest",
+    "longest_step_batch_cost",
     "async_event_sim",
     "async_verify_times",
     "simulate_sync",
@@ -198,6 +201,33 @@ def f_sync(alpha: float, c: float, gamma: int, batch_cost: BatchCost = None) -> 
         _b(batch_cost, 1)  # validate the curve; b(1) = 1, so the target alone scores 1
         return 1.0
     return _geom_sum(a, n + 1) / (cc * n + _b(batch_cost, n + 1))
+
+
+def expected_longest(step_tokens: Sequence[float], n: int) -> float:
+    """E[max of n i.i.d. draws] from the empirical distribution of ``step_tokens``   [tokens].
+
+    With the sample sorted, x_(1) ≤ ... ≤ x_(m): P(max ≤ x_(k)) = (k/m)^n, so
+    E[max] = Σ_k x_(k)·((k/m)^n − ((k − 1)/m)^n). n = 1 gives the mean.
+    """
+    n = _check_int(n, "n", 1)
+    x = np.sort(np.asarray(step_tokens, dtype=float))
+    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
+        raise ConfigError("step_tokens must be a non-empty list of finite lengths >= 0")
+    k = np.arange(1, x.size + 1, dtype=float) / x.size
+    return float(np.sum(x * (k ** n - (k - 1.0 / x.size) ** n)))
+
+
+def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float]) -> Callable[[int], float]:
+    """b'(n) = b(n) · E[max of n step lengths] / E[step length]   [T].
+
+    A batched target call over n steps ends when its longest step ends, so it costs b(n)
+    (the per-token cost of n rows, measured on equal-length rows) times the expected
+    longest of n steps, in units of the mean step. b'(1) = b(1) = 1.
+    """
+    mean = expected_longest(step_tokens, 1)
+    if mean <= 0:
+        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+    return lambda n: _b(batch_cost, n) * (1.0 if n == 1 else expected_longest(step_tokens, n) / mean)
 
 
 def g(alpha: float, c: float, gamma: int) -> float:

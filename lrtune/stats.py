@@ -46,11 +46,12 @@ class DecodeStats:
     sd: SDCounters = field(default_factory=SDCounters)  # token-level SD, summed over the target calls
 
     # ---- observation -------------------------------------------------------------
-    def observe_round(self, accepted: list[bool], *, committed_target_step: bool = True) -> None:
+    def observe_round(self, accepted: list[bool], *, committed_target_steps: int = 1) -> None:
         """Record one LR round: ``accepted[i]`` is the verdict on drafted position ``i``.
 
         The committed prefix is the leading run of ``True``; the target's step follows it
-        unless the round ended on an accepted EOS (``committed_target_step=False``).
+        unless the round ended on an accepted EOS (``committed_target_steps=0``); a γ1 = 0
+        round commits every step the target ran to its horizon.
         """
         self.rounds += 1
         _grow(self.drafted_by_pos, len(accepted))
@@ -59,7 +60,7 @@ class DecodeStats:
             self.drafted_by_pos[i] += 1
             self.accepted_by_pos[i] += int(ok)
         self.committed_draft_steps += leading_accepts(accepted)
-        self.committed_target_steps += int(committed_target_step)
+        self.committed_target_steps += committed_target_steps
 
     def observe_sd(self, sd: SDCounters | None) -> None:
         """Add one call's token-level SD counters (None: the call ran no SD)."""

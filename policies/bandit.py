@@ -10,6 +10,10 @@ that stopped early is one failure — the i.i.d. model's likelihood). Before a r
 * ``ucb``: use the posterior quantile 1 − 1/(t+1) of each α instead of a draw (optimism).
 
 h is :func:`lrtune.speedup.h` with the measured c1, c2 and batch-cost curve b(n).
+
+γ1 = 0 rounds teach nothing about α1, so they run longer each time: the k-th consecutive one
+lasts ``horizon_tokens · 2^k`` tokens (k = 0, 1, ...), and k changes of mind cost O(log)
+engine calls instead of one per step.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ class BanditController:
     def __init__(self, bounds: Bounds | None = None, c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO,
                  batch_cost=None,
                  prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
-                 seed: int = 0) -> None:
+                 seed: int = 0, horizon_tokens: int = 64) -> None:
         if mode not in ("thompson", "ucb"):
             raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
         self.bounds = bounds or Bounds()
@@ -36,6 +40,10 @@ class BanditController:
         self.prior = prior
         self.mode = mode
         self.seed = seed
+        if horizon_tokens < 1:
+            raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
+        self.horizon_tokens = horizon_tokens
+        self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
         self._rng = random.Random(seed)
         self._problem: str | None = None
         self.post = list(prior)
@@ -47,6 +55,7 @@ class BanditController:
     def reset(self, prior: tuple[float, float, float, float] | None = None) -> None:
         self.post = list(prior or self.prior)
         self.rounds = 0
+        self.sd_rounds = 0
 
     def _value(self, a1: float, a2: float) -> tuple[int, int]:
         best, arg = -math.inf, self._arms[0]
@@ -74,6 +83,10 @@ class BanditController:
             x1, x2 = _beta_quantile(a1, b1, q), _beta_quantile(a2, b2, q)
         return self._value(min(x1, 0.999), min(x2, 0.999))
 
+    def horizon(self) -> int | None:
+        """Tokens of a γ1 = 0 round: ``horizon_tokens · 2^k`` after k consecutive ones."""
+        return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
+
     def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:
         """The prior of a new problem (a learned controller overrides this)."""
         return self.prior
@@ -87,6 +100,7 @@ class BanditController:
             self.post[2] += tacc
             self.post[3] += trej
         self.rounds += 1
+        self.sd_rounds = self.sd_rounds + 1 if o.gamma1 == 0 else 0
 
 
 def _beta_quantile(a: float, b: float, q: float) -> float:

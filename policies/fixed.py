@@ -20,5 +20,9 @@ class FixedController:
     def choose(self, problem: ProblemInfo, state: ControlState) -> tuple[int, int]:
         return self.gamma1, self.gamma2
 
+    def horizon(self) -> int | None:
+        """Nothing to learn: a γ1 = 0 choice runs to the end of the answer."""
+        return None
+
     def update(self, outcome: RoundOutcome) -> None:
         return None

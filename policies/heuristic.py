@@ -30,6 +30,10 @@ class HeuristicController:
             self.gamma1, self.gamma2 = self.init
         return self.gamma1, self.gamma2
 
+    def horizon(self) -> int | None:
+        """γ1 never drops to 0 here (only bounds with γ1_max = 0 force it): to the end."""
+        return None
+
     def update(self, o: RoundOutcome) -> None:
         g1, g2 = o.gamma1, o.gamma2
         if o.verdicts:

@@ -33,6 +33,9 @@ class DepthByProblem:
         self.chosen.append((problem.id, g1))
         return g1, 2
 
+    def horizon(self):
+        return None
+
     def update(self, outcome):
         assert outcome.gamma1 == 1 + int(self.problem.id.rsplit("-", 1)[-1], 16) % 3
 

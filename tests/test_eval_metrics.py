@@ -83,3 +83,17 @@ def test_method_options_parse_into_async_width_and_verifier():
     for bad in ("lr/fast", "sd/async", "lr/w=x", "beam/async"):
         with pytest.raises(ConfigError):
             parse_method(bad, 2, 4)
+
+
+def test_committed_step_tokens_pool_every_lr_records_steps():
+    recs = [{"step_tokens": [3, 40, 0]}, {"step_tokens": None}, {"text": "no steps"}, {"step_tokens": [7]}]
+    assert metrics.committed_step_tokens(recs) == [3, 40, 7]
+
+
+def test_a_longest_step_priced_batch_lowers_the_lr_prediction_and_leaves_sd_alone():
+    from lrtune.speedup import longest_step_batch_cost
+
+    b = [1.0, 1.05, 1.1]
+    priced = longest_step_batch_cost(b, [10, 30, 80])
+    assert metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, priced) < metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, b)
+    assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3, priced) == metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3)

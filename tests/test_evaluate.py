@@ -69,6 +69,13 @@ def test_evaluate_writes_records_summary_report_and_plots(first_run):
     report = (out / "report.md").read_text()
     assert "| target |" in report and "| lr |" in report and "α1 by draft position" in report
     assert summary["lr"]["n"] == 3
+    # the prediction prices a round's batch by its longest step, from the LR records' committed steps
+    for r in records:
+        assert (r["step_tokens"] is None) == (r["kind"] == "target")
+        assert r["kind"] == "target" or sum(r["step_tokens"]) == r["tokens"]
+    assert set(data["longest_step_factor"]) == {"2", "3", "4", "5"}
+    assert all(v >= 1.0 for v in data["longest_step_factor"].values())
+    assert "priced by its longest step" in report
 
 
 def test_methods_run_interleaved_in_a_rotating_order(first_run):

@@ -232,6 +232,9 @@ def test_batched_controllers_choose_depths_per_prompt_and_keep_greedy_equality(m
             self.p = problem
             return int(problem.id[-1]), 1 + int(problem.id[-1]) % 3  # (γ1, γ2) = (i, 1 + i % 3)
 
+        def horizon(self):
+            return None
+
         def update(self, outcome):
             assert (outcome.gamma1, outcome.gamma2) == (int(self.p.id[-1]), 1 + int(self.p.id[-1]) % 3)
 

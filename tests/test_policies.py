@@ -121,6 +121,9 @@ def test_decoder_asks_the_controller_every_round_and_reports_each_round():
             self.calls.append(state)
             return [2, 0, 3, 1][state.round % 4], 0
 
+        def horizon(self):
+            return 16
+
         def update(self, o):
             self.outcomes.append(o)
 
@@ -149,9 +152,64 @@ def test_a_controller_outside_its_bounds_is_an_error():
         def choose(self, problem, state):
             return 5, 0
 
+        def horizon(self):
+            return None
+
         def update(self, o):
             pass
 
     dec = LookaheadDecoder(FakeBackend(chain(3)), FakeBackend(chain(3)), make_verifier("exact"), DecodeConfig(method="lr"))
     with pytest.raises(ConfigError, match="outside its bounds"):
         dec.decode([1, 2], controller=Bad())
+
+
+@pytest.mark.parametrize("horizon", [None, 5, 23])
+def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_horizon(horizon):
+    """γ1 = 0 decodes like SD: one target call per decision point (the horizon, or the whole
+    answer), committed step by step, with the target's greedy output."""
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+    from fake_backend import FakeBackend, chain
+
+    class SDOnly:
+        bounds = Bounds(gamma1_max=2, gamma2_max=4, M=8)
+
+        def choose(self, problem, state):
+            return 0, 3
+
+        def horizon(self):
+            return horizon
+
+        def update(self, o):
+            assert o.gamma1 == 0 and not o.verdicts
+
+    cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=120, max_step_tokens=8)
+    target = FakeBackend(chain(3))
+    dec = LookaheadDecoder(target, FakeBackend(chain(10)), make_verifier("exact"), cfg)
+    commits, rounds = [], []
+    res, stats = dec.decode([1, 2, 3], controller=SDOnly(), on_commit=lambda src, ids: commits.append(ids),
+                            on_round=rounds.append)
+    ref, _ = dec.decode([1, 2, 3], DecodeConfig(method="target", max_new_tokens=120, max_step_tokens=8))
+    assert res.token_ids == ref.token_ids
+    n = len(res.token_ids)
+    assert stats.target_calls == (1 if horizon is None else -(-n // horizon)) == stats.rounds
+    assert all(len(r.targets[0].token_ids) <= (horizon or 120) for r in rounds)
+    # committed step by step: each piece ends at a step end (the last may be cut by the horizon)
+    assert sum(commits, []) == res.token_ids and len(commits) == stats.committed_target_steps > stats.rounds
+    if horizon is None:
+        from lrtune.steps import split_steps
+
+        assert commits == split_steps(ref.token_ids, target.decode, delimiter=cfg.delimiter, eos_ids=target.eos_ids)
+
+
+def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_after_lr():
+    from lrtune.control import RoundOutcome
+
+    b = BanditController(Bounds(gamma1_max=2, gamma2_max=4, M=8), horizon_tokens=10)
+    hs = []
+    for g1 in (0, 0, 0, 2, 0):
+        hs.append(b.horizon())
+        b.update(RoundOutcome(gamma1=g1, gamma2=2, verdicts=(True,) * g1))
+    assert hs == [10, 20, 40, 80, 10]
+    with pytest.raises(ConfigError):
+        BanditController(horizon_tokens=0)

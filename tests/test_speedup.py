@@ -423,3 +423,33 @@ def test_bad_inputs_raise_config_error(name):
     with pytest.raises(ConfigError):
         BAD_CALLS[name]()
     assert issubclass(ConfigError, ValueError)
+
+
+def test_expected_longest_matches_monte_carlo_and_the_mean_at_one():
+    from lrtune.speedup import expected_longest
+
+    rng = np.random.default_rng(0)
+    sample = rng.integers(5, 97, size=200)
+    assert expected_longest(sample, 1) == pytest.approx(sample.mean())
+    for n in (2, 3, 5):
+        draws = rng.choice(sample, size=(200_000, n)).max(axis=1)
+        assert expected_longest(sample, n) == pytest.approx(draws.mean(), rel=0.01)
+    assert expected_longest([7, 7, 7], 4) == pytest.approx(7.0)  # no spread: the longest is the mean
+
+
+def test_a_batch_priced_by_its_longest_step_costs_more_than_equal_rows_and_keeps_b1():
+    from lrtune.speedup import longest_step_batch_cost
+
+    b = [1.0, 1.05, 1.1]
+    priced = longest_step_batch_cost(b, [10, 20, 60])
+    assert priced(1) == 1.0
+    assert priced(3) == pytest.approx(1.1 * expected_max_3_of([10, 20, 60]) / 30)
+    assert f_sync(0.8, 0.3, 2, batch_cost=priced) < f_sync(0.8, 0.3, 2, batch_cost=b)
+    with pytest.raises(ConfigError):
+        longest_step_batch_cost(b, [])
+
+
+def expected_max_3_of(xs):
+    import itertools
+
+    return np.mean([max(t) for t in itertools.product(xs, repeat=3)])
