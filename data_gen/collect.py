@@ -192,6 +192,9 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
         raise ConfigError("async LR decodes one problem at a time: use --max-concurrent 1, or sync LR")
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
+    if dcfg.early_abort:
+        raise ConfigError("collect records the pair at every drafted position; --early-abort stops the target rows "
+                          "after a rejection, so those pairs would be missing: drop --early-abort")
     from data_gen.rollout import parse_teacher
 
     spec = parse_teacher(opts.teacher)

@@ -64,7 +64,7 @@ class EvalOptions:
     data: str | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
     limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
-    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller)"})
+    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
     mode: str = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight", "choices": MODES})
     max_concurrent: int = field(default=8, metadata={"help": "throughput mode: problems in flight at once"})
@@ -90,8 +90,9 @@ class EvalConfig:
 class MethodSpec:
     """One evaluated method: a decode ``kind`` with its γ1/γ2, options and a unique label.
 
-    Options come from the label (``kind/opt/opt``): ``async`` (pipelined LR), ``w=N``
-    (draft branches), ``v=SPEC`` (a verifier other than the run's ``--verifier``).
+    Options come from the label (``kind/opt/opt``): ``async`` (pipelined LR), ``abort``
+    (early abort: stop the target rows a rejection makes useless), ``w=N`` (draft branches),
+    ``v=SPEC`` (a verifier other than the run's ``--verifier``).
     """
 
     label: str
@@ -101,11 +102,13 @@ class MethodSpec:
     async_lr: bool = False
     width: int = 1
     verifier: str | None = None
+    early_abort: bool = False
     control: str | None = None  # adaptive | oracle | best-fixed: lr+sd with depths from a controller
 
     def decode_config(self, base: DecodeConfig) -> DecodeConfig:
         return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
-                                   async_lr=self.async_lr, width=self.width)
+                                   async_lr=self.async_lr, width=self.width,
+                                   early_abort=self.early_abort or base.early_abort)
 
 
 def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
@@ -124,12 +127,14 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         key, _, val = opt.partition("=")
         if opt == "async":
             extra["async_lr"] = True
+        elif opt == "abort":
+            extra["early_abort"] = True
         elif key == "w" and val.isdigit():
             extra["width"] = int(val)
         elif key == "v" and val:
             extra["verifier"] = val
         else:
-            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | w=N | v=VERIFIER)")
+            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | abort | w=N | v=VERIFIER)")
     if extra and kind not in ("lr", "lr+sd"):
         raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
     return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)
@@ -463,7 +468,7 @@ def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, st
             "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
             "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
             "control": spec.control, "decode_method": dcfg.method,
-            "async_lr": spec.async_lr, "width": spec.width,
+            "async_lr": spec.async_lr, "width": spec.width, "early_abort": spec.early_abort,
             "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
             "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
             "finish": res.finish, "text": res.text, "stats": stats.to_dict(),

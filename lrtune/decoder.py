@@ -60,6 +60,7 @@ class DecodeConfig:
     logprobs: bool = field(default=False, metadata={"help": "keep per-token logprobs of LR steps (for collect features)"})
     async_lr: bool = field(default=False, metadata={"help": "pipelined (async) LR: target steps start as soon as their draft prefix exists", "flag": "--async"})
     branch_temperature: float = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
+    early_abort: bool = field(default=False, metadata={"help": "sync LR, width 1: judge each position as soon as its target step ends and stop the target rows a rejection makes useless (positions after a rejection then get no verdict)"})
 
     @property
     def uses_lr(self) -> bool:
@@ -78,6 +79,8 @@ class DecodeConfig:
             raise ConfigError(f"width must be in 1..8, got {self.width}")
         if self.async_lr and self.width > 1:
             raise ConfigError("async LR drafts one branch (width 1)")
+        if self.early_abort and (self.width > 1 or self.async_lr):
+            raise ConfigError("early abort runs with sync LR and one branch (width 1, no --async)")
         if self.branch_temperature <= 0:
             raise ConfigError(f"branch_temperature must be > 0, got {self.branch_temperature}")
         if self.uses_sd and not 1 <= self.gamma2 <= GAMMA_MAX:
@@ -364,7 +367,12 @@ class LookaheadDecoder:
                 p = replace(p, max_tokens=s.horizon, stop_at_delimiter=False)
             params += per_row(p, len(srows))
             wheres.append(where)
-        tb = self.target.generate(rows, params)
+        early = {id(s): s for s in slots if s.cfg.early_abort and s.chains[0]}
+        for s in slots:
+            s.verdicts, s.scores, s.pairs, s.verify_s = [[] for _ in s.chains], [[] for _ in s.chains], [], 0.0
+            s.judged = {}
+        on_done = self._early_judge(slots, owner, wheres, verifier, batch) if early else None
+        tb = self.target.generate(rows, params, on_done=on_done)
         batch.observe_call("target", len(rows))
         shares = _time_shares(tb, owner)
         row_sd = _row_counters(tb)
@@ -375,14 +383,17 @@ class LookaheadDecoder:
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
             s.targets = [[tb.outputs[mine[where[w, k]]] if (w, k) in where else None for k in range(len(c) + 1)]
                          for w, c in enumerate(s.chains)]
-        # 3. verify every (slot, branch, position) pair in ONE call.
-        keys = [(s, w, k) for s in slots for w, c in enumerate(s.chains) for k in range(len(c))]
+        # 3. verify every (slot, branch, position) pair in ONE call (early abort: judged already;
+        #    the verdicts run up to the first position whose row was stopped).
+        for s in early.values():
+            n = len(s.chains[0])
+            judged = [s.judged[k] for k in range(next((k for k in range(n) if k not in s.judged), n))]
+            s.verdicts, s.scores, s.pairs = [[v for v, _, _ in judged]], [[c for _, c, _ in judged]], [[p for *_, p in judged]]
+            s.stats.verify_s += s.verify_s
+        keys = [(s, w, k) for s in slots if id(s) not in early for w, c in enumerate(s.chains) for k in range(len(c))]
         for s in slots:
-            s.verdicts = [[] for _ in s.chains]
-            s.scores = [[] for _ in s.chains]
-            s.verify_s = 0.0
-        for s in slots:
-            s.pairs = [[self._pair(s, w, k) for k in range(len(c))] for w, c in enumerate(s.chains)]
+            if id(s) not in early:
+                s.pairs = [[self._pair(s, w, k) for k in range(len(c))] for w, c in enumerate(s.chains)]
         if keys:
             pairs = [s.pairs[w][k] for s, w, k in keys]
             tv = time.perf_counter()
@@ -398,6 +409,37 @@ class LookaheadDecoder:
                 s.stats.verifier_calls += 1
         for s in slots:  # 4. commit
             self._commit(s, eos, on_round, on_commit)
+
+    def _early_judge(self, slots: list[_Slot], owner: list[list[int]], wheres, verifier: Verifier,
+                     batch: BatchStats):
+        """The target call's ``on_done`` for early abort: when the row of (slot, position k)
+        ends, judge draft step k against it at once; on a rejection, stop the slot's rows of
+        the positions after k (their steps can no longer be committed)."""
+        if getattr(verifier, "backend", None) is self.target:
+            raise ConfigError(f"early abort judges steps while the target engine runs, but verifier {verifier.name!r} "
+                              "runs on the target's own engine: give it another model (--judge-model) or drop early abort")
+        row_of = {}
+        for s, mine, where in zip(slots, owner, wheres):
+            if s.cfg.early_abort and s.chains[0]:
+                for (w, k), r in where.items():
+                    row_of[mine[r]] = (s, k, [mine[where[0, j]] for j in range(k + 1, len(s.chains[0]) + 1)
+                                              if (0, j) in where])
+
+        def on_done(row: int, out: Generation) -> list[int]:
+            hit = row_of.get(row)
+            if hit is None or hit[1] >= len(hit[0].chains[0]):  # not early, or the bonus position
+                return []
+            s, k, later = hit
+            pair = step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[0][:k]), s.cfg.context_tokens,
+                             s.chains[0][k].token_ids, out.token_ids)
+            tv = time.perf_counter()
+            (ok,), (score,) = accept(verifier, [pair])
+            s.verify_s += time.perf_counter() - tv
+            s.stats.verifier_calls += 1
+            batch.observe_call("verify", 1)
+            s.judged[k] = (ok, score, pair)
+            return [] if ok else later
+        return on_done
 
     def _pair(self, s: _Slot, w: int, k: int) -> StepPair:
         """Branch ``w``'s pair at position ``k``: the target saw the committed steps, then
@@ -522,6 +564,7 @@ class _Slot:
     scores: list[list[float]] = field(default_factory=list)
     verify_s: float = 0.0
     horizon: int | None = None  # γ1 = 0: tokens the target runs uninterrupted this round
+    judged: dict[int, tuple[bool, float, StepPair]] = field(default_factory=dict)  # early abort: position -> verdict
 
 
 def _time_shares(call: GenBatch, rows_of: list[list[int]]) -> list[float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, finish_step, per_row
+from lrtune.backends.base import GenBatch, Generation, GenParams, SDCounters, aborted, finish_step, per_row
 
 V = 40
 EOS, DELIM, MERGED = 0, 1, 2
@@ -45,6 +45,7 @@ class FakeBackend:
         self.eos_ids = frozenset({EOS})
         self.calls: list[tuple[int, GenParams]] = []  # (batch size, params or the first row's)
         self.row_params: list[list[GenParams]] = []  # every call's per-row params
+        self.aborted_rows: list[list[int]] = []  # per call with on_done: the rows it stopped
 
     def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
         return [3 + (ord(c) % (V - 3)) for c in prompt]
@@ -58,7 +59,8 @@ class FakeBackend:
             nxt = rng.randrange(0, V)
         return nxt
 
-    def generate(self, prefixes: Sequence[Sequence[int]], params, max_concurrent=None) -> GenBatch:
+    def generate(self, prefixes: Sequence[Sequence[int]], params, max_concurrent=None, on_done=None) -> GenBatch:
+        """Rows end in order of their length (shortest first, then by index), as in a batch."""
         rows = per_row(params, len(prefixes))
         self.calls.append((len(prefixes), params if isinstance(params, GenParams) else rows[0]))
         self.row_params.append(rows)
@@ -75,6 +77,13 @@ class FakeBackend:
                     break
             ids, finish = finish_step(ids, self.decode, params, self.eos_ids)
             outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish))
+        if on_done is not None:
+            stopped: set[int] = set()
+            for i in sorted(range(len(outs)), key=lambda i: (len(outs[i].token_ids), i)):
+                if i not in stopped:
+                    stopped |= set(on_done(i, outs[i])) - {i}
+            self.aborted_rows.append(sorted(stopped))
+            outs = [aborted() if i in stopped else o for i, o in enumerate(outs)]
         k = max(r.num_speculative_tokens for r in rows) if rows else 0
         sd = SDCounters(drafts=1, drafted_tokens=k, accepted_tokens=0) if k else None
         return GenBatch(outputs=outs, seconds=0.0, sd=sd)
@@ -99,11 +108,11 @@ class SlowFakeBackend(FakeBackend):
 
         self._lock = threading.Lock()
 
-    def generate(self, prefixes, params, max_concurrent=None):
+    def generate(self, prefixes, params, max_concurrent=None, on_done=None):
         import time
 
         with self._lock:
             delay = self._rng.random() * self._max_delay
         time.sleep(delay)
         with self._lock:
-            return super().generate(prefixes, params)
+            return super().generate(prefixes, params, on_done=on_done)

@@ -3,6 +3,8 @@
 The real-engine versions of these invariants are in test_vllm_backend.py.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from fake_backend import EOS, FakeBackend, chain
@@ -203,3 +205,62 @@ def test_multi_branch_picks_the_branch_with_the_longest_accepted_prefix():
 def test_width_out_of_range_is_a_config_error():
     with pytest.raises(ConfigError, match="width"):
         DecodeConfig(method="lr", width=0).validate()
+
+
+class ByContent:
+    """A deterministic verifier whose verdict depends on the pair only (never on call order)."""
+
+    name = "by-content"
+    threshold = 0.5
+
+    def score(self, pairs):
+        import zlib
+
+        return [1.0 if p.draft == p.target else (zlib.crc32((p.draft + "|" + p.target).encode()) % 100) / 99
+                for p in pairs]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("verifier", ["never", "exact", "by-content"])
+def test_early_abort_commits_exactly_what_the_full_round_commits(seed, verifier):
+    target = FakeBackend(chain(seed))
+    draft = FakeBackend([o if i % 4 == 0 else t for i, (t, o) in enumerate(zip(chain(seed), chain(seed + 100)))])
+    make = (lambda: ByContent()) if verifier == "by-content" else (lambda: make_verifier(verifier))
+    for prompt in PROMPTS:
+        for method in ("lr", "lr+sd"):
+            base = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=60, max_step_tokens=6)
+            full, fs = LookaheadDecoder(target, draft, make(), base).decode(prompt)
+            rounds = []
+            early, es = LookaheadDecoder(target, draft, make(), replace(base, early_abort=True)).decode(
+                prompt, on_round=rounds.append)
+            assert early.token_ids == full.token_ids and early.steps == full.steps
+            assert es.committed_draft_steps == fs.committed_draft_steps and es.rounds == fs.rounds
+            for r in rounds:  # judged: the leading positions up to the first stopped row
+                assert len(r.accepted) <= len(r.drafts)
+                stopped = [k for k, t in enumerate(r.targets) if t.finish == "aborted"]
+                assert all(k > r.accepted.index(False) for k in stopped) if stopped else True
+                assert r.committed_drafts == next((k for k, ok in enumerate(r.accepted) if not ok), len(r.accepted))
+
+
+def test_early_abort_stops_the_rows_after_a_rejection():
+    target, draft = FakeBackend(chain(2)), FakeBackend(chain(102))
+    cfg = DecodeConfig(method="lr", gamma1=4, max_new_tokens=60, max_step_tokens=6, early_abort=True)
+    res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode([5, 7, 9])
+    assert res.token_ids == target_only(target, [5, 7, 9], 60)
+    assert any(target.aborted_rows) and all(0 not in rows for rows in target.aborted_rows)
+    assert stats.drafted_steps < stats.rounds * 4  # positions after a rejection get no verdict
+
+
+def test_early_abort_needs_sync_lr_one_branch_and_a_verifier_off_the_target_engine():
+    with pytest.raises(ConfigError, match="early abort"):
+        DecodeConfig(method="lr", width=2, early_abort=True).validate()
+    with pytest.raises(ConfigError, match="early abort"):
+        DecodeConfig(method="lr", async_lr=True, early_abort=True).validate()
+    target, draft = FakeBackend(chain(1)), FakeBackend(chain(5))
+
+    class OnTarget(ByContent):
+        backend = target
+
+    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=30, max_step_tokens=6, early_abort=True)
+    with pytest.raises(ConfigError, match="target's own engine"):
+        LookaheadDecoder(target, draft, OnTarget(), cfg).decode([5, 7])

@@ -4,6 +4,8 @@ import math
 
 import pytest
 
+from lrtune.decoder import DecodeConfig
+
 from eval import metrics
 from eval.evaluate import parse_methods, parse_sweep
 from lrtune.errors import ConfigError
@@ -80,7 +82,9 @@ def test_method_options_parse_into_async_width_and_verifier():
     assert (s.kind, s.async_lr, s.width, s.verifier, s.gamma1, s.gamma2) == ("lr+sd", True, 1, "llm_judge", 2, 4)
     assert parse_method("lr/w=2", 3, 4).width == 2
     assert parse_method("lr/v=random(0.5)", 3, 4).verifier == "random(0.5)"
-    for bad in ("lr/fast", "sd/async", "lr/w=x", "beam/async"):
+    abort = parse_method("lr+sd/abort", 3, 4)
+    assert abort.early_abort and abort.decode_config(DecodeConfig()).early_abort
+    for bad in ("lr/fast", "sd/async", "lr/w=x", "beam/async", "sd/abort"):
         with pytest.raises(ConfigError):
             parse_method(bad, 2, 4)
 

@@ -304,3 +304,18 @@ def test_freeing_one_vllm_engine_breaks_the_others_so_close_keeps_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert "BROKEN" in out.stdout and "model parallel group is not initialized" in out.stdout, \
         out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_early_abort_aborts_engine_requests_and_keeps_the_committed_tokens(engines, prompts, method):
+    target, draft = engines
+    base = DecodeConfig(method=method, gamma1=3, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    early = DecodeConfig(**{**base.__dict__, "early_abort": True})
+    for p in prompts[:2]:
+        rounds = []
+        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), early).decode(p, on_round=rounds.append)
+        assert res.token_ids == greedy(target, p)
+        assert any(t.finish == "aborted" for r in rounds for t in r.targets)
+        full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
+        again, _ = LookaheadDecoder(target, draft, make_verifier("exact"), early).decode(p)
+        assert again.token_ids == full.token_ids and again.steps == full.steps

@@ -5,7 +5,7 @@ state it needs) and exposes four methods::
 
     encode_prompt(prompt) -> list[int]            # chat template applied once, up front
     decode(token_ids) -> str                      # text is derived, never re-encoded
-    generate(prefixes, params, max_concurrent=None) -> GenBatch   # one batched call
+    generate(prefixes, params, max_concurrent=None, on_done=None) -> GenBatch   # one batched call
     close()                                       # free engines
 
 With ``params.stop_at_delimiter`` each output is one *step* (DESIGN §2, ``lrtune.steps``);
@@ -16,17 +16,21 @@ asks for token-level speculative decoding inside the call; greedy outputs must n
 of many prompts in one call: each keeps its own budget, seed and γ2; see :func:`per_row`).
 ``max_concurrent`` caps the rows in flight at once (the engine admits the next row when
 one finishes; ``None``: all at once). A row's output never depends on its batch (greedy).
+
+``on_done(i, generation)``, when given, is called as each row ends (in the order rows end)
+and returns the rows to stop now (an :data:`OnDone`): a stopped row's output is
+:func:`aborted` (no tokens, ``finish="aborted"``). Early abort in LR rounds uses it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from lrtune.steps import DEFAULT_DELIMITER, first_step_end
 
-Finish = Literal["delimiter", "eos", "length"]
+Finish = Literal["delimiter", "eos", "length", "aborted"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,14 @@ class Generation:
     finish: Finish
     logprobs: list[float] | None = None
     top_logprobs: list[dict[int, float]] | None = None  # with GenParams.top_logprobs = k
+
+
+OnDone = Callable[[int, Generation], Iterable[int]]  # (row, its output) -> rows to stop now
+
+
+def aborted() -> Generation:
+    """The output of a row that ``on_done`` stopped before it ended."""
+    return Generation(token_ids=[], text="", finish="aborted")
 
 
 @dataclass
@@ -184,7 +196,7 @@ class Backend(Protocol):
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
     def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
-                 max_concurrent: int | None = None) -> GenBatch: ...
+                 max_concurrent: int | None = None, on_done: OnDone | None = None) -> GenBatch: ...
 
     def start(self, num_speculative_tokens: int = 0) -> None:
         """Start what serving γ2 = ``num_speculative_tokens`` needs now (not at the first call)."""

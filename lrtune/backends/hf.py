@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.backends.base import (GenBatch, Generation, GenParams, SDCounters, add_counters, finish_step,
-                                  per_row, row_groups)
+from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
+                                  finish_step, per_row, row_groups)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 
@@ -93,12 +93,14 @@ class HFBackend(TokenizerMixin):
 
     # ---- public protocol -------------------------------------------------------------
     def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
-                 max_concurrent: int | None = None) -> GenBatch:
+                 max_concurrent: int | None = None, on_done: OnDone | None = None) -> GenBatch:
         """One batched generation over token-id prefixes (see :class:`GenParams`).
 
         Rows that differ only in budget and seed share one loop; rows with other sampling,
         stopping or γ2 run as separate loops of the same call (:func:`row_groups`), and
-        ``max_concurrent`` runs a group in waves of that many rows."""
+        ``max_concurrent`` runs a group in waves of that many rows. ``on_done`` sees each
+        row as it ends; the rows it returns stop at once (a loop ends when its last live
+        row does) and rows of loops not yet started never run."""
         torch = _torch()
         if not prefixes:
             return GenBatch(outputs=[], seconds=0.0)
@@ -111,10 +113,19 @@ class HFBackend(TokenizerMixin):
         wave = max(1, max_concurrent or len(prefixes))
         outputs: list[Generation | None] = [None] * len(prefixes)
         row_sd: list[SDCounters | None] = [None] * len(prefixes)
+        stop: set[int] = set()  # rows on_done asked to stop
         t0 = time.perf_counter()
         for shape, members in row_groups(rows).items():
             for start in range(0, len(members), wave):
-                idx = members[start:start + wave]
+                idx = [i for i in members[start:start + wave] if i not in stop]
+                if not idx:
+                    continue
+                ended = None
+                if on_done is not None:
+                    def ended(b: int, ids: list[int], top: list[tuple], idx=idx) -> list[int]:
+                        outputs[idx[b]] = self._output(ids, top, rows[idx[b]])
+                        stop.update(set(on_done(idx[b], outputs[idx[b]])) - {idx[b]})
+                        return [k for k, i in enumerate(idx) if i in stop]
                 gens = None
                 if shape.temperature > 0:
                     gens = []
@@ -128,13 +139,16 @@ class HFBackend(TokenizerMixin):
                 limits = [rows[i].max_tokens for i in idx]
                 with torch.inference_mode():
                     if shape.num_speculative_tokens > 0:
-                        gen_ids, tops, sds = self._generate_sd(group, shape, limits, gens)
+                        gen_ids, tops, sds, cut = self._generate_sd(group, shape, limits, gens, ended)
                     else:
-                        gen_ids, tops = self._generate_plain(group, shape, limits, gens)
+                        gen_ids, tops, cut = self._generate_plain(group, shape, limits, gens, ended)
                         sds = [None] * len(idx)
-                for i, ids, top, sd in zip(idx, gen_ids, tops, sds):
-                    outputs[i] = self._output(ids, top, rows[i])
+                for b, (i, ids, top, sd) in enumerate(zip(idx, gen_ids, tops, sds)):
+                    outputs[i] = aborted() if b in cut else outputs[i] or self._output(ids, top, rows[i])
                     row_sd[i] = sd
+        for i in stop:
+            if outputs[i] is None:
+                outputs[i] = aborted()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - t0
@@ -216,13 +230,23 @@ class HFBackend(TokenizerMixin):
         return out.logits.float()
 
     # ---- plain batched decoding ------------------------------------------------------
-    def _generate_plain(self, prefixes, params: GenParams, limits: list[int], gens):
+    def _stop_rows(self, ended, b: int, gen, tops, done: list[bool], cut: set[int]) -> None:
+        """Row ``b`` just ended: tell ``ended`` and stop the live rows it returns."""
+        if ended is None:
+            return
+        for j in ended(b, gen[b], tops[b]):
+            if not done[j]:
+                done[j] = True
+                cut.add(j)
+
+    def _generate_plain(self, prefixes, params: GenParams, limits: list[int], gens, ended=None):
         torch = _torch()
         rows = self._rows(prefixes)
         B = rows.batch
         gen: list[list[int]] = [[] for _ in range(B)]
         tops: list[list[tuple]] = [[] for _ in range(B)]
         done = [False] * B
+        cut: set[int] = set()  # rows stopped by ``ended``
         inputs = torch.tensor([[p[-1]] for p in prefixes], device=self.device)
         while not all(done):
             logits = self._forward(rows, inputs)[:, -1]
@@ -241,9 +265,11 @@ class HFBackend(TokenizerMixin):
                 tops[b].append(infos[b])
                 nxt.append(toks[b])
                 done[b] = self._finished(gen[b], params, limits[b])
+                if done[b]:
+                    self._stop_rows(ended, b, gen, tops, done, cut)
             inputs = torch.tensor([[t] for t in nxt], device=self.device)
         self._remember(rows)
-        return gen, tops
+        return gen, tops, cut
 
     def _finished(self, gen: list[int], params: GenParams, limit: int) -> bool:
         """Stop once the tokens so far already hold a complete step / EOS / the row's budget."""
@@ -263,7 +289,7 @@ class HFBackend(TokenizerMixin):
         return piece
 
     # ---- batched token-level speculative decoding ------------------------------------
-    def _generate_sd(self, prefixes, params: GenParams, limits: list[int], gens):
+    def _generate_sd(self, prefixes, params: GenParams, limits: list[int], gens, ended=None):
         torch = _torch()
         k = params.num_speculative_tokens
         draft = self.spec
@@ -273,6 +299,7 @@ class HFBackend(TokenizerMixin):
         gen: list[list[int]] = [[] for _ in range(B)]
         tops: list[list[tuple]] = [[] for _ in range(B)]
         done = [False] * B
+        cut: set[int] = set()  # rows stopped by ``ended``
         last = [p[-1] for p in prefixes]  # next input of the target (not in its cache)
         dpend = [[p[-1]] for p in prefixes]  # tokens not yet in the draft's cache
         sd = [SDCounters(accepted_by_pos=[0] * k) for _ in range(B)]
@@ -324,10 +351,12 @@ class HFBackend(TokenizerMixin):
                     tops[b].append(info)
                     done[b] = self._finished(gen[b], params, limits[b])
                 new_last[b] = toks[-1]
+                if done[b]:
+                    self._stop_rows(ended, b, gen, tops, done, cut)
             last = new_last
         self._remember(rows)
         draft._remember(drows)
-        return gen, tops, sd
+        return gen, tops, sd, cut
 
 
 class _Rows:

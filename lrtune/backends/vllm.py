@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.backends.base import (GenBatch, Generation, GenParams, SDCounters, add_counters, finish_step,
-                                  per_row, split_counters)
+from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
+                                  finish_step, per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, configure_env, prepare_engine,
                                           sd_stat_logger)
@@ -155,13 +155,14 @@ class VLLMBackend(TokenizerMixin):
 
     # ---- generation ----------------------------------------------------------------
     def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
-                 max_concurrent: int | None = None) -> GenBatch:
+                 max_concurrent: int | None = None, on_done: OnDone | None = None) -> GenBatch:
         """One batched generation over token-id prefixes (see :class:`GenParams`).
 
         Rows may carry their own params (budget, seed, γ2): on the shared speculative engine
         every γ2 runs in one engine call (drafter off or drafts cut per request); otherwise
         rows are grouped by engine, one call each. ``max_concurrent`` keeps at most that
-        many requests in the engine and admits the next as one finishes."""
+        many requests in the engine and admits the next as one finishes. ``on_done`` sees
+        each row as it ends; the rows it returns are aborted in the engine at once."""
         if not prefixes:
             return GenBatch(outputs=[], seconds=0.0)
         rows = per_row(params, len(prefixes))
@@ -172,14 +173,33 @@ class VLLMBackend(TokenizerMixin):
         row_sd: list[SDCounters | None] = [None] * len(prefixes)
         row_seconds: list[float] = [0.0] * len(prefixes)
         total, seconds = [], 0.0
+        stopped: set[int] = set()  # rows on_done stopped (also rows of a later engine's group)
+
+        def done_in(idx: list[int]):
+            if on_done is None:
+                return None
+
+            def local(k: int, gen: Generation) -> list[int]:
+                stop = set(on_done(idx[k], gen)) - {idx[k]}
+                stopped.update(stop)
+                return [j for j, i in enumerate(idx) if i in stop]
+            return local
+
         for key, idx in groups.items():
-            part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent)
+            idx = [i for i in idx if i not in stopped]
+            if not idx:
+                continue
+            part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent,
+                                     done_in(idx))
             seconds += part.seconds
             for k, i in enumerate(idx):
                 outputs[i] = part.outputs[k]
                 row_sd[i] = part.row_sd[k] if part.row_sd is not None else None
                 row_seconds[i] = part.row_seconds[k] if part.row_seconds is not None else part.seconds
             total.append(part.sd)
+        for i in stopped:
+            if outputs[i] is None:
+                outputs[i] = aborted()
         sd = add_counters(total)
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd if sd is not None else None,
                         row_seconds=row_seconds if max_concurrent is not None else None)
@@ -189,8 +209,9 @@ class VLLMBackend(TokenizerMixin):
         shared = self.config.shared_spec_tokens
         return shared if (shared and k <= shared) else k
 
-    def _generate_on(self, engine_k: int, prefixes, rows: list[GenParams], max_concurrent: int | None) -> GenBatch:
-        """Rows that one engine serves, in one engine run."""
+    def _generate_on(self, engine_k: int, prefixes, rows: list[GenParams], max_concurrent: int | None,
+                     on_done: OnDone | None = None) -> GenBatch:
+        """Rows that one engine serves, in one engine run (``on_done``: indices of these rows)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -221,24 +242,20 @@ class VLLMBackend(TokenizerMixin):
         counter = self._counters.get(engine_k)
         before = counter.totals.copy() if counter is not None else None
         t0 = time.perf_counter()
-        if max_concurrent is None or max_concurrent >= len(prompts):
+        made: dict[int, Generation] = {}
+        finished = None
+        if on_done is not None:
+            def finished(i: int, res) -> list[int]:
+                made[i] = self._generation(res.outputs[0], rows[i])
+                return on_done(i, made[i])
+        if finished is None and (max_concurrent is None or max_concurrent >= len(prompts)):
             results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
         else:
-            results, row_seconds = _run_continuous(llm, prompts, sps, max_concurrent)
+            results, row_seconds = _run_continuous(llm, prompts, sps, max_concurrent or len(prompts), finished)
+            row_seconds = row_seconds if max_concurrent is not None else None
         seconds = time.perf_counter() - t0
-        outputs = []
-        for res, r in zip(results, rows):
-            comp = res.outputs[0]
-            ids, finish = finish_step(comp.token_ids, self.decode, r, self.eos_ids)
-            lps = None
-            if (r.logprobs or r.top_logprobs) and comp.logprobs is not None:
-                lps = [_sampled_logprob(entry, tok) for entry, tok in zip(comp.logprobs, ids)]
-            tops = None
-            if r.top_logprobs and comp.logprobs is not None:
-                tops = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
-                        for entry, _ in zip(comp.logprobs, ids)]
-            outputs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps,
-                                      top_logprobs=tops))
+        outputs = [made.get(i) or (self._generation(res.outputs[0], r) if res is not None else aborted())
+                   for i, (res, r) in enumerate(zip(results, rows))]
         # Drafter-off rows draft nothing by construction (the counter may still show a draft
         # of the previous call's last step, which the engine reports one step late).
         sd = counter.totals.minus(before) if (counter is not None and any(spec_rows)) else None
@@ -249,6 +266,18 @@ class VLLMBackend(TokenizerMixin):
                 weights = [int(spec) for spec in spec_rows]
             row_sd = [part if spec else None for part, spec in zip(split_counters(sd, weights), spec_rows)]
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd, row_seconds=row_seconds)
+
+    def _generation(self, comp, r: GenParams) -> Generation:
+        """One request's completion as a step (cut by ``finish_step``), with logprobs."""
+        ids, finish = finish_step(comp.token_ids, self.decode, r, self.eos_ids)
+        lps = None
+        if (r.logprobs or r.top_logprobs) and comp.logprobs is not None:
+            lps = [_sampled_logprob(entry, tok) for entry, tok in zip(comp.logprobs, ids)]
+        tops = None
+        if r.top_logprobs and comp.logprobs is not None:
+            tops = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
+                    for entry, _ in zip(comp.logprobs, ids)]
+        return Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps, top_logprobs=tops)
 
     def close(self) -> None:
         """Forget this backend's engines.
@@ -264,38 +293,50 @@ class VLLMBackend(TokenizerMixin):
         self._counters.clear()
 
 
-def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int) -> tuple[list, list[float]]:
+def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int,
+                    finished=None) -> tuple[list, list[float]]:
     """Run ``prompts`` with at most ``max_concurrent`` in the engine (``LLMEngine.add_request``
     + ``step``, as ``LLM.generate`` does with all at once): a finished request's slot takes
-    the next prompt at once. Returns the outputs in prompt order and each request's seconds
-    from admission to end."""
+    the next prompt at once. ``finished(i, output)`` (optional) sees each request as it ends
+    and returns requests to abort now (``abort_request``; their result stays ``None``).
+    Returns the outputs in prompt order and each request's seconds from admission to end."""
     from vllm.sampling_params import RequestOutputKind
 
     engine = llm.llm_engine
     tag = f"lrtune-{os.getpid()}-{time.monotonic_ns()}"
     pending = list(range(len(prompts)))
-    owner: dict[str, int] = {}
+    in_flight: dict[str, int] = {}
     admitted: dict[int, float] = {}
     results: list = [None] * len(prompts)
     seconds = [0.0] * len(prompts)
+    stopped: set[int] = set()
 
-    def admit() -> None:
-        i = pending.pop(0)
-        sps[i].output_kind = RequestOutputKind.FINAL_ONLY
-        owner[f"{tag}-{i}"] = i
-        engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
-        admitted[i] = time.perf_counter()
+    def top_up() -> None:
+        while pending and len(in_flight) < max_concurrent:
+            i = pending.pop(0)
+            sps[i].output_kind = RequestOutputKind.FINAL_ONLY
+            in_flight[f"{tag}-{i}"] = i
+            engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
+            admitted[i] = time.perf_counter()
 
-    for _ in range(min(max_concurrent, len(prompts))):
-        admit()
-    while engine.has_unfinished_requests():
+    top_up()
+    while in_flight:
         for out in engine.step():
-            if out.finished:
-                i = owner[out.request_id]
-                results[i] = out
-                seconds[i] = time.perf_counter() - admitted[i]
-                if pending:
-                    admit()
+            i = in_flight.pop(out.request_id, None) if out.finished else None
+            if i is None:
+                continue
+            results[i] = out
+            seconds[i] = time.perf_counter() - admitted[i]
+            if finished is not None:
+                stop = {j for j in finished(i, out) if results[j] is None} - stopped
+                stopped |= stop
+                live = [rid for rid, j in in_flight.items() if j in stop]
+                if live:
+                    engine.abort_request(live)
+                    for rid in live:
+                        del in_flight[rid]
+                pending[:] = [j for j in pending if j not in stop]
+        top_up()
     return results, seconds
 
 
