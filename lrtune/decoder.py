@@ -330,30 +330,45 @@ class LookaheadDecoder:
                     on_done(slot.index, results[slot.index])
 
     def _round(self, slots: list[_Slot], base_cfg: DecodeConfig, verifier: Verifier, eos: frozenset[int], on_round,
-               on_commit,
-               batch: BatchStats) -> None:
+               on_commit, batch: BatchStats) -> None:
         """One LR round for every slot: batched drafts per position, one target call, one
         verifier call, then each slot commits its accepted prefix and the target's step."""
         for s in slots:  # 0. this round's depths (γ1 = 0: no drafts, the target runs to the horizon)
-            s.budget = base_cfg.max_new_tokens - len(s.gen)
-            s.base = s.prompt + s.gen
-            s.cfg = base_cfg
-            s.horizon = None
-            if s.controller is not None:
-                g1, g2 = s.controller.choose(s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen),
-                                                                     budget_left=s.budget))
-                if not s.controller.bounds.allows(g1, g2):
-                    raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
-                                      f"{s.controller.bounds}")
-                s.cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
-                if g1 == 0:
-                    h = s.controller.horizon()
-                    s.horizon = s.budget if h is None else max(1, min(h, s.budget))
-            s.chains = [[] for _ in range(s.cfg.width)]
-            s.draft_secs = []
+            self._plan(s, base_cfg)
         # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
         self._draft_chains(slots, batch)
-        # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call.
+        # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call
+        #    (early abort: each position is judged as its row ends).
+        early = self._target_call(slots, eos, verifier, batch)
+        # 3. verify every other (slot, branch, position) pair in ONE call.
+        self._verify(slots, early, verifier, batch)
+        for s in slots:  # 4. commit
+            self._commit(s, eos, on_round, on_commit)
+
+    def _plan(self, s: _Slot, base_cfg: DecodeConfig) -> None:
+        """The slot's round config: the controller's (γ1, γ2), within its bounds; γ1 = 0 runs
+        the target to the controller's horizon."""
+        s.budget = base_cfg.max_new_tokens - len(s.gen)
+        s.base = s.prompt + s.gen
+        s.cfg = base_cfg
+        s.horizon = None
+        if s.controller is not None:
+            g1, g2 = s.controller.choose(s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen),
+                                                                 budget_left=s.budget))
+            if not s.controller.bounds.allows(g1, g2):
+                raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
+                                  f"{s.controller.bounds}")
+            s.cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
+            if g1 == 0:
+                h = s.controller.horizon()
+                s.horizon = s.budget if h is None else max(1, min(h, s.budget))
+        s.chains = [[] for _ in range(s.cfg.width)]
+        s.draft_secs = []
+        s.verdicts, s.scores, s.pairs, s.verify_s, s.judged = [[] for _ in s.chains], [[] for _ in s.chains], [], 0.0, {}
+
+    def _target_call(self, slots: list[_Slot], eos: frozenset[int], verifier: Verifier,
+                     batch: BatchStats) -> dict[int, _Slot]:
+        """Every slot's target rows in one call; returns the slots judged during it (early abort)."""
         rows: list[list[int]] = []
         params: list[GenParams] = []
         owner: list[list[int]] = []  # row indices of each slot
@@ -368,9 +383,6 @@ class LookaheadDecoder:
             params += per_row(p, len(srows))
             wheres.append(where)
         early = {id(s): s for s in slots if s.cfg.early_abort and s.chains[0]}
-        for s in slots:
-            s.verdicts, s.scores, s.pairs, s.verify_s = [[] for _ in s.chains], [[] for _ in s.chains], [], 0.0
-            s.judged = {}
         on_done = self._early_judge(slots, owner, wheres, verifier, batch) if early else None
         tb = self.target.generate(rows, params, on_done=on_done)
         batch.observe_call("target", len(rows))
@@ -383,8 +395,11 @@ class LookaheadDecoder:
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
             s.targets = [[tb.outputs[mine[where[w, k]]] if (w, k) in where else None for k in range(len(c) + 1)]
                          for w, c in enumerate(s.chains)]
-        # 3. verify every (slot, branch, position) pair in ONE call (early abort: judged already;
-        #    the verdicts run up to the first position whose row was stopped).
+        return early
+
+    def _verify(self, slots: list[_Slot], early: dict[int, _Slot], verifier: Verifier, batch: BatchStats) -> None:
+        """Verdicts of every slot's pairs: one verifier call for all slots not judged early;
+        an early slot's verdicts run up to its first position whose row was stopped."""
         for s in early.values():
             n = len(s.chains[0])
             judged = [s.judged[k] for k in range(next((k for k in range(n) if k not in s.judged), n))]
@@ -394,21 +409,20 @@ class LookaheadDecoder:
         for s in slots:
             if id(s) not in early:
                 s.pairs = [[self._pair(s, w, k) for k in range(len(c))] for w, c in enumerate(s.chains)]
-        if keys:
-            pairs = [s.pairs[w][k] for s, w, k in keys]
-            tv = time.perf_counter()
-            flat_v, flat_s = accept(verifier, pairs)
-            vsec = time.perf_counter() - tv
-            batch.observe_call("verify", len(pairs))
-            for (s, w, _), v, sc in zip(keys, flat_v, flat_s):
-                s.verdicts[w].append(v)
-                s.scores[w].append(sc)
-                s.verify_s += vsec / len(pairs)
-            for s in {id(s): s for s, _, _ in keys}.values():
-                s.stats.verify_s += s.verify_s
-                s.stats.verifier_calls += 1
-        for s in slots:  # 4. commit
-            self._commit(s, eos, on_round, on_commit)
+        if not keys:
+            return
+        pairs = [s.pairs[w][k] for s, w, k in keys]
+        tv = time.perf_counter()
+        flat_v, flat_s = accept(verifier, pairs)
+        vsec = time.perf_counter() - tv
+        batch.observe_call("verify", len(pairs))
+        for (s, w, _), v, sc in zip(keys, flat_v, flat_s):
+            s.verdicts[w].append(v)
+            s.scores[w].append(sc)
+            s.verify_s += vsec / len(pairs)
+        for s in {id(s): s for s, _, _ in keys}.values():
+            s.stats.verify_s += s.verify_s
+            s.stats.verifier_calls += 1
 
     def _early_judge(self, slots: list[_Slot], owner: list[list[int]], wheres, verifier: Verifier,
                      batch: BatchStats):
