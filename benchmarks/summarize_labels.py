@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 from pathlib import Path
 
@@ -34,24 +33,14 @@ def make_parser() -> argparse.ArgumentParser:
 def bootstrap_auroc(scores: list[float], labels: list[bool], groups: list[str], reps: int,
                     seed: int) -> tuple[float | None, float | None, float | None]:
     """AUROC (scikit-learn) and its 95% percentile interval, resampling whole problems."""
-    from lrtune.pairstats import auroc
+    from lrtune.pairstats import auroc, bootstrap_interval
 
     point = auroc(scores, labels)
     if point is None:
         return None, None, None
-    by: dict[str, list[int]] = {}
-    for i, g in enumerate(groups):
-        by.setdefault(g, []).append(i)
-    keys, rng, vals = sorted(by), random.Random(seed), []
-    for _ in range(reps):
-        idx = [i for k in rng.choices(keys, k=len(keys)) for i in by[k]]
-        v = auroc([scores[i] for i in idx], [labels[i] for i in idx])
-        if v is not None:
-            vals.append(v)
-    vals.sort()
-    if not vals:
-        return point, None, None
-    return point, vals[int(0.025 * (len(vals) - 1))], vals[int(0.975 * (len(vals) - 1))]
+    lo, hi = bootstrap_interval(lambda rows: auroc([scores[i] for i in rows], [labels[i] for i in rows]),
+                                groups, reps, seed)
+    return point, lo, hi
 
 
 def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> dict:

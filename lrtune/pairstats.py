@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
@@ -59,3 +60,36 @@ def acceptance_on(mask: Sequence[bool], decisions: dict[str, Sequence[bool | Non
         kept = [bool(x) for x, m in zip(xs, mask) if m and x is not None]
         out[name] = sum(kept) / len(kept) if kept else None
     return out
+
+
+def bootstrap_interval(metric: Callable[[list[int]], float | None], groups: Sequence[str], reps: int = 1000,
+                       seed: int = 0, level: float = 0.95) -> tuple[float | None, float | None]:
+    """Percentile ``level`` interval of ``metric(rows)`` over ``reps`` resamples of whole
+    groups (problems) with replacement; ``rows`` are indices into ``groups``. Resamples on
+    which the metric is undefined (None) are skipped; (None, None) if all are."""
+    by: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    keys, rng, vals = sorted(by), random.Random(seed), []
+    for _ in range(reps if keys else 0):
+        v = metric([i for k in rng.choices(keys, k=len(keys)) for i in by[k]])
+        if v is not None:
+            vals.append(v)
+    if not vals:
+        return None, None
+    vals.sort()
+    tail = (1.0 - level) / 2
+    return vals[int(tail * (len(vals) - 1))], vals[int((1.0 - tail) * (len(vals) - 1))]
+
+
+def agreement_intervals(scores: Sequence[float], labels: Sequence[bool], threshold: float, groups: Sequence[str],
+                        reps: int = 1000, seed: int = 0) -> dict[str, tuple[float | None, float | None]]:
+    """95% bootstrap intervals (over problems) of the accuracy of ``score >= threshold``
+    against ``labels`` and of the AUROC."""
+    def acc(rows: list[int]) -> float | None:
+        return sum((scores[i] >= threshold) == bool(labels[i]) for i in rows) / len(rows) if rows else None
+
+    def roc(rows: list[int]) -> float | None:
+        return auroc([scores[i] for i in rows], [labels[i] for i in rows])
+
+    return {"accuracy": bootstrap_interval(acc, groups, reps, seed), "auroc": bootstrap_interval(roc, groups, reps, seed)}

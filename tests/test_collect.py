@@ -119,6 +119,20 @@ def test_stats_report_agreement_of_cheap_verifiers_with_the_teacher(collected):
     assert proc.returncode == 0 and "agreement with the teacher" in proc.stdout
 
 
+def test_bootstrap_interval_resamples_whole_problems_and_brackets_the_point():
+    from lrtune.pairstats import agreement_intervals, bootstrap_interval
+
+    groups = ["a"] * 4 + ["b"] * 4 + ["c"] * 2
+    one = ["x"] * 5  # one problem: every resample is the whole set
+    assert bootstrap_interval(lambda rows: float(len(rows)), one) == (5.0, 5.0)
+    assert bootstrap_interval(lambda rows: None, groups) == (None, None)
+    scores = [0.9, 0.8, 0.2, 0.1, 0.7, 0.6, 0.4, 0.3, 0.95, 0.05]
+    labels = [True, True, False, False, True, False, True, False, True, False]
+    ci = agreement_intervals(scores, labels, 0.5, groups, reps=300)
+    assert ci["accuracy"][0] <= 0.8 <= ci["accuracy"][1] and ci["auroc"][0] <= auroc(scores, labels) <= ci["auroc"][1]
+    assert ci == agreement_intervals(scores, labels, 0.5, groups, reps=300)  # seeded
+
+
 def test_auroc_table():
     assert auroc([0.1, 0.9], [False, True]) == 1.0
     assert auroc([0.9, 0.1], [False, True]) == 0.0

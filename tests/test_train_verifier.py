@@ -164,6 +164,11 @@ def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(t
     out = Path(cfg.out)
     assert {"lrtune_verifier.json", "README.md", "features.safetensors"} <= {p.name for p in out.iterdir()}
     assert meta["metrics"]["test"]["auroc"] > 0.9  # the number features separate this data
+    test = meta["metrics"]["test"]
+    for key in ("accuracy", "auroc"):  # intervals over test problems bracket the point figure
+        lo, hi = test[f"{key}_ci95"]
+        assert lo <= test[key] <= hi
+    assert "Brackets: 95% bootstrap intervals" in (out / "README.md").read_text()
     v1, v2 = distilled.load(out), make_verifier(str(out))
     pairs = [StepPair("ctx", "2 * 3 = 6", "so 2 * 3 = 6"), StepPair("ctx", "2 * 4 = 8", "2 * 3 = 6")]
     assert v1.score(pairs) == v2.score(pairs)

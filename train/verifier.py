@@ -133,17 +133,28 @@ def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
             "n_batch1": len(single), "n_batched": len(pairs)}
 
 
-def cheap_baselines(test) -> dict:
+def agreement_with_intervals(scores, examples, threshold: float, seed: int) -> dict:
+    """:func:`train.calibrate.agreement` plus 95% bootstrap intervals over problems of its
+    accuracy and AUROC (``accuracy_ci95``, ``auroc_ci95``)."""
+    from lrtune.pairstats import agreement_intervals
+
+    labels = [e.label for e in examples]
+    out = agreement(scores, labels, threshold)
+    ci = agreement_intervals(scores, labels, threshold, [e.problem_id for e in examples], seed=seed)
+    out.update(accuracy_ci95=list(ci["accuracy"]), auroc_ci95=list(ci["auroc"]))
+    return out
+
+
+def cheap_baselines(test, seed: int = 0) -> dict:
     """Agreement of the embedding (collect's cosine, threshold 0.95) and exact verifiers
     with the teacher on the test split: the bar a student must clear."""
     out = {}
-    labels = [e.label for e in test]
     cos = [e.embedding_cosine for e in test]
     if all(c is not None for c in cos):
-        out["embedding@0.95"] = agreement(cos, labels, 0.95)
+        out["embedding@0.95"] = agreement_with_intervals(cos, test, 0.95, seed)
     ex = [e.exact_match for e in test]
     if all(x is not None for x in ex):
-        out["exact"] = agreement([float(x) for x in ex], labels, 0.5)
+        out["exact"] = agreement_with_intervals([float(x) for x in ex], test, 0.5, seed)
     return out
 
 
@@ -185,7 +196,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
     t0 = time.perf_counter()
     test_scores = students.score_pairs(v, [e.pair for e in test])
     batched_s = (time.perf_counter() - t0) / max(1, len(test))
-    metrics = {"test": agreement(test_scores, [e.label for e in test], calib["threshold"]),
+    metrics = {"test": agreement_with_intervals(test_scores, test, calib["threshold"], cfg.seed),
                "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"])}
     lat = measure_latency(v, [e.pair for e in test], cfg.latency_pairs, batched_s)
     teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
@@ -195,7 +206,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
     meta.update(threshold=calib["threshold"], calibration=calib, data={
         "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "problem", "seed": cfg.seed},
-        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test), "train_seconds": train_s},
+        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.seed), "train_seconds": train_s},
         training={k: v_ for k, v_ in dataclasses.asdict(cfg).items() if k not in RESUME_FREE})
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))
     write_atomic(out / "README.md", model_card(meta))
@@ -206,6 +217,10 @@ def run(cfg: TrainVerifierConfig) -> dict:
 
 def _fmt(x, spec=".3f") -> str:
     return "—" if x is None else format(x, spec)
+
+
+def _ci(ci) -> str:
+    return f" [{_fmt(ci[0], '.2f')}, {_fmt(ci[1], '.2f')}]" if ci and ci[0] is not None else ""
 
 
 def metrics_rows(meta: dict) -> list[tuple[str, dict]]:
@@ -229,11 +244,13 @@ def model_card(meta: dict) -> str:
         + ", ".join(f"{s} {c['pairs']} pairs / {c['problems']} problems" for s, c in d["splits"].items()),
         f"- training: {meta['metrics']['train_seconds']:.0f} s", "",
         "## Agreement with the teacher (test split)", "",
+        "Brackets: 95% bootstrap intervals, resampling whole test problems.", "",
         "| verifier | accuracy | F1 | AUROC | false accept | false reject | acceptance (teacher) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, a in metrics_rows(meta):
-        lines.append(f"| {name} | {_fmt(a['accuracy'])} | {_fmt(a['f1'])} | {_fmt(a['auroc'])} | "
+        lines.append(f"| {name} | {_fmt(a['accuracy'])}{_ci(a.get('accuracy_ci95'))} | {_fmt(a['f1'])} | "
+                     f"{_fmt(a['auroc'])}{_ci(a.get('auroc_ci95'))} | "
                      f"{_fmt(a['false_accept_rate'])} | {_fmt(a['false_reject_rate'])} | "
                      f"{_fmt(a['acceptance'])} ({_fmt(a['teacher_acceptance'])}) |")
     lines += ["", "## Latency per pair (this machine)", "",
