@@ -319,3 +319,33 @@ def test_early_abort_aborts_engine_requests_and_keeps_the_committed_tokens(engin
         full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
         again, _ = LookaheadDecoder(target, draft, make_verifier("exact"), early).decode(p)
         assert again.token_ids == full.token_ids and again.steps == full.steps
+
+
+def test_a_controller_mixing_sd_runs_and_lr_rounds_keeps_greedy_equality(engines, prompts):
+    """γ1 = 0 rounds run the target with SD uninterrupted to the horizon (no delimiter stop),
+    LR rounds in between use another γ2 on the same engine."""
+    from lrtune.control import Bounds
+
+    class Alternating:
+        bounds = Bounds(gamma1_max=3, gamma2_max=GAMMA2, M=12)
+
+        def choose(self, problem, state):
+            return (0, GAMMA2) if state.round % 2 == 0 else (2, 1)
+
+        def horizon(self):
+            return 20
+
+        def update(self, outcome):
+            pass
+
+    target, draft = engines
+    cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
+    dec = LookaheadDecoder(target, draft, make_verifier("never"), cfg)
+    for p in prompts[:2]:
+        rounds = []
+        res, stats = dec.decode(p, controller=Alternating(), on_round=rounds.append)
+        assert res.token_ids == greedy(target, p)
+        sd_runs = [r for r in rounds if not r.drafts]
+        assert sd_runs and all(len(r.targets[0].token_ids) <= 20 for r in sd_runs)
+        assert all(r.targets[0].finish in ("length", "eos") for r in sd_runs)  # never cut at a step end
+        assert sum(len(r.targets[0].token_ids) == 20 for r in sd_runs) >= 1
