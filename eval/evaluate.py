@@ -64,7 +64,7 @@ class EvalOptions:
     data: str | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
     limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
-    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller)"})
+    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
     mode: str = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight", "choices": MODES})
     max_concurrent: int = field(default=8, metadata={"help": "throughput mode: problems in flight at once"})
@@ -104,6 +104,7 @@ class MethodSpec:
     verifier: str | None = None
     early_abort: bool = False
     control: str | None = None  # adaptive | oracle | best-fixed: lr+sd with depths from a controller
+    controller: str | None = None  # adaptive/c=SPEC: this controller instead of the run's --controller
 
     def decode_config(self, base: DecodeConfig) -> DecodeConfig:
         return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
@@ -114,6 +115,9 @@ class MethodSpec:
 def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
     """``"lr+sd/async/w=2/v=llm_judge"`` -> MethodSpec (see :class:`MethodSpec`). ``v=`` comes
     last and takes the rest of the label, so a checkpoint path may hold slashes."""
+    if label.startswith("adaptive/c=") and label[len("adaptive/c="):].strip():
+        return MethodSpec(label, "lr+sd", gamma1, gamma2, control="adaptive",
+                          controller=label[len("adaptive/c="):].strip())
     head, sep, vspec = label.partition("/v=")
     kind, *opts = [x.strip() for x in head.split("/")]
     if sep:
@@ -340,9 +344,13 @@ class _Engines:
     dec: Any  # lrtune.api.Decoder
     controller: Any  # adaptive / best-fixed / oracle methods only (None: no --controller)
     verifiers: dict  # MethodSpec.verifier (None: the configured verifier) -> Verifier
+    controllers: dict = dataclasses.field(default_factory=dict)  # MethodSpec.controller (adaptive/c=) -> controller
 
     def verifier(self, spec: MethodSpec):
         return self.verifiers[spec.verifier]
+
+    def controller_for(self, spec: MethodSpec):
+        return self.controllers[spec.controller] if spec.controller else self.controller
 
 
 def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None]:
@@ -354,14 +362,15 @@ def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, di
     from lrtune.api import build_controller
 
     ctl = build_controller(cfg.models.controller, cfg.decode)
-    if any(s.control in ("adaptive", "best-fixed") for s in specs) and ctl is None:
+    own = {s.controller: build_controller(s.controller, cfg.decode) for s in specs if s.controller}
+    if any(s.control in ("adaptive", "best-fixed") and not s.controller for s in specs) and ctl is None:
         raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
                                dataclasses.replace(cfg.decode, method="lr+sd"),
                                progress=cfg.options.progress, load_all_methods=uses_draft)
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
-    eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs))
+    eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs), own)
     timing["load_s"] = time.perf_counter() - t0
     log(f"engines ready in {timing['load_s']:.1f} s")
     t0 = time.perf_counter()
@@ -437,7 +446,7 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
             order = pending[k:] + pending[:k]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
-                dcfg, kwargs = _controlled(eng.controller, cfg, spec, prob, task, lrsd_stats.get(prob.id))
+                dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id))
                 kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
                 res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs)
                 timing["decode_s"] += stats.wall_s
@@ -491,7 +500,7 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
             todo = [(i, p) for i, p in enumerate(problems) if (p.id, spec.label) not in done]
             if not todo:
                 continue
-            dcfg, kwargs = _controlled(eng.controller, cfg, spec, todo[0][1], task, None)
+            dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, todo[0][1], task, None)
             ids = [dec.encode(task.prompt(p)) for _, p in todo]
             problems_info = [ProblemInfo(p.id, task.prompt(p), len(x), opts.task) for (_, p), x in zip(todo, ids)]
             n_ok = [0]

@@ -40,7 +40,7 @@ class ModelConfig:
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
     gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
     max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
-    controller: str | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | a "
+    controller: str | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | grid-ucb | a "
                                                                     "directory from lrtune train controller (sync LR)"})
     shared_engine: bool = field(default=True, metadata={"help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of the target (saves the target's weights in RAM; vLLM, draft-model SD)"})
     cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})

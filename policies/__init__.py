@@ -1,7 +1,8 @@
 """Controllers that pick (γ1, γ2) per round (protocol: :mod:`lrtune.control`).
 
 ``fixed`` · ``heuristic`` (grow on full acceptance, shrink on rejection) · ``bandit``
-(Beta posteriors + the speedup model) · ``learned`` (a fitted per-problem α predictor as
+(Beta posteriors + the speedup model) · ``grid-ucb`` (model-free UCB1 over the (γ1, γ2)
+grid, rewarded by measured throughput) · ``learned`` (a fitted per-problem α predictor as
 the bandit's prior; see :mod:`policies.learned`).
 """
 
@@ -12,11 +13,13 @@ from lrtune.errors import ConfigError
 
 from policies.bandit import BanditController
 from policies.fixed import FixedController
+from policies.grid_ucb import GridUCBController
 from policies.heuristic import HeuristicController
 
-POLICIES = ("fixed", "heuristic", "bandit")
+POLICIES = ("fixed", "heuristic", "bandit", "grid-ucb")
 
-__all__ = ["BanditController", "FixedController", "HeuristicController", "POLICIES", "make_controller"]
+__all__ = ["BanditController", "FixedController", "GridUCBController", "HeuristicController", "POLICIES",
+           "make_controller"]
 
 
 def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Bounds | None = None,
@@ -28,4 +31,6 @@ def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Boun
         return HeuristicController(gamma1, gamma2, bounds)
     if name == "bandit":
         return BanditController(bounds, c1=c1, c2=c2, batch_cost=batch_cost, seed=seed)
+    if name == "grid-ucb":
+        return GridUCBController(bounds)
     raise ConfigError(f"unknown controller policy {name!r}; choose from {', '.join(POLICIES)} or a controller directory")

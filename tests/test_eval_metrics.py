@@ -82,6 +82,8 @@ def test_method_options_parse_into_async_width_and_verifier():
     assert (s.kind, s.async_lr, s.width, s.verifier, s.gamma1, s.gamma2) == ("lr+sd", True, 1, "llm_judge", 2, 4)
     assert parse_method("lr/w=2", 3, 4).width == 2
     assert parse_method("lr/v=random(0.5)", 3, 4).verifier == "random(0.5)"
+    ucb = parse_method("adaptive/c=grid-ucb", 3, 4)
+    assert (ucb.kind, ucb.control, ucb.controller) == ("lr+sd", "adaptive", "grid-ucb")
     abort = parse_method("lr+sd/abort", 3, 4)
     assert abort.early_abort and abort.decode_config(DecodeConfig()).early_abort
     for bad in ("lr/fast", "sd/async", "lr/w=x", "beam/async", "sd/abort"):

@@ -167,19 +167,19 @@ def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_pat
     round (γ2 cut per request), oracle picks per problem from lr+sd's measured α."""
     cfg = make_cfg(data_file, tmp_path / "adaptive")
     cfg.options.limit = 2
-    cfg.options.methods = "lr+sd,adaptive,oracle,best-fixed"
+    cfg.options.methods = "lr+sd,adaptive,oracle,best-fixed,adaptive/c=grid-ucb"
     cfg.models.controller = "bandit"
     profile = tmp_path / "profile.json"  # b(n) from a profile instead of measuring it
     profile.write_text(json.dumps({"c1": 0.3, "c2": 0.3, "batch_cost": [1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5]}))
     cfg.options.profile = str(profile)
     summary = run(cfg)
     assert summary.data["batch_cost"] == {1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75, 5: 2.0, 6: 2.25, 7: 2.5}
-    assert set(summary.methods) == {"target", "lr+sd", "adaptive", "oracle", "best-fixed"}
+    assert set(summary.methods) == {"target", "lr+sd", "adaptive", "oracle", "best-fixed", "adaptive/c=grid-ucb"}
     recs = load_records(tmp_path / "adaptive" / "records.jsonl")
     by = {}
     for r in recs:
         by.setdefault(r["method"], []).append(r)
-    assert all(r["gamma1"] is None and r["control"] == "adaptive" for r in by["adaptive"])
+    assert all(r["gamma1"] is None and r["control"] == "adaptive" for r in by["adaptive"] + by["adaptive/c=grid-ucb"])
     assert all(0 <= r["gamma1"] <= 6 and 0 <= r["gamma2"] <= 8 for r in by["oracle"])
     # a zero depth runs the matching method (γ1 = 0 is plain SD), and the row says so
     assert all(r["decode_method"] == method_for_depths(r["gamma1"], r["gamma2"]) for r in by["oracle"])

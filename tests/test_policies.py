@@ -213,3 +213,24 @@ def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_af
     assert hs == [10, 20, 40, 80, 10]
     with pytest.raises(ConfigError):
         BanditController(horizon_tokens=0)
+
+
+def test_grid_ucb_tries_every_arm_then_plays_the_highest_throughput_arm_most():
+    from policies import GridUCBController
+
+    bounds = Bounds(gamma1_max=2, gamma2_max=2, M=4)
+    ucb = GridUCBController(bounds)
+    rng = random.Random(0)
+    rate = {a: 10.0 + 5 * a[0] - 3 * abs(a[1] - 1) for a in bounds.arms()}  # best: (2, 1)
+    best = max(rate, key=rate.get)
+    plays = []
+    for t in range(600):
+        g1, g2 = ucb.choose(ProblemInfo(id=f"p{t // 20}"), ControlState(round=t % 20, generated_tokens=0, budget_left=99))
+        assert bounds.allows(g1, g2)
+        plays.append((g1, g2))
+        tok_s = rate[g1, g2] * rng.uniform(0.8, 1.2)
+        ucb.update(RoundOutcome(gamma1=g1, gamma2=g2, committed_tokens=40, target_s=40 / tok_s))
+    assert set(plays[:len(bounds.arms())]) == set(bounds.arms())  # every arm once first
+    late = plays[-200:]
+    assert max(set(late), key=late.count) == best and max(set(plays), key=plays.count) == best
+    assert ucb.horizon() == 64 and make_controller("grid-ucb", bounds=bounds).name == "grid-ucb"
