@@ -89,7 +89,8 @@ def _collect_dir(tmp_path, n=16):
     d = tmp_path / "collect"
     d.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), d / "problems.parquet")
-    pq.write_table(pa.Table.from_pylist([{"problem_id": "x"}]), d / "pairs.parquet")
+    pq.write_table(pa.Table.from_pylist([{"problem_id": "x", "target_len": n} for n in (10, 20, 60, 30)]),
+                   d / "pairs.parquet")
     (d / "collect_config.json").write_text(json.dumps({"options": {"task": "gsm_symbolic", "task_seed": 0}}))
     return d
 
@@ -106,6 +107,9 @@ def test_train_controller_fits_cross_validates_and_exports(tmp_path):
     assert cv["model_speedup_oracle"] >= cv["model_speedup_best_fixed"] - 1e-9
     ctl = learned.load(out)
     assert ctl.bounds.allows(*ctl.choose(ProblemInfo("p", "x" * 200, task="gsm_symbolic"), ControlState(0, 0, 100)))
+    # the speedup model prices a round's batch by its longest step (the collected target steps)
+    assert learned.read_meta(out)["profile"]["step_tokens"] == [10, 20, 30, 60]
+    assert ctl.batch_cost(1) == 1.0 and ctl.batch_cost(3) > 1.0
     assert "learned" in (out / "README.md").read_text()
 
 

@@ -64,6 +64,36 @@ class TrainControllerConfig:
         return self
 
 
+def step_lengths(dirs: list[str], limit: int = 2000, seed: int = 0) -> list[int]:
+    """Token lengths of the target steps of collect dirs (``target_len`` of every pair; a
+    seeded sample of at most ``limit``): the sample that prices a batch by its longest step."""
+    import random
+
+    from lrtune.dataset import load_tables
+
+    lengths = []
+    for d in dirs:
+        pairs, _ = load_tables(Path(d).expanduser())
+        if "target_len" in pairs.column_names:
+            lengths += [int(n) for n in pairs.column("target_len").to_pylist() if n]
+    return sorted(random.Random(seed).sample(lengths, limit) if len(lengths) > limit else lengths)
+
+
+def priced_batch_cost(prof: dict):
+    """The profile's b(n), priced by the longest of n steps where step lengths are known
+    (:func:`lrtune.speedup.longest_step_batch_cost`)."""
+    from lrtune.speedup import longest_step_batch_cost
+
+    steps = prof.get("step_tokens")
+    return longest_step_batch_cost(prof.get("batch_cost"), steps) if steps else prof.get("batch_cost")
+
+
+def _longest_ratio(steps: list[int], n: int) -> float:
+    from lrtune.speedup import expected_longest
+
+    return expected_longest(steps, n) / expected_longest(steps, 1)
+
+
 def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, list[float]]:
     """(problems with their texts, Y = [[α1, α2]], measured c1 values) from collect dirs."""
     from lrtune.dataset import CONFIG, load_tables
@@ -124,7 +154,7 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
                    prof: dict) -> dict:
     """Held-out α errors and speedup-model decision quality (see module docstring)."""
     arms = bounds.arms()
-    c1, c2, b = prof["c1"], prof["c2"], prof.get("batch_cost")
+    c1, c2, b = prof["c1"], prof["c2"], priced_batch_cost(prof)
 
     def hv(arm, a1, a2):
         return h(arm[0], arm[1], min(a1, 0.999), c1, min(a2, 0.999), c2, b)
@@ -169,6 +199,7 @@ def run(cfg: TrainControllerConfig) -> dict:
         return meta["metrics"]
     out = writable_dir(cfg.out)
     prof = _profile(cfg, c1s)
+    prof["step_tokens"] = step_lengths(dirs, seed=cfg.seed)
     bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
     feats = learned.ProblemFeaturizer(sorted({p.task for p in problems}),
                                       None if cfg.encoder.lower() == "none" else cfg.encoder)
@@ -178,7 +209,7 @@ def run(cfg: TrainControllerConfig) -> dict:
     scores = {r: cross_validate(X, Y, r, cfg, bounds, prof) for r in (0.1, 1.0, 10.0, 100.0, 1000.0)}
     ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
     model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
-    c1, c2, b = prof["c1"], prof["c2"], prof.get("batch_cost")
+    c1, c2, b = prof["c1"], prof["c2"], priced_batch_cost(prof)
     best_fixed = max(bounds.arms(), key=lambda a: float(np.mean(
         [h(a[0], a[1], min(y[0], 0.999), c1, min(y[1], 0.999), c2, b) for y in Y])))
     metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
@@ -202,6 +233,8 @@ def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) ->
         "`--controller PATH`.", "",
         f"- bounds: γ1 ≤ {bounds.gamma1_max}, γ2 ≤ {bounds.gamma2_max}, γ1·γ2 ≤ M = {bounds.M:g}",
         f"- profile: c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}, b(n) = {prof.get('batch_cost') or '1'} ({prof['source']})",
+        f"- a batch of n steps is priced by its longest step: {len(prof.get('step_tokens') or [])} collected target "
+        "steps" + (f", E[max of 4]/E[step] = {_longest_ratio(prof['step_tokens'], 4):.2f}" if prof.get("step_tokens") else ""),
         f"- ridge penalty {metrics['ridge_alpha']:g} (cross-validated, {metrics['folds']} folds by problem)", "",
         "| held-out | learned | training mean |", "|---|---|---|",
         f"| MAE α1 | {cv['mae_alpha1']:.3f} | {cv['mae_alpha1_mean_baseline']:.3f} |",
