@@ -18,6 +18,7 @@ Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -84,6 +85,9 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read
+    # from the environment when torch loads, which the commands below do; a user value wins
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     args = make_parser().parse_args(argv)
     try:
         if args.command == "decode":

@@ -77,3 +77,4 @@ def test_cli_decode_json_on_the_tiny_pair():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rec["method"] == "lr" and rec["stats"]["generated_tokens"] <= 32 and rec["stats"]["rounds"] >= 1
+    assert "NUMA binding" not in proc.stderr  # torch's C++ notices are quiet (TORCH_CPP_LOG_LEVEL)
