@@ -64,6 +64,7 @@ class EvalOptions:
     data: str | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
     limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
+    heldout_from: str | None = field(default=None, metadata={"help": "comma list of collect dirs (a verifier's or controller's training data): evaluate only problems whose template none of them holds (gsm_symbolic: the generator template; other tasks: the problem itself)"})
     methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
     mode: str = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight", "choices": MODES})
@@ -142,6 +143,34 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
     if extra and kind not in ("lr", "lr+sd"):
         raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
     return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)
+
+
+def seen_templates(task_name: str, dirs: str) -> set[str]:
+    """The split groups (:func:`lrtune.tasks.template_of`) of every problem in collect dirs."""
+    from lrtune.dataset import load_tables
+    from lrtune.tasks import template_of
+
+    seen = set()
+    for d in [x.strip() for x in dirs.split(",") if x.strip()]:
+        if not Path(d).expanduser().is_dir():
+            raise ConfigError(f"--heldout-from {d}: not a directory (a collect output)")
+        _, probs = load_tables(Path(d).expanduser())
+        for r in probs.to_pylist():
+            seen.add(template_of(r.get("task") or task_name, r["problem_id"]))
+    return seen
+
+
+def heldout_problems(task, opts: EvalOptions) -> list:
+    """The first ``opts.limit`` problems whose template is in none of ``opts.heldout_from``."""
+    from lrtune.tasks import template_of
+
+    seen = seen_templates(opts.task, opts.heldout_from)
+    pool = task.load(limit=20 * opts.limit + 100, seed=opts.task_seed, path=opts.data)
+    kept = [p for p in pool if template_of(opts.task, p.id) not in seen][:opts.limit]
+    log(f"held-out templates: {len(kept)} of the first {len(pool)} problems are unseen by {opts.heldout_from}")
+    if len(kept) < opts.limit:
+        log(f"warning: only {len(kept)} problems with unseen templates (asked for {opts.limit})")
+    return kept
 
 
 @dataclass
@@ -294,7 +323,8 @@ def run(cfg: EvalConfig) -> Summary:
         require_isolation(opts.unsafe_exec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
+        problems = (task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data) if not opts.heldout_from
+                    else heldout_problems(task, opts))
     for w in caught:
         log(f"warning: {w.message}")
     if not problems:

@@ -103,3 +103,27 @@ def test_a_longest_step_priced_batch_lowers_the_lr_prediction_and_leaves_sd_alon
     priced = longest_step_batch_cost(b, [10, 30, 80])
     assert metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, priced) < metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, b)
     assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3, priced) == metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3)
+
+
+def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never_saw(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eval.evaluate import EvalOptions, heldout_problems, seen_templates
+    from lrtune.tasks import get_task, template_of
+
+    task = get_task("gsm_symbolic")
+    train = task.load(limit=30, seed=0)
+    d = tmp_path / "collect"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"problem_id": p.id, "task": "gsm_symbolic", "index": i}
+                                         for i, p in enumerate(train)]), d / "problems.parquet")
+    pq.write_table(pa.Table.from_pylist([{"problem_id": train[0].id}]), d / "pairs.parquet")
+    seen = seen_templates("gsm_symbolic", str(d))
+    assert seen == {template_of("gsm_symbolic", p.id) for p in train}
+    kept = heldout_problems(task, EvalOptions(task="gsm_symbolic", limit=6, task_seed=1, heldout_from=str(d)))
+    assert len(kept) == 6 and not {template_of("gsm_symbolic", p.id) for p in kept} & seen
+    plain = task.load(limit=6, seed=1)
+    assert any(template_of("gsm_symbolic", p.id) in seen for p in plain)  # the filter does something here
+    with pytest.raises(ConfigError, match="heldout-from"):
+        seen_templates("gsm_symbolic", str(tmp_path / "missing"))
