@@ -45,7 +45,7 @@ RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new", "ray", "ray_
 class CollectOptions:
     """What to collect and where."""
 
-    task: str = field(default="gsm_symbolic", metadata={"help": "task (see lrtune evaluate --help)"})
+    task: str = field(default="gsm_symbolic+humaneval", metadata={"help": "task or a mix A+B (see lrtune evaluate --help); the default pair is a Coder pair, so its home task humaneval (sandboxed tests) is in the default mix"})
     data: str | None = field(default=None, metadata={"help": "problem file for file tasks"})
     limit: int = field(default=50, metadata={"help": "number of problems (all shards together)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
