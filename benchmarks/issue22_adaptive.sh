@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Adaptive decoding and early abort (issue 22), one interleaved evaluate run on the default pair:
+# target, sd (γ2 = 4), lr+sd, lr+sd with early abort, adaptive (the learned controller), best
+# fixed; gsm_symbolic problems whose templates the controller's training collect never saw.
+# The controller is trained first on a collect dir (default: the issue-5 batched rerun).
+# Resumable: rerun it.
+#   bash benchmarks/issue22_adaptive.sh [PROBLEMS] [MAX_NEW_TOKENS] [COLLECT_DIR]
+set -euo pipefail
+export HF_HUB_OFFLINE=1
+N=${1:-4}; TOKENS=${2:-384}; DATA=${3:-results/collect_issue5_batched}
+LR=${LRTUNE:-.venv/bin/lrtune}
+PROFILE=benchmarks/results/profile_default.json
+OUT=benchmarks/results/eval_issue22; CTL=results/controller_issue22
+"$LR" train controller --data "$DATA" --profile "$PROFILE" --out "$CTL"
+mkdir -p benchmarks/results/controller_issue22
+cp "$CTL"/README.md "$CTL"/lrtune_controller.json benchmarks/results/controller_issue22/
+"$LR" evaluate --task gsm_symbolic --task-seed 1 --heldout-from "$DATA" --limit "$N" \
+    --methods target,sd,lr+sd,lr+sd/abort,adaptive,best-fixed --controller "$CTL" \
+    --gamma1 3 --gamma2 4 --max-new-tokens "$TOKENS" --max-step-tokens 96 --max-model-len 1024 \
+    --kv-cache-gib 0.5 --profile "$PROFILE" --out "$OUT"
