@@ -393,6 +393,7 @@ class LookaheadDecoder:
             s.round_sd = add_counters([row_sd[r] for r in mine]) if row_sd is not None else None
             s.stats.observe_target_call(share, s.round_sd)
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
+            s.stats.aborted_target_rows += sum(tb.outputs[r].finish == "aborted" for r in mine)
             s.targets = [[tb.outputs[mine[where[w, k]]] if (w, k) in where else None for k in range(len(c) + 1)]
                          for w, c in enumerate(s.chains)]
         return early

@@ -43,6 +43,7 @@ class DecodeStats:
     accepted_by_pos: list[int] = field(default_factory=list)
     draft_step_tokens: int = 0
     target_step_tokens: int = 0
+    aborted_target_rows: int = 0  # early abort: target rows stopped after a rejection
     sd: SDCounters = field(default_factory=SDCounters)  # token-level SD, summed over the target calls
 
     # ---- observation -------------------------------------------------------------

@@ -249,6 +249,7 @@ def test_early_abort_stops_the_rows_after_a_rejection():
     assert res.token_ids == target_only(target, [5, 7, 9], 60)
     assert any(target.aborted_rows) and all(0 not in rows for rows in target.aborted_rows)
     assert stats.drafted_steps < stats.rounds * 4  # positions after a rejection get no verdict
+    assert stats.aborted_target_rows == sum(len(rows) for rows in target.aborted_rows) > 0
 
 
 def test_early_abort_needs_sync_lr_one_branch_and_a_verifier_off_the_target_engine():
