@@ -349,3 +349,15 @@ def test_a_controller_mixing_sd_runs_and_lr_rounds_keeps_greedy_equality(engines
         assert sd_runs and all(len(r.targets[0].token_ids) <= 20 for r in sd_runs)
         assert all(r.targets[0].finish in ("length", "eos") for r in sd_runs)  # never cut at a step end
         assert sum(len(r.targets[0].token_ids) == 20 for r in sd_runs) >= 1
+
+
+def test_an_error_in_on_done_aborts_the_requests_in_flight_and_the_engine_serves_the_next_call(engines, prompts):
+    target, _ = engines
+
+    def boom(i, out):
+        raise RuntimeError("verifier failed")
+
+    with pytest.raises(RuntimeError, match="verifier failed"):
+        target.generate(prompts[:3], GenParams(max_tokens=40, stop_at_delimiter=False), on_done=boom)
+    alone = target.generate(prompts[:1], GenParams(max_tokens=12, stop_at_delimiter=False)).outputs
+    assert len(alone) == 1 and alone[0].token_ids == greedy(target, prompts[0], 12)

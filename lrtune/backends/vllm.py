@@ -309,7 +309,6 @@ def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int,
     admitted: dict[int, float] = {}
     results: list = [None] * len(prompts)
     seconds = [0.0] * len(prompts)
-    stopped: set[int] = set()
 
     def top_up() -> None:
         while pending and len(in_flight) < max_concurrent:
@@ -319,24 +318,27 @@ def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int,
             engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
             admitted[i] = time.perf_counter()
 
-    top_up()
-    while in_flight:
-        for out in engine.step():
-            i = in_flight.pop(out.request_id, None) if out.finished else None
-            if i is None:
-                continue
-            results[i] = out
-            seconds[i] = time.perf_counter() - admitted[i]
-            if finished is not None:
-                stop = {j for j in finished(i, out) if results[j] is None} - stopped
-                stopped |= stop
+    try:
+        top_up()
+        while in_flight:
+            for out in engine.step():
+                i = in_flight.pop(out.request_id, None) if out.finished else None
+                if i is None:
+                    continue
+                results[i] = out
+                seconds[i] = time.perf_counter() - admitted[i]
+                stop = {j for j in finished(i, out) if results[j] is None} if finished is not None else set()
                 live = [rid for rid, j in in_flight.items() if j in stop]
                 if live:
                     engine.abort_request(live)
                     for rid in live:
                         del in_flight[rid]
                 pending[:] = [j for j in pending if j not in stop]
-        top_up()
+            top_up()
+    except BaseException:
+        if in_flight:  # never leave requests behind in an engine other calls share
+            engine.abort_request(list(in_flight))
+        raise
     return results, seconds
 
 
