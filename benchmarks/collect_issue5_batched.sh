@@ -21,3 +21,5 @@ cp results/collect_issue5_batched/collect_config.json "$OUT/collect_config.json"
 printf '{"max_concurrent": %s, "collect_wall_s": %s, "baseline": "benchmarks/results/collect_gsm_llmjudge (one at a time): decode wall 8189 s"}\n' \
     "$N" "$((end - start))" > "$OUT/wall_time.json"
 cat "$OUT/wall_time.json"
+"${PYTHON:-.venv/bin/python}" -m benchmarks.collect_wall --data results/collect_issue5_batched \
+    --wall "$OUT/wall_time.json" --out "$OUT/summary.json"
