@@ -56,6 +56,7 @@ __all__ = [
     "speedup_async",
     "best_gammas",
     "expected_longest",
+    "c_from_sd",
     "longest_step_batch_cost",
     "async_event_sim",
     "async_verify_times",
@@ -201,6 +202,20 @@ def f_sync(alpha: float, c: float, gamma: int, batch_cost: BatchCost = None) -> 
         _b(batch_cost, 1)  # validate the curve; b(1) = 1, so the target alone scores 1
         return 1.0
     return _geom_sum(a, n + 1) / (cc * n + _b(batch_cost, n + 1))
+
+
+def c_from_sd(speedup: float, alpha: float, gamma: int) -> float:
+    """The draft cost ratio c that makes :func:`g` equal a measured SD speedup   [dimensionless].
+
+    Inverts g(γ) = (1 − α^(γ+1)) / ((1 − α)(c·γ + 1)):  c = (Σ_{j≤γ} α^j / S − 1) / γ, where
+    S = t_target / t_SD per generated token and α the measured token acceptance. This is
+    the c2 that SD really pays on an engine (its drafting loop, batching and overheads),
+    which can differ from a plain draft-vs-target per-token ratio.
+    """
+    a = _check_alpha(alpha)
+    n = _check_int(gamma, "gamma", 1)
+    s = _check_c(speedup, "speedup")
+    return (_geom_sum(a, n + 1) / s - 1.0) / n
 
 
 def expected_longest(step_tokens: Sequence[float], n: int) -> float:

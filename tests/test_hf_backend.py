@@ -171,6 +171,13 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
     data = json.loads(out.read_text())
     assert data["batch_cost"][0] == 1.0 and len(data["batch_cost"]) == 3
     assert all(v > 0 for v in data["batch_cost"]) and data["c1"] == pytest.approx(prof["c1"]) and data["c1"] > 0
+    # c2 from the SD run: the g(γ2) inverse of its measured speedup and acceptance
+    from lrtune.speedup import g
+
+    sd = data["sd"]
+    assert sd["gamma2"] == 4 and 0 < sd["alpha2"] <= 1 and data["c2"] == sd["c2"]
+    if sd["c2"] > 1e-3:
+        assert g(min(sd["alpha2"], 0.999), sd["c2"], 4) == pytest.approx(sd["speedup"], rel=1e-6)
 
 
 @pytest.mark.parametrize("controller", ["heuristic", "bandit"])

@@ -453,3 +453,10 @@ def expected_max_3_of(xs):
     import itertools
 
     return np.mean([max(t) for t in itertools.product(xs, repeat=3)])
+
+
+@pytest.mark.parametrize("alpha,c,gamma", [(0.8, 0.3, 4), (0.5, 0.1, 2), (0.95, 0.6, 8), (0.0, 0.2, 3)])
+def test_c_from_sd_inverts_g(alpha, c, gamma):
+    from lrtune.speedup import c_from_sd
+
+    assert c_from_sd(g(alpha, c, gamma), alpha, gamma) == pytest.approx(c)
