@@ -5,16 +5,18 @@
 # The controller is trained first on a collect dir (default: the issue-5 batched rerun).
 # Resumable: rerun it.
 #   bash benchmarks/issue22_adaptive.sh [PROBLEMS] [MAX_NEW_TOKENS] [COLLECT_DIR]
+# Environment: PROFILE (lrtune profile JSON), NAME (result folder suffix), METHODS.
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 N=${1:-4}; TOKENS=${2:-384}; DATA=${3:-results/collect_issue5_batched}
 LR=${LRTUNE:-.venv/bin/lrtune}
-PROFILE=benchmarks/results/profile_default.json
-OUT=benchmarks/results/eval_issue22; CTL=results/controller_issue22
+PROFILE=${PROFILE:-benchmarks/results/profile_default.json}; NAME=${NAME:-issue22}
+METHODS=${METHODS:-target,sd,lr+sd,lr+sd/abort,adaptive,best-fixed}
+OUT=benchmarks/results/eval_$NAME; CTL=results/controller_$NAME
 "$LR" train controller --data "$DATA" --profile "$PROFILE" --out "$CTL"
-mkdir -p benchmarks/results/controller_issue22
-cp "$CTL"/README.md "$CTL"/lrtune_controller.json benchmarks/results/controller_issue22/
+mkdir -p "benchmarks/results/controller_$NAME"
+cp "$CTL"/README.md "$CTL"/lrtune_controller.json "benchmarks/results/controller_$NAME/"
 "$LR" evaluate --task gsm_symbolic --task-seed 1 --heldout-from "$DATA" --limit "$N" \
-    --methods target,sd,lr+sd,lr+sd/abort,adaptive,best-fixed --controller "$CTL" \
+    --methods "$METHODS" --controller "$CTL" \
     --gamma1 3 --gamma2 4 --max-new-tokens "$TOKENS" --max-step-tokens 96 --max-model-len 1024 \
     --kv-cache-gib 0.5 --profile "$PROFILE" --out "$OUT"

@@ -7,9 +7,9 @@ On the chosen backend and models (the same flags as decode/evaluate), after a wa
 * t_T, t_D: seconds per generated token of the target and the draft at batch 1 (plain
   decoding, ``tokens`` tokens from a task prompt, best of ``repeats``);
 * c1 = t_D / t_T (a draft step relative to the target's, per token);
-* c2: the draft cost SD really pays, from one SD run of the target at γ2 = ``sd_gamma2``
-  (the same prompt and tokens, best of ``repeats``): c2 = (Σ_{j≤γ2} α2^j / S − 1) / γ2 with
-  S = t_T / t_SD per token and α2 the run's token acceptance
+* c2: the draft cost SD really pays, from SD runs of the target at γ2 = ``sd_gamma2`` and
+  plain runs of the same ``sd_tokens`` tokens on each of ``sd_prompts`` prompts (totals):
+  c2 = (Σ_{j≤γ2} α2^j / S − 1) / γ2 with S = t_T / t_SD and α2 the runs' token acceptance
   (:func:`lrtune.speedup.c_from_sd`); ``--sd-gamma2 0``: c2 = c1 as before;
 * b(n) = time of n distinct prompts decoding ``tokens`` tokens in one batch / time of one,
   for n = 1 .. γ1_max + 1 (a round's target batch; ``batch_cost``). b is not 1 on CPUs.
@@ -45,7 +45,9 @@ class ProfileOptions:
     repeats: int = field(default=2, metadata={"help": "timed tries per size (the fastest counts)"})
     batch_max: int = field(default=0, metadata={"help": "also measure b(n) at n = 8, 12, 16, 24, 32, ... up to this (0: only up to gamma1_max + 1)"})
     task: str = field(default="gsm_symbolic", metadata={"help": "task whose prompts are decoded"})
-    sd_gamma2: int = field(default=4, metadata={"help": "measure c2 from a token-level SD run at this gamma2 (0: c2 = c1)"})
+    sd_gamma2: int = field(default=4, metadata={"help": "measure c2 from token-level SD runs at this gamma2 (0: c2 = c1)"})
+    sd_tokens: int = field(default=128, metadata={"help": "tokens per SD (and matching plain) run for c2"})
+    sd_prompts: int = field(default=3, metadata={"help": "prompts the c2 runs decode (their totals count)"})
 
 
 def _time(backend, prefixes, tokens: int, repeats: int) -> float:
@@ -55,25 +57,32 @@ def _time(backend, prefixes, tokens: int, repeats: int) -> float:
     return min(backend.generate(prefixes, params).seconds for _ in range(repeats))
 
 
-def measure_sd_cost(target, prompt: list[int], opts: ProfileOptions, t_plain: float) -> dict:
-    """One SD run of ``opts.tokens`` tokens at γ2 = ``opts.sd_gamma2`` (best of ``repeats``):
-    its speedup over plain decoding, token acceptance α2 and the c2 they imply."""
+def measure_sd_cost(target, prompts: list[list[int]], opts: ProfileOptions) -> dict:
+    """SD at γ2 = ``opts.sd_gamma2`` against plain decoding, ``opts.sd_tokens`` tokens on each
+    prompt (one untimed warm-up of each first): the total speedup, the token acceptance α2
+    and the c2 they imply (:func:`lrtune.speedup.c_from_sd`)."""
     from lrtune.backends.base import GenParams
     from lrtune.speedup import c_from_sd
 
-    params = GenParams(max_tokens=opts.tokens, stop_at_delimiter=False, num_speculative_tokens=opts.sd_gamma2)
-    target.generate([prompt], params)  # warm-up
-    runs = [target.generate([prompt], params) for _ in range(opts.repeats)]
-    best = min(runs, key=lambda r: r.seconds)
-    n = len(best.outputs[0].token_ids)
-    if best.sd is None or not best.sd.drafted_tokens or n < opts.tokens:
-        raise ConfigError("the SD profiling run drafted nothing or ended early; use --sd-gamma2 0 (c2 = c1)")
-    alpha2 = best.sd.accepted_tokens / best.sd.drafted_tokens
-    speedup = t_plain / best.seconds
+    plain = GenParams(max_tokens=opts.sd_tokens, stop_at_delimiter=False)
+    spec = replace(plain, num_speculative_tokens=opts.sd_gamma2)
+    t_plain = t_sd = 0.0
+    drafted = accepted = 0
+    for p in prompts:
+        target.generate([p], plain)
+        target.generate([p], spec)  # warm-up of both paths on this prompt
+        a, b = target.generate([p], plain), target.generate([p], spec)
+        if b.sd is None or len(b.outputs[0].token_ids) < opts.sd_tokens or len(a.outputs[0].token_ids) < opts.sd_tokens:
+            raise ConfigError("an SD profiling run drafted nothing or ended early; lower --sd-tokens or use --sd-gamma2 0")
+        t_plain, t_sd = t_plain + a.seconds, t_sd + b.seconds
+        drafted, accepted = drafted + b.sd.drafted_tokens, accepted + b.sd.accepted_tokens
+    alpha2 = accepted / drafted if drafted else 0.0
+    speedup = t_plain / t_sd
     c2 = c_from_sd(speedup, min(alpha2, 0.999), opts.sd_gamma2)
-    log(f"SD at γ2 = {opts.sd_gamma2}: {speedup:.2f}x plain, α2 = {alpha2:.3f} -> c2 = {c2:.3f}")
-    return {"gamma2": opts.sd_gamma2, "speedup": speedup, "alpha2": alpha2, "c2": max(c2, 1e-3),
-            "seconds": best.seconds}
+    log(f"SD at γ2 = {opts.sd_gamma2}: {speedup:.2f}x plain over {len(prompts)} x {opts.sd_tokens} tokens, "
+        f"α2 = {alpha2:.3f} -> c2 = {c2:.3f}")
+    return {"gamma2": opts.sd_gamma2, "tokens": opts.sd_tokens, "prompts": len(prompts), "speedup": speedup,
+            "alpha2": alpha2, "c2": max(c2, 1e-3), "plain_s": t_plain, "sd_s": t_sd}
 
 
 def curve_sizes(start: int, batch_max: int) -> list[int]:
@@ -91,8 +100,8 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.api import Decoder
     from lrtune.tasks import get_task
 
-    if opts.gamma1_max < 1 or opts.tokens < 2 or opts.repeats < 1 or opts.sd_gamma2 < 0:
-        raise ConfigError("--gamma1-max and --repeats must be >= 1, --tokens >= 2, --sd-gamma2 >= 0")
+    if opts.gamma1_max < 1 or opts.tokens < 2 or opts.repeats < 1 or opts.sd_gamma2 < 0 or opts.sd_prompts < 1:
+        raise ConfigError("--gamma1-max, --repeats and --sd-prompts must be >= 1, --tokens >= 2, --sd-gamma2 >= 0")
     dec = Decoder.from_configs(replace(models, controller=None), DecodeConfig(method="lr", gamma1=opts.gamma1_max),
                                progress=True)
     dec.start_engines(DecodeConfig(method="lr", gamma1=opts.gamma1_max))
@@ -100,7 +109,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
         dec.start_engines(DecodeConfig(method="sd", gamma2=opts.sd_gamma2))
     task = get_task(opts.task)
     big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
-    probs = task.load(limit=max([opts.gamma1_max + 1, *big]), seed=0)
+    probs = task.load(limit=max([opts.gamma1_max + 1, opts.sd_prompts, *big]), seed=0)
     prompts = [dec.encode(task.prompt(p)) for p in probs]
     target, draft = dec.target, dec.draft
     _time(target, prompts[:1], 8, 1)  # warm-up
@@ -116,7 +125,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
         curve[n] = _time(target, prompts[:n], opts.tokens, opts.repeats) / t1
         log(f"b({n}) = {curve[n]:.3f}")
     c = td / t1
-    sd = measure_sd_cost(target, prompts[0], opts, t1) if opts.sd_gamma2 > 0 else None
+    sd = measure_sd_cost(target, prompts[:opts.sd_prompts], opts) if opts.sd_gamma2 > 0 else None
     prof = {"c1": c, "c2": sd["c2"] if sd else c, "sd": sd, "batch_cost": b, "batch_cost_curve": curve, "target_s_per_token": t1 / opts.tokens,
             "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens, "backend": models.backend,
             "target": models.target, "draft": models.draft, "dtype": models.dtype, "machine": machine_info(),

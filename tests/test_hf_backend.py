@@ -165,7 +165,8 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
 
     pair = get_tiny_pair()
     out = tmp_path / "profile.json"
-    prof = run(ProfileOptions(out=str(out), gamma1_max=2, tokens=8, repeats=1, task="gsm_symbolic"),
+    prof = run(ProfileOptions(out=str(out), gamma1_max=2, tokens=8, repeats=1, task="gsm_symbolic", sd_tokens=12,
+                              sd_prompts=2),
                ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", device="cpu",
                            max_model_len=1024))
     data = json.loads(out.read_text())
@@ -175,7 +176,7 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
     from lrtune.speedup import g
 
     sd = data["sd"]
-    assert sd["gamma2"] == 4 and 0 < sd["alpha2"] <= 1 and data["c2"] == sd["c2"]
+    assert (sd["gamma2"], sd["tokens"], sd["prompts"]) == (4, 12, 2) and 0 < sd["alpha2"] <= 1 and data["c2"] == sd["c2"]
     if sd["c2"] > 1e-3:
         assert g(min(sd["alpha2"], 0.999), sd["c2"], 4) == pytest.approx(sd["speedup"], rel=1e-6)
 
