@@ -11,9 +11,10 @@ that stopped early is one failure — the i.i.d. model's likelihood). Before a r
 
 h is :func:`lrtune.speedup.h` with the measured c1, c2 and batch-cost curve b(n).
 
-γ1 = 0 rounds teach nothing about α1, so they run longer each time: the k-th consecutive one
-lasts ``horizon_tokens · 2^k`` tokens (k = 0, 1, ...), and k changes of mind cost O(log)
-engine calls instead of one per step.
+γ1 = 0 rounds teach nothing about α1. When even an optimistic α1 (the posterior's 95%
+quantile) would not make any γ1 > 0 arm beat the best γ1 = 0 arm under h, there is nothing to
+learn and the round runs to the end of the answer; otherwise the k-th consecutive γ1 = 0
+round lasts ``horizon_tokens · 2^k`` tokens, so k changes of mind cost O(log) engine calls.
 """
 
 from __future__ import annotations
@@ -84,7 +85,14 @@ class BanditController:
         return self._value(min(x1, 0.999), min(x2, 0.999))
 
     def horizon(self) -> int | None:
-        """Tokens of a γ1 = 0 round: ``horizon_tokens · 2^k`` after k consecutive ones."""
+        """Tokens of a γ1 = 0 round (module docstring): None when LR cannot win even at the
+        optimistic α1, else ``horizon_tokens · 2^k`` after k consecutive γ1 = 0 rounds."""
+        a1, b1, a2, b2 = self.post
+        hi1, m2 = min(_beta_quantile(a1, b1, 0.95), 0.999), min(a2 / (a2 + b2), 0.999)
+        lr = [h(g1, g2, hi1, self.c1, m2, self.c2, self.batch_cost) for g1, g2 in self._arms if g1 > 0]
+        sd = [h(0, g2, hi1, self.c1, m2, self.c2, self.batch_cost) for g1, g2 in self._arms if g1 == 0]
+        if sd and (not lr or max(sd) >= max(lr)):
+            return None
         return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
 
     def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:

@@ -205,7 +205,8 @@ def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_ho
 def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_after_lr():
     from lrtune.control import RoundOutcome
 
-    b = BanditController(Bounds(gamma1_max=2, gamma2_max=4, M=8), horizon_tokens=10)
+    b = BanditController(Bounds(gamma1_max=2, gamma2_max=4, M=8), horizon_tokens=10, c1=0.3, c2=0.3,
+                         batch_cost=[1.0, 1.05, 1.1])  # uniform prior on α1: LR may still win
     hs = []
     for g1 in (0, 0, 0, 2, 0):
         hs.append(b.horizon())
@@ -234,3 +235,11 @@ def test_grid_ucb_tries_every_arm_then_plays_the_highest_throughput_arm_most():
     late = plays[-200:]
     assert max(set(late), key=late.count) == best and max(set(plays), key=plays.count) == best
     assert ucb.horizon() == 64 and make_controller("grid-ucb", bounds=bounds).name == "grid-ucb"
+
+
+def test_the_bandit_runs_sd_to_the_end_when_even_an_optimistic_alpha1_cannot_make_lr_win():
+    bounds = Bounds(gamma1_max=3, gamma2_max=4, M=12)
+    hopeless = BanditController(bounds, prior=(2.0, 200.0, 80.0, 20.0), c1=0.4, c2=0.3, batch_cost=[1.0, 1.3, 1.6, 1.9])
+    assert hopeless.horizon() is None  # α1 ≈ 0.01 even at its 95% quantile: nothing to learn
+    unsure = BanditController(bounds, prior=(1.0, 1.0, 80.0, 20.0), c1=0.4, c2=0.3, batch_cost=[1.0, 1.3, 1.6, 1.9])
+    assert unsure.horizon() == 64
