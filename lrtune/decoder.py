@@ -409,7 +409,7 @@ class LookaheadDecoder:
         keys = [(s, w, k) for s in slots if id(s) not in early for w, c in enumerate(s.chains) for k in range(len(c))]
         for s in slots:
             if id(s) not in early:
-                s.pairs = [[self._pair(s, w, k) for k in range(len(c))] for w, c in enumerate(s.chains)]
+                s.pairs = [[self._pair(s, w, k, s.targets[w][k]) for k in range(len(c))] for w, c in enumerate(s.chains)]
         if not keys:
             return
         pairs = [s.pairs[w][k] for s, w, k in keys]
@@ -445,8 +445,7 @@ class LookaheadDecoder:
             if hit is None or hit[1] >= len(hit[0].chains[0]):  # not early, or the bonus position
                 return []
             s, k, later = hit
-            pair = step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[0][:k]), s.cfg.context_tokens,
-                             s.chains[0][k].token_ids, out.token_ids)
+            pair = self._pair(s, 0, k, out)
             tv = time.perf_counter()
             (ok,), (score,) = accept(verifier, [pair])
             s.verify_s += time.perf_counter() - tv
@@ -456,11 +455,11 @@ class LookaheadDecoder:
             return [] if ok else later
         return on_done
 
-    def _pair(self, s: _Slot, w: int, k: int) -> StepPair:
-        """Branch ``w``'s pair at position ``k``: the target saw the committed steps, then
-        this branch's drafts before ``k``."""
+    def _pair(self, s: _Slot, w: int, k: int, target: Generation) -> StepPair:
+        """Branch ``w``'s pair at position ``k`` with the target's step there: the target saw
+        the committed steps, then this branch's drafts before ``k``."""
         return step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[w][:k]), s.cfg.context_tokens,
-                         s.chains[w][k].token_ids, s.targets[w][k].token_ids)
+                         s.chains[w][k].token_ids, target.token_ids)
 
     def _commit(self, s: _Slot, eos: frozenset[int], on_round, on_commit) -> None:
         """Keep the branch with the longest accepted prefix (ties: the higher score sum over

@@ -185,6 +185,15 @@ def read_meta(path: str | Path) -> dict:
     return meta
 
 
+def priced_batch_cost(prof: dict):
+    """A profile's b(n), priced by the longest of n steps where its ``step_tokens`` (the
+    collected target step lengths) are known (:func:`lrtune.speedup.longest_step_batch_cost`)."""
+    from lrtune.speedup import longest_step_batch_cost
+
+    steps = prof.get("step_tokens")
+    return longest_step_batch_cost(prof.get("batch_cost"), steps) if steps else prof.get("batch_cost")
+
+
 def load(path: str | Path, *, seed: int = 0, mode: str = "thompson") -> LearnedController:
     """A :class:`LearnedController` from a directory written by :func:`save`."""
     meta = read_meta(path)
@@ -195,17 +204,12 @@ def load(path: str | Path, *, seed: int = 0, mode: str = "thompson") -> LearnedC
         feats = ProblemFeaturizer(meta["features"]["tasks"], meta["features"]["encoder"])
     except (KeyError, TypeError) as e:
         raise ConfigError(f"{path}: incomplete controller metadata ({e})") from None
-    batch_cost = prof.get("batch_cost")
-    if prof.get("step_tokens"):  # a batch of steps lasts as long as its longest step
-        from lrtune.speedup import longest_step_batch_cost
-
-        batch_cost = longest_step_batch_cost(batch_cost, prof["step_tokens"])
     ctl = LearnedController(predictor, feats, b, c1=float(prof["c1"]), c2=float(prof["c2"]),
-                            batch_cost=batch_cost, prior_strength=float(meta["prior_strength"]),
+                            batch_cost=priced_batch_cost(prof), prior_strength=float(meta["prior_strength"]),
                             mode=mode, seed=seed)
     bf = meta.get("metrics", {}).get("best_fixed")
     ctl.best_fixed = tuple(bf) if bf else None  # the best fixed (γ1, γ2) on the training data
     return ctl
 
 
-__all__ = ["AlphaPredictor", "LearnedController", "ProblemFeaturizer", "load", "save"]
+__all__ = ["AlphaPredictor", "LearnedController", "ProblemFeaturizer", "load", "priced_batch_cost", "save"]

@@ -293,14 +293,7 @@ def test_block_acceptance_sampled_commits_tokens_distributed_as_the_target():
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
 def test_early_abort_stops_rows_in_the_batched_loop_and_keeps_the_committed_tokens(models, prompts, method):
+    from tiny_models import check_early_abort
+
     target, draft = models
-    base = DecodeConfig(method=method, gamma1=3, gamma2=3, max_new_tokens=MAX_NEW, max_step_tokens=24)
-    early = DecodeConfig(**{**base.__dict__, "early_abort": True})
-    for p in prompts[:2]:
-        rounds = []
-        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), early).decode(p, on_round=rounds.append)
-        assert res.token_ids == reference_greedy(target, p)
-        assert any(t.finish == "aborted" for r in rounds for t in r.targets)
-        full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
-        again, _ = LookaheadDecoder(target, draft, make_verifier("exact"), early).decode(p)
-        assert again.token_ids == full.token_ids and again.steps == full.steps
+    check_early_abort(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)

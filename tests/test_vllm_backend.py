@@ -308,17 +308,10 @@ def test_freeing_one_vllm_engine_breaks_the_others_so_close_keeps_them():
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
 def test_early_abort_aborts_engine_requests_and_keeps_the_committed_tokens(engines, prompts, method):
+    from tiny_models import check_early_abort
+
     target, draft = engines
-    base = DecodeConfig(method=method, gamma1=3, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
-    early = DecodeConfig(**{**base.__dict__, "early_abort": True})
-    for p in prompts[:2]:
-        rounds = []
-        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), early).decode(p, on_round=rounds.append)
-        assert res.token_ids == greedy(target, p)
-        assert any(t.finish == "aborted" for r in rounds for t in r.targets)
-        full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
-        again, _ = LookaheadDecoder(target, draft, make_verifier("exact"), early).decode(p)
-        assert again.token_ids == full.token_ids and again.steps == full.steps
+    check_early_abort(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW)
 
 
 def test_a_controller_mixing_sd_runs_and_lr_rounds_keeps_greedy_equality(engines, prompts):

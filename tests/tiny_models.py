@@ -558,3 +558,22 @@ if __name__ == "__main__":  # python tests/tiny_models.py [root]
     t = time.perf_counter()
     pair = get_tiny_pair(root=Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     print(json.dumps({"root": str(pair.root), "wall_s": round(time.perf_counter() - t, 2), **pair.info}, indent=2))
+
+
+def check_early_abort(target, draft, prompts, reference, method: str, gamma2: int, max_new: int) -> None:
+    """Early abort on real engines: with ``never`` the output is target greedy (``reference(p)``)
+    and some target rows were really stopped; with ``exact`` it commits exactly the tokens and
+    steps of the full round."""
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+
+    base = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24)
+    early = dataclasses.replace(base, early_abort=True)
+    for p in prompts:
+        rounds = []
+        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), early).decode(p, on_round=rounds.append)
+        assert res.token_ids == reference(p)
+        assert any(t.finish == "aborted" for r in rounds for t in r.targets)
+        full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
+        again, _ = LookaheadDecoder(target, draft, make_verifier("exact"), early).decode(p)
+        assert again.token_ids == full.token_ids and again.steps == full.steps

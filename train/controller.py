@@ -79,15 +79,6 @@ def step_lengths(dirs: list[str], limit: int = 2000, seed: int = 0) -> list[int]
     return sorted(random.Random(seed).sample(lengths, limit) if len(lengths) > limit else lengths)
 
 
-def priced_batch_cost(prof: dict):
-    """The profile's b(n), priced by the longest of n steps where step lengths are known
-    (:func:`lrtune.speedup.longest_step_batch_cost`)."""
-    from lrtune.speedup import longest_step_batch_cost
-
-    steps = prof.get("step_tokens")
-    return longest_step_batch_cost(prof.get("batch_cost"), steps) if steps else prof.get("batch_cost")
-
-
 def _longest_ratio(steps: list[int], n: int) -> float:
     from lrtune.speedup import expected_longest
 
@@ -154,7 +145,7 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
                    prof: dict) -> dict:
     """Held-out α errors and speedup-model decision quality (see module docstring)."""
     arms = bounds.arms()
-    c1, c2, b = prof["c1"], prof["c2"], priced_batch_cost(prof)
+    c1, c2, b = prof["c1"], prof["c2"], learned.priced_batch_cost(prof)
 
     def hv(arm, a1, a2):
         return h(arm[0], arm[1], min(a1, 0.999), c1, min(a2, 0.999), c2, b)
@@ -209,7 +200,7 @@ def run(cfg: TrainControllerConfig) -> dict:
     scores = {r: cross_validate(X, Y, r, cfg, bounds, prof) for r in (0.1, 1.0, 10.0, 100.0, 1000.0)}
     ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
     model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
-    c1, c2, b = prof["c1"], prof["c2"], priced_batch_cost(prof)
+    c1, c2, b = prof["c1"], prof["c2"], learned.priced_batch_cost(prof)
     best_fixed = max(bounds.arms(), key=lambda a: float(np.mean(
         [h(a[0], a[1], min(y[0], 0.999), c1, min(y[1], 0.999), c2, b) for y in Y])))
     metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
