@@ -71,6 +71,16 @@ def aborted() -> Generation:
     return Generation(token_ids=[], text="", finish="aborted")
 
 
+def local_on_done(on_done: OnDone, idx: Sequence[int], stopped: set[int]) -> Callable[[int, Generation], list[int]]:
+    """``on_done`` for a part of a call (a loop or an engine group) holding the call's rows
+    ``idx``: local row ``k`` in, the local rows to stop out; every row ``on_done`` asks to stop
+    is added to ``stopped`` (the call's set, so parts not yet started skip them)."""
+    def local(k: int, gen: Generation) -> list[int]:
+        stopped.update(set(on_done(idx[k], gen)) - {idx[k]})
+        return [j for j, i in enumerate(idx) if i in stopped]
+    return local
+
+
 @dataclass
 class SDCounters:
     """Token-level speculative decoding counters for one call (engine counter deltas)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
-                                  finish_step, per_row, row_groups)
+                                  finish_step, local_on_done, per_row, row_groups)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 
@@ -122,10 +122,11 @@ class HFBackend(TokenizerMixin):
                     continue
                 ended = None
                 if on_done is not None:
-                    def ended(b: int, ids: list[int], top: list[tuple], idx=idx) -> list[int]:
+                    local = local_on_done(on_done, idx, stop)
+
+                    def ended(b: int, ids: list[int], top: list[tuple], idx=idx, local=local) -> list[int]:
                         outputs[idx[b]] = self._output(ids, top, rows[idx[b]])
-                        stop.update(set(on_done(idx[b], outputs[idx[b]])) - {idx[b]})
-                        return [k for k, i in enumerate(idx) if i in stop]
+                        return local(b, outputs[idx[b]])
                 gens = None
                 if shape.temperature > 0:
                     gens = []

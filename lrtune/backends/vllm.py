@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
-                                  finish_step, per_row, split_counters)
+                                  finish_step, local_on_done, per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, configure_env, prepare_engine,
                                           sd_stat_logger)
@@ -174,23 +174,12 @@ class VLLMBackend(TokenizerMixin):
         row_seconds: list[float] = [0.0] * len(prefixes)
         total, seconds = [], 0.0
         stopped: set[int] = set()  # rows on_done stopped (also rows of a later engine's group)
-
-        def done_in(idx: list[int]):
-            if on_done is None:
-                return None
-
-            def local(k: int, gen: Generation) -> list[int]:
-                stop = set(on_done(idx[k], gen)) - {idx[k]}
-                stopped.update(stop)
-                return [j for j, i in enumerate(idx) if i in stop]
-            return local
-
         for key, idx in groups.items():
             idx = [i for i in idx if i not in stopped]
             if not idx:
                 continue
             part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent,
-                                     done_in(idx))
+                                     None if on_done is None else local_on_done(on_done, idx, stopped))
             seconds += part.seconds
             for k, i in enumerate(idx):
                 outputs[i] = part.outputs[k]
