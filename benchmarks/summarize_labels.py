@@ -79,6 +79,12 @@ def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> 
         cos = [r.get("embedding_cosine") for r in rows]
         decide["embedding@0.95"] = [None if c is None else c >= 0.95 for c in cos]
         scored["embedding"] = [float("nan") if c is None else c for c in cos]
+    from lrtune.dataset import target_logprob_scores
+
+    likely = target_logprob_scores([r.get("draft_target_mean_logprob") for r in rows], same)
+    if likely is not None:  # the target's own likelihood of the draft step (recorded by collect, no model call)
+        decide["target_logprob@0.5"] = [x >= 0.5 for x in likely]
+        scored["target_logprob"] = likely
     if probe:
         res = json.loads(Path(probe).read_text())
         if res.get("pairs") != len(rows):
@@ -105,7 +111,7 @@ def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> 
     out["threshold_sweep"] = {name: {f"{t:g}": {"accept_rate": sum(x >= t for x in sc) / len(sc),
                                                "agreement": sum((x >= t) == y for x, y in zip(sc, labels)) / len(sc)}
                                      for t in (0.5, 0.7, 0.85, 0.9, 0.95)}
-                              for name, sc in scored.items() if name.startswith(("llm_judge", "target_score")) and sc}
+                              for name, sc in scored.items() if name.startswith(("llm_judge", "target_")) and sc}
     out["agreement_non_identical"] = {k: (sum(bool(v[i]) == labels[i] for i in keep if v[i] is not None)
                                           / max(1, sum(v[i] is not None for i in keep))) for k, v in decide.items()}
     return out

@@ -104,6 +104,7 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
             dm, dmin = _lp_stats(d)
             tm, tmin = _lp_stats(t)
             seen = rnd.pairs[w][k] if rnd.pairs else None  # exactly what the teacher judged
+            ds = seen.draft_scores if seen else None
             rows.append({
                 "problem_id": problem_id, "task": task, "round": rnd.index, "position": k, "branch": w,
                 "chosen_branch": w == rnd.branch, "committed": w == rnd.branch and k < rnd.committed_drafts,
@@ -113,6 +114,10 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
                 "teacher_score": float(b_scores[w][k]), "label": bool(b_accepted[w][k]),
                 "draft_len": len(d.token_ids), "target_len": len(t.token_ids),
                 "draft_mean_logprob": dm, "draft_min_logprob": dmin, "target_mean_logprob": tm, "target_min_logprob": tmin,
+                "draft_target_mean_logprob": ds.mean_logprob if ds else None,
+                "draft_target_min_logprob": ds.min_logprob if ds else None,
+                "draft_target_argmax_share": ds.argmax_share if ds else None,
+                "draft_target_scored_tokens": ds.tokens if ds else None,
                 "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
                 if k < len(rnd.draft_seconds) else None,
                 "target_s": rnd.target_seconds / n_targets,
@@ -187,7 +192,7 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
         from lrtune.batchcost import read_profile_curve
 
         read_profile_curve(opts.profile)  # a bad file fails now, before any model loads
-    dcfg = dataclasses.replace(cfg.decode, logprobs=True).validate()
+    dcfg = dataclasses.replace(cfg.decode, logprobs=True, score_drafts=not cfg.decode.async_lr).validate()
     if dcfg.async_lr and (opts.max_concurrent or 1) > 1:
         raise ConfigError("async LR decodes one problem at a time: use --max-concurrent 1, or sync LR")
     if not dcfg.uses_lr:

@@ -36,7 +36,7 @@ from typing import Any
 
 from lrtune.api import ModelConfig
 from lrtune.batchcost import measure_batch_cost, read_profile_curve
-from lrtune.speedup import expected_longest, longest_step_batch_cost
+from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
@@ -400,6 +400,10 @@ def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, di
                                progress=cfg.options.progress, load_all_methods=uses_draft)
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
+    from lrtune.api import price_on_engine
+
+    ctl = price_on_engine(ctl, dec.target)
+    own = {k: price_on_engine(c, dec.target) for k, c in own.items()}
     eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs), own)
     timing["load_s"] = time.perf_counter() - t0
     log(f"engines ready in {timing['load_s']:.1f} s")
@@ -656,7 +660,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
             row["alpha2"] = None
         b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
         if steps and s.kind in ("lr", "lr+sd"):  # a batch of steps lasts as long as its longest step
-            b = longest_step_batch_cost(b, steps)
+            b = (early_abort_batch_cost(b, steps, row["alpha1"]) if s.early_abort and row["alpha1"] is not None
+                 else longest_step_batch_cost(b, steps))  # early abort: of the rows up to the first rejection
         pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
                                                                  row["alpha2"], c, b)
         row["predicted_speedup"] = pred

@@ -30,7 +30,7 @@ class ModelConfig:
     draft: str = field(default="default", metadata={"help": "draft model (same tokenizer as the target)"})
     backend: str = field(default="vllm", metadata={"help": "inference engine: vllm | transformers", "choices": BACKENDS})
     device: str = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
-    verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding | llm_judge | target_score"})
+    verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding | llm_judge | target_score | target_logprob"})
     judge_model: str | None = field(default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"})
     verifier_threshold: float | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
     sd_method: str = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram", "choices": ("draft", "ngram")})
@@ -80,6 +80,17 @@ def build_controller(spec, cfg: DecodeConfig):
 
     return make_controller(spec, gamma1=cfg.gamma1, gamma2=cfg.gamma2, bounds=Bounds.covering(cfg.gamma1, cfg.gamma2),
                            seed=cfg.seed)
+
+
+def price_on_engine(controller, target):
+    """``controller``, told how many draft tokens ``target``'s SD engine proposes per pass
+    whatever γ2 a round asks for (a vLLM engine shared by every γ2 ≤ its own cuts drafts per
+    request, so a smaller γ2 verifies fewer tokens but pays for them all): its speedup model
+    then prices each γ2 on that engine. Controllers without a speedup model pass through."""
+    drafts = getattr(getattr(target, "config", None), "shared_spec_tokens", 0) or 0
+    if controller is not None and hasattr(controller, "engine_drafts"):
+        controller.engine_drafts = int(drafts)
+    return controller
 
 
 def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
@@ -214,7 +225,8 @@ class Decoder:
         draft_backend = VLLMBackend(draft_path, VLLMConfig(**common), name="draft") if draft_path else None
         ver = _build_verifier(models, cfg, verifier, target, progress,
                               lambda path: VLLMBackend(path, VLLMConfig(**common), name="judge"))
-        return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=controller), models)
+        return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=price_on_engine(controller, target)),
+                   models)
 
     @classmethod
     def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,

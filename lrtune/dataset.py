@@ -29,6 +29,9 @@ PAIR_FIELDS = [
     ("teacher", "string"), ("teacher_score", "float64"), ("label", "bool_"),
     ("draft_len", "int32"), ("target_len", "int32"), ("draft_mean_logprob", "float64"),
     ("draft_min_logprob", "float64"), ("target_mean_logprob", "float64"), ("target_min_logprob", "float64"),
+    # the target's likelihood of the draft step, from the row that prefilled it (DraftScores)
+    ("draft_target_mean_logprob", "float64"), ("draft_target_min_logprob", "float64"),
+    ("draft_target_argmax_share", "float64"), ("draft_target_scored_tokens", "int32"),
     ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
     ("llm_judge_context_score", "float64"), ("llm_judge_paper_score", "float64"),  # collect --judge-features
     ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
@@ -157,10 +160,14 @@ def summarize_pairs(src: Path) -> dict:
     for name, col, thr in JUDGE_DECIDERS:
         if any(x is not None for x in d.get(col, ())):
             agree[name] = pairstats.agreement(d[col], labels, thr)
-    out["agreement_with_teacher"] = agree
-    # every decider's yes/no on every row: the teacher, the live verifier when it is another one, the cheap ones
     from lrtune.verifiers.base import same_step
 
+    same = [same_step(a, b) for a, b in zip(d["draft_step"], d["target_step"])]
+    likely = target_logprob_scores(d.get("draft_target_mean_logprob"), same)
+    if likely is not None:
+        agree["target_logprob@0.5"] = pairstats.agreement(likely, labels, 0.5)
+    out["agreement_with_teacher"] = agree
+    # every decider's yes/no on every row: the teacher, the live verifier when it is another one, the cheap ones
     n = len(labels)
     decide = {"teacher": [bool(x) for x in labels]}
     live = d.get("verifier_label", [None] * n)
@@ -171,7 +178,8 @@ def summarize_pairs(src: Path) -> dict:
                            *JUDGE_DECIDERS):
         if any(x is not None for x in d.get(col, ())):
             decide[name] = [None if x is None else x >= thr for x in d[col]]
-    same = [same_step(a, b) for a, b in zip(d["draft_step"], d["target_step"])]
+    if likely is not None:
+        decide["target_logprob@0.5"] = [x >= 0.5 for x in likely]
     out["agreement_matrix"] = pairstats.agreement_matrix(decide)
     out["identical_pairs"] = sum(same)
     out["identical_acceptance"] = pairstats.acceptance_on(same, decide)
@@ -186,6 +194,16 @@ def summarize_pairs(src: Path) -> dict:
     a2 = [x for x in p["alpha2"] if x is not None]
     out["alpha2_mean"] = sum(a2) / len(a2) if a2 else None
     return out
+
+
+def target_logprob_scores(mean_logprobs, same: list[bool]) -> list[float] | None:
+    """The ``target_logprob`` verifier's scores from recorded columns (exp of the mean
+    logprob; 1 for identical steps, 0 where unscored); None when no row was scored."""
+    import math
+
+    if not mean_logprobs or all(x is None for x in mean_logprobs):
+        return None
+    return [1.0 if s else 0.0 if x is None else math.exp(x) for x, s in zip(mean_logprobs, same)]
 
 
 def teacher_spec(options: dict) -> str:

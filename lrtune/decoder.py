@@ -35,6 +35,7 @@ from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER, split_steps
 from lrtune.verifiers import StepPair, Verifier, accept
+from lrtune.verifiers.base import DraftScores, wants_draft_scores
 from lrtune.rounds import DRAFT, mix_seed, step_pair, step_params
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
@@ -61,6 +62,7 @@ class DecodeConfig:
     async_lr: bool = field(default=False, metadata={"help": "pipelined (async) LR: target steps start as soon as their draft prefix exists", "flag": "--async"})
     branch_temperature: float = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
     early_abort: bool = field(default=False, metadata={"help": "sync LR, width 1: judge each position as soon as its target step ends and stop the target rows a rejection makes useless (positions after a rejection then get no verdict)"})
+    score_drafts: bool = field(default=False, metadata={"help": "sync LR: score each draft step with the target's log-probabilities, read off the prefill of the target row that follows it (StepPair.draft_scores; always on when the verifier reads them)"})
 
     @property
     def uses_lr(self) -> bool:
@@ -81,6 +83,8 @@ class DecodeConfig:
             raise ConfigError("async LR drafts one branch (width 1)")
         if self.early_abort and (self.width > 1 or self.async_lr):
             raise ConfigError("early abort runs with sync LR and one branch (width 1, no --async)")
+        if self.score_drafts and self.async_lr:
+            raise ConfigError("draft-step scores come from sync LR's target rows: drop --async")
         if self.branch_temperature <= 0:
             raise ConfigError(f"branch_temperature must be > 0, got {self.branch_temperature}")
         if self.uses_sd and not 1 <= self.gamma2 <= GAMMA_MAX:
@@ -164,6 +168,9 @@ class LookaheadDecoder:
             controller = controller if controller is not None else self.controller
             if controller is not None:
                 raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")
+            if wants_draft_scores(verifier if verifier is not None else self.verifier):
+                raise ConfigError("this verifier reads the target's scores of each draft step, which sync LR's "
+                                  "target rows provide: drop --async")
             if self.draft is None:
                 raise ConfigError(f"method {cfg.method!r} needs a draft model")
             from lrtune.async_lr import decode_async
@@ -363,6 +370,7 @@ class LookaheadDecoder:
                 h = s.controller.horizon()
                 s.horizon = s.budget if h is None else max(1, min(h, s.budget))
         s.chains = [[] for _ in range(s.cfg.width)]
+        s.targets = []  # this round's target steps (set by the target call)
         s.draft_secs = []
         s.verdicts, s.scores, s.pairs, s.verify_s, s.judged = [[] for _ in s.chains], [[] for _ in s.chains], [], 0.0, {}
 
@@ -374,13 +382,16 @@ class LookaheadDecoder:
         owner: list[list[int]] = []  # row indices of each slot
         wheres = []
         for s in slots:
-            srows, where = _target_rows(s.base, s.chains, s.budget, eos)
+            srows, where, froms = _target_rows(s.base, s.chains, s.budget, eos)
             owner.append(list(range(len(rows), len(rows) + len(srows))))
             rows += srows
             p = step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False)
             if s.horizon is not None:  # γ1 = 0: one uninterrupted SD run, not one call per step
                 p = replace(p, max_tokens=s.horizon, stop_at_delimiter=False)
-            params += per_row(p, len(srows))
+            srow_params = per_row(p, len(srows))
+            if s.cfg.score_drafts or wants_draft_scores(verifier):  # row k + 1 prefills draft step k: score it
+                srow_params = [replace(q, score_from=f) for q, f in zip(srow_params, froms)]
+            params += srow_params
             wheres.append(where)
         early = {id(s): s for s in slots if s.cfg.early_abort and s.chains[0]}
         on_done = self._early_judge(slots, owner, wheres, verifier, batch) if early else None
@@ -433,6 +444,9 @@ class LookaheadDecoder:
         if getattr(verifier, "backend", None) is self.target:
             raise ConfigError(f"early abort judges steps while the target engine runs, but verifier {verifier.name!r} "
                               "runs on the target's own engine: give it another model (--judge-model) or drop early abort")
+        if wants_draft_scores(verifier):
+            raise ConfigError(f"early abort judges position k when its target row ends, before the row that scores "
+                              f"draft step k does; verifier {verifier.name!r} reads those scores: drop early abort")
         row_of = {}
         for s, mine, where in zip(slots, owner, wheres):
             if s.cfg.early_abort and s.chains[0]:
@@ -457,9 +471,12 @@ class LookaheadDecoder:
 
     def _pair(self, s: _Slot, w: int, k: int, target: Generation) -> StepPair:
         """Branch ``w``'s pair at position ``k`` with the target's step there: the target saw
-        the committed steps, then this branch's drafts before ``k``."""
+        the committed steps, then this branch's drafts before ``k``; the draft step's scores
+        come from the row of position ``k + 1``, which prefilled it (when it was scored)."""
+        follows = s.targets[w][k + 1] if (s.targets and k + 1 < len(s.targets[w])) else None
+        scores = DraftScores.of(follows.prompt_scores) if follows is not None else None
         return step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[w][:k]), s.cfg.context_tokens,
-                         s.chains[w][k].token_ids, target.token_ids)
+                         s.chains[w][k].token_ids, target.token_ids, scores)
 
     def _commit(self, s: _Slot, eos: frozenset[int], on_round, on_commit) -> None:
         """Keep the branch with the longest accepted prefix (ties: the higher score sum over
@@ -608,14 +625,16 @@ def _branch_temperature(w: int, cfg: DecodeConfig) -> float:
     return cfg.temperature if (w == 0 or cfg.temperature > 0) else cfg.branch_temperature
 
 
-def _target_rows(base: list[int], chains: list[list[Generation]], budget: int,
-                 eos: frozenset[int]) -> tuple[list[list[int]], dict[tuple[int, int], int]]:
-    """Distinct target prefixes ``base + chain_w[:k]`` and the row of each (w, k).
+def _target_rows(base: list[int], chains: list[list[Generation]], budget: int, eos: frozenset[int],
+                 ) -> tuple[list[list[int]], dict[tuple[int, int], int], list[int | None]]:
+    """Distinct target prefixes ``base + chain_w[:k]``, the row of each (w, k), and where
+    each row's last draft step starts (None for the row of position 0).
 
     Position k runs for k = 0..len(chain_w); the bonus position k = len(chain_w) is
     skipped when the chain ended the sequence (EOS) or the token budget.
     """
     rows: list[list[int]] = []
+    froms: list[int | None] = []
     index: dict[tuple[int, ...], int] = {}
     where: dict[tuple[int, int], int] = {}
     for w, chain in enumerate(chains):
@@ -627,8 +646,9 @@ def _target_rows(base: list[int], chains: list[list[Generation]], budget: int,
             if key not in index:
                 index[key] = len(rows)
                 rows.append(prefix)
+                froms.append(len(prefix) - len(chain[k - 1].token_ids) if k else None)
             where[w, k] = index[key]
-    return rows, where
+    return rows, where, froms
 
 
 def _concat(steps: Sequence[Generation]) -> list[int]:

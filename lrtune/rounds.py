@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lrtune.backends.base import Backend, GenParams
-from lrtune.verifiers.base import StepPair, verifier_context
+from lrtune.verifiers.base import DraftScores, StepPair, verifier_context
 
 DRAFT, TARGET = 1, 2  # seed roles
 
@@ -40,10 +40,12 @@ def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, draft: bool) ->
 
 
 def step_pair(target: Backend, problem: str, solution: Sequence[int], context_tokens: int,
-              draft: Sequence[int], target_step: Sequence[int]) -> StepPair:
+              draft: Sequence[int], target_step: Sequence[int], draft_scores: DraftScores | None = None) -> StepPair:
     """What the verifier sees at one position (DESIGN §3.6): text without special tokens; the
     context is the problem statement and the last ``context_tokens`` of ``solution``, the
-    ids the target was conditioned on there (committed steps, then the drafts before it)."""
+    ids the target was conditioned on there (committed steps, then the drafts before it);
+    ``draft_scores``: the target's likelihood of the draft step, where the decoder scored it."""
     tail = list(solution[-context_tokens:]) if context_tokens > 0 else []
     clean = lambda ids: target.decode(list(ids), skip_special_tokens=True)  # noqa: E731
-    return StepPair(context=verifier_context(problem, clean(tail)), draft=clean(draft), target=clean(target_step))
+    return StepPair(context=verifier_context(problem, clean(tail)), draft=clean(draft), target=clean(target_step),
+                    draft_scores=draft_scores)

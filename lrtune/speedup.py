@@ -245,19 +245,46 @@ def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float])
     return lambda n: _b(batch_cost, n) * (1.0 if n == 1 else expected_longest(step_tokens, n) / mean)
 
 
-def g(alpha: float, c: float, gamma: int) -> float:
+def early_abort_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], alpha: float,
+                           ) -> Callable[[int], float]:
+    """b_abort(n) = b(n) · Σ_{j=0}^{n−1} P(J = j) · E[max of j + 1 steps] / E[step]   [T].
+
+    A round of n target rows (γ1 = n − 1 drafted positions, then the bonus row) with early
+    abort: J is the first rejected position (J = n − 1 when every draft is accepted),
+    P(J = j) = α^j (1 − α) for j < n − 1 and α^(n−1) for j = n − 1. The rows after J stop
+    when row J ends, so the round lasts as long as the longest of its first J + 1 rows,
+    at the n-row per-token cost b(n) until then. Without abort it is the longest of all n
+    (:func:`longest_step_batch_cost`). b_abort(1) = b(1) = 1.
+    """
+    a = _check_alpha(alpha)
+    mean = expected_longest(step_tokens, 1)
+    if mean <= 0:
+        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+
+    def cost(n: int) -> float:
+        if n == 1:
+            return _b(batch_cost, 1)
+        p = [a ** j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
+        return _b(batch_cost, n) * sum(pj * expected_longest(step_tokens, j + 1) / mean for j, pj in enumerate(p))
+    return cost
+
+
+def g(alpha: float, c: float, gamma: int, drafted: int | None = None) -> float:
     """Token-level SD speedup (Leviathan et al.)   [tokens per target forward, dimensionless].
 
-    g(γ) = (1 − α^(γ+1)) / ((1 − α)(c·γ + 1))
+    g(γ) = (1 − α^(γ+1)) / ((1 − α)(c·d + 1)),  d = max(γ, drafted) for γ > 0, else 0
 
-    One iteration: γ draft tokens at c each, then one target forward (time 1) verifies
-    them; tokens are accepted i.i.d. with probability α and the iteration commits the
-    leading accepts plus one bonus/correction token. γ = 0 gives exactly 1.
+    One iteration: d draft tokens at c each, then one target forward (time 1) verifies
+    the first γ of them; tokens are accepted i.i.d. with probability α and the iteration
+    commits the leading accepts plus one bonus/correction token. ``drafted``: what the
+    engine drafts per iteration whatever the request's γ (a shared SD engine cut to γ per
+    request drafts its own number; None: γ). γ = 0 gives exactly 1.
     """
     a = _check_alpha(alpha)
     cc = _check_c(c)
     n = _check_int(gamma, "gamma")
-    return _geom_sum(a, n + 1) / (cc * n + 1.0)
+    d = max(n, int(drafted or 0)) if n > 0 else 0
+    return _geom_sum(a, n + 1) / (cc * d + 1.0)
 
 
 def h(
@@ -268,6 +295,7 @@ def h(
     alpha2: float,
     c2: float,
     batch_cost: BatchCost = None,
+    drafted: int | None = None,
 ) -> float:
     """LR (γ1 steps) with SD (γ2 tokens) inside each target step   [speedup, dimensionless].
 
@@ -281,9 +309,10 @@ def h(
     SD, and multiplying by g converts it to a speedup over the plain target. If c1 is
     instead measured against the SD-accelerated target (as in the paper) this is exactly
     the paper's h = f·g. γ1 = 0 gives g(γ2); γ2 = 0 gives f_sync(γ1; α1, c1).
+    ``drafted``: draft tokens the SD engine proposes per iteration (see :func:`g`).
     """
     n1 = _check_int(gamma1, "gamma1")
-    gg = g(alpha2, c2, gamma2)
+    gg = g(alpha2, c2, gamma2, drafted)
     return gg * f_sync(alpha1, _check_c(c1, "c1") * gg, n1, batch_cost)
 
 

@@ -45,6 +45,9 @@ class BanditController:
             raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
         self.horizon_tokens = horizon_tokens
         self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
+        # draft tokens the SD engine proposes per pass whatever γ2 a round asks for (a shared
+        # engine cut per request: a smaller γ2 verifies fewer but pays for all); 0: γ2 itself
+        self.engine_drafts = 0
         self._rng = random.Random(seed)
         self._problem: str | None = None
         self.post = list(prior)
@@ -58,10 +61,14 @@ class BanditController:
         self.rounds = 0
         self.sd_rounds = 0
 
+    def _h(self, g1: int, g2: int, a1: float, a2: float) -> float:
+        """The modelled speedup of (γ1, γ2) at (α1, α2) on this controller's engine."""
+        return h(g1, g2, a1, self.c1, a2, self.c2, self.batch_cost, self.engine_drafts or None)
+
     def _value(self, a1: float, a2: float) -> tuple[int, int]:
         best, arg = -math.inf, self._arms[0]
         for g1, g2 in self._arms:
-            v = h(g1, g2, a1, self.c1, a2, self.c2, self.batch_cost)
+            v = self._h(g1, g2, a1, a2)
             if v > best * (1 + 1e-12):
                 best, arg = v, (g1, g2)
         return arg
@@ -89,8 +96,8 @@ class BanditController:
         optimistic α1, else ``horizon_tokens · 2^k`` after k consecutive γ1 = 0 rounds."""
         a1, b1, a2, b2 = self.post
         hi1, m2 = min(_beta_quantile(a1, b1, 0.95), 0.999), min(a2 / (a2 + b2), 0.999)
-        lr = [h(g1, g2, hi1, self.c1, m2, self.c2, self.batch_cost) for g1, g2 in self._arms if g1 > 0]
-        sd = [h(0, g2, hi1, self.c1, m2, self.c2, self.batch_cost) for g1, g2 in self._arms if g1 == 0]
+        lr = [self._h(g1, g2, hi1, m2) for g1, g2 in self._arms if g1 > 0]
+        sd = [self._h(0, g2, hi1, m2) for g1, g2 in self._arms if g1 == 0]
         if sd and (not lr or max(sd) >= max(lr)):
             return None
         return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)

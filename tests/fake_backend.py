@@ -76,7 +76,11 @@ class FakeBackend:
                 if last == EOS:
                     break
             ids, finish = finish_step(ids, self.decode, params, self.eos_ids)
-            outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish))
+            scores = None
+            if params.score_from is not None:  # the fake's greedy next token scores 0 nats, any other -2
+                scores = [None if t == 0 else ((0.0, True) if self.table[prefix[t - 1]] == prefix[t] else (-2.0, False))
+                          for t in range(params.score_from, len(prefix))]
+            outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, prompt_scores=scores))
         if on_done is not None:
             stopped: set[int] = set()
             for i in sorted(range(len(outs)), key=lambda i: (len(outs[i].token_ids), i)):

@@ -36,3 +36,10 @@ def test_every_backend_has_the_protocols_methods_with_its_parameters(cls):
         got = list(inspect.signature(getattr(cls, name)).parameters)
         assert got == want, f"{cls.__name__}.{name}{got} != protocol {want}"
     assert isinstance(cls.concurrent_safe, bool)
+
+
+def test_rows_that_differ_only_in_budget_seed_or_scored_span_share_one_loop():
+    from lrtune.backends.base import GenParams, row_groups
+
+    rows = [GenParams(8), GenParams(4, score_from=3, seeds=(1,)), GenParams(8, num_speculative_tokens=2)]
+    assert list(row_groups(rows).values()) == [[0, 1], [2]]

@@ -23,3 +23,15 @@ def test_a_bad_config_file_is_a_one_line_error(tmp_path, capsys, text, message):
         parse(make_parser(), ["--data", "d", "--config", str(cfg)])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and message in err[0]
+
+
+def test_round_split_sums_counters_per_method_and_divides_by_rounds():
+    from benchmarks.round_split import split
+
+    recs = [{"method": "lr+sd", "stats": {"rounds": 2, "draft_s": 4.0, "target_s": 6.0, "aborted_target_rows": 1}},
+            {"method": "lr+sd", "stats": {"rounds": 3, "draft_s": 1.0, "target_s": 4.0}},
+            {"method": "sd", "stats": {"rounds": 0, "target_s": 9.0}}]
+    out = split(recs)
+    assert set(out) == {"lr+sd"} and out["lr+sd"]["problems"] == 2
+    assert out["lr+sd"]["per_round"]["draft_s"] == 1.0 and out["lr+sd"]["per_round"]["target_s"] == 2.0
+    assert out["lr+sd"]["per_round"]["aborted_target_rows"] == 0.2

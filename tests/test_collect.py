@@ -81,6 +81,10 @@ def test_collect_writes_loadable_parquet_with_every_compared_pair(collected):
     assert set(ds["teacher"]) == {"llm_judge"}
     assert all(0.0 <= s <= 1.0 for s in ds["teacher_score"])
     assert all(x is not None for x in ds["draft_mean_logprob"])
+    # the target's likelihood of each draft step: every pair whose position has a following row
+    scored = [m for m, n in zip(ds["draft_target_mean_logprob"], ds["draft_target_scored_tokens"]) if m is not None]
+    assert scored and all(m <= 0.0 for m in scored)
+    assert all(n == dl for n, dl in zip(ds["draft_target_scored_tokens"], ds["draft_len"]) if n is not None)
     card = (out / "README.md").read_text()
     assert f"problems 3, step pairs {counts['rows']}" in card and "teacher `llm_judge`" in card
     assert "| exact | " in card and "| embedding@0.95 | " in card  # the --stats agreement table

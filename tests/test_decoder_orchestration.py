@@ -265,3 +265,39 @@ def test_early_abort_needs_sync_lr_one_branch_and_a_verifier_off_the_target_engi
     cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=30, max_step_tokens=6, early_abort=True)
     with pytest.raises(ConfigError, match="target's own engine"):
         LookaheadDecoder(target, draft, OnTarget(), cfg).decode([5, 7])
+
+
+def test_scored_rounds_ask_the_row_of_position_k_plus_1_to_score_draft_step_k():
+    """Row k + 1 prefills draft step k: it (and only it) scores that step, from where the step
+    starts; the pair at k carries those scores; rows of position 0 score nothing."""
+    target, draft = FakeBackend(chain(2)), FakeBackend(chain(2))  # the draft proposes the target's greedy tokens
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6)
+    rounds = []
+    LookaheadDecoder(target, draft, make_verifier("target_logprob"), cfg).decode(PROMPTS[0], on_round=rounds.append)
+    scored_calls = [rows for rows in target.row_params if any(r.score_from is not None for r in rows)]
+    assert scored_calls
+    for rows in scored_calls:
+        assert rows[0].score_from is None and all(r.score_from is not None for r in rows[1:])
+    followed = [(r.pairs[0][k], d) for r in rounds for k, d in enumerate(r.drafts) if k + 1 < len(r.targets)]
+    assert followed
+    for pair, d in followed:  # the fake scores its own greedy token 0 nats: a greedy draft scores exactly that
+        assert pair.draft_scores.tokens == len(d.token_ids)
+        assert pair.draft_scores.mean_logprob == 0.0 and pair.draft_scores.argmax_share == 1.0
+
+
+def test_unscored_configs_ask_no_row_to_score():
+    target, draft = FakeBackend(chain(2)), FakeBackend(chain(3))
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=30, max_step_tokens=6)
+    LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(PROMPTS[0])
+    assert all(r.score_from is None for rows in target.row_params for r in rows)
+
+
+def test_a_verifier_that_reads_draft_scores_refuses_early_abort_and_async_lr():
+    target, draft = FakeBackend(chain(2)), FakeBackend(chain(3))
+    v = make_verifier("target_logprob")
+    with pytest.raises(ConfigError, match="drop early abort"):
+        LookaheadDecoder(target, draft, v, DecodeConfig(method="lr", gamma1=2, early_abort=True)).decode(PROMPTS[0])
+    with pytest.raises(ConfigError, match="drop --async"):
+        LookaheadDecoder(target, draft, v, DecodeConfig(method="lr", gamma1=2, async_lr=True)).decode(PROMPTS[0])
+    with pytest.raises(ConfigError, match="drop --async"):
+        DecodeConfig(method="lr", async_lr=True, score_drafts=True).validate()

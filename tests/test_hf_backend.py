@@ -297,3 +297,17 @@ def test_early_abort_stops_rows_in_the_batched_loop_and_keeps_the_committed_toke
 
     target, draft = models
     check_early_abort(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)
+
+
+def test_prompt_scores_equal_a_plain_forward_even_past_a_longer_stored_prefix(models, prompts):
+    from tiny_models import check_draft_scores
+
+    check_draft_scores(models[0], get_tiny_pair().target, prompts[0], cached_tokens_score_none=False)
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_scored_lr_rounds_keep_greedy_equality_and_score_every_followed_draft_step(models, prompts, method):
+    from tiny_models import check_scored_lr_rounds
+
+    target, draft = models
+    check_scored_lr_rounds(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)

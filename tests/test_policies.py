@@ -243,3 +243,28 @@ def test_the_bandit_runs_sd_to_the_end_when_even_an_optimistic_alpha1_cannot_mak
     assert hopeless.horizon() is None  # α1 ≈ 0.01 even at its 95% quantile: nothing to learn
     unsure = BanditController(bounds, prior=(1.0, 1.0, 80.0, 20.0), c1=0.4, c2=0.3, batch_cost=[1.0, 1.3, 1.6, 1.9])
     assert unsure.horizon() == 64
+
+
+def test_bandit_prices_each_gamma2_on_an_engine_that_drafts_its_own_number():
+    """On a shared SD engine that drafts 4 tokens per pass, γ2 = 1 pays for 4 drafts: at a
+    low α2 plain decoding then beats it, though γ2 = 1 wins where each γ2 drafts its own."""
+    from lrtune.control import Bounds
+    from policies.bandit import BanditController
+
+    ctl = BanditController(Bounds(gamma1_min=0, gamma1_max=0, gamma2_min=0, gamma2_max=4), c1=0.4, c2=0.4)
+    assert ctl._value(0.1, 0.5) == (0, 1)
+    ctl.engine_drafts = 4
+    assert ctl._value(0.1, 0.5) == (0, 0)
+    assert ctl._value(0.1, 0.95) == (0, 4)
+
+
+def test_price_on_engine_tells_a_controller_the_engines_draft_count():
+    from types import SimpleNamespace
+
+    from lrtune.api import price_on_engine
+    from policies.bandit import BanditController
+
+    ctl = price_on_engine(BanditController(), SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=6)))
+    assert ctl.engine_drafts == 6
+    assert price_on_engine(BanditController(), SimpleNamespace()).engine_drafts == 0
+    assert price_on_engine(None, SimpleNamespace()) is None

@@ -460,3 +460,34 @@ def test_c_from_sd_inverts_g(alpha, c, gamma):
     from lrtune.speedup import c_from_sd
 
     assert c_from_sd(g(alpha, c, gamma), alpha, gamma) == pytest.approx(c)
+
+
+def test_sd_on_an_engine_that_drafts_more_pays_for_every_draft_token():
+    from lrtune.speedup import g, h
+
+    a, c = 0.5, 0.4
+    for gamma in (1, 2, 3, 4):
+        assert g(a, c, gamma, drafted=4) == pytest.approx((1 - a ** (gamma + 1)) / ((1 - a) * (c * 4 + 1)))
+    assert g(a, c, 3, drafted=1) == g(a, c, 3)  # an engine never drafts fewer than the request verifies
+    assert g(a, c, 0, drafted=4) == 1.0  # no SD: no drafter runs
+    assert h(2, 2, 0.6, 0.3, a, c, drafted=4) < h(2, 2, 0.6, 0.3, a, c)
+
+
+def test_early_abort_prices_a_round_by_its_rows_up_to_the_first_rejection():
+    from lrtune.speedup import early_abort_batch_cost, longest_step_batch_cost
+
+    steps = [4, 10, 18, 30, 55, 96]
+    b = [1.0, 1.1, 1.2, 1.3]
+    full = longest_step_batch_cost(b, steps)
+    assert early_abort_batch_cost(b, steps, 1.0)(4) == pytest.approx(full(4))  # nothing rejected: every row runs
+    assert early_abort_batch_cost(b, steps, 0.0)(4) == pytest.approx(1.3)  # position 0 rejected: one row's length
+    assert early_abort_batch_cost(b, [20, 20, 20], 0.5)(3) == pytest.approx(1.2)  # equal steps: abort saves nothing
+    assert early_abort_batch_cost(b, steps, 0.6)(1) == 1.0
+    # against a simulation of the rule: rows after the first rejection stop when its row ends
+    rng = np.random.default_rng(0)
+    alpha, n, reps = 0.6, 4, 200_000
+    lens = rng.choice(steps, size=(reps, n))
+    rejected = rng.random((reps, n - 1)) >= alpha
+    first = np.where(rejected.any(axis=1), rejected.argmax(axis=1), n - 1)
+    longest = np.array([lens[i, :first[i] + 1].max() for i in range(reps)])
+    assert early_abort_batch_cost(b, steps, alpha)(n) == pytest.approx(1.3 * longest.mean() / np.mean(steps), rel=0.01)

@@ -395,3 +395,44 @@ def test_a_base_model_path_named_by_a_checkpoint_follows_the_same_no_pickle_rule
         distilled.resolve_encoder(str(base))
     with pytest.raises(ConfigError, match="pickle"):
         distilled.resolve_base_lm(str(base))
+
+
+def test_features_student_learns_from_the_targets_likelihood_when_the_data_has_it(tmp_path):
+    """Labels that only the target's likelihood explains: the student with the likelihood
+    features separates them, asks the decoder for draft scores, and gives an unscored pair
+    the training mean."""
+    from train.verifier import run
+
+    rng = random.Random(3)
+    rows = _synthetic_rows(n_problems=12, seed=5)
+    for r in rows:
+        r["draft_step"] = r["target_step"].replace("so", "thus")  # the text says nothing about the label
+        r["label"] = rng.random() < 0.5
+        r["teacher_score"] = 0.9 if r["label"] else 0.1
+        mean = rng.uniform(-0.4, -0.05) if r["label"] else rng.uniform(-3.0, -1.2)
+        r.update(draft_target_mean_logprob=mean, draft_target_min_logprob=mean - 1.0,
+                 draft_target_argmax_share=0.9 if r["label"] else 0.4, draft_target_scored_tokens=12)
+    d = write_pairs(tmp_path / "likely", rows)
+    meta = run(_cfg(tmp_path, d, "features"))
+    assert {"draft_target_mean_logprob", "draft_target_argmax_share"} <= set(meta["features"])
+    assert meta["metrics"]["test"]["auroc"] > 0.9
+    v = distilled.load(tmp_path / "features")
+    assert v.uses_draft_scores
+    from lrtune.verifiers.base import DraftScores
+
+    likely = StepPair("ctx", "a", "b", DraftScores(-0.1, -0.5, 0.95, 10))
+    unlikely = StepPair("ctx", "a", "b", DraftScores(-2.5, -4.0, 0.3, 10))
+    unscored = StepPair("ctx", "a", "b")
+    hi, lo, mid = v.score([likely, unlikely, unscored])
+    assert hi > mid > lo
+    x = v.features([unscored])[0]
+    names = list(v.feature_names)
+    assert x[names.index("draft_target_mean_logprob")] == pytest.approx(v.mean[names.index("draft_target_mean_logprob")])
+
+
+def test_features_student_without_scored_pairs_keeps_the_text_features_and_needs_no_scores(tmp_path, pair_dir):
+    from train.verifier import run
+
+    meta = run(_cfg(tmp_path, pair_dir, "features"))
+    assert not any(n.startswith("draft_target_") for n in meta["features"])
+    assert not distilled.load(tmp_path / "features").uses_draft_scores

@@ -83,3 +83,26 @@ def test_embedding_scores_do_not_depend_on_the_other_pairs_of_the_call():
     long = StepPair("", "x " * 200, "y " * 150)
     alone = v.score([a])[0]
     assert v.score([a, long, long])[0] == alone and v.score([long, a])[1] == alone
+
+
+def test_draft_scores_summarise_the_scored_tokens_and_are_none_when_none_were_scored():
+    from lrtune.verifiers.base import DraftScores
+
+    s = DraftScores.of([None, (-0.5, True), (-1.5, False), (-1.0, True), None])
+    assert (s.mean_logprob, s.min_logprob, s.argmax_share, s.tokens) == (-1.0, -1.5, pytest.approx(2 / 3), 3)
+    assert DraftScores.of([None, None]) is None and DraftScores.of(None) is None
+
+
+def test_target_logprob_scores_the_geometric_mean_token_probability():
+    import math
+
+    from lrtune.verifiers.base import DraftScores, wants_draft_scores
+
+    v = make_verifier("target_logprob@0.4")
+    assert v.threshold == 0.4 and wants_draft_scores(v) and not wants_draft_scores(make_verifier("exact"))
+    likely = StepPair("c", "x = 2", "y = 3", DraftScores(-0.2, -0.6, 1.0, 4))
+    same = StepPair("c", "So x = 2", "so  x = 2")  # identical up to whitespace and case: 1 without scores
+    unscored = StepPair("c", "x = 2", "y = 3")
+    verdicts, scores = accept(v, [likely, same, unscored])
+    assert scores == [pytest.approx(math.exp(-0.2)), 1.0, 0.0] and verdicts == [True, True, False]
+    assert make_verifier("target_logprob").threshold == 0.5

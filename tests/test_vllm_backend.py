@@ -354,3 +354,18 @@ def test_an_error_in_on_done_aborts_the_requests_in_flight_and_the_engine_serves
         target.generate(prompts[:3], GenParams(max_tokens=40, stop_at_delimiter=False), on_done=boom)
     alone = target.generate(prompts[:1], GenParams(max_tokens=12, stop_at_delimiter=False)).outputs
     assert len(alone) == 1 and alone[0].token_ids == greedy(target, prompts[0], 12)
+
+
+def test_prompt_scores_equal_a_plain_forward_and_reused_cache_blocks_score_none(pair, engines, prompts):
+    from tiny_models import check_draft_scores
+
+    check_draft_scores(engines[0], pair.target, prompts[0], cached_tokens_score_none=True)
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_scored_lr_rounds_keep_greedy_equality_and_score_every_followed_draft_step(engines, prompts, method):
+    from tiny_models import check_scored_lr_rounds
+
+    target, draft = engines
+    check_scored_lr_rounds(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW,
+                           every_token=False)

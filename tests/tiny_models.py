@@ -577,3 +577,82 @@ def check_early_abort(target, draft, prompts, reference, method: str, gamma2: in
         full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
         again, _ = LookaheadDecoder(target, draft, make_verifier("exact"), early).decode(p)
         assert again.token_ids == full.token_ids and again.steps == full.steps
+
+
+def reference_prompt_scores(model_dir, prefix: list[int], score_from: int) -> list[tuple[float, bool]]:
+    """(log p(x_t | x_<t), x_t is the argmax) for t >= ``score_from`` from one plain
+    transformers forward over the whole prefix (float32): what a backend's prompt scores must equal."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
+    with torch.inference_mode():
+        logits = lm(input_ids=torch.tensor([prefix])).logits[0].float()
+    lps = torch.log_softmax(logits, dim=-1)
+    return [(float(lps[t - 1, prefix[t]]), int(logits[t - 1].argmax()) == prefix[t]) for t in range(score_from, len(prefix))]
+
+
+def check_draft_scores(target, model_dir, prompt: list[int], *, cached_tokens_score_none: bool) -> None:
+    """A backend's ``GenParams.score_from`` on a real engine: the scores of a prefix's last
+    tokens equal one plain forward's; scoring leaves the generated tokens unchanged; a second
+    call on the same prefix (reused cache) still agrees wherever it scores, and the engines
+    that cannot score reused positions (vLLM) leave them None."""
+    from lrtune.backends.base import GenParams
+
+    plain = GenParams(max_tokens=40, stop_at_delimiter=False)
+    first = target.generate([prompt], plain).outputs[0].token_ids
+    prefix = list(prompt) + first[::-1]  # a tail no earlier request held (so no cache block covers it)
+    plain = GenParams(max_tokens=12, stop_at_delimiter=False)
+    start = len(prompt) + 2
+    ref = reference_prompt_scores(model_dir, prefix, start)
+    scored = GenParams(max_tokens=12, stop_at_delimiter=False, score_from=start)
+    again = []
+    for _ in range(2):
+        out = target.generate([prefix], scored).outputs[0]
+        assert out.token_ids == target.generate([prefix], plain).outputs[0].token_ids
+        assert len(out.prompt_scores) == len(prefix) - start
+        again.append(out.prompt_scores)
+        for got, (lp, top) in zip(out.prompt_scores, ref):
+            if got is not None:
+                assert abs(got[0] - lp) < 2e-3 and got[1] == top
+    assert all(s is not None for s in again[0])  # a fresh tail: every token scored
+    if cached_tokens_score_none:
+        assert any(s is None for s in again[1])  # reused blocks: not recomputed, not scored
+    else:
+        assert all(s is not None for s in again[1])
+
+
+def check_scored_lr_rounds(target, draft, prompts, reference, method: str, gamma2: int, max_new: int, *,
+                           every_token: bool = True) -> None:
+    """Sync LR with draft scoring on real engines: the output is still target greedy with
+    ``never``; every draft step followed by a target row carries the target's scores of its
+    tokens (``every_token``: of all of them; vLLM cannot score tokens that sit in reused
+    cache blocks, e.g. ones the target generated itself the round before, so there most but
+    not all are scored); ``target_logprob`` decodes end to end and scores each pair from them."""
+    import math
+
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+
+    cfg = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24,
+                       score_drafts=True)
+    for p in prompts:
+        rounds = []
+        res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)
+        assert res.token_ids == reference(p)
+        followed = [(r.pairs[0][k], d) for r in rounds for k, d in enumerate(r.drafts) if k + 1 < len(r.targets)]
+        assert followed
+        scored = [(pair.draft_scores, d) for pair, d in followed if pair.draft_scores is not None]
+        assert len(scored) == len(followed) if every_token else len(scored) >= len(followed) / 2
+        for ds, d in scored:
+            assert ds.tokens == len(d.token_ids) if every_token else 0 < ds.tokens <= len(d.token_ids)
+            assert ds.min_logprob <= ds.mean_logprob <= 0.0
+    verifier = make_verifier("target_logprob")
+    rounds = []
+    plain = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24)
+    res, _ = LookaheadDecoder(target, draft, verifier, plain).decode(prompts[0], on_round=rounds.append)
+    assert res.token_ids
+    for r in rounds:
+        for k, (pair, score) in enumerate(zip(r.pairs[0], r.scores)):
+            if pair.draft_scores is not None and pair.draft != pair.target:
+                assert math.isclose(score, math.exp(pair.draft_scores.mean_logprob), rel_tol=1e-9)

@@ -58,7 +58,8 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
             soft = float(s) if s is not None and not math.isnan(s) and 0.0 <= s <= 1.0 else float(r["label"])
             teachers.add(r.get("teacher") or "?")
             out.append(PairExample(problem_id=f"{r['task']}/{r['problem_id']}",
-                                   pair=StepPair(context=r.get("context") or "", draft=r["draft_step"], target=r["target_step"]),
+                                   pair=StepPair(context=r.get("context") or "", draft=r["draft_step"], target=r["target_step"],
+                                                 draft_scores=_draft_scores(r)),
                                    label=bool(r["label"]), target=soft, teacher_s=r.get("judge_s"),
                                    embedding_cosine=r.get("embedding_cosine"), exact_match=r.get("exact_match"),
                                    group=template_of(r["task"], r["problem_id"])))
@@ -67,6 +68,17 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
     if len(teachers) > 1:
         raise ConfigError(f"the data mixes teachers ({', '.join(sorted(teachers))}); train on one teacher's labels")
     return out, teachers.pop()
+
+
+def _draft_scores(row: dict):
+    """The recorded :class:`~lrtune.verifiers.base.DraftScores` of a pair row (None if unscored)."""
+    from lrtune.verifiers.base import DraftScores
+
+    mean = row.get("draft_target_mean_logprob")
+    if mean is None or math.isnan(mean):
+        return None
+    return DraftScores(float(mean), float(row["draft_target_min_logprob"]), float(row["draft_target_argmax_share"]),
+                       int(row.get("draft_target_scored_tokens") or 0))
 
 
 def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, str]:

@@ -46,12 +46,24 @@ def _auroc(scores, examples: Sequence[PairExample]) -> float:
 
 
 # ---- features ----------------------------------------------------------------------------
-def feature_matrix(examples: Sequence[PairExample], encoder: str):
-    """Rows of :data:`~lrtune.verifiers.features.FEATURE_NAMES`; the embedding cosine comes
-    from collect's column when present, else from ``encoder``."""
+def feature_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
+    """The features a student trains on: every text feature and the embedding cosine, and
+    the target's likelihood features when at least half of ``examples`` were scored."""
+    from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
+
+    scored = sum(e.pair.draft_scores is not None for e in examples)
+    if examples and scored >= len(examples) / 2:
+        return FEATURE_NAMES
+    return tuple(n for n in FEATURE_NAMES if n not in LIKELIHOOD_FEATURES)
+
+
+def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequence[str] | None = None):
+    """Rows of ``names`` (default: every :data:`~lrtune.verifiers.features.FEATURE_NAMES`),
+    NaN where a pair lacks a likelihood feature; the embedding cosine comes from collect's
+    column when present, else from ``encoder``."""
     import numpy as np
 
-    from lrtune.verifiers.features import text_features
+    from lrtune.verifiers.features import FEATURE_NAMES, likelihood_features, text_features
 
     cos = [e.embedding_cosine for e in examples]
     missing = [i for i, c in enumerate(cos) if c is None or (isinstance(c, float) and math.isnan(c))]
@@ -61,7 +73,10 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str):
         enc = EmbeddingVerifier(model=distilled.resolve_encoder(encoder))
         for i, c in zip(missing, enc.score([examples[i].pair for i in missing])):
             cos[i] = c
-    return np.asarray([text_features(e.pair.draft, e.pair.target) + [float(c)] for e, c in zip(examples, cos)])
+    full = [text_features(e.pair.draft, e.pair.target) + [float(c)] + likelihood_features(e.pair.draft_scores)
+            for e, c in zip(examples, cos)]
+    cols = [FEATURE_NAMES.index(n) for n in (names or FEATURE_NAMES)]
+    return np.asarray([[math.nan if r[j] is None else r[j] for j in cols] for r in full], dtype=np.float64)
 
 
 def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
@@ -70,14 +85,14 @@ def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    from lrtune.verifiers.features import FEATURE_NAMES
-
     encoder = cfg.base_model or distilled.ENCODERS[0]
-    xtr, ytr = feature_matrix(train, encoder), np.asarray([e.label for e in train])
-    xva = feature_matrix(val, encoder)
+    names = feature_names(train)
+    xtr, ytr = feature_matrix(train, encoder, names), np.asarray([e.label for e in train])
+    xva = feature_matrix(val, encoder, names)
     if len(set(ytr.tolist())) < 2:
         raise ConfigError("the training split has only one teacher label: collect more problems")
-    scaler = StandardScaler().fit(xtr)
+    scaler = StandardScaler().fit(xtr)  # ignores NaN; unscored pairs then get the mean (as FeatureVerifier does)
+    xtr, xva = (np.where(np.isnan(x), scaler.mean_, x) for x in (xtr, xva))
     scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
     history, best = [], None
     for c in (0.01, 0.1, 1.0, 10.0):
@@ -90,7 +105,7 @@ def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     save_file({"mean": scaler.mean_.astype(np.float64), "scale": scale.astype(np.float64),
                "coef": clf.coef_[0].astype(np.float64), "intercept": clf.intercept_.astype(np.float64)},
               str(out / "features.safetensors"))
-    return {"base_model": None, "encoder": encoder, "features": list(FEATURE_NAMES), "C": c, "history": history}
+    return {"base_model": None, "encoder": encoder, "features": list(names), "C": c, "history": history}
 
 
 # ---- cross-encoder -----------------------------------------------------------------------

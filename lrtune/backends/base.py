@@ -50,6 +50,9 @@ class GenParams:
     num_speculative_tokens: int = 0
     # > 0: also return the k most likely tokens (id -> logprob) at every generated position
     top_logprobs: int = 0
+    # not None: also score the prefix's own tokens from this index on (Generation.prompt_scores),
+    # from the prefill the row runs anyway; rows of one loop may score from different indices
+    score_from: int | None = None
 
 
 @dataclass
@@ -61,6 +64,10 @@ class Generation:
     finish: Finish
     logprobs: list[float] | None = None
     top_logprobs: list[dict[int, float]] | None = None  # with GenParams.top_logprobs = k
+    # with GenParams.score_from: (logprob in nats, is the model's argmax) of every prefix token
+    # from that index on, each given the tokens before it; None where the engine could not
+    # score a token (vLLM: it sat in a reused prefix-cache block)
+    prompt_scores: list[tuple[float, bool] | None] | None = None
 
 
 OnDone = Callable[[int, Generation], Iterable[int]]  # (row, its output) -> rows to stop now
@@ -143,11 +150,12 @@ def per_row(params: GenParams | Sequence[GenParams], n: int) -> list[GenParams]:
 def row_groups(rows: Sequence[GenParams]) -> dict[GenParams, list[int]]:
     """Rows that can share one batched loop: same params except budget and seed.
 
-    Key: the row's params with ``max_tokens=0`` and ``seeds=None``; value: row indices in order.
+    Key: the row's params with ``max_tokens=0``, ``seeds=None`` and ``score_from=None``;
+    value: row indices in order.
     """
     groups: dict[GenParams, list[int]] = {}
     for i, p in enumerate(rows):
-        groups.setdefault(replace(p, max_tokens=0, seeds=None), []).append(i)
+        groups.setdefault(replace(p, max_tokens=0, seeds=None, score_from=None), []).append(i)
     return groups
 
 

@@ -120,12 +120,16 @@ class HFBackend(TokenizerMixin):
                 idx = [i for i in members[start:start + wave] if i not in stop]
                 if not idx:
                     continue
+                group = [prefixes[i] for i in idx]
+                with torch.inference_mode():
+                    state = self._rows(group, [rows[i].score_from for i in idx])
+                scores = state.scores
                 ended = None
                 if on_done is not None:
                     local = local_on_done(on_done, idx, stop)
 
-                    def ended(b: int, ids: list[int], top: list[tuple], idx=idx, local=local) -> list[int]:
-                        outputs[idx[b]] = self._output(ids, top, rows[idx[b]])
+                    def ended(b: int, ids: list[int], top: list[tuple], idx=idx, local=local, scores=scores) -> list[int]:
+                        outputs[idx[b]] = self._output(ids, top, rows[idx[b]], scores[b])
                         return local(b, outputs[idx[b]])
                 gens = None
                 if shape.temperature > 0:
@@ -136,16 +140,15 @@ class HFBackend(TokenizerMixin):
                             hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF
                         g.manual_seed(seed)
                         gens.append(g)
-                group = [prefixes[i] for i in idx]
                 limits = [rows[i].max_tokens for i in idx]
                 with torch.inference_mode():
                     if shape.num_speculative_tokens > 0:
-                        gen_ids, tops, sds, cut = self._generate_sd(group, shape, limits, gens, ended)
+                        gen_ids, tops, sds, cut = self._generate_sd(group, state, shape, limits, gens, ended)
                     else:
-                        gen_ids, tops, cut = self._generate_plain(group, shape, limits, gens, ended)
+                        gen_ids, tops, cut = self._generate_plain(group, state, shape, limits, gens, ended)
                         sds = [None] * len(idx)
                 for b, (i, ids, top, sd) in enumerate(zip(idx, gen_ids, tops, sds)):
-                    outputs[i] = aborted() if b in cut else outputs[i] or self._output(ids, top, rows[i])
+                    outputs[i] = aborted() if b in cut else outputs[i] or self._output(ids, top, rows[i], scores[b])
                     row_sd[i] = sd
         for i in stop:
             if outputs[i] is None:
@@ -157,11 +160,12 @@ class HFBackend(TokenizerMixin):
         return GenBatch(outputs=outputs, seconds=seconds, sd=add_counters(row_sd) if has_sd else None,
                         row_sd=row_sd if has_sd else None)
 
-    def _output(self, ids: list[int], top: list[tuple], params: GenParams) -> Generation:
+    def _output(self, ids: list[int], top: list[tuple], params: GenParams, scores=None) -> Generation:
         cut, finish = finish_step(ids, self.decode, params, self.eos_ids)
         lps = [top[j][1] for j in range(len(cut))] if (params.logprobs or params.top_logprobs) else None
         tl = [top[j][2] for j in range(len(cut))] if params.top_logprobs else None
-        return Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl)
+        return Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl,
+                          prompt_scores=scores)
 
     def start(self, num_speculative_tokens: int = 0) -> None:
         """Nothing to start: the model is loaded in ``__init__`` and SD needs no other engine."""
@@ -170,13 +174,20 @@ class HFBackend(TokenizerMixin):
         self._store.clear()
 
     # ---- rows and the prefix store ---------------------------------------------------
-    def _rows(self, prefixes: Sequence[Sequence[int]]) -> _Rows:
-        """Left-padded batch state whose caches cover ``prefix[:-1]`` of every row."""
-        caches = [self._row_cache(list(p)) for p in prefixes]
-        return _Rows.stack(caches, [list(p) for p in prefixes], self.device)
+    def _rows(self, prefixes: Sequence[Sequence[int]], score_from: Sequence[int | None] | None = None) -> _Rows:
+        """Left-padded batch state whose caches cover ``prefix[:-1]`` of every row;
+        ``score_from[b]`` (not None): row b's prefix tokens from there on are scored from
+        the prefill (``_Rows.scores``, see :attr:`Generation.prompt_scores`)."""
+        froms = list(score_from) if score_from is not None else [None] * len(prefixes)
+        built = [self._row_cache(list(p), f) for p, f in zip(prefixes, froms)]
+        state = _Rows.stack([c for c, _ in built], [list(p) for p in prefixes], self.device)
+        state.scores = [sc for _, sc in built]
+        return state
 
-    def _row_cache(self, prefix: list[int]) -> list[tuple]:
-        """Per-layer (k, v) of shape [1, H, len(prefix) - 1, D], from the store + prefill."""
+    def _row_cache(self, prefix: list[int], score_from: int | None = None) -> tuple[list[tuple], list | None]:
+        """Per-layer (k, v) of shape [1, H, len(prefix) - 1, D], from the store + prefill, and
+        the scores of ``prefix[score_from:]`` (the store is reused only up to the token
+        before the first scored one, so the prefill's logits cover every scored token)."""
         torch = _torch()
         want = prefix[:-1]
         best, best_n = None, 0
@@ -184,6 +195,9 @@ class HFBackend(TokenizerMixin):
             n = _common_prefix(key, want)
             if n > best_n:
                 best, best_n = (key, kv), n
+        if score_from is not None:
+            best_n = min(best_n, max(0, score_from - 1))
+            best = best if best_n else None
         if best is not None:
             self._store.move_to_end(best[0])
             kv = [(k[:, :, :best_n], v[:, :, :best_n]) for k, v in best[1]]
@@ -192,13 +206,16 @@ class HFBackend(TokenizerMixin):
         rest = want[best_n:]
         self.reused_tokens += best_n
         self.prefill_tokens += len(rest)
+        scores = None if score_from is None else [None] * (len(prefix) - score_from) if score_from < len(prefix) else []
         if not rest:
-            return kv if kv is not None else []
+            return (kv if kv is not None else []), scores
         cache = _to_cache(kv)
         ids = torch.tensor([rest], device=self.device)
         pos = torch.arange(best_n, best_n + len(rest), device=self.device)[None]
         out = self.lm(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
-        return _from_cache(out.past_key_values)
+        if scores:
+            scores = prompt_scores(out.logits[0].float(), prefix, best_n, score_from)
+        return _from_cache(out.past_key_values), scores
 
     def _remember(self, rows: _Rows) -> None:
         """Store every row's cache without holes (LRU, ``cache_entries`` rows)."""
@@ -240,9 +257,8 @@ class HFBackend(TokenizerMixin):
                 done[j] = True
                 cut.add(j)
 
-    def _generate_plain(self, prefixes, params: GenParams, limits: list[int], gens, ended=None):
+    def _generate_plain(self, prefixes, rows: _Rows, params: GenParams, limits: list[int], gens, ended=None):
         torch = _torch()
-        rows = self._rows(prefixes)
         B = rows.batch
         gen: list[list[int]] = [[] for _ in range(B)]
         tops: list[list[tuple]] = [[] for _ in range(B)]
@@ -290,11 +306,10 @@ class HFBackend(TokenizerMixin):
         return piece
 
     # ---- batched token-level speculative decoding ------------------------------------
-    def _generate_sd(self, prefixes, params: GenParams, limits: list[int], gens, ended=None):
+    def _generate_sd(self, prefixes, rows: _Rows, params: GenParams, limits: list[int], gens, ended=None):
         torch = _torch()
         k = params.num_speculative_tokens
         draft = self.spec
-        rows = self._rows(prefixes)
         drows = draft._rows(prefixes)
         B = rows.batch
         gen: list[list[int]] = [[] for _ in range(B)]
@@ -365,6 +380,7 @@ class _Rows:
 
     def __init__(self, kv, mask, pos, ids) -> None:
         self.kv, self.mask, self.pos, self.ids = kv, mask, pos, ids
+        self.scores: list[list | None] = [None] * len(ids)  # see HFBackend._rows
 
     @property
     def batch(self) -> int:
@@ -419,6 +435,22 @@ def _to_cache(kv):
 
 def _from_cache(cache) -> list[tuple]:
     return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def prompt_scores(logits, prefix: Sequence[int], start: int, score_from: int) -> list[tuple[float, bool] | None]:
+    """(log p(x_t | x_<t) in nats, x_t is the argmax) for t = ``score_from`` .. len(prefix) - 1,
+    from ``logits`` [T, V] of a prefill of ``prefix[start:-1]`` (row r predicts token
+    ``start + r + 1``); token 0, which nothing predicts, scores None."""
+    torch = _torch()
+    first = max(score_from, 1)
+    out: list[tuple[float, bool] | None] = [None] * (first - score_from)
+    if first >= len(prefix):
+        return out
+    rows = logits[first - 1 - start:len(prefix) - 1 - start]
+    toks = torch.tensor(prefix[first:], device=logits.device)
+    lps = torch.log_softmax(rows, dim=-1).gather(-1, toks[:, None]).squeeze(-1)
+    top = rows.argmax(-1) == toks
+    return out + [(float(lp), bool(t)) for lp, t in zip(lps.tolist(), top.tolist())]
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

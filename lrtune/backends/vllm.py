@@ -223,6 +223,10 @@ class VLLMBackend(TokenizerMixin):
                 # stop could match across a skipped special token).
                 skip_special_tokens=False,
                 extra_args={NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(k)} if capped else None,
+                # scored rows keep reading the prefix cache: their scores come from the prefill
+                # the row runs anyway (reused positions score None; vllm_patches zero-fills them)
+                prompt_logprobs=None if r.score_from is None else 0,
+                skip_reading_prefix_cache=None if r.score_from is None else False,
             ))
             # Drafter-off requests leave the drafter's KV cache unfilled: keep their
             # prefix-cache blocks apart from speculative requests' blocks.
@@ -235,7 +239,7 @@ class VLLMBackend(TokenizerMixin):
         finished = None
         if on_done is not None:
             def finished(i: int, res) -> list[int]:
-                made[i] = self._generation(res.outputs[0], rows[i])
+                made[i] = self._generation(res, rows[i])
                 return on_done(i, made[i])
         if finished is None and (max_concurrent is None or max_concurrent >= len(prompts)):
             results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
@@ -243,7 +247,7 @@ class VLLMBackend(TokenizerMixin):
             results, row_seconds = _run_continuous(llm, prompts, sps, max_concurrent or len(prompts), finished)
             row_seconds = row_seconds if max_concurrent is not None else None
         seconds = time.perf_counter() - t0
-        outputs = [made.get(i) or (self._generation(res.outputs[0], r) if res is not None else aborted())
+        outputs = [made.get(i) or (self._generation(res, r) if res is not None else aborted())
                    for i, (res, r) in enumerate(zip(results, rows))]
         # Drafter-off rows draft nothing by construction (the counter may still show a draft
         # of the previous call's last step, which the engine reports one step late).
@@ -256,8 +260,10 @@ class VLLMBackend(TokenizerMixin):
             row_sd = [part if spec else None for part, spec in zip(split_counters(sd, weights), spec_rows)]
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd, row_seconds=row_seconds)
 
-    def _generation(self, comp, r: GenParams) -> Generation:
-        """One request's completion as a step (cut by ``finish_step``), with logprobs."""
+    def _generation(self, res, r: GenParams) -> Generation:
+        """One request's completion as a step (cut by ``finish_step``), with logprobs and
+        the scores of its prompt from ``r.score_from`` (:func:`prompt_scores`)."""
+        comp = res.outputs[0]
         ids, finish = finish_step(comp.token_ids, self.decode, r, self.eos_ids)
         lps = None
         if (r.logprobs or r.top_logprobs) and comp.logprobs is not None:
@@ -266,7 +272,11 @@ class VLLMBackend(TokenizerMixin):
         if r.top_logprobs and comp.logprobs is not None:
             tops = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
                     for entry, _ in zip(comp.logprobs, ids)]
-        return Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps, top_logprobs=tops)
+        scores = None
+        if r.score_from is not None:
+            scores = prompt_scores(res.prompt_logprobs, res.prompt_token_ids, res.num_cached_tokens or 0, r.score_from)
+        return Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps, top_logprobs=tops,
+                          prompt_scores=scores)
 
     def close(self) -> None:
         """Forget this backend's engines.
@@ -356,6 +366,19 @@ def _on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
+
+
+def prompt_scores(prompt_logprobs, prompt_ids: Sequence[int], cached: int,
+                  score_from: int) -> list[tuple[float, bool] | None]:
+    """(logprob in nats, is the argmax) of ``prompt_ids[t]`` for t >= ``score_from`` from vLLM's
+    ``prompt_logprobs`` (position t: {token: Logprob with its rank}); None for token 0 and for
+    tokens whose predicting position t - 1 sat in the ``cached`` reused prefix (never computed)."""
+    out: list[tuple[float, bool] | None] = []
+    for t in range(score_from, len(prompt_ids)):
+        entry = prompt_logprobs[t] if prompt_logprobs is not None and t < len(prompt_logprobs) else None
+        lp = entry.get(prompt_ids[t]) if (entry and t - 1 >= cached) else None
+        out.append(None if lp is None else (float(lp.logprob), getattr(lp, "rank", None) == 1))
+    return out
 
 
 def _sampled_logprob(entry, token_id: int) -> float:

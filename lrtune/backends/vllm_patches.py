@@ -1,6 +1,6 @@
 """Every change lrtune makes to vLLM, in one place, for one vLLM version.
 
-lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs four
+lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs five
 things that version does not offer; each is a small patch here, applied once per process:
 
 * **Per-request speculation** (:func:`patch_runner_no_spec`): a speculative engine serves
@@ -11,6 +11,9 @@ things that version does not offer; each is a small patch here, applied once per
 * **numba beside the kernel scan** (:func:`guard_llvmlite_dunder_lookup`): llvmlite's
   ``ffi.lib`` wrapper answers any dunder lookup, which crashes every engine created after
   the ngram drafter imported numba.
+* **Prompt logprobs beside the prefix cache** (:func:`patch_prompt_logprobs_fill`): rows
+  that score their prefix read the prefix cache too, so the reused positions' buffers must
+  not hold uninitialised token ids (the output processor detokenizes them).
 * **Per-engine SD counters** (:func:`sd_stat_logger`): a subclass of vLLM's
   ``StatLoggerBase`` added to one engine's ``logger_manager`` (``LLM`` takes no
   ``stat_loggers`` argument; ``get_metrics()`` cannot tell engines of one process apart).
@@ -78,6 +81,7 @@ def prepare_engine(*, on_cpu: bool, speculative: bool) -> None:
     guard_llvmlite_dunder_lookup()
     if on_cpu:
         patch_cpu_expand_batch_to_tokens()
+    patch_prompt_logprobs_fill()
     if speculative:
         patch_runner_no_spec()
 
@@ -156,6 +160,33 @@ def patch_cpu_expand_batch_to_tokens() -> None:
     rs.expand_batch_to_tokens = expand_batch_to_tokens
 
 
+# ---- prompt logprobs beside the prefix cache ------------------------------------------
+def patch_prompt_logprobs_fill() -> None:
+    """Zero-fill the CPU buffers of prompt logprobs (``LogprobsTensors.empty_cpu``, used for
+    nothing else in this version).
+
+    lrtune asks for prompt logprobs while still reading the prefix cache
+    (``skip_reading_prefix_cache=False``, so scoring a draft step costs no recomputation):
+    the runner then fills only the positions it computes and leaves the rows of reused
+    positions uninitialised, which the output processor detokenizes all the same (a
+    garbage token id can fail there). Zeroed rows detokenize; lrtune ignores every
+    position up to ``RequestOutput.num_cached_tokens``."""
+    from vllm.v1.outputs import LogprobsTensors
+
+    if getattr(LogprobsTensors.empty_cpu, "_lrtune_fixed", False):
+        return
+    original = LogprobsTensors.empty_cpu
+
+    def empty_cpu(num_positions: int, num_tokens_per_position: int):
+        out = original(num_positions, num_tokens_per_position)
+        for t in (out.logprob_token_ids, out.logprobs, out.selected_token_ranks):
+            t.zero_()
+        return out
+
+    empty_cpu._lrtune_fixed = True
+    LogprobsTensors.empty_cpu = staticmethod(empty_cpu)
+
+
 # ---- numba beside vLLM's kernel scan ---------------------------------------------------
 def guard_llvmlite_dunder_lookup() -> None:
     """Make llvmlite's ``ffi.lib`` wrapper raise AttributeError for dunder names.
@@ -229,7 +260,7 @@ def internals_problems() -> list[str]:
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import StatLoggerBase, StatLoggerManager
     from vllm.v1.metrics.stats import SchedulerStats
-    from vllm.v1.outputs import DraftTokenIds
+    from vllm.v1.outputs import DraftTokenIds, LogprobsTensors
     from vllm.v1.spec_decode.metrics import SpecDecodingStats
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     import vllm.v1.sample.rejection_sampler as rs
@@ -254,6 +285,12 @@ def internals_problems() -> list[str]:
     if not getattr(fn, "_lrtune_fixed", False):
         need(params(fn) == ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"],
              "rejection_sampler.expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from, replace_to)")
+    empty = getattr(LogprobsTensors.empty_cpu, "__wrapped__", LogprobsTensors.empty_cpu)
+    if not getattr(empty, "_lrtune_fixed", False):
+        need(params(empty) == ["num_positions", "num_tokens_per_position"],
+             "LogprobsTensors.empty_cpu(num_positions, num_tokens_per_position)")
+    need("request.num_computed_tokens" in inspect.getsource(GPUModelRunner._get_prompt_logprobs_dict),
+         "GPUModelRunner._get_prompt_logprobs_dict fills from num_computed_tokens")
     need(getattr(StatLoggerBase, "__abstractmethods__", set()) <= {"__init__", "record", "log_engine_initialized"},
          "StatLoggerBase abstract methods")
     need(callable(getattr(StatLoggerManager, "record_admission_rejection", None)),

@@ -10,6 +10,8 @@
 ``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.5);
                        ``llm_judge(context)`` (default form) or ``llm_judge(paper)``
 ``target_score``       the target rates the draft step 0-9; score/9 (default 7/9)
+``target_logprob``     exp(mean log p_target) of the draft step's tokens, from the target
+                       rows LR runs anyway (no model call; default 0.5)
 a directory            a distilled checkpoint from ``lrtune train verifier`` (``load``)
 =====================  ===============================================================
 
@@ -25,11 +27,11 @@ import re
 
 from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, Verifier, accept
-from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier
+from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier, TargetLogprobVerifier
 
 __all__ = ["StepPair", "Verifier", "accept", "load", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
 
-VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score")
+VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score", "target_logprob")
 MODEL_VERIFIERS = ("llm_judge", "target_score")
 _SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?:[(:](?P<arg>[^)]*)\)?)?$")
 
@@ -115,6 +117,8 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
         return RandomVerifier(arg, seed=seed)
     if kind == "exact":
         return ExactVerifier()
+    if kind == "target_logprob":
+        return TargetLogprobVerifier(0.5 if threshold is None else threshold)
     if kind in ("never", "always"):
         return ConstantVerifier(kind == "always")
     if kind in MODEL_VERIFIERS:

@@ -43,12 +43,44 @@ def verifier_context(problem: str, solution_tail: str) -> str:
 
 
 @dataclass(frozen=True)
+class DraftScores:
+    """How likely the target finds the draft step, read off the prefill of the target row
+    that follows it (no extra model call): over the draft step's scored tokens x_t, the mean
+    and the min of log p_target(x_t | x_<t) in nats, and the share of tokens that are the
+    target's argmax. ``tokens``: how many were scored (vLLM cannot score a token whose
+    predicting position sat in a reused prefix-cache block)."""
+
+    mean_logprob: float
+    min_logprob: float
+    argmax_share: float
+    tokens: int
+
+    @classmethod
+    def of(cls, scores) -> DraftScores | None:
+        """From a backend's ``Generation.prompt_scores`` ((logprob, is_argmax) or None per
+        token); None when no token was scored."""
+        real = [s for s in scores or () if s is not None]
+        if not real:
+            return None
+        lps = [float(lp) for lp, _ in real]
+        return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real))
+
+
+@dataclass(frozen=True)
 class StepPair:
-    """One comparison: the draft's step and the target's step after the same prefix."""
+    """One comparison: the draft's step and the target's step after the same prefix, and
+    (when the decoder scored it) the target's likelihood of the draft step."""
 
     context: str
     draft: str
     target: str
+    draft_scores: DraftScores | None = None
+
+
+def wants_draft_scores(verifier) -> bool:
+    """True when ``verifier`` reads :attr:`StepPair.draft_scores` (the decoder then scores
+    every draft step on the target rows that prefill it)."""
+    return bool(getattr(verifier, "uses_draft_scores", False))
 
 
 @runtime_checkable

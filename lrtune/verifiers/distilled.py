@@ -199,18 +199,19 @@ def one_by_one(model_score):
 
 # ---- students ----------------------------------------------------------------------------
 class FeatureVerifier:
-    """Logistic regression on :data:`~lrtune.verifiers.features.FEATURE_NAMES`:
-    score = σ(w·(x − μ)/s + b), x the pair's cheap features (embedding cosine included)."""
+    """Logistic regression on :data:`~lrtune.verifiers.features.FEATURE_NAMES` (the subset its
+    checkpoint lists): score = σ(w·(x − μ)/s + b), x the pair's cheap features (embedding
+    cosine, and the target's likelihood of the draft step when trained with it)."""
 
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         from safetensors.numpy import load_file
 
-        from lrtune.verifiers.features import FEATURE_NAMES
+        from lrtune.verifiers.features import FEATURE_NAMES, TEXT_FEATURES
 
         self.name = "distilled:features"
         self.meta = meta
         self.threshold = float(meta["threshold"])
-        names = meta.get("features", FEATURE_NAMES)
+        names = meta.get("features", (*TEXT_FEATURES, "embedding_cosine"))  # checkpoints before likelihood features
         if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"{root}: 'features' in {META} must be a list of feature names")
         self.feature_names = tuple(names)
@@ -228,6 +229,10 @@ class FeatureVerifier:
                               f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         if not (len(self.mean) == len(self.scale) == len(self.coef) == len(self.feature_names)):
             raise ConfigError(f"{root}: features.safetensors does not match its {len(self.feature_names)} features")
+        from lrtune.verifiers.features import LIKELIHOOD_FEATURES
+
+        # a checkpoint trained with the target's likelihood features needs the decoder to score drafts
+        self.uses_draft_scores = any(n in LIKELIHOOD_FEATURES for n in self.feature_names)
         self._encoder = None
         if "embedding_cosine" in self.feature_names:
             from lrtune.verifiers.embedding import EmbeddingVerifier
@@ -237,14 +242,16 @@ class FeatureVerifier:
     def features(self, pairs: Sequence[StepPair]):
         import numpy as np
 
-        from lrtune.verifiers.features import TEXT_FEATURES, text_features
+        from lrtune.verifiers.features import LIKELIHOOD_FEATURES, TEXT_FEATURES, likelihood_features, text_features
 
         cos = self._encoder.score(pairs) if self._encoder is not None else [0.0] * len(pairs)
         rows = []
         for p, c in zip(pairs, cos):
             f = dict(zip(TEXT_FEATURES, text_features(p.draft, p.target)))
             f["embedding_cosine"] = float(c)
-            rows.append([f[n] for n in self.feature_names])
+            f.update(zip(LIKELIHOOD_FEATURES, likelihood_features(p.draft_scores)))
+            # an unscored pair gets the training mean (standardised: 0), as in training
+            rows.append([m if f[n] is None else f[n] for n, m in zip(self.feature_names, self.mean)])
         return np.asarray(rows, dtype=np.float64)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:

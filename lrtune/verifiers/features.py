@@ -27,7 +27,14 @@ TEXT_FEATURES = (
     "last_num_equal",      # 1 when both end on the same number (their running result)
     "both_boxed",          # 1 when both or neither write \\boxed (final answer reached)
 )
-FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine")
+# the target's likelihood of the draft step (StepPair.draft_scores; free in sync LR, see
+# lrtune.verifiers.base.DraftScores); None when the decoder did not score the step
+LIKELIHOOD_FEATURES = (
+    "draft_target_mean_logprob",   # mean log p_target(x_t | x_<t) over the draft step's tokens (nats)
+    "draft_target_min_logprob",    # their minimum (nats)
+    "draft_target_argmax_share",   # share of the draft's tokens that are the target's argmax
+)
+FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES)
 
 
 def numbers(text: str) -> list[float]:
@@ -64,3 +71,10 @@ def text_features(draft: str, target: str) -> list[float]:
         float(bool(nd) and bool(nt) and nd[-1] == nt[-1]),
         float(("\\boxed" in draft) == ("\\boxed" in target)),
     ]
+
+
+def likelihood_features(scores) -> list[float | None]:
+    """The :data:`LIKELIHOOD_FEATURES` of a pair's ``draft_scores`` (all None when unscored)."""
+    if scores is None:
+        return [None] * len(LIKELIHOOD_FEATURES)
+    return [float(scores.mean_logprob), float(scores.min_logprob), float(scores.argmax_share)]

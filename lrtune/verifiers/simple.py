@@ -1,13 +1,16 @@
-"""Verifiers that need no model: exact (normalised text match), never, always, random(p)."""
+"""Verifiers that need no model: exact (normalised text match), never, always, random(p),
+target_logprob (the target's own likelihood of the draft step, which the decoder reads off
+rows it runs anyway)."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
-from lrtune.verifiers.base import StepPair, normalize_step
+from lrtune.verifiers.base import StepPair, normalize_step, same_step
 
-__all__ = ["ConstantVerifier", "ExactVerifier", "RandomVerifier", "normalize_step"]
+__all__ = ["ConstantVerifier", "ExactVerifier", "RandomVerifier", "TargetLogprobVerifier", "normalize_step"]
 
 
 class ExactVerifier:
@@ -53,3 +56,31 @@ class RandomVerifier:
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         return [self._rng.random() for _ in pairs]
+
+
+class TargetLogprobVerifier:
+    """Accept a draft step that the target itself finds likely (lossy acceptance by likelihood).
+
+    score = exp(mean_t log p_target(x_t | x_<t)) over the draft step's tokens x_t: the
+    geometric-mean token probability, in (0, 1]. The decoder reads it off the prefill of the
+    target row that follows the draft step (:class:`~lrtune.verifiers.base.DraftScores`), so
+    it costs no model call. Steps that are the same up to whitespace and case score 1; a
+    pair the decoder could not score (a chain's last step when it ended the answer) scores 0.
+    """
+
+    name = "target_logprob"
+    uses_draft_scores = True
+
+    def __init__(self, threshold: float = 0.5) -> None:
+        self.threshold = threshold
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        out = []
+        for p in pairs:
+            if same_step(p.draft, p.target):
+                out.append(1.0)
+            elif p.draft_scores is None:
+                out.append(0.0)
+            else:
+                out.append(math.exp(p.draft_scores.mean_logprob))
+        return out
