@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Outcome labels on the default pair (issue 17): collect gsm_symbolic + humaneval with the
 # rollout teacher, merge, print the agreement statistics and probe both llm_judge forms (and
-# target_score) against the rollout labels on the production path. Resumable: rerun it.
+# target_score) against the rollout labels on the production path; the collect also records the
+# target's scores of every draft step, so the summary rates target_logprob too. Resumable: rerun it.
 #   bash benchmarks/rollout_labels.sh [GSM_PROBLEMS] [HUMANEVAL_PROBLEMS]
 set -euo pipefail
 export HF_HUB_OFFLINE=1

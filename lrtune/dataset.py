@@ -197,13 +197,13 @@ def summarize_pairs(src: Path) -> dict:
 
 
 def target_logprob_scores(mean_logprobs, same: list[bool]) -> list[float] | None:
-    """The ``target_logprob`` verifier's scores from recorded columns (exp of the mean
-    logprob; 1 for identical steps, 0 where unscored); None when no row was scored."""
-    import math
+    """The ``target_logprob`` verifier's scores from recorded columns
+    (:func:`~lrtune.verifiers.simple.target_logprob_score`); None when no row was scored."""
+    from lrtune.verifiers.simple import target_logprob_score
 
     if not mean_logprobs or all(x is None for x in mean_logprobs):
         return None
-    return [1.0 if s else 0.0 if x is None else math.exp(x) for x, s in zip(mean_logprobs, same)]
+    return [target_logprob_score(s, x) for x, s in zip(mean_logprobs, same)]
 
 
 def teacher_spec(options: dict) -> str:

@@ -75,12 +75,11 @@ class TargetLogprobVerifier:
         self.threshold = threshold
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        out = []
-        for p in pairs:
-            if same_step(p.draft, p.target):
-                out.append(1.0)
-            elif p.draft_scores is None:
-                out.append(0.0)
-            else:
-                out.append(math.exp(p.draft_scores.mean_logprob))
-        return out
+        return [target_logprob_score(same_step(p.draft, p.target),
+                                     None if p.draft_scores is None else p.draft_scores.mean_logprob) for p in pairs]
+
+
+def target_logprob_score(same: bool, mean_logprob: float | None) -> float:
+    """:class:`TargetLogprobVerifier`'s score: 1 for steps the same up to whitespace and case,
+    0 when unscored, else exp(mean_logprob)."""
+    return 1.0 if same else 0.0 if mean_logprob is None else math.exp(mean_logprob)
