@@ -25,6 +25,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a collect output directory")
     p.add_argument("--specs", default="llm_judge(context),llm_judge(paper)", help="comma list of judge specs")
     p.add_argument("--limit", type=int, default=0, help="score at most this many pairs (0 = all)")
+    p.add_argument("--sample", type=int, default=0,
+                   help="score a seeded uniform sample of this many pairs (across problems and positions; 0 = all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of --sample")
     p.add_argument("--target", default="default", help="the judge model (default: the default target)")
     p.add_argument("--backend", default="vllm", choices=("vllm", "transformers"))
     p.add_argument("--max-model-len", type=int, default=4096)
@@ -54,13 +57,20 @@ def main(args: argparse.Namespace) -> dict:
 
     pairs_t, _ = load_tables(Path(args.data))
     rows = pairs_t.to_pylist()
+    n_all = len(rows)
+    index = list(range(n_all))
+    if getattr(args, "sample", 0) and args.sample < n_all:
+        import random
+
+        index = sorted(random.Random(getattr(args, "seed", 0)).sample(index, args.sample))
     if args.limit:
-        rows = rows[:args.limit]
+        index = index[:args.limit]
+    rows = [rows[i] for i in index]
     pairs = [StepPair(r["context"] or "", r["draft_step"], r["target_step"]) for r in rows]
     labels = [bool(r["label"]) for r in rows]
     same = [same_step(p.draft, p.target) for p in pairs]
     backend = _backend(args)
-    res: dict = {"data": args.data, "pairs": len(pairs), "positives": sum(labels), "identical_pairs": sum(same),
+    res: dict = {"data": args.data, "pairs": len(pairs), "dataset_pairs": n_all, "row_index": index, "positives": sum(labels), "identical_pairs": sum(same),
                  "teacher": rows[0]["teacher"] if rows else None, "judge": args.target, "specs": {}}
     for spec in args.specs.split(","):
         ver = make_verifier(spec.strip(), backend=backend)

@@ -2,11 +2,13 @@
 # Outcome labels on the default pair (issue 17): collect gsm_symbolic + humaneval with the
 # rollout teacher, merge, print the agreement statistics and probe both llm_judge forms (and
 # target_score) against the rollout labels on the production path; the collect also records the
-# target's scores of every draft step, so the summary rates target_logprob too. Resumable: rerun it.
+# target's scores of every draft step, so the summary rates target_logprob too. The model judges
+# score a seeded sample of PROBE_SAMPLE pairs (default 400; 0 = all: about 4 s per pair for the
+# three specs on 2 CPU cores). Resumable: rerun it.
 #   bash benchmarks/rollout_labels.sh [GSM_PROBLEMS] [HUMANEVAL_PROBLEMS]
 set -euo pipefail
 export HF_HUB_OFFLINE=1
-GSM=${1:-32}; HE=${2:-18}
+GSM=${1:-32}; HE=${2:-18}; SAMPLE=${PROBE_SAMPLE:-400}
 LR=${LRTUNE:-.venv/bin/lrtune}; PY=${PYTHON:-.venv/bin/python}
 OUT=benchmarks/results/rollout_labels; mkdir -p "$OUT" results
 common=(--teacher rollout --verifier exact --rollout-pairs committed --rollout-tokens 512
@@ -18,6 +20,6 @@ common=(--teacher rollout --verifier exact --rollout-pairs committed --rollout-t
 "$LR" collect --stats results/rollout_labels | tee "$OUT/stats.txt"
 cp results/rollout_labels/README.md "$OUT/card.md"
 cp results/rollout_labels/collect_config.json "$OUT/collect_config.json"
-"$PY" -m benchmarks.judge_probe --data results/rollout_labels --kv-cache-gib 2 --max-model-len 4096 \
+"$PY" -m benchmarks.judge_probe --data results/rollout_labels --kv-cache-gib 2 --max-model-len 4096 --sample "$SAMPLE" \
     --specs "llm_judge(context),llm_judge(paper),target_score" --out "$OUT/judge_probe.json"
 "$PY" -m benchmarks.summarize_labels --data results/rollout_labels --probe "$OUT/judge_probe.json" --out "$OUT"

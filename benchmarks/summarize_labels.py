@@ -5,8 +5,11 @@ Reads a collect directory (``--teacher rollout``; merged or not) and, when given
 finish rate and accuracy per task, pairs and label balance (overall, per task, per position),
 the agreement matrix of every decider (rollout teacher, exact, embedding@0.95, each probed
 judge at its threshold), each decider's acceptance of identical pairs, AUROC of every scored
-decider against the rollout labels with a 95% bootstrap interval over problems, and teacher
-seconds per pair.
+decider against the rollout labels with a 95% bootstrap interval over problems, teacher
+seconds per pair, and each scored decider's threshold calibrated on the rollout labels by the
+students' rule (highest acceptance with false-accept rate <= ``--max-false-accept``), fitted on
+all pairs and judged cross-fitted (2 folds by template: each fold decided at the threshold fitted
+on the other).
 
     python -m benchmarks.summarize_labels --data results/rollout_labels \\
         --probe benchmarks/results/rollout_labels/judge_probe.json --out benchmarks/results/rollout_labels
@@ -27,6 +30,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks/results/rollout_labels", help="folder for summary.json / summary.md")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over problems) for intervals")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-false-accept", type=float, default=0.05,
+                   help="calibration: highest false-accept rate vs the rollout labels (the students' default)")
     return p
 
 
@@ -43,8 +48,10 @@ def bootstrap_auroc(scores: list[float], labels: list[bool], groups: list[str], 
     return point, lo, hi
 
 
-def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> dict:
+def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0, max_false_accept: float = 0.05) -> dict:
     from lrtune import pairstats
+    from lrtune.tasks import template_of
+    from train.calibrate import cross_fitted
     from lrtune.dataset import load_tables
     from lrtune.verifiers.base import same_step
 
@@ -87,12 +94,17 @@ def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> 
         scored["target_logprob"] = likely
     if probe:
         res = json.loads(Path(probe).read_text())
-        if res.get("pairs") != len(rows):
-            raise SystemExit(f"{probe} scored {res.get('pairs')} pairs, the dataset has {len(rows)}")
-        out["probe"] = {"judge": res.get("judge")}
+        index = res.get("row_index") or list(range(res.get("pairs") or 0))
+        if res.get("dataset_pairs", res.get("pairs")) != len(rows) or len(index) != res.get("pairs"):
+            raise SystemExit(f"{probe} was scored on a dataset of {res.get('dataset_pairs', res.get('pairs'))} pairs, "
+                             f"this one has {len(rows)}")
+        out["probe"] = {"judge": res.get("judge"), "pairs": len(index)}
         for spec, r in res["specs"].items():
-            decide[f"{spec}@{r['threshold']:g}"] = [s >= r["threshold"] for s in r["scores"]]
-            scored[spec] = r["scores"]
+            full: list[float] = [float("nan")] * len(rows)  # pairs the probe did not score: NaN / undecided
+            for i, x in zip(index, r["scores"]):
+                full[i] = x
+            decide[f"{spec}@{r['threshold']:g}"] = [None if x != x else x >= r["threshold"] for x in full]
+            scored[spec] = full
             out["probe"][spec] = {"seconds_per_pair": r["seconds_per_pair"], "threshold": r["threshold"]}
     out["agreement_matrix"] = pairstats.agreement_matrix(decide)
     out["identical_acceptance"] = pairstats.acceptance_on(same, decide)
@@ -108,10 +120,36 @@ def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0) -> 
                                            reps, seed)
         out["auroc_vs_rollout"][name] = {"auroc": point, "ci95": [lo, hi],
                                          "auroc_non_identical": npoint, "ci95_non_identical": [nlo, nhi]}
-    out["threshold_sweep"] = {name: {f"{t:g}": {"accept_rate": sum(x >= t for x in sc) / len(sc),
-                                               "agreement": sum((x >= t) == y for x, y in zip(sc, labels)) / len(sc)}
+
+    def kept(sc):  # the (score, label) pairs a decider scored (the probe may score a sample)
+        return [(x, y) for x, y in zip(sc, labels) if x == x]
+
+    out["threshold_sweep"] = {name: {f"{t:g}": {"accept_rate": sum(x >= t for x, _ in kept(sc)) / len(kept(sc)),
+                                               "agreement": sum((x >= t) == y for x, y in kept(sc)) / len(kept(sc))}
                                      for t in (0.5, 0.7, 0.85, 0.9, 0.95)}
-                              for name, sc in scored.items() if name.startswith(("llm_judge", "target_")) and sc}
+                              for name, sc in scored.items() if name.startswith(("llm_judge", "target_")) and kept(sc)}
+    templates = [template_of(r["task"], r["problem_id"]) for r in rows]
+    out["calibrated"] = {}
+    for name, sc in scored.items():
+        idx = [i for i, x in enumerate(sc) if x is not None and x == x]
+        if name != "exact" and len({templates[i] for i in idx}) >= 2:
+            out["calibrated"][name] = cross_fitted([float(sc[i]) for i in idx], [labels[i] for i in idx],
+                                                   [templates[i] for i in idx], max_false_accept, folds=2, seed=seed)
+            out["calibrated"][name]["pairs"] = len(idx)
+    # consensus(rollout, judge): the pairs both teachers agree on, at the judge's probed and calibrated thresholds
+    out["consensus"] = {}
+    for name, sc in scored.items():
+        if not name.startswith("llm_judge"):
+            continue
+        cuts = [("probed", out["probe"][name]["threshold"])]
+        if name in out["calibrated"]:
+            cuts.append(("calibrated", out["calibrated"][name]["threshold"]))
+        for how, t in cuts:
+            both = kept(sc)
+            agree = [y for x, y in both if (x >= t) == y]
+            out["consensus"][f"{name}@{t:.4g}"] = {"threshold": how, "pairs": len(both), "kept": len(agree),
+                                                   "disagreement_rate": 1 - len(agree) / len(both) if both else None,
+                                                   "kept_accept_rate": sum(agree) / len(agree) if agree else None}
     out["agreement_non_identical"] = {k: (sum(bool(v[i]) == labels[i] for i in keep if v[i] is not None)
                                           / max(1, sum(v[i] is not None for i in keep))) for k, v in decide.items()}
     return out
@@ -129,6 +167,9 @@ def markdown(s: dict) -> str:
                f"{v['pairs']} | {f(v['label_balance'], 2)} |" for t, v in s["per_task"].items()), "",
              "Accept rate by position: " + ", ".join(f"{k}: {f(a, 2)} (n={n})" for k, (a, n) in
                                                      enumerate(zip(s["label_balance_by_position"], s["pairs_by_position"]))),
+             *(["", f"The probed judges scored a seeded uniform sample of {s['probe']['pairs']} of the {s['pairs']} "
+                "pairs; their rows below are on that sample."]
+               if s.get("probe") and s["probe"].get("pairs", s["pairs"]) < s["pairs"] else []),
              "", f"AUROC and agreement on all pairs, and on the {s['non_identical_pairs']} pairs whose steps differ "
                  f"(accept rate there {f(s['non_identical_label_balance'], 2)}); 95% intervals by bootstrap over problems.",
              "", "| decider | AUROC, all pairs | AUROC, steps differ | accept rate | agrees with rollout | agrees, steps "
@@ -144,6 +185,20 @@ def markdown(s: dict) -> str:
     for name, sweep in s.get("threshold_sweep", {}).items():
         lines += ["", f"{name} by threshold (all pairs): " + "; ".join(
             f"{t}: accepts {f(v['accept_rate'], 2)}, agrees {f(v['agreement'], 2)}" for t, v in sweep.items())]
+    if s.get("calibrated"):
+        c0 = next(iter(s["calibrated"].values()))
+        lines += ["", f"Thresholds calibrated on the rollout labels (highest acceptance with false-accept rate <= "
+                      f"{c0['max_false_accept']:g}; held out: {c0['folds']} folds by template, each decided at the "
+                      "threshold fitted on the other):", "",
+                  "| decider | threshold (all pairs) | fold thresholds | held-out FAR | held-out accept rate | "
+                  "held-out agreement |", "|---|---|---|---|---|---|",
+                  *(f"| {k} | {c['threshold']:.4g} | {', '.join(f'{t:.4g}' for t in c['fold_thresholds'])} | "
+                    f"{f(c['heldout_false_accept_rate'], 2)} | {f(c['heldout_acceptance'], 2)} | "
+                    f"{f(c['heldout_agreement'], 2)} |" for k, c in s["calibrated"].items())]
+    if s.get("consensus"):
+        lines += ["", "consensus(rollout, judge): " + "; ".join(
+            f"{k} ({c['threshold']}): keeps {c['kept']} pairs, disagreement {f(c['disagreement_rate'], 2)}, "
+            f"accept rate of the kept {f(c['kept_accept_rate'], 2)}" for k, c in s["consensus"].items())]
     lines += ["", "Agreement matrix (share of pairs on which two deciders agree):", "",
               "| | " + " | ".join(m) + " |", "|---" * (len(m) + 1) + "|",
               *(f"| {a} | " + " | ".join(f(m[a][b], 2) for b in m) + " |" for a in m)]
@@ -151,7 +206,7 @@ def markdown(s: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> dict:
-    s = summarize(args.data, args.probe, args.bootstrap, args.seed)
+    s = summarize(args.data, args.probe, args.bootstrap, args.seed, args.max_false_accept)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(s, indent=1))

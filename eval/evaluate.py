@@ -2,8 +2,10 @@
 
     lrtune evaluate --task gsm_symbolic --limit 30 --methods target,sd,lr,lr+sd --out results/eval
 
-Methods run interleaved per problem, in a rotating order (A B C, B C A, ...), after a
-short warm-up of every method, so machine drift hits all of them alike. Speedup is
+Methods run interleaved per problem, in a balanced order (a Williams design: over every n
+problems each method runs at each position once and right after every other method once),
+after a short warm-up of every method, so machine drift and what one decode leaves in the
+engine and CPU caches for the next hit all of them alike. Speedup is
 always against target-only on the same problem in the same run. The output directory
 holds ``config.json``, ``records.jsonl`` (one line per problem x method, appended and
 fsynced as each decode ends), ``summary.json``, ``report.md`` and PNG plots. Re-running
@@ -476,8 +478,7 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
             t_warm = time.perf_counter()
             _cache_prompt(dec, ids)
             timing["prompt_cache_s"] += time.perf_counter() - t_warm
-            k = i % len(pending)
-            order = pending[k:] + pending[:k]
+            order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
                 dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id))
@@ -587,7 +588,7 @@ def throughput_rows(path: Path, labels) -> dict[str, dict]:
 def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
     """Prefill the problem's prompt (or every prompt of a list) once on every engine,
     untimed. Engines cache prefixes, so otherwise the first method run on a problem would
-    pay the prompt's prefill for all the others (a bias that the rotating order only cancels
+    pay the prompt's prefill for all the others (a bias that the balanced order only cancels
     over many problems)."""
     from lrtune.backends.base import GenParams
 
@@ -672,6 +673,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "problems": len(problems),
         "decoded_problems": len({r["problem"] for r in recs}),
         "methods": rows,
+        "paired": metrics.paired_comparisons(recs, labels),
         "c_measured": c,
         "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
                                 if steps else None),

@@ -64,6 +64,12 @@ def render_markdown(data: dict) -> str:
             lines.append(f"| {k} | {t['max_concurrent']} | {t['prompts']} | {_f(t['wall_s'], '.1f')} | "
                          f"{_f(t['problems_per_hour'], '.1f')} | {_f(t['tokens_per_s'])} | {_f(rpc.get('target'))} | "
                          f"{_f(rpc.get('draft'))} |")
+    if data.get("paired"):
+        lines += ["", "## Paired comparisons", "",
+                  "Speedup of A over B on the same problems (Σ wall B / Σ wall A), with a 95% bootstrap interval over "
+                  "problems.", "", "| A | B | problems | A over B [95% CI] |", "|---|---|---|---|"]
+        lines += [f"| {p['a']} | {p['b']} | {p['problems']} | {_f(p['ratio'], '.3f')}{_ci(p['ratio_ci95'], '.3f')} |"
+                  for p in data["paired"]]
     lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
     if lr:
         width = max(len(r["alpha1_by_pos"]) for r in lr.values())

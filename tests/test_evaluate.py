@@ -78,10 +78,39 @@ def test_evaluate_writes_records_summary_report_and_plots(first_run):
     assert "priced by its longest step" in report
 
 
-def test_methods_run_interleaved_in_a_rotating_order(first_run):
+def test_methods_run_interleaved_in_a_balanced_order(first_run):
     out, _ = first_run
     order = [r["method"] for r in load_records(out / "records.jsonl")]
     assert order == ["target", "lr", "lr", "target", "target", "lr"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_balanced_order_puts_every_method_at_every_position_and_after_every_other_equally(n):
+    from collections import Counter
+
+    period = n if n % 2 == 0 else 2 * n
+    rows = [metrics.balanced_order(n, i) for i in range(period)]
+    assert all(sorted(r) == list(range(n)) for r in rows)
+    per = period // n  # each method at each position this many times per period
+    assert Counter((pos, m) for r in rows for pos, m in enumerate(r)) == {(p, m): per for p in range(n) for m in range(n)}
+    follows = Counter((a, b) for r in rows for a, b in zip(r, r[1:]))
+    assert follows == {(a, b): per for a in range(n) for b in range(n) if a != b}
+    assert metrics.balanced_order(n, period + 3) == metrics.balanced_order(n, 3)
+
+
+def test_paired_ratio_is_the_ratio_of_total_times_with_an_interval_over_problems():
+    recs = [{"problem": f"p{i}", "method": m, "wall_s": w} for i, (wa, wb) in enumerate([(1.0, 2.0), (2.0, 2.0), (1.0, 1.5)])
+            for m, w in (("a", wa), ("b", wb))] + [{"problem": "p9", "method": "a", "wall_s": 5.0}]
+    r = metrics.paired_ratio(recs, "a", "b")
+    assert r["problems"] == 3 and r["ratio"] == pytest.approx(5.5 / 4.0)  # p9 has no b: left out
+    lo, hi = r["ratio_ci95"]
+    assert 1.0 <= lo <= r["ratio"] <= hi <= 2.0
+    assert metrics.paired_ratio(recs, "a", "c") is None
+    labels = ["target", "sd", "lr+sd", "lr+sd/abort", "adaptive", "best-fixed", "lr"]
+    recs = [{"problem": "p0", "method": m, "wall_s": 1.0 + k} for k, m in enumerate(labels)]
+    got = {(p["a"], p["b"]): p["ratio"] for p in metrics.paired_comparisons(recs, labels)}
+    assert got == pytest.approx({("adaptive", "best-fixed"): 6.0 / 5.0, ("adaptive", "sd"): 2.0 / 5.0,
+                                 ("lr+sd/abort", "lr+sd"): 3.0 / 4.0, ("best-fixed", "sd"): 2.0 / 6.0})
 
 
 def test_summary_numbers_are_recomputable_from_the_records(first_run):

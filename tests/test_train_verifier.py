@@ -11,7 +11,7 @@ import pytest
 from lrtune.errors import ConfigError
 from lrtune.verifiers import StepPair, make_verifier
 from lrtune.verifiers import distilled
-from train.calibrate import agreement, calibrate_threshold
+from train.calibrate import agreement, calibrate_threshold, cross_fitted
 from train.data import PairExample, fingerprint, load_pairs, split_examples, split_groups
 
 ITEMS = ["apples", "pens", "books", "coins", "cards"]
@@ -133,6 +133,28 @@ def test_agreement_counts_match_the_definitions():
     assert a["auroc"] == pytest.approx(0.75)
 
 
+def test_cross_fitted_calibration_decides_each_fold_at_the_threshold_fitted_on_the_others():
+    # two templates; in "a" the positives score 0.9 and the negative 0.75, in "b" 0.7 and 0.4: fitted
+    # on "a" with no false accept the cut is 0.9, which in "b" accepts nothing; fitted on "b" it is
+    # 0.7, which in "a" accepts everything
+    scores = [0.9, 0.9, 0.75, 0.7, 0.7, 0.4]
+    labels = [True, True, False, True, True, False]
+    groups = ["a", "a", "a", "b", "b", "b"]
+    c = cross_fitted(scores, labels, groups, max_false_accept=0.0, folds=2, seed=0)
+    assert sorted(c["fold_thresholds"]) == pytest.approx([0.7, 0.9])
+    assert c["heldout_n"] == 6
+    # held out: "a" at 0.7 accepts all 3 (one false accept of one negative there), "b" at 0.9 none
+    assert c["heldout_acceptance"] == pytest.approx(3 / 6)
+    assert c["heldout_false_accept_rate"] == pytest.approx(1 / 2)
+    assert c["heldout_agreement"] == pytest.approx(3 / 6)
+    assert c["threshold"] == pytest.approx(calibrate_threshold(scores, labels, 0.0)["threshold"])
+
+
+def test_cross_fitted_calibration_needs_a_group_per_fold():
+    with pytest.raises(ValueError, match="at least 2 groups"):
+        cross_fitted([0.1, 0.9], [False, True], ["a", "a"], 0.05)
+
+
 # ---- data loading ------------------------------------------------------------------------
 def test_load_pairs_reads_a_collect_dir(pair_dir):
     ex, teacher = load_pairs(str(pair_dir))
@@ -174,6 +196,25 @@ def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(t
     assert v1.score(pairs) == v2.score(pairs)
     assert v1.threshold == pytest.approx(meta["threshold"])
     assert v1.score(pairs)[0] > v1.score(pairs)[1]
+
+
+def test_training_reports_brier_and_rates_the_training_free_target_logprob_bar(tmp_path):
+    from train.verifier import run
+
+    rows = _synthetic_rows()
+    for r in rows:  # the target finds a matching draft step likely (recorded by collect)
+        lp = -0.1 if r["label"] else -2.5
+        r.update(draft_target_mean_logprob=lp, draft_target_min_logprob=2 * lp, draft_target_argmax_share=0.9 if
+                 r["label"] else 0.3, draft_target_scored_tokens=12)
+    cfg = _cfg(tmp_path, write_pairs(tmp_path / "scored", rows), "features")
+    meta = run(cfg)
+    test = meta["metrics"]["test"]
+    assert 0.0 <= test["brier"] <= 0.25  # a useful student beats the constant 0.5 (Brier 0.25)
+    bar = meta["metrics"]["baselines_test"]["target_logprob@0.5"]
+    assert bar["auroc"] == pytest.approx(1.0) and bar["accuracy"] == pytest.approx(1.0)
+    assert meta["data"]["split_by"] == "template"
+    card = (Path(cfg.out) / "README.md").read_text()
+    assert "| target_logprob@0.5 |" in card and "Brier score" in card and "split by template" in card
 
 
 def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exactly(tmp_path, pair_dir):

@@ -69,3 +69,35 @@ def calibrate_threshold(scores: Sequence[float], labels: Sequence[bool], max_fal
     best = min(max(best, 0.0), 1.0)
     return {"threshold": best, "max_false_accept": max_false_accept, "val_false_accept_rate": best_far,
             "val_acceptance": sum(1 for s, _ in pairs if s >= best) / len(pairs), "method": "max acceptance s.t. FAR <= max"}
+
+
+def cross_fitted(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str], max_false_accept: float,
+                 folds: int = 2, seed: int = 0) -> dict:
+    """Calibration judged on pairs it never saw: groups (templates or problems) are shuffled
+    with ``seed`` and dealt into ``folds`` folds; each fold is decided at the threshold
+    :func:`calibrate_threshold` picks on the other folds, and the pooled decisions give the
+    held-out FAR, acceptance and agreement. ``threshold`` is the one fitted on every pair
+    (what a default would be set to)."""
+    import random
+
+    keys = sorted(set(groups))
+    if len(keys) < folds or folds < 2:
+        raise ValueError(f"need at least {max(2, folds)} groups for {folds}-fold calibration, got {len(keys)}")
+    random.Random(seed).shuffle(keys)
+    fold_of = {g: i % folds for i, g in enumerate(keys)}
+    held_scores: list[float] = []
+    held_labels: list[bool] = []
+    fold_thresholds = []
+    for f in range(folds):
+        fit = [i for i, g in enumerate(groups) if fold_of[g] != f]
+        test = [i for i, g in enumerate(groups) if fold_of[g] == f]
+        t = calibrate_threshold([scores[i] for i in fit], [labels[i] for i in fit], max_false_accept)["threshold"]
+        fold_thresholds.append(t)
+        # decide the held-out fold at its own threshold: shift its scores so one global cut (0) applies
+        held_scores += [scores[i] - t for i in test]
+        held_labels += [bool(labels[i]) for i in test]
+    held = agreement(held_scores, held_labels, 0.0)
+    return {"threshold": calibrate_threshold(scores, labels, max_false_accept)["threshold"],
+            "max_false_accept": max_false_accept, "folds": folds, "fold_thresholds": fold_thresholds,
+            "heldout_false_accept_rate": held["false_accept_rate"], "heldout_acceptance": held["acceptance"],
+            "heldout_agreement": held["accuracy"], "heldout_n": held["n"]}

@@ -145,6 +145,15 @@ def agreement_with_intervals(scores, examples, threshold: float, seed: int) -> d
     return out
 
 
+def brier(scores, labels) -> float | None:
+    """Brier score (scikit-learn): mean (score − label)², how well the student's score reads as
+    a probability of the teacher's accept; None without pairs."""
+    from sklearn.metrics import brier_score_loss
+
+    kept = [(min(1.0, max(0.0, float(s))), bool(y)) for s, y in zip(scores, labels) if s == s]
+    return float(brier_score_loss([y for _, y in kept], [s for s, _ in kept])) if kept else None
+
+
 def cheap_baselines(test, seed: int = 0) -> dict:
     """Agreement of the embedding (collect's cosine, threshold 0.95) and exact verifiers
     with the teacher on the test split: the bar a student must clear."""
@@ -155,6 +164,13 @@ def cheap_baselines(test, seed: int = 0) -> dict:
     ex = [e.exact_match for e in test]
     if all(x is not None for x in ex):
         out["exact"] = agreement_with_intervals([float(x) for x in ex], test, 0.5, seed)
+    if test and any(e.pair.draft_scores is not None for e in test):
+        # the training-free bar: the target's own likelihood of the draft step (recorded by collect)
+        from lrtune.verifiers import make_verifier
+
+        v = make_verifier("target_logprob")
+        out[f"target_logprob@{v.threshold:g}"] = agreement_with_intervals(v.score([e.pair for e in test]), test,
+                                                                            v.threshold, seed)
     return out
 
 
@@ -196,7 +212,8 @@ def run(cfg: TrainVerifierConfig) -> dict:
     t0 = time.perf_counter()
     test_scores = students.score_pairs(v, [e.pair for e in test])
     batched_s = (time.perf_counter() - t0) / max(1, len(test))
-    metrics = {"test": agreement_with_intervals(test_scores, test, calib["threshold"], cfg.seed),
+    metrics = {"test": {**agreement_with_intervals(test_scores, test, calib["threshold"], cfg.seed),
+                        "brier": brier(test_scores, [e.label for e in test])},
                "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"])}
     lat = measure_latency(v, [e.pair for e in test], cfg.latency_pairs, batched_s)
     teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
@@ -205,7 +222,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
     if lat["teacher_s_per_pair"] and lat["batched_s_per_pair"]:
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
     meta.update(threshold=calib["threshold"], calibration=calib, data={
-        "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "problem", "seed": cfg.seed},
+        "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "template", "seed": cfg.seed},
         metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.seed), "train_seconds": train_s},
         training={k: v_ for k, v_ in dataclasses.asdict(cfg).items() if k not in RESUME_FREE})
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))
@@ -240,9 +257,11 @@ def model_card(meta: dict) -> str:
         f"- base model: `{meta.get('base_model') or meta.get('encoder')}`",
         f"- threshold: {meta['threshold']:.4f} ({meta['calibration']['method']}, max FAR "
         f"{meta['calibration']['max_false_accept']}, on validation)",
-        f"- data: `{d['dirs']}` (sha256 {d['fingerprint'][:16]}…), split by problem: "
+        f"- data: `{d['dirs']}` (sha256 {d['fingerprint'][:16]}…), split by template (no template in two splits): "
         + ", ".join(f"{s} {c['pairs']} pairs / {c['problems']} problems" for s, c in d["splits"].items()),
-        f"- training: {meta['metrics']['train_seconds']:.0f} s", "",
+        f"- training: {meta['metrics']['train_seconds']:.0f} s",
+        f"- Brier score of the student's test scores vs the teacher's labels: {_fmt(meta['metrics']['test'].get('brier'))}",
+        "",
         "## Agreement with the teacher (test split)", "",
         "Brackets: 95% bootstrap intervals, resampling whole test problems.", "",
         "| verifier | accuracy | F1 | AUROC | false accept | false reject | acceptance (teacher) |",
