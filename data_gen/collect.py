@@ -89,6 +89,14 @@ def _lp_stats(g) -> tuple[float | None, float | None]:
     return sum(lps) / len(lps), min(lps)
 
 
+def _entropy(g) -> float | None:
+    """Mean top-k entropy (nats) of a step's next-token distributions (None without top-k)."""
+    from lrtune.verifiers.base import topk_entropy
+
+    tops = getattr(g, "top_logprobs", None)
+    return sum(topk_entropy(t) for t in tops) / len(tops) if tops else None
+
+
 def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
     """Every (branch, position) pair one round compared (pure given the round record)."""
     branches = rnd.branches or [rnd.drafts]
@@ -118,6 +126,7 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
                 "draft_target_min_logprob": ds.min_logprob if ds else None,
                 "draft_target_argmax_share": ds.argmax_share if ds else None,
                 "draft_target_scored_tokens": ds.tokens if ds else None,
+                "draft_entropy": _entropy(d),
                 "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
                 if k < len(rnd.draft_seconds) else None,
                 "target_s": rnd.target_seconds / n_targets,

@@ -32,6 +32,7 @@ PAIR_FIELDS = [
     # the target's likelihood of the draft step, from the row that prefilled it (DraftScores)
     ("draft_target_mean_logprob", "float64"), ("draft_target_min_logprob", "float64"),
     ("draft_target_argmax_share", "float64"), ("draft_target_scored_tokens", "int32"),
+    ("draft_entropy", "float64"),  # the draft's mean top-k next-token entropy over its step (nats)
     ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
     ("llm_judge_context_score", "float64"), ("llm_judge_paper_score", "float64"),  # collect --judge-features
     ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),

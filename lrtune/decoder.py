@@ -41,6 +41,7 @@ from lrtune.rounds import DRAFT, mix_seed, step_pair, step_params
 Method = Literal["target", "sd", "lr", "lr+sd"]
 METHODS: tuple[str, ...] = ("target", "sd", "lr", "lr+sd")
 GAMMA_MAX = 16
+DRAFT_TOP_K = 20  # top-k logprobs per draft token where draft steps are scored (DraftScores.draft_entropy)
 
 
 @dataclass
@@ -343,7 +344,7 @@ class LookaheadDecoder:
         for s in slots:  # 0. this round's depths (γ1 = 0: no drafts, the target runs to the horizon)
             self._plan(s, base_cfg)
         # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
-        self._draft_chains(slots, batch)
+        self._draft_chains(slots, batch, verifier)
         # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call
         #    (early abort: each position is judged as its row ends).
         early = self._target_call(slots, eos, verifier, batch)
@@ -474,7 +475,7 @@ class LookaheadDecoder:
         the committed steps, then this branch's drafts before ``k``; the draft step's scores
         come from the row of position ``k + 1``, which prefilled it (when it was scored)."""
         follows = s.targets[w][k + 1] if (s.targets and k + 1 < len(s.targets[w])) else None
-        scores = DraftScores.of(follows.prompt_scores) if follows is not None else None
+        scores = DraftScores.of(follows.prompt_scores, s.chains[w][k]) if follows is not None else None
         return step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[w][:k]), s.cfg.context_tokens,
                          s.chains[w][k].token_ids, target.token_ids, scores)
 
@@ -524,10 +525,12 @@ class LookaheadDecoder:
             s.done = True
         s.rnd += 1
 
-    def _draft_chains(self, slots: list[_Slot], batch: BatchStats) -> None:
+    def _draft_chains(self, slots: list[_Slot], batch: BatchStats, verifier: Verifier | None = None) -> None:
         """W draft chains per slot; position j of every live chain of every slot is ONE
         draft call (branch 0 at ``temperature``, branches >= 1 sampled at
-        ``branch_temperature`` when ``temperature`` is 0, each with its own seed)."""
+        ``branch_temperature`` when ``temperature`` is 0, each with its own seed). Where draft
+        steps are scored, each also returns its top-k logprobs (the draft's own confidence,
+        :class:`DraftScores`)."""
         used = {id(s): [0] * s.cfg.width for s in slots}
         live = {id(s): list(range(s.cfg.width)) for s in slots}
         for j in range(max((s.cfg.gamma1 for s in slots), default=0)):
@@ -544,8 +547,10 @@ class LookaheadDecoder:
                 seeds = None
                 if temp > 0:
                     seeds = (mix_seed(s.cfg.seed, s.rnd, j, DRAFT) if w == 0 else mix_seed(s.cfg.seed, s.rnd, j, DRAFT, w),)
-                params.append(replace(step_params(s.cfg, s.budget, s.rnd, j, 1, draft=True),
-                                      temperature=temp, seeds=seeds))
+                q = replace(step_params(s.cfg, s.budget, s.rnd, j, 1, draft=True), temperature=temp, seeds=seeds)
+                if s.cfg.score_drafts or wants_draft_scores(verifier):
+                    q = replace(q, top_logprobs=DRAFT_TOP_K)
+                params.append(q)
             b = self.draft.generate([s.base + _concat(s.chains[w]) for s, w in items], params)
             batch.observe_call("draft", len(items))
             by_slot: dict[int, list[int]] = {}

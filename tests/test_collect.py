@@ -85,6 +85,8 @@ def test_collect_writes_loadable_parquet_with_every_compared_pair(collected):
     scored = [m for m, n in zip(ds["draft_target_mean_logprob"], ds["draft_target_scored_tokens"]) if m is not None]
     assert scored and all(m <= 0.0 for m in scored)
     assert all(n == dl for n, dl in zip(ds["draft_target_scored_tokens"], ds["draft_len"]) if n is not None)
+    # and the draft's own confidence: its top-k entropy over every draft step it scored
+    assert all(h is not None and h >= 0.0 for h in ds["draft_entropy"])
     card = (out / "README.md").read_text()
     assert f"problems 3, step pairs {counts['rows']}" in card and "teacher `llm_judge`" in card
     assert "| exact | " in card and "| embedding@0.95 | " in card  # the --stats agreement table

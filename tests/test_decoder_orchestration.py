@@ -3,12 +3,13 @@
 The real-engine versions of these invariants are in test_vllm_backend.py.
 """
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from fake_backend import EOS, FakeBackend, chain
-from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.decoder import DRAFT_TOP_K, DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.rounds import step_params
 from lrtune.verifiers import make_verifier
@@ -283,6 +284,10 @@ def test_scored_rounds_ask_the_row_of_position_k_plus_1_to_score_draft_step_k():
     for pair, d in followed:  # the fake scores its own greedy token 0 nats: a greedy draft scores exactly that
         assert pair.draft_scores.tokens == len(d.token_ids)
         assert pair.draft_scores.mean_logprob == 0.0 and pair.draft_scores.argmax_share == 1.0
+        # and the draft's own confidence, from the top-k logprobs its scored steps return
+        assert pair.draft_scores.draft_logprob == pytest.approx(math.log(0.8))
+        assert pair.draft_scores.draft_entropy == pytest.approx(-(0.8 * math.log(0.8) + 0.2 * math.log(0.2)))
+    assert all(r.top_logprobs == DRAFT_TOP_K for rows in draft.row_params for r in rows)
 
 
 def test_unscored_configs_ask_no_row_to_score():
@@ -290,6 +295,7 @@ def test_unscored_configs_ask_no_row_to_score():
     cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=30, max_step_tokens=6)
     LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(PROMPTS[0])
     assert all(r.score_from is None for rows in target.row_params for r in rows)
+    assert all(r.top_logprobs == 0 for rows in draft.row_params for r in rows)
 
 
 def test_a_verifier_that_reads_draft_scores_refuses_early_abort_and_async_lr():

@@ -198,6 +198,22 @@ def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(t
     assert v1.score(pairs)[0] > v1.score(pairs)[1]
 
 
+def test_students_train_on_each_likelihood_feature_that_half_the_pairs_carry():
+    from lrtune.verifiers.base import DraftScores
+    from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
+    from train.students import feature_names
+
+    def ex(scores):
+        return PairExample("p", StepPair("c", "a", "b", scores), True, 1.0)
+
+    old = DraftScores(-0.5, -1.0, 0.5, 4)  # collected before the draft's own confidence was recorded
+    new = DraftScores(-0.5, -1.0, 0.5, 4, draft_logprob=-0.3, draft_entropy=0.7)
+    assert feature_names([ex(new), ex(new), ex(None)]) == FEATURE_NAMES
+    got = feature_names([ex(old), ex(old), ex(None)])
+    assert "draft_target_mean_logprob" in got and "draft_entropy" not in got and "draft_mean_logprob" not in got
+    assert not set(LIKELIHOOD_FEATURES) & set(feature_names([ex(None), ex(None), ex(old)]))
+
+
 def test_training_reports_brier_and_rates_the_training_free_target_logprob_bar(tmp_path):
     from train.verifier import run
 

@@ -85,6 +85,22 @@ def test_embedding_scores_do_not_depend_on_the_other_pairs_of_the_call():
     assert v.score([a, long, long])[0] == alone and v.score([long, a])[1] == alone
 
 
+def test_draft_scores_carry_the_drafts_own_mean_logprob_and_top_k_entropy():
+    import math
+
+    from lrtune.backends.base import Generation
+    from lrtune.verifiers.base import DraftScores, topk_entropy
+
+    assert topk_entropy({1: math.log(0.5), 2: math.log(0.5)}) == pytest.approx(math.log(2))
+    assert topk_entropy({1: 0.0}) == 0.0
+    g = Generation(token_ids=[1, 2], text="ab", finish="length", logprobs=[-0.1, -0.3],
+                   top_logprobs=[{1: 0.0}, {2: math.log(0.5), 3: math.log(0.5)}])
+    s = DraftScores.of([(-1.0, True)], g)
+    assert s.draft_logprob == pytest.approx(-0.2) and s.draft_entropy == pytest.approx(math.log(2) / 2)
+    plain = DraftScores.of([(-1.0, True)], Generation(token_ids=[1], text="a", finish="length"))
+    assert plain.draft_logprob is None and plain.draft_entropy is None
+
+
 def test_draft_scores_summarise_the_scored_tokens_and_are_none_when_none_were_scored():
     from lrtune.verifiers.base import DraftScores
 

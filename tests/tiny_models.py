@@ -631,8 +631,11 @@ def check_scored_lr_rounds(target, draft, prompts, reference, method: str, gamma
     not all are scored); ``target_logprob`` decodes end to end and scores each pair from them."""
     import math
 
-    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    import pytest
+
+    from lrtune.decoder import DRAFT_TOP_K, DecodeConfig, LookaheadDecoder
     from lrtune.verifiers import make_verifier
+    from lrtune.verifiers.base import topk_entropy
 
     cfg = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24,
                        score_drafts=True)
@@ -647,6 +650,10 @@ def check_scored_lr_rounds(target, draft, prompts, reference, method: str, gamma
         for ds, d in scored:
             assert ds.tokens == len(d.token_ids) if every_token else 0 < ds.tokens <= len(d.token_ids)
             assert ds.min_logprob <= ds.mean_logprob <= 0.0
+            # the draft's own confidence in its step, from the top-k logprobs it returned
+            assert len(d.top_logprobs) == len(d.token_ids) and ds.draft_logprob <= 0.0
+            assert ds.draft_entropy == pytest.approx(sum(topk_entropy(t) for t in d.top_logprobs) / len(d.token_ids))
+            assert 0.0 <= ds.draft_entropy <= math.log(DRAFT_TOP_K + 1) + 1e-6  # vLLM may add the sampled token
     verifier = make_verifier("target_logprob")
     rounds = []
     plain = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24)

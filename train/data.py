@@ -77,8 +77,10 @@ def _draft_scores(row: dict):
     mean = row.get("draft_target_mean_logprob")
     if mean is None or math.isnan(mean):
         return None
+    own = lambda k: None if row.get(k) is None or math.isnan(row[k]) else float(row[k])  # noqa: E731
     return DraftScores(float(mean), float(row["draft_target_min_logprob"]), float(row["draft_target_argmax_share"]),
-                       int(row.get("draft_target_scored_tokens") or 0))
+                       int(row.get("draft_target_scored_tokens") or 0), draft_logprob=own("draft_mean_logprob"),
+                       draft_entropy=own("draft_entropy"))
 
 
 def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, str]:

@@ -48,13 +48,15 @@ def _auroc(scores, examples: Sequence[PairExample]) -> float:
 # ---- features ----------------------------------------------------------------------------
 def feature_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
     """The features a student trains on: every text feature and the embedding cosine, and
-    the target's likelihood features when at least half of ``examples`` were scored."""
-    from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
+    each likelihood feature (the target's scores of the draft step, the draft's own
+    confidence) that at least half of ``examples`` carry (data collected before a feature
+    existed lacks it)."""
+    from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, likelihood_features
 
-    scored = sum(e.pair.draft_scores is not None for e in examples)
-    if examples and scored >= len(examples) / 2:
-        return FEATURE_NAMES
-    return tuple(n for n in FEATURE_NAMES if n not in LIKELIHOOD_FEATURES)
+    rows = [likelihood_features(e.pair.draft_scores) for e in examples]
+    have = {n: sum(r[j] is not None for r in rows) for j, n in enumerate(LIKELIHOOD_FEATURES)}
+    return tuple(n for n in FEATURE_NAMES
+                 if n not in LIKELIHOOD_FEATURES or (examples and have[n] >= len(examples) / 2))
 
 
 def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequence[str] | None = None):

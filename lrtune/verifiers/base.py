@@ -6,6 +6,7 @@ they judge the derived text of the two steps and, optionally, the context before
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,22 +49,38 @@ class DraftScores:
     that follows it (no extra model call): over the draft step's scored tokens x_t, the mean
     and the min of log p_target(x_t | x_<t) in nats, and the share of tokens that are the
     target's argmax. ``tokens``: how many were scored (vLLM cannot score a token whose
-    predicting position sat in a reused prefix-cache block)."""
+    predicting position sat in a reused prefix-cache block). And how sure the draft was of
+    its own step, from the logprobs of its generation (None when it returned none):
+    ``draft_logprob`` the mean log p_draft of its tokens, ``draft_entropy`` the mean entropy
+    (nats) of its next-token distribution over its top-k tokens (:func:`topk_entropy`)."""
 
     mean_logprob: float
     min_logprob: float
     argmax_share: float
     tokens: int
+    draft_logprob: float | None = None
+    draft_entropy: float | None = None
 
     @classmethod
-    def of(cls, scores) -> DraftScores | None:
+    def of(cls, scores, draft=None) -> DraftScores | None:
         """From a backend's ``Generation.prompt_scores`` ((logprob, is_argmax) or None per
-        token); None when no token was scored."""
+        token) and the draft step's own ``Generation`` (its ``logprobs`` / ``top_logprobs``,
+        when it has them); None when no token was scored."""
         real = [s for s in scores or () if s is not None]
         if not real:
             return None
         lps = [float(lp) for lp, _ in real]
-        return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real))
+        own = getattr(draft, "logprobs", None)
+        tops = getattr(draft, "top_logprobs", None)
+        return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real),
+                   draft_logprob=sum(own) / len(own) if own else None,
+                   draft_entropy=sum(topk_entropy(t) for t in tops) / len(tops) if tops else None)
+
+
+def topk_entropy(top: dict[int, float]) -> float:
+    """H = −Σ p log p (nats) over the top-k entries {token: log p} of one next-token
+    distribution: a lower bound on the full entropy, missing the tail's share."""
+    return -sum(math.exp(lp) * lp for lp in top.values())
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,14 @@ TEXT_FEATURES = (
     "both_boxed",          # 1 when both or neither write \\boxed (final answer reached)
 )
 # the target's likelihood of the draft step (StepPair.draft_scores; free in sync LR, see
-# lrtune.verifiers.base.DraftScores); None when the decoder did not score the step
+# lrtune.verifiers.base.DraftScores) and the draft's own confidence in it; None when the
+# decoder did not score the step (or, for the draft's two, its step carried no logprobs)
 LIKELIHOOD_FEATURES = (
     "draft_target_mean_logprob",   # mean log p_target(x_t | x_<t) over the draft step's tokens (nats)
     "draft_target_min_logprob",    # their minimum (nats)
     "draft_target_argmax_share",   # share of the draft's tokens that are the target's argmax
+    "draft_mean_logprob",          # the draft's own confidence: mean log p_draft of its step's tokens (nats)
+    "draft_entropy",               # mean top-k entropy of the draft's next-token distributions (nats)
 )
 FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES)
 
@@ -77,4 +80,6 @@ def likelihood_features(scores) -> list[float | None]:
     """The :data:`LIKELIHOOD_FEATURES` of a pair's ``draft_scores`` (all None when unscored)."""
     if scores is None:
         return [None] * len(LIKELIHOOD_FEATURES)
-    return [float(scores.mean_logprob), float(scores.min_logprob), float(scores.argmax_share)]
+    own = lambda v: None if v is None else float(v)  # noqa: E731
+    return [float(scores.mean_logprob), float(scores.min_logprob), float(scores.argmax_share),
+            own(scores.draft_logprob), own(scores.draft_entropy)]
