@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Students distilled from the outcome (rollout) labels of benchmarks/rollout_labels.sh (issue 18):
+# features (logistic regression on text, embedding, the target's likelihood of the draft step and
+# the draft's own confidence), cross-encoder (MiniLM + LoRA) and lm-judge (0.5B draft + LoRA,
+# TRL SFT), each split by template (no gsm_symbolic template or HumanEval task in two splits),
+# calibrated on validation, rated on test against the rollout labels beside the embedding, exact
+# and target_logprob verifiers. Model cards and metadata go to benchmarks/results/students_rollout/.
+# Resumable: rerun it (a finished student is skipped; an interrupted one resumes its last epoch).
+#   bash benchmarks/students_rollout.sh [DATA] [STUDENTS]
+set -euo pipefail
+export HF_HUB_OFFLINE=1
+DATA=${1:-results/rollout_labels}; STUDENTS=${2:-features cross-encoder lm-judge}
+LR=${LRTUNE:-.venv/bin/lrtune}
+OUT=benchmarks/results/students_rollout
+for s in $STUDENTS; do
+  extra=()
+  [ "$s" = lm-judge ] && extra=(--epochs 2 --patience 1 --batch-size 8 --latency-pairs 8)
+  /usr/bin/time -f "$s: %e s wall" "$LR" train verifier --data "$DATA" --student "$s" \
+      --out "results/students_rollout/$s" "${extra[@]}"
+  mkdir -p "$OUT/$s"
+  for f in README.md lrtune_verifier.json train_config.json; do
+    if [ -f "results/students_rollout/$s/$f" ]; then cp "results/students_rollout/$s/$f" "$OUT/$s/"; fi
+  done
+done
