@@ -70,7 +70,8 @@ def main(args: argparse.Namespace) -> dict:
     labels = [bool(r["label"]) for r in rows]
     same = [same_step(p.draft, p.target) for p in pairs]
     backend = _backend(args)
-    res: dict = {"data": args.data, "pairs": len(pairs), "dataset_pairs": n_all, "row_index": index, "positives": sum(labels), "identical_pairs": sum(same),
+    res: dict = {"data": args.data, "pairs": len(pairs), "dataset_pairs": n_all, "row_index": index,
+                 "positives": sum(labels), "identical_pairs": sum(same),
                  "teacher": rows[0]["teacher"] if rows else None, "judge": args.target, "specs": {}}
     for spec in args.specs.split(","):
         ver = make_verifier(spec.strip(), backend=backend)

@@ -36,6 +36,7 @@ from lrtune.dataset import (CONFIG, PAIR_FIELDS, PROBLEM_FIELDS, merge, num, ove
                             write_card)
 from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, writable_dir, write_atomic
 from lrtune.store import ShardStore
+from lrtune.verifiers.base import mean_topk_entropy
 
 RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new", "ray", "ray_address", "ray_cpus_per_shard",
                "ray_gpus_per_shard", "max_concurrent", "profile")  # batching never changes a problem's tokens
@@ -89,14 +90,6 @@ def _lp_stats(g) -> tuple[float | None, float | None]:
     return sum(lps) / len(lps), min(lps)
 
 
-def _entropy(g) -> float | None:
-    """Mean top-k entropy (nats) of a step's next-token distributions (None without top-k)."""
-    from lrtune.verifiers.base import topk_entropy
-
-    tops = getattr(g, "top_logprobs", None)
-    return sum(topk_entropy(t) for t in tops) / len(tops) if tops else None
-
-
 def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
     """Every (branch, position) pair one round compared (pure given the round record)."""
     branches = rnd.branches or [rnd.drafts]
@@ -126,7 +119,7 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
                 "draft_target_min_logprob": ds.min_logprob if ds else None,
                 "draft_target_argmax_share": ds.argmax_share if ds else None,
                 "draft_target_scored_tokens": ds.tokens if ds else None,
-                "draft_entropy": _entropy(d),
+                "draft_entropy": mean_topk_entropy(getattr(d, "top_logprobs", None)),
                 "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
                 if k < len(rnd.draft_seconds) else None,
                 "target_s": rnd.target_seconds / n_targets,

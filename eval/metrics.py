@@ -134,14 +134,12 @@ def paired_ratio(records: Sequence[dict], a: str, b: str, n_boot: int = 2000, se
     if not common:
         return None
     pairs = [(wa[p], wb[p]) for p in common]
-    rng = random.Random(seed)
-    boots = []
-    for _ in range(n_boot if len(pairs) > 1 else 0):
-        sample = [pairs[rng.randrange(len(pairs))] for _ in pairs]
-        boots.append(sum(y for _, y in sample) / sum(x for x, _ in sample))
-    boots.sort()
-    ratio = sum(y for _, y in pairs) / sum(x for x, _ in pairs)
-    ci = (boots[int(0.025 * (n_boot - 1))], boots[int(0.975 * (n_boot - 1))]) if boots else (ratio, ratio)
+
+    def ratio_of_sums(ps):
+        return sum(y for _, y in ps) / sum(x for x, _ in ps)
+
+    ratio = ratio_of_sums(pairs)
+    ci = bootstrap_ci(pairs, ratio_of_sums, n_boot=n_boot, seed=seed) if len(pairs) > 1 else (ratio, ratio)
     return {"a": a, "b": b, "problems": len(common), "ratio": ratio, "ratio_ci95": ci}
 
 

@@ -74,13 +74,18 @@ class DraftScores:
         tops = getattr(draft, "top_logprobs", None)
         return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real),
                    draft_logprob=sum(own) / len(own) if own else None,
-                   draft_entropy=sum(topk_entropy(t) for t in tops) / len(tops) if tops else None)
+                   draft_entropy=mean_topk_entropy(tops))
 
 
 def topk_entropy(top: dict[int, float]) -> float:
     """H = −Σ p log p (nats) over the top-k entries {token: log p} of one next-token
     distribution: a lower bound on the full entropy, missing the tail's share."""
     return -sum(math.exp(lp) * lp for lp in top.values())
+
+
+def mean_topk_entropy(tops) -> float | None:
+    """Mean :func:`topk_entropy` over a step's tokens (``Generation.top_logprobs``); None without them."""
+    return sum(topk_entropy(t) for t in tops) / len(tops) if tops else None
 
 
 @dataclass(frozen=True)
