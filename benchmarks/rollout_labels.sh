@@ -5,12 +5,12 @@
 # target's scores of every draft step, so the summary rates target_logprob too. The model judges
 # score a seeded sample of PROBE_SAMPLE pairs (default 400; 0 = all: about 4 s per pair for the
 # three specs on 2 CPU cores). Resumable: rerun it.
-#   bash benchmarks/rollout_labels.sh [GSM_PROBLEMS] [HUMANEVAL_PROBLEMS]
+#   [OUT=DIR] [PROBE_SAMPLE=N] bash benchmarks/rollout_labels.sh [GSM_PROBLEMS] [HUMANEVAL_PROBLEMS]
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 GSM=${1:-32}; HE=${2:-18}; SAMPLE=${PROBE_SAMPLE:-400}
 LR=${LRTUNE:-.venv/bin/lrtune}; PY=${PYTHON:-.venv/bin/python}
-OUT=benchmarks/results/rollout_labels; mkdir -p "$OUT" results
+OUT=${OUT:-benchmarks/results/rollout_labels}; mkdir -p "$OUT" results
 common=(--teacher rollout --verifier exact --rollout-pairs committed --rollout-tokens 512
         --method lr+sd --gamma1 3 --gamma2 4 --max-new-tokens 768 --max-step-tokens 96
         --max-model-len 1536 --kv-cache-gib 3 --max-concurrent 12 --no-target-score-feature)

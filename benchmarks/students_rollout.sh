@@ -6,7 +6,9 @@
 # calibrated on validation, rated on test against the rollout labels beside the embedding, exact
 # and target_logprob verifiers. Model cards and metadata go to benchmarks/results/students_rollout/.
 # Resumable: rerun it (a finished student is skipped; an interrupted one resumes its last epoch).
-#   bash benchmarks/students_rollout.sh [DATA] [STUDENTS]
+# lm-judge on 2 CPU cores costs about 6.5 s per training pair (2 epochs): LMJ_MAX_PAIRS=N subsamples
+# its training split to N pairs (seeded).
+#   [LMJ_MAX_PAIRS=N] bash benchmarks/students_rollout.sh [DATA] [STUDENTS]
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 DATA=${1:-results/rollout_labels}; STUDENTS=${2:-features cross-encoder lm-judge}
@@ -14,7 +16,8 @@ LR=${LRTUNE:-.venv/bin/lrtune}
 OUT=benchmarks/results/students_rollout
 for s in $STUDENTS; do
   extra=()
-  [ "$s" = lm-judge ] && extra=(--epochs 2 --patience 1 --batch-size 8 --latency-pairs 8)
+  [ "$s" = lm-judge ] && extra=(--epochs 2 --patience 1 --batch-size 8 --latency-pairs 8
+                                 ${LMJ_MAX_PAIRS:+--max-train-pairs "$LMJ_MAX_PAIRS"})
   /usr/bin/time -f "$s: %e s wall" "$LR" train verifier --data "$DATA" --student "$s" \
       --out "results/students_rollout/$s" "${extra[@]}"
   mkdir -p "$OUT/$s"

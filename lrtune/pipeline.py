@@ -27,15 +27,41 @@ from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.runfiles import log, writable_dir, write_atomic
 
-# size -> (collect problems, eval problems, max new tokens, verifier epochs)
+@dataclass(frozen=True)
+class DemoSize:
+    """How much work one ``--size`` does. Pairs per problem grow with ``collect_tokens`` (about
+    9 pairs per 192 tokens on gsm_symbolic at γ1 = 3 on the default pair), so the test split
+    holds about collect problems × pairs per problem × ``test_fraction`` pairs (split by
+    template; gsm_symbolic's first problems each have their own template)."""
+
+    collect_problems: int
+    eval_problems: int
+    collect_tokens: int            # token budget of each collected problem
+    eval_tokens: int               # token budget of each held-out problem (every method decodes it)
+    epochs: int                    # verifier training epochs
+    test_fraction: float = 0.2     # share of collected templates the student is tested on
+    val_fraction: float = 0.2      # share it is calibrated on
+    min_train_pairs: int = 20      # train verifier refuses fewer training pairs (or one class)
+    profile_rows: int = 16         # b(n) measured up to this many rows (caps collect's concurrency)
+    teacher_row: bool = True       # evaluate lr+sd with the teacher too (the judge is slow on a CPU)
+    profile_tokens: int = 32       # tokens per timed profile generation
+    profile_repeats: int = 2
+    sd_tokens: int = 128           # tokens of each profile SD run that measures c2 (0: none, c2 = c1)
+    sd_prompts: int = 3            # prompts of those runs
+    warmup_tokens: int = 32        # evaluation warm-up tokens
+
+
 SIZES = {
-    "tiny": (4, 2, 48, 2),        # CI, with tiny models
-    "default": (3, 2, 96, 4),     # the README's demo on the default pair (2 CPU cores, <= 20 min)
-    "medium": (12, 6, 256, 6),
-    "large": (50, 20, 256, 6),
+    # CI, with tiny models: a smoke run of every stage, not a meaningful student
+    # (the tiny random models stop early, so they cannot time an SD run of fixed length: c2 = c1)
+    "tiny": DemoSize(4, 2, 48, 48, 2, min_train_pairs=2, profile_tokens=16, profile_repeats=1, warmup_tokens=8,
+                     sd_tokens=0),
+    # the README's demo on the default pair (2 CPU cores, <= 20 min): the student is tested on >= 30 pairs
+    "default": DemoSize(9, 2, 192, 96, 4, test_fraction=0.4, teacher_row=False, profile_rows=32, profile_tokens=16,
+                        warmup_tokens=16, sd_tokens=64, sd_prompts=2),
+    "medium": DemoSize(12, 6, 256, 256, 6, profile_rows=48),
+    "large": DemoSize(50, 20, 256, 256, 6, profile_rows=64),
 }
-# size -> (profile tokens per timed generation, profile repeats, evaluation warm-up tokens)
-TIMING = {"tiny": (16, 1, 8), "default": (16, 2, 16), "medium": (32, 2, 32), "large": (32, 2, 32)}
 
 
 @dataclass
@@ -43,25 +69,32 @@ class PipelineOptions:
     """The loop's settings (models and engine: ModelConfig; see also ``--size``)."""
 
     out: str = field(default="results/demo", metadata={"help": "root of every stage's output"})
-    size: str = field(default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, epochs)",
+    size: str = field(default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, epochs, splits)",
                                                     "choices": tuple(SIZES)})
     task: str = field(default="gsm_symbolic", metadata={"help": "task of every stage"})
     data: str | None = field(default=None, metadata={"help": "problem file for file tasks"})
     collect_problems: int | None = field(default=None, metadata={"help": "problems to collect (default: by --size)"})
     eval_problems: int | None = field(default=None, metadata={"help": "held-out problems to evaluate (default: by --size)"})
     eval_task_seed: int = field(default=1, metadata={"help": "generator seed of the held-out problems (collect uses 0)"})
-    teacher: str = field(default="llm_judge@0.85", metadata={"help": "teacher verifier of collect (and the judge row)"})
+    teacher: str = field(default="llm_judge", metadata={"help": "teacher verifier of collect (and of the judge row where the size has one)"})
     student: str = field(default="cross-encoder", metadata={"help": "distilled verifier kind"})
     gamma1: int = field(default=3, metadata={"help": "γ1 of collect and of the fixed lr+sd rows"})
     gamma2: int = field(default=4, metadata={"help": "γ2 of collect and of the fixed rows"})
-    max_new_tokens: int | None = field(default=None, metadata={"help": "token budget per problem (default: by --size)"})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "token budget per held-out problem (default: by --size)"})
+    collect_tokens: int | None = field(default=None, metadata={"help": "token budget per collected problem (default: by --size)"})
+    min_train_pairs: int | None = field(default=None, metadata={"help": "refuse to train the student on fewer pairs "
+                                                                        "(default: by --size; 20 but for tiny)"})
     max_step_tokens: int = field(default=96, metadata={"help": "a step ends after this many tokens at the latest"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
 
-def _sized(opts: PipelineOptions) -> tuple[int, int, int, int]:
-    n_col, n_eval, tokens, epochs = SIZES[opts.size]
-    return (opts.collect_problems or n_col, opts.eval_problems or n_eval, opts.max_new_tokens or tokens, epochs)
+def _sized(opts: PipelineOptions) -> DemoSize:
+    """The size's settings with the options that override them."""
+    size = SIZES[opts.size]
+    over = {"collect_problems": opts.collect_problems, "eval_problems": opts.eval_problems,
+            "eval_tokens": opts.max_new_tokens, "collect_tokens": opts.collect_tokens,
+            "min_train_pairs": opts.min_train_pairs}
+    return dataclasses.replace(size, **{k: v for k, v in over.items() if v is not None})
 
 
 def to_flags(cfg) -> list[str]:
@@ -101,13 +134,14 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
 
     if opts.size not in SIZES:
         raise ConfigError(f"unknown --size {opts.size!r}; choose from {', '.join(SIZES)}")
-    n_col, n_eval, tokens, epochs = _sized(opts)
+    size = _sized(opts)
     root = writable_dir(opts.out)
     models = dataclasses.replace(models, controller=None)
-    decode = DecodeConfig(method="lr+sd", gamma1=opts.gamma1, gamma2=opts.gamma2, max_new_tokens=tokens,
+    decode = DecodeConfig(method="lr+sd", gamma1=opts.gamma1, gamma2=opts.gamma2, max_new_tokens=size.eval_tokens,
                           max_step_tokens=opts.max_step_tokens)
     model_flags = to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None))
-    decode_flags = to_flags(dataclasses.replace(decode, logprobs=None, async_lr=None))
+    collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens, logprobs=None,
+                                                 async_lr=None))
     timings: dict[str, float] = {}
 
     def stage(name: str, argv: list[str]) -> None:
@@ -119,35 +153,38 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
 
     collect_dir, verifier_dir, controller_dir = root / "collect", root / "verifier", root / "controller"
     profile_path = root / "profile.json"
-    prof_tokens, prof_repeats, warmup = TIMING[opts.size]
-    # b(n) up to the rows of every collected problem in flight at once (collect's concurrency)
-    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=prof_tokens, repeats=prof_repeats, task=opts.task,
-                          batch_max=min(n_col, 16) * (opts.gamma1 + 1))
+    # b(n) up to the rows of every collected problem in flight at once (caps collect's concurrency)
+    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=size.profile_tokens, repeats=size.profile_repeats,
+                          task=opts.task, batch_max=min(size.profile_rows, size.collect_problems * (opts.gamma1 + 1)),
+                          sd_gamma2=opts.gamma2 if size.sd_tokens else 0, sd_tokens=size.sd_tokens or 128,
+                          sd_prompts=size.sd_prompts)
     if not _profile_matches(profile_path, prof, models):
         stage("profile", ["profile", *to_flags(prof),
                           *to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None,
                                                         judge_model=None))])
     stage("collect", ["collect", *to_flags(CollectOptions(
-        task=opts.task, data=opts.data, limit=n_col, teacher=opts.teacher, out=str(collect_dir),
-        progress=opts.progress, profile=str(profile_path))), *model_flags, *decode_flags])
+        task=opts.task, data=opts.data, limit=size.collect_problems, teacher=opts.teacher, out=str(collect_dir),
+        progress=opts.progress, profile=str(profile_path))), *model_flags, *collect_flags])
     stage("train verifier", ["train", "verifier", *to_flags(TrainVerifierConfig(
-        data=str(collect_dir), out=str(verifier_dir), student=opts.student, epochs=epochs, progress=opts.progress,
+        data=str(collect_dir), out=str(verifier_dir), student=opts.student, epochs=size.epochs, progress=opts.progress,
+        test_fraction=size.test_fraction, val_fraction=size.val_fraction, min_train_pairs=size.min_train_pairs,
         device="cpu" if models.device == "auto" else models.device))])
     stage("train controller", ["train", "controller", *to_flags(TrainControllerConfig(
-        data=str(collect_dir), out=str(controller_dir), profile=str(profile_path), folds=min(5, max(2, n_col)),
+        data=str(collect_dir), out=str(controller_dir), profile=str(profile_path), folds=min(5, max(2, size.collect_problems)),
         # vLLM drafts the engine's γ2 (the controller's γ2 max) every SD pass and cuts per request: a
         # larger max would slow the fixed rows' SD, so the controller chooses γ2 <= the rows' γ2
         gamma2_max=opts.gamma2))])
-    ev = EvalOptions(task=opts.task, data=opts.data, limit=n_eval, task_seed=opts.eval_task_seed,
-                     methods=f"target,sd,lr+sd/v={opts.teacher},lr+sd,adaptive", out=str(root / "eval"),
-                     progress=opts.progress, warmup_tokens=warmup,
+    teacher_row = f"lr+sd/v={opts.teacher}," if size.teacher_row else ""
+    ev = EvalOptions(task=opts.task, data=opts.data, limit=size.eval_problems, task_seed=opts.eval_task_seed,
+                     methods=f"target,sd,{teacher_row}lr+sd,adaptive", out=str(root / "eval"),
+                     progress=opts.progress, warmup_tokens=size.warmup_tokens,
                      profile=str(profile_path))  # b(n) as measured by the profile stage
     stage("evaluate", ["evaluate", *to_flags(ev),
                        *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
                        *to_flags(dataclasses.replace(decode, method=None, logprobs=None, async_lr=None))])
     summary = json.loads((root / "eval" / "summary.json").read_text())
-    write_atomic(root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": {
-        "collect_problems": n_col, "eval_problems": n_eval, "max_new_tokens": tokens}}, indent=1))
+    write_atomic(root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)},
+                                                    indent=1))
     return {"summary": summary, "timings": timings}
 
 

@@ -93,7 +93,22 @@ def test_llm_judge_scores_a_round_in_one_batched_call():
     assert verdicts == [True, False, False, True]
     assert scores == pytest.approx([1.0, 0.2, 0.2, 1.0])  # identical steps never reach the model
     assert len(model.calls) == 1 and model.calls[0][0] == 2 and model.calls[0][1].top_logprobs > 0
-    assert ver.threshold == 0.5
+    assert ver.threshold == 0.92
+
+
+def test_judge_default_thresholds_are_the_context_forms_calibrated_one_and_the_paper_forms_argmax():
+    """The context judge's default is its threshold calibrated against the outcome labels of the
+    committed 100-problem dataset (FAR <= 0.05), to two decimals; the paper form keeps 0.5."""
+    import json
+    from pathlib import Path
+
+    summary = Path(__file__).resolve().parents[1] / "benchmarks/results/rollout_labels_100/summary.json"
+    cal = json.loads(summary.read_text())["calibrated"]["llm_judge(context)"]
+    assert cal["max_false_accept"] == 0.05
+    assert make_verifier("llm_judge", backend=StubJudgeModel()).threshold == pytest.approx(cal["threshold"], abs=0.005)
+    assert make_verifier("llm_judge(context)", backend=StubJudgeModel()).threshold == 0.92
+    assert make_verifier("llm_judge(paper)", backend=StubJudgeModel()).threshold == 0.5
+    assert make_verifier("llm_judge@0.7", backend=StubJudgeModel()).threshold == 0.7
 
 
 @pytest.mark.parametrize("spec", ["llm_judge", "llm_judge(paper)", "target_score"])

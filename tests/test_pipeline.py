@@ -73,6 +73,31 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     assert "eval/records.jsonl" in before and "verifier/lrtune_verifier.json" in before
 
 
+@pytest.mark.slow  # reuses the demo's profile and collect; stops at the student
+def test_demo_refuses_to_train_a_student_on_too_few_pairs_in_one_line(demo_dir, tmp_path):
+    import shutil
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    shutil.copytree(demo_dir / "collect", out / "collect")
+    shutil.copy(demo_dir / "profile.json", out / "profile.json")
+    proc = demo(out, "--min-train-pairs", "1000")
+    assert proc.returncode != 0
+    assert "fewer than --min-train-pairs 1000" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (out / "verifier" / "lrtune_verifier.json").exists() and not (out / "eval").exists()
+    sizes = json.loads((demo_dir / "pipeline.json").read_text())["sizes"]
+    assert sizes["min_train_pairs"] == 2 and sizes["collect_problems"] == 4  # the tiny size's, recorded
+
+
+def test_demo_size_options_override_the_sizes_defaults():
+    from lrtune.pipeline import SIZES, PipelineOptions, _sized
+
+    size = _sized(PipelineOptions(size="default", collect_problems=5, max_new_tokens=64, collect_tokens=128,
+                                  min_train_pairs=7))
+    assert (size.collect_problems, size.eval_tokens, size.collect_tokens, size.min_train_pairs) == (5, 64, 128, 7)
+    assert size.eval_problems == SIZES["default"].eval_problems and size.test_fraction == SIZES["default"].test_fraction
+
+
 def test_the_example_gpu_pipeline_config_names_only_known_options():
     from pathlib import Path
 

@@ -185,7 +185,7 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     for spec, col in (("llm_judge(context)", "llm_judge_context_score"), ("llm_judge(paper)", "llm_judge_paper_score")):
         assert res["specs"][spec]["scores"] == pytest.approx([r[col] for r in rows], abs=1e-6)
     stats = summarize_pairs(tmp_path / "rollout")
-    assert {"llm_judge(context)@0.5", "llm_judge(paper)@0.5"} <= set(stats["agreement_matrix"]) & set(
+    assert {"llm_judge(context)@0.92", "llm_judge(paper)@0.5"} <= set(stats["agreement_matrix"]) & set(
         stats["agreement_with_teacher"])
     assert out["consensus(rollout,exact)"][0][0]["llm_judge_paper_score"] is None  # off by default
 
@@ -194,7 +194,7 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
 
     summ = summarize(str(tmp_path / "rollout"), str(tmp_path / "probe.json"), reps=50)
     assert summ["pairs"] == len(rows) and summ["accepted"] == sum(r["label"] for r in rows)
-    assert {"rollout", "exact", "llm_judge(context)@0.5", "llm_judge(paper)@0.5"} <= set(summ["agreement_matrix"])
+    assert {"rollout", "exact", "llm_judge(context)@0.92", "llm_judge(paper)@0.5"} <= set(summ["agreement_matrix"])
     assert summ["agreement_matrix"]["rollout"]["exact"] == pytest.approx(
         sum(r["label"] == r["exact_match"] for r in rows) / len(rows))
     assert "| llm_judge(paper)@0.5 |" in markdown(summ)

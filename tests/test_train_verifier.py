@@ -381,6 +381,37 @@ def test_cli_train_verifier_reports_bad_data_in_one_line(tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "training data not found" in err[0]
 
 
+def test_training_refuses_a_split_below_min_train_pairs_in_one_line_and_leaves_out_untouched(tmp_path, pair_dir,
+                                                                                              capsys):
+    from lrtune.cli import main
+
+    out = tmp_path / "o"
+    rc = main(["train", "verifier", "--data", str(pair_dir), "--out", str(out), "--student", "features",
+               "--min-train-pairs", "1000", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "fewer than --min-train-pairs 1000" in err[0] and "pairs from" in err[0]
+    assert not out.exists()  # so the same command with a lower minimum may still write there
+
+
+def test_training_refuses_a_training_split_with_one_teacher_label(tmp_path):
+    from train.verifier import run
+
+    rows = [dict(r, label=True, teacher_score=0.9) for r in _synthetic_rows()]
+    cfg = _cfg(tmp_path, write_pairs(tmp_path / "one", rows), "features")
+    with pytest.raises(ConfigError, match="labelled accept by the teacher: a student cannot learn from one class"):
+        run(cfg)
+    assert not Path(cfg.out).exists()
+
+
+def test_min_train_pairs_does_not_invalidate_a_finished_checkpoint(tmp_path, pair_dir, capsys):
+    from train.verifier import run
+
+    first = run(_cfg(tmp_path, pair_dir, "features"))
+    capsys.readouterr()
+    assert run(_cfg(tmp_path, pair_dir, "features", min_train_pairs=5)) == first
+    assert "up to date" in capsys.readouterr().err
+
+
 def test_method_option_v_takes_a_checkpoint_path_with_slashes():
     from eval.evaluate import parse_method
 

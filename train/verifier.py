@@ -35,7 +35,7 @@ from train.calibrate import agreement, calibrate_threshold
 from train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
-RESUME_FREE = ("progress", "resume", "out", "keep_train_state")
+RESUME_FREE = ("progress", "resume", "out", "keep_train_state", "min_train_pairs")  # never change the result
 STOPPING_RULES = ("epochs", "patience")  # decide only where training stops: a resumed run may change them
 
 
@@ -68,6 +68,8 @@ class TrainVerifierConfig:
                                                                         "(lm-judge on CPU is slow)"})
     max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
                                                                     "teacher on validation"})
+    min_train_pairs: int = field(default=20, metadata={"help": "refuse to train on fewer training-split pairs (a student "
+                                                               "fit to a handful of pairs is not a verifier)"})
     latency_pairs: int = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
     device: str = field(default="cpu", metadata={"help": "cpu | cuda | auto"})
     resume: bool = field(default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"})
@@ -77,7 +79,8 @@ class TrainVerifierConfig:
     def validate(self) -> "TrainVerifierConfig":
         if self.student not in distilled.STUDENT_KINDS:
             raise ConfigError(f"unknown student {self.student!r}; choose from {', '.join(distilled.STUDENT_KINDS)}")
-        for name in ("epochs", "patience", "batch_size", "lora_r", "context_chars", "max_length", "latency_pairs"):
+        for name in ("epochs", "patience", "batch_size", "lora_r", "context_chars", "max_length", "latency_pairs",
+                     "min_train_pairs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
         if self.max_train_pairs is not None and self.max_train_pairs < 2:
@@ -174,6 +177,20 @@ def cheap_baselines(test, seed: int = 0) -> dict:
     return out
 
 
+def check_trainable(train, min_pairs: int) -> None:
+    """Refuse (ConfigError) a training split with fewer than ``min_pairs`` pairs or one label."""
+    n, problems = len(train), len({e.problem_id for e in train})
+    if n < min_pairs:
+        raise ConfigError(f"the training split holds {n} pairs from {problems} problem(s), fewer than --min-train-pairs "
+                          f"{min_pairs}: collect more problems (lrtune demo: --collect-problems or a larger --size) or "
+                          "lower --min-train-pairs")
+    labels = {e.label for e in train}
+    if len(labels) < 2:
+        which = "accept" if labels == {True} else "reject"
+        raise ConfigError(f"every one of the {n} training pairs is labelled {which} by the teacher: a student cannot "
+                          "learn from one class; collect more problems or use another teacher")
+
+
 def run(cfg: TrainVerifierConfig) -> dict:
     """Train, export, calibrate and measure; returns the checkpoint metadata. A checkpoint
     already finished in ``--out`` with the same config is returned as is."""
@@ -183,18 +200,19 @@ def run(cfg: TrainVerifierConfig) -> dict:
     if done is not None:
         log(f"{cfg.out} is up to date (same data and settings): nothing to train")
         return done
-    out = _prepare_out(cfg)
     splits = split_examples(examples, cfg.val_fraction, cfg.test_fraction, cfg.seed)
     train = splits["train"]
     if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
         train = random.Random(cfg.seed).sample(train, cfg.max_train_pairs)
+    check_trainable(train, cfg.min_train_pairs)  # before --out is touched: a lower minimum may rerun there
+    out = _prepare_out(cfg)
     counts = {s: {"pairs": len(v), "problems": len({e.problem_id for e in v}),
                   "templates": len({e.split_group for e in v}),
                   "teacher_accept": sum(e.label for e in v) / max(1, len(v))} for s, v in splits.items()}
     counts["train"]["pairs_used"] = len(train)
     log(f"{len(examples)} pairs from {teacher!r}: " + ", ".join(f"{s} {c['pairs']} ({c['problems']} problems)"
                                                               for s, c in counts.items()))
-    for s in ("train", "val"):
+    for s in ("val", "test"):
         if len({e.label for e in splits[s]}) < 2:
             log(f"warning: the {s} split holds one teacher label only; AUROC is undefined there")
     t0 = time.perf_counter()

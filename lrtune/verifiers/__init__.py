@@ -122,11 +122,11 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
     if kind in ("never", "always"):
         return ConstantVerifier(kind == "always")
     if kind in MODEL_VERIFIERS:
-        from lrtune.verifiers.judge import DEFAULT_THRESHOLDS, LLMJudgeVerifier, TargetScoreVerifier
+        from lrtune.verifiers.judge import LLMJudgeVerifier, TargetScoreVerifier, default_threshold
 
         if backend is None:
             raise ConfigError(f"verifier {kind!r} needs a model to judge with (a backend)")
-        thr = DEFAULT_THRESHOLDS[kind] if threshold is None else threshold
+        thr = default_threshold(kind, arg) if threshold is None else threshold
         if kind == "llm_judge":
             return LLMJudgeVerifier(backend, thr, form=arg or "context")
         return TargetScoreVerifier(backend, thr)

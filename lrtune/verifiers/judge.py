@@ -212,8 +212,8 @@ JUDGE_FORMS = ("context", "paper")
 
 
 class LLMJudgeVerifier(_ModelVerifier):
-    """The paper's semantic judge (see module docstring); default threshold 0.5.
-    ``form``: ``context`` (default) or ``paper``."""
+    """The paper's semantic judge (see module docstring); default thresholds
+    :data:`DEFAULT_THRESHOLDS` (context 0.92, paper 0.5). ``form``: ``context`` (default) or ``paper``."""
 
     name = "llm_judge"
     template = JUDGE_PROMPT
@@ -262,4 +262,14 @@ class TargetScoreVerifier(_ModelVerifier):
     read = staticmethod(rating_score)
 
 
-DEFAULT_THRESHOLDS = {"llm_judge": 0.5, "target_score": 7 / 9}
+# Default thresholds. The context judge's scores sit high (at 0.5 it accepts 99.7% of the pairs of the
+# 100-problem rollout-labelled dataset), so its default is the threshold calibrated there against the
+# outcome labels: the highest acceptance with false-accept rate <= 0.05 (0.923; its two held-out folds
+# 0.928 and 0.909; benchmarks/results/rollout_labels_100/summary.json, "calibrated"). The paper form keeps
+# the official rule (the verdict token's argmax: 0.5); target_score keeps SpecReason's 7 of 9.
+DEFAULT_THRESHOLDS = {"llm_judge(context)": 0.92, "llm_judge(paper)": 0.5, "target_score": 7 / 9}
+
+
+def default_threshold(kind: str, form: str | None = None) -> float:
+    """The default threshold of a model verifier (``form``: llm_judge's, None = context)."""
+    return DEFAULT_THRESHOLDS[f"llm_judge({form or 'context'})" if kind == "llm_judge" else kind]
