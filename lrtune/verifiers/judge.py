@@ -262,7 +262,7 @@ class TargetScoreVerifier(_ModelVerifier):
     read = staticmethod(rating_score)
 
 
-# Default thresholds. The context judge's scores sit high (at 0.5 it accepts 99.7% of the pairs of the
+# Default thresholds. The context judge's scores sit high (at 0.5 it accepts 99.8% of the probed pairs of the
 # 100-problem rollout-labelled dataset), so its default is the threshold calibrated there against the
 # outcome labels: the highest acceptance with false-accept rate <= 0.05 (0.923; its two held-out folds
 # 0.928 and 0.909; benchmarks/results/rollout_labels_100/summary.json, "calibrated"). The paper form keeps
