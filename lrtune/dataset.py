@@ -16,13 +16,13 @@ from lrtune import pairstats
 from lrtune.errors import ConfigError
 from lrtune.runfiles import write_atomic
 from lrtune.store import all_entries
-from lrtune.verifiers.judge import DEFAULT_THRESHOLDS as JUDGE_THRESHOLDS
+from lrtune.verifiers.judge import JUDGE_FORMS, default_threshold
 
 CONFIG = "collect_config.json"  # the config a dataset was collected with, beside its rows
 # (decider name, column, threshold) of the optional judge feature columns (collect --judge-features),
 # each at its form's default threshold
-JUDGE_DECIDERS = tuple((f"llm_judge({form})@{JUDGE_THRESHOLDS[f'llm_judge({form})']:g}", f"llm_judge_{form}_score",
-                        JUDGE_THRESHOLDS[f"llm_judge({form})"]) for form in ("context", "paper"))
+JUDGE_DECIDERS = tuple((f"llm_judge({form})@{default_threshold('llm_judge', form):g}", f"llm_judge_{form}_score",
+                        default_threshold("llm_judge", form)) for form in JUDGE_FORMS)
 
 PAIR_FIELDS = [
     ("problem_id", "string"), ("task", "string"), ("round", "int32"), ("position", "int32"), ("branch", "int32"),

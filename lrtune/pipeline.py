@@ -156,7 +156,7 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     # b(n) up to the rows of every collected problem in flight at once (caps collect's concurrency)
     prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=size.profile_tokens, repeats=size.profile_repeats,
                           task=opts.task, batch_max=min(size.profile_rows, size.collect_problems * (opts.gamma1 + 1)),
-                          sd_gamma2=opts.gamma2 if size.sd_tokens else 0, sd_tokens=size.sd_tokens or 128,
+                          sd_gamma2=opts.gamma2 if size.sd_tokens else 0, sd_tokens=size.sd_tokens or ProfileOptions.sd_tokens,
                           sd_prompts=size.sd_prompts)
     if not _profile_matches(profile_path, prof, models):
         stage("profile", ["profile", *to_flags(prof),
