@@ -7,21 +7,24 @@
 # and target_logprob verifiers. Model cards and metadata go to benchmarks/results/students_rollout/.
 # Resumable: rerun it (a finished student is skipped; an interrupted one resumes its last epoch).
 # lm-judge on 2 CPU cores costs about 6.5 s per training pair (2 epochs): LMJ_MAX_PAIRS=N subsamples
-# its training split to N pairs (seeded).
-#   [LMJ_MAX_PAIRS=N] bash benchmarks/students_rollout.sh [DATA] [STUDENTS]
+# its training split to N pairs (seeded). The cross-encoder and lm-judge read 800 characters of
+# context (problem start + latest steps) in at most MAX_LENGTH (384) tokens. NAME: result folder
+# (default students_rollout; the first run there read the context's last 400 characters only).
+#   [LMJ_MAX_PAIRS=N] [NAME=...] [MAX_LENGTH=N] bash benchmarks/students_rollout.sh [DATA] [STUDENTS]
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 DATA=${1:-results/rollout_labels}; STUDENTS=${2:-features cross-encoder lm-judge}
 LR=${LRTUNE:-.venv/bin/lrtune}
-OUT=benchmarks/results/students_rollout
+NAME=${NAME:-students_rollout}; OUT=benchmarks/results/$NAME; MAX_LENGTH=${MAX_LENGTH:-384}
 for s in $STUDENTS; do
   extra=()
-  [ "$s" = lm-judge ] && extra=(--epochs 2 --patience 1 --batch-size 8 --latency-pairs 8
+  [ "$s" != features ] && extra=(--max-length "$MAX_LENGTH")
+  [ "$s" = lm-judge ] && extra+=(--epochs 2 --patience 1 --batch-size 8 --latency-pairs 8
                                  ${LMJ_MAX_PAIRS:+--max-train-pairs "$LMJ_MAX_PAIRS"})
   /usr/bin/time -f "$s: %e s wall" "$LR" train verifier --data "$DATA" --student "$s" \
-      --out "results/students_rollout/$s" "${extra[@]}"
+      --out "results/$NAME/$s" "${extra[@]}"
   mkdir -p "$OUT/$s"
   for f in README.md lrtune_verifier.json train_config.json; do
-    if [ -f "results/students_rollout/$s/$f" ]; then cp "results/students_rollout/$s/$f" "$OUT/$s/"; fi
+    if [ -f "results/$NAME/$s/$f" ]; then cp "results/$NAME/$s/$f" "$OUT/$s/"; fi
   done
 done

@@ -163,12 +163,15 @@ def seen_templates(task_name: str, dirs: str) -> set[str]:
 
 
 def heldout_problems(task, opts: EvalOptions) -> list:
-    """The first ``opts.limit`` problems whose template is in none of ``opts.heldout_from``."""
+    """The first ``opts.limit`` problems whose template is in none of ``opts.heldout_from``;
+    in a task mix each problem is grouped under its own task (as collect records it) and the
+    tasks keep equal shares (unseen problems of one task may come much later in its pool)."""
     from lrtune.tasks import template_of
 
     seen = seen_templates(opts.task, opts.heldout_from)
     pool = task.load(limit=20 * opts.limit + 100, seed=opts.task_seed, path=opts.data)
-    kept = [p for p in pool if template_of(opts.task, p.id) not in seen][:opts.limit]
+    kept = [p for p in pool if template_of(p.meta.get("task") or opts.task, p.id) not in seen]
+    kept = (task.balanced(kept) if hasattr(task, "balanced") else kept)[:opts.limit]
     log(f"held-out templates: {len(kept)} of the first {len(pool)} problems are unseen by {opts.heldout_from}")
     if len(kept) < opts.limit:
         log(f"warning: only {len(kept)} problems with unseen templates (asked for {opts.limit})")
@@ -674,6 +677,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "decoded_problems": len({r["problem"] for r in recs}),
         "methods": rows,
         "paired": metrics.paired_comparisons(recs, labels),
+        "accuracy_vs_target": [r for r in (metrics.paired_accuracy(recs, lab) for lab in labels if lab != "target")
+                               if r is not None],
         "c_measured": c,
         "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
                                 if steps else None),

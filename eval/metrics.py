@@ -161,6 +161,32 @@ def paired_comparisons(records: Sequence[dict], labels: Sequence[str]) -> list[d
     return out
 
 
+def mcnemar_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value of a paired comparison with ``only_a`` problems solved by
+    A alone and ``only_b`` by B alone: P of a split at least that uneven under
+    Binomial(only_a + only_b, ½) (scipy's ``binomtest``); 1.0 when no problem differs."""
+    from scipy.stats import binomtest
+
+    n = only_a + only_b
+    return 1.0 if n == 0 else float(binomtest(only_a, n, 0.5).pvalue)
+
+
+def paired_accuracy(records: Sequence[dict], a: str, b: str = "target") -> dict | None:
+    """Accuracy of method ``a`` against ``b`` on the problems both decoded: both accuracies,
+    their difference (a − b), the discordant counts and the exact McNemar p-value; None when
+    they share no problem."""
+    ca = {r["problem"]: bool(r["correct"]) for r in records if r["method"] == a}
+    cb = {r["problem"]: bool(r["correct"]) for r in records if r["method"] == b}
+    common = sorted(set(ca) & set(cb))
+    if not common:
+        return None
+    only_a = sum(ca[p] and not cb[p] for p in common)
+    only_b = sum(cb[p] and not ca[p] for p in common)
+    acc_a, acc_b = (sum(c[p] for p in common) / len(common) for c in (ca, cb))
+    return {"a": a, "b": b, "problems": len(common), "accuracy_a": acc_a, "accuracy_b": acc_b,
+            "difference": acc_a - acc_b, "only_a": only_a, "only_b": only_b, "mcnemar_p": mcnemar_p(only_a, only_b)}
+
+
 def measured_c(summary: dict[str, dict], records: Sequence[dict], baseline_method: str = "target") -> float | None:
     """c = draft seconds per drafted token / target-only seconds per generated token."""
     base = summary.get(baseline_method)

@@ -70,6 +70,15 @@ def render_markdown(data: dict) -> str:
                   "problems.", "", "| A | B | problems | A over B [95% CI] |", "|---|---|---|---|"]
         lines += [f"| {p['a']} | {p['b']} | {p['problems']} | {_f(p['ratio'], '.3f')}{_ci(p['ratio_ci95'], '.3f')} |"
                   for p in data["paired"]]
+    if data.get("accuracy_vs_target"):
+        lines += ["", "## Accuracy against target-only (paired)", "",
+                  "On the problems both decoded: the difference in accuracy, the problems only one of the two "
+                  "solved, and the two-sided exact McNemar p-value.", "",
+                  "| A | problems | accuracy A | target | A − target | only A | only target | McNemar p |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {p['a']} | {p['problems']} | {_f(p['accuracy_a'])} | {_f(p['accuracy_b'])} | "
+                  f"{p['difference']:+.3f} | {p['only_a']} | {p['only_b']} | {_f(p['mcnemar_p'], '.3f')} |"
+                  for p in data["accuracy_vs_target"]]
     lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
     if lr:
         width = max(len(r["alpha1_by_pos"]) for r in lr.values())

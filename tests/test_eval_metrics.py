@@ -105,6 +105,46 @@ def test_a_longest_step_priced_batch_lowers_the_lr_prediction_and_leaves_sd_alon
     assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3, priced) == metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3)
 
 
+def test_mcnemar_p_is_the_exact_two_sided_binomial_test_of_the_discordant_problems():
+    assert metrics.mcnemar_p(0, 0) == 1.0
+    assert metrics.mcnemar_p(3, 3) == pytest.approx(1.0)
+    assert metrics.mcnemar_p(0, 6) == pytest.approx(2 * 0.5 ** 6)  # the 6 differing problems all went to B
+    assert metrics.mcnemar_p(1, 9) == pytest.approx(2 * 11 / 2 ** 10)  # P(≤1 of 10) both tails
+    assert metrics.mcnemar_p(9, 1) == metrics.mcnemar_p(1, 9)
+
+
+def test_paired_accuracy_counts_only_problems_both_methods_decoded():
+    rec = lambda p, m, ok: {"problem": p, "method": m, "correct": ok}  # noqa: E731
+    records = [rec("a", "target", True), rec("b", "target", True), rec("c", "target", False),
+               rec("a", "lr", True), rec("b", "lr", False), rec("c", "lr", True), rec("d", "lr", True)]
+    r = metrics.paired_accuracy(records, "lr")
+    assert (r["problems"], r["only_a"], r["only_b"]) == (3, 1, 1)  # d: target never decoded it
+    assert r["accuracy_a"] == r["accuracy_b"] == pytest.approx(2 / 3) and r["difference"] == 0.0
+    assert r["mcnemar_p"] == pytest.approx(1.0)
+    assert metrics.paired_accuracy(records, "sd") is None
+
+
+def test_heldout_from_a_task_mix_groups_each_problem_under_its_own_task(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eval.evaluate import EvalOptions, heldout_problems
+    from lrtune.tasks import get_task
+
+    d = tmp_path / "collect"
+    d.mkdir()
+    seen = ([{"problem_id": f"HumanEval/{i}", "task": "humaneval", "index": i} for i in range(4)]
+            + [{"problem_id": p.id, "task": "gsm_symbolic", "index": 4 + i}
+               for i, p in enumerate(get_task("gsm_symbolic").load(limit=10, seed=0))])
+    pq.write_table(pa.Table.from_pylist(seen), d / "problems.parquet")
+    pq.write_table(pa.Table.from_pylist([{"problem_id": "HumanEval/0"}]), d / "pairs.parquet")
+    kept = heldout_problems(get_task("gsm_symbolic+humaneval"),
+                            EvalOptions(task="gsm_symbolic+humaneval", limit=8, task_seed=0, heldout_from=str(d)))
+    ids = [p.id for p in kept]
+    assert len(ids) == 8 and not {f"HumanEval/{i}" for i in range(4)} & set(ids)  # seen HumanEval tasks stay out
+    assert [p.meta["task"] for p in kept] == ["gsm_symbolic", "humaneval"] * 4  # equal shares, interleaved
+
+
 def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never_saw(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -76,6 +76,11 @@ def test_evaluate_writes_records_summary_report_and_plots(first_run):
     assert set(data["longest_step_factor"]) == {"2", "3", "4", "5"}
     assert all(v >= 1.0 for v in data["longest_step_factor"].values())
     assert "priced by its longest step" in report
+    # accuracy against target-only, paired, with McNemar's exact test
+    (acc,) = data["accuracy_vs_target"]
+    assert (acc["a"], acc["b"], acc["problems"]) == ("lr", "target", 3)
+    assert acc["difference"] == pytest.approx(data["methods"]["lr"]["accuracy"] - data["methods"]["target"]["accuracy"])
+    assert 0.0 <= acc["mcnemar_p"] <= 1.0 and "McNemar p" in report
 
 
 def test_methods_run_interleaved_in_a_balanced_order(first_run):

@@ -257,11 +257,16 @@ def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exac
     model.eval()
     pairs = [StepPair("Question: 3 bags of 4.", "3 * 4 = 12", "so 3 * 4 = 12"),
              StepPair("Question: 3 bags of 4.", "3 * 5 = 15", "so 3 * 4 = 12")]
-    a, b = zip(*(distilled.cross_encoder_text(p, cfg.context_chars) for p in pairs))
+    enc = distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.max_length)
     with torch.inference_mode():
-        ref = torch.sigmoid(model(**tok(list(a), list(b), padding=True, return_tensors="pt")).logits[:, 0]).tolist()
+        ref = torch.sigmoid(model(**enc).logits[:, 0]).tolist()
+    assert json.loads((out / distilled.META).read_text())["context_form"] == "head+tail"
     got = distilled.load(out).score(pairs)
     assert got == pytest.approx(ref, abs=1e-5)
+    meta_file = out / distilled.META  # a checkpoint from before head+tail (no context_form) reads the tail
+    old = {k: v for k, v in json.loads(meta_file.read_text()).items() if k != "context_form"}
+    meta_file.write_text(json.dumps(old))
+    assert distilled.load(out).context_form == "tail"
     card = (out / "README.md").read_text()
     assert "Agreement with the teacher" in card and "embedding@0.95" not in card  # no cosine column in this data
 
@@ -340,6 +345,41 @@ def test_lm_judge_prompt_is_fitted_to_max_length_context_first_so_no_answer_is_t
         distilled.fit_judge_prompt(pair, tok, 400, 12)
 
 
+def test_student_context_view_keeps_the_problem_start_and_the_latest_steps():
+    problem = "PROBLEM: Ann has 3 boxes of 12 apples. " + "filler words here " * 20
+    steps = "\n\n".join(f"Step {i}: {i} * 12 = {i * 12} apples so far." for i in range(40))
+    ctx = f"{problem}\n\n{steps} LATEST"
+    view = distilled.context_view(ctx, 400)
+    assert view.startswith("PROBLEM: Ann has 3 boxes") and view.endswith("LATEST") and " … " in view
+    assert len(view) <= 400 + len(" … ")
+    assert distilled.context_view("short problem\n\nstep 1", 400) == "short problem\n\nstep 1"  # whole when it fits
+    assert distilled.context_view(ctx, 0) == ""
+    # checkpoints trained before head+tail keep reading the tail alone
+    assert distilled.context_view(ctx, 400, "tail") == distilled.context_tail(ctx, 400)
+    assert "PROBLEM" not in distilled.context_view(ctx, 400, "tail")
+    with pytest.raises(ConfigError, match="unknown context form"):
+        distilled.context_view(ctx, 400, "middle")
+
+
+def test_cross_encoder_input_is_fitted_context_first_so_truncation_never_cuts_a_step():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(distilled.resolve_encoder("all-MiniLM-L6-v2"))
+    pair = StepPair("PROBLEM " + " ".join(f"word{i}" for i in range(400)), "The draft says 12 * 4 = 48 apples END1. " * 3,
+                    "The target says 12 * 4 = 48 apples END2. " * 3)
+    enc = distilled.encode_cross_encoder(tok, [pair], 800, 128)
+    text = tok.decode(enc["input_ids"][0])
+    assert enc["input_ids"].shape[1] <= 128
+    assert text.count("end1") == 3 and text.count("end2") == 3 and text.startswith("[CLS] problem")  # steps whole
+    a, b = distilled.fit_cross_encoder_text(pair, tok, 800, 512)
+    assert "word399" in a and "PROBLEM" in a  # room enough: head and tail of the context both stay
+    # the tail form (old checkpoints) is left as it was trained: tokenizer truncation
+    assert distilled.fit_cross_encoder_text(pair, tok, 400, 128, "tail") == distilled.cross_encoder_text(pair, 400,
+                                                                                                        form="tail")
+    with pytest.raises(ConfigError, match="too short for the cross-encoder input"):
+        distilled.fit_cross_encoder_text(pair, tok, 800, 4)
+
+
 # ---- load errors -------------------------------------------------------------------------
 def _fake_checkpoint(d: Path, **meta) -> Path:
     d.mkdir(parents=True, exist_ok=True)
@@ -357,6 +397,7 @@ def _fake_checkpoint(d: Path, **meta) -> Path:
     (lambda d: _fake_checkpoint(d, kind="gpt"), "unknown verifier kind"),
     (lambda d: _fake_checkpoint(d, version=99), "unsupported checkpoint version"),
     (lambda d: _fake_checkpoint(d, threshold=3), "threshold must be"),
+    (lambda d: _fake_checkpoint(d, context_form="middle"), "context_form must be one of"),
     (lambda d: (d / "features.safetensors").unlink(), "lacks features.safetensors"),
     (lambda d: (d / "pytorch_model.bin").write_bytes(b"x"), "pickle"),
     (lambda d: (d / "sub").mkdir() or (d / "sub" / "w.pkl").write_bytes(b"x"), "pickle"),

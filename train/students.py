@@ -180,8 +180,8 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         log(f"resuming cross-encoder training after epoch {st['epoch']} (best val AUROC {st['best_auroc']})")
 
     def encode(batch: Sequence[PairExample]):
-        a, b = zip(*(distilled.cross_encoder_text(e.pair, cfg.context_chars) for e in batch))
-        return tok(list(a), list(b), padding=True, truncation=True, max_length=cfg.max_length, return_tensors="pt").to(device)
+        pairs = [e.pair for e in batch]
+        return distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.max_length).to(device)
 
     def val_scores():
         model.eval()
@@ -226,6 +226,7 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
     _export_adapter(best_dir, out)
     tok.save_pretrained(str(out))
     return {"base_model": cfg.base_model or distilled.ENCODERS[0], "context_chars": cfg.context_chars,
+            "context_form": distilled.CONTEXT_FORM,
             "max_length": cfg.max_length, "history": st["history"], "best_val_auroc": st["best_auroc"]}
 
 
@@ -341,7 +342,8 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
         raise ConfigError("lm-judge training produced no adapter (no epoch finished)")
     _export_adapter(best_dir, out)
     tok.save_pretrained(str(out))
-    return {"base_model": base_spec, "context_chars": cfg.context_chars, "max_length": cfg.max_length,
+    return {"base_model": base_spec, "context_chars": cfg.context_chars, "context_form": distilled.CONTEXT_FORM,
+            "max_length": cfg.max_length,
             "history": track["history"], "best_val_auroc": track["best_auroc"]}
 
 

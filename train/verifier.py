@@ -61,7 +61,8 @@ class TrainVerifierConfig:
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
     lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout"})
     soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
-    context_chars: int = field(default=400, metadata={"help": "characters of context (its tail) the student reads"})
+    context_chars: int = field(default=800, metadata={"help": "characters of context the student reads: the start of "
+                                                                 "the problem statement and the latest steps, half each"})
     max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer; a longer "
                                                                 "prompt loses context first, then step text)"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "

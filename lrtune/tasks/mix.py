@@ -16,6 +16,11 @@ from lrtune.errors import ConfigError
 from lrtune.tasks.base import Problem
 
 
+def interleave(lists: list[list]) -> list:
+    """The first items of every list, then the second ones, ...: [a0, b0, a1, b1, a2, ...]."""
+    return [lst[i] for i in range(max(map(len, lists), default=0)) for lst in lists if i < len(lst)]
+
+
 @dataclass(frozen=True)
 class Mix:
     name: str
@@ -42,8 +47,13 @@ class Mix:
         for name, t in self.parts:
             probs = t.load(limit=each, seed=seed, path=None)
             lists.append([Problem(p.id, p.question, p.answer, {**p.meta, "task": name}) for p in probs])
-        out = [lst[i] for i in range(max(map(len, lists), default=0)) for lst in lists if i < len(lst)]
+        out = interleave(lists)
         return out[:limit] if limit is not None else out
+
+    def balanced(self, problems: list[Problem]) -> list[Problem]:
+        """``problems`` (of this mix) regrouped by task and interleaved, each task's in its
+        given order: any prefix then holds the tasks in equal shares, as far as each has problems."""
+        return interleave([[p for p in problems if p.meta.get("task") == n] for n, _ in self.parts])
 
     def prompt(self, problem: Problem) -> str:
         return self.part(problem).prompt(problem)

@@ -76,6 +76,9 @@ def read_meta(path: str | Path) -> dict:
     for key in ("context_chars", "max_length"):
         if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
             raise ConfigError(f"{meta_file}: {key} must be a non-negative integer, got {meta[key]!r}")
+    if meta.get("context_form", "tail") not in CONTEXT_FORMS:
+        raise ConfigError(f"{meta_file}: context_form must be one of {', '.join(CONTEXT_FORMS)}, "
+                          f"got {meta['context_form']!r}")
     if meta.get("base_model") is not None and not isinstance(meta["base_model"], str):
         raise ConfigError(f"{meta_file}: base_model must be a model name or path, got {meta['base_model']!r}")
     thr = meta.get("threshold")
@@ -103,6 +106,22 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
 
 
 # ---- inputs shared by training and inference --------------------------------------------
+# What a student reads of the context (StepPair.context: the problem statement, then the
+# solution so far). "tail": its last characters only (checkpoints before head+tail, whose
+# metadata has no context_form); "head+tail": the start of the problem statement and the
+# latest steps (what the teacher judges with: it never loses the problem).
+CONTEXT_FORMS = ("tail", "head+tail")
+CONTEXT_FORM = "head+tail"  # what new students train with
+_GAP = " … "
+
+
+def _cut_head(text: str, chars: int) -> str:
+    """The first ``chars`` characters of ``text``, cut back to a word boundary."""
+    head = text[:chars]
+    cut = head.rfind(" ")
+    return (head[:cut] if len(text) > chars and chars - cut < 40 and cut > 0 else head).strip()
+
+
 def context_tail(context: str, chars: int) -> str:
     """The last ``chars`` characters of the context, cut at a word boundary ("" for chars ≤ 0)."""
     if chars <= 0:
@@ -114,21 +133,77 @@ def context_tail(context: str, chars: int) -> str:
     return (tail[cut + 1:] if 0 <= cut < 40 else tail).strip()
 
 
-def cross_encoder_text(pair: StepPair, context_chars: int, step_chars: int = 600) -> tuple[str, str]:
-    """(first, second) segments of the cross-encoder: context tail + draft | target."""
-    ctx = context_tail(pair.context, context_chars)
+def context_view(context: str, chars: int, form: str = CONTEXT_FORM) -> str:
+    """At most ``chars`` characters of the context (plus the " … " that joins the halves):
+    all of it when it fits; else, for ``form`` "head+tail", its first ⌊chars/2⌋ characters
+    (the problem statement's start) and its last ⌈chars/2⌉ (the latest steps), each cut at a
+    word boundary; for "tail", :func:`context_tail`. "" for chars ≤ 0."""
+    if form not in CONTEXT_FORMS:
+        raise ConfigError(f"unknown context form {form!r}; expected one of {', '.join(CONTEXT_FORMS)}")
+    if form == "tail" or chars <= 0 or len(context.strip()) <= chars:
+        return context_tail(context, chars)
+    context = context.strip()
+    return f"{_cut_head(context, chars // 2)}{_GAP}{context_tail(context, chars - chars // 2)}"
+
+
+def cross_encoder_text(pair: StepPair, context_chars: int, step_chars: int = 600,
+                       form: str = CONTEXT_FORM) -> tuple[str, str]:
+    """(first, second) segments of the cross-encoder: context view + draft | target."""
+    ctx = context_view(pair.context, context_chars, form)
     return f"{ctx} || {pair.draft.strip()[:step_chars]}", pair.target.strip()[:step_chars]
 
 
-def judge_student_prompt(pair: StepPair, context_chars: int, step_chars: int | None = None) -> str:
-    """The paper's judge prompt with the context cut to its tail (the student's input);
+def shrink(fits, context_chars: int, step_chars: int, what: str):
+    """The first input ``fits(ctx, step)`` accepts (it returns the input, or None when too
+    long): the context is halved first (to none, below 32 characters), then the steps are
+    cut to ¾ of their characters per try; ConfigError when even 8 step characters are too many."""
+    ctx, step = context_chars, step_chars
+    while True:
+        got = fits(ctx, step)
+        if got is not None:
+            return got
+        if ctx > 0:
+            ctx = ctx // 2 if ctx > 32 else 0
+        elif step > 8:
+            step = int(0.75 * step)
+        else:
+            raise ConfigError(f"max_length is too short for the {what}")
+
+
+def fit_cross_encoder_text(pair: StepPair, tokenizer, context_chars: int, max_length: int,
+                           form: str = CONTEXT_FORM) -> tuple[str, str]:
+    """The cross-encoder segments of ``pair`` shortened (:func:`shrink`: context first) until
+    both with their special tokens take ≤ ``max_length`` tokens, so truncation never cuts a
+    step. Form "tail" (old checkpoints) returns them unshortened, as those were trained."""
+    if form == "tail":
+        return cross_encoder_text(pair, context_chars, form=form)
+    longest = min(600, max(len(pair.draft.strip()), len(pair.target.strip())))
+
+    def fits(ctx: int, step: int):
+        a, b = cross_encoder_text(pair, ctx, step, form)
+        return (a, b) if len(tokenizer(a, b)["input_ids"]) <= max_length else None
+
+    return shrink(fits, context_chars, longest, "cross-encoder input")
+
+
+def encode_cross_encoder(tokenizer, pairs: Sequence[StepPair], context_chars: int, max_length: int,
+                         form: str = CONTEXT_FORM):
+    """The padded batch (PyTorch tensors) a cross-encoder reads for ``pairs``; training and
+    scoring both call this."""
+    a, b = zip(*(fit_cross_encoder_text(p, tokenizer, context_chars, max_length, form) for p in pairs))
+    return tokenizer(list(a), list(b), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+
+
+def judge_student_prompt(pair: StepPair, context_chars: int, step_chars: int | None = None,
+                         form: str = CONTEXT_FORM) -> str:
+    """The paper's judge prompt with the context cut to its view (the student's input);
     ``step_chars`` caps each step's characters (None: whole steps)."""
     from lrtune.verifiers.judge import JUDGE_PROMPT
 
     draft, target = pair.draft.strip(), pair.target.strip()
     if step_chars is not None:
         draft, target = draft[:step_chars], target[:step_chars]
-    return JUDGE_PROMPT.format(context=context_tail(pair.context, context_chars), draft=draft, target=target)
+    return JUDGE_PROMPT.format(context=context_view(pair.context, context_chars, form), draft=draft, target=target)
 
 
 ANSWER_TOKENS = 8  # room left in max_length for the answer ("unaligned") and the end-of-turn tokens
@@ -140,24 +215,24 @@ def _chat_ids(tokenizer, prompt: str) -> list[int]:
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
-def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: int | None) -> tuple[str, list[int]]:
-    """(prompt, chat token ids) of the student prompt, shortened until ids + ANSWER_TOKENS
-    ≤ ``max_length``: first the context tail is halved (to none), then both steps are cut
-    to ¾ of their characters per try. Training and scoring both call this, so the student
-    never sees an input that SFT truncation would have cut (truncation drops the answer)."""
-    ctx, step = context_chars, max(len(pair.draft.strip()), len(pair.target.strip()))  # step: whole steps
-    while True:
-        prompt = judge_student_prompt(pair, ctx, step)
+def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: int | None,
+                     form: str = CONTEXT_FORM) -> tuple[str, list[int]]:
+    """(prompt, chat token ids) of the student prompt, shortened (:func:`shrink`: context
+    first, then steps) until ids + ANSWER_TOKENS ≤ ``max_length``. Training and scoring both
+    call this, so the student never sees an input that SFT truncation would have cut
+    (truncation drops the answer)."""
+    def fits(ctx: int, step: int):
+        prompt = judge_student_prompt(pair, ctx, step, form)
         ids = _chat_ids(tokenizer, prompt)
-        if max_length is None or len(ids) + ANSWER_TOKENS <= max_length:
-            return prompt, ids
-        if ctx > 0:
-            ctx = ctx // 2 if ctx > 32 else 0
-        elif step > 8:
-            step = int(0.75 * step)
-        else:
-            raise ConfigError(f"max_length {max_length} is too short for the judge prompt: its instructions alone "
-                              f"take {len(ids)} tokens")
+        return (prompt, ids) if max_length is None or len(ids) + ANSWER_TOKENS <= max_length else None
+
+    step = max(len(pair.draft.strip()), len(pair.target.strip()))  # whole steps
+    try:
+        return shrink(fits, context_chars, step, "judge prompt")
+    except ConfigError:
+        n = len(_chat_ids(tokenizer, judge_student_prompt(pair, 0, 8, form)))
+        raise ConfigError(f"max_length {max_length} is too short for the judge prompt: its instructions alone "
+                          f"take {n} tokens") from None
 
 
 def resolve_encoder(name: str) -> str:
@@ -264,7 +339,7 @@ class FeatureVerifier:
 
 class CrossEncoderVerifier:
     """A sentence encoder with a LoRA adapter and a 1-logit head reading
-    (context tail ‖ draft, target); score = σ(logit)."""
+    (context view ‖ draft, target) (:func:`encode_cross_encoder`); score = σ(logit)."""
 
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         import torch
@@ -276,6 +351,7 @@ class CrossEncoderVerifier:
         self.threshold = float(meta["threshold"])
         self.context_chars = int(meta.get("context_chars", 400))
         self.max_length = int(meta.get("max_length", 256))
+        self.context_form = meta.get("context_form", "tail")  # checkpoints before head+tail read the tail
         self.batch_size = 32
         self.device = device
         self._torch = torch
@@ -296,9 +372,8 @@ class CrossEncoderVerifier:
         out = []
         with torch.inference_mode():
             for i in range(0, len(pairs), self.batch_size):
-                a, b = zip(*(cross_encoder_text(p, self.context_chars) for p in pairs[i:i + self.batch_size]))
-                enc = self.tokenizer(list(a), list(b), padding=True, truncation=True, max_length=self.max_length,
-                                     return_tensors="pt").to(self.device)
+                enc = encode_cross_encoder(self.tokenizer, pairs[i:i + self.batch_size], self.context_chars,
+                                           self.max_length, self.context_form).to(self.device)
                 out.append(self.model(**enc).logits[:, 0].float().cpu())
         return torch.cat(out)
 
@@ -322,31 +397,32 @@ class LMJudgeStudent:
         model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
         max_length = meta.get("max_length")
         self._setup(model, AutoTokenizer.from_pretrained(str(root)), int(meta.get("context_chars", 400)), device,
-                    int(max_length) if max_length else None)
+                    int(max_length) if max_length else None, meta.get("context_form", "tail"))
         self.meta = meta
         self.threshold = float(meta["threshold"])
 
     @classmethod
     def from_model(cls, model, tokenizer, context_chars: int, device: str = "cpu", threshold: float = 0.5,
-                   max_length: int | None = None):
+                   max_length: int | None = None, context_form: str = CONTEXT_FORM):
         """A scorer over an already loaded (possibly still training) model."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, context_chars, device, max_length)
+        self._setup(model, tokenizer, context_chars, device, max_length, context_form)
         self.meta, self.threshold = {}, threshold
         return self
 
-    def _setup(self, model, tokenizer, context_chars: int, device: str, max_length: int | None) -> None:
+    def _setup(self, model, tokenizer, context_chars: int, device: str, max_length: int | None,
+               context_form: str) -> None:
         import torch
 
         self.name = "distilled:lm-judge"
         self.model, self.tokenizer = model, tokenizer
-        self.context_chars, self.max_length = context_chars, max_length
+        self.context_chars, self.max_length, self.context_form = context_chars, max_length, context_form
         self.batch_size = 8
         self.device = device
         self._torch = torch
 
     def encode(self, pair: StepPair) -> list[int]:
-        return fit_judge_prompt(pair, self.tokenizer, self.context_chars, self.max_length)[1]
+        return fit_judge_prompt(pair, self.tokenizer, self.context_chars, self.max_length, self.context_form)[1]
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         return score_pairs(pairs, one_by_one(self._model_score))
