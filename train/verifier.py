@@ -63,8 +63,8 @@ class TrainVerifierConfig:
     soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
     context_chars: int = field(default=800, metadata={"help": "characters of context the student reads: the start of "
                                                                  "the problem statement and the latest steps, half each"})
-    max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer; a longer "
-                                                                "prompt loses context first, then step text)"})
+    max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer); a longer "
+                                                                "input loses context first, then step text"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
                                                                         "(lm-judge on CPU is slow)"})
     max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
