@@ -669,8 +669,11 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
                                                                  row["alpha2"], c, b)
         row["predicted_speedup"] = pred
-        row["measured_over_predicted"] = (row["speedup_total"] / pred) if pred and row["speedup_total"] else None
+        # the model predicts one decode alone (latency); throughput rows are latencies under load
+        latency = cfg.options.mode == "latency"
+        row["measured_over_predicted"] = (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
     loop = timing.get("loop_s", 0.0)
+    task_of = {p.id: p.meta["task"] for p in problems if p.meta.get("task")}  # set by a task mix
     data = {
         "task": cfg.options.task,
         "problems": len(problems),
@@ -679,6 +682,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "paired": metrics.paired_comparisons(recs, labels),
         "accuracy_vs_target": [r for r in (metrics.paired_accuracy(recs, lab) for lab in labels if lab != "target")
                                if r is not None],
+        # a task mix: every method's accuracy, finished answers, α1 and speedup on each task's problems
+        "by_task": metrics.summarize_by_group(recs, labels, task_of) if len(set(task_of.values())) > 1 else None,
         "c_measured": c,
         "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
                                 if steps else None),

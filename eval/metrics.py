@@ -123,6 +123,19 @@ def summarize(records: Sequence[dict], methods: Sequence[str], baseline_method: 
     return {m: summarize_method([r for r in records if r["method"] == m], base or None) for m in methods}
 
 
+def summarize_by_group(records: Sequence[dict], methods: Sequence[str], group_of: dict[str, str],
+                       baseline_method: str = "target") -> dict[str, dict[str, dict]]:
+    """Per group (e.g. each task of a task mix), per method: n, accuracy, answers finished,
+    α1 and total speedup over ``baseline_method`` on that group's problems. ``group_of``
+    maps problem -> group; records of problems it does not name are left out."""
+    out: dict[str, dict[str, dict]] = {}
+    for g in dict.fromkeys(group_of[r["problem"]] for r in records if r["problem"] in group_of):
+        rows = summarize([r for r in records if group_of.get(r["problem"]) == g], methods, baseline_method)
+        out[g] = {m: {k: row[k] for k in ("n", "accuracy", "finished", "alpha1", "speedup_total")}
+                  for m, row in rows.items() if row["n"]}
+    return out
+
+
 def paired_ratio(records: Sequence[dict], a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict | None:
     """Speedup of method ``a`` over method ``b`` on the problems both decoded:
     R = Σ wall_b / Σ wall_a (the ratio of their total speedups over target-only), with a

@@ -79,6 +79,14 @@ def render_markdown(data: dict) -> str:
         lines += [f"| {p['a']} | {p['problems']} | {_f(p['accuracy_a'])} | {_f(p['accuracy_b'])} | "
                   f"{p['difference']:+.3f} | {p['only_a']} | {p['only_b']} | {_f(p['mcnemar_p'], '.3f')} |"
                   for p in data["accuracy_vs_target"]]
+    if data.get("by_task"):
+        lines += ["", "## By task", "",
+                  "Each task of the mix on its own problems: accuracy, answers finished within the budget, α1 and "
+                  "speedup (total) over target-only.", "",
+                  "| task | method | problems | accuracy | finished | α1 | speedup (total) |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {task} | {k} | {r['n']} | {_f(r['accuracy'])} | {r['finished']}/{r['n']} | {_f(r['alpha1'])} | "
+                  f"{_f(r['speedup_total'])} |" for task, rows in data["by_task"].items() for k, r in rows.items()]
     lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
     if lr:
         width = max(len(r["alpha1_by_pos"]) for r in lr.values())
@@ -97,7 +105,10 @@ def render_markdown(data: dict) -> str:
               + ("; a batch of n steps is priced by its longest step, E[max of n]/E[step] = "
                  + ", ".join(f"{_f(v)} (n={n})" for n, v in data["longest_step_factor"].items())
                  if data.get("longest_step_factor") else "") + "."]
-    if flags:
+    if data.get("mode", "latency") != "latency":
+        lines += ["", "The model predicts a decode running alone (latency mode); the speedups of this run are "
+                  "latencies under throughput load, so no measured/predicted ratio is given."]
+    elif flags:
         lines += ["", "Measured and predicted speedup disagree by more than "
                   f"{FLAG_GAP:.0%} for: " + ", ".join(f"**{k}** ({v:.2f}x of predicted)" for k, v in flags) + "."]
     else:

@@ -105,6 +105,36 @@ def test_a_longest_step_priced_batch_lowers_the_lr_prediction_and_leaves_sd_alon
     assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3, priced) == metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3)
 
 
+def test_summary_by_task_splits_accuracy_finished_and_speedup_by_each_problems_own_task():
+    records = [rec("g1", "target", 10.0, True), rec("g1", "lr", 5.0, True, drafted_by_pos=[2], accepted_by_pos=[1]),
+               rec("h1", "target", 4.0, False), rec("h1", "lr", 8.0, True, drafted_by_pos=[2], accepted_by_pos=[0]),
+               rec("h2", "target", 4.0, True), rec("h2", "lr", 8.0, False)]
+    for r in records:
+        r["finish"] = "length" if r["problem"] == "h2" and r["method"] == "lr" else "eos"
+    by = metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he", "h2": "he", "x": "other"})
+    assert list(by) == ["gsm", "he"]  # a group with no record is left out
+    assert by["gsm"]["lr"] == {"n": 1, "accuracy": 1.0, "finished": 1, "alpha1": 0.5, "speedup_total": 2.0}
+    assert by["he"]["lr"]["speedup_total"] == pytest.approx(0.5) and by["he"]["lr"]["finished"] == 1
+    assert by["he"]["lr"]["alpha1"] == 0.0 and by["he"]["target"]["accuracy"] == 0.5
+
+
+def test_report_of_a_task_mix_has_a_table_per_task_and_a_single_task_has_none():
+    from eval.report import render_markdown
+
+    records = [rec("g1", "target", 10.0, True), rec("g1", "lr", 5.0, True),
+               rec("h1", "target", 4.0, False), rec("h1", "lr", 8.0, True)]
+    methods = metrics.summarize(records, ["target", "lr"])
+    for row in methods.values():
+        row.update(predicted_speedup=None, measured_over_predicted=None)
+    data = {"task": "gsm+he", "problems": 2, "decoded_problems": 2, "methods": methods, "c_measured": None,
+            "machine": {}, "generated_at": "now", "timing": {}, "evaluator_overhead": None,
+            "by_task": metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he"})}
+    md = render_markdown(data)
+    assert "## By task" in md
+    assert "| gsm | lr | 1 | 1.00 | 0/1 | — | 2.00 |" in md and "| he | lr | 1 | 1.00 | 0/1 | — | 0.50 |" in md
+    assert "## By task" not in render_markdown({**data, "by_task": None})
+
+
 def test_mcnemar_p_is_the_exact_two_sided_binomial_test_of_the_discordant_problems():
     assert metrics.mcnemar_p(0, 0) == 1.0
     assert metrics.mcnemar_p(3, 3) == pytest.approx(1.0)

@@ -230,7 +230,7 @@ def test_adaptive_without_a_controller_is_refused(data_file, tmp_path):
         run(cfg)
 
 
-def test_throughput_mode_batches_problems_and_matches_latency_mode_outputs(first_run, data_file, tmp_path):
+def test_throughput_mode_batches_problems_matches_latency_outputs_and_checks_no_latency_prediction(first_run, data_file, tmp_path):
     """--mode throughput: each method over the set with N in flight, records equal to the
     latency run's (greedy), a throughput line per method, a Throughput table in the report."""
     latency_out, _ = first_run
@@ -249,6 +249,9 @@ def test_throughput_mode_batches_problems_and_matches_latency_mode_outputs(first
     assert tp["lr"]["rows_per_call"]["target"] > cfg.decode.gamma1 + 1 - 1e-9  # rows of several problems per call
     report = (tmp_path / "tp" / "report.md").read_text()
     assert "## Throughput" in report and "| finished |" in report and "with up to 3 problems in flight" in report
+    # the speedup model predicts a decode alone: no measured/predicted ratio for latencies under load
+    assert all(r["measured_over_predicted"] is None for r in summary.data["methods"].values())
+    assert "no measured/predicted ratio is given" in report
     # a different mode is a different run: refused in the same --out
     with pytest.raises(ConfigError, match="different config"):
         run(make_cfg(data_file, tmp_path / "tp"))
