@@ -654,6 +654,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
     rows = metrics.summarize(recs, labels)
     c = metrics.measured_c(rows, recs)
     steps = metrics.committed_step_tokens(recs)
+    latency = cfg.options.mode == "latency"  # the model predicts one decode alone; throughput rows are latencies under load
     for s in specs:
         row = rows[s.label]
         row.update(kind=s.kind, control=s.control, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
@@ -669,8 +670,6 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
                                                                  row["alpha2"], c, b)
         row["predicted_speedup"] = pred
-        # the model predicts one decode alone (latency); throughput rows are latencies under load
-        latency = cfg.options.mode == "latency"
         row["measured_over_predicted"] = (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
     loop = timing.get("loop_s", 0.0)
     task_of = {p.id: p.meta["task"] for p in problems if p.meta.get("task")}  # set by a task mix
