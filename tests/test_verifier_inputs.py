@@ -8,10 +8,12 @@ as the target saw it at that position, accepted drafts included.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+from lrtune.async_lr import _ENGINE_LOCK as ENGINE_LOCK
 from lrtune.control import ProblemInfo
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.verifiers import StepPair
@@ -104,22 +106,40 @@ def test_the_problem_is_never_dropped_from_a_short_context(backends):
     assert all(p.context == question for p in ver0.pairs)
 
 
-class SlowTarget:
-    """The target, 0.2 s slower per call, so async LR's draft steps are ready before s1."""
+class DraftFirst:
+    """Async LR's engines, the target's first call held back (outside the engine lock) until
+    the draft has returned a step, so a draft step always exists when s1 is ready and the
+    verifier is asked: a hand-off, not a timing race (a CPU under load lost the race)."""
 
-    def __init__(self, backend) -> None:
-        self.backend = backend
+    def __init__(self, target, draft) -> None:
+        self.drafted = threading.Event()
+        self.target, self.draft = _Gated(target, self.drafted, wait=True), _Gated(draft, self.drafted, wait=False)
+
+
+class _Gated:
+    concurrent_safe = True  # takes the engine lock itself, after its wait
+
+    def __init__(self, backend, drafted: threading.Event, wait: bool) -> None:
+        self.backend, self.drafted, self.wait, self.calls = backend, drafted, wait, 0
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
 
     def generate(self, *args, **kwargs):
-        time.sleep(0.2)
-        return self.backend.generate(*args, **kwargs)
+        if self.wait and self.calls == 0:
+            assert self.drafted.wait(timeout=120), "the draft never returned a step"
+            time.sleep(0.2)  # lets the draft worker hand its step to the decoder first
+        self.calls += 1
+        with ENGINE_LOCK:  # vLLM engines in one process never run at once
+            out = self.backend.generate(*args, **kwargs)
+        if not self.wait:
+            self.drafted.set()
+        return out
 
 
 def test_async_lr_shows_the_verifier_the_same_clean_context_as_sync_lr(backends):
-    target, draft = SlowTarget(backends[0]), backends[1]
+    gate = DraftFirst(*backends)
+    target, draft = gate.target, gate.draft
     question = sample_questions(1, seed=6)[0]
     ver = Recording()
     commits: list[list[int]] = []
