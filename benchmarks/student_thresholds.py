@@ -56,7 +56,8 @@ def main(args) -> int:
     (vs, vl), (ts, tl) = scored["val"], scored["test"]
 
     def keep(m: dict) -> dict:
-        return {k: m[k] for k in ("threshold", "accuracy", "false_accept_rate", "acceptance", "teacher_acceptance", "auroc")}
+        keys = ("threshold", "accuracy", "false_accept_rate", "acceptance", "teacher_acceptance", "auroc")
+        return {k: m[k] for k in keys}
 
     rows = {"calibrated": keep(agreement(ts, tl, v.threshold)),
             "val_best_accuracy": keep(agreement(ts, tl, best_accuracy_threshold(vs, vl))),

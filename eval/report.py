@@ -15,6 +15,21 @@ def _ci(ci, spec=".2f") -> str:
     return "" if not ci else f" [{format(ci[0], spec)}, {format(ci[1], spec)}]"
 
 
+def _row(cells) -> str:
+    """One Markdown table row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header, rows) -> list[str]:
+    """A Markdown table: the header cells, the separator, one line per row of cells."""
+    return [_row(header), "|" + "---|" * len(header), *(_row(r) for r in rows)]
+
+
+def _section(title: str, intro: str, header, rows) -> list[str]:
+    """A ``## title`` section: an intro paragraph, then the table."""
+    return ["", f"## {title}", "", intro, "", *_table(header, rows)]
+
+
 def _split(row: dict) -> str:
     ts = row["time_split_s"]
     total = sum(ts.values()) or 1.0
@@ -41,61 +56,51 @@ def render_markdown(data: dict) -> str:
         f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; torch {m.get('torch', '?')}, "
         f"vLLM {m.get('vllm', '—')}. Generated {data['generated_at']}.",
         "",
-        "| method | accuracy [95% CI] | finished | speedup (total) | mean speedup [95% CI] | median | predicted | "
-        "meas/pred | α1 | α2 | steps/round | tok/s | time % draft/target/verify/other |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_table(["method", "accuracy [95% CI]", "finished", "speedup (total)", "mean speedup [95% CI]", "median",
+                 "predicted", "meas/pred", "α1", "α2", "steps/round", "tok/s", "time % draft/target/verify/other"],
+                [[label, f"{_f(r['accuracy'])}{_ci(r['accuracy_ci95'])}",
+                  f"{r['finished']}/{r['n']}" if r.get("finished") is not None else "—", _f(r["speedup_total"]),
+                  f"{_f(r['speedup_mean'])}{_ci(r['speedup_mean_ci95'])}", _f(r["speedup_median"]),
+                  _f(r["predicted_speedup"]), _f(r["measured_over_predicted"]), _f(r["alpha1"]), _f(r["alpha2"]),
+                  _f(r["mean_accepted_steps_per_round"]), _f(r["tokens_per_s"]), _split(r)]
+                 for label, r in data["methods"].items()]),
     ]
-    for label, r in data["methods"].items():
-        fin = f"{r['finished']}/{r['n']}" if r.get("finished") is not None else "—"
-        lines.append(
-            f"| {label} | {_f(r['accuracy'])}{_ci(r['accuracy_ci95'])} | {fin} | {_f(r['speedup_total'])} | "
-            f"{_f(r['speedup_mean'])}{_ci(r['speedup_mean_ci95'])} | {_f(r['speedup_median'])} | "
-            f"{_f(r['predicted_speedup'])} | {_f(r['measured_over_predicted'])} | {_f(r['alpha1'])} | "
-            f"{_f(r['alpha2'])} | {_f(r['mean_accepted_steps_per_round'])} | {_f(r['tokens_per_s'])} | {_split(r)} |"
-        )
     if data.get("throughput"):
-        lines += ["", "## Throughput", "",
-                  "Each method over the whole set with up to N problems in flight (one engine call per round for "
-                  "all of them); the per-problem speedup above then compares latencies under that load.", "",
-                  "| method | N | problems | wall s | problems/hour | tok/s | rows per target call | "
-                  "rows per draft call |", "|---|---|---|---|---|---|---|---|"]
-        for k, t in data["throughput"].items():
-            rpc = t.get("rows_per_call", {})
-            lines.append(f"| {k} | {t['max_concurrent']} | {t['prompts']} | {_f(t['wall_s'], '.1f')} | "
-                         f"{_f(t['problems_per_hour'], '.1f')} | {_f(t['tokens_per_s'])} | {_f(rpc.get('target'))} | "
-                         f"{_f(rpc.get('draft'))} |")
+        lines += _section(
+            "Throughput", "Each method over the whole set with up to N problems in flight (one engine call per round "
+            "for all of them); the per-problem speedup above then compares latencies under that load.",
+            ["method", "N", "problems", "wall s", "problems/hour", "tok/s", "rows per target call",
+             "rows per draft call"],
+            [[k, t["max_concurrent"], t["prompts"], _f(t["wall_s"], ".1f"), _f(t["problems_per_hour"], ".1f"),
+              _f(t["tokens_per_s"]), _f(t.get("rows_per_call", {}).get("target")),
+              _f(t.get("rows_per_call", {}).get("draft"))] for k, t in data["throughput"].items()])
     if data.get("paired"):
-        lines += ["", "## Paired comparisons", "",
-                  "Speedup of A over B on the same problems (Σ wall B / Σ wall A), with a 95% bootstrap interval over "
-                  "problems.", "", "| A | B | problems | A over B [95% CI] |", "|---|---|---|---|"]
-        lines += [f"| {p['a']} | {p['b']} | {p['problems']} | {_f(p['ratio'], '.3f')}{_ci(p['ratio_ci95'], '.3f')} |"
-                  for p in data["paired"]]
+        lines += _section(
+            "Paired comparisons", "Speedup of A over B on the same problems (Σ wall B / Σ wall A), with a 95% "
+            "bootstrap interval over problems.", ["A", "B", "problems", "A over B [95% CI]"],
+            [[p["a"], p["b"], p["problems"], f"{_f(p['ratio'], '.3f')}{_ci(p['ratio_ci95'], '.3f')}"]
+             for p in data["paired"]])
     if data.get("accuracy_vs_target"):
-        lines += ["", "## Accuracy against target-only (paired)", "",
-                  "On the problems both decoded: the difference in accuracy, the problems only one of the two "
-                  "solved, and the two-sided exact McNemar p-value.", "",
-                  "| A | problems | accuracy A | target | A − target | only A | only target | McNemar p |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {p['a']} | {p['problems']} | {_f(p['accuracy_a'])} | {_f(p['accuracy_b'])} | "
-                  f"{p['difference']:+.3f} | {p['only_a']} | {p['only_b']} | {_f(p['mcnemar_p'], '.3f')} |"
-                  for p in data["accuracy_vs_target"]]
+        lines += _section(
+            "Accuracy against target-only (paired)", "On the problems both decoded: the difference in accuracy, the "
+            "problems only one of the two solved, and the two-sided exact McNemar p-value.",
+            ["A", "problems", "accuracy A", "target", "A − target", "only A", "only target", "McNemar p"],
+            [[p["a"], p["problems"], _f(p["accuracy_a"]), _f(p["accuracy_b"]), f"{p['difference']:+.3f}",
+              p["only_a"], p["only_b"], _f(p["mcnemar_p"], ".3f")] for p in data["accuracy_vs_target"]])
     if data.get("by_task"):
-        lines += ["", "## By task", "",
-                  "Each task of the mix on its own problems: accuracy, answers finished within the budget, α1 and "
-                  "speedup (total) over target-only.", "",
-                  "| task | method | problems | accuracy | finished | α1 | speedup (total) |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {task} | {k} | {r['n']} | {_f(r['accuracy'])} | {r['finished']}/{r['n']} | {_f(r['alpha1'])} | "
-                  f"{_f(r['speedup_total'])} |" for task, rows in data["by_task"].items() for k, r in rows.items()]
+        lines += _section(
+            "By task", "Each task of the mix on its own problems: accuracy, answers finished within the budget, α1 "
+            "and speedup (total) over target-only.",
+            ["task", "method", "problems", "accuracy", "finished", "α1", "speedup (total)"],
+            [[task, k, r["n"], _f(r["accuracy"]), f"{r['finished']}/{r['n']}", _f(r["alpha1"]), _f(r["speedup_total"])]
+             for task, rows in data["by_task"].items() for k, r in rows.items()])
     lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
     if lr:
         width = max(len(r["alpha1_by_pos"]) for r in lr.values())
         lines += ["", "## Step acceptance α1 by draft position", "",
-                  "| method | " + " | ".join(f"pos {i + 1}" for i in range(width)) + " |",
-                  "|---|" + "---|" * width]
-        for k, r in lr.items():
-            vals = list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"]))
-            lines.append(f"| {k} | " + " | ".join(_f(v) for v in vals) + " |")
+                  *_table(["method", *(f"pos {i + 1}" for i in range(width))],
+                          [[k, *(_f(v) for v in list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"])))]
+                           for k, r in lr.items()])]
     flags = [(k, r["measured_over_predicted"]) for k, r in data["methods"].items()
              if r["measured_over_predicted"] is not None and abs(r["measured_over_predicted"] - 1) > FLAG_GAP]
     lines += ["", "## Speedup model check", "",
