@@ -34,10 +34,14 @@ def make_parser() -> argparse.ArgumentParser:
 def best_accuracy_threshold(scores, labels) -> float:
     """The candidate threshold (a distinct score, or above all) with the highest agreement;
     ties go to the highest threshold (fewer accepts)."""
-    from train.calibrate import agreement
+    from train.calibrate import confusion
+
+    def agreed(t: float) -> int:
+        c = confusion(scores, labels, t)
+        return c["tp"] + c["tn"]
 
     cands = sorted(set(float(s) for s in scores)) + [max(scores) + 1e-9]
-    return max(cands, key=lambda t: (agreement(scores, labels, t)["accuracy"], t))
+    return max(cands, key=lambda t: (agreed(t), t))
 
 
 def main(args) -> int:
