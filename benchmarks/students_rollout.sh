@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Students distilled from the outcome (rollout) labels of benchmarks/rollout_labels.sh (issue 18):
 # features (logistic regression on text, embedding, the target's likelihood of the draft step and
-# the draft's own confidence), cross-encoder (MiniLM + LoRA) and lm-judge (0.5B draft + LoRA,
+# the draft's own confidence, and whether the context is code), forest (a random forest on the
+# same features), cross-encoder (MiniLM + LoRA) and lm-judge (0.5B draft + LoRA,
 # TRL SFT), each split by template (no gsm_symbolic template or HumanEval task in two splits),
 # calibrated on validation, rated on test against the rollout labels beside the embedding, exact
 # and target_logprob verifiers. Model cards and metadata go to benchmarks/results/students_rollout/.
@@ -13,12 +14,12 @@
 #   [LMJ_MAX_PAIRS=N] [NAME=...] [MAX_LENGTH=N] bash benchmarks/students_rollout.sh [DATA] [STUDENTS]
 set -euo pipefail
 export HF_HUB_OFFLINE=1
-DATA=${1:-results/rollout_labels}; STUDENTS=${2:-features cross-encoder lm-judge}
+DATA=${1:-results/rollout_labels}; STUDENTS=${2:-features forest cross-encoder lm-judge}
 LR=${LRTUNE:-.venv/bin/lrtune}
 NAME=${NAME:-students_rollout}; OUT=benchmarks/results/$NAME; MAX_LENGTH=${MAX_LENGTH:-384}
 for s in $STUDENTS; do
   extra=()
-  [ "$s" != features ] && extra=(--max-length "$MAX_LENGTH")
+  case $s in features|forest) ;; *) extra=(--max-length "$MAX_LENGTH") ;; esac
   [ "$s" = lm-judge ] && extra+=(--epochs 2 --patience 1 --batch-size 8 --latency-pairs 8
                                  ${LMJ_MAX_PAIRS:+--max-train-pairs "$LMJ_MAX_PAIRS"})
   /usr/bin/time -f "$s: %e s wall" "$LR" train verifier --data "$DATA" --student "$s" \

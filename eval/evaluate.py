@@ -11,6 +11,9 @@ holds ``config.json``, ``records.jsonl`` (one line per problem x method, appende
 fsynced as each decode ends), ``summary.json``, ``report.md`` and PNG plots. Re-running
 with the same ``--out`` and config skips finished (problem, method) pairs; a different
 config is refused (``--overwrite`` moves the old records aside, never deletes them).
+Latency mode interleaves its methods per problem, so there ``--methods`` is fixed for the
+run; throughput mode runs method after method, so there a later invocation may name more
+methods and decodes only the new ones (the report covers the methods named).
 
 ``--mode throughput --max-concurrent N`` decodes each method over the whole set with N
 problems in flight (batched: one engine call per round for all of them), method after
@@ -278,6 +281,11 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
     if cfg_path.is_file():
         old = read_json(cfg_path)
         diff = _changed(old, key) if old is not None else ["unreadable config"]
+        if cfg.options.mode == "throughput" and "options.methods" in diff:
+            # throughput mode decodes method after method anyway: a new --methods list reuses the
+            # finished (problem, method) decodes and decodes only the methods it adds
+            diff.remove("options.methods")
+            log(f"{out}: --methods changed; finished decodes are reused, new methods decoded")
         if diff and not cfg.options.overwrite:
             raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
                               "use another --out, or --overwrite to start over (old records are kept)")

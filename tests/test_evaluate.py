@@ -257,6 +257,30 @@ def test_throughput_mode_batches_problems_matches_latency_outputs_and_checks_no_
         run(make_cfg(data_file, tmp_path / "tp"))
 
 
+def test_throughput_run_takes_more_methods_later_and_decodes_only_the_new_ones(data_file, tmp_path):
+    out = tmp_path / "grow"
+    cfg = make_cfg(data_file, out, mode="throughput", max_concurrent=3)
+    cfg.options.methods = "target"
+    cfg.models.verifier, cfg.models.backend, cfg.models.device = "never", "transformers", "cpu"
+    run(cfg)
+    before = (out / "records.jsonl").read_text()
+    cfg.options.methods = "target,lr"
+    summary = run(cfg)
+    after = (out / "records.jsonl").read_text()
+    assert after.startswith(before)  # target's decodes reused as they were
+    assert [json.loads(x)["method"] for x in after[len(before):].splitlines()] == ["lr"] * 3
+    assert set(summary.data["methods"]) == {"target", "lr"} and summary["lr"]["n"] == 3
+    assert summary.data["accuracy_vs_target"]  # the new row is paired against target's records
+    # latency mode interleaves methods per problem: there a new --methods list is a new run
+    lat = make_cfg(data_file, tmp_path / "lat")
+    lat.options.methods = "target"
+    lat.models.verifier, lat.models.backend, lat.models.device = "never", "transformers", "cpu"
+    run(lat)
+    lat.options.methods = "target,lr"
+    with pytest.raises(ConfigError, match="different config.*methods"):
+        run(lat)
+
+
 def test_throughput_mode_refuses_async_and_oracle_rows(data_file, tmp_path):
     cfg = make_cfg(data_file, tmp_path / "x", mode="throughput")
     cfg.options.methods = "target,lr/async"

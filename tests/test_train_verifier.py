@@ -126,6 +126,15 @@ def test_calibration_maximises_acceptance_under_the_false_accept_cap(scores, lab
     assert (a["false_accept_rate"] or 0.0) <= cap + 1e-12
 
 
+def test_a_cap_that_allows_no_false_accept_on_the_validation_pairs_is_warned_about():
+    from train.calibrate import coarse_cap_warning
+
+    assert calibrate_threshold([0.9, 0.1], [True, False], 0.05)["val_rejected"] == 1
+    msg = coarse_cap_warning(19, 0.05)  # 19 rejected pairs: a 5% cap allows 0.95 of one
+    assert msg and "allows none of them" in msg and "at least 0.053" in msg
+    assert coarse_cap_warning(20, 0.05) is None and coarse_cap_warning(0, 0.05) is None
+
+
 def test_agreement_counts_match_the_definitions():
     a = agreement([0.9, 0.6, 0.4, 0.1], [True, False, True, False], 0.5)
     assert (a["tp"], a["fp"], a["fn"], a["tn"]) == (1, 1, 1, 1)

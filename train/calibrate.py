@@ -68,7 +68,19 @@ def calibrate_threshold(scores: Sequence[float], labels: Sequence[bool], max_fal
         best, best_far = t, far
     best = min(max(best, 0.0), 1.0)
     return {"threshold": best, "max_false_accept": max_false_accept, "val_false_accept_rate": best_far,
-            "val_acceptance": sum(1 for s, _ in pairs if s >= best) / len(pairs), "method": "max acceptance s.t. FAR <= max"}
+            "val_acceptance": sum(1 for s, _ in pairs if s >= best) / len(pairs), "val_rejected": n_neg,
+            "method": "max acceptance s.t. FAR <= max"}
+
+
+def coarse_cap_warning(n_rejected: int, max_false_accept: float) -> str | None:
+    """A warning when a FAR cap is coarser than the calibration pairs can express: with n
+    teacher-rejected pairs the cap allows ⌊n·cap⌋ false accepts, and at 0 the threshold must
+    sit above every rejected pair's score (one outlier then sets it). None when ≥ 1 is allowed."""
+    if n_rejected <= 0 or math.floor(n_rejected * max_false_accept + 1e-9) >= 1:
+        return None
+    return (f"validation holds {n_rejected} teacher-rejected pairs: a false-accept cap of {max_false_accept:g} allows "
+            "none of them, so the threshold sits above every rejected pair's score; raise --max-false-accept "
+            f"to at least {1 / n_rejected:.3f} or collect more rejected pairs")
 
 
 def cross_fitted(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str], max_false_accept: float,

@@ -1,8 +1,10 @@
-"""The three student kinds of ``lrtune train verifier``: fit on the train split, select
+"""The student kinds of ``lrtune train verifier``: fit on the train split, select
 on validation AUROC, write the checkpoint files (weights, tokenizer) into a directory.
 
 * ``features``: logistic regression (scikit-learn) on the cheap pair features; C chosen
   on validation AUROC. Weights stored as safetensors (standardisation + coefficients).
+* ``forest``: a random forest (scikit-learn) on the same features; leaf size chosen on
+  validation AUROC; the trees stored as flat safetensors arrays (no pickle).
 * ``cross-encoder``: a sentence encoder + 1-logit head with a PEFT LoRA adapter, trained
   on BCE(σ(logit), teacher score) with AdamW; early stopping on validation AUROC; a
   resumable per-epoch state (adapter + optimizer in safetensors).
@@ -32,6 +34,10 @@ from train.data import PairExample
 
 
 
+FOREST_TREES = 300
+FOREST_LEAF_SIZES = (1, 3, 5, 10)  # min_samples_leaf candidates, chosen on validation AUROC
+
+
 def state_dir(out: Path) -> Path:
     """Training state (resumable epochs; TRL's checkpoints hold pickles) lives beside the
     checkpoint, never inside it: ``<out>.train-state``; removed after a successful export."""
@@ -47,8 +53,8 @@ def _auroc(scores, examples: Sequence[PairExample]) -> float:
 
 # ---- features ----------------------------------------------------------------------------
 def feature_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
-    """The features a student trains on: every text feature and the embedding cosine, and
-    each likelihood feature (the target's scores of the draft step, the draft's own
+    """The features a student trains on: every text and context feature and the embedding
+    cosine, and each likelihood feature (the target's scores of the draft step, the draft's own
     confidence) that at least half of ``examples`` carry (data collected before a feature
     existed lacks it)."""
     from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, likelihood_features
@@ -65,7 +71,7 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
     column when present, else from ``encoder``."""
     import numpy as np
 
-    from lrtune.verifiers.features import FEATURE_NAMES, likelihood_features, text_features
+    from lrtune.verifiers.features import FEATURE_NAMES, pair_features
 
     cos = [e.embedding_cosine for e in examples]
     missing = [i for i, c in enumerate(cos) if c is None or (isinstance(c, float) and math.isnan(c))]
@@ -75,10 +81,9 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
         enc = EmbeddingVerifier(model=distilled.resolve_encoder(encoder))
         for i, c in zip(missing, enc.score([examples[i].pair for i in missing])):
             cos[i] = c
-    full = [text_features(e.pair.draft, e.pair.target) + [float(c)] + likelihood_features(e.pair.draft_scores)
-            for e, c in zip(examples, cos)]
-    cols = [FEATURE_NAMES.index(n) for n in (names or FEATURE_NAMES)]
-    return np.asarray([[math.nan if r[j] is None else r[j] for j in cols] for r in full], dtype=np.float64)
+    rows = [pair_features(e.pair, float(c)) for e, c in zip(examples, cos)]
+    return np.asarray([[math.nan if r[n] is None else r[n] for n in (names or FEATURE_NAMES)] for r in rows],
+                      dtype=np.float64)
 
 
 def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
@@ -88,7 +93,7 @@ def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     from sklearn.preprocessing import StandardScaler
 
     encoder = cfg.base_model or distilled.ENCODERS[0]
-    names = feature_names(train)
+    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
     xtr, ytr = feature_matrix(train, encoder, names), np.asarray([e.label for e in train])
     xva = feature_matrix(val, encoder, names)
     scaler = StandardScaler().fit(xtr)  # ignores NaN; unscored pairs then get the mean (as FeatureVerifier does)
@@ -106,6 +111,38 @@ def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: 
                "coef": clf.coef_[0].astype(np.float64), "intercept": clf.intercept_.astype(np.float64)},
               str(out / "features.safetensors"))
     return {"base_model": None, "encoder": encoder, "features": list(names), "C": c, "history": history}
+
+
+def fit_forest(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
+    """A random forest (scikit-learn, 300 trees) on the same features as ``features``; the
+    leaf size is chosen on validation AUROC. Missing likelihood features take the training
+    mean. The trees are exported as flat arrays (:func:`lrtune.verifiers.trees.pack_forest`)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from sklearn.ensemble import RandomForestClassifier
+
+    from lrtune.verifiers.trees import pack_forest
+
+    encoder = cfg.base_model or distilled.ENCODERS[0]
+    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
+    xtr, ytr = feature_matrix(train, encoder, names), np.asarray([e.label for e in train])
+    xva = feature_matrix(val, encoder, names)
+    mean = np.nanmean(xtr, axis=0)
+    mean = np.where(np.isnan(mean), 0.0, mean)
+    xtr, xva = (np.where(np.isnan(x), mean, x) for x in (xtr, xva))
+    history, best = [], None
+    for leaf in FOREST_LEAF_SIZES:
+        clf = RandomForestClassifier(n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.seed,
+                                     n_jobs=1).fit(xtr, ytr)
+        a = _auroc(clf.predict_proba(xva)[:, 1], val)  # classes_ = [False, True]: one class is refused earlier
+        history.append({"min_samples_leaf": leaf, "val_auroc": a})
+        if best is None or (not math.isnan(a) and (math.isnan(best[0]) or a > best[0])):
+            best = (a, leaf, clf)
+    _, leaf, clf = best
+    arrays = pack_forest(clf.estimators_, positive=1)
+    save_file({"mean": mean.astype(np.float64), **arrays}, str(out / "forest.safetensors"))
+    return {"base_model": None, "encoder": encoder, "features": list(names), "trees": FOREST_TREES,
+            "min_samples_leaf": leaf, "history": history}
 
 
 # ---- cross-encoder -----------------------------------------------------------------------
@@ -347,7 +384,8 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
             "history": track["history"], "best_val_auroc": track["best_auroc"]}
 
 
-FITTERS: dict[str, Callable] = {"features": fit_features, "cross-encoder": fit_cross_encoder, "lm-judge": fit_lm_judge}
+FITTERS: dict[str, Callable] = {"features": fit_features, "forest": fit_forest, "cross-encoder": fit_cross_encoder,
+                                "lm-judge": fit_lm_judge}
 
 
 def score_pairs(verifier, pairs: Sequence[StepPair], batch_size: int = 64) -> list[float]:

@@ -31,7 +31,7 @@ from lrtune.runfiles import config_key, log, read_json, writable_dir, write_atom
 from lrtune.verifiers import distilled
 
 from train import students
-from train.calibrate import agreement, calibrate_threshold
+from train.calibrate import agreement, calibrate_threshold, coarse_cap_warning
 from train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
@@ -45,7 +45,7 @@ class TrainVerifierConfig:
 
     data: str = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
     out: str = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
-    student: str = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features",
+    student: str = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest",
                                                            "choices": distilled.STUDENT_KINDS})
     base_model: str | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
                                                                    "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
@@ -65,6 +65,8 @@ class TrainVerifierConfig:
                                                                  "the problem statement and the latest steps, half each"})
     max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer); a longer "
                                                                 "input loses context first, then step text"})
+    drop_features: str = field(default="", metadata={"help": "features | forest: comma-separated feature names to "
+                                                            "leave out (ablations; see lrtune.verifiers.features)"})
     max_train_pairs: int | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
                                                                         "(lm-judge on CPU is slow)"})
     max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
@@ -84,6 +86,15 @@ class TrainVerifierConfig:
                      "min_train_pairs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.drop_features:
+            from lrtune.verifiers.features import FEATURE_NAMES
+
+            if self.student not in ("features", "forest"):
+                raise ConfigError("--drop-features applies to the features and forest students only")
+            unknown = sorted(set(self.dropped_features) - set(FEATURE_NAMES))
+            if unknown:
+                raise ConfigError(f"--drop-features: unknown feature(s) {', '.join(unknown)}; "
+                                  f"choose from {', '.join(FEATURE_NAMES)}")
         if self.max_train_pairs is not None and self.max_train_pairs < 2:
             raise ConfigError("--max-train-pairs must be >= 2")
         if not 0 <= self.max_false_accept <= 1:
@@ -91,6 +102,11 @@ class TrainVerifierConfig:
         if self.learning_rate <= 0:
             raise ConfigError("--learning-rate must be > 0")
         return self
+
+
+    @property
+    def dropped_features(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.drop_features.split(",") if n.strip())
 
 
 def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
@@ -226,6 +242,9 @@ def run(cfg: TrainVerifierConfig) -> dict:
     v = distilled.load(out, device=cfg.device)  # the same path decoding uses
     val_scores = students.score_pairs(v, [e.pair for e in splits["val"]])
     calib = calibrate_threshold(val_scores, [e.label for e in splits["val"]], cfg.max_false_accept)
+    coarse = coarse_cap_warning(calib["val_rejected"], cfg.max_false_accept)
+    if coarse:
+        log(f"warning: {coarse}")
     v.threshold = calib["threshold"]
     test = splits["test"]
     t0 = time.perf_counter()

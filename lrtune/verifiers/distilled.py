@@ -10,6 +10,8 @@ A checkpoint is a directory::
     kind "lm-judge":       adapter_config.json + adapter_model.safetensors (PEFT LoRA on a
                            causal LM), tokenizer files
     kind "features":       features.safetensors (standardisation and logistic weights)
+    kind "forest":         forest.safetensors (feature means and the trees' flat arrays,
+                           see lrtune.verifiers.trees)
 
 ``load(path)`` validates the metadata, refuses any pickle-capable file, and returns a
 :class:`~lrtune.verifiers.base.Verifier` whose ``score`` is in [0, 1] and whose
@@ -29,13 +31,14 @@ from lrtune.verifiers.base import StepPair, score_pairs
 META = "lrtune_verifier.json"
 FORMAT = "lrtune-verifier"
 VERSION = 1
-STUDENT_KINDS = ("cross-encoder", "lm-judge", "features")
+STUDENT_KINDS = ("cross-encoder", "lm-judge", "features", "forest")
 # Files that torch/joblib/pickle would unpickle on load: a checkpoint may hold none of them.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".sav")
 _REQUIRED = {
     "cross-encoder": ("adapter_config.json", "adapter_model.safetensors"),
     "lm-judge": ("adapter_config.json", "adapter_model.safetensors"),
     "features": ("features.safetensors",),
+    "forest": ("forest.safetensors",),
 }
 ENCODERS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
 
@@ -98,7 +101,8 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    cls = {"cross-encoder": CrossEncoderVerifier, "lm-judge": LMJudgeStudent, "features": FeatureVerifier}[meta["kind"]]
+    cls = {"cross-encoder": CrossEncoderVerifier, "lm-judge": LMJudgeStudent, "features": FeatureVerifier,
+           "forest": ForestVerifier}[meta["kind"]]
     v = cls(root, meta, device=device)
     if threshold is not None:
         v.threshold = threshold
@@ -273,17 +277,20 @@ def one_by_one(model_score):
 
 
 # ---- students ----------------------------------------------------------------------------
-class FeatureVerifier:
-    """Logistic regression on :data:`~lrtune.verifiers.features.FEATURE_NAMES` (the subset its
-    checkpoint lists): score = σ(w·(x − μ)/s + b), x the pair's cheap features (embedding
-    cosine, and the target's likelihood of the draft step when trained with it)."""
+class _FeatureStudent:
+    """A student over :data:`~lrtune.verifiers.features.FEATURE_NAMES` (the subset its
+    checkpoint lists, in that order): x is the pair's cheap features (embedding cosine, the
+    target's likelihood of the draft step when trained with it); an unscored pair's missing
+    likelihood features take the training mean. Subclasses read their weights file."""
+
+    WEIGHTS = ""
+    name = ""
 
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         from safetensors.numpy import load_file
 
-        from lrtune.verifiers.features import FEATURE_NAMES, TEXT_FEATURES
+        from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, TEXT_FEATURES
 
-        self.name = "distilled:features"
         self.meta = meta
         self.threshold = float(meta["threshold"])
         names = meta.get("features", (*TEXT_FEATURES, "embedding_cosine"))  # checkpoints before likelihood features
@@ -294,18 +301,13 @@ class FeatureVerifier:
         if unknown:
             raise ConfigError(f"{root}: unknown features {sorted(unknown)}")
         try:
-            w = load_file(str(root / "features.safetensors"))
-            self.mean, self.scale, self.coef = (w[k].astype("float64").reshape(-1) for k in ("mean", "scale", "coef"))
-            self.intercept = float(w["intercept"].reshape(-1)[0])
-        except KeyError as e:
-            raise ConfigError(f"{root}: features.safetensors lacks the tensor {e}") from None
+            w = load_file(str(root / self.WEIGHTS))
         except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for a corrupt file
-            raise ConfigError(f"{root}: features.safetensors is not a readable weights file "
+            raise ConfigError(f"{root}: {self.WEIGHTS} is not a readable weights file "
                               f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        if not (len(self.mean) == len(self.scale) == len(self.coef) == len(self.feature_names)):
-            raise ConfigError(f"{root}: features.safetensors does not match its {len(self.feature_names)} features")
-        from lrtune.verifiers.features import LIKELIHOOD_FEATURES
-
+        self.mean = self._load(root, w)
+        if len(self.mean) != len(self.feature_names):
+            raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
         # a checkpoint trained with the target's likelihood features needs the decoder to score drafts
         self.uses_draft_scores = any(n in LIKELIHOOD_FEATURES for n in self.feature_names)
         self._encoder = None
@@ -314,27 +316,71 @@ class FeatureVerifier:
 
             self._encoder = EmbeddingVerifier(model=resolve_encoder(meta.get("encoder", ENCODERS[0])))
 
+    def _load(self, root: Path, w: dict):
+        """Keep the model's arrays from weights ``w``; return the per-feature training means."""
+        raise NotImplementedError
+
     def features(self, pairs: Sequence[StepPair]):
         import numpy as np
 
-        from lrtune.verifiers.features import LIKELIHOOD_FEATURES, TEXT_FEATURES, likelihood_features, text_features
+        from lrtune.verifiers.features import pair_features
 
         cos = self._encoder.score(pairs) if self._encoder is not None else [0.0] * len(pairs)
-        rows = []
-        for p, c in zip(pairs, cos):
-            f = dict(zip(TEXT_FEATURES, text_features(p.draft, p.target)))
-            f["embedding_cosine"] = float(c)
-            f.update(zip(LIKELIHOOD_FEATURES, likelihood_features(p.draft_scores)))
-            # an unscored pair gets the training mean (standardised: 0), as in training
-            rows.append([m if f[n] is None else f[n] for n, m in zip(self.feature_names, self.mean)])
-        return np.asarray(rows, dtype=np.float64)
+        rows = [pair_features(p, c) for p, c in zip(pairs, cos)]
+        return np.asarray([[m if f[n] is None else f[n] for n, m in zip(self.feature_names, self.mean)] for f in rows],
+                          dtype=np.float64)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         return score_pairs(pairs, self._model_score)
 
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
+        raise NotImplementedError
+
+
+class FeatureVerifier(_FeatureStudent):
+    """Logistic regression on the pair features: score = σ(w·(x − μ)/s + b)."""
+
+    WEIGHTS = "features.safetensors"
+    name = "distilled:features"
+
+    def _load(self, root: Path, w: dict):
+        try:
+            mean, self.scale, self.coef = (w[k].astype("float64").reshape(-1) for k in ("mean", "scale", "coef"))
+            self.intercept = float(w["intercept"].reshape(-1)[0])
+        except KeyError as e:
+            raise ConfigError(f"{root}: {self.WEIGHTS} lacks the tensor {e}") from None
+        if not len(mean) == len(self.scale) == len(self.coef):
+            raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
+        return mean
+
+    def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
         z = ((self.features(pairs) - self.mean) / self.scale) @ self.coef + self.intercept
         return [1.0 / (1.0 + math.exp(-float(v))) for v in z]
+
+
+class ForestVerifier(_FeatureStudent):
+    """A random forest on the pair features: score = the trees' mean leaf share of accepted
+    training pairs (:func:`lrtune.verifiers.trees.forest_proba`)."""
+
+    WEIGHTS = "forest.safetensors"
+    name = "distilled:forest"
+
+    def _load(self, root: Path, w: dict):
+        from lrtune.verifiers.trees import check_forest
+
+        if "mean" not in w:
+            raise ConfigError(f"{root}: {self.WEIGHTS} lacks the tensor 'mean'")
+        mean = w["mean"].astype("float64").reshape(-1)
+        why = check_forest(w, len(mean))
+        if why:
+            raise ConfigError(f"{root}: {self.WEIGHTS} is not a valid forest: {why}")
+        self.forest = {k: v for k, v in w.items() if k != "mean"}
+        return mean
+
+    def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
+        from lrtune.verifiers.trees import forest_proba
+
+        return [float(p) for p in forest_proba(self.forest, self.features(pairs))]
 
 
 class CrossEncoderVerifier:

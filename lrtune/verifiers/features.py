@@ -15,6 +15,7 @@ from lrtune.verifiers.simple import normalize_step
 
 _NUM = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 _WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")
+_CODE = re.compile(r"```python|^[ \t]*def[ \t]+\w+[ \t]*\(|^[ \t]*class[ \t]+\w+[ \t]*[:(]", re.MULTILINE)
 
 TEXT_FEATURES = (
     "exact_match",         # 1 when the normalised texts are equal
@@ -37,7 +38,11 @@ LIKELIHOOD_FEATURES = (
     "draft_mean_logprob",          # the draft's own confidence: mean log p_draft of its step's tokens (nats)
     "draft_entropy",               # mean top-k entropy of the draft's next-token distributions (nats)
 )
-FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES)
+# what kind of problem the pair belongs to, read off its context (problem statement first)
+CONTEXT_FEATURES = (
+    "context_is_code",     # 1 when the context holds Python code (a ```python block or a def/class line)
+)
+FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES)
 
 
 def numbers(text: str) -> list[float]:
@@ -83,3 +88,20 @@ def likelihood_features(scores) -> list[float | None]:
     own = lambda v: None if v is None else float(v)  # noqa: E731
     return [float(scores.mean_logprob), float(scores.min_logprob), float(scores.argmax_share),
             own(scores.draft_logprob), own(scores.draft_entropy)]
+
+
+def context_features(context: str) -> list[float]:
+    """The :data:`CONTEXT_FEATURES` of a pair's context, in that order. Code steps are
+    accepted far more often than math steps (rollout labels: 0.96 against 0.66 on the
+    training split), so a student needs to know which kind of problem it is judging."""
+    return [float(bool(_CODE.search(context)))]
+
+
+def pair_features(pair, embedding_cosine: float) -> dict[str, float | None]:
+    """Every :data:`FEATURE_NAMES` value of ``pair`` (a :class:`~lrtune.verifiers.base.StepPair`)
+    given its embedding cosine; a likelihood feature is None when the pair is unscored."""
+    f: dict[str, float | None] = dict(zip(TEXT_FEATURES, text_features(pair.draft, pair.target)))
+    f["embedding_cosine"] = float(embedding_cosine)
+    f.update(zip(LIKELIHOOD_FEATURES, likelihood_features(pair.draft_scores)))
+    f.update(zip(CONTEXT_FEATURES, context_features(pair.context)))
+    return f
