@@ -86,27 +86,44 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
                       dtype=np.float64)
 
 
+def _feature_data(train: Sequence[PairExample], val: Sequence[PairExample], cfg):
+    """(encoder, feature names, x_train, y_train, x_val) for the features and forest students:
+    :func:`feature_names` less ``--drop-features``; NaN where a pair lacks a likelihood feature."""
+    import numpy as np
+
+    encoder = cfg.base_model or distilled.ENCODERS[0]
+    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
+    return (encoder, names, feature_matrix(train, encoder, names), np.asarray([e.label for e in train]),
+            feature_matrix(val, encoder, names))
+
+
+def _best_on_val(candidates, fit: Callable, val_scores: Callable, val: Sequence[PairExample], key: str):
+    """Fit one model per candidate; return (best candidate, its model, history) by validation
+    AUROC (the first of equals wins; NaN never beats a number)."""
+    history, best = [], None
+    for c in candidates:
+        model = fit(c)
+        a = _auroc(val_scores(model), val)
+        history.append({key: c, "val_auroc": a})
+        if best is None or (not math.isnan(a) and (math.isnan(best[0]) or a > best[0])):
+            best = (a, c, model)
+    return best[1], best[2], history
+
+
 def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
     import numpy as np
     from safetensors.numpy import save_file
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    encoder = cfg.base_model or distilled.ENCODERS[0]
-    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
-    xtr, ytr = feature_matrix(train, encoder, names), np.asarray([e.label for e in train])
-    xva = feature_matrix(val, encoder, names)
+    encoder, names, xtr, ytr, xva = _feature_data(train, val, cfg)
     scaler = StandardScaler().fit(xtr)  # ignores NaN; unscored pairs then get the mean (as FeatureVerifier does)
     xtr, xva = (np.where(np.isnan(x), scaler.mean_, x) for x in (xtr, xva))
     scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
-    history, best = [], None
-    for c in (0.01, 0.1, 1.0, 10.0):
-        clf = LogisticRegression(C=c, max_iter=2000, random_state=cfg.seed).fit((xtr - scaler.mean_) / scale, ytr)
-        a = _auroc(clf.predict_proba((xva - scaler.mean_) / scale)[:, 1], val)
-        history.append({"C": c, "val_auroc": a})
-        if best is None or (not math.isnan(a) and (math.isnan(best[0]) or a > best[0])):
-            best = (a, c, clf)
-    _, c, clf = best
+    ztr, zva = (xtr - scaler.mean_) / scale, (xva - scaler.mean_) / scale
+    c, clf, history = _best_on_val(
+        (0.01, 0.1, 1.0, 10.0), lambda c: LogisticRegression(C=c, max_iter=2000, random_state=cfg.seed).fit(ztr, ytr),
+        lambda m: m.predict_proba(zva)[:, 1], val, "C")
     save_file({"mean": scaler.mean_.astype(np.float64), "scale": scale.astype(np.float64),
                "coef": clf.coef_[0].astype(np.float64), "intercept": clf.intercept_.astype(np.float64)},
               str(out / "features.safetensors"))
@@ -123,24 +140,17 @@ def fit_forest(train: Sequence[PairExample], val: Sequence[PairExample], out: Pa
 
     from lrtune.verifiers.trees import pack_forest
 
-    encoder = cfg.base_model or distilled.ENCODERS[0]
-    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
-    xtr, ytr = feature_matrix(train, encoder, names), np.asarray([e.label for e in train])
-    xva = feature_matrix(val, encoder, names)
+    encoder, names, xtr, ytr, xva = _feature_data(train, val, cfg)
     mean = np.nanmean(xtr, axis=0)
     mean = np.where(np.isnan(mean), 0.0, mean)
     xtr, xva = (np.where(np.isnan(x), mean, x) for x in (xtr, xva))
-    history, best = [], None
-    for leaf in FOREST_LEAF_SIZES:
-        clf = RandomForestClassifier(n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.seed,
-                                     n_jobs=1).fit(xtr, ytr)
-        a = _auroc(clf.predict_proba(xva)[:, 1], val)  # classes_ = [False, True]: one class is refused earlier
-        history.append({"min_samples_leaf": leaf, "val_auroc": a})
-        if best is None or (not math.isnan(a) and (math.isnan(best[0]) or a > best[0])):
-            best = (a, leaf, clf)
-    _, leaf, clf = best
-    arrays = pack_forest(clf.estimators_, positive=1)
-    save_file({"mean": mean.astype(np.float64), **arrays}, str(out / "forest.safetensors"))
+    leaf, clf, history = _best_on_val(
+        FOREST_LEAF_SIZES,
+        lambda leaf: RandomForestClassifier(n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.seed,
+                                            n_jobs=1).fit(xtr, ytr),
+        lambda m: m.predict_proba(xva)[:, 1], val, "min_samples_leaf")  # classes_ = [False, True]
+    save_file({"mean": mean.astype(np.float64), **pack_forest(clf.estimators_, positive=1)},
+              str(out / "forest.safetensors"))
     return {"base_model": None, "encoder": encoder, "features": list(names), "trees": FOREST_TREES,
             "min_samples_leaf": leaf, "history": history}
 
