@@ -141,8 +141,7 @@ def fit_forest(train: Sequence[PairExample], val: Sequence[PairExample], out: Pa
     from lrtune.verifiers.trees import pack_forest
 
     encoder, names, xtr, ytr, xva = _feature_data(train, val, cfg)
-    mean = np.nanmean(xtr, axis=0)
-    mean = np.where(np.isnan(mean), 0.0, mean)
+    mean = np.nanmean(xtr, axis=0)  # feature_names keeps a likelihood feature only where half the pairs carry it
     xtr, xva = (np.where(np.isnan(x), mean, x) for x in (xtr, xva))
     leaf, clf, history = _best_on_val(
         FOREST_LEAF_SIZES,

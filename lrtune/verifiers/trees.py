@@ -60,8 +60,8 @@ def check_forest(arrays: dict, n_features: int) -> str | None:
     inner = left != -1
     if (roots < 0).any() or (roots >= n).any():
         return "a tree root out of range"
-    if ((left[inner] <= np.nonzero(inner)[0]) | (left[inner] >= n)).any() or \
-            ((right[inner] <= np.nonzero(inner)[0]) | (right[inner] >= n)).any():
+    parent = np.nonzero(inner)[0]
+    if any(((child[inner] <= parent) | (child[inner] >= n)).any() for child in (left, right)):
         return "a child index out of range (children must follow their parent)"
     if (right[~inner] != -1).any():
         return "a leaf with a right child"
@@ -79,9 +79,10 @@ def forest_proba(arrays: dict, x) -> "np.ndarray":  # noqa: F821 - numpy importe
     node = np.broadcast_to(arrays["roots"], (len(x), len(arrays["roots"]))).copy()
     rows = np.arange(len(x))[:, None]
     while True:
-        inner = left[node] != -1
+        nxt = left[node]
+        inner = nxt != -1
         if not inner.any():
             break
         go_left = x[rows, feature[node]] <= threshold[node]
-        node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+        node = np.where(inner, np.where(go_left, nxt, right[node]), node)
     return value[node].mean(axis=1)
