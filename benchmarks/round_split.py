@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 KEYS = ("rounds", "draft_s", "target_s", "verify_s", "wall_s", "aborted_target_rows", "target_step_tokens",
-        "draft_step_tokens", "committed_draft_steps", "drafted_steps")
+        "draft_step_tokens", "committed_draft_steps", "drafted_steps", "reused_target_tokens")
 
 
 def split(records: list[dict]) -> dict[str, dict]:

@@ -41,7 +41,7 @@ from typing import Any
 
 from lrtune.api import ModelConfig
 from lrtune.batchcost import measure_batch_cost, read_profile_curve
-from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost
+from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
@@ -70,7 +70,8 @@ class EvalOptions:
     limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
     heldout_from: str | None = field(default=None, metadata={"help": "comma list of collect dirs (a verifier's or controller's training data): evaluate only problems whose template none of them holds (gsm_symbolic: the generator template; other tasks: the problem itself)"})
-    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller)"})
+    problem_ids: str | None = field(default=None, metadata={"help": "comma list of problem ids, or @FILE with one per line: evaluate exactly these, in this order (from the task's first 20 x --limit + 100 problems; e.g. the problems of an earlier run); --limit caps them"})
+    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /reuse (draft-prefix reuse), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller)"})
     sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
     mode: str = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight", "choices": MODES})
     max_concurrent: int = field(default=8, metadata={"help": "throughput mode: problems in flight at once"})
@@ -97,7 +98,9 @@ class MethodSpec:
     """One evaluated method: a decode ``kind`` with its γ1/γ2, options and a unique label.
 
     Options come from the label (``kind/opt/opt``): ``async`` (pipelined LR), ``abort``
-    (early abort: stop the target rows a rejection makes useless), ``w=N`` (draft branches),
+    (early abort: stop the target rows a rejection makes useless), ``reuse`` (draft-prefix
+    reuse: target rows start after the draft tokens the target would write itself,
+    :mod:`lrtune.reuse`), ``w=N`` (draft branches),
     ``v=SPEC`` (a verifier other than the run's ``--verifier``).
     """
 
@@ -109,13 +112,15 @@ class MethodSpec:
     width: int = 1
     verifier: str | None = None
     early_abort: bool = False
+    reuse_drafts: bool = False
     control: str | None = None  # adaptive | oracle | best-fixed: lr+sd with depths from a controller
     controller: str | None = None  # adaptive/c=SPEC: this controller instead of the run's --controller
 
     def decode_config(self, base: DecodeConfig) -> DecodeConfig:
         return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
                                    async_lr=self.async_lr, width=self.width,
-                                   early_abort=self.early_abort or base.early_abort)
+                                   early_abort=self.early_abort or base.early_abort,
+                                   reuse_drafts=self.reuse_drafts or base.reuse_drafts)
 
 
 def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
@@ -139,12 +144,14 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
             extra["async_lr"] = True
         elif opt == "abort":
             extra["early_abort"] = True
+        elif opt == "reuse":
+            extra["reuse_drafts"] = True
         elif key == "w" and val.isdigit():
             extra["width"] = int(val)
         elif key == "v" and val:
             extra["verifier"] = val
         else:
-            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | abort | w=N | v=VERIFIER)")
+            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | abort | reuse | w=N | v=VERIFIER)")
     if extra and kind not in ("lr", "lr+sd"):
         raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
     return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)
@@ -179,6 +186,28 @@ def heldout_problems(task, opts: EvalOptions) -> list:
     if len(kept) < opts.limit:
         log(f"warning: only {len(kept)} problems with unseen templates (asked for {opts.limit})")
     return kept
+
+
+def listed_problems(task, opts: EvalOptions) -> list:
+    """The problems ``opts.problem_ids`` names (a comma list or ``@FILE``), in that order,
+    at most ``opts.limit``; a ConfigError names any id the task's pool does not hold."""
+    spec = opts.problem_ids.strip()
+    if spec.startswith("@"):
+        path = Path(spec[1:]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"--problem-ids {spec}: no such file")
+        ids = [x.strip() for x in path.read_text().splitlines() if x.strip()]
+    else:
+        ids = [x.strip() for x in spec.split(",") if x.strip()]
+    if opts.heldout_from:
+        raise ConfigError("--problem-ids names the problems itself: drop --heldout-from")
+    ids = ids[:opts.limit]
+    pool = {p.id: p for p in task.load(limit=20 * opts.limit + 100, seed=opts.task_seed, path=opts.data)}
+    missing = [i for i in ids if i not in pool]
+    if missing:
+        raise ConfigError(f"--problem-ids: {len(missing)} id(s) not among the task's first {len(pool)} problems "
+                          f"(task {opts.task!r}, seed {opts.task_seed}): {', '.join(missing[:5])}")
+    return [pool[i] for i in ids]
 
 
 @dataclass
@@ -336,8 +365,9 @@ def run(cfg: EvalConfig) -> Summary:
         require_isolation(opts.unsafe_exec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        problems = (task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data) if not opts.heldout_from
-                    else heldout_problems(task, opts))
+        problems = (listed_problems(task, opts) if opts.problem_ids
+                    else heldout_problems(task, opts) if opts.heldout_from
+                    else task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data))
     for w in caught:
         log(f"warning: {w.message}")
     if not problems:
@@ -486,14 +516,14 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
                      f"{cfg.models.max_model_len}")
                 progress.advance(len(pending))
                 continue
-            t_warm = time.perf_counter()
-            _cache_prompt(dec, ids)
-            timing["prompt_cache_s"] += time.perf_counter() - t_warm
             order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
                 dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id))
                 kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
+                t_warm = time.perf_counter()
+                _fresh_cache(dec, ids)
+                timing["prompt_cache_s"] += time.perf_counter() - t_warm
                 res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs)
                 timing["decode_s"] += stats.wall_s
                 rec = _record(prob, i, spec, dcfg, cfg, task, res, stats)
@@ -524,6 +554,7 @@ def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, st
             "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
             "control": spec.control, "decode_method": dcfg.method,
             "async_lr": spec.async_lr, "width": spec.width, "early_abort": spec.early_abort,
+            "reuse_drafts": spec.reuse_drafts,
             "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
             "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
             "finish": res.finish, "text": res.text, "stats": stats.to_dict(),
@@ -609,6 +640,19 @@ def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
         backend.generate(prompts, params)
 
 
+def _fresh_cache(dec, ids: list[int]) -> None:
+    """Latency mode, before each timed decode: every engine forgets its cached prefixes and
+    prefills the problem's prompt again, untimed. Each decode then starts from the same cache:
+    greedy methods share prefixes (the same draft steps, the same target steps), so otherwise a
+    method would find blocks an earlier method on the problem computed (which also hides draft
+    tokens from the target's prefill scores: a reused block is not scored)."""
+    for backend in {id(b): b for b in (dec.target, dec.draft) if b is not None}.values():
+        reset = getattr(backend, "reset_prefix_cache", None)
+        if reset is not None:
+            reset()
+    _cache_prompt(dec, ids)
+
+
 def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
     """(decode config, decode kwargs) of one decode; controlled methods get their depths
     from ``ctl`` (the run's controller). ``ref_stats``: the lr+sd row's DecodeStats of this
@@ -644,6 +688,16 @@ def _fixed_depths(dcfg, gamma1: int, gamma2: int):
                                gamma1=max(1, gamma1), gamma2=max(1, gamma2))
 
 
+def _reuse_keep(records: list[dict], label: str) -> float | None:
+    """Draft-prefix reuse: the share of the target's tokens at drafted positions that its
+    rows still generated, 1 − reused / all (None without such tokens in ``label``'s records)."""
+    st = [r["stats"] for r in records if r["method"] == label]
+    total = sum(x.get("target_tokens_at_drafts") or 0 for x in st)
+    if not total:
+        return None
+    return min(1.0, max(0.0, 1.0 - sum(x.get("reused_target_tokens") or 0 for x in st) / total))
+
+
 def _live_text(label: str, lv: dict) -> str:
     acc = f"{lv['k'] / lv['n']:.0%}" if lv["n"] else "—"
     sp = f"{lv['base'] / lv['wall']:.2f}x" if lv["wall"] else "—"
@@ -672,9 +726,13 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
             # stopped reporting the shared engine's late-counted drafts may still hold some)
             row["alpha2"] = None
         b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
+        keep = _reuse_keep(recs, s.label) if s.reuse_drafts else None
         if steps and s.kind in ("lr", "lr+sd"):  # a batch of steps lasts as long as its longest step
-            b = (early_abort_batch_cost(b, steps, row["alpha1"]) if s.early_abort and row["alpha1"] is not None
-                 else longest_step_batch_cost(b, steps))  # early abort: of the rows up to the first rejection
+            abort = s.early_abort and row["alpha1"] is not None  # early abort: of the rows up to the first rejection
+            b = (reuse_batch_cost(b, steps, keep, row["alpha1"] if abort else None) if keep is not None
+                 else early_abort_batch_cost(b, steps, row["alpha1"]) if abort
+                 else longest_step_batch_cost(b, steps))
+        row["reuse_keep"] = keep
         pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
                                                                  row["alpha2"], c, b)
         row["predicted_speedup"] = pred

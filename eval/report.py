@@ -122,8 +122,9 @@ def render_markdown(data: dict) -> str:
     lines += ["", "## Run", "",
               f"Engine start {_f(t.get('load_s'), '.1f')} s, warm-up {_f(t.get('warmup_s'), '.1f')} s, "
               f"decode loop {_f(t.get('loop_s'), '.1f')} s (all invocations of this run), of which "
-              f"{_f(t.get('prompt_cache_s'), '.1f')} s untimed prompt prefill (once per problem, so that no method "
-              "pays another's prefill); evaluator overhead (loop time outside both) "
+              f"{_f(t.get('prompt_cache_s'), '.1f')} s untimed prompt prefill (latency mode: before each decode, after "
+              "every engine forgot its cached prefixes, so each decode starts from the same cache); "
+              "evaluator overhead (loop time outside both) "
               f"{_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.3f')}%."]
     if data.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in data["plots"]]

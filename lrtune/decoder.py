@@ -30,6 +30,7 @@ from typing import Literal
 
 from lrtune.backends.base import (Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row,
                                   split_counters)
+from lrtune.reuse import joined_step, matched_tokens, row_params, split_scores, whole_draft
 from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
@@ -64,6 +65,7 @@ class DecodeConfig:
     branch_temperature: float = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
     early_abort: bool = field(default=False, metadata={"help": "sync LR, width 1: judge each position as soon as its target step ends and stop the target rows a rejection makes useless (positions after a rejection then get no verdict)"})
     score_drafts: bool = field(default=False, metadata={"help": "sync LR: score each draft step with the target's log-probabilities, read off the prefill of the target row that follows it (StepPair.draft_scores; always on when the verifier reads them)"})
+    reuse_drafts: bool = field(default=False, metadata={"help": "sync LR, greedy, width 1: one prefill of the draft chain on the target finds the leading tokens of each draft step that are the target's own greedy choice; each target row starts after them (a step the target would write token for token needs no row). Outputs unchanged (lrtune.reuse)"})
 
     @property
     def uses_lr(self) -> bool:
@@ -84,6 +86,12 @@ class DecodeConfig:
             raise ConfigError("async LR drafts one branch (width 1)")
         if self.early_abort and (self.width > 1 or self.async_lr):
             raise ConfigError("early abort runs with sync LR and one branch (width 1, no --async)")
+        if self.reuse_drafts and (self.width > 1 or self.async_lr or self.temperature > 0):
+            raise ConfigError("draft-prefix reuse needs sync LR, one branch and greedy decoding "
+                              "(width 1, no --async, temperature 0)")
+        if self.reuse_drafts and self.logprobs:
+            raise ConfigError("draft-prefix reuse keeps no per-token logprobs of the reused target tokens: "
+                              "drop --logprobs or --reuse-drafts")
         if self.score_drafts and self.async_lr:
             raise ConfigError("draft-step scores come from sync LR's target rows: drop --async")
         if self.branch_temperature <= 0:
@@ -374,41 +382,104 @@ class LookaheadDecoder:
         s.targets = []  # this round's target steps (set by the target call)
         s.draft_secs = []
         s.verdicts, s.scores, s.pairs, s.verify_s, s.judged = [[] for _ in s.chains], [[] for _ in s.chains], [], 0.0, {}
+        s.matched, s.chain_scores, s.prefill_s = [], [], 0.0
 
     def _target_call(self, slots: list[_Slot], eos: frozenset[int], verifier: Verifier,
                      batch: BatchStats) -> dict[int, _Slot]:
-        """Every slot's target rows in one call; returns the slots judged during it (early abort)."""
+        """Every slot's target rows in one call; returns the slots judged during it (early abort).
+        With draft-prefix reuse, one prefill call first finds the target's own draft tokens
+        (:meth:`_reuse_prefill`) and the rows start after them."""
+        self._reuse_prefill(slots, batch)
         rows: list[list[int]] = []
         params: list[GenParams] = []
         owner: list[list[int]] = []  # row indices of each slot
         wheres = []
+        joins: dict[int, tuple[list[int], GenParams]] = {}  # reuse: row -> (draft tokens it continues, step params)
+        early = {id(s): s for s in slots if s.cfg.early_abort and s.chains[0]}
         for s in slots:
-            srows, where, froms = _target_rows(s.base, s.chains, s.budget, eos)
+            last = self._prejudge(s, verifier, batch) if id(s) in early and s.matched else None
+            srows, where, froms, reused = _target_rows(s.base, s.chains, s.budget, eos, s.matched or None, last)
             owner.append(list(range(len(rows), len(rows) + len(srows))))
-            rows += srows
             p = step_params(s.cfg, s.budget, s.rnd, 0, len(srows), draft=False)
             if s.horizon is not None:  # γ1 = 0: one uninterrupted SD run, not one call per step
                 p = replace(p, max_tokens=s.horizon, stop_at_delimiter=False)
             srow_params = per_row(p, len(srows))
-            if s.cfg.score_drafts or wants_draft_scores(verifier):  # row k + 1 prefills draft step k: score it
+            if s.matched:  # reuse: scores came from the prefill; rows continue after the reused tokens
+                for r, (q, (k, m)) in enumerate(zip(srow_params, reused)):
+                    if m:
+                        joins[len(rows) + r] = (list(s.chains[0][k].token_ids[:m]), q)
+                        srow_params[r] = row_params(q, m)
+            elif s.cfg.score_drafts or wants_draft_scores(verifier):  # row k + 1 prefills draft step k: score it
                 srow_params = [replace(q, score_from=f) for q, f in zip(srow_params, froms)]
+            rows += srows
             params += srow_params
             wheres.append(where)
-        early = {id(s): s for s in slots if s.cfg.early_abort and s.chains[0]}
-        on_done = self._early_judge(slots, owner, wheres, verifier, batch) if early else None
-        tb = self.target.generate(rows, params, on_done=on_done)
-        batch.observe_call("target", len(rows))
+
+        def joined(row: int, out: Generation) -> Generation:
+            if row not in joins:
+                return out
+            ids, q = joins[row]
+            return joined_step(ids, out, q, self.target.decode, eos)
+
+        on_done = self._early_judge(slots, owner, wheres, verifier, batch, joined) if early else None
+        tb = self.target.generate(rows, params, on_done=on_done) if rows else GenBatch(outputs=[], seconds=0.0)
+        if rows:
+            batch.observe_call("target", len(rows))
         shares = _time_shares(tb, owner)
         row_sd = _row_counters(tb)
         for s, mine, share, where in zip(slots, owner, shares, wheres):
-            s.target_s = share
+            s.target_s = share + s.prefill_s
             s.round_sd = add_counters([row_sd[r] for r in mine]) if row_sd is not None else None
             s.stats.observe_target_call(share, s.round_sd)
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
             s.stats.aborted_target_rows += sum(tb.outputs[r].finish == "aborted" for r in mine)
-            s.targets = [[tb.outputs[mine[where[w, k]]] if (w, k) in where else None for k in range(len(c) + 1)]
+            s.targets = [[joined(mine[where[w, k]], tb.outputs[mine[where[w, k]]]) if (w, k) in where
+                          else whole_draft(c[k]) if (s.matched and k < len(c) and s.matched[k] == len(c[k].token_ids))
+                          else None for k in range(len(c) + 1)]
                          for w, c in enumerate(s.chains)]
+            if s.chains and s.chains[0]:
+                s.stats.target_tokens_at_drafts += sum(len(t.token_ids) for t in s.targets[0][:len(s.chains[0])]
+                                                       if t is not None)
+            if s.matched:
+                s.stats.reused_target_tokens += sum(
+                    min(m, len(t.token_ids)) for m, t in zip(s.matched, s.targets[0]) if t is not None)
         return early
+
+    def _reuse_prefill(self, slots: list[_Slot], batch: BatchStats) -> None:
+        """Draft-prefix reuse (:mod:`lrtune.reuse`): one target row per slot prefills its
+        chain ``P ŝ1..ŝd`` and scores every draft token; sets each slot's ``matched[k]``
+        (leading tokens of ŝk that are the target's argmax), ``chain_scores`` and ``prefill_s``."""
+        todo = [s for s in slots if s.cfg.reuse_drafts and s.chains and s.chains[0]]
+        if not todo:
+            return
+        params = [replace(step_params(s.cfg, s.budget, s.rnd, 0, 1, draft=False), max_tokens=1,
+                          stop_at_delimiter=False, score_from=len(s.base)) for s in todo]
+        tb = self.target.generate([s.base + _concat(s.chains[0]) for s in todo], params)
+        batch.observe_call("target", len(todo))
+        row_sd = _row_counters(tb)
+        for i, (s, share) in enumerate(zip(todo, _time_shares(tb, [[i] for i in range(len(todo))]))):
+            s.chain_scores = split_scores(tb.outputs[i].prompt_scores or [], [len(c.token_ids) for c in s.chains[0]])
+            s.matched = [matched_tokens(x) for x in s.chain_scores]
+            s.prefill_s = share
+            s.stats.observe_target_call(share, row_sd[i] if row_sd is not None else None)
+
+    def _prejudge(self, s: _Slot, verifier: Verifier, batch: BatchStats) -> int | None:
+        """Early abort with reuse: judge the positions whose target step is the draft step
+        itself (no row) before the call, in order; returns the first rejected one (the rows
+        after it are useless), or None."""
+        for k, (m, step) in enumerate(zip(s.matched, s.chains[0])):
+            if m < len(step.token_ids):
+                continue
+            pair = self._pair(s, 0, k, whole_draft(step))
+            tv = time.perf_counter()
+            (ok,), (score,) = accept(verifier, [pair])
+            s.verify_s += time.perf_counter() - tv
+            s.stats.verifier_calls += 1
+            batch.observe_call("verify", 1)
+            s.judged[k] = (ok, score, pair)
+            if not ok:
+                return k
+        return None
 
     def _verify(self, slots: list[_Slot], early: dict[int, _Slot], verifier: Verifier, batch: BatchStats) -> None:
         """Verdicts of every slot's pairs: one verifier call for all slots not judged early;
@@ -438,16 +509,18 @@ class LookaheadDecoder:
             s.stats.verifier_calls += 1
 
     def _early_judge(self, slots: list[_Slot], owner: list[list[int]], wheres, verifier: Verifier,
-                     batch: BatchStats):
+                     batch: BatchStats, joined: Callable[[int, Generation], Generation]):
         """The target call's ``on_done`` for early abort: when the row of (slot, position k)
         ends, judge draft step k against it at once; on a rejection, stop the slot's rows of
-        the positions after k (their steps can no longer be committed)."""
+        the positions after k (their steps can no longer be committed). ``joined(row, out)``:
+        the row's target step (with draft-prefix reuse, the reused tokens and the row's)."""
         if getattr(verifier, "backend", None) is self.target:
             raise ConfigError(f"early abort judges steps while the target engine runs, but verifier {verifier.name!r} "
                               "runs on the target's own engine: give it another model (--judge-model) or drop early abort")
-        if wants_draft_scores(verifier):
+        if wants_draft_scores(verifier) and not all(s.matched for s in slots if s.cfg.early_abort and s.chains[0]):
             raise ConfigError(f"early abort judges position k when its target row ends, before the row that scores "
-                              f"draft step k does; verifier {verifier.name!r} reads those scores: drop early abort")
+                              f"draft step k does; verifier {verifier.name!r} reads those scores: add --reuse-drafts "
+                              "(its prefill scores every draft step first) or drop early abort")
         row_of = {}
         for s, mine, where in zip(slots, owner, wheres):
             if s.cfg.early_abort and s.chains[0]:
@@ -460,7 +533,7 @@ class LookaheadDecoder:
             if hit is None or hit[1] >= len(hit[0].chains[0]):  # not early, or the bonus position
                 return []
             s, k, later = hit
-            pair = self._pair(s, 0, k, out)
+            pair = self._pair(s, 0, k, joined(row, out))
             tv = time.perf_counter()
             (ok,), (score,) = accept(verifier, [pair])
             s.verify_s += time.perf_counter() - tv
@@ -473,9 +546,13 @@ class LookaheadDecoder:
     def _pair(self, s: _Slot, w: int, k: int, target: Generation) -> StepPair:
         """Branch ``w``'s pair at position ``k`` with the target's step there: the target saw
         the committed steps, then this branch's drafts before ``k``; the draft step's scores
-        come from the row of position ``k + 1``, which prefilled it (when it was scored)."""
-        follows = s.targets[w][k + 1] if (s.targets and k + 1 < len(s.targets[w])) else None
-        scores = DraftScores.of(follows.prompt_scores, s.chains[w][k]) if follows is not None else None
+        come from the row of position ``k + 1``, which prefilled it (when it was scored), or
+        with draft-prefix reuse from the prefill of the whole chain."""
+        if s.chain_scores:  # reuse: the prefill scored the whole chain
+            scores = DraftScores.of(s.chain_scores[k], s.chains[w][k])
+        else:
+            follows = s.targets[w][k + 1] if (s.targets and k + 1 < len(s.targets[w])) else None
+            scores = DraftScores.of(follows.prompt_scores, s.chains[w][k]) if follows is not None else None
         return step_pair(self.target, s.problem.text, s.gen + _concat(s.chains[w][:k]), s.cfg.context_tokens,
                          s.chains[w][k].token_ids, target.token_ids, scores)
 
@@ -601,6 +678,9 @@ class _Slot:
     verify_s: float = 0.0
     horizon: int | None = None  # γ1 = 0: tokens the target runs uninterrupted this round
     judged: dict[int, tuple[bool, float, StepPair]] = field(default_factory=dict)  # early abort: position -> verdict
+    matched: list[int] = field(default_factory=list)  # reuse: leading target-argmax tokens of each draft step
+    chain_scores: list[list] = field(default_factory=list)  # reuse: the prefill's scores of each draft step
+    prefill_s: float = 0.0  # reuse: this slot's share of the prefill call
 
 
 def _time_shares(call: GenBatch, rows_of: list[list[int]]) -> list[float]:
@@ -631,29 +711,43 @@ def _branch_temperature(w: int, cfg: DecodeConfig) -> float:
 
 
 def _target_rows(base: list[int], chains: list[list[Generation]], budget: int, eos: frozenset[int],
-                 ) -> tuple[list[list[int]], dict[tuple[int, int], int], list[int | None]]:
-    """Distinct target prefixes ``base + chain_w[:k]``, the row of each (w, k), and where
-    each row's last draft step starts (None for the row of position 0).
+                 matched: list[int] | None = None, last: int | None = None,
+                 ) -> tuple[list[list[int]], dict[tuple[int, int], int], list[int | None], list[tuple[int, int]]]:
+    """Distinct target prefixes ``base + chain_w[:k]``, the row of each (w, k), where each
+    row's last draft step starts (None for the row of position 0), and each row's
+    ``(k, reused)``.
 
     Position k runs for k = 0..len(chain_w); the bonus position k = len(chain_w) is
-    skipped when the chain ended the sequence (EOS) or the token budget.
+    skipped when the chain ended the sequence (EOS) or the token budget. With draft-prefix
+    reuse (``matched``, chain 0 only) position k < len(chain) continues after ``matched[k]``
+    draft tokens and needs no row when that is the whole draft step; ``last``: no rows
+    after this position (an early verdict already rejected it).
     """
     rows: list[list[int]] = []
     froms: list[int | None] = []
+    reused: list[tuple[int, int]] = []
     index: dict[tuple[int, ...], int] = {}
     where: dict[tuple[int, int], int] = {}
     for w, chain in enumerate(chains):
         drafted = sum(len(d.token_ids) for d in chain)
         ends = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in eos or drafted >= budget)
         for k in range(len(chain) if ends else len(chain) + 1):
+            if last is not None and k > last:
+                break
             prefix = base + _concat(chain[:k])
+            m = matched[k] if (matched is not None and k < len(chain)) else 0
+            if m and m >= len(chain[k].token_ids):
+                continue  # the target's step is the draft step itself
+            if m:
+                prefix += list(chain[k].token_ids[:m])
             key = tuple(prefix)
             if key not in index:
                 index[key] = len(rows)
                 rows.append(prefix)
-                froms.append(len(prefix) - len(chain[k - 1].token_ids) if k else None)
+                froms.append(len(prefix) - len(chain[k - 1].token_ids) if (k and not m) else None)
+                reused.append((k, m))
             where[w, k] = index[key]
-    return rows, where, froms
+    return rows, where, froms, reused
 
 
 def _concat(steps: Sequence[Generation]) -> list[int]:

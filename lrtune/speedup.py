@@ -269,6 +269,58 @@ def early_abort_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], 
     return cost
 
 
+def expected_longest_mixed(step_tokens: Sequence[float], full: int, shortened: int, keep: float) -> float:
+    """E[max of ``full`` draws of L and ``shortened`` draws of keep·L]   [tokens], L from the
+    empirical distribution of ``step_tokens``, all draws independent.
+
+    P(max ≤ x) = F(x)^full · F(x / keep)^shortened with F the empirical CDF, and
+    E[max] = Σ_i (1 − P(max ≤ x_i)) · (x_(i+1) − x_i) over the sorted jump points x_i of
+    both (from 0). shortened = 0 gives :func:`expected_longest`.
+    """
+    full, shortened = _check_int(full, "full"), _check_int(shortened, "shortened")
+    if full + shortened < 1:
+        raise ConfigError("expected_longest_mixed needs at least one draw")
+    if not 0.0 <= keep <= 1.0:
+        raise ConfigError(f"keep must be in [0, 1], got {keep}")
+    x = np.sort(np.asarray(step_tokens, dtype=float))
+    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
+        raise ConfigError("step_tokens must be a non-empty list of finite lengths >= 0")
+    grid = np.unique(np.concatenate([[0.0], x, keep * x]))
+    cdf = np.searchsorted(x, grid, side="right") / x.size
+    cdf_short = np.searchsorted(keep * x, grid, side="right") / x.size
+    below = cdf ** full * cdf_short ** shortened
+    return float(np.sum((1.0 - below[:-1]) * np.diff(grid)))
+
+
+def reuse_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], keep: float,
+                     alpha: float | None = None) -> Callable[[int], float]:
+    """Draft-prefix reuse (:mod:`lrtune.reuse`): b_reuse(n) = b(n) · E[longest row] / E[step]   [T].
+
+    Of a round's n target rows, the n − 1 rows of drafted positions generate keep·L tokens
+    (keep = 1 − the reused share of the target's tokens there, measured), the bonus row a
+    whole step L. Without early abort (``alpha`` None) the round lasts
+    E[max(L, keep·L_1, .., keep·L_(n−1))]; with it, J the first rejected position
+    (P(J = j) as in :func:`early_abort_batch_cost`), it lasts the longest of the first J + 1
+    rows: J + 1 shortened rows for J < n − 1, all n rows for J = n − 1. keep = 1 without
+    abort gives :func:`longest_step_batch_cost`. b_reuse(1) = b(1) = 1.
+    """
+    mean = expected_longest(step_tokens, 1)
+    if mean <= 0:
+        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+
+    def cost(n: int) -> float:
+        if n == 1:
+            return _b(batch_cost, 1)
+        if alpha is None:
+            return _b(batch_cost, n) * expected_longest_mixed(step_tokens, 1, n - 1, keep) / mean
+        a = _check_alpha(alpha)
+        p = [a ** j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
+        rows = [expected_longest_mixed(step_tokens, 0, j + 1, keep) for j in range(n - 1)]
+        rows.append(expected_longest_mixed(step_tokens, 1, n - 1, keep))
+        return _b(batch_cost, n) * sum(pj * r / mean for pj, r in zip(p, rows))
+    return cost
+
+
 def g(alpha: float, c: float, gamma: int, drafted: int | None = None) -> float:
     """Token-level SD speedup (Leviathan et al.)   [tokens per target forward, dimensionless].
 

@@ -44,6 +44,8 @@ class DecodeStats:
     draft_step_tokens: int = 0
     target_step_tokens: int = 0
     aborted_target_rows: int = 0  # early abort: target rows stopped after a rejection
+    reused_target_tokens: int = 0  # draft-prefix reuse: target-step tokens read off the prefill, not generated
+    target_tokens_at_drafts: int = 0  # target-step tokens at drafted positions (bonus and stopped rows excluded)
     sd: SDCounters = field(default_factory=SDCounters)  # token-level SD, summed over the target calls
 
     # ---- observation -------------------------------------------------------------

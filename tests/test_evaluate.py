@@ -50,6 +50,28 @@ def first_run(data_file, tmp_path_factory):
     return out, summary
 
 
+def test_each_latency_decode_starts_from_a_fresh_cache_holding_only_the_prompt():
+    from types import SimpleNamespace
+
+    from eval.evaluate import _fresh_cache
+
+    class Engine:
+        def __init__(self, events, name):
+            self.events, self.name = events, name
+
+        def reset_prefix_cache(self):
+            self.events.append((self.name, "reset"))
+
+        def generate(self, prompts, params):
+            self.events.append((self.name, "prefill", tuple(map(tuple, prompts)), params.max_tokens))
+
+    events = []
+    target, draft = Engine(events, "target"), Engine(events, "draft")
+    _fresh_cache(SimpleNamespace(target=target, draft=draft), [5, 6, 7])
+    assert events == [("target", "reset"), ("draft", "reset"),
+                      ("target", "prefill", ((5, 6, 7),), 1), ("draft", "prefill", ((5, 6, 7),), 1)]
+
+
 def test_evaluate_writes_records_summary_report_and_plots(first_run):
     out, summary = first_run
     for name in ("config.json", "records.jsonl", "summary.json", "report.md", "speedup_vs_accuracy.png",
@@ -64,7 +86,7 @@ def test_evaluate_writes_records_summary_report_and_plots(first_run):
     assert all(METHOD_KEYS <= set(row) for row in data["methods"].values())
     assert data["methods"]["target"]["speedup_total"] == pytest.approx(1.0)
     assert 0.0 <= data["evaluator_overhead"] < 1.0
-    # every problem's prompt is prefilled once, untimed, before its methods run
+    # before each decode every engine forgets its prefixes and prefills the prompt again, untimed
     assert 0.0 < data["timing"]["prompt_cache_s"] < data["timing"]["loop_s"] - data["timing"]["decode_s"] + 1e-9
     report = (out / "report.md").read_text()
     assert "| target |" in report and "| lr |" in report and "α1 by draft position" in report
@@ -288,3 +310,20 @@ def test_throughput_mode_refuses_async_and_oracle_rows(data_file, tmp_path):
         run(cfg)
     with pytest.raises(ConfigError, match="--max-concurrent"):
         run(make_cfg(data_file, tmp_path / "y", mode="throughput", max_concurrent=0))
+
+
+def test_problem_ids_pick_exactly_the_named_problems_in_order_and_name_a_missing_one(tmp_path):
+    from eval.evaluate import listed_problems
+    from lrtune.tasks import get_task
+
+    task = get_task("gsm_symbolic")
+    ids = ["gsm_symbolic-1-7", "gsm_symbolic-1-0", "gsm_symbolic-1-19"]
+    got = listed_problems(task, EvalOptions(task_seed=1, limit=10, problem_ids=",".join(ids)))
+    assert [p.id for p in got] == ids
+    listing = tmp_path / "ids.txt"
+    listing.write_text("\n".join(ids) + "\n")
+    assert [p.id for p in listed_problems(task, EvalOptions(task_seed=1, limit=2, problem_ids=f"@{listing}"))] == ids[:2]
+    with pytest.raises(ConfigError, match="gsm_symbolic-1-9999"):
+        listed_problems(task, EvalOptions(task_seed=1, limit=10, problem_ids="gsm_symbolic-1-0,gsm_symbolic-1-9999"))
+    with pytest.raises(ConfigError, match="no such file"):
+        listed_problems(task, EvalOptions(task_seed=1, limit=10, problem_ids=f"@{tmp_path / 'none.txt'}"))

@@ -299,6 +299,14 @@ def test_early_abort_stops_rows_in_the_batched_loop_and_keeps_the_committed_toke
     check_early_abort(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)
 
 
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_draft_prefix_reuse_keeps_greedy_equality_and_the_committed_steps(models, prompts, method):
+    from tiny_models import check_reuse
+
+    target, draft = models
+    check_reuse(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)
+
+
 def test_prompt_scores_equal_a_plain_forward_even_past_a_longer_stored_prefix(models, prompts):
     from tiny_models import check_draft_scores
 

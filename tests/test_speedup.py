@@ -491,3 +491,50 @@ def test_early_abort_prices_a_round_by_its_rows_up_to_the_first_rejection():
     first = np.where(rejected.any(axis=1), rejected.argmax(axis=1), n - 1)
     longest = np.array([lens[i, :first[i] + 1].max() for i in range(reps)])
     assert early_abort_batch_cost(b, steps, alpha)(n) == pytest.approx(1.3 * longest.mean() / np.mean(steps), rel=0.01)
+
+
+# ---- draft-prefix reuse ----------------------------------------------------------------
+STEPS = [12, 30, 31, 45, 60, 64, 90, 96]
+
+
+def test_mixed_longest_reduces_to_expected_longest_without_or_with_unshortened_rows():
+    from lrtune.speedup import expected_longest, expected_longest_mixed
+
+    for n in (1, 2, 4):
+        assert expected_longest_mixed(STEPS, n, 0, 0.3) == pytest.approx(expected_longest(STEPS, n))
+        assert expected_longest_mixed(STEPS, 1, n, 1.0) == pytest.approx(expected_longest(STEPS, n + 1))
+        assert expected_longest_mixed(STEPS, 0, n, 0.5) == pytest.approx(0.5 * expected_longest(STEPS, n))
+
+
+def test_mixed_longest_matches_a_monte_carlo_draw():
+    import numpy as np
+
+    from lrtune.speedup import expected_longest_mixed
+
+    rng = np.random.default_rng(0)
+    draws = rng.choice(STEPS, size=(200_000, 4))
+    mc = np.maximum(draws[:, 0], 0.4 * draws[:, 1:].max(axis=1)).mean()
+    assert expected_longest_mixed(STEPS, 1, 3, 0.4) == pytest.approx(mc, rel=0.01)
+
+
+def test_reuse_pricing_equals_the_plain_and_abort_pricing_when_nothing_is_reused_and_falls_with_reuse():
+    from lrtune.speedup import early_abort_batch_cost, longest_step_batch_cost, reuse_batch_cost
+
+    b = [1.0, 1.2, 1.06, 1.16]
+    for n in (1, 2, 3, 4):
+        assert reuse_batch_cost(b, STEPS, 1.0)(n) == pytest.approx(longest_step_batch_cost(b, STEPS)(n))
+        assert reuse_batch_cost(b, STEPS, 1.0, 0.6)(n) == pytest.approx(early_abort_batch_cost(b, STEPS, 0.6)(n))
+    costs = [reuse_batch_cost(b, STEPS, keep, 0.6)(4) for keep in (1.0, 0.7, 0.4, 0.0)]
+    assert costs == sorted(costs, reverse=True) and costs[-1] > 0  # the bonus row is never shortened
+
+
+def test_mixed_longest_rejects_bad_input():
+    from lrtune.errors import ConfigError
+    from lrtune.speedup import expected_longest_mixed
+
+    with pytest.raises(ConfigError):
+        expected_longest_mixed(STEPS, 0, 0, 0.5)
+    with pytest.raises(ConfigError):
+        expected_longest_mixed(STEPS, 1, 1, 1.5)
+    with pytest.raises(ConfigError):
+        expected_longest_mixed([], 1, 1, 0.5)

@@ -314,6 +314,14 @@ def test_early_abort_aborts_engine_requests_and_keeps_the_committed_tokens(engin
     check_early_abort(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW)
 
 
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_draft_prefix_reuse_reads_the_engine_prefill_and_keeps_the_committed_tokens(engines, prompts, method):
+    from tiny_models import check_reuse
+
+    target, draft = engines
+    check_reuse(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW)
+
+
 def test_a_controller_mixing_sd_runs_and_lr_rounds_keeps_greedy_equality(engines, prompts):
     """γ1 = 0 rounds run the target with SD uninterrupted to the horizon (no delimiter stop),
     LR rounds in between use another γ2 on the same engine."""
@@ -360,6 +368,18 @@ def test_prompt_scores_equal_a_plain_forward_and_reused_cache_blocks_score_none(
     from tiny_models import check_draft_scores
 
     check_draft_scores(engines[0], pair.target, prompts[0], cached_tokens_score_none=True)
+
+
+def test_reset_prefix_cache_makes_the_engine_compute_and_score_a_cached_prefix_again(engines, prompts):
+    target, _ = engines
+    prefix = list(prompts[1]) + list(reversed(prompts[1]))  # a tail no other test's request held
+    scored = GenParams(max_tokens=1, stop_at_delimiter=False, score_from=len(prompts[1]))
+    first = target.generate([prefix], scored).outputs[0].prompt_scores
+    again = target.generate([prefix], scored).outputs[0].prompt_scores
+    target.reset_prefix_cache()
+    fresh = target.generate([prefix], scored).outputs[0].prompt_scores
+    assert all(s is not None for s in first) and any(s is None for s in again)
+    assert fresh == first
 
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])

@@ -579,6 +579,28 @@ def check_early_abort(target, draft, prompts, reference, method: str, gamma2: in
         assert again.token_ids == full.token_ids and again.steps == full.steps
 
 
+def check_reuse(target, draft, prompts, reference, method: str, gamma2: int, max_new: int) -> None:
+    """Draft-prefix reuse on real engines: with ``never`` the output is target greedy
+    (``reference(p)``); with ``exact`` and early abort it commits exactly the tokens and steps
+    of decoding without reuse, while reading some target tokens off the prefill."""
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+
+    base = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24)
+    reuse = dataclasses.replace(base, reuse_drafts=True)
+    reused = 0
+    for p in prompts:
+        res, stats = LookaheadDecoder(target, draft, make_verifier("never"), reuse).decode(p)
+        assert res.token_ids == reference(p)
+        reused += stats.reused_target_tokens
+        full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
+        for cfg in (reuse, dataclasses.replace(reuse, early_abort=True)):
+            again, st = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(p)
+            assert again.token_ids == full.token_ids and again.steps == full.steps
+            reused += st.reused_target_tokens
+    assert reused > 0
+
+
 def reference_prompt_scores(model_dir, prefix: list[int], score_from: int) -> list[tuple[float, bool]]:
     """(log p(x_t | x_<t), x_t is the argmax) for t >= ``score_from`` from one plain
     transformers forward over the whole prefix (float32): what a backend's prompt scores must equal."""

@@ -170,6 +170,10 @@ class HFBackend(TokenizerMixin):
     def start(self, num_speculative_tokens: int = 0) -> None:
         """Nothing to start: the model is loaded in ``__init__`` and SD needs no other engine."""
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every stored prefix (benchmarks: each timed decode starts from the same store)."""
+        self._store.clear()
+
     def close(self) -> None:
         self._store.clear()
 
