@@ -35,3 +35,19 @@ def test_round_split_sums_counters_per_method_and_divides_by_rounds():
     assert set(out) == {"lr+sd"} and out["lr+sd"]["problems"] == 2
     assert out["lr+sd"]["per_round"]["draft_s"] == 1.0 and out["lr+sd"]["per_round"]["target_s"] == 2.0
     assert out["lr+sd"]["per_round"]["aborted_target_rows"] == 0.2
+
+
+def test_round_split_equalises_identical_drafting_and_skips_problems_with_other_drafts():
+    from benchmarks.round_split import vs_reference
+
+    def rec(p, m, wall, draft, tokens=100):
+        return {"problem": p, "method": m, "wall_s": wall, "stats": {"rounds": 3, "draft_s": draft,
+                                                                     "draft_step_tokens": tokens}}
+
+    recs = [rec("a", "lr+sd", 20.0, 8.0), rec("a", "lr+sd/abort", 18.0, 10.0),  # abort drafted slower by noise
+            rec("b", "lr+sd", 30.0, 12.0), rec("b", "lr+sd/abort", 24.0, 12.0),
+            rec("c", "lr+sd", 10.0, 5.0), rec("c", "lr+sd/abort", 9.0, 5.0, tokens=90)]  # other drafts: skipped
+    out = vs_reference(recs)["lr+sd/abort"]
+    assert out["problems"] == 2
+    assert out["ratio"] == 50.0 / 42.0
+    assert out["ratio_equal_drafts"] == 50.0 / (16.0 + 24.0)
