@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Early abort and draft-prefix reuse (issue 22): one interleaved latency run on the default pair,
-# rows lr+sd, lr+sd/abort, lr+sd/abort/reuse (γ1 = 3, γ2 = 4; METHODS adds more), on the
+# rows target (always, the baseline), lr+sd, lr+sd/abort, lr+sd/abort/reuse (γ1 = 3, γ2 = 4), on the
 # held-out gsm_symbolic problems of the balanced issue-22 run (their ids, read from its records,
 # so the two runs decode the same problems). Resumable: rerun it.
 #   [NAME=...] [METHODS=...] bash benchmarks/issue22_abort_reuse.sh [PROBLEMS] [MAX_NEW_TOKENS]

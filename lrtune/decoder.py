@@ -470,16 +470,21 @@ class LookaheadDecoder:
         for k, (m, step) in enumerate(zip(s.matched, s.chains[0])):
             if m < len(step.token_ids):
                 continue
-            pair = self._pair(s, 0, k, whole_draft(step))
-            tv = time.perf_counter()
-            (ok,), (score,) = accept(verifier, [pair])
-            s.verify_s += time.perf_counter() - tv
-            s.stats.verifier_calls += 1
-            batch.observe_call("verify", 1)
-            s.judged[k] = (ok, score, pair)
-            if not ok:
+            if not self._judge_one(s, k, whole_draft(step), verifier, batch):
                 return k
         return None
+
+    def _judge_one(self, s: _Slot, k: int, target: Generation, verifier: Verifier, batch: BatchStats) -> bool:
+        """Early abort: the verdict on the slot's draft step k against ``target``, judged alone
+        (kept in ``s.judged[k]``)."""
+        pair = self._pair(s, 0, k, target)
+        tv = time.perf_counter()
+        (ok,), (score,) = accept(verifier, [pair])
+        s.verify_s += time.perf_counter() - tv
+        s.stats.verifier_calls += 1
+        batch.observe_call("verify", 1)
+        s.judged[k] = (ok, score, pair)
+        return ok
 
     def _verify(self, slots: list[_Slot], early: dict[int, _Slot], verifier: Verifier, batch: BatchStats) -> None:
         """Verdicts of every slot's pairs: one verifier call for all slots not judged early;
@@ -533,14 +538,7 @@ class LookaheadDecoder:
             if hit is None or hit[1] >= len(hit[0].chains[0]):  # not early, or the bonus position
                 return []
             s, k, later = hit
-            pair = self._pair(s, 0, k, joined(row, out))
-            tv = time.perf_counter()
-            (ok,), (score,) = accept(verifier, [pair])
-            s.verify_s += time.perf_counter() - tv
-            s.stats.verifier_calls += 1
-            batch.observe_call("verify", 1)
-            s.judged[k] = (ok, score, pair)
-            return [] if ok else later
+            return [] if self._judge_one(s, k, joined(row, out), verifier, batch) else later
         return on_done
 
     def _pair(self, s: _Slot, w: int, k: int, target: Generation) -> StepPair:

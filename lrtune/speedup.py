@@ -232,6 +232,19 @@ def expected_longest(step_tokens: Sequence[float], n: int) -> float:
     return float(np.sum(x * (k ** n - (k - 1.0 / x.size) ** n)))
 
 
+def _mean_step(step_tokens: Sequence[float]) -> float:
+    """E[step] > 0 of the empirical step lengths (ConfigError otherwise)."""
+    mean = expected_longest(step_tokens, 1)
+    if mean <= 0:
+        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+    return mean
+
+
+def _first_rejection(a: float, n: int) -> list[float]:
+    """P(J = j), j = 0..n−1, J the first rejected of n − 1 drafted positions (n − 1: none)."""
+    return [a ** j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
+
+
 def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float]) -> Callable[[int], float]:
     """b'(n) = b(n) · E[max of n step lengths] / E[step length]   [T].
 
@@ -239,9 +252,7 @@ def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float])
     (the per-token cost of n rows, measured on equal-length rows) times the expected
     longest of n steps, in units of the mean step. b'(1) = b(1) = 1.
     """
-    mean = expected_longest(step_tokens, 1)
-    if mean <= 0:
-        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+    mean = _mean_step(step_tokens)
     return lambda n: _b(batch_cost, n) * (1.0 if n == 1 else expected_longest(step_tokens, n) / mean)
 
 
@@ -257,14 +268,12 @@ def early_abort_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], 
     (:func:`longest_step_batch_cost`). b_abort(1) = b(1) = 1.
     """
     a = _check_alpha(alpha)
-    mean = expected_longest(step_tokens, 1)
-    if mean <= 0:
-        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+    mean = _mean_step(step_tokens)
 
     def cost(n: int) -> float:
         if n == 1:
             return _b(batch_cost, 1)
-        p = [a ** j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
+        p = _first_rejection(a, n)
         return _b(batch_cost, n) * sum(pj * expected_longest(step_tokens, j + 1) / mean for j, pj in enumerate(p))
     return cost
 
@@ -304,17 +313,14 @@ def reuse_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], keep: 
     rows: J + 1 shortened rows for J < n − 1, all n rows for J = n − 1. keep = 1 without
     abort gives :func:`longest_step_batch_cost`. b_reuse(1) = b(1) = 1.
     """
-    mean = expected_longest(step_tokens, 1)
-    if mean <= 0:
-        raise ConfigError("step_tokens must hold at least one step longer than 0 tokens")
+    mean = _mean_step(step_tokens)
 
     def cost(n: int) -> float:
         if n == 1:
             return _b(batch_cost, 1)
         if alpha is None:
             return _b(batch_cost, n) * expected_longest_mixed(step_tokens, 1, n - 1, keep) / mean
-        a = _check_alpha(alpha)
-        p = [a ** j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
+        p = _first_rejection(_check_alpha(alpha), n)
         rows = [expected_longest_mixed(step_tokens, 0, j + 1, keep) for j in range(n - 1)]
         rows.append(expected_longest_mixed(step_tokens, 1, n - 1, keep))
         return _b(batch_cost, n) * sum(pj * r / mean for pj, r in zip(p, rows))
