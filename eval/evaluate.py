@@ -191,6 +191,8 @@ def heldout_problems(task, opts: EvalOptions) -> list:
 def listed_problems(task, opts: EvalOptions) -> list:
     """The problems ``opts.problem_ids`` names (a comma list or ``@FILE``), in that order,
     at most ``opts.limit``; a ConfigError names any id the task's pool does not hold."""
+    if opts.heldout_from:
+        raise ConfigError("--problem-ids names the problems itself: drop --heldout-from")
     spec = opts.problem_ids.strip()
     if spec.startswith("@"):
         path = Path(spec[1:]).expanduser()
@@ -199,8 +201,6 @@ def listed_problems(task, opts: EvalOptions) -> list:
         ids = [x.strip() for x in path.read_text().splitlines() if x.strip()]
     else:
         ids = [x.strip() for x in spec.split(",") if x.strip()]
-    if opts.heldout_from:
-        raise ConfigError("--problem-ids names the problems itself: drop --heldout-from")
     ids = ids[:opts.limit]
     pool = {p.id: p for p in task.load(limit=20 * opts.limit + 100, seed=opts.task_seed, path=opts.data)}
     missing = [i for i in ids if i not in pool]
@@ -636,8 +636,13 @@ def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
 
     prompts = ids if ids and isinstance(ids[0], list) else [ids]
     params = GenParams(max_tokens=1, stop_at_delimiter=False)
-    for backend in {id(b): b for b in (dec.target, dec.draft) if b is not None}.values():
+    for backend in _backends(dec):
         backend.generate(prompts, params)
+
+
+def _backends(dec) -> list:
+    """The decoder's distinct engines: the target, and the draft when it has one."""
+    return list({id(b): b for b in (dec.target, dec.draft) if b is not None}.values())
 
 
 def _fresh_cache(dec, ids: list[int]) -> None:
@@ -646,7 +651,7 @@ def _fresh_cache(dec, ids: list[int]) -> None:
     greedy methods share prefixes (the same draft steps, the same target steps), so otherwise a
     method would find blocks an earlier method on the problem computed (which also hides draft
     tokens from the target's prefill scores: a reused block is not scored)."""
-    for backend in {id(b): b for b in (dec.target, dec.draft) if b is not None}.values():
+    for backend in _backends(dec):
         reset = getattr(backend, "reset_prefix_cache", None)
         if reset is not None:
             reset()

@@ -19,6 +19,7 @@ engine's numerics between a prefill and a decode step). Pure functions; the deco
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from lrtune.backends.base import Generation, GenParams, finish_step
 
@@ -48,8 +49,6 @@ def matched_tokens(step_scores: Sequence[tuple[float, bool] | None]) -> int:
 def row_params(params: GenParams, reused: int) -> GenParams:
     """A row that continues a step after ``reused`` of its tokens: its budget shrinks by them
     (``reused`` < ``params.max_tokens`` whenever a row runs)."""
-    from dataclasses import replace
-
     return replace(params, max_tokens=max(1, params.max_tokens - reused))
 
 

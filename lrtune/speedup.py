@@ -218,6 +218,14 @@ def c_from_sd(speedup: float, alpha: float, gamma: int) -> float:
     return (_geom_sum(a, n + 1) / s - 1.0) / n
 
 
+def _sorted_steps(step_tokens: Sequence[float]) -> np.ndarray:
+    """The step lengths sorted ascending (ConfigError unless a non-empty list of finite lengths >= 0)."""
+    x = np.sort(np.asarray(step_tokens, dtype=float))
+    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
+        raise ConfigError("step_tokens must be a non-empty list of finite lengths >= 0")
+    return x
+
+
 def expected_longest(step_tokens: Sequence[float], n: int) -> float:
     """E[max of n i.i.d. draws] from the empirical distribution of ``step_tokens``   [tokens].
 
@@ -225,9 +233,7 @@ def expected_longest(step_tokens: Sequence[float], n: int) -> float:
     E[max] = Σ_k x_(k)·((k/m)^n − ((k − 1)/m)^n). n = 1 gives the mean.
     """
     n = _check_int(n, "n", 1)
-    x = np.sort(np.asarray(step_tokens, dtype=float))
-    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
-        raise ConfigError("step_tokens must be a non-empty list of finite lengths >= 0")
+    x = _sorted_steps(step_tokens)
     k = np.arange(1, x.size + 1, dtype=float) / x.size
     return float(np.sum(x * (k ** n - (k - 1.0 / x.size) ** n)))
 
@@ -291,9 +297,7 @@ def expected_longest_mixed(step_tokens: Sequence[float], full: int, shortened: i
         raise ConfigError("expected_longest_mixed needs at least one draw")
     if not 0.0 <= keep <= 1.0:
         raise ConfigError(f"keep must be in [0, 1], got {keep}")
-    x = np.sort(np.asarray(step_tokens, dtype=float))
-    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
-        raise ConfigError("step_tokens must be a non-empty list of finite lengths >= 0")
+    x = _sorted_steps(step_tokens)
     grid = np.unique(np.concatenate([[0.0], x, keep * x]))
     cdf = np.searchsorted(x, grid, side="right") / x.size
     cdf_short = np.searchsorted(keep * x, grid, side="right") / x.size
@@ -313,14 +317,15 @@ def reuse_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], keep: 
     rows: J + 1 shortened rows for J < n − 1, all n rows for J = n − 1. keep = 1 without
     abort gives :func:`longest_step_batch_cost`. b_reuse(1) = b(1) = 1.
     """
+    a = None if alpha is None else _check_alpha(alpha)
     mean = _mean_step(step_tokens)
 
     def cost(n: int) -> float:
         if n == 1:
             return _b(batch_cost, 1)
-        if alpha is None:
+        if a is None:
             return _b(batch_cost, n) * expected_longest_mixed(step_tokens, 1, n - 1, keep) / mean
-        p = _first_rejection(_check_alpha(alpha), n)
+        p = _first_rejection(a, n)
         rows = [expected_longest_mixed(step_tokens, 0, j + 1, keep) for j in range(n - 1)]
         rows.append(expected_longest_mixed(step_tokens, 1, n - 1, keep))
         return _b(batch_cost, n) * sum(pj * r / mean for pj, r in zip(p, rows))
