@@ -12,6 +12,17 @@ time of both rows set to the reference row's, R_eq = Σ wall_ref / Σ (wall_m �
 which removes the timing noise of identical draft work (both with 95% bootstrap intervals over
 problems; only problems where the two rows drafted the same tokens in the same rounds).
 
+``ratio_oracle_draft_stop`` bounds what stopping the *drafting* at the first rejection could add
+to early abort (issue 22: drafting is the part of a round abort cannot touch). A drafter that
+stops on its own confidence sees a step's confidence only once it has written the step, so at
+best it stops right after the step that will be rejected. With abort a round judges only the
+positions up to its first rejection, so ``drafted_steps`` (positions judged) of an abort row
+counts exactly the steps that drafter writes, and the verdicts (hence the output) are unchanged;
+R_oracle = Σ wall_ref / Σ (wall_m − draft_m + draft_ref · judged_m / drafted_ref), the
+draft seconds shared out per step (the steps' token lengths are not recorded per position).
+For a row without abort it equals R_eq. The target rows a rejection stops are still paid for
+up to the rejection, so this is the bound on the draft side only.
+
     python -m benchmarks.round_split benchmarks/results/eval_issue22_full
 """
 
@@ -62,14 +73,18 @@ def vs_reference(records: list[dict], reference: str = "lr+sd", n_boot: int = 20
             a, b = r["stats"], ref["stats"]
             if (a.get("rounds"), a.get("draft_step_tokens")) != (b.get("rounds"), b.get("draft_step_tokens")):
                 continue  # not the same drafts: no equalising
-            pairs.append((ref["wall_s"], r["wall_s"], r["wall_s"] - a["draft_s"] + b["draft_s"]))
+            share = a.get("drafted_steps", 0) / b["drafted_steps"] if b.get("drafted_steps") else 1.0
+            pairs.append((ref["wall_s"], r["wall_s"], r["wall_s"] - a["draft_s"] + b["draft_s"],
+                          r["wall_s"] - a["draft_s"] + b["draft_s"] * share))
         if not pairs:
             continue
         raw = lambda ps: sum(p[0] for p in ps) / sum(p[1] for p in ps)  # noqa: E731
         eq = lambda ps: sum(p[0] for p in ps) / sum(p[2] for p in ps)  # noqa: E731
+        oracle = lambda ps: sum(p[0] for p in ps) / sum(p[3] for p in ps)  # noqa: E731
         ci = (lambda f: bootstrap_ci(pairs, f, n_boot=n_boot, seed=0) if len(pairs) > 1 else (f(pairs), f(pairs)))
         out[m] = {"reference": reference, "problems": len(pairs), "ratio": raw(pairs), "ratio_ci95": ci(raw),
-                  "ratio_equal_drafts": eq(pairs), "ratio_equal_drafts_ci95": ci(eq)}
+                  "ratio_equal_drafts": eq(pairs), "ratio_equal_drafts_ci95": ci(eq),
+                  "ratio_oracle_draft_stop": oracle(pairs), "ratio_oracle_draft_stop_ci95": ci(oracle)}
     return out
 
 
@@ -96,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     for m, v in ref.items():
         lo, hi = v["ratio_ci95"]
         elo, ehi = v["ratio_equal_drafts_ci95"]
+        olo, ohi = v["ratio_oracle_draft_stop_ci95"]
         print(f"{m} over {v['reference']} ({v['problems']} problems): {v['ratio']:.3f} [{lo:.3f}, {hi:.3f}]; "
-              f"drafting equalised {v['ratio_equal_drafts']:.3f} [{elo:.3f}, {ehi:.3f}]")
+              f"drafting equalised {v['ratio_equal_drafts']:.3f} [{elo:.3f}, {ehi:.3f}]; "
+              f"drafting stopped at the first rejection (oracle) {v['ratio_oracle_draft_stop']:.3f} "
+              f"[{olo:.3f}, {ohi:.3f}]")
     return 0
 
 

@@ -51,3 +51,17 @@ def test_round_split_equalises_identical_drafting_and_skips_problems_with_other_
     assert out["problems"] == 2
     assert out["ratio"] == 50.0 / 42.0
     assert out["ratio_equal_drafts"] == 50.0 / (16.0 + 24.0)
+    assert out["ratio_oracle_draft_stop"] == out["ratio_equal_drafts"]  # no step counts: no draft stop
+
+
+def test_round_split_oracle_draft_stop_keeps_the_draft_share_of_the_judged_steps():
+    from benchmarks.round_split import vs_reference
+
+    def rec(m, wall, draft, judged):
+        return {"problem": "a", "method": m, "wall_s": wall,
+                "stats": {"rounds": 2, "draft_s": draft, "draft_step_tokens": 90, "drafted_steps": judged}}
+
+    # plain drafts 6 steps in 12 s; abort judged 4 of them: a drafter stopping at the rejection writes 4 (8 s)
+    out = vs_reference([rec("lr+sd", 30.0, 12.0, 6), rec("lr+sd/abort", 26.0, 13.0, 4)])["lr+sd/abort"]
+    assert out["ratio_equal_drafts"] == 30.0 / 25.0
+    assert out["ratio_oracle_draft_stop"] == 30.0 / (26.0 - 13.0 + 8.0)
