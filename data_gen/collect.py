@@ -21,9 +21,7 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +30,9 @@ from lrtune.api import ModelConfig
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.dataset import (CONFIG, PAIR_FIELDS, PROBLEM_FIELDS, merge, num, overview_lines, schema, summarize_pairs,
-                            write_card)
-from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, writable_dir, write_atomic
+from lrtune.dataset import (CONFIG, PAIR_FIELDS, PROBLEM_FIELDS, merge, move_to_backup, num, overview_lines,
+                            read_config, schema, summarize_pairs, write_card)
+from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, writable_dir, write_atomic
 from lrtune.store import ShardStore
 from lrtune.verifiers.base import mean_topk_entropy
 
@@ -64,7 +62,7 @@ class CollectOptions:
     embedding_feature: bool = field(default=True, metadata={"help": "record the embedding cosine of each pair"})
     target_score_feature: bool = field(default=True, metadata={"help": "record the target's 0-9 score of each draft step"})
     judge_features: bool = field(default=False, metadata={"help": "also score every pair with both llm_judge forms (context and paper; the target judges) as feature columns, so --stats compares them with the teacher (two judge calls per non-identical pair)"})
-    force_new: bool = field(default=False, metadata={"help": "start a new dataset in --out even if it holds another config (old files move to backup-*/)"})
+    force_new: bool = field(default=False, metadata={"help": "start a new dataset (or, with --merge, a new merge) in --out even if it holds another config or run (old files move to backup-*/)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     unsafe_exec: bool = field(default=False, metadata={"help": "code tasks: run generated code without OS-level isolation when bubblewrap is missing (only the in-process Python guard; not isolation)"})
     ray: bool = field(default=False, metadata={"help": "run all --num-shards shards as Ray tasks (pip install lrtune[ray])"})
@@ -159,24 +157,30 @@ def collect_key(cfg: CollectConfig) -> dict:
 
 
 def prepare_out(cfg: CollectConfig) -> Path:
+    """``--out``, checked to hold no dataset of another config (an unreadable config counts as
+    another one; ``--force-new`` moves such a dataset to a backup folder), with this config."""
     out = writable_dir(cfg.options.out)
     key = collect_key(cfg)
     path = out / CONFIG
-    old = read_json(path) if path.is_file() else key
-    if old != key and not changed_keys(old, key, collect_key(CollectConfig())):
-        old = None  # only options a newer lrtune added, at their defaults: same dataset
-    if old is not None and old != key:
+    old = _recorded_key(path) if path.is_file() else key
+    same = old == key or (old is not None and not changed_keys(old, key, collect_key(CollectConfig())))
+    if not same:  # same despite old != key: only options a newer lrtune added, at their defaults
         if not cfg.options.force_new:
-            raise ConfigError(f"{out} holds a dataset collected with another config; use another --out or "
+            what = "another config" if old is not None else f"a config that is not readable ({path.name})"
+            raise ConfigError(f"{out} holds a dataset collected with {what}; use another --out or "
                               "--force-new (the old files move to a backup folder)")
-        backup = out / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
-        backup.mkdir()
-        for p in list(out.iterdir()):
-            if not p.name.startswith("backup-"):
-                shutil.move(str(p), backup / p.name)
+        move_to_backup(out)
     if old != key or not path.is_file():
         write_atomic(path, json.dumps(key, indent=1))
     return out
+
+
+def _recorded_key(path: Path) -> dict | None:
+    """The config a dataset was collected with; None when the file is not a readable one."""
+    try:
+        return read_config(path)
+    except ConfigError:
+        return None
 
 
 def run(cfg: CollectConfig, *, card: bool = True) -> dict:
@@ -194,9 +198,9 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
         from lrtune.batchcost import read_profile_curve
 
         read_profile_curve(opts.profile)  # a bad file fails now, before any model loads
-    dcfg = dataclasses.replace(cfg.decode, logprobs=True, score_drafts=not cfg.decode.async_lr).validate()
-    if dcfg.async_lr and (opts.max_concurrent or 1) > 1:
-        raise ConfigError("async LR decodes one problem at a time: use --max-concurrent 1, or sync LR")
+    if cfg.decode.async_lr:
+        raise ConfigError("collect records the step pairs of sync LR rounds; async LR keeps no rounds: drop --async")
+    dcfg = dataclasses.replace(cfg.decode, logprobs=True, score_drafts=True).validate()
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
     if dcfg.early_abort:
@@ -285,8 +289,7 @@ class _Collector:
             self.judges = {col: make_verifier(spec, backend=self.dec.target) for col, spec in JUDGE_FEATURES.items()}
         self.schemas = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
         self.encoded = [self.dec.encode(task.prompt(prob)) for _, prob in todo]
-        self.n_conc = 1 if dcfg.async_lr else (self.opts.max_concurrent
-                                               or _default_concurrency(self.dec, dcfg, self.opts, self.encoded))
+        self.n_conc = self.opts.max_concurrent or _default_concurrency(self.dec, dcfg, self.opts, self.encoded)
         self.rounds: dict[int, list] = {k: [] for k in range(len(todo))}
         self.pending: list[tuple] = []  # finished problems whose pairs wait for their rollouts
         self.labels = [0, 0]
@@ -568,7 +571,7 @@ def main_from_args(args) -> int:
         return 0
     cfg = config_from_args(args)
     if args.merge:
-        s = merge(args.merge, cfg.options.out)
+        s = merge(args.merge, cfg.options.out, force_new=cfg.options.force_new)
         log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
         return 0
     counts = run_ray(cfg) if cfg.options.ray else run(cfg)

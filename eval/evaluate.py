@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from lrtune.api import ModelConfig
-from lrtune.batchcost import measure_batch_cost, read_profile_curve
-from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
+from lrtune.batchcost import interpolate, measure_batch_cost, read_profile_curve, read_profile_sd_curve
+from lrtune.speedup import (early_abort_batch_cost, expected_longest, h_async, longest_step_batch_cost,
+                            reuse_batch_cost)
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
@@ -198,7 +199,12 @@ def listed_problems(task, opts: EvalOptions) -> list:
         path = Path(spec[1:]).expanduser()
         if not path.is_file():
             raise ConfigError(f"--problem-ids {spec}: no such file")
-        ids = [x.strip() for x in path.read_text().splitlines() if x.strip()]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            why = "not a UTF-8 text file" if isinstance(e, UnicodeDecodeError) else (e.strerror or str(e))
+            raise ConfigError(f"--problem-ids {spec}: {why}") from None
+        ids = [x.strip() for x in text.splitlines() if x.strip()]
     else:
         ids = [x.strip() for x in spec.split(",") if x.strip()]
     ids = ids[:opts.limit]
@@ -387,21 +393,29 @@ def run(cfg: EvalConfig) -> Summary:
     timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0, "prompt_cache_s": 0.0}
     previous = _previous_summary(out)
     batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
+    batch_cost_sd = sd_curve(previous.get("batch_cost_sd"))
     if opts.profile:
         batch_cost = read_profile_curve(opts.profile)
         log(f"batch cost b(n) from {opts.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
+        got = read_profile_sd_curve(opts.profile)
+        batch_cost_sd = None if got is None else {"gamma2": got[0], "curve": got[1]}
+        if got is None and any(s.kind == "lr+sd" for s in specs):
+            log(f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
+                "plain b(n), which SD rows exceed; rerun lrtune profile")
     if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
         raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
-        eng, measured = _start(cfg, specs, task, problems, timing)
-        batch_cost = batch_cost if opts.profile else measured
+        eng, measured, measured_sd = _start(cfg, specs, task, problems, timing)
+        if not opts.profile:
+            batch_cost, batch_cost_sd = measured, measured_sd
         if opts.mode == "throughput":
             _decode_throughput(eng, cfg, specs, task, problems, done, out, timing)
         else:
             _decode_all(eng, cfg, specs, task, problems, done, out, timing)
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
-    data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing)
+    data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing,
+                         batch_cost_sd=batch_cost_sd)
     return Summary(methods=data["methods"], out_dir=out, data=data)
 
 
@@ -426,7 +440,7 @@ class _Engines:
         return self.controllers[spec.controller] if spec.controller else self.controller
 
 
-def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None]:
+def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
     from lrtune.api import Decoder
 
     t0 = time.perf_counter()
@@ -460,7 +474,7 @@ def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, di
             dec.decoder.decode(warm, dataclasses.replace(s.decode_config(cfg.decode),
                                                          max_new_tokens=cfg.options.warmup_tokens),
                                verifier=eng.verifier(s))
-    batch_cost = None
+    batch_cost = batch_cost_sd = None
     lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
     if lr_specs and cfg.options.warmup_tokens > 0 and not cfg.options.profile:  # --profile: run() has b(n)
         sizes = sorted({s.gamma1 + 1 for s in lr_specs})
@@ -468,8 +482,14 @@ def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, di
             sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))
         batch_cost = measure_batch_cost(dec.target, [warm], sizes)
         log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
+        sd_specs = [s for s in lr_specs if s.kind == "lr+sd" and not s.control]
+        if sd_specs:  # LR+SD's target rows decode with SD, which batches worse than plain rows
+            g2 = sd_specs[0].gamma2
+            curve = measure_batch_cost(dec.target, [warm], sorted({s.gamma1 + 1 for s in sd_specs}), gamma2=g2)
+            batch_cost_sd = {"gamma2": g2, "curve": curve}
+            log(f"batch cost of SD rows (γ2 = {g2}): " + ", ".join(f"b({n})={v:.2f}" for n, v in curve.items()))
     timing["warmup_s"] = time.perf_counter() - t0
-    return eng, batch_cost
+    return eng, batch_cost, batch_cost_sd
 
 
 def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
@@ -679,8 +699,14 @@ def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
         c1, c2 = (ctl.c1, ctl.c2) if ctl is not None and hasattr(ctl, "c1") else (DEFAULT_COST_RATIO,) * 2
         b = getattr(ctl, "batch_cost", None) if ctl is not None else None
         bounds = ctl.bounds if ctl is not None else None
+        # γ2 priced on the engine that runs it, as the controller prices it (api.price_on_engine);
+        # without a priced controller the run's shared SD engine drafts --gamma2 (lrtune.api)
+        drafted = getattr(ctl, "engine_drafts", None)
+        if drafted is None:
+            m = cfg.models
+            drafted = cfg.decode.gamma2 if m.backend == "vllm" and m.shared_engine and m.sd_method == "draft" else 0
         best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, (bounds or Bounds()).M,
-                           bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b)
+                           bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b, drafted or None)
         return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
     return dcfg, {}
 
@@ -710,27 +736,33 @@ def _live_text(label: str, lv: dict) -> str:
 
 
 # ---- reports ---------------------------------------------------------------------------
-def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost,
-                  this_run: dict | None = None) -> dict:
-    """summary.json, report.md and plots from the records of the current problems."""
-    from eval.report import render_markdown, write_plots
+def sd_curve(saved) -> dict | None:
+    """``{"gamma2": γ2, "curve": {n: b_SD(n)}}`` as a summary stores it (JSON keys are strings)."""
+    if not isinstance(saved, dict) or not saved.get("curve"):
+        return None
+    return {"gamma2": int(saved["gamma2"]), "curve": {int(n): float(v) for n, v in saved["curve"].items()}}
 
-    ids = {p.id for p in problems}
-    recs = [r for r in records if r["problem"] in ids]
-    labels = [s.label for s in specs]
-    rows = metrics.summarize(recs, labels)
+
+def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool, verifier: str,
+                 batch_cost_sd: dict | None = None) -> float | None:
+    """Add each method's model prediction to its summary row (``predicted_speedup``, and in
+    latency mode ``measured_over_predicted``) from the run's own α1, α2, c and committed step
+    lengths, with b(n) from ``batch_cost``, or for lr+sd rows at its γ2 from ``batch_cost_sd``
+    (``{"gamma2", "curve"}``: the batch cost of rows decoded with SD); returns the measured c."""
     c = metrics.measured_c(rows, recs)
     steps = metrics.committed_step_tokens(recs)
-    latency = cfg.options.mode == "latency"  # the model predicts one decode alone; throughput rows are latencies under load
     for s in specs:
         row = rows[s.label]
         row.update(kind=s.kind, control=s.control, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
-                   verifier=s.verifier or cfg.models.verifier)
+                   verifier=s.verifier or verifier)
         if s.kind not in ("sd", "lr+sd"):
             # no token-level SD in this method (records written before the vLLM backend
             # stopped reporting the shared engine's late-counted drafts may still hold some)
             row["alpha2"] = None
-        b = [(batch_cost or {}).get(n, 1.0) for n in range(1, s.gamma1 + 2)] if batch_cost else None
+        # b(n) between measured sizes interpolated, beyond the largest the last measured (never 1 by default)
+        bc = (batch_cost_sd["curve"] if batch_cost_sd and s.kind == "lr+sd" and s.gamma2 == batch_cost_sd["gamma2"]
+              else batch_cost)
+        b = [interpolate(bc, min(max(n, min(bc)), max(bc))) for n in range(1, s.gamma1 + 2)] if bc else None
         keep = _reuse_keep(recs, s.label) if s.reuse_drafts else None
         if steps and s.kind in ("lr", "lr+sd"):  # a batch of steps lasts as long as its longest step
             abort = s.early_abort and row["alpha1"] is not None  # early abort: of the rows up to the first rejection
@@ -738,10 +770,31 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
                  else early_abort_batch_cost(b, steps, row["alpha1"]) if abort
                  else longest_step_batch_cost(b, steps))
         row["reuse_keep"] = keep
-        pred = None if s.control else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"],
-                                                                 row["alpha2"], c, b)
+        if s.control or s.width > 1:  # per-round depths, or several branches: outside the model
+            pred = None
+        elif s.async_lr:  # pipelined LR: the async model (lookahead limit γ1), SD inside target steps
+            sd = s.kind == "lr+sd"
+            pred = (h_async(s.gamma1, s.gamma2 if sd else 0, row["alpha1"], c, row["alpha2"] if sd else 0.0, c)
+                    if c is not None and row["alpha1"] is not None and (not sd or row["alpha2"] is not None) else None)
+        else:
+            pred = metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b)
         row["predicted_speedup"] = pred
         row["measured_over_predicted"] = (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
+    return c
+
+
+def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost,
+                  this_run: dict | None = None, batch_cost_sd: dict | None = None) -> dict:
+    """summary.json, report.md and plots from the records of the current problems."""
+    from eval.report import render_markdown, write_plots
+
+    ids = {p.id for p in problems}
+    recs = [r for r in records if r["problem"] in ids]
+    labels = [s.label for s in specs]
+    rows = metrics.summarize(recs, labels)
+    latency = cfg.options.mode == "latency"  # the model predicts one decode alone; throughput: latencies under load
+    c = predict_rows(specs, rows, recs, batch_cost, latency, cfg.models.verifier, batch_cost_sd)
+    steps = metrics.committed_step_tokens(recs)
     loop = timing.get("loop_s", 0.0)
     task_of = {p.id: p.meta["task"] for p in problems if p.meta.get("task")}  # set by a task mix
     data = {
@@ -758,6 +811,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
                                 if steps else None),
         "batch_cost": batch_cost,
+        "batch_cost_sd": batch_cost_sd,
         "timing": timing,
         "timing_this_invocation": this_run if this_run is not None else timing,
         "sweep": bool(cfg.options.sweep),

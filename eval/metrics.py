@@ -103,9 +103,11 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
     ratios = [baseline[r["problem"]]["wall_s"] / r["wall_s"] for r in records
               if baseline and r["problem"] in baseline and r["wall_s"] > 0]
     if ratios:
-        base_wall = sum(baseline[r["problem"]]["wall_s"] for r in records if r["problem"] in baseline)
+        paired = [r for r in records if r["problem"] in baseline]  # Σ baseline / Σ method over the same problems
+        base_wall = sum(baseline[r["problem"]]["wall_s"] for r in paired)
+        paired_wall = sum(r["wall_s"] for r in paired)
         row.update(
-            speedup_total=base_wall / wall if wall else None,
+            speedup_total=base_wall / paired_wall if paired_wall else None,
             speedup_mean=statistics.fmean(ratios),
             speedup_mean_ci95=bootstrap_ci(ratios),
             speedup_median=statistics.median(ratios),

@@ -62,7 +62,9 @@ def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, pr
 
 def build_controller(spec, cfg: DecodeConfig):
     """A controller from a policy name, a learned-controller directory, or an object with
-    ``choose``/``update`` (passed through); None stays None (fixed depths from ``cfg``)."""
+    ``choose``/``update`` (passed through); None stays None (fixed depths from ``cfg``).
+    Without token-level SD in ``cfg.method`` the decoder runs γ2 = 0 whatever is chosen, so
+    a built controller's bounds pin γ2 to 0 (it never picks, prices or waits on a γ2 > 0)."""
     if spec is None:
         return None
     if not isinstance(spec, str):
@@ -74,12 +76,18 @@ def build_controller(spec, cfg: DecodeConfig):
     if Path(spec).expanduser().is_dir():
         from policies.learned import load
 
-        return load(spec, seed=cfg.seed)
+        ctl = load(spec, seed=cfg.seed)
+        if not cfg.uses_sd:
+            ctl.bounds = replace(ctl.bounds, gamma2_max=0)
+        return ctl
     from lrtune.control import Bounds
     from policies import make_controller
 
-    return make_controller(spec, gamma1=cfg.gamma1, gamma2=cfg.gamma2, bounds=Bounds.covering(cfg.gamma1, cfg.gamma2),
-                           seed=cfg.seed)
+    gamma2 = cfg.gamma2 if cfg.uses_sd else 0
+    bounds = Bounds.covering(cfg.gamma1, gamma2)
+    if not cfg.uses_sd:
+        bounds = replace(bounds, gamma2_max=0)
+    return make_controller(spec, gamma1=cfg.gamma1, gamma2=gamma2, bounds=bounds, seed=cfg.seed)
 
 
 def price_on_engine(controller, target):

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lrtune.backends.base import GenParams
-from lrtune.rounds import mix_seed, step_pair, step_params
+from lrtune.rounds import ends_apart, mix_seed, step_pair, step_params
 from lrtune.stats import DecodeStats
 from lrtune.verifiers import accept
 
@@ -144,7 +144,7 @@ class _AsyncRun:
     def __init__(self, dec, prompt: list[int], cfg, stats: DecodeStats, on_commit, verifier, problem_text: str) -> None:
         self.dec, self.prompt, self.cfg, self.stats = dec, prompt, cfg, stats
         self.on_commit, self.verifier, self.problem_text = on_commit, verifier, problem_text
-        self.eos = dec.target.eos_ids | dec.draft.eos_ids
+        self.eos = dec.target.eos_ids  # the answer ends on the target's EOS only
         self.gen: list[int] = []
         self.steps: list[tuple[str, list[int]]] = []
         self.verdicts: list[bool] = []  # of the current round
@@ -179,7 +179,8 @@ class _AsyncRun:
         budget = cfg.max_new_tokens - len(self.gen)
         base = self.prompt + self.gen
         drafted = sum(len(s.token_ids) for s in chain)
-        chain_ended = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in self.eos)
+        answer_ended = bool(chain) and chain[-1].token_ids[-1] in self.eos
+        chain_ended = answer_ended or (bool(chain) and chain[-1].finish == "eos")  # a draft-only EOS ends the chain
         if (self.draft_job is None and len(chain) < cfg.gamma1 and drafted < budget
                 and not chain_ended and not self.draft_dead):
             prefix = base + _ids(chain)
@@ -187,7 +188,7 @@ class _AsyncRun:
         for i in range(1, min(len(chain) + 1, cfg.gamma1 + 1) + 1):
             if i in self.tjobs:
                 continue
-            if i == len(chain) + 1 and (chain_ended or drafted >= budget):
+            if i == len(chain) + 1 and (answer_ended or drafted >= budget):
                 break
             prefix = base + _ids(chain[: i - 1])
             self.tjobs[i] = self.target_w.submit(_Job(self.epoch, prefix, self._params(2, len(prefix), budget, False)))
@@ -212,7 +213,11 @@ class _AsyncRun:
         return ids[-1] in self.eos or len(self.gen) >= self.cfg.max_new_tokens
 
     def _verify_first(self, s1) -> bool:
-        """The verifier's verdict on ŝ1 against s1 (both after P)."""
+        """The verifier's verdict on ŝ1 against s1 (both after P); rejected unasked when exactly
+        one of them ends the answer (:func:`lrtune.rounds.ends_apart`)."""
+        if ends_apart(self.chain[0].token_ids, s1.token_ids, self.eos):
+            self.verdicts.append(False)
+            return False
         pair = step_pair(self.dec.target, self.problem_text, self.gen, self.cfg.context_tokens,
                          self.chain[0].token_ids, s1.token_ids)
         tv = time.perf_counter()

@@ -16,15 +16,17 @@ from lrtune.errors import ConfigError
 
 
 def batch_runs(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], tokens: int = 32,
-               repeats: int = 2) -> dict:
+               repeats: int = 2, gamma2: int = 0) -> dict:
     """Per batch size n (1 and ``sizes``): the fastest of ``repeats`` calls decoding n distinct
-    prefixes, ``tokens`` tokens each, plain (no SD). Prefix i is ``prompts[i % len]`` plus
-    ``i // len + 1`` repeats of its last token, so every row differs. Each size's prefixes
-    are prefilled first, untimed (a round's rows extend cached prefixes: b(n) prices
-    decoding, not a cold prompt)."""
+    prefixes, ``tokens`` tokens each, plain or, with ``gamma2`` > 0, with token-level SD at
+    that γ2 (LR+SD's target rows: a batch of SD rows verifies n·(γ2 + 1) tokens per forward
+    and lasts until its slowest row is done, so it batches worse than plain rows). Prefix i
+    is ``prompts[i % len]`` plus ``i // len + 1`` repeats of its last token, so every row
+    differs. Each size's prefixes are prefilled first, untimed (a round's rows extend cached
+    prefixes: b(n) prices decoding, not a cold prompt)."""
     from lrtune.backends.base import GenParams
 
-    params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
+    params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=gamma2)
     prefill = GenParams(max_tokens=1, stop_at_delimiter=False)
     runs = {}
     for n in sorted({1, *sizes}):
@@ -36,9 +38,10 @@ def batch_runs(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], 
 
 
 def measure_batch_cost(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], tokens: int = 32,
-                       repeats: int = 2) -> dict[int, float]:
-    """{n: b(n)} on ``backend`` (see :func:`batch_runs`); b(1) = 1."""
-    runs = batch_runs(backend, prompts, sizes, tokens, repeats)
+                       repeats: int = 2, gamma2: int = 0) -> dict[int, float]:
+    """{n: b(n)} on ``backend`` (see :func:`batch_runs`; ``gamma2`` > 0: rows decoded with SD,
+    b(n) relative to one SD row); b(1) = 1."""
+    runs = batch_runs(backend, prompts, sizes, tokens, repeats, gamma2)
     return {n: runs[n].seconds / runs[1].seconds for n in runs}
 
 
@@ -51,13 +54,54 @@ def read_profile_curve(path: str) -> dict[int, float]:
         if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
             raise ValueError("batch_cost must be a non-empty list of positive numbers")
         curve = {n: float(v) for n, v in enumerate(b, start=1)}
-        for n, v in (data.get("batch_cost_curve") or {}).items():
+        extra = data.get("batch_cost_curve") or {}
+        if not isinstance(extra, dict):
+            raise ValueError("batch_cost_curve must be an object {n: b(n)}")
+        for n, v in extra.items():
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError("batch_cost_curve values must be positive numbers")
             curve[int(n)] = float(v)
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
     return dict(sorted(curve.items()))
+
+
+def read_profile_sd_curve(path: str) -> tuple[int, dict[int, float]] | None:
+    """(γ2, {n: b_SD(n)}) from an ``lrtune profile`` JSON's ``batch_cost_sd`` (rows decoded
+    with SD at the profile's ``sd.gamma2``), or None when the profile has none."""
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        b, sd = data.get("batch_cost_sd"), data.get("sd")
+        if b is None:
+            return None
+        if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
+            raise ValueError("batch_cost_sd must be a non-empty list of positive numbers")
+        if not isinstance(sd, Mapping) or not isinstance(sd.get("gamma2"), int):
+            raise ValueError("batch_cost_sd needs sd.gamma2")
+    except (OSError, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
+    return sd["gamma2"], {n: float(v) for n, v in enumerate(b, start=1)}
+
+
+def profile_c2(prof: Mapping) -> tuple[float, str | None]:
+    """c2 of an ``lrtune profile`` JSON, and a note when it had to be re-derived.
+
+    Profiles written before SD's α2 became the censoring-aware per-token acceptance
+    (their ``sd`` block has no ``acceptance_rate``) stored the accepted/drafted rate as
+    ``alpha2`` and fitted c2 to it; such a c2 understates what SD pays when g(γ2) is fed
+    the per-token α2. Their c2 is refitted from the same measurement:
+    c2 = c_from_sd(speedup, alpha_from_rate(rate, γ2), γ2) (at least 0.001)."""
+    from lrtune.speedup import alpha_from_rate, c_from_sd
+
+    sd = prof.get("sd")
+    if not isinstance(sd, Mapping) or "acceptance_rate" in sd or not all(
+            isinstance(sd.get(k), (int, float)) for k in ("speedup", "alpha2", "gamma2")):
+        return float(prof["c2"]), None
+    alpha = min(alpha_from_rate(sd["alpha2"], int(sd["gamma2"])), 0.999)
+    c2 = max(c_from_sd(sd["speedup"], alpha, int(sd["gamma2"])), 1e-3)
+    return c2, (f"the profile's SD run predates the per-token α2: c2 refitted from its speedup "
+                f"{sd['speedup']:.3f} and α2 {alpha:.3f} (from its accepted/drafted rate {sd['alpha2']:.3f}): "
+                f"{prof['c2']:.3f} -> {c2:.3f}")
 
 
 def interpolate(curve: Mapping[int, float], n: float) -> float:

@@ -122,12 +122,6 @@ class RoundOutcome:
         return self.sd.accepted_tokens
 
     @property
-    def sd_full(self) -> int:
-        """Passes in which all γ2 draft tokens were accepted."""
-        k, by_pos = self.gamma2, self.sd.accepted_by_pos
-        return by_pos[k - 1] if 0 < k <= len(by_pos) else 0
-
-    @property
     def step_successes(self) -> tuple[int, int]:
         """(accepted, rejected) verdicts: the α1 evidence of this round."""
         acc = sum(self.verdicts)
@@ -136,8 +130,9 @@ class RoundOutcome:
     @property
     def token_successes(self) -> tuple[int, int]:
         """(accepted, rejected) draft tokens under the i.i.d. model: each SD pass either
-        accepts all its drafts (no failure observed) or stops at its first rejection."""
-        return self.sd_accepted, max(0, self.sd_iterations - self.sd_full)
+        accepts all its drafts (no failure observed, also when the engine shortened the pass
+        near a row's limit) or stops at its first rejection (:attr:`SDCounters.stopped`)."""
+        return self.sd_accepted, self.sd.stopped or 0
 
 
 def method_for_depths(gamma1: int, gamma2: int) -> str:

@@ -10,11 +10,13 @@ Stages read a dataset only through :func:`load_tables`.
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 from lrtune import pairstats
 from lrtune.errors import ConfigError
-from lrtune.runfiles import write_atomic
+from lrtune.runfiles import writable_dir, write_atomic
 from lrtune.store import all_entries
 from lrtune.verifiers.judge import JUDGE_FORMS, default_threshold
 
@@ -60,35 +62,118 @@ def schema(fields):
     return pa.schema([(n, getattr(pa, t)()) for n, t in fields])
 
 
-def load_tables(src: Path):
-    """(pairs, problems) pyarrow tables of a collect dir or a merged dir; a corrupt file is
-    a ConfigError naming it."""
+# Arrow type checks a column of each schema type passes (all-null columns pass too); float columns
+# take integers (tables written without the schema), int columns never take floats or text
+_COMPATIBLE = {"string": ("is_string", "is_large_string"), "int32": ("is_integer",),
+               "float64": ("is_floating", "is_integer"), "bool_": ("is_boolean",)}
+# the columns summarize_pairs (collect --stats) reads from every row
+STATS_PAIR_COLUMNS = ("label", "position", "exact_match", "embedding_cosine", "target_score", "draft_step",
+                      "target_step", "judge_s")
+STATS_PROBLEM_COLUMNS = ("correct", "wall_s", "alpha2")
+
+
+def load_tables(src: Path, pair_columns: tuple[str, ...] = (), problem_columns: tuple[str, ...] = ()):
+    """(pairs, problems) pyarrow tables of a collect dir or a merged dir. A file that is not
+    parquet, lacks ``problem_id`` (or a column of ``pair_columns`` / ``problem_columns``) or
+    holds a schema column of another type is a ConfigError naming the file and column."""
     try:
-        return _load_tables(src)
+        return _load_tables(src, ("problem_id", *pair_columns), ("problem_id", *problem_columns))
     except ConfigError:
         raise
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise ConfigError(f"{src}: a dataset file is not readable parquet ({str(e).splitlines()[0]})") from None
+        raise ConfigError(f"{src}: a dataset file is not readable parquet ({_first_line(e)})") from None
 
 
-def _load_tables(src: Path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def _load_tables(src: Path, pair_columns: tuple[str, ...], problem_columns: tuple[str, ...]):
     if (src / "pairs.parquet").is_file():
-        return pq.read_table(src / "pairs.parquet"), pq.read_table(src / "problems.parquet")
+        return (read_checked(src / "pairs.parquet", PAIR_FIELDS, pair_columns),
+                read_checked(src / "problems.parquet", PROBLEM_FIELDS, problem_columns))
     entries = all_entries(src)
     if not entries:
         raise ConfigError(f"no collected problems in {src}")
-    order = sorted(entries.values(), key=lambda e: e["index"])
-    # promote: a dataset resumed by a newer lrtune may hold files with more columns (nulls elsewhere)
-    pairs = pa.concat_tables([pq.read_table(src / e["pairs"]["file"]) for e in order], promote_options="default")
-    probs = pa.concat_tables([pq.read_table(src / e["problems"]["file"]) for e in order], promote_options="default")
-    return pairs, probs
+    return _concat_parts([(src, e) for e in entries.values()], pair_columns, problem_columns)
 
 
-def merge(dirs: list[str], out: str) -> dict:
-    """Merge shard outputs into ``out/pairs.parquet`` + ``problems.parquet`` (idempotent)."""
+def _concat_parts(found: list[tuple[Path, dict]], pair_columns: tuple[str, ...] = ("problem_id",),
+                  problem_columns: tuple[str, ...] = ("problem_id",)):
+    """(pairs, problems) of the manifest entries ``(dir, entry)``, in problem-index order."""
+    import pyarrow as pa
+
+    order = sorted(found, key=lambda t: t[1]["index"])
+    tables = []
+    for kind, fields, need in (("pairs", PAIR_FIELDS, pair_columns), ("problems", PROBLEM_FIELDS, problem_columns)):
+        parts = [read_checked(s / e[kind]["file"], fields, need) for s, e in order]
+        try:  # promote: a dataset resumed by a newer lrtune may hold files with more columns (nulls elsewhere)
+            tables.append(pa.concat_tables(parts, promote_options="default"))
+        except (ValueError, TypeError) as e:  # ArrowInvalid, ArrowTypeError
+            dirs = ", ".join(sorted({str(s) for s, _ in order}))
+            raise ConfigError(f"the {kind} part files of {dirs} do not fit together ({_first_line(e)})") from None
+    return tables[0], tables[1]
+
+
+def read_checked(path: Path, fields, required: tuple[str, ...] = ("problem_id",)):
+    """The parquet table in ``path``; a ConfigError names the file when it is not parquet, lacks a
+    ``required`` column, or holds a column of ``fields`` whose type does not fit (:data:`_COMPATIBLE`)."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not readable parquet ({_first_line(e)})") from None
+    names = set(table.column_names)
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise ConfigError(f"{path}: no column {missing[0]!r} (not a file of an lrtune step-pair dataset)")
+    for name, kind in fields:
+        if name in names and not _fits(table.schema.field(name).type, kind):
+            raise ConfigError(f"{path}: column {name!r} holds {table.schema.field(name).type}, "
+                              f"expected {kind.rstrip('_')}")
+    return table
+
+
+def _fits(arrow_type, kind: str) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    return pa.types.is_null(arrow_type) or any(getattr(pa.types, check)(arrow_type) for check in _COMPATIBLE[kind])
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def read_config(path: Path) -> dict:
+    """The collect config in ``path``; a ConfigError naming it when it is not a JSON object
+    (UTF-8) whose ``options``, ``models`` and ``decode`` are objects."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ConfigError(f"{path}: not a readable collect config ({_first_line(e)})") from None
+    sections = ("options", "models", "decode")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in sections):
+        raise ConfigError(f"{path}: not a collect config (a JSON object with options, models, decode)")
+    return data
+
+
+def move_to_backup(out: Path) -> Path:
+    """Move everything in ``out`` but earlier backups into a new ``out/backup-<time>[-N]/``."""
+    stamp = out / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
+    backup, n = stamp, 1
+    while backup.exists():
+        backup, n = stamp.with_name(f"{stamp.name}-{n}"), n + 1
+    backup.mkdir()
+    for p in list(out.iterdir()):
+        if not p.name.startswith("backup-"):
+            shutil.move(str(p), backup / p.name)
+    return backup
+
+
+def merge(dirs: list[str], out: str, force_new: bool = False) -> dict:
+    """Merge shard outputs into ``out/pairs.parquet`` + ``problems.parquet``. Merging again into
+    the same ``out`` (the same or grown shards) is fine; an ``out`` that is a collect run's own
+    dir, or a merge with other settings or problems this one lacks, is refused unless
+    ``force_new`` (its files then move to a backup folder)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -96,8 +181,8 @@ def merge(dirs: list[str], out: str) -> dict:
     for s in srcs:
         if not s.is_dir():
             raise ConfigError(f"not a directory: {s}")
-    found = [json.loads((s / CONFIG).read_text()) for s in srcs if (s / CONFIG).is_file()]
-    if len({json.dumps(_how(c), sort_keys=True) for c in found}) > 1:
+    found = [read_config(s / CONFIG) for s in srcs if (s / CONFIG).is_file()]
+    if len({_settings(c) for c in found}) > 1:
         raise ConfigError("the directories were collected with different settings (only the problems -- task, "
                           "data, limit, seed -- and run options may differ)")
     merged = _merged_config(found) if found else None
@@ -109,11 +194,8 @@ def merge(dirs: list[str], out: str) -> dict:
             by_id.setdefault(pid, (s, e))
     if not by_id:
         raise ConfigError("nothing to merge: no finished problems in " + ", ".join(map(str, srcs)))
-    order = sorted(by_id.values(), key=lambda t: t[1]["index"])
-    pairs = pa.concat_tables([pq.read_table(s / e["pairs"]["file"]) for s, e in order], promote_options="default")
-    probs = pa.concat_tables([pq.read_table(s / e["problems"]["file"]) for s, e in order], promote_options="default")
-    dest = Path(out).expanduser()
-    dest.mkdir(parents=True, exist_ok=True)
+    pairs, probs = _concat_parts(list(by_id.values()))
+    dest = _merge_dest(Path(out).expanduser(), merged, set(by_id), force_new)
     for name, table in (("pairs.parquet", pairs), ("problems.parquet", probs)):
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
@@ -121,6 +203,39 @@ def merge(dirs: list[str], out: str) -> dict:
     if merged is not None:
         write_atomic(dest / CONFIG, json.dumps(merged, indent=1))
     return write_card(dest)
+
+
+def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool) -> Path:
+    """``dest``, created, once :func:`_merge_conflict` finds nothing a merge would overwrite
+    (or ``force_new`` moved it to a backup)."""
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"--out {dest} is a file, not a directory: pick another --out")
+    why = _merge_conflict(dest, merged, ids) if dest.is_dir() else None
+    if why and not force_new:
+        raise ConfigError(f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a "
+                          "backup folder)")
+    if why:
+        move_to_backup(dest)
+    return writable_dir(dest)
+
+
+def _merge_conflict(dest: Path, merged: dict | None, ids: set[str]) -> str | None:
+    """What a merge of problems ``ids`` with config ``merged`` would overwrite in ``dest``; None: nothing."""
+    if any(dest.glob("manifest-s*.json")) or (dest / "pairs").is_dir() or (dest / "problems").is_dir():
+        return "holds a collect run's own data (manifests, pairs/, problems/)"
+    if not (dest / "pairs.parquet").is_file():
+        return "holds a collect config but no merged data" if (dest / CONFIG).is_file() else None
+    try:
+        held = set(read_checked(dest / "problems.parquet", PROBLEM_FIELDS).column("problem_id").to_pylist())
+        old = read_config(dest / CONFIG) if (dest / CONFIG).is_file() else None
+    except ConfigError:
+        return "holds a dataset that is not readable"
+    lost = sorted(held - ids, key=str)
+    if lost:
+        return f"holds another merge ({len(lost)} of its problems are not in this one, e.g. {lost[0]})"
+    if (old is None) != (merged is None) or (old is not None and _settings(old) != _settings(merged)):
+        return "holds a merge collected with other settings"
+    return None
 
 
 # options that say which problems a directory holds or how the run went, not how its rows were made
@@ -133,6 +248,11 @@ def _how(cfg: dict) -> dict:
     """A collect config without the options that may differ between merged directories."""
     opts = {k: v for k, v in cfg.get("options", {}).items() if k not in _PROBLEM_KEYS + _RUN_KEYS}
     return {**cfg, "options": opts}
+
+
+def _settings(cfg: dict) -> str:
+    """:func:`_how` of a collect or merged config, as a comparable string."""
+    return json.dumps({k: v for k, v in _how(cfg).items() if k != "merged_from"}, sort_keys=True)
 
 
 def _merged_config(configs: list[dict]) -> dict:
@@ -149,7 +269,7 @@ def _merged_config(configs: list[dict]) -> dict:
 def summarize_pairs(src: Path) -> dict:
     """Counts, label balance, α1 by position, and each cheap verifier's (and, where recorded,
     each llm_judge form's) agreement with the teacher."""
-    pairs, probs = load_tables(src)
+    pairs, probs = load_tables(src, STATS_PAIR_COLUMNS, STATS_PROBLEM_COLUMNS)
     d = pairs.to_pydict()
     labels = d["label"]
     out = {"problems": probs.num_rows, "rows": pairs.num_rows, "accepted": sum(labels),

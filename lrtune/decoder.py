@@ -10,10 +10,12 @@ One round, with committed ids ``P`` (prompt + generated so far)::
 So a round commits ``j + 1`` steps (the target's step always follows the accepted draft
 prefix — the *bonus-step rule*), and the speedup model ``lrtune.speedup.f_sync`` uses
 exactly this: E[committed] = (1 - α1^(γ1+1)) / (1 - α1), time = γ1·c1 + b(γ1+1).
-The bonus target step s(d+1) is skipped when ŝd ended the sequence (EOS) or the token
-budget, since nothing can follow it. With ``method="lr+sd"`` the target's steps are
-produced by an engine that runs token-level speculative decoding with γ2 draft tokens,
-so the two speedups multiply.
+The bonus target step s(d+1) is skipped when ŝd ended the sequence (the target's EOS) or
+the token budget, since nothing can follow it; a draft-only EOS just ends the draft chain.
+The answer ends on the target's EOS ids only, and a pair where exactly one of ŝi, si ends the
+sequence is rejected without asking the verifier (its text, without special tokens, may match).
+With ``method="lr+sd"`` the target's steps are produced by an engine that runs token-level
+speculative decoding with γ2 draft tokens, so the two speedups multiply.
 
 Token ids are the state (DESIGN §3.4): committed ids are the draft's or target's own
 ids, never re-tokenized text. Decoding never prints; it returns ``(result, stats)``.
@@ -37,7 +39,7 @@ from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER, split_steps
 from lrtune.verifiers import StepPair, Verifier, accept
 from lrtune.verifiers.base import DraftScores, wants_draft_scores
-from lrtune.rounds import DRAFT, mix_seed, step_pair, step_params
+from lrtune.rounds import DRAFT, ends_apart, mix_seed, step_pair, step_params
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
 METHODS: tuple[str, ...] = ("target", "sd", "lr", "lr+sd")
@@ -174,9 +176,7 @@ class LookaheadDecoder:
         if not prompt_ids:
             raise ConfigError("empty prompt")
         if cfg.uses_lr and cfg.async_lr:
-            controller = controller if controller is not None else self.controller
-            if controller is not None:
-                raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")
+            _refuse_async_extras(on_round, controller if controller is not None else self.controller)
             if wants_draft_scores(verifier if verifier is not None else self.verifier):
                 raise ConfigError("this verifier reads the target's scores of each draft step, which sync LR's "
                                   "target rows provide: drop --async")
@@ -189,9 +189,8 @@ class LookaheadDecoder:
             text = problem.text if problem is not None else self.target.decode(prompt_ids, skip_special_tokens=True)
             gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit,
                                          verifier if verifier is not None else self.verifier, text)
-            eos = self.target.eos_ids | self.draft.eos_ids
             result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
-                                  finish="eos" if gen and gen[-1] in eos else "length", steps=steps)
+                                  finish="eos" if gen and gen[-1] in self.target.eos_ids else "length", steps=steps)
             stats.wall_s = time.perf_counter() - t0
             stats.generated_tokens = len(gen)
             return result, stats
@@ -232,7 +231,8 @@ class LookaheadDecoder:
         if cfg.uses_lr and cfg.async_lr:
             if max_concurrent > 1:
                 raise ConfigError("async LR decodes one prompt at a time: use --max-concurrent 1 or sync LR")
-            return self._decode_each_async(prompts, cfg, on_commit, on_done, verifier)
+            _refuse_async_extras(on_round, controller if controller is not None else self.controller)
+            return self._decode_each_async(prompts, cfg, problems, on_commit, on_done, verifier)
         controller = controller if controller is not None else self.controller
         verifier = verifier if verifier is not None else self.verifier
         if cfg.uses_lr and self.draft is None:
@@ -263,13 +263,15 @@ class LookaheadDecoder:
         batch.generated_tokens = sum(len(r[0].token_ids) for r in results if isinstance(r, tuple))
         return results, batch  # type: ignore[return-value]
 
-    def _decode_each_async(self, prompts, cfg, on_commit, on_done, verifier):
+    def _decode_each_async(self, prompts, cfg, problems, on_commit, on_done, verifier):
+        """Async LR: the prompts one after another (``problems[i]``: the verifier's problem statement)."""
         results, batch = [], BatchStats(prompts=len(prompts), max_concurrent=1)
         t0 = time.perf_counter()
         for i, ids in enumerate(prompts):
             try:
-                r = self.decode(ids, cfg, verifier=verifier, on_commit=None if on_commit is None else (
-                    lambda src, step, _i=i: on_commit(_i, src, step)))
+                r = self.decode(ids, cfg, verifier=verifier, problem=problems[i] if problems is not None else None,
+                                on_commit=None if on_commit is None else (
+                                    lambda src, step, _i=i: on_commit(_i, src, step)))
             except ConfigError as e:
                 r = e
             results.append(r)
@@ -317,7 +319,7 @@ class LookaheadDecoder:
     # ---- Lookahead Reasoning ---------------------------------------------------------
     def _lookahead_many(self, prompts, runnable: list[int], cfg: DecodeConfig, max_concurrent: int, controller,
                         verifier: Verifier, problems, on_round, on_commit, on_done, results: list, batch: BatchStats) -> None:
-        eos = self.target.eos_ids | self.draft.eos_ids
+        eos = self.target.eos_ids  # the answer ends on the target's EOS only (a draft-only one just ends a chain)
         waiting = list(runnable)
         active: list[_Slot] = []
         while waiting or active:
@@ -430,7 +432,8 @@ class LookaheadDecoder:
         for s, mine, share, where in zip(slots, owner, shares, wheres):
             s.target_s = share + s.prefill_s
             s.round_sd = add_counters([row_sd[r] for r in mine]) if row_sd is not None else None
-            s.stats.observe_target_call(share, s.round_sd)
+            if mine:  # a slot whose rows reuse or an early rejection made unnecessary was not in the call
+                s.stats.observe_target_call(share, s.round_sd)
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
             s.stats.aborted_target_rows += sum(tb.outputs[r].finish == "aborted" for r in mine)
             s.targets = [[joined(mine[where[w, k]], tb.outputs[mine[where[w, k]]]) if (w, k) in where
@@ -459,7 +462,8 @@ class LookaheadDecoder:
         row_sd = _row_counters(tb)
         for i, (s, share) in enumerate(zip(todo, _time_shares(tb, [[i] for i in range(len(todo))]))):
             s.chain_scores = split_scores(tb.outputs[i].prompt_scores or [], [len(c.token_ids) for c in s.chains[0]])
-            s.matched = [matched_tokens(x) for x in s.chain_scores]
+            s.matched = [_reusable(matched_tokens(x), c, self.target.eos_ids)
+                         for x, c in zip(s.chain_scores, s.chains[0])]
             s.prefill_s = share
             s.stats.observe_target_call(share, row_sd[i] if row_sd is not None else None)
 
@@ -478,17 +482,20 @@ class LookaheadDecoder:
         """Early abort: the verdict on the slot's draft step k against ``target``, judged alone
         (kept in ``s.judged[k]``)."""
         pair = self._pair(s, 0, k, target)
+        apart = ends_apart(s.chains[0][k].token_ids, target.token_ids, self.target.eos_ids)
         tv = time.perf_counter()
-        (ok,), (score,) = accept(verifier, [pair])
+        (ok,), (score,) = accept(verifier, [pair], [apart])
         s.verify_s += time.perf_counter() - tv
-        s.stats.verifier_calls += 1
-        batch.observe_call("verify", 1)
+        if not apart:
+            s.stats.verifier_calls += 1
+            batch.observe_call("verify", 1)
         s.judged[k] = (ok, score, pair)
         return ok
 
     def _verify(self, slots: list[_Slot], early: dict[int, _Slot], verifier: Verifier, batch: BatchStats) -> None:
-        """Verdicts of every slot's pairs: one verifier call for all slots not judged early;
-        an early slot's verdicts run up to its first position whose row was stopped."""
+        """Verdicts of every slot's pairs: one verifier call for all slots not judged early (a pair
+        whose steps end apart, :func:`ends_apart`, is rejected unasked); an early slot's verdicts
+        run up to its first position whose row was stopped."""
         for s in early.values():
             n = len(s.chains[0])
             judged = [s.judged[k] for k in range(next((k for k in range(n) if k not in s.judged), n))]
@@ -501,16 +508,21 @@ class LookaheadDecoder:
         if not keys:
             return
         pairs = [s.pairs[w][k] for s, w, k in keys]
+        apart = [ends_apart(s.chains[w][k].token_ids, s.targets[w][k].token_ids, self.target.eos_ids)
+                 for s, w, k in keys]  # one step ends the answer, the other not: rejected unasked
+        asked = len(pairs) - sum(apart)
         tv = time.perf_counter()
-        flat_v, flat_s = accept(verifier, pairs)
+        flat_v, flat_s = accept(verifier, pairs, apart)
         vsec = time.perf_counter() - tv
-        batch.observe_call("verify", len(pairs))
-        for (s, w, _), v, sc in zip(keys, flat_v, flat_s):
+        if asked:
+            batch.observe_call("verify", asked)
+        for (s, w, _), v, sc, a in zip(keys, flat_v, flat_s, apart):
             s.verdicts[w].append(v)
             s.scores[w].append(sc)
-            s.verify_s += vsec / len(pairs)
+            s.verify_s += 0.0 if a else vsec / asked
         for s in {id(s): s for s, _, _ in keys}.values():
             s.stats.verify_s += s.verify_s
+        for s in {id(s): s for (s, _, _), a in zip(keys, apart) if not a}.values():
             s.stats.verifier_calls += 1
 
     def _early_judge(self, slots: list[_Slot], owner: list[list[int]], wheres, verifier: Verifier,
@@ -567,7 +579,8 @@ class LookaheadDecoder:
         if nxt is not None:
             pieces = [list(nxt.token_ids)]
             if s.horizon is not None:  # a γ1 = 0 run: commit (and stream) it step by step
-                pieces = split_steps(nxt.token_ids, self.target.decode, delimiter=cfg.delimiter, eos_ids=eos) or pieces
+                pieces = split_steps(nxt.token_ids, self.target.decode, delimiter=cfg.delimiter, eos_ids=eos,
+                                     max_step_tokens=cfg.max_step_tokens) or pieces
             commit += [("target", ids) for ids in pieces]
         s.stats.observe_round(s.verdicts[best], committed_target_steps=len(commit) - j)
         if on_round:
@@ -643,7 +656,7 @@ class LookaheadDecoder:
                 s.chains[w].append(step)
                 used[id(s)][w] += len(step.token_ids)
                 s.stats.draft_step_tokens += len(step.token_ids)
-                if step.finish == "eos":
+                if step.finish == "eos" or step.token_ids[-1] in self.target.eos_ids:  # no step after it
                     live[id(s)].remove(w)
 
 
@@ -683,11 +696,11 @@ class _Slot:
 
 def _time_shares(call: GenBatch, rows_of: list[list[int]]) -> list[float]:
     """A shared call's seconds split over groups of its rows in proportion to the tokens
-    each group generated (equal shares when none generated any)."""
+    each group generated (equal shares over the groups with rows when none generated any)."""
     tokens = [sum(len(call.outputs[r].token_ids) for r in rows) for rows in rows_of]
     total = sum(tokens)
-    n = len(rows_of)
-    return [call.seconds * (t / total if total else 1 / n) for t in tokens]
+    n = sum(1 for rows in rows_of if rows)
+    return [call.seconds * (t / total if total else (1 / n if rows else 0.0)) for t, rows in zip(tokens, rows_of)]
 
 
 def _row_counters(call: GenBatch) -> list[SDCounters | None] | None:
@@ -716,8 +729,8 @@ def _target_rows(base: list[int], chains: list[list[Generation]], budget: int, e
     ``(k, reused)``.
 
     Position k runs for k = 0..len(chain_w); the bonus position k = len(chain_w) is
-    skipped when the chain ended the sequence (EOS) or the token budget. With draft-prefix
-    reuse (``matched``, chain 0 only) position k < len(chain) continues after ``matched[k]``
+    skipped when the chain ended the sequence (the target's ``eos``) or the token budget. With
+    draft-prefix reuse (``matched``, chain 0 only) position k < len(chain) continues after ``matched[k]``
     draft tokens and needs no row when that is the whole draft step; ``last``: no rows
     after this position (an early verdict already rejected it).
     """
@@ -728,7 +741,7 @@ def _target_rows(base: list[int], chains: list[list[Generation]], budget: int, e
     where: dict[tuple[int, int], int] = {}
     for w, chain in enumerate(chains):
         drafted = sum(len(d.token_ids) for d in chain)
-        ends = bool(chain) and (chain[-1].finish == "eos" or chain[-1].token_ids[-1] in eos or drafted >= budget)
+        ends = bool(chain) and (chain[-1].token_ids[-1] in eos or drafted >= budget)
         for k in range(len(chain) if ends else len(chain) + 1):
             if last is not None and k > last:
                 break
@@ -746,6 +759,22 @@ def _target_rows(base: list[int], chains: list[list[Generation]], budget: int, e
                 reused.append((k, m))
             where[w, k] = index[key]
     return rows, where, froms, reused
+
+
+def _reusable(matched: int, step: Generation, eos: frozenset[int]) -> int:
+    """Draft-prefix reuse: the matched tokens of a draft step the target's step may start with;
+    a step cut by a draft-only EOS (not in the target's ``eos``) keeps one token back, so its
+    row runs on past the point where the target's step does not end."""
+    n = len(step.token_ids)
+    return min(matched, n - 1) if step.finish == "eos" and step.token_ids[-1] not in eos else matched
+
+
+def _refuse_async_extras(on_round, controller) -> None:
+    """Async LR keeps no round records and fixed depths: refuse ``on_round`` and a controller."""
+    if on_round is not None:
+        raise ConfigError("async LR keeps no round records (on_round): use sync LR (drop --async)")
+    if controller is not None:
+        raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")
 
 
 def _concat(steps: Sequence[Generation]) -> list[int]:

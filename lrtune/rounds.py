@@ -1,8 +1,8 @@
 """What one LR step call asks of an engine, shared by the sync and async decoders.
 
 Pure functions: the seeds of a step (a function of seed, round, position and role only, so
-a sample never depends on batching or scheduling), its :class:`GenParams`, and the
-:class:`StepPair` a verifier sees at a position.
+a sample never depends on batching or scheduling), its :class:`GenParams`, the
+:class:`StepPair` a verifier sees at a position, and which pairs are rejected unasked (:func:`ends_apart`).
 """
 
 from __future__ import annotations
@@ -49,3 +49,10 @@ def step_pair(target: Backend, problem: str, solution: Sequence[int], context_to
     clean = lambda ids: target.decode(list(ids), skip_special_tokens=True)  # noqa: E731
     return StepPair(context=verifier_context(problem, clean(tail)), draft=clean(draft), target=clean(target_step),
                     draft_scores=draft_scores)
+
+
+def ends_apart(draft: Sequence[int], target_step: Sequence[int], eos_ids: frozenset[int]) -> bool:
+    """True when exactly one of the two steps ends the answer (its last id is one of the target's
+    ``eos_ids``): they differ whatever their text says, which drops special tokens, so the pair
+    is rejected without asking the verifier."""
+    return (bool(draft) and draft[-1] in eos_ids) != (bool(target_step) and target_step[-1] in eos_ids)

@@ -16,7 +16,8 @@ from lrtune.errors import ConfigError
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` via a temp file, fsync and rename (never half-written),
     then fsync the directory so the rename itself survives a crash. A file that already
-    holds exactly ``data`` is left alone (a rerun that computes nothing new changes no file)."""
+    holds exactly ``data`` is left alone (a rerun that computes nothing new changes no file);
+    a failed write removes its temp file."""
     blob = data.encode() if isinstance(data, str) else data
     try:
         if path.is_file() and path.stat().st_size == len(blob) and path.read_bytes() == blob:
@@ -24,11 +25,15 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     except OSError:
         pass  # unreadable: rewrite it
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # unique per writer
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no stray temp file
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

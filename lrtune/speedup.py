@@ -23,7 +23,7 @@ Symbols
 Public functions
 ----------------
 Closed forms: :func:`expected_accepted_per_round`, :func:`f_sync`, :func:`g`, :func:`h`,
-:func:`S1`, :func:`S2`, :func:`S2_paper`, :func:`speedup_async`, :func:`best_gammas`.
+:func:`S1`, :func:`S2`, :func:`S2_paper`, :func:`speedup_async`, :func:`h_async`, :func:`best_gammas`.
 Pricing a batch by its longest step: :func:`expected_longest`, :func:`longest_step_batch_cost`.
 Async timeline: :func:`async_event_sim`, :func:`async_verify_times`.
 Monte-Carlo estimators (vectorised, ``rng`` is a ``numpy.random.Generator`` or a seed):
@@ -54,6 +54,7 @@ __all__ = [
     "S2",
     "S2_paper",
     "speedup_async",
+    "h_async",
     "best_gammas",
     "expected_longest",
     "c_from_sd",
@@ -216,6 +217,26 @@ def c_from_sd(speedup: float, alpha: float, gamma: int) -> float:
     n = _check_int(gamma, "gamma", 1)
     s = _check_c(speedup, "speedup")
     return (_geom_sum(a, n + 1) / s - 1.0) / n
+
+
+def alpha_from_rate(rate: float, gamma: int) -> float:
+    """The per-token acceptance α whose passes of γ drafts accept the fraction ``rate`` of
+    them under the i.i.d. model   [probability].
+
+    Inverts r(α) = E[min(X, γ)] / γ = (Σ_{j=1..γ} α^j) / γ, increasing from r(0) = 0 to
+    r(1) = 1 (bisection to 1e-12). For SD counters that report only accepted/drafted
+    tokens (profiles written before ``SDCounters.stopped`` was counted).
+    """
+    r = _check_alpha(rate, "rate")
+    n = _check_int(gamma, "gamma", 1)
+    lo, hi = 0.0, 1.0
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        if (_geom_sum(mid, n + 1) - 1.0) / n < r:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def _sorted_steps(step_tokens: Sequence[float]) -> np.ndarray:
@@ -391,10 +412,13 @@ def S1(alpha: float, c: float) -> float:
 
     (the paper's formula; confirmed by the event simulator.) Without stalls step k of a
     segment is verified at 1 + (k − 1)c, a segment commits K ~ Geometric(1 − α) steps, so
-    S1 = E[K] / E[1 + (K − 1)c]. α = 1 gives 1/c, α = 0 gives 1.
+    S1 = E[K] / E[1 + (K − 1)c]. α = 1 gives 1/c, α = 0 gives 1. c > 1 (a draft slower
+    than the target) is outside the formula: ConfigError (use :func:`speedup_async`).
     """
     a = _check_alpha(alpha)
     cc = _check_c(c)
+    if cc > 1.0:
+        raise ConfigError(f"S1 needs 0 < c <= 1 (a draft slower than the target stalls it), got {c!r}")
     return 1.0 / (cc + (1.0 - cc) * (1.0 - a))
 
 
@@ -467,6 +491,22 @@ def speedup_async(alpha: float, c: float, gamma: int) -> float:
         return 1.0
     stall = max(0.0, 1.0 - n * cc) * a ** (n + 1) / _geom_sum(a, n + 1)
     return 1.0 / ((1.0 - a) * max(1.0, cc) + a * cc + stall)
+
+
+def h_async(gamma1: int, gamma2: int, alpha1: float, c1: float, alpha2: float, c2: float,
+            drafted: int | None = None) -> float:
+    """Async LR (lookahead γ1) with SD (γ2 tokens) inside each target step   [speedup].
+
+    h_async = g(γ2) · S(α1, c1·g(γ2), γ1)      (S: :func:`speedup_async`)
+
+    The composition of :func:`h`: SD makes a target step last 1/g(γ2) T while a draft step
+    still costs c1 T, so against the SD target the draft costs c1·g(γ2); g converts back to
+    a speedup over the plain target. γ2 = 0 gives speedup_async(α1, c1, γ1), γ1 = 0 gives
+    g(γ2). ``drafted``: as in :func:`g`.
+    """
+    n1 = _check_int(gamma1, "gamma1")
+    gg = g(alpha2, c2, gamma2, drafted)
+    return gg * speedup_async(alpha1, _check_c(c1, "c1") * gg, n1)
 
 
 def _async_events(outcomes: Sequence[bool], c: float, gamma: int) -> tuple[float, int, list[float]]:
@@ -574,11 +614,14 @@ def best_gammas(
     gamma1_max: int = 8,
     gamma2_max: int = 8,
     batch_cost: BatchCost = None,
+    drafted: int | None = None,
 ) -> BestGammas:
     """argmax over γ1 ∈ 0..gamma1_max, γ2 ∈ 0..gamma2_max of h, subject to γ1·γ2 ≤ M.
 
     Exhaustive search; returns ``(γ1, γ2, h)`` (a :class:`BestGammas`). γ1 = 0 means no LR,
     γ2 = 0 means no SD (so either one alone always has product 0 and is always feasible).
+    ``drafted``: draft tokens the SD engine proposes per pass whatever γ2 (see :func:`g`), so
+    each γ2 is priced on that engine; None: each γ2 drafts its own.
     Ties in h (relative 1e-12) go to the smaller budget γ1·γ2, then the smaller γ1 + γ2,
     then the smaller γ1. Raises :class:`~lrtune.errors.ConfigError` for α outside [0, 1],
     c ≤ 0, M < 0, negative γ bounds, or a batch_cost that does not cover b(gamma1_max + 1).
@@ -601,7 +644,7 @@ def best_gammas(
         for g2 in range(n2 + 1):
             if g1 * g2 > budget:
                 continue
-            value = h(g1, g2, a1, cc1, a2, cc2, batch_cost)
+            value = h(g1, g2, a1, cc1, a2, cc2, batch_cost, drafted)
             key = (g1 * g2, g1 + g2, g1)
             if best is None:
                 better = True

@@ -10,7 +10,11 @@ Conventions (DESIGN §3.2, §4):
   committed but are unbiased samples of the acceptance rate).
 * ``mean_accepted_steps_per_round = (accepted draft steps + target steps) / rounds``,
   i.e. it *includes* the target's step, as vLLM does for tokens.
-* Token-level SD: ``α2 = accepted_tokens / drafted_tokens`` from the engine's counters.
+* Token-level SD: α2 is the per-token acceptance probability of the speedup model's g(γ2),
+  estimated censoring-aware from the engine's counters: ``accepted / (accepted + passes
+  stopped by a rejection)`` (a fully accepted pass only bounds it). ``sd_acceptance_rate =
+  accepted / drafted`` is the engine's rate, which is lower (records before ``sd_stopped``
+  was counted reported that rate as α2).
 * Times are wall seconds; ``other_s = wall_s - draft_s - target_s - verify_s``.
 """
 
@@ -68,7 +72,7 @@ class DecodeStats:
     def observe_sd(self, sd: SDCounters | None) -> None:
         """Add one call's token-level SD counters (None: the call ran no SD)."""
         if sd is not None:
-            self.sd.observe(sd.drafts, sd.drafted_tokens, sd.accepted_tokens, sd.accepted_by_pos)
+            self.sd.add(sd)
 
     def observe_target_call(self, seconds: float, sd: SDCounters | None) -> None:
         """One target engine call of this prompt: its (share of the) seconds and SD counters."""
@@ -117,8 +121,15 @@ class DecodeStats:
 
     @property
     def alpha2(self) -> float | None:
-        """Token acceptance of speculative decoding, or None without SD."""
-        return _ratio(self.accepted_tokens, self.drafted_tokens)
+        """Per-token acceptance α2 of speculative decoding, censoring-aware (accepted tokens /
+        (accepted tokens + passes stopped by a rejection): :attr:`SDCounters.alpha`, the α the
+        speedup model's g(γ2) takes), or None without SD."""
+        return self.sd.alpha
+
+    @property
+    def sd_acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens (lower than α2: a pass accepts at most γ2), or None without SD."""
+        return self.sd.acceptance_rate
 
     @property
     def mean_accepted_steps_per_round(self) -> float | None:
@@ -143,7 +154,7 @@ class DecodeStats:
             value, theirs = getattr(self, name), getattr(other, name)
             if isinstance(value, SDCounters):
                 value = value.copy()
-                value.observe(theirs.drafts, theirs.drafted_tokens, theirs.accepted_tokens, theirs.accepted_by_pos)
+                value.add(theirs)
                 setattr(out, name, value)
             elif isinstance(value, list):
                 n = max(len(value), len(theirs))
@@ -160,13 +171,15 @@ class DecodeStats:
         """Inverse of :meth:`to_dict` (derived rates are ignored and recomputed)."""
         names = set(cls.__dataclass_fields__) - {"sd"}
         out = cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
+        stopped = d.get("sd_stopped")  # records before it was counted: derived from passes of one length
         out.sd = SDCounters(int(d.get("sd_drafts", 0)), int(d.get("drafted_tokens", 0)),
-                            int(d.get("accepted_tokens", 0)), list(d.get("sd_accepted_by_pos", [])))
+                            int(d.get("accepted_tokens", 0)), list(d.get("sd_accepted_by_pos", [])),
+                            None if stopped is None else int(stopped))
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """All counters plus the derived rates (JSON-ready; the SD counters as flat
-        ``sd_drafts``/``drafted_tokens``/``accepted_tokens``/``sd_accepted_by_pos``)."""
+        ``sd_drafts``/``drafted_tokens``/``accepted_tokens``/``sd_accepted_by_pos``/``sd_stopped``)."""
         d = asdict(self)
         del d["sd"]
         d.update(
@@ -174,12 +187,14 @@ class DecodeStats:
             drafted_tokens=self.sd.drafted_tokens,
             accepted_tokens=self.sd.accepted_tokens,
             sd_accepted_by_pos=list(self.sd.accepted_by_pos),
+            sd_stopped=self.sd.stopped,
             other_s=self.other_s,
             drafted_steps=self.drafted_steps,
             accepted_steps=self.accepted_steps,
             alpha1=self.alpha1,
             alpha1_by_pos=self.alpha1_by_pos,
             alpha2=self.alpha2,
+            sd_acceptance_rate=self.sd_acceptance_rate,
             mean_accepted_steps_per_round=self.mean_accepted_steps_per_round,
             mean_accepted_tokens_per_draft=self.mean_accepted_tokens_per_draft,
             tokens_per_s=self.tokens_per_s,

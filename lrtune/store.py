@@ -67,6 +67,8 @@ class ShardStore:
             data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
             entries = data["finished"]
             for entry in entries.values():
+                if not isinstance(entry["index"], int) or isinstance(entry["index"], bool):
+                    raise TypeError("index")
                 for kind in ("pairs", "problems"):
                     if not (isinstance(entry[kind]["file"], str) and isinstance(entry[kind]["sha256"], str)):
                         raise TypeError(kind)
@@ -158,7 +160,7 @@ def all_entries(out: Path) -> dict[str, dict]:
     """Finished problems of every shard manifest in ``out`` (checksums verified)."""
     entries: dict[str, dict] = {}
     for m in sorted(out.glob("manifest-s*.json")):
-        shard = int(m.stem.split("-s")[1])
+        shard = _shard_of(m)
         store = ShardStore.__new__(ShardStore)
         store.out, store.shard_id, store.manifest_path = out, shard, m
         for pid, e in store._load_manifest().items():
@@ -166,3 +168,11 @@ def all_entries(out: Path) -> dict[str, dict]:
                 raise ConfigError(f"problem {pid} appears in two shard manifests of {out}")
             entries[pid] = e
     return entries
+
+
+def _shard_of(manifest: Path) -> int:
+    """The shard number in a ``manifest-s{S}.json`` name; a ConfigError naming a file that only looks like one."""
+    digits = manifest.name[len("manifest-s"):-len(".json")]
+    if not (digits.isascii() and digits.isdigit()):
+        raise ConfigError(f"{manifest} is not an lrtune shard manifest (manifest-s<number>.json); move it away")
+    return int(digits)

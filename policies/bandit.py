@@ -52,9 +52,13 @@ class BanditController:
         self._problem: str | None = None
         self.post = list(prior)
         self.rounds = 0
-        self._arms = self.bounds.arms()
         if not self._arms:
             raise ConfigError(f"no (γ1, γ2) satisfies {self.bounds}")
+
+    @property
+    def _arms(self) -> list[tuple[int, int]]:
+        """The allowed (γ1, γ2), from the current bounds (narrowed e.g. to γ2 = 0 without SD)."""
+        return self.bounds.arms()
 
     def reset(self, prior: tuple[float, float, float, float] | None = None) -> None:
         self.post = list(prior or self.prior)

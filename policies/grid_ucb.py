@@ -9,6 +9,11 @@ round the arm with the largest index
 is chosen (t = rounds so far, n_a = rounds of arm a, r_max = the largest reward seen, so the
 bonus has the rewards' scale). Statistics carry over from problem to problem: it learns the
 best fixed arm of the run, not of one problem. A γ1 = 0 round runs ``horizon_tokens``.
+
+A round's reward goes to the arm chosen for it, even when the decoder ran a smaller γ2 (a
+method without token-level SD runs γ2 = 0 and reports it): the reward is what choosing
+that arm gave, and an arm counted as pulled is never "untried" again. An outcome without
+a matching choice counts for the arm it reports (if that is an arm of the grid).
 """
 
 from __future__ import annotations
@@ -33,8 +38,13 @@ class GridUCBController:
         self.pulls = {a: 0 for a in self.arms}
         self.total = {a: 0.0 for a in self.arms}
         self.best_reward = 0.0
+        self._chosen: tuple[int, int] | None = None  # the arm of the round in flight
 
     def choose(self, problem: ProblemInfo, state: ControlState) -> tuple[int, int]:
+        self._chosen = self._select()
+        return self._chosen
+
+    def _select(self) -> tuple[int, int]:
         for a in self.arms:
             if self.pulls[a] == 0:
                 return a
@@ -46,8 +56,11 @@ class GridUCBController:
         return self.horizon_tokens
 
     def update(self, o: RoundOutcome) -> None:
+        chosen, self._chosen = self._chosen, None
         arm = (o.gamma1, o.gamma2)
-        if arm not in self.pulls:  # a depth the decoder clipped (e.g. γ2 without SD): not an arm of this grid
+        if chosen is not None and chosen[0] == o.gamma1 and o.gamma2 in (chosen[1], 0):
+            arm = chosen  # the decoder ran the chosen arm, γ2 dropped where it has no SD
+        if arm not in self.pulls:  # neither chosen nor an arm of this grid
             return
         seconds = o.draft_s + o.target_s + o.verify_s
         reward = o.committed_tokens / seconds if seconds > 0 else 0.0

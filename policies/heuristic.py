@@ -43,7 +43,7 @@ class HeuristicController:
                 g1 -= 1
         g1 = max(g1, 1)
         if o.gamma2 > 0 and o.sd_iterations:
-            if o.sd_full == o.sd_iterations:
+            if not o.sd.stopped:  # every pass accepted all it drafted
                 g2 += 1
             elif o.sd_drafted and o.sd_accepted / o.sd_drafted < self.shrink_below:
                 g2 -= 1

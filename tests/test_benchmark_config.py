@@ -65,3 +65,35 @@ def test_round_split_oracle_draft_stop_keeps_the_draft_share_of_the_judged_steps
     out = vs_reference([rec("lr+sd", 30.0, 12.0, 6), rec("lr+sd/abort", 26.0, 13.0, 4)])["lr+sd/abort"]
     assert out["ratio_equal_drafts"] == 30.0 / 25.0
     assert out["ratio_oracle_draft_stop"] == 30.0 / (26.0 - 13.0 + 8.0)
+
+
+def test_reprice_feeds_the_per_token_alpha2_to_the_model_and_keeps_the_summarys_figures_beside(tmp_path):
+    import json
+
+    from benchmarks.reprice import reprice
+    from lrtune.backends.base import SDCounters
+    from lrtune.stats import DecodeStats
+
+    def rec(problem, method, wall, sd=None, **lr):
+        st = DecodeStats(wall_s=wall, generated_tokens=100, **lr)
+        if sd:
+            st.observe_sd(sd)
+        return {"problem": problem, "method": method, "wall_s": wall, "correct": True, "finish": "eos",
+                "stats": st.to_dict()}
+
+    sd = SDCounters(20, 80, 56, [18, 15, 13, 10])
+    lr = dict(draft_s=1.5, draft_step_tokens=50, rounds=5, drafted_by_pos=[5], accepted_by_pos=[3])  # c = 0.3
+    records = [r for p in "ab" for r in (rec(p, "target", 10.0), rec(p, "sd", 6.0, sd), rec(p, "lr+sd", 8.0, sd, **lr))]
+    for r in records:  # written before sd_stopped was counted
+        r["stats"].pop("sd_stopped")
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "options": {"methods": "target,sd,lr+sd", "sweep": None, "mode": "latency"},
+        "models": {"verifier": "embedding"}, "decode": {"gamma1": 3, "gamma2": 4}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"batch_cost": None, "methods": {
+        "target": {"alpha2": None, "predicted_speedup": 1.0},
+        "sd": {"alpha2": 0.7, "predicted_speedup": 1.2, "measured_over_predicted": 10 / 6 / 1.2},
+        "lr+sd": {"alpha2": 0.7, "predicted_speedup": 1.0}}}))
+    out = reprice(tmp_path)["methods"]["sd"]
+    assert out["alpha2_summary"] == 0.7 and out["alpha2"] == 56 / (56 + 10)  # 10 of 20 passes stopped early
+    assert out["predicted"] > out["predicted_summary"] and out["speedup_total"] == 10 / 6

@@ -43,6 +43,13 @@ def test_speedup_is_per_problem_target_wall_over_method_wall():
     assert s["lr"]["accuracy"] == 1.0 and s["target"]["accuracy"] == 0.5
 
 
+def test_total_speedup_sums_only_the_problems_the_baseline_also_decoded():
+    records = [rec("a", "target", 10.0, True), rec("a", "lr", 5.0, True), rec("b", "lr", 5.0, True)]
+    s = metrics.summarize(records, ["target", "lr"])["lr"]
+    assert s["speedup_total"] == pytest.approx(2.0) and s["speedup_mean"] == pytest.approx(2.0)
+    assert s["wall_s"] == 10.0  # the row's own time still counts every record
+
+
 def test_acceptance_is_pooled_over_problems():
     records = [rec("a", "target", 1.0, True), rec("a", "lr", 1.0, True, drafted_by_pos=[2, 1], accepted_by_pos=[1, 1]),
                rec("b", "target", 1.0, True), rec("b", "lr", 1.0, True, drafted_by_pos=[2, 0], accepted_by_pos=[2, 0])]

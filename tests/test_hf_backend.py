@@ -61,6 +61,15 @@ def test_every_method_with_the_never_verifier_equals_target_greedy(models, promp
             assert sum(stats.sd_accepted_by_pos) == stats.accepted_tokens
 
 
+def test_sd_with_the_target_as_its_own_drafter_measures_alpha2_one_also_on_passes_cut_near_the_limit(prompts):
+    pair = get_tiny_pair()
+    same = HFBackend(str(pair.target), name="target", spec=HFBackend(str(pair.target), name="draft"))
+    out = same.generate([prompts[0]], GenParams(max_tokens=8, stop_at_delimiter=False, num_speculative_tokens=4))
+    sd = out.sd
+    assert sd.drafted_tokens < 4 * sd.drafts  # a pass was cut to the room left (8 tokens: 4 + 1, then 2 + 1)
+    assert sd.accepted_tokens == sd.drafted_tokens and sd.stopped == 0 and sd.alpha == 1.0
+
+
 def test_identical_draft_with_exact_verifier_accepts_every_step(models, prompts):
     target, _ = models
     cfg = DecodeConfig(method="lr+sd", gamma1=3, gamma2=3, max_new_tokens=MAX_NEW, max_step_tokens=24)

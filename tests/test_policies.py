@@ -183,23 +183,26 @@ def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_ho
         def update(self, o):
             assert o.gamma1 == 0 and not o.verdicts
 
-    cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=120, max_step_tokens=8)
+    cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=120, max_step_tokens=2)  # cuts steps
     target = FakeBackend(chain(3))
     dec = LookaheadDecoder(target, FakeBackend(chain(10)), make_verifier("exact"), cfg)
     commits, rounds = [], []
     res, stats = dec.decode([1, 2, 3], controller=SDOnly(), on_commit=lambda src, ids: commits.append(ids),
                             on_round=rounds.append)
-    ref, _ = dec.decode([1, 2, 3], DecodeConfig(method="target", max_new_tokens=120, max_step_tokens=8))
+    ref, _ = dec.decode([1, 2, 3], DecodeConfig(method="target", max_new_tokens=120))
     assert res.token_ids == ref.token_ids
     n = len(res.token_ids)
     assert stats.target_calls == (1 if horizon is None else -(-n // horizon)) == stats.rounds
     assert all(len(r.targets[0].token_ids) <= (horizon or 120) for r in rounds)
-    # committed step by step: each piece ends at a step end (the last may be cut by the horizon)
+    # committed step by step: each piece ends at a step end, at most max_step_tokens long (DESIGN §2;
+    # the last may be cut by the horizon)
     assert sum(commits, []) == res.token_ids and len(commits) == stats.committed_target_steps > stats.rounds
+    assert all(len(ids) <= cfg.max_step_tokens for ids in commits)
     if horizon is None:
         from lrtune.steps import split_steps
 
-        assert commits == split_steps(ref.token_ids, target.decode, delimiter=cfg.delimiter, eos_ids=target.eos_ids)
+        assert commits == split_steps(ref.token_ids, target.decode, delimiter=cfg.delimiter, eos_ids=target.eos_ids,
+                                      max_step_tokens=cfg.max_step_tokens)
 
 
 def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_after_lr():

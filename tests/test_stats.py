@@ -22,11 +22,44 @@ def test_rounds_count_target_step_in_mean_accepted_steps():
     assert s.alpha1_by_pos == [pytest.approx(0.5), pytest.approx(1.0), pytest.approx(0.5)]
 
 
-def test_sd_counters_give_alpha2_and_mean_acceptance_length():
+def test_alpha2_counts_only_passes_stopped_by_a_rejection_as_failures_and_the_rate_stays_beside_it():
     s = DecodeStats()
+    # 10 passes of 4 drafts, 6 accepted all 4: 4 stopped at a rejection; 30 tokens accepted
     s.observe_sd(SDCounters(drafts=10, drafted_tokens=40, accepted_tokens=30, accepted_by_pos=[9, 8, 7, 6]))
-    assert s.alpha2 == pytest.approx(0.75)
+    assert s.sd.stopped == 4
+    assert s.alpha2 == pytest.approx(30 / 34) and s.sd_acceptance_rate == pytest.approx(0.75)
     assert s.mean_accepted_tokens_per_draft == pytest.approx(4.0)
+
+
+def test_alpha2_estimates_the_per_token_acceptance_of_the_iid_model_that_g_takes():
+    import random
+
+    rng, alpha, k = random.Random(0), 0.8, 4
+    s = DecodeStats()
+    for _ in range(20000):  # one pass: accept each draft with probability alpha until the first rejection
+        n = 0
+        while n < k and rng.random() < alpha:
+            n += 1
+        s.observe_sd(SDCounters(1, k, n, [1] * n + [0] * (k - n)))
+    assert s.alpha2 == pytest.approx(alpha, abs=0.01)
+    # the accepted/drafted rate is E[min(X, k)] / k = alpha (1 - alpha^k) / ((1 - alpha) k), not alpha
+    assert s.sd_acceptance_rate == pytest.approx(alpha * (1 - alpha ** k) / ((1 - alpha) * k), abs=0.01)
+
+
+def test_a_pass_shortened_by_the_engine_that_accepted_all_it_drafted_is_no_failure():
+    c = SDCounters()
+    c.observe(1, 2, 2, [1, 1], stopped=0)  # gamma2 = 4 cut to 2 drafts near the row's limit, both accepted
+    c.observe(1, 4, 1, [1], stopped=1)
+    assert c.stopped == 1 and c.alpha == pytest.approx(3 / 4)
+
+
+def test_records_without_sd_stopped_derive_it_from_passes_of_one_length():
+    d = DecodeStats()
+    d.observe_sd(SDCounters(drafts=5, drafted_tokens=20, accepted_tokens=14, accepted_by_pos=[5, 4, 3, 2]))
+    rec = d.to_dict()
+    assert rec["sd_stopped"] == 3
+    del rec["sd_stopped"]
+    assert DecodeStats.from_dict(rec).sd.stopped == 3 and DecodeStats.from_dict(rec).alpha2 == pytest.approx(14 / 17)
 
 
 def test_merge_adds_counters_and_per_position_lists():

@@ -13,24 +13,30 @@ K-fold cross-validated **by problem**:
   (γ1, γ2) of the training folds (max mean h), and at the oracle (γ1, γ2) from its true α.
 
 The profile (``lrtune profile``) supplies c1, c2 and the batch-cost curve b(n); without one,
-c1 = c2 = the median measured c1 of the data and b ≡ 1 (stated in the metadata).
+c1 = c2 = the median measured c1 of the data and b ≡ 1 (stated in the metadata). Every γ2 is
+priced as at run time on the shared SD engine, which drafts ``gamma2_max`` tokens per pass
+whatever γ2 a round asks for (:func:`lrtune.speedup.g` with ``drafted``; ``lrtune.api``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import shutil
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from lrtune.batchcost import profile_c2
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import log, writable_dir
+from lrtune.runfiles import log, read_json, writable_dir
 from lrtune.speedup import best_gammas, h
 
 from policies import learned
@@ -98,7 +104,7 @@ def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, l
         cfg_file = src / CONFIG
         if not cfg_file.is_file():
             raise ConfigError(f"{d} has no {CONFIG}: not a collect output")
-        opts = json.loads(cfg_file.read_text()).get("options", {})
+        opts = _collect_options(cfg_file)
         _, probs = load_tables(src)
         rows = probs.to_pylist()
         task = get_task(opts.get("task", "gsm_symbolic"))
@@ -121,19 +127,99 @@ def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, l
     return problems, Y, c1s
 
 
-def _profile(cfg: TrainControllerConfig, c1s: list[float]) -> dict:
-    if cfg.profile:
+def _collect_options(cfg_file: Path) -> dict:
+    """The ``options`` of a collect dir's config file; ConfigError when it is not a JSON object."""
+    try:
+        data = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
+        raise ConfigError(f"{cfg_file} is not readable JSON ({e})") from None
+    opts = data.get("options", {}) if isinstance(data, dict) else None
+    if not isinstance(opts, dict):
+        raise ConfigError(f"{cfg_file} is not a collect config (a JSON object with an 'options' object)")
+    return opts
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def read_profile(path: str) -> dict:
+    """The ``lrtune profile`` JSON at ``path``, checked: an object with c1, c2 numbers > 0 and
+    ``batch_cost`` absent or a list of numbers > 0 (b(1), b(2), ...)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"profile not found: {path}")
+    try:
+        prof = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
+        raise ConfigError(f"--profile {path} is not readable JSON ({e})") from None
+    if not isinstance(prof, dict):
+        raise ConfigError(f"--profile {path} is not an lrtune profile (a JSON object)")
+    for k in ("c1", "c2"):
+        if not _positive(prof.get(k)):
+            raise ConfigError(f"{path}: {k} must be a number > 0")
+    b = prof.get("batch_cost")
+    if b is not None and not (isinstance(b, list) and b and all(_positive(v) for v in b)):
+        raise ConfigError(f"{path}: batch_cost must be a list of numbers > 0 (b(1), b(2), ...), got {b!r:.60}")
+    return prof
+
+
+def _profile(cfg: TrainControllerConfig, c1s: list[float], prof: dict | None) -> dict:
+    """c1, c2, b(n) and their source: from the profile ``prof`` (:func:`read_profile`) or the data."""
+    if prof is not None:
         p = Path(cfg.profile).expanduser()
-        if not p.is_file():
-            raise ConfigError(f"profile not found: {cfg.profile}")
-        prof = json.loads(p.read_text())
-        for k in ("c1", "c2"):
-            if not isinstance(prof.get(k), (int, float)) or not prof[k] > 0:
-                raise ConfigError(f"{cfg.profile}: {k} must be a number > 0")
-        return {"c1": prof["c1"], "c2": prof["c2"], "batch_cost": prof.get("batch_cost"), "source": str(p)}
+        c2, note = profile_c2(prof)
+        if note:
+            log(f"{cfg.profile}: {note}")
+        return {"c1": prof["c1"], "c2": c2, "batch_cost": prof.get("batch_cost"), "source": str(p)}
     c = statistics.median(c1s) if c1s else DEFAULT_COST_RATIO
     return {"c1": c, "c2": c, "batch_cost": None,
             "source": "median c1 of the collected problems; b(n) = 1 (no profile given)"}
+
+
+def _settings(key: dict | None) -> dict:
+    """A controller's config key less its data hash: what must match to refit one in place."""
+    return {k: v for k, v in (key or {}).items() if k != "data_sha256"}
+
+
+def check_out(out: Path, key: dict) -> None:
+    """Refuse an ``--out`` that holds another artifact (a verifier checkpoint or training run,
+    a collect dataset) or a controller fitted with other settings; a controller fitted with
+    these settings on other data is refitted in place (:func:`_keep_backup`)."""
+    from lrtune.dataset import CONFIG
+    from lrtune.verifiers.distilled import META as VERIFIER_META
+
+    for name, what in ((VERIFIER_META, "a verifier checkpoint"), (CONFIG, "a collect dataset")):
+        if (out / name).exists():
+            raise ConfigError(f"{out} holds {what} ({name}); use another --out")
+    prev = read_json(out / TRAIN_CONFIG)
+    if (out / TRAIN_CONFIG).exists() and (prev is None or "options" in prev):
+        raise ConfigError(f"{out} holds another training run ({TRAIN_CONFIG} is not a controller's); "
+                          "use another --out")
+    if (out / learned.META).exists() and _settings(prev) != _settings(key):
+        old, new = _settings(prev), _settings(key)
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)) if prev else ["unknown"]
+        raise ConfigError(f"{out} holds a controller fitted with other settings ({', '.join(changed)}); "
+                          "use another --out or delete it")
+
+
+def _keep_backup(out: Path) -> None:
+    """Copy a controller that this run refits (same settings, new data) to a new sibling
+    ``<out>.backup-<time>`` before it is overwritten."""
+    if not (out / learned.META).is_file():
+        return
+    stamp, src = time.strftime("%Y%m%d-%H%M%S"), out.resolve()
+    backup, n = src.with_name(f"{src.name}.backup-{stamp}"), 1
+    while backup.exists():
+        backup, n = src.with_name(f"{src.name}.backup-{stamp}-{n}"), n + 1
+    shutil.copytree(src, backup)
+    log(f"the previous controller is kept in {backup}")
+
+
+def engine_drafts(bounds: Bounds) -> int | None:
+    """Draft tokens per SD pass of the engine the controller will run on: ``gamma2_max`` (the
+    shared engine drafts the controller's largest γ2 and cuts per request); None without SD."""
+    return bounds.gamma2_max or None
 
 
 def _folds(n: int, k: int, seed: int) -> list[np.ndarray]:
@@ -146,9 +232,10 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
     """Held-out α errors and speedup-model decision quality (see module docstring)."""
     arms = bounds.arms()
     c1, c2, b = prof["c1"], prof["c2"], learned.priced_batch_cost(prof)
+    drafted = engine_drafts(bounds)
 
     def hv(arm, a1, a2):
-        return h(arm[0], arm[1], min(a1, 0.999), c1, min(a2, 0.999), c2, b)
+        return h(arm[0], arm[1], min(a1, 0.999), c1, min(a2, 0.999), c2, b, drafted)
 
     err, err_mean, h_learned, h_fixed, h_oracle = [], [], [], [], []
     for test in _folds(len(X), min(cfg.folds, len(X)), cfg.seed):
@@ -159,7 +246,7 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
         err_mean.append(np.abs(Y[train].mean(axis=0) - Y[test]))
         fixed = max(arms, key=lambda a: float(np.mean([hv(a, *Y[i]) for i in train])))
         for i, p in zip(test, pred):
-            chosen = best_gammas(p[0], c1, p[1], c2, bounds.M, bounds.gamma1_max, bounds.gamma2_max, b)
+            chosen = best_gammas(p[0], c1, p[1], c2, bounds.M, bounds.gamma1_max, bounds.gamma2_max, b, drafted)
             arm = bounds.clip(chosen.gamma1, chosen.gamma2)
             h_learned.append(hv(arm, *Y[i]))
             h_fixed.append(hv(fixed, *Y[i]))
@@ -176,9 +263,10 @@ def run(cfg: TrainControllerConfig) -> dict:
     returned as is (its metrics)."""
     import dataclasses
 
-    from lrtune.runfiles import read_json, write_atomic
+    from lrtune.runfiles import write_atomic
 
     cfg.validate()
+    given = read_profile(cfg.profile) if cfg.profile else None  # checked before any work
     dirs = [d for d in cfg.data.split(",") if d]
     problems, Y, c1s = load_problem_rows(dirs)
     digest = hashlib.sha256(json.dumps([[p.id for p in problems], Y.round(9).tolist()]).encode()).hexdigest()
@@ -188,8 +276,9 @@ def run(cfg: TrainControllerConfig) -> dict:
     if prev == key and meta and "metrics" in meta:
         log(f"{cfg.out} is up to date (same data and settings): nothing to fit")
         return meta["metrics"]
+    check_out(Path(cfg.out).expanduser(), key)
     out = writable_dir(cfg.out)
-    prof = _profile(cfg, c1s)
+    prof = _profile(cfg, c1s, given)
     prof["step_tokens"] = step_lengths(dirs, seed=cfg.seed)
     bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
     feats = learned.ProblemFeaturizer(sorted({p.task for p in problems}),
@@ -201,11 +290,13 @@ def run(cfg: TrainControllerConfig) -> dict:
     ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
     model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
     c1, c2, b = prof["c1"], prof["c2"], learned.priced_batch_cost(prof)
+    drafted = engine_drafts(bounds)
     best_fixed = max(bounds.arms(), key=lambda a: float(np.mean(
-        [h(a[0], a[1], min(y[0], 0.999), c1, min(y[1], 0.999), c2, b) for y in Y])))
+        [h(a[0], a[1], min(y[0], 0.999), c1, min(y[1], 0.999), c2, b, drafted) for y in Y])))
     metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
                "folds": cfg.folds}
     metrics["best_fixed"] = list(best_fixed)
+    _keep_backup(out)
     learned.save(out, model, feats, bounds=bounds, profile=prof, prior_strength=cfg.prior_strength, metrics=metrics,
                  data={"dirs": dirs, "problems": len(problems), "mean_alpha1": float(Y[:, 0].mean()),
                        "mean_alpha2": float(Y[:, 1].mean())})

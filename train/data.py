@@ -78,9 +78,11 @@ def _draft_scores(row: dict):
     if mean is None or math.isnan(mean):
         return None
     own = lambda k: None if row.get(k) is None or math.isnan(row[k]) else float(row[k])  # noqa: E731
-    return DraftScores(float(mean), float(row["draft_target_min_logprob"]), float(row["draft_target_argmax_share"]),
-                       int(row.get("draft_target_scored_tokens") or 0), draft_logprob=own("draft_mean_logprob"),
-                       draft_entropy=own("draft_entropy"))
+    num = lambda k: math.nan if row.get(k) is None else float(row[k])  # noqa: E731 - NaN: refused by the students
+    tokens = row.get("draft_target_scored_tokens")
+    return DraftScores(float(mean), num("draft_target_min_logprob"), num("draft_target_argmax_share"),
+                       int(tokens) if tokens is not None and math.isfinite(tokens) else 0,
+                       draft_logprob=own("draft_mean_logprob"), draft_entropy=own("draft_entropy"))
 
 
 def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, str]:
@@ -113,10 +115,21 @@ def split_examples(examples: Sequence[PairExample], val_fraction: float, test_fr
 
 
 def fingerprint(examples: Sequence[PairExample]) -> str:
-    """sha256 over every example's problem, texts and teacher label/score, in order."""
+    """sha256 over every example's problem, texts and teacher label/score, in order, and every
+    other column a student reads where the data has it (:func:`_read_columns`)."""
     h = hashlib.sha256()
     for e in examples:
-        for part in (e.problem_id, e.pair.context, e.pair.draft, e.pair.target, str(int(e.label)), f"{e.target:.6f}"):
+        for part in (e.problem_id, e.pair.context, e.pair.draft, e.pair.target, str(int(e.label)), f"{e.target:.6f}",
+                     *_read_columns(e)):
             h.update(part.encode())
             h.update(b"\0")
     return h.hexdigest()
+
+
+def _read_columns(e: PairExample) -> list[str]:
+    """The likelihood columns (the target's and the draft's scores of the draft step) and the
+    embedding cosine of an example, when it has them (none: the fingerprint of older data)."""
+    s = e.pair.draft_scores
+    parts = [] if s is None else [f"scores:{s.mean_logprob!r},{s.min_logprob!r},{s.argmax_share!r},{s.tokens!r},"
+                                  f"{s.draft_logprob!r},{s.draft_entropy!r}"]
+    return parts + ([] if e.embedding_cosine is None else [f"cosine:{float(e.embedding_cosine)!r}"])

@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lrtune.errors import ConfigError
-from lrtune.runfiles import ProgressBar, log, write_atomic
+from lrtune.runfiles import ProgressBar, log, read_json, write_atomic
 from lrtune.verifiers import distilled
 from lrtune.verifiers.base import StepPair
 
-from train.data import PairExample
+from train.data import PairExample, fingerprint
 
 
 
@@ -38,10 +38,74 @@ FOREST_TREES = 300
 FOREST_LEAF_SIZES = (1, 3, 5, 10)  # min_samples_leaf candidates, chosen on validation AUROC
 
 
+STATE_KEY = "state_key.json"  # in the state dir: the settings and data its state was trained with
+STATE_SETTINGS = ("student", "base_model", "seed", "batch_size", "learning_rate", "lora_r", "lora_alpha",
+                  "lora_dropout", "soft_targets", "context_chars", "max_length")  # what a resumed state depends on
+COUNTERS = {"best_auroc": (float, int, type(None)), "bad_epochs": int, "history": list}  # of every state file
+
+
 def state_dir(out: Path) -> Path:
     """Training state (resumable epochs; TRL's checkpoints hold pickles) lives beside the
     checkpoint, never inside it: ``<out>.train-state``; removed after a successful export."""
     return out.with_name(out.name + ".train-state")
+
+
+def state_key(train: Sequence[PairExample], val: Sequence[PairExample], cfg) -> dict:
+    """What a resumable training state must have been trained with: :data:`STATE_SETTINGS`
+    and the train/val data (the stopping rules, epochs and patience, may change on resume)."""
+    return {"settings": {k: getattr(cfg, k) for k in STATE_SETTINGS}, "data": fingerprint([*train, *val])}
+
+
+def check_state(sdir: Path, key: dict) -> None:
+    """Refuse (one line: delete it) to resume from a state dir whose recorded key differs from
+    ``key`` (other settings or data); a state dir without a key (older lrtune) is let through."""
+    if not (sdir / STATE_KEY).exists():
+        return
+    old = read_json(sdir / STATE_KEY) or {}
+    changed = sorted(k for k in key["settings"] if old.get("settings", {}).get(k) != key["settings"][k])
+    changed += ["data"] if old.get("data") != key["data"] else []
+    if changed:
+        raise ConfigError(f"{sdir} holds the training state of a run with other settings or data "
+                          f"({', '.join(changed)} differ); delete it (or pass --no-resume) to start over")
+
+
+def _claim_state(sdir: Path, key: dict, resume: bool, resumable: Sequence[Path]) -> None:
+    """Record ``key`` in the state dir (the state written from now on is this run's): resuming,
+    after :func:`check_state`; starting over, after removing the ``resumable`` state of before."""
+    if resume:
+        check_state(sdir, key)
+    else:
+        for p in resumable:
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+    sdir.mkdir(parents=True, exist_ok=True)
+    write_atomic(sdir / STATE_KEY, json.dumps(key))
+
+
+def _first_line(e: Exception) -> str:
+    """The telling line of an error message (torch's load errors span many lines)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    line = next((ln for ln in lines if "mismatch" in ln), lines[0] if lines else type(e).__name__)
+    return line[:300]
+
+
+def _cannot_resume(sdir: Path, what: Path, e: Exception) -> ConfigError:
+    return ConfigError(f"cannot resume from {what} ({_first_line(e)}); delete {sdir} (or pass --no-resume) "
+                       "to start over")
+
+
+def _read_counters(path: Path, sdir: Path, keys: dict) -> dict:
+    """The JSON object in state file ``path`` holding ``keys`` (name -> type); ConfigError
+    (delete the state dir) when it is unreadable or lacks one."""
+    try:
+        st = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(st, dict) or not all(isinstance(st.get(k), t) for k, t in keys.items()):
+            raise ValueError(f"not the counters {', '.join(keys)}")
+    except (OSError, ValueError) as e:
+        raise _cannot_resume(sdir, path, e) from None
+    return st
 
 
 def _auroc(scores, examples: Sequence[PairExample]) -> float:
@@ -86,13 +150,47 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
                       dtype=np.float64)
 
 
+def student_features(train: Sequence[PairExample], cfg) -> tuple[str, ...]:
+    """The features a features/forest student trains on: :func:`feature_names` less
+    ``--drop-features``; ConfigError when none remains."""
+    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
+    if not names:
+        raise ConfigError(f"--drop-features leaves no feature to train on (this data offers "
+                          f"{', '.join(feature_names(train))}); keep at least one")
+    return names
+
+
+def check_finite(examples: Sequence[PairExample], names: Sequence[str]) -> None:
+    """ConfigError naming the column when a pair holds a non-finite value (inf or NaN) of a
+    feature in ``names`` read from the data (:func:`_data_value`)."""
+    for name in names:
+        bad = [e for e in examples if (v := _data_value(e, name)) is not None and not math.isfinite(v)]
+        if bad:
+            raise ConfigError(f"column {name} holds non-finite values ({_data_value(bad[0], name)} in problem "
+                              f"{bad[0].problem_id}, {len(bad)} pair(s)): fix the data or leave the feature out "
+                              f"with --drop-features {name}")
+
+
+def _data_value(e: PairExample, name: str) -> float | None:
+    """Feature ``name`` of ``e`` as the data holds it: a likelihood column or the cosine; None
+    for a text feature or a missing value (it takes the training mean; a NaN cosine is
+    recomputed by the encoder)."""
+    from lrtune.verifiers.features import LIKELIHOOD_FEATURES, likelihood_features
+
+    if name == "embedding_cosine":
+        c = e.embedding_cosine
+        return None if c is None or math.isnan(c) else float(c)
+    return dict(zip(LIKELIHOOD_FEATURES, likelihood_features(e.pair.draft_scores))).get(name)
+
+
 def _feature_data(train: Sequence[PairExample], val: Sequence[PairExample], cfg):
     """(encoder, feature names, x_train, y_train, x_val) for the features and forest students:
-    :func:`feature_names` less ``--drop-features``; NaN where a pair lacks a likelihood feature."""
+    :func:`student_features`; NaN where a pair lacks a likelihood feature."""
     import numpy as np
 
     encoder = cfg.base_model or distilled.ENCODERS[0]
-    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
+    names = student_features(train, cfg)
+    check_finite([*train, *val], names)
     return (encoder, names, feature_matrix(train, encoder, names), np.asarray([e.label for e in train]),
             feature_matrix(val, encoder, names))
 
@@ -205,10 +303,24 @@ def build_cross_encoder(base: str, cfg):
     return tok, get_peft_model(model, lora)
 
 
-def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
-    import torch
+def _resume_cross_encoder(model, opt, sdir: Path) -> dict:
+    """The counters of the last finished epoch in ``sdir``, its adapter and optimizer loaded
+    into ``model`` and ``opt``; ConfigError (delete the state dir) when the state does not fit."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
+
+    last = sdir / "last"
+    st = _read_counters(last / "trainer.json", sdir, {"epoch": int, **COUNTERS})
+    try:
+        set_peft_model_state_dict(model, load_file(str(last / "adapter_model.safetensors")))
+        _load_optimizer(opt, last)
+    except Exception as e:  # noqa: BLE001 - safetensors, torch, json: their own types for a state that does not fit
+        raise _cannot_resume(sdir, last, e) from None
+    return st
+
+
+def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
+    import torch
 
     torch.manual_seed(cfg.seed)
     base = distilled.resolve_encoder(cfg.base_model or distilled.ENCODERS[0])
@@ -219,10 +331,9 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
     sdir = state_dir(out)
     last, best_dir = sdir / "last", sdir / "best"
     st = {"epoch": 0, "best_auroc": None, "bad_epochs": 0, "history": []}
+    _claim_state(sdir, state_key(train, val, cfg), cfg.resume, (last,))
     if cfg.resume and (last / "trainer.json").is_file():
-        st = json.loads((last / "trainer.json").read_text())
-        set_peft_model_state_dict(model, load_file(str(last / "adapter_model.safetensors")))
-        _load_optimizer(opt, last)
+        st = _resume_cross_encoder(model, opt, sdir)
         log(f"resuming cross-encoder training after epoch {st['epoch']} (best val AUROC {st['best_auroc']})")
 
     def encode(batch: Sequence[PairExample]):
@@ -342,10 +453,10 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     device = _device(cfg.device)
     tok = AutoTokenizer.from_pretrained(base)
     sdir = state_dir(out)
-    sdir.mkdir(parents=True, exist_ok=True)
     best_dir = sdir / "best"
     track_file = sdir / "early_stopping.json"
-    track = json.loads(track_file.read_text()) if cfg.resume and track_file.is_file() else \
+    _claim_state(sdir, state_key(train, val, cfg), cfg.resume, (track_file, *sdir.glob("checkpoint-*")))
+    track = _read_counters(track_file, sdir, COUNTERS) if cfg.resume and track_file.is_file() else \
         {"best_auroc": None, "bad_epochs": 0, "history": []}
 
     class EarlyStopOnAuroc(TrainerCallback):

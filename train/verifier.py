@@ -10,11 +10,14 @@ export the checkpoint (:mod:`lrtune.verifiers.distilled`) → reload it through 
 ``load`` that decoding uses → calibrate the threshold on validation (max acceptance with
 false-accept rate ≤ ``--max-false-accept``) → test-split agreement with the teacher and
 latency per pair (batch 1 and batched) → ``lrtune_verifier.json`` + ``README.md``.
-Re-running with the same ``--out`` resumes training from the last finished epoch.
+Re-running with the same ``--out`` resumes training from the last finished epoch. A finished
+checkpoint that a retrain replaces (same settings, new data) is set aside to ``<out>.backup-<time>``
+while it runs: put back if the retrain fails, kept there as the backup if it succeeds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -95,6 +98,8 @@ class TrainVerifierConfig:
             if unknown:
                 raise ConfigError(f"--drop-features: unknown feature(s) {', '.join(unknown)}; "
                                   f"choose from {', '.join(FEATURE_NAMES)}")
+            if set(FEATURE_NAMES) <= set(self.dropped_features):
+                raise ConfigError("--drop-features names every feature: a student needs at least one")
         if self.max_train_pairs is not None and self.max_train_pairs < 2:
             raise ConfigError("--max-train-pairs must be >= 2")
         if not 0 <= self.max_false_accept <= 1:
@@ -120,8 +125,9 @@ def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
     return None
 
 
-def _prepare_out(cfg: TrainVerifierConfig) -> Path:
-    """The output dir; a different config in it is refused (resume only with the same one)."""
+def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
+    """The output dir, and whether it holds a finished checkpoint that this run replaces (same
+    settings, new data); a different config in it is refused (resume only with the same one)."""
     out = writable_dir(cfg.out)
     key = config_key({"options": cfg}, free=RESUME_FREE)
     old = read_json(out / TRAIN_CONFIG)
@@ -135,10 +141,51 @@ def _prepare_out(cfg: TrainVerifierConfig) -> Path:
             f"{k} {old['options'].get(k)} -> {key['options'][k]}" for k in changed))
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
-    if old is not None and (out / distilled.META).is_file():
-        (out / distilled.META).unlink()  # same settings, new data: this run replaces it
-    write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
-    return out
+    meta = read_json(out / distilled.META) if old is not None else None
+    if meta is not None and "metrics" not in meta:
+        (out / distilled.META).unlink()  # the provisional metadata of an interrupted run
+    return out, meta is not None and "metrics" in meta
+
+
+def _set_aside(out: Path) -> Path:
+    """Move everything in ``out`` (a finished checkpoint) to a new sibling ``<out>.backup-<time>``."""
+    stamp, out = time.strftime("%Y%m%d-%H%M%S"), out.resolve()
+    backup, n = out.with_name(f"{out.name}.backup-{stamp}"), 1
+    while backup.exists():
+        backup, n = out.with_name(f"{out.name}.backup-{stamp}-{n}"), n + 1
+    backup.mkdir()
+    for p in out.iterdir():
+        p.rename(backup / p.name)
+    return backup
+
+
+def _put_back(out: Path, backup: Path) -> None:
+    """Undo :func:`_set_aside` after a failed retrain: this run's files go, the old checkpoint returns."""
+    for p in out.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    for p in backup.iterdir():
+        p.rename(out / p.name)
+    backup.rmdir()
+
+
+@contextlib.contextmanager
+def _replacing(out: Path, finished: bool):
+    """With ``finished``, the checkpoint in ``out`` is set aside (:func:`_set_aside`) for the
+    block: put back when the block fails (an interrupt included), kept as the backup when it
+    succeeds."""
+    backup = _set_aside(out) if finished else None
+    try:
+        yield
+    except BaseException:
+        if backup is not None:
+            _put_back(out, backup)
+            log(f"training failed: the previous checkpoint is back in {out}")
+        raise
+    if backup is not None:
+        log(f"the previous checkpoint is kept in {backup}")
 
 
 def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
@@ -222,7 +269,27 @@ def run(cfg: TrainVerifierConfig) -> dict:
     if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
         train = random.Random(cfg.seed).sample(train, cfg.max_train_pairs)
     check_trainable(train, cfg.min_train_pairs)  # before --out is touched: a lower minimum may rerun there
-    out = _prepare_out(cfg)
+    check_inputs(cfg, examples, train, splits["val"])
+    out, finished = _prepare_out(cfg)
+    with _replacing(out, finished):
+        write_atomic(out / TRAIN_CONFIG, json.dumps(config_key({"options": cfg}, free=RESUME_FREE), indent=1))
+        meta = _train_and_export(cfg, out, examples, teacher, splits, train)
+    if not cfg.keep_train_state:
+        shutil.rmtree(students.state_dir(out), ignore_errors=True)
+    return meta
+
+
+def check_inputs(cfg: TrainVerifierConfig, examples, train, val) -> None:
+    """Before ``--out`` is touched: a features/forest student has a feature left and finite
+    values in it; a cross-encoder / lm-judge state to resume from was trained like this run."""
+    if cfg.student in ("features", "forest"):
+        students.check_finite(examples, students.student_features(train, cfg))
+    elif cfg.resume:
+        students.check_state(students.state_dir(Path(cfg.out).expanduser()), students.state_key(train, val, cfg))
+
+
+def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: str, splits: dict, train) -> dict:
+    """Fit the student into ``out``, reload, calibrate, measure; write the metadata and card."""
     counts = {s: {"pairs": len(v), "problems": len({e.problem_id for e in v}),
                   "templates": len({e.split_group for e in v}),
                   "teacher_accept": sum(e.label for e in v) / max(1, len(v))} for s, v in splits.items()}
@@ -263,10 +330,8 @@ def run(cfg: TrainVerifierConfig) -> dict:
         "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "template", "seed": cfg.seed},
         metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.seed), "train_seconds": train_s},
         training={k: v_ for k, v_ in dataclasses.asdict(cfg).items() if k not in RESUME_FREE})
-    write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))
     write_atomic(out / "README.md", model_card(meta))
-    if not cfg.keep_train_state:
-        shutil.rmtree(students.state_dir(out), ignore_errors=True)
+    write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done
     return meta
 
 

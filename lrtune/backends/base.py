@@ -90,33 +90,80 @@ def local_on_done(on_done: OnDone, idx: Sequence[int], stopped: set[int]) -> Cal
 
 @dataclass
 class SDCounters:
-    """Token-level speculative decoding counters for one call (engine counter deltas)."""
+    """Token-level speculative decoding counters for one call (engine counter deltas).
+
+    A pass drafts up to γ2 tokens and the target verifies them: it either accepts every token
+    it drafted or stops at its first rejected one (``stopped`` counts those passes). Under the
+    i.i.d. model (each draft token accepted with probability α2) a pass that accepted all its
+    drafts is censored: it proves only that α2 did not fail within it. The maximum-likelihood
+    α2 is therefore ``accepted / (accepted + stopped)`` (:attr:`alpha`), not the rate
+    ``accepted / drafted``, which is E[min(X, γ2)]/γ2 < α2 under the same model.
+    ``stopped=None`` derives it from passes of one length k = drafted_tokens / drafts (one
+    engine step of one call): ``drafts − accepted_by_pos[k − 1]`` (k rounded when lengths
+    mix, then an approximation)."""
 
     drafts: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     accepted_by_pos: list[int] = field(default_factory=list)
+    stopped: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.stopped is None:
+            self.stopped = stopped_passes(self.drafts, self.drafted_tokens, self.accepted_by_pos)
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance α2, censoring-aware: accepted / (accepted + stopped); None without passes."""
+        n = self.accepted_tokens + (self.stopped or 0)
+        return self.accepted_tokens / n if self.drafts and n else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted tokens (vLLM's *draft acceptance rate*); None without drafts."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
 
     def observe(self, drafts: int, drafted_tokens: int, accepted_tokens: int,
-                accepted_by_pos: Sequence[int] = ()) -> None:
-        """Add counts (one engine step's, or another counter's)."""
+                accepted_by_pos: Sequence[int] = (), stopped: int | None = None) -> None:
+        """Add counts (one engine step's, or another counter's); ``stopped=None``: derived
+        from these counts as in the class docstring."""
+        if stopped is None:
+            stopped = stopped_passes(drafts, drafted_tokens, accepted_by_pos)
         self.drafts += drafts
         self.drafted_tokens += drafted_tokens
         self.accepted_tokens += accepted_tokens
+        self.stopped = (self.stopped or 0) + stopped
         if len(self.accepted_by_pos) < len(accepted_by_pos):
             self.accepted_by_pos.extend([0] * (len(accepted_by_pos) - len(self.accepted_by_pos)))
         for i, n in enumerate(accepted_by_pos):
             self.accepted_by_pos[i] += n
 
+    def add(self, other: SDCounters) -> None:
+        """Add another counter's counts."""
+        self.observe(other.drafts, other.drafted_tokens, other.accepted_tokens, other.accepted_by_pos, other.stopped)
+
     def copy(self) -> SDCounters:
-        return SDCounters(self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_by_pos))
+        return SDCounters(self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_by_pos),
+                          self.stopped)
 
     def minus(self, earlier: SDCounters) -> SDCounters:
         """The counts since ``earlier`` (a copy of these counters taken before)."""
         old = earlier.accepted_by_pos + [0] * (len(self.accepted_by_pos) - len(earlier.accepted_by_pos))
         return SDCounters(self.drafts - earlier.drafts, self.drafted_tokens - earlier.drafted_tokens,
                           self.accepted_tokens - earlier.accepted_tokens,
-                          [a - b for a, b in zip(self.accepted_by_pos, old)])
+                          [a - b for a, b in zip(self.accepted_by_pos, old)],
+                          (self.stopped or 0) - (earlier.stopped or 0))
+
+
+def stopped_passes(drafts: int, drafted_tokens: int, accepted_by_pos: Sequence[int]) -> int:
+    """Passes that stopped at a rejection, from passes of one length k = drafted_tokens / drafts
+    (rounded, at least 1): drafts − (passes that accepted position k), ``accepted_by_pos[k − 1]``
+    (0 where the list is shorter)."""
+    if drafts <= 0:
+        return 0
+    k = max(1, round(drafted_tokens / drafts))
+    full = accepted_by_pos[k - 1] if k <= len(accepted_by_pos) else 0
+    return max(0, drafts - full)
 
 
 @dataclass
@@ -179,7 +226,7 @@ def split_counters(total: SDCounters, weights: Sequence[float]) -> list[SDCounte
     """A call's SD counters split over its rows in proportion to ``weights`` (the tokens
     each row generated), field by field with :func:`split_counts`; the parts sum to ``total``."""
     parts = [SDCounters(accepted_by_pos=[0] * len(total.accepted_by_pos)) for _ in weights]
-    for name in ("drafts", "drafted_tokens", "accepted_tokens"):
+    for name in ("drafts", "drafted_tokens", "accepted_tokens", "stopped"):
         for part, n in zip(parts, split_counts(getattr(total, name), weights)):
             setattr(part, name, n)
     for pos, count in enumerate(total.accepted_by_pos):
@@ -195,7 +242,7 @@ def add_counters(parts: Sequence[SDCounters | None]) -> SDCounters | None:
         return None
     out = SDCounters()
     for p in real:
-        out.observe(p.drafts, p.drafted_tokens, p.accepted_tokens, p.accepted_by_pos)
+        out.add(p)
     return out
 
 

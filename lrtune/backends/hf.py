@@ -352,7 +352,7 @@ class HFBackend(TokenizerMixin):
                 g = gens[b] if gens else None
                 n, toks, infos = _accept(proposals[b], qs[b], logits[b], params, g)
                 if kk:
-                    sd[b].observe(1, kk, n, [1] * n)
+                    sd[b].observe(1, kk, n, [1] * n, stopped=int(n < kk))  # a shortened pass may accept all
                 # holes for rejected draft tokens in both caches
                 if n < kk:
                     rows.reject_tail(b, kk - n)

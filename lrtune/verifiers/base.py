@@ -115,11 +115,18 @@ class Verifier(Protocol):
     def score(self, pairs: Sequence[StepPair]) -> list[float]: ...
 
 
-def accept(verifier: Verifier, pairs: Sequence[StepPair]) -> tuple[list[bool], list[float]]:
-    """Score ``pairs`` in one batch and return ``(verdicts, scores)``."""
-    if not pairs:
-        return [], []
-    scores = [float(s) for s in verifier.score(pairs)]
-    if len(scores) != len(pairs):
-        raise RuntimeError(f"verifier {verifier.name!r} returned {len(scores)} scores for {len(pairs)} pairs")
-    return [s >= verifier.threshold for s in scores], scores
+def accept(verifier: Verifier, pairs: Sequence[StepPair],
+           rejected: Sequence[bool] | None = None) -> tuple[list[bool], list[float]]:
+    """Score ``pairs`` in one batch and return ``(verdicts, scores)``; a pair flagged in
+    ``rejected`` is rejected with score 0.0 and never reaches the verifier (no call when
+    every pair is flagged)."""
+    flags = list(rejected) if rejected is not None else [False] * len(pairs)
+    asked = [p for p, r in zip(pairs, flags) if not r]
+    if not asked:
+        return [False] * len(pairs), [0.0] * len(pairs)
+    got = [float(s) for s in verifier.score(asked)]
+    if len(got) != len(asked):
+        raise RuntimeError(f"verifier {verifier.name!r} returned {len(got)} scores for {len(asked)} pairs")
+    it = iter(got)
+    scores = [0.0 if r else next(it) for r in flags]
+    return [not r and s >= verifier.threshold for s, r in zip(scores, flags)], scores

@@ -84,6 +84,10 @@ def read_meta(path: str | Path) -> dict:
                           f"got {meta['context_form']!r}")
     if meta.get("base_model") is not None and not isinstance(meta["base_model"], str):
         raise ConfigError(f"{meta_file}: base_model must be a model name or path, got {meta['base_model']!r}")
+    if kind in ("cross-encoder", "lm-judge") and not meta.get("base_model"):
+        raise ConfigError(f"{meta_file}: base_model is required for kind {kind!r} (the model its adapter extends)")
+    if "encoder" in meta and not isinstance(meta["encoder"], str):
+        raise ConfigError(f"{meta_file}: encoder must be a sentence-encoder name or path, got {meta['encoder']!r}")
     thr = meta.get("threshold")
     if not isinstance(thr, (int, float)) or not 0.0 <= thr <= 1.0:
         raise ConfigError(f"{meta_file}: threshold must be a number in [0, 1], got {thr!r}")
@@ -346,9 +350,12 @@ class FeatureVerifier(_FeatureStudent):
     def _load(self, root: Path, w: dict):
         try:
             mean, self.scale, self.coef = (w[k].astype("float64").reshape(-1) for k in ("mean", "scale", "coef"))
-            self.intercept = float(w["intercept"].reshape(-1)[0])
+            intercept = w["intercept"].reshape(-1)
         except KeyError as e:
             raise ConfigError(f"{root}: {self.WEIGHTS} lacks the tensor {e}") from None
+        if intercept.size != 1:
+            raise ConfigError(f"{root}: {self.WEIGHTS} holds {intercept.size} intercepts, not 1")
+        self.intercept = float(intercept[0])
         if not len(mean) == len(self.scale) == len(self.coef):
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
         return mean

@@ -45,12 +45,20 @@ def pack_forest(trees: Sequence, positive: int = 1) -> dict:
 
 def check_forest(arrays: dict, n_features: int) -> str | None:
     """Why ``arrays`` is not a well-formed forest over ``n_features`` features (None if it is):
-    missing arrays, mismatched lengths, or indices out of range."""
+    missing arrays, arrays not 1-D, index arrays not of an integer type, mismatched lengths,
+    or indices out of range."""
     import numpy as np
 
     missing = [k for k in FOREST_ARRAYS if k not in arrays]
     if missing:
         return f"lacks the tensor {missing[0]!r}"
+    flat = [k for k in FOREST_ARRAYS if np.ndim(arrays[k]) != 1]
+    if flat:
+        return f"the tensor {flat[0]!r} is not 1-D"
+    typed = [k for k in ("roots", "left", "right", "feature")
+             if not np.issubdtype(np.asarray(arrays[k]).dtype, np.integer)]
+    if typed:
+        return f"the index tensor {typed[0]!r} is not of an integer type"
     n = len(arrays["left"])
     if not all(len(arrays[k]) == n for k in ("right", "feature", "threshold", "value")):
         return "node arrays of different lengths"
