@@ -41,8 +41,7 @@ from typing import Any
 
 from lrtune.api import ModelConfig
 from lrtune.batchcost import interpolate, measure_batch_cost, read_profile_curve, read_profile_sd_curve
-from lrtune.speedup import (early_abort_batch_cost, expected_longest, h_async, longest_step_batch_cost,
-                            reuse_batch_cost)
+from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
@@ -770,14 +769,9 @@ def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool,
                  else early_abort_batch_cost(b, steps, row["alpha1"]) if abort
                  else longest_step_batch_cost(b, steps))
         row["reuse_keep"] = keep
-        if s.control or s.width > 1:  # per-round depths, or several branches: outside the model
-            pred = None
-        elif s.async_lr:  # pipelined LR: the async model (lookahead limit γ1), SD inside target steps
-            sd = s.kind == "lr+sd"
-            pred = (h_async(s.gamma1, s.gamma2 if sd else 0, row["alpha1"], c, row["alpha2"] if sd else 0.0, c)
-                    if c is not None and row["alpha1"] is not None and (not sd or row["alpha2"] is not None) else None)
-        else:
-            pred = metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b)
+        pred = (None if s.control or s.width > 1  # per-round depths, or several branches: outside the model
+                else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b,
+                                               async_lr=s.async_lr))
         row["predicted_speedup"] = pred
         row["measured_over_predicted"] = (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
     return c

@@ -221,10 +221,11 @@ def committed_step_tokens(records: Sequence[dict]) -> list[int]:
 
 def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None, alpha2: float | None,
                       c: float | None, batch_cost: Sequence[float] | Callable[[int], float] | None = None,
-                      ) -> float | None:
+                      async_lr: bool = False) -> float | None:
     """The speedup model's prediction (lrtune.speedup) from measured α and c; ``batch_cost``
-    a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps)."""
-    from lrtune.speedup import f_sync, g, h
+    a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps);
+    ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n))."""
+    from lrtune.speedup import f_sync, g, h, h_async
 
     if c is None:
         return None
@@ -233,7 +234,8 @@ def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None,
     if kind == "sd" and alpha2 is not None:
         return g(alpha2, c, gamma2)
     if kind == "lr" and alpha1 is not None:
-        return f_sync(alpha1, c, gamma1, batch_cost=batch_cost)
+        return h_async(gamma1, 0, alpha1, c, 0.0, c) if async_lr else f_sync(alpha1, c, gamma1, batch_cost=batch_cost)
     if kind == "lr+sd" and alpha1 is not None and alpha2 is not None:
-        return h(gamma1, gamma2, alpha1, c, alpha2, c, batch_cost=batch_cost)
+        return (h_async(gamma1, gamma2, alpha1, c, alpha2, c) if async_lr
+                else h(gamma1, gamma2, alpha1, c, alpha2, c, batch_cost=batch_cost))
     return None

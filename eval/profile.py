@@ -139,22 +139,23 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     _time(draft, prompts[:1], 8, 1)
     t1 = _time(target, prompts[:1], opts.tokens, opts.repeats)
     td = _time(draft, prompts[:1], opts.tokens, opts.repeats)
-    b = [1.0]
-    for n in range(2, opts.gamma1_max + 2):
-        b.append(_time(target, prompts[:n], opts.tokens, opts.repeats) / t1)
-        log(f"b({n}) = {b[-1]:.3f}")
-    curve = {}
-    for n in big:
-        curve[n] = _time(target, prompts[:n], opts.tokens, opts.repeats) / t1
-        log(f"b({n}) = {curve[n]:.3f}")
+
+    def costs(sizes, t_one: float, gamma2: int = 0) -> list[float]:
+        """b(n) = time of n prompts / ``t_one`` for each size (rows decoded with SD at ``gamma2`` > 0)."""
+        out = []
+        for n in sizes:
+            out.append(_time(target, prompts[:n], opts.tokens, opts.repeats, gamma2) / t_one)
+            log(f"b{'_SD' if gamma2 else ''}({n}) = {out[-1]:.3f}" + (f" (γ2 = {gamma2})" if gamma2 else ""))
+        return out
+
+    sizes = range(2, opts.gamma1_max + 2)
+    b = [1.0, *costs(sizes, t1)]
+    curve = dict(zip(big, costs(big, t1)))
     b_sd = None
     if opts.sd_gamma2 > 0:  # LR+SD's target rows decode with SD: their batch cost, relative to one SD row
         _time(target, prompts[:1], 8, 1, opts.sd_gamma2)  # warm-up
         t1_sd = _time(target, prompts[:1], opts.tokens, opts.repeats, opts.sd_gamma2)
-        b_sd = [1.0]
-        for n in range(2, opts.gamma1_max + 2):
-            b_sd.append(_time(target, prompts[:n], opts.tokens, opts.repeats, opts.sd_gamma2) / t1_sd)
-            log(f"b_SD({n}) = {b_sd[-1]:.3f} (γ2 = {opts.sd_gamma2})")
+        b_sd = [1.0, *costs(sizes, t1_sd, opts.sd_gamma2)]
     c = td / t1
     sd = measure_sd_cost(target, prompts[:opts.sd_prompts], opts) if opts.sd_gamma2 > 0 else None
     prof = {"c1": c, "c2": sd["c2"] if sd else c, "sd": sd, "batch_cost": b, "batch_cost_sd": b_sd,

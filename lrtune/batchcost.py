@@ -48,12 +48,8 @@ def measure_batch_cost(backend, prompts: Sequence[Sequence[int]], sizes: Sequenc
 def read_profile_curve(path: str) -> dict[int, float]:
     """{n: b(n)} from an ``lrtune profile`` JSON: its ``batch_cost`` list (n = 1, 2, ...) and,
     where measured, its ``batch_cost_curve`` ({n: b(n)} at larger n)."""
-    try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-        b = data["batch_cost"]
-        if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
-            raise ValueError("batch_cost must be a non-empty list of positive numbers")
-        curve = {n: float(v) for n, v in enumerate(b, start=1)}
+    def curve_of(data: dict) -> dict[int, float]:
+        curve = _sizes(data["batch_cost"], "batch_cost")
         extra = data.get("batch_cost_curve") or {}
         if not isinstance(extra, dict):
             raise ValueError("batch_cost_curve must be an object {n: b(n)}")
@@ -61,26 +57,40 @@ def read_profile_curve(path: str) -> dict[int, float]:
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError("batch_cost_curve values must be positive numbers")
             curve[int(n)] = float(v)
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
-    return dict(sorted(curve.items()))
+        return dict(sorted(curve.items()))
+
+    return _from_profile(path, curve_of)
 
 
 def read_profile_sd_curve(path: str) -> tuple[int, dict[int, float]] | None:
     """(γ2, {n: b_SD(n)}) from an ``lrtune profile`` JSON's ``batch_cost_sd`` (rows decoded
     with SD at the profile's ``sd.gamma2``), or None when the profile has none."""
-    try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    def sd_curve_of(data: dict) -> tuple[int, dict[int, float]] | None:
         b, sd = data.get("batch_cost_sd"), data.get("sd")
         if b is None:
             return None
-        if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
-            raise ValueError("batch_cost_sd must be a non-empty list of positive numbers")
+        curve = _sizes(b, "batch_cost_sd")
         if not isinstance(sd, Mapping) or not isinstance(sd.get("gamma2"), int):
             raise ValueError("batch_cost_sd needs sd.gamma2")
-    except (OSError, ValueError, TypeError, UnicodeDecodeError) as e:
+        return sd["gamma2"], curve
+
+    return _from_profile(path, sd_curve_of)
+
+
+def _from_profile(path: str, read):
+    """``read(data)`` of the profile JSON at ``path``; a ConfigError names the file when it is
+    unreadable or ``read`` finds it malformed (KeyError, TypeError, ValueError)."""
+    try:
+        return read(json.loads(Path(path).expanduser().read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ValueError: bad JSON, not UTF-8
         raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
-    return sd["gamma2"], {n: float(v) for n, v in enumerate(b, start=1)}
+
+
+def _sizes(b, name: str) -> dict[int, float]:
+    """{n: b(n)} of a profile list b(1), b(2), ...; ValueError unless a non-empty list of numbers > 0."""
+    if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
+        raise ValueError(f"{name} must be a non-empty list of positive numbers")
+    return {n: float(v) for n, v in enumerate(b, start=1)}
 
 
 def profile_c2(prof: Mapping) -> tuple[float, str | None]:

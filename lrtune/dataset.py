@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 from lrtune import pairstats
 from lrtune.errors import ConfigError
-from lrtune.runfiles import writable_dir, write_atomic
+from lrtune.runfiles import backup_path, writable_dir, write_atomic
 from lrtune.store import all_entries
 from lrtune.verifiers.judge import JUDGE_FORMS, default_threshold
 
@@ -149,7 +148,7 @@ def read_config(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ConfigError(f"{path}: not a readable collect config ({_first_line(e)})") from None
+        raise ConfigError(f"{path}: not readable JSON ({_first_line(e)})") from None
     sections = ("options", "models", "decode")
     if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in sections):
         raise ConfigError(f"{path}: not a collect config (a JSON object with options, models, decode)")
@@ -158,10 +157,7 @@ def read_config(path: Path) -> dict:
 
 def move_to_backup(out: Path) -> Path:
     """Move everything in ``out`` but earlier backups into a new ``out/backup-<time>[-N]/``."""
-    stamp = out / f"backup-{time.strftime('%Y%m%d-%H%M%S')}"
-    backup, n = stamp, 1
-    while backup.exists():
-        backup, n = stamp.with_name(f"{stamp.name}-{n}"), n + 1
+    backup = backup_path(out / "backup")
     backup.mkdir()
     for p in list(out.iterdir()):
         if not p.name.startswith("backup-"):

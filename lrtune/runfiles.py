@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from lrtune.errors import ConfigError
@@ -52,6 +53,15 @@ def writable_dir(path: str | Path) -> Path:
     except OSError as e:
         raise ConfigError(f"cannot write to output directory {out}: {e.strerror or e}") from None
     return out
+
+
+def backup_path(base: Path) -> Path:
+    """A path for a new backup: ``<base>-<time>``, or ``<base>-<time>-N`` when that exists."""
+    stamp = base.with_name(f"{base.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = stamp, 1
+    while path.exists():
+        path, n = stamp.with_name(f"{stamp.name}-{n}"), n + 1
+    return path
 
 
 def read_json(path: Path) -> dict | None:

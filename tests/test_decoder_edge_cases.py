@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from fake_backend import DELIM, EOS, V, FakeBackend, chain
+from fake_backend import DELIM, EOS, V, FakeBackend, SlowFakeBackend, chain
 from lrtune.control import Bounds, ProblemInfo
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
@@ -191,10 +191,21 @@ class Contexts:
         return [0.0] * len(pairs)
 
 
+class _LateTarget(SlowFakeBackend):
+    """A target whose steps end 50 ms after the draft's: every s1 meets a drafted ŝ1 (so each
+    prompt is verified at least once, whatever the thread scheduling)."""
+
+    def generate(self, prefixes, params, max_concurrent=None, on_done=None):
+        import time
+
+        time.sleep(0.05)
+        return super().generate(prefixes, params, on_done=on_done)
+
+
 def test_async_decode_many_shows_the_verifier_the_problem_statement():
     v = Contexts()
     cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=10, max_step_tokens=4, async_lr=True)
-    dec = LookaheadDecoder(FakeBackend(chain(3)), FakeBackend(chain(4)), v, cfg)
+    dec = LookaheadDecoder(_LateTarget(chain(3), max_delay=0.0), SlowFakeBackend(chain(4), max_delay=0.0), v, cfg)
     results, _ = dec.decode_many([[5, 6], [7]], cfg, problems=[ProblemInfo(id="a", text="PROBLEM A"),
                                                              ProblemInfo(id="b", text="PROBLEM B")])
     assert all(isinstance(r, tuple) for r in results)

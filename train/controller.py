@@ -26,7 +26,6 @@ import math
 import shutil
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from lrtune.batchcost import profile_c2
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import log, read_json, writable_dir
+from lrtune.runfiles import backup_path, log, read_json, writable_dir
 from lrtune.speedup import best_gammas, h
 
 from policies import learned
@@ -93,7 +92,7 @@ def _longest_ratio(steps: list[int], n: int) -> float:
 
 def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, list[float]]:
     """(problems with their texts, Y = [[α1, α2]], measured c1 values) from collect dirs."""
-    from lrtune.dataset import CONFIG, load_tables
+    from lrtune.dataset import CONFIG, load_tables, read_config
     from lrtune.tasks import get_task
 
     problems, ys, c1s = [], [], []
@@ -104,7 +103,7 @@ def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, l
         cfg_file = src / CONFIG
         if not cfg_file.is_file():
             raise ConfigError(f"{d} has no {CONFIG}: not a collect output")
-        opts = _collect_options(cfg_file)
+        opts = read_config(cfg_file).get("options", {})
         _, probs = load_tables(src)
         rows = probs.to_pylist()
         task = get_task(opts.get("task", "gsm_symbolic"))
@@ -125,18 +124,6 @@ def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, l
         raise ConfigError("the data has no α2 (collect with --method lr+sd)")
     Y[np.isnan(Y[:, 1]), 1] = np.nanmean(Y[:, 1])
     return problems, Y, c1s
-
-
-def _collect_options(cfg_file: Path) -> dict:
-    """The ``options`` of a collect dir's config file; ConfigError when it is not a JSON object."""
-    try:
-        data = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
-        raise ConfigError(f"{cfg_file} is not readable JSON ({e})") from None
-    opts = data.get("options", {}) if isinstance(data, dict) else None
-    if not isinstance(opts, dict):
-        raise ConfigError(f"{cfg_file} is not a collect config (a JSON object with an 'options' object)")
-    return opts
 
 
 def _positive(x) -> bool:
@@ -208,10 +195,8 @@ def _keep_backup(out: Path) -> None:
     ``<out>.backup-<time>`` before it is overwritten."""
     if not (out / learned.META).is_file():
         return
-    stamp, src = time.strftime("%Y%m%d-%H%M%S"), out.resolve()
-    backup, n = src.with_name(f"{src.name}.backup-{stamp}"), 1
-    while backup.exists():
-        backup, n = src.with_name(f"{src.name}.backup-{stamp}-{n}"), n + 1
+    src = out.resolve()
+    backup = backup_path(src.with_name(f"{src.name}.backup"))
     shutil.copytree(src, backup)
     log(f"the previous controller is kept in {backup}")
 

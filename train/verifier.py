@@ -30,7 +30,7 @@ from pathlib import Path
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import config_key, log, read_json, writable_dir, write_atomic
+from lrtune.runfiles import backup_path, config_key, log, read_json, writable_dir, write_atomic
 from lrtune.verifiers import distilled
 
 from train import students
@@ -149,10 +149,8 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
 
 def _set_aside(out: Path) -> Path:
     """Move everything in ``out`` (a finished checkpoint) to a new sibling ``<out>.backup-<time>``."""
-    stamp, out = time.strftime("%Y%m%d-%H%M%S"), out.resolve()
-    backup, n = out.with_name(f"{out.name}.backup-{stamp}"), 1
-    while backup.exists():
-        backup, n = out.with_name(f"{out.name}.backup-{stamp}-{n}"), n + 1
+    out = out.resolve()
+    backup = backup_path(out.with_name(f"{out.name}.backup"))
     backup.mkdir()
     for p in out.iterdir():
         p.rename(backup / p.name)
