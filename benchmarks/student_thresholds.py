@@ -32,16 +32,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def best_accuracy_threshold(scores, labels) -> float:
-    """The candidate threshold (a distinct score, or above all) with the highest agreement;
-    ties go to the highest threshold (fewer accepts)."""
-    from train.calibrate import confusion
+    """:func:`train.calibrate.best_agreement_threshold` (the highest-agreement threshold; ties
+    go to the highest)."""
+    from train.calibrate import best_agreement_threshold
 
-    def agreed(t: float) -> int:
-        c = confusion(scores, labels, t)
-        return c["tp"] + c["tn"]
-
-    cands = sorted(set(float(s) for s in scores)) + [max(scores) + 1e-9]
-    return max(cands, key=lambda t: (agreed(t), t))
+    return best_agreement_threshold(scores, labels)
 
 
 def main(args) -> int:

@@ -76,12 +76,14 @@ def rollout_labels(backend, task, items: list[RolloutItem], *, max_tokens: int, 
     rollout_target_text, rollout_finished, rollout_reused}`` and the call's seconds.
 
     No row is decoded twice: a step that ended the answer (EOS) is not continued, a branch in
-    ``known`` is reused, and identical draft and target ids share one row. A row's budget is
+    ``known`` is reused, and identical P·step ids (identical draft and target steps, or one
+    branch shared by several items) share one row. A row's budget is
     ``min(max_tokens, max_len - len(P·step) - 1)``."""
     from lrtune.backends.base import GenParams
     from lrtune.tasks import same_outcome
 
     rows, params, plan = [], [], []  # plan[n][b]: ("end",) | ("known", ids, ended) | ("row", index)
+    seen: dict[tuple, int] = {}  # (P·step ids, budget) -> its row
     for it in items:
         ways = []
         for b, step in (("draft", it.draft), ("target", it.target)):
@@ -93,7 +95,10 @@ def rollout_labels(backend, task, items: list[RolloutItem], *, max_tokens: int, 
                 ways.append(("known", *it.known[b]))
             elif b == "target" and it.draft == it.target:
                 ways.append(ways[0])
+            elif (tuple(ids), room) in seen:  # the same branch of another item
+                ways.append(("row", seen[tuple(ids), room]))
             else:
+                seen[tuple(ids), room] = len(rows)
                 ways.append(("row", len(rows)))
                 rows.append(ids)
                 params.append(GenParams(max_tokens=room, stop_at_delimiter=False, num_speculative_tokens=gamma2))

@@ -54,6 +54,10 @@ def test_rollouts_of_a_problem_are_one_engine_call_and_steps_that_end_the_answer
     for lab in labels:
         assert lab["rollout_label"] == same_outcome(task, prob, lab["rollout_draft_text"], lab["rollout_target_text"])[0]
     assert not any(lab["rollout_reused"] for lab in labels)
+    labels, _ = rollout_labels(backend, task, [items[2], RolloutItem(prob, 2, prompt + [9, 9], [16], [15])],
+                               max_tokens=20, max_len=100)
+    assert backend.calls[-1][0] == 3  # the two items share their target branch: one row for it
+    assert labels[0]["rollout_target_text"] == labels[1]["rollout_target_text"]
     labels, _ = rollout_labels(backend, task, items[:1], max_tokens=20, max_len=7)
     assert all(p.max_tokens == 7 - 5 - 1 for p in backend.row_params[-1])  # cut to fit the context
 
@@ -198,3 +202,19 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     assert summ["agreement_matrix"]["rollout"]["exact"] == pytest.approx(
         sum(r["label"] == r["exact_match"] for r in rows) / len(rows))
     assert "| llm_judge(paper)@0.5 |" in markdown(summ)
+
+    # label noise: the same teacher on null edits of the recorded target steps, by the same code
+    from benchmarks.label_noise import main as noise
+    from benchmarks.label_noise import make_parser as noise_parser
+
+    pos0 = [r for r in rows if r["position"] == 0]
+    args = noise_parser().parse_args(["--data", str(tmp_path / "rollout"), "--sample", "50", "--edits", "space,bold",
+                                      "--out", str(tmp_path / "noise.json")])
+    assert noise(args) == 0
+    res = json.loads((tmp_path / "noise.json").read_text())
+    assert res["pairs_probed"] + res["skipped_prefix_mismatch"] == len(pos0)
+    assert res["pairs_probed"] >= 1  # the recorded prefix text rebuilds the recorded ids
+    assert 0.0 <= res["reproduced"] <= 1.0
+    for e, f in res["edits"].items():
+        assert f["pairs"] == sum(p["edit"] == e for p in res["pairs"])
+        assert f["flip_rate"] == sum(not p["accept"] for p in res["pairs"] if p["edit"] == e) / f["pairs"]

@@ -187,6 +187,23 @@ def _cfg(tmp_path, pair_dir, student, **kw):
     return TrainVerifierConfig(**base)
 
 
+def test_agreement_rule_picks_the_validation_threshold_that_agrees_most_and_says_so(tmp_path, pair_dir):
+    from train.calibrate import agreement, agreement_threshold
+    from train.verifier import run
+
+    scores, labels = [0.9, 0.8, 0.7, 0.6, 0.4, 0.3, 0.2], [True, True, False, True, True, False, False]
+    got = agreement_threshold(scores, labels)
+    assert got["threshold"] == 0.4 and got["val_agreement"] == 6 / 7 and got["method"] == "max agreement"
+    assert all(agreement(scores, labels, t)["accuracy"] <= 6 / 7 for t in scores + [0.0, 1.0])
+    assert agreement_threshold([1.0, 1.0], [False, False])["threshold"] == 1.0  # kept in [0, 1]
+
+    meta = run(_cfg(tmp_path, pair_dir, "features", threshold_rule="agreement"))
+    assert meta["calibration"]["method"] == "max agreement" and meta["calibration"]["max_false_accept"] is None
+    assert "max agreement, on validation" in (tmp_path / "features" / "README.md").read_text()
+    with pytest.raises(ConfigError, match="threshold-rule"):
+        _cfg(tmp_path, pair_dir, "features", threshold_rule="f1").validate()
+
+
 def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(tmp_path, pair_dir):
     from train.verifier import run
 

@@ -72,6 +72,29 @@ def calibrate_threshold(scores: Sequence[float], labels: Sequence[bool], max_fal
             "method": "max acceptance s.t. FAR <= max"}
 
 
+def best_agreement_threshold(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """The candidate threshold (a distinct score, or just above all) with the highest
+    agreement ``mean(1[score >= t] == label)``; ties go to the highest threshold (fewer accepts)."""
+    clean = [(float(s), bool(y)) for s, y in zip(scores, labels) if not math.isnan(s)]
+    if not clean:
+        raise ValueError("no scores to calibrate on")
+    cands = sorted({s for s, _ in clean}) + [max(s for s, _ in clean) + 1e-9]
+
+    def agreed(t: float) -> int:
+        return sum((s >= t) == y for s, y in clean)
+
+    return max(cands, key=lambda t: (agreed(t), t))
+
+
+def agreement_threshold(scores: Sequence[float], labels: Sequence[bool]) -> dict:
+    """:func:`best_agreement_threshold` on these pairs, described like :func:`calibrate_threshold`."""
+    t = min(max(best_agreement_threshold(scores, labels), 0.0), 1.0)  # a checkpoint's threshold lies in [0, 1]
+    a = agreement(scores, labels, t)
+    return {"threshold": t, "max_false_accept": None, "val_false_accept_rate": a["false_accept_rate"],
+            "val_acceptance": a["acceptance"], "val_agreement": a["accuracy"], "val_rejected": a["fp"] + a["tn"],
+            "method": "max agreement"}
+
+
 def coarse_cap_warning(n_rejected: int, max_false_accept: float) -> str | None:
     """A warning when a FAR cap is coarser than the calibration pairs can express: with n
     teacher-rejected pairs the cap allows ⌊n·cap⌋ false accepts, and at 0 the threshold must

@@ -34,7 +34,7 @@ from lrtune.runfiles import backup_path, config_key, log, read_json, writable_di
 from lrtune.verifiers import distilled
 
 from train import students
-from train.calibrate import agreement, calibrate_threshold, coarse_cap_warning
+from train.calibrate import agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning
 from train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
@@ -74,6 +74,9 @@ class TrainVerifierConfig:
                                                                         "(lm-judge on CPU is slow)"})
     max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
                                                                     "teacher on validation"})
+    threshold_rule: str = field(default="far", metadata={
+        "help": "calibration on validation: far (highest acceptance with false-accept rate <= --max-false-accept) | "
+                "agreement (the threshold that agrees with the teacher most often)", "choices": ("far", "agreement")})
     min_train_pairs: int = field(default=20, metadata={"help": "refuse to train on fewer training-split pairs (a student "
                                                                "fit to a handful of pairs is not a verifier)"})
     latency_pairs: int = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
@@ -104,6 +107,8 @@ class TrainVerifierConfig:
             raise ConfigError("--max-train-pairs must be >= 2")
         if not 0 <= self.max_false_accept <= 1:
             raise ConfigError("--max-false-accept must be in [0, 1]")
+        if self.threshold_rule not in ("far", "agreement"):
+            raise ConfigError(f"--threshold-rule must be far or agreement, got {self.threshold_rule!r}")
         if self.learning_rate <= 0:
             raise ConfigError("--learning-rate must be > 0")
         return self
@@ -286,6 +291,19 @@ def check_inputs(cfg: TrainVerifierConfig, examples, train, val) -> None:
         students.check_state(students.state_dir(Path(cfg.out).expanduser()), students.state_key(train, val, cfg))
 
 
+def fit_and_load(cfg: TrainVerifierConfig, out: Path, train, val, teacher: str) -> tuple[object, dict, float]:
+    """Fit the student on ``train`` (``val`` picks its hyper-parameters) into ``out``, write
+    provisional metadata (threshold 0.5) and reload it by the path decoding uses. Returns
+    (verifier, metadata, training seconds)."""
+    t0 = time.perf_counter()
+    fit_meta = students.FITTERS[cfg.student](train, val, out, cfg)
+    train_s = time.perf_counter() - t0
+    meta = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": cfg.student, "threshold": 0.5,
+            "teacher": teacher, **fit_meta}
+    write_atomic(out / distilled.META, json.dumps(meta, indent=1))  # provisional: lets load() read the weights
+    return distilled.load(out, device=cfg.device), meta, train_s
+
+
 def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: str, splits: dict, train) -> dict:
     """Fit the student into ``out``, reload, calibrate, measure; write the metadata and card."""
     counts = {s: {"pairs": len(v), "problems": len({e.problem_id for e in v}),
@@ -297,17 +315,15 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
     for s in ("val", "test"):
         if len({e.label for e in splits[s]}) < 2:
             log(f"warning: the {s} split holds one teacher label only; AUROC is undefined there")
-    t0 = time.perf_counter()
-    fit_meta = students.FITTERS[cfg.student](train, splits["val"], out, cfg)
-    train_s = time.perf_counter() - t0
-    meta = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": cfg.student, "threshold": 0.5,
-            "teacher": teacher, **fit_meta}
-    write_atomic(out / distilled.META, json.dumps(meta, indent=1))  # provisional: lets load() read the weights
-
-    v = distilled.load(out, device=cfg.device)  # the same path decoding uses
+    v, meta, train_s = fit_and_load(cfg, out, train, splits["val"], teacher)
     val_scores = students.score_pairs(v, [e.pair for e in splits["val"]])
-    calib = calibrate_threshold(val_scores, [e.label for e in splits["val"]], cfg.max_false_accept)
-    coarse = coarse_cap_warning(calib["val_rejected"], cfg.max_false_accept)
+    val_labels = [e.label for e in splits["val"]]
+    if cfg.threshold_rule == "agreement":
+        calib = agreement_threshold(val_scores, val_labels)
+        coarse = None
+    else:
+        calib = calibrate_threshold(val_scores, val_labels, cfg.max_false_accept)
+        coarse = coarse_cap_warning(calib["val_rejected"], cfg.max_false_accept)
     if coarse:
         log(f"warning: {coarse}")
     v.threshold = calib["threshold"]
@@ -356,8 +372,9 @@ def model_card(meta: dict) -> str:
         f"Distilled from the `{meta['teacher']}` teacher with `lrtune train verifier`. Load it with "
         "`lrtune.verifiers.load(path)` or pass the directory as `--verifier PATH`.", "",
         f"- base model: `{meta.get('base_model') or meta.get('encoder')}`",
-        f"- threshold: {meta['threshold']:.4f} ({meta['calibration']['method']}, max FAR "
-        f"{meta['calibration']['max_false_accept']}, on validation)",
+        f"- threshold: {meta['threshold']:.4f} ({meta['calibration']['method']}"
+        + (f", max FAR {meta['calibration']['max_false_accept']}" if meta['calibration'].get('max_false_accept')
+           is not None else "") + ", on validation)",
         f"- data: `{d['dirs']}` (sha256 {d['fingerprint'][:16]}…), split by template (no template in two splits): "
         + ", ".join(f"{s} {c['pairs']} pairs / {c['problems']} problems" for s, c in d["splits"].items()),
         f"- training: {meta['metrics']['train_seconds']:.0f} s",

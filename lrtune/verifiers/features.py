@@ -8,6 +8,7 @@ the meaning of a math step, so several features compare the numbers of the two s
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 
@@ -42,7 +43,14 @@ LIKELIHOOD_FEATURES = (
 CONTEXT_FEATURES = (
     "context_is_code",     # 1 when the context holds Python code (a ```python block or a def/class line)
 )
-FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES)
+# does each step's own arithmetic hold, and does the draft state numbers the target does not
+# (a wrong intermediate result sends the rest of the solution to another answer)
+CHECK_FEATURES = (
+    "draft_arith_wrong",   # equalities "a op b = c" in the draft step that are false (count)
+    "target_arith_wrong",  # the same in the target step
+    "num_precision",       # share of the draft's numbers that the target also states (1 when it has none)
+)
+FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES, *CHECK_FEATURES)
 
 
 def numbers(text: str) -> list[float]:
@@ -81,6 +89,78 @@ def text_features(draft: str, target: str) -> list[float]:
     ]
 
 
+_LATEX_FRAC = re.compile(r"\\d?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_ARITH_RUN = re.compile(r"[\d.+\-*/()= ]+")
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: a / b}
+
+
+def _value(node) -> float:
+    """The value of an arithmetic AST (numbers, + - * /, unary minus); ValueError otherwise."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _value(node.operand)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_value(node.left), _value(node.right))
+    raise ValueError("not arithmetic")
+
+
+def _evaluate(expr: str) -> float | None:
+    """``expr`` evaluated when it is plain arithmetic (parsed, never executed), else None."""
+    try:
+        return _value(ast.parse(expr.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
+        return None
+
+
+def _decimals(text: str) -> int:
+    t = text.strip()
+    return len(t.split(".", 1)[1]) if re.fullmatch(r"-?\d+\.\d+", t) else 0
+
+
+def _shown_as(value: float, text: str) -> bool:
+    """Whether ``text`` (a number or arithmetic) states ``value``: exactly, or ``value`` rounded
+    or truncated to the decimals ``text`` shows (``10 / 3 = 3.33``, ``2 / 3 = 0.666``)."""
+    b = _evaluate(text)
+    d = _decimals(text)
+    tries = (value,) if not d else (value, round(value, d), math.trunc(value * 10**d) / 10**d)
+    return any(abs(x - b) <= 1e-9 * max(1.0, abs(b)) for x in tries)
+
+
+def arithmetic_errors(text: str) -> int:
+    """Equalities in ``text`` whose two sides are plain arithmetic and differ: ``3 \\times 4 = 12``
+    holds, ``48 / 5 = 9.6`` holds, ``48 / 5 = 9.5`` does not. LaTeX (``\\times``, ``\\div``,
+    ``\\frac{a}{b}``, ``$``) and thousands separators are read; a side with words, units or ``%``
+    is not checked. A right side rounded to the decimals it shows counts as equal."""
+    t = _THOUSANDS.sub("", text)
+    t = _LATEX_FRAC.sub(r"((\1)/(\2))", t)
+    for a, b in (("\\times", "*"), ("\\cdot", "*"), ("×", "*"), ("·", "*"), ("\\div", "/"), ("÷", "/"),
+                 ("\\left", ""), ("\\right", ""), ("$", " "), ("\\(", " "), ("\\)", " "), ("\\[", " "),
+                 ("\\]", " "), ("\\,", ""), ("{", "("), ("}", ")")):
+        t = t.replace(a, b)
+    wrong = 0
+    for run in _ARITH_RUN.findall(t):
+        sides = run.split("=")
+        for left, right in zip(sides, sides[1:]):
+            if not re.search(r"[\d)]\s*[+\-*/]\s*[\d(]", left + " " + right):
+                continue  # "x = 5" or "5 = 5": nothing computed
+            a, b = _evaluate(left), _evaluate(right)
+            if a is None or b is None:
+                continue
+            wrong += not _shown_as(a, right)
+    return wrong
+
+
+def check_features(draft: str, target: str) -> list[float]:
+    """The :data:`CHECK_FEATURES` of one pair, in that order."""
+    sd, st = set(numbers(draft)), set(numbers(target))
+    return [float(arithmetic_errors(draft)), float(arithmetic_errors(target)),
+            len(sd & st) / len(sd) if sd else 1.0]
+
+
 def likelihood_features(scores) -> list[float | None]:
     """The :data:`LIKELIHOOD_FEATURES` of a pair's ``draft_scores`` (all None when unscored)."""
     if scores is None:
@@ -104,4 +184,5 @@ def pair_features(pair, embedding_cosine: float) -> dict[str, float | None]:
     f["embedding_cosine"] = float(embedding_cosine)
     f.update(zip(LIKELIHOOD_FEATURES, likelihood_features(pair.draft_scores)))
     f.update(zip(CONTEXT_FEATURES, context_features(pair.context)))
+    f.update(zip(CHECK_FEATURES, check_features(pair.draft, pair.target)))
     return f

@@ -1,0 +1,173 @@
+"""How much of a rollout label is chaos? The rollout teacher on semantically null edits.
+
+The rollout teacher (``data_gen/rollout.py``) labels a pair (prefix P, draft step ŝ, target
+step s) *accept* when the target's greedy continuations from P·ŝ and from P·s reach the same
+outcome. For a sample of collected pairs this script asks the same teacher, by the same code,
+about pairs whose "draft" is the target's own step s under an edit that changes no meaning:
+
+- ``space``: one space before the step's closing blank line (``s[:-2] + " \\n\\n"``);
+- ``bold``: the step without its Markdown bold markers (``**``), where it has any.
+
+A verifier that judges meaning must accept every such pair, so the share the teacher
+rejects (the *flip rate*) is label noise no student can predict from the pair: its outcome
+was decided by the 1.5B model's sensitivity to its own wording. Flip rates come per task
+with 95% bootstrap intervals over problems. The script also re-rolls the unedited step
+(same prefix, same engine) and counts how often it reproduces the collect's recorded answer
+(``reproduced``): the teacher's determinism on this machine.
+
+Only position-0 pairs are probed (their prefix P is the prompt and the committed answer,
+rebuilt from the recorded text and checked token by token against the collect's
+``prefix_sha``; pairs whose rebuilt prefix differs are skipped and counted). Models and
+engine settings come from the dataset's ``collect_config.json``.
+
+    python -m benchmarks.label_noise --data results/rollout_gsm --sample 80 \\
+        --out benchmarks/results/rollout_labels_v2/label_noise.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import random
+from pathlib import Path
+
+EDITS = ("space", "bold")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="a rollout-labelled collect directory (one task)")
+    p.add_argument("--sample", type=int, default=80, help="pairs probed (seeded sample of the position-0 pairs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample and the bootstrap")
+    p.add_argument("--edits", default=",".join(EDITS), help=f"comma list of {', '.join(EDITS)}")
+    p.add_argument("--problems", type=int, default=200,
+                   help="problems of the task loaded to find the pairs' problems (at least the collect's --limit)")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    return p
+
+
+def edit_step(step: str, edit: str) -> str | None:
+    """``step`` under a meaning-preserving ``edit``; None where the edit does not apply (no
+    closing blank line, or no bold marker) or changes nothing."""
+    if edit == "space":
+        out = step[:-2] + " \n\n" if step.endswith("\n\n") and not step.endswith(" \n\n") else None
+    elif edit == "bold":
+        out = step.replace("**", "") if "**" in step else None
+    else:
+        raise ValueError(f"unknown edit {edit!r}: choose from {', '.join(EDITS)}")
+    return out if out != step else None
+
+
+def prefix_sha(ids) -> str:
+    """What collect records as ``prefix_sha``."""
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
+
+
+def rebuild_prefix(row: dict, prompt_ids: list[int], target) -> list[int] | None:
+    """The ids of a position-0 pair's prefix (the prompt, then the committed answer), rebuilt
+    from the recorded ``prefix_text``; None unless they hash to the recorded ``prefix_sha``."""
+    head = target.decode(prompt_ids, skip_special_tokens=True)
+    text = row.get("prefix_text") or ""
+    if not text.startswith(head):
+        return None
+    gen = text[len(head):]
+    ids = prompt_ids + (list(target.tokenizer.encode(gen, add_special_tokens=False)) if gen else [])
+    return ids if prefix_sha(ids) == row.get("prefix_sha") else None
+
+
+def flip_rates(rows: list[dict], seed: int) -> dict:
+    """Per edit: probed pairs, the share the teacher rejects with a 95% bootstrap interval
+    over problems; ``rows``: {edit, problem, accept}."""
+    from lrtune.pairstats import bootstrap_interval
+
+    out = {}
+    for edit in dict.fromkeys(r["edit"] for r in rows):
+        mine = [r for r in rows if r["edit"] == edit]
+
+        def flip(idx: list[int], mine=mine) -> float | None:
+            return sum(not mine[i]["accept"] for i in idx) / len(idx) if idx else None
+
+        everyone = list(range(len(mine)))
+        out[edit] = {"pairs": len(mine), "problems": len({r["problem"] for r in mine}), "flip_rate": flip(everyone),
+                     "flip_rate_ci95": list(bootstrap_interval(flip, [r["problem"] for r in mine], seed=seed))}
+    return out
+
+
+def main(args) -> int:
+    from data_gen.collect import CollectOptions
+    from data_gen.rollout import RolloutItem, rollout_labels
+    from lrtune.api import Decoder, ModelConfig
+    from lrtune.dataset import load_tables, read_config
+    from lrtune.decoder import DecodeConfig
+    from lrtune.tasks import get_task
+
+    edits = [e.strip() for e in args.edits.split(",") if e.strip()]
+    for e in edits:
+        edit_step("x\n\n", e)  # ValueError on an unknown edit, before any model loads
+    data = Path(args.data)
+    conf = read_config(data / "collect_config.json")
+    fields = lambda cls, d: {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}  # noqa: E731
+    models = ModelConfig(**fields(ModelConfig, conf["models"]))
+    dcfg = DecodeConfig(**fields(DecodeConfig, conf["decode"]))
+    opts = CollectOptions(**fields(CollectOptions, conf["options"]))
+    task = get_task(opts.task)
+    problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
+    pairs, _ = load_tables(data)
+    rows = [r for r in pairs.to_pylist() if r["position"] == 0 and r.get("label") is not None
+            and r.get("rollout_target_answer") is not None and r["problem_id"] in problems]
+    random.Random(args.seed).shuffle(rows)
+
+    dec = Decoder.from_configs(models, dcfg, progress=True, load_all_methods=dcfg.uses_sd)
+    dec.start_engines(dcfg)
+    target = dec.target
+    items, meta, skipped = [], [], 0
+    for r in rows:
+        if len({m["row"] for m in meta}) >= args.sample:
+            break
+        prob = problems[r["problem_id"]]
+        prompt = target.encode_prompt(task.prompt(prob))
+        pre = rebuild_prefix(r, prompt, target)
+        if pre is None:
+            skipped += 1
+            continue
+        step = list(target.tokenizer.encode(r["target_step"], add_special_tokens=False))
+        variants = [("none", step)] + [(e, list(target.tokenizer.encode(t, add_special_tokens=False)))
+                                       for e in edits if (t := edit_step(r["target_step"], e)) is not None]
+        for edit, ids in variants:
+            items.append(RolloutItem(prob, len(prompt), pre, ids, step))
+            meta.append({"row": id(r), "edit": edit, "problem": r["problem_id"],
+                         "recorded_target_answer": r["rollout_target_answer"], "recorded_label": bool(r["label"])})
+    print(f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
+          "(rebuilt prefix differs from the recorded one)", flush=True)
+    outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout_tokens, max_len=models.max_model_len,
+                                    gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+    probed = []
+    for m, o in zip(meta, outcomes):
+        if m["edit"] == "none":  # identical steps: the teacher accepts by construction; is the answer the recorded one?
+            m["reproduced"] = o["rollout_target_answer"] == m["recorded_target_answer"]
+        else:
+            probed.append({"edit": m["edit"], "problem": m["problem"], "accept": bool(o["rollout_label"]),
+                           "answers": [o["rollout_draft_answer"], o["rollout_target_answer"]],
+                           "recorded_label": m["recorded_label"]})
+    base = [m for m in meta if m["edit"] == "none"]
+    res = {"data": str(data), "task": opts.task, "teacher": "rollout", "rollout_tokens": opts.rollout_tokens,
+           "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0, "sample": args.sample, "seed": args.seed,
+           "pairs_probed": len(base), "skipped_prefix_mismatch": skipped, "rollout_seconds": secs,
+           "reproduced": sum(m["reproduced"] for m in base) / max(1, len(base)),
+           "recorded_accept_rate": sum(m["recorded_label"] for m in base) / max(1, len(base)),
+           "edits": flip_rates(probed, args.seed), "pairs": probed}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    print(f"{opts.task}: {len(base)} pairs; the unedited step reproduced the recorded answer on "
+          f"{res['reproduced']:.2f}; recorded accept rate {res['recorded_accept_rate']:.2f}")
+    for e, f in res["edits"].items():
+        print(f"  edit {e:6s}: {f['pairs']} pairs, teacher rejects {f['flip_rate']:.3f} "
+              f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]")
+    print(f"wrote {args.out} ({secs:.0f} s of rollouts)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(make_parser().parse_args()))
