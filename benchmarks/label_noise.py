@@ -13,7 +13,9 @@ rejects (the *flip rate*) is label noise no student can predict from the pair: i
 was decided by the 1.5B model's sensitivity to its own wording. Flip rates come per task
 with 95% bootstrap intervals over problems. The script also re-rolls the unedited step
 (same prefix, same engine) and counts how often it reproduces the collect's recorded answer
-(``reproduced``): the teacher's determinism on this machine.
+(``reproduced``): the teacher's determinism on this machine. With ``--samples K`` the same
+edited pairs also go to the vote teacher (``benchmarks/vote_labels.py``: the greedy rollout
+and K sampled ones per branch, modal outcomes compared), whose flip rates are ``vote``.
 
 Only position-0 pairs are probed (their prefix P is the prompt and the committed answer,
 rebuilt from the recorded text and checked token by token against the collect's
@@ -44,6 +46,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--edits", default=",".join(EDITS), help=f"comma list of {', '.join(EDITS)}")
     p.add_argument("--problems", type=int, default=200,
                    help="problems of the task loaded to find the pairs' problems (at least the collect's --limit)")
+    p.add_argument("--samples", type=int, default=0,
+                   help="also ask the vote teacher (benchmarks.vote_labels): this many sampled rollouts per branch "
+                        "beside the greedy one (0: greedy teacher only)")
+    p.add_argument("--temperature", type=float, default=0.7, help="temperature of the vote teacher's samples")
     p.add_argument("--out", required=True, help="JSON file to write")
     return p
 
@@ -65,15 +71,17 @@ def prefix_sha(ids) -> str:
     return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
 
 
-def rebuild_prefix(row: dict, prompt_ids: list[int], target) -> list[int] | None:
-    """The ids of a position-0 pair's prefix (the prompt, then the committed answer), rebuilt
-    from the recorded ``prefix_text``; None unless they hash to the recorded ``prefix_sha``."""
+def rebuild_prefix(row: dict, prompt_ids: list[int], target, earlier_steps: tuple[str, ...] = ()) -> list[int] | None:
+    """The ids of a pair's prefix -- the prompt, the committed answer (the recorded
+    ``prefix_text``) and, past position 0, the draft's ``earlier_steps`` of the same round and
+    branch, each encoded on its own -- or None unless they hash to the recorded ``prefix_sha``."""
     head = target.decode(prompt_ids, skip_special_tokens=True)
     text = row.get("prefix_text") or ""
     if not text.startswith(head):
         return None
     gen = text[len(head):]
-    ids = prompt_ids + (list(target.tokenizer.encode(gen, add_special_tokens=False)) if gen else [])
+    enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False)) if s else []  # noqa: E731
+    ids = prompt_ids + enc(gen) + [t for s in earlier_steps for t in enc(s)]
     return ids if prefix_sha(ids) == row.get("prefix_sha") else None
 
 
@@ -143,14 +151,25 @@ def main(args) -> int:
           "(rebuilt prefix differs from the recorded one)", flush=True)
     outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout_tokens, max_len=models.max_model_len,
                                     gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+    votes = [None] * len(items)
+    if args.samples > 0:
+        from data_gen.rollout import outcome_equality, sampled_outcomes, vote_label
+
+        got, vsecs = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
+                                      seed=args.seed, max_tokens=opts.rollout_tokens, max_len=models.max_model_len)
+        secs += vsecs
+        for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
+            part = task.part(problems[m["problem"]]) if hasattr(task, "part") else task
+            votes[i] = vote_label([o["rollout_draft_answer"], *g["draft"]], [o["rollout_target_answer"], *g["target"]],
+                                  outcome_equality(part), identical=m["edit"] == "none")[0]
     probed = []
-    for m, o in zip(meta, outcomes):
+    for m, o, vote in zip(meta, outcomes, votes):
         if m["edit"] == "none":  # identical steps: the teacher accepts by construction; is the answer the recorded one?
             m["reproduced"] = o["rollout_target_answer"] == m["recorded_target_answer"]
         else:
             probed.append({"edit": m["edit"], "problem": m["problem"], "accept": bool(o["rollout_label"]),
                            "answers": [o["rollout_draft_answer"], o["rollout_target_answer"]],
-                           "recorded_label": m["recorded_label"]})
+                           "recorded_label": m["recorded_label"], "vote_accept": vote})
     base = [m for m in meta if m["edit"] == "none"]
     res = {"data": str(data), "task": opts.task, "teacher": "rollout", "rollout_tokens": opts.rollout_tokens,
            "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0, "sample": args.sample, "seed": args.seed,
@@ -158,12 +177,18 @@ def main(args) -> int:
            "reproduced": sum(m["reproduced"] for m in base) / max(1, len(base)),
            "recorded_accept_rate": sum(m["recorded_label"] for m in base) / max(1, len(base)),
            "edits": flip_rates(probed, args.seed), "pairs": probed}
+    if args.samples > 0:
+        res["vote"] = {"samples": args.samples, "temperature": args.temperature,
+                       "edits": flip_rates([{**r, "accept": r["vote_accept"]} for r in probed], args.seed)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     print(f"{opts.task}: {len(base)} pairs; the unedited step reproduced the recorded answer on "
           f"{res['reproduced']:.2f}; recorded accept rate {res['recorded_accept_rate']:.2f}")
     for e, f in res["edits"].items():
         print(f"  edit {e:6s}: {f['pairs']} pairs, teacher rejects {f['flip_rate']:.3f} "
+              f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]")
+    for e, f in res.get("vote", {}).get("edits", {}).items():
+        print(f"  edit {e:6s}: the vote teacher (greedy + {args.samples} samples) rejects {f['flip_rate']:.3f} "
               f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]")
     print(f"wrote {args.out} ({secs:.0f} s of rollouts)")
     return 0

@@ -50,6 +50,8 @@ class CollectOptions:
     task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
     teacher: str = field(default="llm_judge", metadata={"help": "teacher: a verifier spec (llm_judge, llm_judge(paper), embedding, ...), rollout (outcome of target continuations; decodes with --verifier), or consensus(rollout,VERIFIER)"})
     rollout_tokens: int = field(default=256, metadata={"help": "rollout teachers: tokens each continuation may generate"})
+    rollout_samples: int = field(default=0, metadata={"help": "rollout teachers: sampled rollouts per branch beside the greedy one; > 0 labels by vote (accept when the two branches' modal outcomes are the same; the teacher is recorded as rollout_vote(greedy+K@T))"})
+    rollout_temperature: float = field(default=0.7, metadata={"help": "rollout teachers: temperature of the --rollout-samples rollouts"})
     rollout_pairs: str = field(default="all", metadata={"help": "rollout teachers: which pairs to label: all, or committed (only the pairs on the answer's own path, whose committed branch reuses the answer as its rollout when that is the target's greedy continuation, e.g. with --verifier exact)"})
     teacher_threshold: float | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
                                                                            "(default: the verifier's own)"})
@@ -147,8 +149,10 @@ def _finite(x):
 
 # ---- the run ---------------------------------------------------------------------------
 def teacher_name(opts: CollectOptions) -> str:
-    """The teacher as recorded in every row: its spec, and ``@threshold`` when one is set."""
-    return opts.teacher if opts.teacher_threshold is None else f"{opts.teacher}@{opts.teacher_threshold:g}"
+    """The teacher as recorded in every row (:func:`lrtune.dataset.teacher_spec`)."""
+    from lrtune.dataset import teacher_spec
+
+    return teacher_spec(dataclasses.asdict(opts))
 
 
 def collect_key(cfg: CollectConfig) -> dict:
@@ -211,6 +215,11 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     spec = parse_teacher(opts.teacher)
     if spec.kind != "verifier" and opts.rollout_tokens < 1:
         raise ConfigError(f"--rollout-tokens must be >= 1, got {opts.rollout_tokens}")
+    if opts.rollout_samples < 0 or (opts.rollout_samples and spec.kind == "verifier"):
+        raise ConfigError(f"--rollout-samples must be >= 0 and needs a rollout teacher, got {opts.rollout_samples} "
+                          f"with --teacher {opts.teacher}")
+    if opts.rollout_samples and opts.rollout_temperature <= 0:
+        raise ConfigError(f"--rollout-temperature must be > 0, got {opts.rollout_temperature}")
     if opts.rollout_pairs not in ("all", "committed"):
         raise ConfigError(f"--rollout-pairs must be all or committed, got {opts.rollout_pairs!r}")
     if opts.teacher_threshold is not None and not 0.0 <= opts.teacher_threshold <= 1.0:
@@ -365,19 +374,33 @@ class _Collector:
 
     def flush(self) -> None:
         """Outcome labels of the pending problems' pairs, one engine call; then store them."""
-        from data_gen.rollout import rollout_labels
+        from data_gen.rollout import outcome_equality, rollout_labels, sampled_outcomes, vote_label
 
         batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
         outcomes, secs = rollout_labels(self.dec.target, self.task, items, max_tokens=self.opts.rollout_tokens,
                                         max_len=self.cfg.models.max_model_len,
                                         gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0)
+        votes = [None] * len(items)
+        if self.opts.rollout_samples:  # the vote teacher: sampled rollouts beside the greedy ones
+            votes, vsecs = sampled_outcomes(self.dec.target, self.task, items, samples=self.opts.rollout_samples,
+                                            temperature=self.opts.rollout_temperature, seed=self.dcfg.seed,
+                                            max_tokens=self.opts.rollout_tokens, max_len=self.cfg.models.max_model_len)
+            secs += vsecs
         at = 0
         for k, res, st, rows, _ in batch:
-            for row, lab in zip(rows, outcomes[at:at + len(rows)]):
+            for row, lab, vote, it in zip(rows, outcomes[at:at + len(rows)], votes[at:at + len(rows)],
+                                          items[at:at + len(rows)]):
                 row.update(lab)
-                row["label"] = bool(row.pop("rollout_label"))
+                row["label"] = row["rollout_greedy_label"] = bool(row.pop("rollout_label"))
                 row["teacher_score"] = float(row["label"])
+                if vote is not None:
+                    part = self.task.part(it.problem) if hasattr(self.task, "part") else self.task
+                    d = [lab["rollout_draft_answer"], *vote["draft"]]
+                    t = [lab["rollout_target_answer"], *vote["target"]]
+                    row["label"], row["teacher_score"] = vote_label(d, t, outcome_equality(part),
+                                                                    identical=it.draft == it.target)
+                    row["rollout_votes"] = json.dumps({"draft": d, "target": t})
                 row["judge_s"] = secs / len(items) + (row["judge_s"] if self.spec.kind == "consensus" else 0.0)
             at += len(rows)
             disagreements = None

@@ -103,9 +103,7 @@ def rollout_labels(backend, task, items: list[RolloutItem], *, max_tokens: int, 
                 rows.append(ids)
                 params.append(GenParams(max_tokens=room, stop_at_delimiter=False, num_speculative_tokens=gamma2))
         plan.append(ways)
-    t0 = time.perf_counter()
-    outs = backend.generate(rows, params).outputs if rows else []
-    seconds = time.perf_counter() - t0
+    outs, seconds = _timed_generate(backend, rows, params)
     labels = []
     for it, ways in zip(items, plan):
         texts, ended = [], []
@@ -125,6 +123,13 @@ def rollout_labels(backend, task, items: list[RolloutItem], *, max_tokens: int, 
     return labels, seconds
 
 
+def _timed_generate(backend, rows: list[list[int]], params: list) -> tuple[list, float]:
+    """One engine call over ``rows`` (none: no call) and its wall seconds."""
+    t0 = time.perf_counter()
+    outs = backend.generate(rows, params).outputs if rows else []
+    return outs, time.perf_counter() - t0
+
+
 def trajectory_continuation(generated: list[int], finish: str, start: int, *, room: int,
                             divergent_starts: list[int]) -> tuple[list[int], bool] | None:
     """The committed trajectory as a rollout from offset ``start`` of ``generated`` (the
@@ -139,3 +144,87 @@ def trajectory_continuation(generated: list[int], finish: str, start: int, *, ro
     if len(rest) >= room:
         return rest[:room], bool(len(rest) == room and finish == "eos")
     return (rest, True) if finish == "eos" else None
+
+
+def branch_outcome(task, problem, completion: str) -> str | None:
+    """How one completion of ``problem`` ends by the task's checker: ``"passed"``/``"failed"``
+    for code, the final answer for math (None: no answer)."""
+    task = task.part(problem) if hasattr(task, "part") else task
+    answer, ok = task.check(problem, completion)
+    if getattr(task, "KIND", "math") == "code":
+        return "passed" if ok else "failed"
+    return None if answer is None else str(answer)
+
+
+def modal_outcome(outcomes: list[str | None], same) -> str | None:
+    """The outcome that ``same(a, b)`` finds equal to the most of ``outcomes`` (itself counted),
+    ties to the earliest; None (no answer) never counts as equal, and wins only when every
+    outcome is None."""
+    counts = [sum(o is not None and p is not None and same(o, p) for p in outcomes) for o in outcomes]
+    best = max(range(len(outcomes)), key=lambda i: (counts[i], -i)) if outcomes else None
+    return None if best is None or counts[best] == 0 else outcomes[best]
+
+
+def vote_label(draft_outcomes: list[str | None], target_outcomes: list[str | None], same,
+               identical: bool = False) -> tuple[bool, float]:
+    """The vote teacher's verdict on one pair from its branches' rollout outcomes:
+    ``accept`` when the two branches' modal outcomes are the same (``same``; None never is),
+    and the soft score ``P(d ≡ t)`` = the share of (draft rollout, target rollout) couples
+    that end the same way. Identical steps are accepted with score 1 by construction."""
+    if identical:
+        return True, 1.0
+    a, b = modal_outcome(draft_outcomes, same), modal_outcome(target_outcomes, same)
+    couples = [(d, t) for d in draft_outcomes for t in target_outcomes]
+    score = sum(d is not None and t is not None and same(d, t) for d, t in couples) / max(1, len(couples))
+    return a is not None and b is not None and same(a, b), score
+
+
+def outcome_equality(task):
+    """``same(a, b)`` for the outcomes :func:`branch_outcome` returns: string equality for code,
+    :func:`lrtune.tasks.checker.math_equal` for math answers."""
+    from lrtune.tasks.checker import math_equal
+
+    if getattr(task, "KIND", "math") == "code":
+        return lambda a, b: a == b
+    return lambda a, b: a == b or math_equal(a, b)
+
+
+def sampled_outcomes(backend, task, items: list[RolloutItem], *, samples: int, temperature: float, seed: int,
+                     max_tokens: int, max_len: int) -> tuple[list[dict], float]:
+    """``samples`` sampled rollouts (``temperature``, seeds ``seed + i``) of each item's two
+    branches, in one engine call; returns per item ``{"draft": [outcome]*samples, "target":
+    [...]}`` (:func:`branch_outcome`) and the call's seconds. A branch whose step ended the
+    answer, or that has no room left, has its own text as every outcome; identical P·step ids
+    share rows. ``known`` continuations are not used (they are greedy)."""
+    from lrtune.backends.base import GenParams
+
+    if samples < 1 or temperature <= 0:
+        raise ValueError("sampled rollouts need samples >= 1 and temperature > 0")
+    rows, params, plan, seen = [], [], [], {}
+    for it in items:
+        ways = []
+        for step in (it.draft, it.target):
+            ids = it.prefix + step
+            room = min(max_tokens, max_len - len(ids) - 1)
+            if (step and step[-1] in backend.eos_ids) or room < 1:
+                ways.append(None)
+                continue
+            if (tuple(ids), room) not in seen:
+                seen[tuple(ids), room] = len(rows)
+                for i in range(samples):
+                    rows.append(ids)
+                    params.append(GenParams(max_tokens=room, stop_at_delimiter=False, temperature=temperature,
+                                            seeds=(seed + i,)))
+            ways.append(seen[tuple(ids), room])
+        plan.append(ways)
+    outs, seconds = _timed_generate(backend, rows, params)
+    result = []
+    for it, ways in zip(items, plan):
+        got = {}
+        for b, step, first in (("draft", it.draft, ways[0]), ("target", it.target, ways[1])):
+            head = it.prefix[it.prompt_len:] + step
+            conts = [[]] * samples if first is None else [list(outs[first + i].token_ids) for i in range(samples)]
+            got[b] = [branch_outcome(task, it.problem, backend.decode(head + c, skip_special_tokens=True))
+                      for c in conts]
+        result.append(got)
+    return result, seconds

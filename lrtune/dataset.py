@@ -44,6 +44,9 @@ PAIR_FIELDS = [
     # rollout / consensus teachers: both continuations and their outcomes (data_gen.rollout)
     ("rollout_draft_answer", "string"), ("rollout_target_answer", "string"), ("rollout_draft_text", "string"),
     ("rollout_target_text", "string"), ("rollout_finished", "bool_"), ("rollout_reused", "bool_"),
+    # the vote teacher (collect --rollout-samples K): the greedy rollout's own label, and every
+    # rollout's outcome per branch as JSON {"draft": [greedy, sample 1..K], "target": [...]}
+    ("rollout_greedy_label", "bool_"), ("rollout_votes", "string"),
 ]
 PROBLEM_FIELDS = [
     ("problem_id", "string"), ("index", "int32"), ("task", "string"), ("method", "string"), ("gamma1", "int32"),
@@ -241,8 +244,11 @@ _RUN_KEYS = ("progress", "shard_id", "num_shards", "out", "force_new", "ray", "r
 
 
 def _how(cfg: dict) -> dict:
-    """A collect config without the options that may differ between merged directories."""
+    """A collect config without the options that may differ between merged directories (and
+    without the vote options while voting is off, which configs older than them lack)."""
     opts = {k: v for k, v in cfg.get("options", {}).items() if k not in _PROBLEM_KEYS + _RUN_KEYS}
+    if not opts.get("rollout_samples"):
+        opts = {k: v for k, v in opts.items() if k not in ("rollout_samples", "rollout_temperature")}
     return {**cfg, "options": opts}
 
 
@@ -326,9 +332,19 @@ def target_logprob_scores(mean_logprobs, same: list[bool]) -> list[float] | None
 
 
 def teacher_spec(options: dict) -> str:
-    """The teacher as recorded in the rows: ``KIND`` or ``KIND@T`` (collect_config options)."""
-    t = options.get("teacher_threshold")
-    return f"{options.get('teacher')}" + ("" if t is None else f"@{t:g}")
+    """The teacher as recorded in the rows (collect_config options): ``KIND`` or ``KIND@T``;
+    a rollout teacher with ``rollout_samples`` K > 0 votes, recorded as
+    ``rollout_vote(greedy+K@TEMPERATURE)`` in place of ``rollout``."""
+    t, k = options.get("teacher_threshold"), options.get("rollout_samples") or 0
+    name = f"{options.get('teacher')}"
+    if k:
+        name = name.replace("rollout", vote_teacher(k, options.get("rollout_temperature", 0.7)), 1)
+    return name + ("" if t is None else f"@{t:g}")
+
+
+def vote_teacher(samples: int, temperature: float) -> str:
+    """The name of the rollout teacher that votes over the greedy and ``samples`` sampled rollouts."""
+    return f"rollout_vote(greedy+{samples}@{temperature:g})"
 
 
 def num(v, spec: str = ".3f") -> str:

@@ -46,6 +46,14 @@ def test_rebuilt_prefix_must_hash_to_the_recorded_one():
     assert rebuild_prefix(dict(row, prefix_text="Xstep"), prompt, _Target()) is None  # prompt text not a prefix
 
 
+def test_a_later_positions_prefix_adds_the_drafts_earlier_steps_of_its_round():
+    prompt = [1, 100 + ord("Q"), 1]
+    real = prompt + [100 + ord(c) for c in "ab\n\n" + "d1\n\n" + "d2\n\n"]
+    row = {"prefix_text": "Qab\n\n", "prefix_sha": prefix_sha(real)}
+    assert rebuild_prefix(row, prompt, _Target(), ("d1\n\n", "d2\n\n")) == real
+    assert rebuild_prefix(row, prompt, _Target(), ("d1\n\n",)) is None  # a step missing: not the recorded prefix
+
+
 def test_flip_rate_is_the_share_of_null_edit_pairs_the_teacher_rejects_per_edit():
     rows = [{"edit": "space", "problem": f"p{i % 3}", "accept": i % 4 != 0} for i in range(12)] + \
            [{"edit": "bold", "problem": "p0", "accept": True}]

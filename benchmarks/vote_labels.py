@@ -1,0 +1,257 @@
+"""Vote labels: the rollout teacher with K sampled rollouts per branch beside the greedy one.
+
+The rollout teacher (``data_gen/rollout.py``) labels a pair (prefix P, draft step ŝ, target
+step s) by one greedy continuation of P·ŝ and one of P·s: *accept* when both reach the same
+outcome. One greedy path per branch is chaotic: ``benchmarks/label_noise.py`` finds the
+teacher rejecting ~13% of one-space edits on gsm_symbolic. The vote teacher asks the target
+K + 1 times per branch -- the recorded greedy rollout and K sampled ones (``--temperature``,
+seeds ``--seed + i``) -- and accepts when the two branches' *modal* outcomes are the same
+(:func:`data_gen.rollout.vote_label`; ties go to the greedy outcome; no answer never matches).
+Its soft score, the share of (draft, target) rollout couples that end alike, is the pair's
+``teacher_score``.
+
+Every pair of a collect dataset (any position) whose prefix rebuilds token for token from
+its recorded ``prefix_text`` (checked against ``prefix_sha``) is relabelled, problem by
+problem in a seeded order, ``--chunk`` problems per engine call; votes are appended to
+``OUT/votes.jsonl`` as each call ends, so a stopped run resumes where it stopped (and a
+partial run is a random subset of whole problems). At the end OUT is written as a collect
+dataset (``pairs.parquet`` with the vote labels, the source's ``problems.parquet`` and
+config), which ``lrtune train verifier`` and ``benchmarks.student_crossfit`` read as they
+read any collect; ``--summary`` gets the accept rates of both teachers and their agreement,
+per task, with 95% bootstrap intervals over problems.
+
+    python -m benchmarks.vote_labels --data results/rollout_labels --samples 4 \\
+        --out results/rollout_vote --summary benchmarks/results/rollout_vote/summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="a rollout-labelled collect (or merged) directory")
+    p.add_argument("--samples", type=int, default=4, help="sampled rollouts per branch (the greedy one is the +1)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the sampled rollouts")
+    p.add_argument("--seed", type=int, default=0, help="seed of the problem order, the samples and the bootstrap")
+    p.add_argument("--chunk", type=int, default=4, help="problems per engine call")
+    p.add_argument("--max-problems", type=int, default=0, help="stop after this many problems (0: all)")
+    p.add_argument("--tasks", default="", help="comma list of the tasks whose pairs are voted (default: all)")
+    p.add_argument("--greedy-out", help="also write the voted pairs with their greedy labels here (a like-for-like "
+                                        "dataset to compare students on)")
+    p.add_argument("--problems", type=int, default=200,
+                   help="problems of the task loaded to find the pairs' problems (at least the collect's --limit)")
+    p.add_argument("--out", required=True, help="output directory (votes.jsonl, then the relabelled dataset)")
+    p.add_argument("--summary", help="JSON file for the summary (default OUT/summary.json)")
+    return p
+
+
+def pair_key(row: dict) -> str:
+    """A pair's identity within a dataset."""
+    return f"{row['task']}/{row['problem_id']}#{row['round']}.{row['position']}.{row['branch']}"
+
+
+def recorded_outcomes(row: dict) -> tuple[str | None, str | None]:
+    """The greedy rollout's outcomes the collect recorded for (draft, target)."""
+    return row.get("rollout_draft_answer"), row.get("rollout_target_answer")
+
+
+def summarize(votes: list[dict], seed: int) -> dict:
+    """Accept rates of the greedy and vote teachers and their agreement, overall and per task,
+    with 95% bootstrap intervals over problems; the share of branches whose greedy outcome is
+    their modal one (``greedy_is_mode``)."""
+    from lrtune.pairstats import bootstrap_interval
+
+    def block(rows: list[dict]) -> dict:
+        groups = [r["problem"] for r in rows]
+
+        def rate(key):
+            return lambda idx: sum(bool(key(rows[i])) for i in idx) / len(idx) if idx else None
+
+        out = {"pairs": len(rows), "problems": len(set(groups))}
+        for name, key in (("greedy_accept", lambda r: r["greedy_label"]), ("vote_accept", lambda r: r["vote_label"]),
+                          ("agreement", lambda r: r["greedy_label"] == r["vote_label"])):
+            out[name] = rate(key)(list(range(len(rows))))
+            out[name + "_ci95"] = list(bootstrap_interval(rate(key), groups, seed=seed))
+        out["greedy_is_mode"] = (sum(r["greedy_is_mode"][0] + r["greedy_is_mode"][1] for r in rows)
+                                 / max(1, 2 * len(rows)))
+        return out
+
+    res = {"all": block(votes)}
+    for task in sorted({r["task"] for r in votes}):
+        res[task] = block([r for r in votes if r["task"] == task])
+    return res
+
+
+def write_dataset(src: Path, out: Path, votes: dict[str, dict], teacher: str | None, vote_cfg: dict) -> int:
+    """``out`` as a collect dataset: the source's pairs that have votes, labelled by them
+    (``teacher`` None: the same pairs with their recorded greedy labels)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lrtune.dataset import CONFIG, PAIR_FIELDS, load_tables, read_config, schema, write_card
+    from lrtune.runfiles import write_atomic
+
+    pairs, problems = load_tables(src)
+    rows = []
+    for r in pairs.to_pylist():
+        v = votes.get(pair_key(r))
+        if v is not None and teacher is None:
+            rows.append(r)
+        elif v is not None:
+            rows.append({**r, "label": v["vote_label"], "teacher_score": v["vote_score"], "teacher": teacher})
+    keep = {r["problem_id"] for r in rows}
+    probs = problems.filter(pa.array([p in keep for p in problems.column("problem_id").to_pylist()]))
+    out.mkdir(parents=True, exist_ok=True)
+    names = [n for n, _ in PAIR_FIELDS]
+    table = pa.Table.from_pylist([{n: r.get(n) for n in names} for r in rows], schema=schema(PAIR_FIELDS))
+    for name, t in (("pairs.parquet", table), ("problems.parquet", probs)):
+        sink = pa.BufferOutputStream()
+        pq.write_table(t, sink)
+        write_atomic(out / name, sink.getvalue().to_pybytes())
+    conf = read_config(src / CONFIG)
+    conf["vote_relabel"] = vote_cfg
+    write_atomic(out / CONFIG, json.dumps(conf, indent=1))
+    write_card(out)
+    return len(rows)
+
+
+def main(args) -> int:
+    from data_gen.collect import CollectOptions
+    from data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_label
+    from lrtune.api import Decoder, ModelConfig
+    from lrtune.dataset import load_tables, read_config
+    from lrtune.decoder import DecodeConfig
+    from lrtune.errors import ConfigError
+    from lrtune.tasks import get_task
+
+    from benchmarks.label_noise import rebuild_prefix
+
+    if args.samples < 1 or args.temperature <= 0 or args.chunk < 1:
+        raise ConfigError("--samples and --chunk must be >= 1 and --temperature > 0")
+    data, out = Path(args.data), Path(args.out)
+    conf = read_config(data / "collect_config.json")
+    fields = lambda cls, d: {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}  # noqa: E731
+    models = ModelConfig(**fields(ModelConfig, conf["models"]))
+    dcfg = DecodeConfig(**fields(DecodeConfig, conf["decode"]))
+    opts = CollectOptions(**fields(CollectOptions, conf["options"]))
+    if opts.teacher != "rollout":
+        raise ConfigError(f"{data} is labelled by {opts.teacher!r}: the vote teacher extends a rollout-labelled collect")
+    task = get_task(opts.task)
+    problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
+    pairs, _ = load_tables(data)
+    tasks = {t.strip() for t in args.tasks.split(",") if t.strip()}
+    rows = [r for r in pairs.to_pylist() if r.get("label") is not None and r["problem_id"] in problems
+            and (not tasks or r["task"] in tasks)]
+    if not rows:
+        raise ConfigError(f"no labelled pairs of {', '.join(sorted(tasks)) or 'any task'} in {data}")
+    by_problem: dict[str, list[dict]] = {}
+    for r in rows:
+        by_problem.setdefault(r["problem_id"], []).append(r)
+    order = sorted(by_problem)
+    random.Random(args.seed).shuffle(order)
+    if args.max_problems:
+        order = order[:args.max_problems]
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "votes.jsonl"
+    vote_cfg = {"source": str(data), "samples": args.samples, "temperature": args.temperature, "seed": args.seed,
+                "rollout_tokens": opts.rollout_tokens}
+    done: dict[str, dict] = {}
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            if line.strip():
+                v = json.loads(line)
+                if v.get("config") is not None:
+                    if v["config"] != vote_cfg:
+                        raise ConfigError(f"{log} holds votes of other settings ({v['config']}): pick another --out")
+                    continue
+                done[v["key"]] = v
+    else:
+        log.write_text(json.dumps({"config": vote_cfg}) + "\n")
+    todo = [p for p in order if any(pair_key(r) not in done for r in by_problem[p])]
+    print(f"{len(order)} problems, {len(order) - len(todo)} already voted; {args.samples} sampled rollouts per "
+          f"branch at temperature {args.temperature}", flush=True)
+
+    skipped = 0
+    if todo:
+        dec = Decoder.from_configs(models, dcfg, progress=True, load_all_methods=dcfg.uses_sd)
+        dec.start_engines(dcfg)
+        target = dec.target
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc="vote rollouts", unit="problem")
+        enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+        for c in range(0, len(todo), args.chunk):
+            items, meta = [], []
+            for pid in todo[c:c + args.chunk]:
+                prob = problems[pid]
+                prompt = target.encode_prompt(task.prompt(prob))
+                steps = {(r["round"], r["branch"], r["position"]): r["draft_step"] for r in by_problem[pid]}
+                for r in by_problem[pid]:
+                    earlier = [steps.get((r["round"], r["branch"], q)) for q in range(r["position"])]
+                    pre = None if None in earlier else rebuild_prefix(r, prompt, target, tuple(earlier))
+                    if pre is None:
+                        skipped += 1
+                        continue
+                    items.append(RolloutItem(prob, len(prompt), pre, enc(r["draft_step"]), enc(r["target_step"])))
+                    meta.append(r)
+            t0 = time.perf_counter()
+            got, _ = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
+                                      seed=args.seed, max_tokens=opts.rollout_tokens, max_len=models.max_model_len)
+            secs = time.perf_counter() - t0
+            lines = []
+            for r, g in zip(meta, got):
+                part = task.part(problems[r["problem_id"]]) if hasattr(task, "part") else task
+                eq = outcome_equality(part)
+                gd, gt = recorded_outcomes(r)
+                d_votes, t_votes = [gd, *g["draft"]], [gt, *g["target"]]
+                label, score = vote_label(d_votes, t_votes, eq, identical=r["draft_step"] == r["target_step"])
+                v = {"key": pair_key(r), "task": r["task"], "problem": f"{r['task']}/{r['problem_id']}",
+                     "position": r["position"], "greedy_label": bool(r["label"]), "vote_label": label,
+                     "vote_score": score, "draft_votes": d_votes, "target_votes": t_votes,
+                     "greedy_is_mode": [gd is not None and modal_outcome(d_votes, eq) == gd,
+                                        gt is not None and modal_outcome(t_votes, eq) == gt],
+                     "seconds": secs / max(1, len(items))}
+                done[v["key"]] = v
+                lines.append(json.dumps(v))
+            with log.open("a") as f:  # appended whole, after the call: a stop loses at most this chunk
+                f.write("".join(line + "\n" for line in lines))
+            bar.update(len(todo[c:c + args.chunk]))
+        bar.close()
+    from lrtune.dataset import vote_teacher
+
+    teacher = vote_teacher(args.samples, args.temperature)
+    n = write_dataset(data, out, done, teacher, vote_cfg)
+    if args.greedy_out:
+        write_dataset(data, Path(args.greedy_out), done, None, vote_cfg)
+    votes = list(done.values())
+    res = {"data": str(data), "out": str(out), "teacher": teacher, **vote_cfg, "problems": len(order),
+           "pairs_voted": len(votes), "pairs_written": n, "skipped_prefix_mismatch_this_run": skipped,
+           "seconds_per_pair_mean": sum(v["seconds"] for v in votes) / max(1, len(votes)),
+           "summary": summarize(votes, args.seed)}
+    dest = Path(args.summary) if args.summary else out / "summary.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(res, indent=1) + "\n")
+    for name, s in res["summary"].items():
+        print(f"{name}: {s['pairs']} pairs of {s['problems']} problems; greedy accepts {s['greedy_accept']:.3f}, "
+              f"vote accepts {s['vote_accept']:.3f}; they agree on {s['agreement']:.3f} "
+              f"[{s['agreement_ci95'][0]:.3f}, {s['agreement_ci95'][1]:.3f}]; greedy outcome is the mode on "
+              f"{s['greedy_is_mode']:.3f} of branches")
+    print(f"wrote {out} ({n} pairs) and {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    from lrtune.errors import ConfigError
+
+    try:
+        raise SystemExit(main(make_parser().parse_args()))
+    except ConfigError as e:
+        raise SystemExit(f"vote_labels: {e}")
