@@ -85,6 +85,20 @@ def rebuild_prefix(row: dict, prompt_ids: list[int], target, earlier_steps: tupl
     return ids if prefix_sha(ids) == row.get("prefix_sha") else None
 
 
+def collect_settings(data: Path):
+    """(ModelConfig, DecodeConfig, CollectOptions) a collect directory was made with, from its
+    ``collect_config.json`` (keys this lrtune does not know are ignored)."""
+    from data_gen.collect import CollectOptions
+    from lrtune.api import ModelConfig
+    from lrtune.dataset import read_config
+    from lrtune.decoder import DecodeConfig
+
+    conf = read_config(data / "collect_config.json")
+    known = lambda cls, d: {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}  # noqa: E731
+    return (ModelConfig(**known(ModelConfig, conf["models"])), DecodeConfig(**known(DecodeConfig, conf["decode"])),
+            CollectOptions(**known(CollectOptions, conf["options"])))
+
+
 def flip_rates(rows: list[dict], seed: int) -> dict:
     """Per edit: probed pairs, the share the teacher rejects with a 95% bootstrap interval
     over problems; ``rows``: {edit, problem, accept}."""
@@ -104,22 +118,16 @@ def flip_rates(rows: list[dict], seed: int) -> dict:
 
 
 def main(args) -> int:
-    from data_gen.collect import CollectOptions
     from data_gen.rollout import RolloutItem, rollout_labels
-    from lrtune.api import Decoder, ModelConfig
-    from lrtune.dataset import load_tables, read_config
-    from lrtune.decoder import DecodeConfig
+    from lrtune.api import Decoder
+    from lrtune.dataset import load_tables
     from lrtune.tasks import get_task
 
     edits = [e.strip() for e in args.edits.split(",") if e.strip()]
     for e in edits:
         edit_step("x\n\n", e)  # ValueError on an unknown edit, before any model loads
     data = Path(args.data)
-    conf = read_config(data / "collect_config.json")
-    fields = lambda cls, d: {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}  # noqa: E731
-    models = ModelConfig(**fields(ModelConfig, conf["models"]))
-    dcfg = DecodeConfig(**fields(DecodeConfig, conf["decode"]))
-    opts = CollectOptions(**fields(CollectOptions, conf["options"]))
+    models, dcfg, opts = collect_settings(data)
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
     pairs, _ = load_tables(data)
@@ -153,15 +161,14 @@ def main(args) -> int:
                                     gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
     votes = [None] * len(items)
     if args.samples > 0:
-        from data_gen.rollout import outcome_equality, sampled_outcomes, vote_label
+        from data_gen.rollout import sampled_outcomes, vote_on
 
         got, vsecs = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
                                       seed=args.seed, max_tokens=opts.rollout_tokens, max_len=models.max_model_len)
         secs += vsecs
         for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
-            part = task.part(problems[m["problem"]]) if hasattr(task, "part") else task
-            votes[i] = vote_label([o["rollout_draft_answer"], *g["draft"]], [o["rollout_target_answer"], *g["target"]],
-                                  outcome_equality(part), identical=m["edit"] == "none")[0]
+            greedy = o["rollout_draft_answer"], o["rollout_target_answer"]
+            votes[i] = vote_on(task, problems[m["problem"]], greedy, g, identical=m["edit"] == "none")[0]
     probed = []
     for m, o, vote in zip(meta, outcomes, votes):
         if m["edit"] == "none":  # identical steps: the teacher accepts by construction; is the answer the recorded one?

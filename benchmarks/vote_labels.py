@@ -27,7 +27,6 @@ per task, with 95% bootstrap intervals over problems.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import random
 import time
@@ -123,24 +122,18 @@ def write_dataset(src: Path, out: Path, votes: dict[str, dict], teacher: str | N
 
 
 def main(args) -> int:
-    from data_gen.collect import CollectOptions
-    from data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_label
-    from lrtune.api import Decoder, ModelConfig
-    from lrtune.dataset import load_tables, read_config
-    from lrtune.decoder import DecodeConfig
+    from data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
+    from lrtune.api import Decoder
+    from lrtune.dataset import load_tables
     from lrtune.errors import ConfigError
     from lrtune.tasks import get_task
 
-    from benchmarks.label_noise import rebuild_prefix
+    from benchmarks.label_noise import collect_settings, rebuild_prefix
 
     if args.samples < 1 or args.temperature <= 0 or args.chunk < 1:
         raise ConfigError("--samples and --chunk must be >= 1 and --temperature > 0")
     data, out = Path(args.data), Path(args.out)
-    conf = read_config(data / "collect_config.json")
-    fields = lambda cls, d: {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}  # noqa: E731
-    models = ModelConfig(**fields(ModelConfig, conf["models"]))
-    dcfg = DecodeConfig(**fields(DecodeConfig, conf["decode"]))
-    opts = CollectOptions(**fields(CollectOptions, conf["options"]))
+    models, dcfg, opts = collect_settings(data)
     if opts.teacher != "rollout":
         raise ConfigError(f"{data} is labelled by {opts.teacher!r}: the vote teacher extends a rollout-labelled collect")
     task = get_task(opts.task)
@@ -208,11 +201,11 @@ def main(args) -> int:
             secs = time.perf_counter() - t0
             lines = []
             for r, g in zip(meta, got):
-                part = task.part(problems[r["problem_id"]]) if hasattr(task, "part") else task
-                eq = outcome_equality(part)
+                prob = problems[r["problem_id"]]
                 gd, gt = recorded_outcomes(r)
-                d_votes, t_votes = [gd, *g["draft"]], [gt, *g["target"]]
-                label, score = vote_label(d_votes, t_votes, eq, identical=r["draft_step"] == r["target_step"])
+                label, score, d_votes, t_votes = vote_on(task, prob, (gd, gt), g,
+                                                         identical=r["draft_step"] == r["target_step"])
+                eq = outcome_equality(task, prob)
                 v = {"key": pair_key(r), "task": r["task"], "problem": f"{r['task']}/{r['problem_id']}",
                      "position": r["position"], "greedy_label": bool(r["label"]), "vote_label": label,
                      "vote_score": score, "draft_votes": d_votes, "target_votes": t_votes,

@@ -374,7 +374,7 @@ class _Collector:
 
     def flush(self) -> None:
         """Outcome labels of the pending problems' pairs, one engine call; then store them."""
-        from data_gen.rollout import outcome_equality, rollout_labels, sampled_outcomes, vote_label
+        from data_gen.rollout import rollout_labels, sampled_outcomes, vote_on
 
         batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
@@ -395,11 +395,9 @@ class _Collector:
                 row["label"] = row["rollout_greedy_label"] = bool(row.pop("rollout_label"))
                 row["teacher_score"] = float(row["label"])
                 if vote is not None:
-                    part = self.task.part(it.problem) if hasattr(self.task, "part") else self.task
-                    d = [lab["rollout_draft_answer"], *vote["draft"]]
-                    t = [lab["rollout_target_answer"], *vote["target"]]
-                    row["label"], row["teacher_score"] = vote_label(d, t, outcome_equality(part),
-                                                                    identical=it.draft == it.target)
+                    greedy = lab["rollout_draft_answer"], lab["rollout_target_answer"]
+                    row["label"], row["teacher_score"], d, t = vote_on(self.task, it.problem, greedy, vote,
+                                                                       identical=it.draft == it.target)
                     row["rollout_votes"] = json.dumps({"draft": d, "target": t})
                 row["judge_s"] = secs / len(items) + (row["judge_s"] if self.spec.kind == "consensus" else 0.0)
             at += len(rows)

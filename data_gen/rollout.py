@@ -149,7 +149,9 @@ def trajectory_continuation(generated: list[int], finish: str, start: int, *, ro
 def branch_outcome(task, problem, completion: str) -> str | None:
     """How one completion of ``problem`` ends by the task's checker: ``"passed"``/``"failed"``
     for code, the final answer for math (None: no answer)."""
-    task = task.part(problem) if hasattr(task, "part") else task
+    from lrtune.tasks import own_task
+
+    task = own_task(task, problem)
     answer, ok = task.check(problem, completion)
     if getattr(task, "KIND", "math") == "code":
         return "passed" if ok else "failed"
@@ -179,14 +181,26 @@ def vote_label(draft_outcomes: list[str | None], target_outcomes: list[str | Non
     return a is not None and b is not None and same(a, b), score
 
 
-def outcome_equality(task):
+def outcome_equality(task, problem=None):
     """``same(a, b)`` for the outcomes :func:`branch_outcome` returns: string equality for code,
-    :func:`lrtune.tasks.checker.math_equal` for math answers."""
+    :func:`lrtune.tasks.checker.math_equal` for math answers (``problem`` given: by its own task
+    in a mix)."""
+    from lrtune.tasks import own_task
     from lrtune.tasks.checker import math_equal
 
+    if problem is not None:
+        task = own_task(task, problem)
     if getattr(task, "KIND", "math") == "code":
         return lambda a, b: a == b
     return lambda a, b: a == b or math_equal(a, b)
+
+
+def vote_on(task, problem, greedy: tuple[str | None, str | None], sampled: dict,
+            identical: bool) -> tuple[bool, float, list, list]:
+    """:func:`vote_label` of one pair whose votes are its greedy rollout's (draft, target)
+    outcomes, then its :func:`sampled_outcomes`; returns (accept, score, draft votes, target votes)."""
+    d, t = [greedy[0], *sampled["draft"]], [greedy[1], *sampled["target"]]
+    return (*vote_label(d, t, outcome_equality(task, problem), identical=identical), d, t)
 
 
 def sampled_outcomes(backend, task, items: list[RolloutItem], *, samples: int, temperature: float, seed: int,

@@ -53,6 +53,11 @@ def template_of(task: str, problem_id: str) -> str:
     return f"{task}/{problem_id}"
 
 
+def own_task(task, problem: Problem):
+    """The task that checks ``problem``: ``task`` itself, or for a mix the part it came from."""
+    return task.part(problem) if hasattr(task, "part") else task
+
+
 def same_outcome(task, problem: Problem, completion_a: str, completion_b: str) -> tuple[bool, str | None, str | None]:
     """Whether two completions of ``problem`` end the same way by the task's own checker:
     code tasks (``task.KIND == "code"``) the same pass/fail; math the same final answer
@@ -61,7 +66,7 @@ def same_outcome(task, problem: Problem, completion_a: str, completion_b: str) -
     (the same text ends the same way by construction)."""
     from lrtune.tasks.checker import math_equal
 
-    task = task.part(problem) if hasattr(task, "part") else task  # a mix: the problem's own task
+    task = own_task(task, problem)
     (a, ok_a), (b, ok_b) = task.check(problem, completion_a), task.check(problem, completion_b)
     if getattr(task, "KIND", "math") == "code":
         return completion_a == completion_b or ok_a == ok_b, "passed" if ok_a else "failed", "passed" if ok_b else "failed"
