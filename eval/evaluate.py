@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import sys
 import time
 import warnings
@@ -826,20 +825,10 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
 
 
 def machine_info() -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    for mod in ("torch", "vllm", "transformers"):
-        try:
-            info[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - optional
-            pass
-    return info
+    """The machine a run measured (:func:`lrtune.machine.machine_info`: versions, CPU flags, GPUs)."""
+    from lrtune.machine import machine_info as info
+
+    return info()
 
 
 # ---- CLI -------------------------------------------------------------------------------

@@ -38,7 +38,11 @@ class ModelConfig:
     kv_cache_gib: float = field(default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"})
     max_model_len: int = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
-    gpu_memory_utilization: float | None = field(default=None, metadata={"help": "vLLM GPU memory share per engine (GPU only)"})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of each GPU that lrtune's vLLM engines use together; target, draft and judge split it by weight size unless --*-gpu-share fixes theirs (GPU only)"})
+    target_gpu_share: float | None = field(default=None, metadata={"help": "GPU memory share of the target engine (with its SD drafter); default: its part of --gpu-memory-utilization by weight size"})
+    draft_gpu_share: float | None = field(default=None, metadata={"help": "GPU memory share of the LR draft engine (default: by weight size)"})
+    judge_gpu_share: float | None = field(default=None, metadata={"help": "GPU memory share of the --judge-model engine (default: by weight size)"})
+    enforce_eager: bool | None = field(default=None, metadata={"help": "vLLM eager mode (no CUDA graphs); default: on for CPU, off for GPU"})
     max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
     controller: str | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | grid-ucb | a "
                                                                     "directory from lrtune train controller (sync LR)"})
@@ -46,16 +50,24 @@ class ModelConfig:
     cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
 
 
-def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, progress: bool, load_judge) -> Verifier:
-    """The verifier; model verifiers judge with the target, or with ``--judge-model`` loaded
-    by ``load_judge(path)`` on the same backend."""
+def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
+    """The ``--judge-model`` directory when the verifier is a model verifier that uses it
+    (``llm_judge``/``target_score``), else None (the target judges itself)."""
     from lrtune.models import resolve_model
 
     spec = verifier if verifier is not None else models.verifier
-    judge = target
     if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
         # role "target": "default" names the default target model
-        judge = load_judge(resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress))
+        return resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress)
+    return None
+
+
+def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, judge_dir: str | None,
+                    load_judge) -> Verifier:
+    """The verifier; model verifiers judge with the target, or with ``judge_dir``
+    (:func:`judge_path`) loaded by ``load_judge(path)`` on the same backend."""
+    spec = verifier if verifier is not None else models.verifier
+    judge = load_judge(judge_dir) if judge_dir else target
     return make_verifier(spec, threshold=models.verifier_threshold, seed=cfg.seed, backend=judge,
                          device=verifier_device(models.device))
 
@@ -206,15 +218,18 @@ class Decoder:
         if needs_draft:
             draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
             check_tokenizers_compatible(target_path, draft_path)
+        judge_dir = judge_path(models, verifier, progress)
         if models.backend == "transformers":
-            dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, progress)
+            dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir)
             dec.decoder.controller = controller
             return dec
-        from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+        from lrtune.backends.vllm import VLLMBackend, VLLMConfig, gpu_memory_plan
 
+        spec_model = draft_path if models.sd_method == "draft" else None
+        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model)
+        shares = plan.shares if plan is not None else {}
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
-                      max_num_batched_tokens=models.max_num_batched_tokens,
-                      gpu_memory_utilization=models.gpu_memory_utilization)
+                      max_num_batched_tokens=models.max_num_batched_tokens, enforce_eager=models.enforce_eager)
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
         # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
         spec_k = max(cfg.gamma2, controller.bounds.gamma2_max if controller is not None else 0)
@@ -228,17 +243,20 @@ class Decoder:
                 "(train the controller with --gamma2-max to match)")
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path,
-                                                     shared_spec_tokens=shared, **common),
+                                                     shared_spec_tokens=shared,
+                                                     gpu_memory_utilization=shares.get("target"), **common),
                              name="target")
-        draft_backend = VLLMBackend(draft_path, VLLMConfig(**common), name="draft") if draft_path else None
-        ver = _build_verifier(models, cfg, verifier, target, progress,
-                              lambda path: VLLMBackend(path, VLLMConfig(**common), name="judge"))
+        draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=shares.get("draft"), **common),
+                                     name="draft") if draft_path else None)
+        ver = _build_verifier(models, cfg, verifier, target, judge_dir,
+                              lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=shares.get("judge"),
+                                                                        **common), name="judge"))
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=price_on_engine(controller, target)),
                    models)
 
     @classmethod
     def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,
-                         verifier, progress: bool) -> Decoder:
+                         verifier, judge_dir: str | None) -> Decoder:
         """The transformers backend: one draft model serves LR drafting and SD."""
         from lrtune.backends.hf import HFBackend, HFConfig
 
@@ -247,7 +265,7 @@ class Decoder:
         hcfg = HFConfig(device=models.device, dtype=models.dtype, seed=cfg.seed)
         draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
         target = HFBackend(target_path, hcfg, name="target", spec=draft)
-        ver = _build_verifier(models, cfg, verifier, target, progress, lambda path: HFBackend(path, hcfg, name="judge"))
+        ver = _build_verifier(models, cfg, verifier, target, judge_dir, lambda path: HFBackend(path, hcfg, name="judge"))
         return cls(LookaheadDecoder(target, draft, ver, cfg), models)
 
     @property

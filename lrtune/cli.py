@@ -11,6 +11,7 @@ Commands:
     lrtune profile [--out F]                      measure c1, c2 and b(n) for the speedup model
     lrtune demo [--size ...]                      the whole loop on the offline default pair
     lrtune pipeline --config pipeline.yaml        the whole loop for any models/tasks
+    lrtune doctor [--timing] [--json F]           check what this machine runs (engines, code paths, equality)
 
 Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
 """
@@ -79,6 +80,12 @@ def make_parser() -> ArgumentParser:
         add_dataclass_args(pp, PipelineOptions)
         add_dataclass_args(pp, ModelConfig, skip=("verifier", "verifier_threshold", "controller"))
 
+    from lrtune.doctor import DoctorOptions
+
+    doc = sub.add_parser("doctor", help="check this machine end to end on a small pair: versions, device, vLLM code "
+                                        "path, per-request speculation, prompt scores, greedy equality (--timing)")
+    add_dataclass_args(doc, DoctorOptions)
+
     prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
     prep.add_argument("--cache-dir", default=None, help="cache root (default: $LRTUNE_CACHE or ~/.cache/lrtune)")
     return parser
@@ -94,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_decode(args)
         if args.command == "prepare":
             return cmd_prepare(args)
+        if args.command == "doctor":
+            from lrtune.doctor import DoctorOptions
+            from lrtune.doctor import main as doctor_main
+
+            return doctor_main(build(DoctorOptions, args, {}))
         if args.command == "collect":
             from data_gen.collect import main_from_args
 

@@ -41,7 +41,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
         help_ = (help or {}).get(f.name, f.metadata.get("help", "")).replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
         typ = hints[f.name]
-        if typ is bool:
+        if typ is bool or str(typ) in ("bool | None", "typing.Optional[bool]"):
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                help=f"{help_} (default: {default})")
             continue

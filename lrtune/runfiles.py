@@ -138,3 +138,18 @@ class ProgressBar:
     def close(self) -> None:
         if self._p is not None:
             self._p.stop()
+
+
+def json_out_file(spec: str) -> Path:
+    """The JSON file ``--out`` names, its folder created; ConfigError (one line) when it is a
+    directory or its folder cannot be written: checked before any model loads."""
+    out = Path(spec).expanduser()
+    if out.is_dir():
+        raise ConfigError(f"--out {spec} is a directory; give the path of the JSON file to write")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {spec}: cannot create its folder ({e.strerror or e})") from None
+    if not os.access(out.parent, os.W_OK):
+        raise ConfigError(f"--out {spec}: its folder {out.parent} is not writable")
+    return out

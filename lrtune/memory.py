@@ -1,0 +1,126 @@
+"""One GPU memory plan for every vLLM engine lrtune starts in a process.
+
+vLLM gives each engine a share ``s`` of a device's memory (``gpu_memory_utilization``) and,
+at start-up, refuses to start unless the device's free memory is at least ``s × total``,
+even when ``kv_cache_memory_bytes`` fixes its KV cache. lrtune starts its engines one after
+another in one process, so the shares of the roles on one device must fit together:
+
+    Σ_{roles r on device d} s_r  ≤  cap        for every device d
+
+Roles: ``target`` (the target with its token-level SD drafter, tensor parallel over
+devices 0 .. TP−1), ``draft`` (the LR draft, TP 1, device 0) and ``judge`` (a separate judge
+model, TP 1, device 0). ``cap`` (``--gpu-memory-utilization``, default 0.9) leaves the rest
+of each device to the CUDA context and to models outside vLLM (the embedding verifier).
+
+A role's share is either fixed by the user (``--target-gpu-share`` ...) or, by default, its
+part of what the fixed shares leave, in proportion to its weight bytes per device:
+
+    s_r = (cap − Σ_fixed s) · w_r / Σ_{unfixed} w,     w_target = (W_target + W_sd_drafter) / TP
+
+Every check is made before any engine starts (:func:`plan_gpu_memory` is pure); a plan that
+cannot work is one :class:`~lrtune.errors.ConfigError` line naming the role to lower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lrtune.errors import ConfigError
+
+ROLES = ("target", "draft", "judge")
+DEFAULT_CAP = 0.9
+# a share must hold the role's weights with room for activations and a KV cache
+WEIGHT_HEADROOM = 1.2
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The share of device memory each role's engine gets (``gpu_memory_utilization``)."""
+
+    shares: dict[str, float]
+    cap: float
+    tensor_parallel_size: int
+    weight_bytes_per_device: dict[str, int]
+    device_bytes: int | None = None
+
+    def device_sums(self) -> list[float]:
+        """Σ shares on each device: device 0 holds every role, devices 1..TP−1 the target."""
+        first = sum(self.shares.values())
+        return [first] + [self.shares.get("target", 0.0)] * (self.tensor_parallel_size - 1)
+
+    def as_dict(self) -> dict:
+        return {"shares": dict(self.shares), "cap": self.cap, "tensor_parallel_size": self.tensor_parallel_size,
+                "device_sums": self.device_sums(), "weight_gib_per_device":
+                    {r: round(b / GiB, 3) for r, b in self.weight_bytes_per_device.items()},
+                "device_gib": None if self.device_bytes is None else round(self.device_bytes / GiB, 2)}
+
+    def describe(self) -> str:
+        parts = [f"{r} {s:.3f}" for r, s in self.shares.items()]
+        return f"GPU memory shares: {', '.join(parts)} (device 0 sum {self.device_sums()[0]:.3f} of cap {self.cap})"
+
+
+def _check_share(name: str, value: float) -> None:
+    if not (value == value) or not 0.0 < value <= 1.0:  # NaN fails both
+        raise ConfigError(f"{name} must be in (0, 1], got {value!r}")
+
+
+def plan_gpu_memory(weight_bytes: dict[str, int], *, cap: float = DEFAULT_CAP,
+                    fixed: dict[str, float | None] | None = None, tensor_parallel_size: int = 1,
+                    device_bytes: int | None = None) -> MemoryPlan:
+    """The plan for the roles in ``weight_bytes`` (role -> total weight bytes; the target's
+    includes its SD drafter's), see the module docstring. ``fixed`` shares win; the others
+    split the rest by weight bytes per device. ``device_bytes`` (one device's memory), when
+    known, checks that every share holds its role's weights (×``WEIGHT_HEADROOM``)."""
+    fixed = {r: s for r, s in (fixed or {}).items() if s is not None}
+    _check_share("--gpu-memory-utilization", cap)
+    if tensor_parallel_size < 1:
+        raise ConfigError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
+    unknown = set(weight_bytes) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown memory role(s): {sorted(unknown)}")
+    for role, share in fixed.items():
+        _check_share(f"--{role}-gpu-share", share)
+        if role not in weight_bytes:
+            raise ConfigError(f"--{role}-gpu-share is set but this run starts no {role} engine")
+    per_device = {r: int(b) // (tensor_parallel_size if r == "target" else 1) for r, b in weight_bytes.items()}
+    taken = sum(fixed.values())
+    if taken > cap + 1e-9:
+        big = max(fixed, key=fixed.get)
+        spelled = " + ".join(f"{r} {s:g}" for r, s in fixed.items())
+        raise ConfigError(f"GPU memory plan: {spelled} = {taken:.2f} of device 0 exceeds --gpu-memory-utilization "
+                          f"{cap:g}; lower --{big}-gpu-share")
+    free_roles = [r for r in weight_bytes if r not in fixed]
+    shares = dict(fixed)
+    if free_roles:
+        rest = cap - taken
+        if rest <= 0.01:
+            raise ConfigError(f"GPU memory plan: the fixed shares leave {max(rest, 0):.2f} of device 0 for "
+                              f"{', '.join(free_roles)}; lower --{max(fixed, key=fixed.get)}-gpu-share")
+        total = sum(max(per_device[r], 1) for r in free_roles)
+        for r in free_roles:
+            shares[r] = rest * max(per_device[r], 1) / total
+    shares = {r: shares[r] for r in ROLES if r in shares}
+    plan = MemoryPlan(shares=shares, cap=cap, tensor_parallel_size=tensor_parallel_size,
+                      weight_bytes_per_device=per_device, device_bytes=device_bytes)
+    if device_bytes:
+        for r, s in shares.items():
+            need = per_device[r] * WEIGHT_HEADROOM
+            if s * device_bytes < need:
+                raise ConfigError(f"GPU memory plan: the {r} engine's share {s:.3f} ({s * device_bytes / GiB:.1f} GiB) "
+                                  f"does not hold its weights ({per_device[r] / GiB:.1f} GiB per device, "
+                                  f"+{WEIGHT_HEADROOM - 1:.0%} headroom); raise --{r}-gpu-share or "
+                                  "--gpu-memory-utilization, or use more tensor parallelism")
+    return plan
+
+
+def weight_bytes(model_dir: str | Path | None) -> int:
+    """Bytes of a model directory's weight files (``*.safetensors``, ``*.bin``, ``*.pt``);
+    0 for None or a directory without them."""
+    if model_dir is None:
+        return 0
+    d = Path(model_dir)
+    if not d.is_dir():
+        return 0
+    return sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt") for f in d.glob(pat) if f.is_file())
