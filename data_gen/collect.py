@@ -16,23 +16,31 @@ safety: :mod:`lrtune.store`; schema, reader and card: :mod:`lrtune.dataset`. Pro
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from annotated_types import Interval
+
+from lrtune import schema
+from lrtune.schema import STRICT, Count, Fraction, Problems, Seed, Text
+
 import dataclasses
 import hashlib
 import json
 import math
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lrtune.api import ModelConfig
-from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.configs import ArgumentParser, Command, Section
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.dataset import (CONFIG, PAIR_FIELDS, PROBLEM_FIELDS, merge, move_to_backup, num, overview_lines,
-                            read_config, schema, summarize_pairs, write_card)
-from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, writable_dir, write_atomic
+                            read_config, summarize_pairs, write_card)
+from lrtune.dataset import schema as arrow_schema
+from lrtune.outdir import check_out, claim_out
+from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, write_atomic
 from lrtune.store import ShardStore
 from lrtune.verifiers.base import mean_topk_entropy
 
@@ -44,23 +52,25 @@ RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new", "ray", "ray_
 class CollectOptions:
     """What to collect and where."""
 
-    task: str = field(default="gsm_symbolic+humaneval", metadata={"help": "task or a mix A+B (see lrtune evaluate --help); the default pair is a Coder pair, so its home task humaneval (sandboxed tests) is in the default mix"})
-    data: str | None = field(default=None, metadata={"help": "problem file for file tasks"})
-    limit: int = field(default=50, metadata={"help": "number of problems (all shards together)"})
-    task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
-    teacher: str = field(default="llm_judge", metadata={"help": "teacher: a verifier spec (llm_judge, llm_judge(paper), embedding, ...), rollout (outcome of target continuations; decodes with --verifier), or consensus(rollout,VERIFIER)"})
-    rollout_tokens: int = field(default=256, metadata={"help": "rollout teachers: tokens each continuation may generate"})
-    rollout_samples: int = field(default=0, metadata={"help": "rollout teachers: sampled rollouts per branch beside the greedy one; > 0 labels by vote (accept when the two branches' modal outcomes are the same; the teacher is recorded as rollout_vote(greedy+K@T))"})
-    rollout_temperature: float = field(default=0.7, metadata={"help": "rollout teachers: temperature of the --rollout-samples rollouts"})
-    rollout_pairs: str = field(default="all", metadata={"help": "rollout teachers: which pairs to label: all, or committed (only the pairs on the answer's own path, whose committed branch reuses the answer as its rollout when that is the target's greedy continuation, e.g. with --verifier exact)"})
-    teacher_threshold: float | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
+    __pydantic_config__ = STRICT
+
+    task: Text = field(default="gsm_symbolic+humaneval", metadata={"help": "task or a mix A+B (see lrtune evaluate --help); the default pair is a Coder pair, so its home task humaneval (sandboxed tests) is in the default mix"})
+    data: Text | None = field(default=None, metadata={"help": "problem file for file tasks"})
+    limit: Problems = field(default=50, metadata={"help": "number of problems (all shards together)"})
+    task_seed: Seed = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
+    teacher: Text = field(default="llm_judge", metadata={"help": "teacher: a verifier spec (llm_judge, llm_judge(paper), embedding, ...), rollout (outcome of target continuations; decodes with --verifier), or consensus(rollout,VERIFIER)"})
+    rollout_tokens: Count = field(default=256, metadata={"help": "rollout teachers: tokens each continuation may generate"})
+    rollout_samples: Annotated[int, Interval(ge=0, le=64)] = field(default=0, metadata={"help": "rollout teachers: sampled rollouts per branch beside the greedy one; > 0 labels by vote (accept when the two branches' modal outcomes are the same; the teacher is recorded as rollout_vote(greedy+K@T))"})
+    rollout_temperature: Annotated[float, Interval(gt=0, le=100)] = field(default=0.7, metadata={"help": "rollout teachers: temperature of the --rollout-samples rollouts"})
+    rollout_pairs: Literal["all", "committed"] = field(default="all", metadata={"help": "rollout teachers: which pairs to label: all, or committed (only the pairs on the answer's own path, whose committed branch reuses the answer as its rollout when that is the target's greedy continuation, e.g. with --verifier exact)"})
+    teacher_threshold: Fraction | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
                                                                            "(default: the verifier's own)"})
-    out: str = field(default="results/collect", metadata={"help": "output directory"})
-    max_concurrent: int | None = field(default=None, metadata={"help": "problems decoded together (batched LR rounds); default: the best for the b(n) curve of --profile, or of a short measurement at start"})
-    profile: str | None = field(default=None, metadata={"help": "lrtune profile JSON whose b(n) curve picks the default --max-concurrent"})
+    out: Text = field(default="results/collect", metadata={"help": "output directory"})
+    max_concurrent: Annotated[int, Interval(ge=1, le=4096)] | None = field(default=None, metadata={"help": "problems decoded together (batched LR rounds); default: the best for the b(n) curve of --profile, or of a short measurement at start"})
+    profile: Text | None = field(default=None, metadata={"help": "lrtune profile JSON whose b(n) curve picks the default --max-concurrent"})
     with_baseline: bool = field(default=False, metadata={"help": "also decode target-only per problem (reference answer and time)"})
-    num_shards: int = field(default=1, metadata={"help": "split problems into this many shards (problem i -> shard i % N)"})
-    shard_id: int = field(default=0, metadata={"help": "the shard this process collects"})
+    num_shards: Annotated[int, Interval(ge=1, le=100_000)] = field(default=1, metadata={"help": "split problems into this many shards (problem i -> shard i % N)"})
+    shard_id: Annotated[int, Interval(ge=0, le=100_000)] = field(default=0, metadata={"help": "the shard this process collects"})
     embedding_feature: bool = field(default=True, metadata={"help": "record the embedding cosine of each pair"})
     target_score_feature: bool = field(default=True, metadata={"help": "record the target's 0-9 score of each draft step"})
     judge_features: bool = field(default=False, metadata={"help": "also score every pair with both llm_judge forms (context and paper; the target judges) as feature columns, so --stats compares them with the teacher (two judge calls per non-identical pair)"})
@@ -68,9 +78,9 @@ class CollectOptions:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     unsafe_exec: bool = field(default=False, metadata={"help": "code tasks: run generated code without OS-level isolation when bubblewrap is missing (only the in-process Python guard; not isolation)"})
     ray: bool = field(default=False, metadata={"help": "run all --num-shards shards as Ray tasks (pip install lrtune[ray])"})
-    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster to join (default: start a local one)"})
-    ray_cpus_per_shard: float = field(default=1.0, metadata={"help": "CPUs Ray reserves for each shard task"})
-    ray_gpus_per_shard: float = field(default=0.0, metadata={"help": "GPUs Ray reserves for each shard task "
+    ray_address: Text | None = field(default=None, metadata={"help": "Ray cluster to join (default: start a local one)"})
+    ray_cpus_per_shard: Annotated[float, Interval(ge=0, le=4096)] = field(default=1.0, metadata={"help": "CPUs Ray reserves for each shard task"})
+    ray_gpus_per_shard: Annotated[float, Interval(ge=0, le=1024)] = field(default=0.0, metadata={"help": "GPUs Ray reserves for each shard task "
                                                                     "(tensor parallel: the TP size)"})
 
 
@@ -160,21 +170,33 @@ def collect_key(cfg: CollectConfig) -> dict:
     return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
 
 
-def prepare_out(cfg: CollectConfig) -> Path:
-    """``--out``, checked to hold no dataset of another config (an unreadable config counts as
-    another one; ``--force-new`` moves such a dataset to a backup folder), with this config."""
-    out = writable_dir(cfg.options.out)
+def check_collect_out(cfg: CollectConfig) -> bool:
+    """Phase 1: ``--out`` can take this collect run (:func:`lrtune.outdir.check_out`) and holds
+    no dataset of another config (an unreadable config counts as another one) unless
+    ``--force-new``; reads only. Returns whether the old files must move to a backup folder."""
+    out = check_out(cfg.options.out, "collect")
     key = collect_key(cfg)
     path = out / CONFIG
-    old = _recorded_key(path) if path.is_file() else key
+    if not path.is_file():
+        return False
+    old = _recorded_key(path)
     same = old == key or (old is not None and not changed_keys(old, key, collect_key(CollectConfig())))
-    if not same:  # same despite old != key: only options a newer lrtune added, at their defaults
-        if not cfg.options.force_new:
-            what = "another config" if old is not None else f"a config that is not readable ({path.name})"
-            raise ConfigError(f"{out} holds a dataset collected with {what}; use another --out or "
-                              "--force-new (the old files move to a backup folder)")
-        move_to_backup(out)
-    if old != key or not path.is_file():
+    if not same and not cfg.options.force_new:  # same despite old != key: only options a newer lrtune added
+        what = "another config" if old is not None else f"a config that is not readable ({path.name})"
+        raise ConfigError(f"{out} holds a dataset collected with {what}; use another --out or "
+                          "--force-new (the old files move to a backup folder)")
+    return not same
+
+
+def prepare_out(cfg: CollectConfig, backup: bool) -> Path:
+    """Phase 2 (after :func:`check_collect_out`): claim ``--out``, move an old dataset of
+    another config to a backup folder when ``backup``, record this config."""
+    if backup:  # the old dataset, its owner record included, moves aside first
+        move_to_backup(Path(cfg.options.out).expanduser())
+    out = claim_out(cfg.options.out, "collect")
+    key = collect_key(cfg)
+    path = out / CONFIG
+    if not path.is_file() or _recorded_key(path) != key:
         write_atomic(path, json.dumps(key, indent=1))
     return out
 
@@ -187,17 +209,25 @@ def _recorded_key(path: Path) -> dict | None:
         return None
 
 
-def run(cfg: CollectConfig, *, card: bool = True) -> dict:
-    """Collect this shard's problems (resuming), write the card; returns counts."""
+@dataclass
+class _Plan:
+    """What phase 1 of a collect run found (:func:`validate_run`)."""
+
+    dcfg: DecodeConfig
+    task: object
+    mine: list  # (index, problem) of this shard
+    backup: bool  # an old dataset of another config moves to a backup folder
+
+
+def validate_run(cfg: CollectConfig) -> _Plan:
+    """Phase 1 of a collect run: every option, the teacher, the task and its problems, the
+    models (directories, tokenizers, prompts that fit) and ``--out``; no side effect."""
     from lrtune.tasks import get_task
 
-    opts = cfg.options
-    if opts.num_shards < 1 or not 0 <= opts.shard_id < opts.num_shards:
+    opts = schema.check(cfg.options)
+    cfg.models.validate()
+    if not opts.shard_id < opts.num_shards:
         raise ConfigError(f"--shard-id must be in 0..{opts.num_shards - 1} (--num-shards {opts.num_shards})")
-    if opts.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
-    if opts.max_concurrent is not None and opts.max_concurrent < 1:
-        raise ConfigError(f"--max-concurrent must be >= 1, got {opts.max_concurrent}")
     if opts.profile is not None:
         from lrtune.batchcost import read_profile_curve
 
@@ -213,17 +243,9 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     from data_gen.rollout import parse_teacher
 
     spec = parse_teacher(opts.teacher)
-    if spec.kind != "verifier" and opts.rollout_tokens < 1:
-        raise ConfigError(f"--rollout-tokens must be >= 1, got {opts.rollout_tokens}")
-    if opts.rollout_samples < 0 or (opts.rollout_samples and spec.kind == "verifier"):
-        raise ConfigError(f"--rollout-samples must be >= 0 and needs a rollout teacher, got {opts.rollout_samples} "
-                          f"with --teacher {opts.teacher}")
-    if opts.rollout_samples and opts.rollout_temperature <= 0:
-        raise ConfigError(f"--rollout-temperature must be > 0, got {opts.rollout_temperature}")
-    if opts.rollout_pairs not in ("all", "committed"):
-        raise ConfigError(f"--rollout-pairs must be all or committed, got {opts.rollout_pairs!r}")
-    if opts.teacher_threshold is not None and not 0.0 <= opts.teacher_threshold <= 1.0:
-        raise ConfigError(f"--teacher-threshold must be in [0, 1], got {opts.teacher_threshold}")
+    if opts.rollout_samples and spec.kind == "verifier":
+        raise ConfigError(f"--rollout-samples needs a rollout teacher, got {opts.rollout_samples} with --teacher "
+                          f"{opts.teacher}")
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
         from lrtune.sandbox import require_isolation
@@ -233,7 +255,21 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     if not problems:
         raise ConfigError("no problems to collect")
     mine = [(i, p) for i, p in enumerate(problems) if i % opts.num_shards == opts.shard_id]
-    out = prepare_out(cfg)
+    backup = check_collect_out(cfg)  # cheap: before the models, which may be built on first use
+    from lrtune.api import check_configs, require_a_prompt_that_fits
+
+    models = _decode_models(cfg, spec)
+    check_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
+    require_a_prompt_that_fits(models, dcfg, [task.prompt(p) for _, p in mine], progress=opts.progress)
+    return _Plan(dcfg, task, mine, backup)
+
+
+def run(cfg: CollectConfig, *, card: bool = True) -> dict:
+    """Collect this shard's problems (resuming), write the card; returns counts."""
+    plan = validate_run(cfg)
+    # phase 2: every input is valid; only now is --out claimed, cleaned and written
+    opts, dcfg, task, mine = cfg.options, plan.dcfg, plan.task, plan.mine
+    out = prepare_out(cfg, plan.backup)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         store = ShardStore(out, opts.shard_id)
@@ -250,21 +286,22 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     return write_card(out) if card else {"problems": len(mine), "rows": None}
 
 
+def _decode_models(cfg: CollectConfig, spec) -> ModelConfig:
+    """The models the collect decoder runs: the teacher decodes (a rollout teacher: --verifier)."""
+    live = spec.live if spec.live is not None else cfg.models.verifier  # what decodes (rollout: --verifier)
+    return dataclasses.replace(cfg.models, verifier=live,
+                               verifier_threshold=cfg.options.teacher_threshold if spec.kind != "rollout"
+                               else cfg.models.verifier_threshold)
+
+
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
     """Decode ``todo`` (batched, ``--max-concurrent`` in flight) and store each problem's
     labelled pairs and problem row as it ends (:class:`_Collector`)."""
-    from lrtune.api import require_a_prompt_that_fits
-
     from data_gen.rollout import parse_teacher
 
-    opts = cfg.options
-    spec = parse_teacher(opts.teacher)
-    live = spec.live if spec.live is not None else cfg.models.verifier  # what decodes (rollout: --verifier)
-    models = dataclasses.replace(cfg.models, verifier=live,
-                                 verifier_threshold=opts.teacher_threshold if spec.kind != "rollout"
-                                 else cfg.models.verifier_threshold)
-    require_a_prompt_that_fits(models, dcfg, [task.prompt(p) for _, p in todo], progress=opts.progress)
-    _Collector(cfg, dcfg, models, spec, live, task, todo, store).run()
+    spec = parse_teacher(cfg.options.teacher)
+    models = _decode_models(cfg, spec)
+    _Collector(cfg, dcfg, models, spec, models.verifier, task, todo, store).run()
 
 
 class _Collector:
@@ -296,7 +333,7 @@ class _Collector:
             from lrtune.verifiers import make_verifier
 
             self.judges = {col: make_verifier(spec, backend=self.dec.target) for col, spec in JUDGE_FEATURES.items()}
-        self.schemas = schema(PAIR_FIELDS), schema(PROBLEM_FIELDS)
+        self.schemas = arrow_schema(PAIR_FIELDS), arrow_schema(PROBLEM_FIELDS)
         self.encoded = [self.dec.encode(task.prompt(prob)) for _, prob in todo]
         self.n_conc = self.opts.max_concurrent or _default_concurrency(self.dec, dcfg, self.opts, self.encoded)
         self.rounds: dict[int, list] = {k: [] for k in range(len(todo))}
@@ -490,9 +527,8 @@ def run_ray(cfg: CollectConfig) -> dict:
     except ImportError:
         raise ConfigError("--ray needs Ray: pip install 'lrtune[ray]'") from None
     opts = cfg.options
-    if opts.num_shards < 1:
-        raise ConfigError(f"--num-shards must be >= 1, got {opts.num_shards}")
-    prepare_out(cfg)  # config check and the config file, before any task starts
+    plan = validate_run(dataclasses.replace(cfg, options=dataclasses.replace(opts, shard_id=0, ray=False)))
+    prepare_out(cfg, plan.backup)  # config check and the config file, before any task starts
     env = ray_env(os.environ)
     started_here = not ray.is_initialized()
     if started_here:
@@ -555,31 +591,25 @@ def print_stats(s: dict) -> None:
 
 
 # ---- CLI -------------------------------------------------------------------------------
-def add_arguments(p: ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file with any of these options")
+def _merge_and_stats_flags(p: ArgumentParser) -> None:
     p.add_argument("--merge", nargs="+", metavar="DIR", help="merge these collect dirs into --out and exit")
     p.add_argument("--stats", metavar="DIR", help="print counts and verifier agreement of a collect dir and exit")
-    add_dataclass_args(p, CollectOptions)
-    add_dataclass_args(p, ModelConfig, skip=("verifier_threshold",),
-                       help={"verifier": "the verifier that decodes under a rollout teacher (a verifier or consensus "
-                                         "teacher decodes with itself)"})
-    add_dataclass_args(p, DecodeConfig, skip=("logprobs",))
 
 
-def make_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="lrtune collect", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return p
+COMMAND = Command(("collect",), __doc__.splitlines()[0], (
+    Section(CollectOptions),
+    Section(ModelConfig, skip=("verifier_threshold",),
+            help={"verifier": "the verifier that decodes under a rollout teacher (a verifier or consensus teacher "
+                              "decodes with itself)"}),
+    Section(DecodeConfig, skip=("logprobs",), defaults={k: getattr(CollectConfig().decode, k) for k in
+                                                         ("method", "gamma1", "max_new_tokens", "max_step_tokens")})),
+    extra=_merge_and_stats_flags)
+add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 
 def config_from_args(args) -> CollectConfig:
-    file_values = load_config_file(getattr(args, "config", None))
-    check_unknown_keys(file_values, CollectOptions, ModelConfig, DecodeConfig)
-    d = CollectConfig().decode
-    dec_values = {"method": d.method, "gamma1": d.gamma1, "max_new_tokens": d.max_new_tokens,
-                  "max_step_tokens": d.max_step_tokens, **file_values}
-    return CollectConfig(options=build(CollectOptions, args, file_values), models=build(ModelConfig, args, file_values),
-                         decode=build(DecodeConfig, args, dec_values))
+    options, models, decode = COMMAND.configs(args)
+    return CollectConfig(options=options, models=models, decode=decode)
 
 
 def main_from_args(args) -> int:
@@ -602,8 +632,4 @@ def main_from_args(args) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    try:
-        raise SystemExit(main_from_args(make_parser().parse_args()))
-    except LrtuneError as e:
-        print(f"lrtune collect: error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    COMMAND.main()

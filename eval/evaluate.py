@@ -28,10 +28,16 @@ prediction from the α and c measured at that point.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from annotated_types import Interval
+
+from lrtune import schema
+from lrtune.schema import STRICT, Problems, Seed, Size, Text
+
 import dataclasses
 import json
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -41,11 +47,12 @@ from typing import Any
 from lrtune.api import ModelConfig
 from lrtune.batchcost import interpolate, measure_batch_cost, read_profile_curve, read_profile_sd_curve
 from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
-from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.configs import Command, Section
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.decoder import METHODS, DecodeConfig
-from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, writable_dir, write_atomic
+from lrtune.errors import ConfigError
+from lrtune.outdir import check_out, claim_out
+from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, read_json, write_atomic
 
 from eval import metrics
 
@@ -64,19 +71,21 @@ CONTROLLED = ("adaptive", "oracle", "best-fixed")
 class EvalOptions:
     """What to evaluate and where to write it (models/decoding: ModelConfig, DecodeConfig)."""
 
-    task: str = field(default="gsm_symbolic", metadata={"help": "gsm_symbolic | gsm8k | math500 | aime24 | humaneval | custom"})
-    data: str | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
-    limit: int = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
-    task_seed: int = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
-    heldout_from: str | None = field(default=None, metadata={"help": "comma list of collect dirs (a verifier's or controller's training data): evaluate only problems whose template none of them holds (gsm_symbolic: the generator template; other tasks: the problem itself)"})
-    problem_ids: str | None = field(default=None, metadata={"help": "comma list of problem ids, or @FILE with one per line: evaluate exactly these, in this order (from the task's first 20 x --limit + 100 problems; e.g. the problems of an earlier run); --limit caps them"})
-    methods: str = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /reuse (draft-prefix reuse), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller)"})
-    sweep: str | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
-    mode: str = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight", "choices": MODES})
-    max_concurrent: int = field(default=8, metadata={"help": "throughput mode: problems in flight at once"})
-    warmup_tokens: int = field(default=32, metadata={"help": "tokens per method in the untimed warm-up (0 = none)"})
-    profile: str | None = field(default=None, metadata={"help": "take the batch-cost curve b(n) from this `lrtune profile` JSON instead of measuring it after the warm-up"})
-    out: str = field(default="results/eval", metadata={"help": "output directory"})
+    __pydantic_config__ = STRICT
+
+    task: Text = field(default="gsm_symbolic", metadata={"help": "gsm_symbolic | gsm8k | math500 | aime24 | humaneval | custom"})
+    data: Text | None = field(default=None, metadata={"help": "problem file (JSONL/JSON/parquet) or hub dataset for file tasks"})
+    limit: Problems = field(default=10, metadata={"help": "number of problems (a larger limit later resumes the same run)"})
+    task_seed: Seed = field(default=0, metadata={"help": "problem generator seed (gsm_symbolic)"})
+    heldout_from: Text | None = field(default=None, metadata={"help": "comma list of collect dirs (a verifier's or controller's training data): evaluate only problems whose template none of them holds (gsm_symbolic: the generator template; other tasks: the problem itself)"})
+    problem_ids: Text | None = field(default=None, metadata={"help": "comma list of problem ids, or @FILE with one per line: evaluate exactly these, in this order (from the task's first 20 x --limit + 100 problems; e.g. the problems of an earlier run); --limit caps them"})
+    methods: Text = field(default="target,sd,lr,lr+sd", metadata={"help": "comma list of target | sd | lr | lr+sd, each optionally with /async, /abort (early abort), /reuse (draft-prefix reuse), /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller)"})
+    sweep: Text | None = field(default=None, metadata={"help": "grid, e.g. 'gamma1=1,2,4 gamma2=0,2,4' (adds one method per point)"})
+    mode: Literal["latency", "throughput"] = field(default="latency", metadata={"help": "latency: methods interleaved per problem, one problem at a time; throughput: each method over the whole set with --max-concurrent problems in flight"})
+    max_concurrent: Annotated[int, Interval(ge=1, le=4096)] = field(default=8, metadata={"help": "throughput mode: problems in flight at once"})
+    warmup_tokens: Size = field(default=32, metadata={"help": "tokens per method in the untimed warm-up (0 = none)"})
+    profile: Text | None = field(default=None, metadata={"help": "take the batch-cost curve b(n) from this `lrtune profile` JSON instead of measuring it after the warm-up"})
+    out: Text = field(default="results/eval", metadata={"help": "output directory"})
     overwrite: bool = field(default=False, metadata={"help": "start over in --out (old records are kept as a backup)"})
     plots: bool = field(default=True, metadata={"help": "write PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
@@ -306,28 +315,35 @@ def resume_key(cfg: EvalConfig) -> dict:
     return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
 
 
-def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
-    """Create/validate ``--out``; return it and the records already there."""
-    out = writable_dir(cfg.options.out)
-    key = resume_key(cfg)
+def check_resume(cfg: EvalConfig) -> None:
+    """Phase 1: ``--out`` can take this run (:func:`lrtune.outdir.check_out`) and holds no run
+    of another config unless ``--overwrite``; reads only."""
+    out = check_out(cfg.options.out, "evaluate")
     cfg_path = out / CONFIG
-    if cfg_path.is_file():
-        old = read_json(cfg_path)
-        diff = _changed(old, key) if old is not None else ["unreadable config"]
-        if cfg.options.mode == "throughput" and "options.methods" in diff:
-            # throughput mode decodes method after method anyway: a new --methods list reuses the
-            # finished (problem, method) decodes and decodes only the methods it adds
-            diff.remove("options.methods")
-            log(f"{out}: --methods changed; finished decodes are reused, new methods decoded")
-        if diff and not cfg.options.overwrite:
-            raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
-                              "use another --out, or --overwrite to start over (old records are kept)")
+    if not cfg_path.is_file():
+        return
+    old = read_json(cfg_path)
+    diff = _changed(old, resume_key(cfg)) if old is not None else ["unreadable config"]
+    if cfg.options.mode == "throughput" and "options.methods" in diff:
+        # throughput mode decodes method after method anyway: a new --methods list reuses the
+        # finished (problem, method) decodes and decodes only the methods it adds
+        diff.remove("options.methods")
+        log(f"{out}: --methods changed; finished decodes are reused, new methods decoded")
+    if diff and not cfg.options.overwrite:
+        raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
+                          "use another --out, or --overwrite to start over (old records are kept)")
+
+
+def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
+    """Phase 2 (after :func:`check_resume`): claim ``--out``, set old files aside with
+    ``--overwrite``, record this config; return the directory and the records already there."""
+    out = claim_out(cfg.options.out, "evaluate")
     if cfg.options.overwrite:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for name in (RECORDS, SUMMARY, REPORT, CONFIG, THROUGHPUT):
             if (out / name).exists():
                 (out / name).rename(out / f"{name}.bak-{stamp}")
-    write_atomic(cfg_path, json.dumps(key, indent=1))
+    write_atomic(out / CONFIG, json.dumps(resume_key(cfg), indent=1))
     return out, load_records(out / RECORDS)
 
 
@@ -343,25 +359,23 @@ def run(cfg: EvalConfig) -> Summary:
     from lrtune.tasks import get_task
 
     opts = cfg.options
+    schema.check(opts)
     cfg.decode.validate()
-    if opts.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {opts.limit}")
     specs = parse_methods(opts.methods, opts.sweep, cfg.decode.gamma1, cfg.decode.gamma2)
-    if opts.mode not in MODES:
-        raise ConfigError(f"unknown --mode {opts.mode!r}; choose from {', '.join(MODES)}")
-    if opts.max_concurrent < 1:
-        raise ConfigError(f"--max-concurrent must be >= 1, got {opts.max_concurrent}")
     if opts.mode == "throughput":
         bad = [s.label for s in specs if s.async_lr or s.control == "oracle"]
         if bad:
             raise ConfigError(f"--mode throughput decodes many problems at once; {', '.join(bad)} cannot "
                               "(async LR and oracle run one problem at a time): use --mode latency")
+    if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
+        raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     from lrtune.verifiers import check_verifier_spec
 
     for s in specs:
         s.decode_config(cfg.decode).validate()
         if s.verifier:
             check_verifier_spec(s.verifier)
+    _check_controllers(cfg, specs)
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
         from lrtune.sandbox import require_isolation
@@ -378,10 +392,16 @@ def run(cfg: EvalConfig) -> Summary:
         raise ConfigError(f"no problems to evaluate in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
     if len({p.id for p in problems}) != len(problems):
         raise ConfigError("problem ids are not unique; give every row a distinct 'id'")
-    from lrtune.api import require_a_prompt_that_fits
+    profile_curve = profile_sd = None
+    if opts.profile:
+        profile_curve, profile_sd = read_profile_curve(opts.profile), read_profile_sd_curve(opts.profile)
+    check_resume(cfg)  # cheap: before the models, which may be built on first use
+    from lrtune.api import check_configs, require_a_prompt_that_fits
 
-    # before any file is written or model loads
+    check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
+                  load_all_methods=_uses_draft(cfg, specs))
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
+    # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)
     done = {(r["problem"], r["method"]) for r in records}
     todo = [(p, s) for p in problems for s in specs if (p.id, s.label) not in done]
@@ -393,15 +413,12 @@ def run(cfg: EvalConfig) -> Summary:
     batch_cost = {int(n): float(v) for n, v in previous["batch_cost"].items()} if previous.get("batch_cost") else None
     batch_cost_sd = sd_curve(previous.get("batch_cost_sd"))
     if opts.profile:
-        batch_cost = read_profile_curve(opts.profile)
+        batch_cost = profile_curve
         log(f"batch cost b(n) from {opts.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
-        got = read_profile_sd_curve(opts.profile)
-        batch_cost_sd = None if got is None else {"gamma2": got[0], "curve": got[1]}
-        if got is None and any(s.kind == "lr+sd" for s in specs):
+        batch_cost_sd = None if profile_sd is None else {"gamma2": profile_sd[0], "curve": profile_sd[1]}
+        if profile_sd is None and any(s.kind == "lr+sd" for s in specs):
             log(f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
                 "plain b(n), which SD rows exceed; rerun lrtune profile")
-    if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
-        raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     if todo:
         eng, measured, measured_sd = _start(cfg, specs, task, problems, timing)
         if not opts.profile:
@@ -438,18 +455,29 @@ class _Engines:
         return self.controllers[spec.controller] if spec.controller else self.controller
 
 
-def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
-    from lrtune.api import Decoder
-
-    t0 = time.perf_counter()
-    uses_draft = any(s.kind in ("lr", "lr+sd") for s in specs) or (
+def _uses_draft(cfg: EvalConfig, specs) -> bool:
+    return any(s.kind in ("lr", "lr+sd") for s in specs) or (
         any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft")
+
+
+def _check_controllers(cfg: EvalConfig, specs) -> tuple:
+    """The run's controller and each method's own (``adaptive/c=``), built (cheap: no model
+    loads) so that a bad name or directory fails before ``--out`` is touched."""
     from lrtune.api import build_controller
 
     ctl = build_controller(cfg.models.controller, cfg.decode)
     own = {s.controller: build_controller(s.controller, cfg.decode) for s in specs if s.controller}
     if any(s.control in ("adaptive", "best-fixed") and not s.controller for s in specs) and ctl is None:
         raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
+    return ctl, own
+
+
+def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
+    from lrtune.api import Decoder
+
+    t0 = time.perf_counter()
+    uses_draft = _uses_draft(cfg, specs)
+    ctl, own = _check_controllers(cfg, specs)
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
                                dataclasses.replace(cfg.decode, method="lr+sd"),
                                progress=cfg.options.progress, load_all_methods=uses_draft)
@@ -832,27 +860,16 @@ def machine_info() -> dict:
 
 
 # ---- CLI -------------------------------------------------------------------------------
-def add_arguments(p: ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file with any of these options")
-    add_dataclass_args(p, EvalOptions)
-    add_dataclass_args(p, ModelConfig)
-    add_dataclass_args(p, DecodeConfig, skip=("method",))
-
-
-def make_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="lrtune evaluate", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return p
+COMMAND = Command(("evaluate",), __doc__.splitlines()[0], (
+    Section(EvalOptions), Section(ModelConfig),
+    Section(DecodeConfig, skip=("method",), defaults={k: getattr(EvalConfig().decode, k)
+                                                     for k in ("gamma1", "max_new_tokens", "max_step_tokens")})))
+add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 
 def config_from_args(args) -> EvalConfig:
-    file_values = load_config_file(getattr(args, "config", None))
-    check_unknown_keys(file_values, EvalOptions, ModelConfig, DecodeConfig)
-    defaults = EvalConfig()
-    dec_values = {**{k: getattr(defaults.decode, k) for k in ("gamma1", "max_new_tokens", "max_step_tokens")},
-                  **file_values}
-    return EvalConfig(options=build(EvalOptions, args, file_values), models=build(ModelConfig, args, file_values),
-                      decode=build(DecodeConfig, args, dec_values))
+    options, models, decode = COMMAND.configs(args)
+    return EvalConfig(options=options, models=models, decode=decode)
 
 
 def main(cfg: EvalConfig) -> int:
@@ -865,9 +882,4 @@ def main(cfg: EvalConfig) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    args = make_parser().parse_args()
-    try:
-        raise SystemExit(main(config_from_args(args)))
-    except LrtuneError as e:
-        print(f"lrtune evaluate: error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    COMMAND.main()

@@ -24,17 +24,15 @@ The JSON it writes is what ``lrtune train controller --profile``, ``lrtune evalu
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 from dataclasses import replace
 
 from lrtune.api import ModelConfig
-from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.configs import Command, Section
 from lrtune.decoder import DecodeConfig
-from lrtune.errors import ConfigError, LrtuneError
+from lrtune import schema
 from lrtune.profiling import ProfileOptions, curve_sizes, measure
-from lrtune.runfiles import json_out_file, write_atomic
+from lrtune.runfiles import json_out_file, write_json_file
 
 
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
@@ -42,8 +40,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.api import Decoder
     from lrtune.tasks import get_task
 
-    if opts.gamma1_max < 1 or opts.tokens < 2 or opts.repeats < 1 or opts.sd_gamma2 < 0 or opts.sd_prompts < 1:
-        raise ConfigError("--gamma1-max, --repeats and --sd-prompts must be >= 1, --tokens >= 2, --sd-gamma2 >= 0")
+    schema.check(opts)
     out = json_out_file(opts.out)
     # with SD, one engine (vLLM: the shared SD engine, its drafter off for plain calls) serves every
     # measurement, as in evaluate: a second copy of the target would not fit beside it in float32
@@ -58,27 +55,18 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     prof = {**measure(dec.target, dec.draft, prompts, opts), "backend": models.backend, "target": models.target,
             "draft": models.draft, "dtype": models.dtype, "machine": machine_info(), "options": dataclasses.asdict(opts),
             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    write_atomic(out, json.dumps(prof, indent=1))
+    write_json_file(out, prof)
     dec.close()
     return prof
 
 
-def add_arguments(p: ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file with any of these options")
-    add_dataclass_args(p, ProfileOptions)
-    add_dataclass_args(p, ModelConfig, skip=("verifier", "verifier_threshold", "judge_model", "controller"))
-
-
-def make_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="lrtune profile", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return p
+COMMAND = Command(("profile",), __doc__.splitlines()[0], (
+    Section(ProfileOptions), Section(ModelConfig, skip=("verifier", "verifier_threshold", "judge_model", "controller"))))
+add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 
 def main_from_args(args) -> int:
-    file_values = load_config_file(getattr(args, "config", None))
-    check_unknown_keys(file_values, ProfileOptions, ModelConfig)
-    opts, models = build(ProfileOptions, args, file_values), build(ModelConfig, args, file_values)
+    opts, models = COMMAND.configs(args)
     prof = run(opts, models)
     print(f"c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}; b(n) = " + ", ".join(f"{v:.2f}" for v in prof["batch_cost"])
           + f"; target {prof['target_s_per_token'] * 1000:.0f} ms/token, draft {prof['draft_s_per_token'] * 1000:.0f}"
@@ -87,8 +75,4 @@ def main_from_args(args) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    try:
-        raise SystemExit(main_from_args(make_parser().parse_args()))
-    except LrtuneError as e:
-        print(f"lrtune profile: error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    COMMAND.main()

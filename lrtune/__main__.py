@@ -1,3 +1,3 @@
-from lrtune.cli import main
+from lrtune.entry import main
 
 raise SystemExit(main())

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Annotated, Literal
 
+from annotated_types import Interval
+from pydantic import StringConstraints
+
+from lrtune import schema
 from lrtune.backends.base import Backend
 from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
 from lrtune.errors import ConfigError
+from lrtune.schema import STRICT, Fraction, Share, Text
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.control import ProblemInfo
 from lrtune.verifiers import MODEL_VERIFIERS, Verifier, make_verifier
@@ -24,30 +30,36 @@ BACKENDS = ("vllm", "transformers")
 
 @dataclass
 class ModelConfig:
-    """Which models, engine and verifier to use."""
+    """Which models, engine and verifier to use (each field's type states its range)."""
 
-    target: str = field(default="default", metadata={"help": "target model: 'default', a local HF dir, or a hub id"})
-    draft: str = field(default="default", metadata={"help": "draft model (same tokenizer as the target)"})
-    backend: str = field(default="vllm", metadata={"help": "inference engine: vllm | transformers", "choices": BACKENDS})
-    device: str = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
-    verifier: str = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding | llm_judge | target_score | target_logprob"})
-    judge_model: str | None = field(default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"})
-    verifier_threshold: float | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
-    sd_method: str = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram", "choices": ("draft", "ngram")})
-    dtype: str = field(default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"})
-    kv_cache_gib: float = field(default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"})
-    max_model_len: int = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
-    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
-    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of each GPU that lrtune's vLLM engines use together; target, draft and judge split it by weight size unless --*-gpu-share fixes theirs (GPU only)"})
-    target_gpu_share: float | None = field(default=None, metadata={"help": "GPU memory share of the target engine (with its SD drafter); default: its part of --gpu-memory-utilization by weight size"})
-    draft_gpu_share: float | None = field(default=None, metadata={"help": "GPU memory share of the LR draft engine (default: by weight size)"})
-    judge_gpu_share: float | None = field(default=None, metadata={"help": "GPU memory share of the --judge-model engine (default: by weight size)"})
+    __pydantic_config__ = STRICT
+
+    target: Text = field(default="default", metadata={"help": "target model: 'default', a local HF dir, or a hub id"})
+    draft: Text = field(default="default", metadata={"help": "draft model (same tokenizer as the target)"})
+    backend: Literal["vllm", "transformers"] = field(default="vllm", metadata={"help": "inference engine: vllm | transformers"})
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
+    verifier: Text = field(default="embedding", metadata={"help": "exact | never | always | random(p) | embedding | llm_judge | target_score | target_logprob"})
+    judge_model: Text | None = field(default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"})
+    verifier_threshold: Fraction | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
+    sd_method: Literal["draft", "ngram"] = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram"})
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"})
+    kv_cache_gib: Annotated[float, Interval(gt=0, le=4096)] = field(default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"})
+    max_model_len: Annotated[int, Interval(ge=16, le=10_000_000)] = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
+    tensor_parallel_size: Annotated[int, Interval(ge=1, le=1024)] = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
+    gpu_memory_utilization: Share = field(default=0.9, metadata={"help": "share of each GPU that lrtune's vLLM engines use together; target, draft and judge split it by weight size unless --*-gpu-share fixes theirs (GPU only)"})
+    target_gpu_share: Share | None = field(default=None, metadata={"help": "GPU memory share of the target engine (with its SD drafter); default: its part of --gpu-memory-utilization by weight size"})
+    draft_gpu_share: Share | None = field(default=None, metadata={"help": "GPU memory share of the LR draft engine (default: by weight size)"})
+    judge_gpu_share: Share | None = field(default=None, metadata={"help": "GPU memory share of the --judge-model engine (default: by weight size)"})
     enforce_eager: bool | None = field(default=None, metadata={"help": "vLLM eager mode (no CUDA graphs); default: on for CPU, off for GPU"})
-    max_num_batched_tokens: int | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
-    controller: str | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | grid-ucb | a "
+    max_num_batched_tokens: Annotated[int, Interval(ge=16, le=10_000_000)] | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
+    controller: Text | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | grid-ucb | a "
                                                                     "directory from lrtune train controller (sync LR)"})
     shared_engine: bool = field(default=True, metadata={"help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of the target (saves the target's weights in RAM; vLLM, draft-model SD)"})
-    cache_dir: str | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
+    cache_dir: Text | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
+
+    def validate(self) -> ModelConfig:
+        schema.check(self)
+        return self
 
 
 def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
@@ -145,6 +157,50 @@ def verifier_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@dataclass(frozen=True)
+class ResolvedModels:
+    """What :func:`check_configs` found: model directories and the GPU memory plan."""
+
+    target: str
+    draft: str | None
+    judge: str | None
+    memory: object | None = None  # lrtune.memory.MemoryPlan on a GPU with vLLM
+
+
+def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load_all_methods: bool = False,
+                  progress: bool = True) -> ResolvedModels:
+    """Phase 1 of building a decoder, with no engine started: every option (schema and rules),
+    the verifier spec, the model directories (config and weight headers readable; the default
+    pair is built once if missing), tokenizer compatibility, the judge model and the GPU memory
+    plan. Commands call it before they claim an output directory; ``Decoder.from_configs``
+    calls it too."""
+    from lrtune.models import check_tokenizers_compatible, resolve_model
+
+    cfg.validate()
+    models.validate()
+    spec = verifier if verifier is not None else models.verifier
+    if isinstance(spec, str):
+        from lrtune.verifiers import check_verifier_spec
+
+        check_verifier_spec(spec)
+    if models.max_model_len < cfg.max_step_tokens + 2:
+        raise ConfigError("max_model_len is too small for one step")
+    needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
+    target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
+    draft_path = None
+    if needs_draft:
+        draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
+        check_tokenizers_compatible(target_path, draft_path)
+    judge_dir = judge_path(models, verifier, progress)
+    plan = None
+    if models.backend == "vllm":
+        from lrtune.backends.vllm import gpu_memory_plan
+
+        spec_model = draft_path if models.sd_method == "draft" else None
+        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model)
+    return ResolvedModels(target_path, draft_path, judge_dir, plan)
+
+
 @dataclass
 class DecodeOutput:
     """One prompt's result: text (special tokens removed), generated ids, stats (or ``error``)."""
@@ -199,35 +255,15 @@ class Decoder:
     @classmethod
     def _from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier, progress: bool,
                       load_all_methods: bool, controller) -> Decoder:
-        from lrtune.models import check_tokenizers_compatible, resolve_model
-
-        cfg.validate()
-        if isinstance(verifier if verifier is not None else models.verifier, str):
-            from lrtune.verifiers import check_verifier_spec
-
-            check_verifier_spec(verifier if verifier is not None else models.verifier)  # before any model loads
-        if models.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {models.backend!r}; choose from {', '.join(BACKENDS)}")
-        if models.sd_method not in ("draft", "ngram"):
-            raise ConfigError(f"unknown sd method {models.sd_method!r} (draft|ngram)")
-        if models.max_model_len < cfg.max_step_tokens + 2:
-            raise ConfigError("max_model_len is too small for one step")
-        needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
-        target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
-        draft_path = None
-        if needs_draft:
-            draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
-            check_tokenizers_compatible(target_path, draft_path)
-        judge_dir = judge_path(models, verifier, progress)
+        paths = check_configs(models, cfg, verifier=verifier, load_all_methods=load_all_methods, progress=progress)
+        target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
         if models.backend == "transformers":
             dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir)
             dec.decoder.controller = controller
             return dec
-        from lrtune.backends.vllm import VLLMBackend, VLLMConfig, gpu_memory_plan
+        from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
-        spec_model = draft_path if models.sd_method == "draft" else None
-        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model)
-        shares = plan.shares if plan is not None else {}
+        shares = paths.memory.shares if paths.memory is not None else {}
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
                       max_num_batched_tokens=models.max_num_batched_tokens, enforce_eager=models.enforce_eager)
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.

@@ -8,9 +8,7 @@ one call of N·r rows, so problems finish at a rate proportional to N / b(N·r):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from lrtune.errors import ConfigError
 
@@ -81,7 +79,9 @@ def _from_profile(path: str, read):
     """``read(data)`` of the profile JSON at ``path``; a ConfigError names the file when it is
     unreadable or ``read`` finds it malformed (KeyError, TypeError, ValueError)."""
     try:
-        return read(json.loads(Path(path).expanduser().read_text(encoding="utf-8")))
+        from lrtune.inputs import read_json
+
+        return read(read_json(path, "--profile"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ValueError: bad JSON, not UTF-8
         raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
 

@@ -13,18 +13,39 @@ Commands:
     lrtune pipeline --config pipeline.yaml        the whole loop for any models/tasks
     lrtune doctor [--timing] [--json F]           check what this machine runs (engines, code paths, equality)
 
-Every user error prints one line ``lrtune: error: ...`` and exits with status 2.
+Every user error prints one line ``lrtune: error: ...`` and exits with status 2; anything
+unexpected one line and status 1 (``--debug`` shows the traceback); Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
+
+from dataclasses import dataclass, field
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
-from lrtune.errors import LrtuneError
+from lrtune.schema import STRICT, ProblemIndex, Seed, Text
+from lrtune.errors import LrtuneError, one_line, os_error_message
+
+
+@dataclass
+class DecodeOptions:
+    """What ``lrtune decode`` decodes and prints (models: ModelConfig; decoding: DecodeConfig)."""
+
+    __pydantic_config__ = STRICT
+
+    prompt: Text | None = field(default=None, metadata={"help": "the user prompt (chat template applied)", "flag": "PROMPT"})
+    task_problem: ProblemIndex | None = field(default=None, metadata={"help": "decode problem N of --task instead of PROMPT"})
+    task: Text = field(default="gsm_symbolic", metadata={"help": "task for --task-problem"})
+    task_seed: Seed = field(default=0, metadata={"help": "task generator seed"})
+    chat: bool = field(default=True, metadata={"help": "apply the chat template to PROMPT (--no-chat: feed it raw)"})
+    json: bool = field(default=False, metadata={"help": "print one JSON object instead of text + table"})
 
 
 def make_parser() -> ArgumentParser:
@@ -36,12 +57,8 @@ def make_parser() -> ArgumentParser:
 
     dec = sub.add_parser("decode", help="decode one prompt with target | sd | lr | lr+sd")
     dec.add_argument("prompt", nargs="?", help="the user prompt (chat template applied)")
-    dec.add_argument("--task-problem", type=int, metavar="N", help="decode problem N of --task instead of PROMPT")
-    dec.add_argument("--task", default="gsm_symbolic", help="task for --task-problem (default: gsm_symbolic)")
-    dec.add_argument("--task-seed", type=int, default=0, help="task generator seed (default: 0)")
-    dec.add_argument("--no-chat", action="store_true", help="feed PROMPT raw, without the chat template")
-    dec.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
     dec.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(dec, DecodeOptions, skip=("prompt",))
     add_dataclass_args(dec, ModelConfig)
     add_dataclass_args(dec, DecodeConfig)
 
@@ -92,43 +109,106 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the only place errors become exit statuses (one line on stderr each):
+
+    * an error the user can fix (:class:`LrtuneError`, an unreadable file): exit 2;
+    * anything unexpected: one line naming the exception and ``--debug``, exit 1
+      (``--debug`` anywhere on the command line shows the traceback instead);
+    * Ctrl-C, at any point, start-up included: ``lrtune: interrupted``, exit 130.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("LRTUNE_DEBUG") == "1"
+    argv = [a for a in argv if a != "--debug"]
     # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read
     # from the environment when torch loads, which the commands below do; a user value wins
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    args = make_parser().parse_args(argv)
-    try:
-        if args.command == "decode":
-            return cmd_decode(args)
-        if args.command == "prepare":
-            return cmd_prepare(args)
-        if args.command == "doctor":
-            from lrtune.doctor import DoctorOptions
-            from lrtune.doctor import main as doctor_main
+    with _one_line_warnings(debug):
+        try:
+            return _dispatch(make_parser().parse_args(argv))
+        except SystemExit as e:  # argparse: --help (0) or a bad flag (2, its line already printed)
+            return e.code if isinstance(e.code, int) else 2
+        except KeyboardInterrupt:
+            sys.stderr.write("lrtune: interrupted\n")
+            return 130
+        except LrtuneError as e:
+            return _fail(str(e), e.exit_code)
+        except OSError as e:
+            return _fail(os_error_message(e), 2)
+        except MemoryError:
+            return _fail("out of memory (lower --limit, --max-concurrent or the model sizes)", 1)
+        except Exception as e:  # noqa: BLE001 - the one boundary for unexpected errors
+            if _caused_by_interrupt(e):  # e.g. "Error calling __set_name__" wrapping a Ctrl-C mid-import
+                sys.stderr.write("lrtune: interrupted\n")
+                return 130
+            if debug:
+                raise
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            return _fail(f"unexpected {type(e).__name__}: {first} (rerun with --debug for the traceback)", 1)
 
-            return doctor_main(build(DoctorOptions, args, {}))
-        if args.command == "collect":
-            from data_gen.collect import main_from_args
 
-            return main_from_args(args)
-        if args.command in ("demo", "pipeline"):
-            return cmd_pipeline(args)
-        if args.command == "profile":
-            from eval.profile import main_from_args as profile_main
+def _caused_by_interrupt(e: BaseException) -> bool:
+    """True when a KeyboardInterrupt is in ``e``'s chain of causes and contexts."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
-            return profile_main(args)
-        if args.command == "train":
-            return cmd_train(args)
-        if args.command == "evaluate":
-            from eval.evaluate import config_from_args
-            from eval.evaluate import main as evaluate_main
 
-            return evaluate_main(config_from_args(args))
-    except LrtuneError as e:
-        sys.stderr.write(f"lrtune: error: {e}\n")
-        return e.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("lrtune: interrupted\n")
-        return 130
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"lrtune: error: {one_line(message)}\n")
+    return code
+
+
+@contextlib.contextmanager
+def _one_line_warnings(debug: bool):
+    """lrtune's own warnings as one ``lrtune: warning:`` line each; third-party warnings
+    (torch, vLLM, transformers) silenced unless ``--debug``."""
+    if debug:
+        yield
+        return
+    mine = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in ("lrtune", "eval", "data_gen", "train",
+                                                                          "policies"))
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(filename).startswith(mine):
+            sys.stderr.write(f"lrtune: warning: {one_line(message)}\n")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
+def _dispatch(args) -> int:
+    if args.command == "decode":
+        return cmd_decode(args)
+    if args.command == "prepare":
+        return cmd_prepare(args)
+    if args.command == "doctor":
+        from lrtune.doctor import DoctorOptions
+        from lrtune.doctor import main as doctor_main
+
+        return doctor_main(build(DoctorOptions, args, {}))
+    if args.command == "collect":
+        from data_gen.collect import main_from_args
+
+        return main_from_args(args)
+    if args.command in ("demo", "pipeline"):
+        return cmd_pipeline(args)
+    if args.command == "profile":
+        from eval.profile import main_from_args as profile_main
+
+        return profile_main(args)
+    if args.command == "train":
+        return cmd_train(args)
+    if args.command == "evaluate":
+        from eval.evaluate import config_from_args
+        from eval.evaluate import main as evaluate_main
+
+        return evaluate_main(config_from_args(args))
     return 2
 
 
@@ -176,33 +256,31 @@ def cmd_decode(args) -> int:
     from lrtune.errors import ConfigError
 
     file_values = load_config_file(args.config)
-    check_unknown_keys(file_values, ModelConfig, DecodeConfig, extra=("prompt", "task", "task_problem", "task_seed"))
-    models = build(ModelConfig, args, file_values)
+    check_unknown_keys(file_values, ModelConfig, DecodeConfig, DecodeOptions)
+    opts = build(DecodeOptions, args, file_values)
+    models = build(ModelConfig, args, file_values).validate()
     cfg = build(DecodeConfig, args, file_values).validate()
-    prompt = args.prompt if args.prompt is not None else file_values.get("prompt")
-    problem = task = None
-    if args.task_problem is not None:
+    prompt, problem, task = opts.prompt, None, None
+    if opts.task_problem is not None:
         from lrtune.tasks import get_task
 
         if prompt is not None:
             raise ConfigError("give either PROMPT or --task-problem, not both")
-        if args.task_problem < 0:
-            raise ConfigError("--task-problem must be >= 0")
-        task = get_task(args.task)
-        problem = task.load(limit=args.task_problem + 1, seed=args.task_seed)[args.task_problem]
+        task = get_task(opts.task)
+        problem = task.load(limit=opts.task_problem + 1, seed=opts.task_seed)[opts.task_problem]
         prompt = task.prompt(problem)
-    if prompt is None or not str(prompt).strip():
+    if prompt is None or not prompt.strip():
         raise ConfigError("empty prompt: pass PROMPT or --task-problem N")
 
-    dec = Decoder.from_configs(models, cfg, progress=not args.json)
-    out = dec.generate([prompt], chat=not args.no_chat)[0]
+    dec = Decoder.from_configs(models, cfg, progress=not opts.json)
+    out = dec.generate([prompt], chat=opts.chat)[0]
     if out.error:
         raise ConfigError(out.error)
     record = {"method": cfg.method, "text": out.text, "finish": out.finish, "stats": out.stats.to_dict()}
     if problem is not None:
         pred, ok = task.check(problem, out.text)
         record.update(problem_id=problem.id, expected=problem.answer, answer=pred, correct=ok)
-    if args.json:
+    if opts.json:
         print(json.dumps(record))
     else:
         print(out.text)

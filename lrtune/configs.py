@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from lrtune import schema
 from lrtune.errors import ConfigError
 
 
@@ -24,7 +24,9 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        from lrtune.errors import one_line
+
+        sys.stderr.write(f"lrtune: error: {one_line(message)} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
 
@@ -47,76 +49,59 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             continue
         conv = _converter(typ)
         group.add_argument(flag, dest=f.name, type=conv, default=None, metavar=f.name.upper(),
-                           choices=f.metadata.get("choices"), help=f"{help_} (default: {default!r})")
+                           choices=_choices(f, typ), help=f"{help_} (default: {default!r})")
 
 
 def _converter(typ: Any):
-    s = str(typ)
-    if typ is int or s == "int":
-        return int
-    if typ is float or s == "float":
-        return float
-    if "int" in s and "None" in s:
-        return int
-    if "float" in s and "None" in s:
-        return float
+    """The argparse type of a field: int or float (also inside ``X | None``), else str."""
+    args = [a for a in (get_args(typ) or (typ,)) if a is not type(None)]
+    for kind in (bool, int, float):
+        if kind in args and kind is not bool:
+            return kind
     return str
 
 
+def _choices(f: dataclasses.Field, typ: Any):
+    """The allowed values of a field: its ``choices`` metadata, or its ``Literal[...]`` values."""
+    if f.metadata.get("choices"):
+        return f.metadata["choices"]
+    args = [a for a in (get_args(typ) or ()) if a is not type(None)]
+    if get_origin(typ) is Literal:
+        return tuple(get_args(typ))
+    lits = [a for a in args if get_origin(a) is Literal]
+    return tuple(get_args(lits[0])) if lits else None
+
+
 def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> Any:
-    """Instantiate ``cls`` from YAML values overridden by explicit flags; a file value of
-    the wrong type (``gamma1: 2.5``, ``gamma1: "abc"``) is a ConfigError (see :func:`checked`)."""
-    hints = get_type_hints(cls)
+    """Instantiate ``cls`` from YAML values overridden by explicit flags, validated against
+    its schema (:func:`lrtune.schema.check`: type, range, finiteness, allowed values), so a
+    file value of the wrong type (``gamma1: 2.5``, ``gamma1: "abc"``) or a flag out of range
+    (``--temperature nan``) is one ConfigError line before anything runs."""
     names = {f.name for f in dataclasses.fields(cls)}
-    values = {k: checked(k, v, hints[k]) for k, v in file_values.items() if k in names}
+    values = {k: v for k, v in file_values.items() if k in names}
     for name in names:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
-    return cls(**values)
-
-
-def checked(name: str, value: Any, typ: Any) -> Any:
-    """``value`` as the field type ``typ`` (int, float, bool, str, or one of them | None):
-    ints pass as floats, nothing else converts; ConfigError names the option otherwise."""
-    s = str(typ)
-    optional = "None" in s
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"option {name!r} must not be empty (null)")
-    kinds = [k for k in ("bool", "int", "float", "str") if k in s.replace("Optional", "")] or ["str"]
-    if isinstance(value, bool):
-        if "bool" in kinds:
-            return value
-    elif isinstance(value, int) and ("int" in kinds or "float" in kinds):
-        return value if "int" in kinds else float(value)
-    elif isinstance(value, float) and "float" in kinds:
-        return value
-    elif isinstance(value, str) and "str" in kinds:
-        return value
-    want = " or ".join({"bool": "true/false", "int": "an integer", "float": "a number", "str": "text"}[k] for k in kinds)
-    raise ConfigError(f"option {name!r} must be {want}, got {value!r} ({type(value).__name__})")
+    obj = cls(**values)
+    return schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
-    """Flat mapping from a YAML (or JSON) file; keys may use ``-`` or ``_``."""
+    """Flat mapping from a YAML (or JSON) file; keys may use ``-`` or ``_``. Parsed safely
+    (:func:`lrtune.inputs.read_yaml_mapping`: size, UTF-8, no aliases, no key twice)."""
     if not path:
         return {}
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    import yaml
+    from lrtune.inputs import read_yaml_mapping
 
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"cannot parse {path}: {str(e).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of option: value")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    data = read_yaml_mapping(path, "config file")
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        name = str(k).replace("-", "_")
+        if name in out:
+            raise ConfigError(f"config file {path}: {k!r} is given twice (as - and _)")
+        out[name] = v
+    return out
 
 
 def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple[str, ...] = ()) -> None:
@@ -126,3 +111,50 @@ def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) in config file: {', '.join(unknown)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One config dataclass of a command: its flags (``skip`` left out, ``help`` replacing
+    some texts) and the command's own defaults for some fields (a file or a flag wins)."""
+
+    cls: type
+    skip: tuple[str, ...] = ()
+    help: dict[str, str] | None = None
+    defaults: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A stage command's command line: its config sections, built from flags and ``--config
+    FILE`` (validated against the schema), and its ``python -m`` entry, which runs through
+    the CLI's one error boundary (:func:`lrtune.cli.main`). Every stage's CLI tail is this."""
+
+    words: tuple[str, ...]  # ("train", "verifier"): `lrtune train verifier`
+    description: str
+    sections: tuple[Section, ...]
+    extra: Any = None  # optional ``extra(parser)`` adding hand-written flags
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="YAML file with any of these options")
+        if self.extra is not None:
+            self.extra(p)
+        for s in self.sections:
+            add_dataclass_args(p, s.cls, skip=s.skip, help=s.help)
+
+    def make_parser(self) -> ArgumentParser:
+        p = ArgumentParser(prog="lrtune " + " ".join(self.words), description=self.description)
+        self.add_arguments(p)
+        return p
+
+    def configs(self, args: argparse.Namespace) -> list[Any]:
+        """One validated instance per section, from the ``--config`` file and the flags."""
+        file_values = load_config_file(getattr(args, "config", None))
+        check_unknown_keys(file_values, *(s.cls for s in self.sections))
+        return [build(s.cls, args, {**(s.defaults or {}), **file_values}) for s in self.sections]
+
+    def main(self) -> None:
+        """``python -m <stage> ARGS``: the same as ``lrtune <words> ARGS``."""
+        from lrtune.cli import main
+
+        raise SystemExit(main([*self.words, *sys.argv[1:]]))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lrtune import pairstats
 from lrtune.errors import ConfigError
-from lrtune.runfiles import backup_path, writable_dir, write_atomic
+from lrtune.runfiles import backup_path, write_atomic
 from lrtune.store import all_entries
 from lrtune.verifiers.judge import JUDGE_FORMS, default_threshold
 
@@ -148,10 +148,9 @@ def _first_line(e: Exception) -> str:
 def read_config(path: Path) -> dict:
     """The collect config in ``path``; a ConfigError naming it when it is not a JSON object
     (UTF-8) whose ``options``, ``models`` and ``decode`` are objects."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ConfigError(f"{path}: not readable JSON ({_first_line(e)})") from None
+    from lrtune.inputs import read_json
+
+    data = read_json(path, "collect config")
     sections = ("options", "models", "decode")
     if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in sections):
         raise ConfigError(f"{path}: not a collect config (a JSON object with options, models, decode)")
@@ -176,10 +175,11 @@ def merge(dirs: list[str], out: str, force_new: bool = False) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    srcs = [Path(d).expanduser() for d in dirs]
-    for s in srcs:
-        if not s.is_dir():
-            raise ConfigError(f"not a directory: {s}")
+    from lrtune.inputs import checked_dir
+    from lrtune.outdir import check_out
+
+    check_out(out, "collect --merge")
+    srcs = [checked_dir(d, "--merge") for d in dirs]
     found = [read_config(s / CONFIG) for s in srcs if (s / CONFIG).is_file()]
     if len({_settings(c) for c in found}) > 1:
         raise ConfigError("the directories were collected with different settings (only the problems -- task, "
@@ -213,9 +213,11 @@ def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool)
     if why and not force_new:
         raise ConfigError(f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a "
                           "backup folder)")
+    from lrtune.outdir import claim_out
+
     if why:
         move_to_backup(dest)
-    return writable_dir(dest)
+    return claim_out(dest, "collect --merge")
 
 
 def _merge_conflict(dest: Path, merged: dict | None, ids: set[str]) -> str | None:

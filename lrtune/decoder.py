@@ -28,13 +28,18 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Annotated, Literal
+
+from annotated_types import Interval
+from pydantic import StringConstraints
 
 from lrtune.backends.base import (Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row,
                                   split_counters)
 from lrtune.reuse import joined_step, matched_tokens, row_params, split_scores, whole_draft
 from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome
+from lrtune import schema
 from lrtune.errors import ConfigError
+from lrtune.schema import STRICT, Count, Gamma, Seed, Size
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import DEFAULT_DELIMITER, split_steps
 from lrtune.verifiers import StepPair, Verifier, accept
@@ -49,22 +54,25 @@ DRAFT_TOP_K = 20  # top-k logprobs per draft token where draft steps are scored 
 
 @dataclass
 class DecodeConfig:
-    """How to decode one prompt. Ranges are checked by :meth:`validate`."""
+    """How to decode one prompt. Each field's type states its range (:mod:`lrtune.schema`);
+    :meth:`validate` checks them and the rules between options."""
 
-    method: str = field(default="lr+sd", metadata={"help": "target | sd | lr | lr+sd"})
-    gamma1: int = field(default=3, metadata={"help": f"draft steps per LR round (1..{GAMMA_MAX})"})
-    gamma2: int = field(default=4, metadata={"help": f"draft tokens per SD iteration (1..{GAMMA_MAX}); sd and lr+sd"})
-    max_new_tokens: int = field(default=512, metadata={"help": "generated-token budget per prompt"})
-    max_step_tokens: int = field(default=128, metadata={"help": "a step ends after this many tokens at the latest"})
-    temperature: float = field(default=0.0, metadata={"help": "0 = greedy"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (temperature > 0)"})
-    seed: int = field(default=0, metadata={"help": "seed of all sampling (per round and position)"})
-    delimiter: str = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
-    context_tokens: int = field(default=256, metadata={"help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"})
-    width: int = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps)"})
+    __pydantic_config__ = STRICT
+
+    method: Method = field(default="lr+sd", metadata={"help": "target | sd | lr | lr+sd"})
+    gamma1: Gamma = field(default=3, metadata={"help": f"draft steps per LR round (1..{GAMMA_MAX})"})
+    gamma2: Gamma = field(default=4, metadata={"help": f"draft tokens per SD iteration (1..{GAMMA_MAX}); sd and lr+sd"})
+    max_new_tokens: Count = field(default=512, metadata={"help": "generated-token budget per prompt"})
+    max_step_tokens: Count = field(default=128, metadata={"help": "a step ends after this many tokens at the latest"})
+    temperature: Annotated[float, Interval(ge=0, le=100)] = field(default=0.0, metadata={"help": "0 = greedy"})
+    top_p: Annotated[float, Interval(gt=0, le=1)] = field(default=1.0, metadata={"help": "nucleus sampling mass (temperature > 0)"})
+    seed: Seed = field(default=0, metadata={"help": "seed of all sampling (per round and position)"})
+    delimiter: Annotated[str, StringConstraints(min_length=1, max_length=64)] = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
+    context_tokens: Size = field(default=256, metadata={"help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"})
+    width: Annotated[int, Interval(ge=1, le=8)] = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps)"})
     logprobs: bool = field(default=False, metadata={"help": "keep per-token logprobs of LR steps (for collect features)"})
     async_lr: bool = field(default=False, metadata={"help": "pipelined (async) LR: target steps start as soon as their draft prefix exists", "flag": "--async"})
-    branch_temperature: float = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
+    branch_temperature: Annotated[float, Interval(gt=0, le=100)] = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
     early_abort: bool = field(default=False, metadata={"help": "sync LR, width 1: judge each position as soon as its target step ends and stop the target rows a rejection makes useless (positions after a rejection then get no verdict)"})
     score_drafts: bool = field(default=False, metadata={"help": "sync LR: score each draft step with the target's log-probabilities, read off the prefill of the target row that follows it (StepPair.draft_scores; always on when the verifier reads them)"})
     reuse_drafts: bool = field(default=False, metadata={"help": "sync LR, greedy, width 1: one prefill of the draft chain on the target finds the leading tokens of each draft step that are the target's own greedy choice; each target row starts after them (a step the target would write token for token needs no row). Outputs unchanged (lrtune.reuse)"})
@@ -78,12 +86,8 @@ class DecodeConfig:
         return self.method in ("sd", "lr+sd")
 
     def validate(self) -> DecodeConfig:
-        if self.method not in METHODS:
-            raise ConfigError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
-        if self.uses_lr and not 1 <= self.gamma1 <= GAMMA_MAX:
-            raise ConfigError(f"gamma1 must be in 1..{GAMMA_MAX}, got {self.gamma1}")
-        if self.uses_lr and not 1 <= self.width <= 8:
-            raise ConfigError(f"width must be in 1..8, got {self.width}")
+        """The schema (types, ranges, choices) and the rules between options; returns self."""
+        schema.check(self)
         if self.async_lr and self.width > 1:
             raise ConfigError("async LR drafts one branch (width 1)")
         if self.early_abort and (self.width > 1 or self.async_lr):
@@ -96,20 +100,6 @@ class DecodeConfig:
                               "drop --logprobs or --reuse-drafts")
         if self.score_drafts and self.async_lr:
             raise ConfigError("draft-step scores come from sync LR's target rows: drop --async")
-        if self.branch_temperature <= 0:
-            raise ConfigError(f"branch_temperature must be > 0, got {self.branch_temperature}")
-        if self.uses_sd and not 1 <= self.gamma2 <= GAMMA_MAX:
-            raise ConfigError(f"gamma2 must be in 1..{GAMMA_MAX}, got {self.gamma2}")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.max_step_tokens < 1:
-            raise ConfigError(f"max_step_tokens must be >= 1, got {self.max_step_tokens}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not self.delimiter:
-            raise ConfigError("the step delimiter must not be empty")
         return self
 
 

@@ -38,40 +38,39 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Annotated, Literal
 
+from annotated_types import Interval
+from pydantic import StringConstraints
+
+from lrtune import schema
 from lrtune.errors import ConfigError, LrtuneError
-
-MODEL_SETS = ("tiny", "random", "default")
+from lrtune.schema import STRICT, Share, Text
 
 
 @dataclass
 class DoctorOptions:
-    models: str = field(default="tiny", metadata={"help": "tiny (trained on the spot, ~20 s on a CPU) | random (random weights shaped like the default pair; a GPU with no network) | default (the offline default pair)", "choices": MODEL_SETS})
-    target: str | None = field(default=None, metadata={"help": "a target model directory (with --draft; overrides --models)"})
-    draft: str | None = field(default=None, metadata={"help": "the draft model directory for --target"})
-    backend: str = field(default="auto", metadata={"help": "auto (vllm where installed, else transformers) | vllm | transformers", "choices": ("auto", "vllm", "transformers")})
-    device: str = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
-    dtype: str = field(default="auto", metadata={"help": "model dtype (auto: as lrtune would choose)"})
-    gamma2: int = field(default=3, metadata={"help": "draft tokens per SD pass of the shared SD engine"})
-    max_new_tokens: int = field(default=48, metadata={"help": "tokens per greedy-equality decode"})
+    __pydantic_config__ = STRICT
+
+    models: Literal["tiny", "random", "default"] = field(default="tiny", metadata={"help": "tiny (trained on the spot, ~20 s on a CPU) | random (random weights shaped like the default pair; a GPU with no network) | default (the offline default pair)"})
+    target: Text | None = field(default=None, metadata={"help": "a target model directory (with --draft; overrides --models)"})
+    draft: Text | None = field(default=None, metadata={"help": "the draft model directory for --target"})
+    backend: Literal["auto", "vllm", "transformers"] = field(default="auto", metadata={"help": "auto (vllm where installed, else transformers) | vllm | transformers"})
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata={"help": "model dtype (auto: as lrtune would choose)"})
+    gamma2: Annotated[int, Interval(ge=1, le=8)] = field(default=3, metadata={"help": "draft tokens per SD pass of the shared SD engine"})
+    max_new_tokens: Annotated[int, Interval(ge=4, le=4096)] = field(default=48, metadata={"help": "tokens per greedy-equality decode"})
     timing: bool = field(default=False, metadata={"help": "also measure ms/token, c1, c2 and b(n)"})
-    timing_tokens: int = field(default=32, metadata={"help": "tokens per timed generation"})
-    json: str | None = field(default=None, metadata={"help": "write every check as JSON to this file (- = stdout)"})
-    kv_cache_gib: float = field(default=0.5, metadata={"help": "KV cache per engine on CPU, GiB"})
-    gpu_memory_utilization: float = field(default=0.5, metadata={"help": "share of the GPU the doctor's engines use together"})
-    cache_dir: str | None = field(default=None, metadata={"help": "model cache root (default ~/.cache/lrtune)"})
+    timing_tokens: Annotated[int, Interval(ge=4, le=4096)] = field(default=32, metadata={"help": "tokens per timed generation"})
+    json: Text | None = field(default=None, metadata={"help": "write every check as JSON to this file (- = stdout)"})
+    kv_cache_gib: Annotated[float, Interval(gt=0, le=1024)] = field(default=0.5, metadata={"help": "KV cache per engine on CPU, GiB"})
+    gpu_memory_utilization: Share = field(default=0.5, metadata={"help": "share of the GPU the doctor's engines use together"})
+    cache_dir: Text | None = field(default=None, metadata={"help": "model cache root (default ~/.cache/lrtune)"})
 
     def validate(self) -> DoctorOptions:
+        schema.check(self)
         if (self.target is None) != (self.draft is None):
             raise ConfigError("--target and --draft go together")
-        if not 1 <= self.gamma2 <= 8:
-            raise ConfigError(f"--gamma2 must be in 1..8, got {self.gamma2}")
-        if not 4 <= self.max_new_tokens <= 4096 or not 4 <= self.timing_tokens <= 4096:
-            raise ConfigError("--max-new-tokens and --timing-tokens must be in 4..4096")
-        if not 0 < self.kv_cache_gib <= 1024:
-            raise ConfigError(f"--kv-cache-gib must be in (0, 1024], got {self.kv_cache_gib}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         return self
 
 
@@ -138,20 +137,18 @@ def print_check(c: Check) -> None:
 
 
 def main(opts: DoctorOptions) -> int:
-    from lrtune.runfiles import write_atomic
+    from lrtune.runfiles import json_out_file, write_json_file
 
     opts.validate()
     out = None
     if opts.json and opts.json != "-":
-        from lrtune.runfiles import json_out_file as out_file
-
-        out = out_file(opts.json)  # a bad path fails before any check runs
+        out = json_out_file(opts.json, "--json")  # a bad path fails before any check runs
     report = run(opts, print_check if opts.json != "-" else (lambda c: None))
     text = json.dumps(report, indent=1)
     if opts.json == "-":
         sys.stdout.write(text + "\n")
     elif out is not None:
-        write_atomic(out, text)
+        write_json_file(out, report)
         print(f"wrote {out}")
     failed = [c["name"] for c in report["checks"] if c["status"] == "fail"]
     if failed and opts.json != "-":

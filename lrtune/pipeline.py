@@ -16,6 +16,9 @@ Like ``cli.py`` this is a face of the library: it is the one module of ``lrtune`
 
 from __future__ import annotations
 
+from lrtune import schema
+from lrtune.schema import STRICT, Count, Gamma, Problems, Seed, Text
+
 import dataclasses
 import json
 import time
@@ -25,7 +28,8 @@ from pathlib import Path
 from lrtune.api import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import log, writable_dir, write_atomic
+from lrtune.outdir import check_out, claim_out
+from lrtune.runfiles import log, write_atomic
 
 @dataclass(frozen=True)
 class DemoSize:
@@ -68,23 +72,25 @@ SIZES = {
 class PipelineOptions:
     """The loop's settings (models and engine: ModelConfig; see also ``--size``)."""
 
-    out: str = field(default="results/demo", metadata={"help": "root of every stage's output"})
+    __pydantic_config__ = STRICT
+
+    out: Text = field(default="results/demo", metadata={"help": "root of every stage's output"})
     size: str = field(default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, epochs, splits)",
                                                     "choices": tuple(SIZES)})
-    task: str = field(default="gsm_symbolic", metadata={"help": "task of every stage"})
-    data: str | None = field(default=None, metadata={"help": "problem file for file tasks"})
-    collect_problems: int | None = field(default=None, metadata={"help": "problems to collect (default: by --size)"})
-    eval_problems: int | None = field(default=None, metadata={"help": "held-out problems to evaluate (default: by --size)"})
-    eval_task_seed: int = field(default=1, metadata={"help": "generator seed of the held-out problems (collect uses 0)"})
-    teacher: str = field(default="llm_judge", metadata={"help": "teacher verifier of collect (and of the judge row where the size has one)"})
-    student: str = field(default="cross-encoder", metadata={"help": "distilled verifier kind"})
-    gamma1: int = field(default=3, metadata={"help": "γ1 of collect and of the fixed lr+sd rows"})
-    gamma2: int = field(default=4, metadata={"help": "γ2 of collect and of the fixed rows"})
-    max_new_tokens: int | None = field(default=None, metadata={"help": "token budget per held-out problem (default: by --size)"})
-    collect_tokens: int | None = field(default=None, metadata={"help": "token budget per collected problem (default: by --size)"})
-    min_train_pairs: int | None = field(default=None, metadata={"help": "refuse to train the student on fewer pairs "
+    task: Text = field(default="gsm_symbolic", metadata={"help": "task of every stage"})
+    data: Text | None = field(default=None, metadata={"help": "problem file for file tasks"})
+    collect_problems: Problems | None = field(default=None, metadata={"help": "problems to collect (default: by --size)"})
+    eval_problems: Problems | None = field(default=None, metadata={"help": "held-out problems to evaluate (default: by --size)"})
+    eval_task_seed: Seed = field(default=1, metadata={"help": "generator seed of the held-out problems (collect uses 0)"})
+    teacher: Text = field(default="llm_judge", metadata={"help": "teacher verifier of collect (and of the judge row where the size has one)"})
+    student: Text = field(default="cross-encoder", metadata={"help": "distilled verifier kind"})
+    gamma1: Gamma = field(default=3, metadata={"help": "γ1 of collect and of the fixed lr+sd rows"})
+    gamma2: Gamma = field(default=4, metadata={"help": "γ2 of collect and of the fixed rows"})
+    max_new_tokens: Count | None = field(default=None, metadata={"help": "token budget per held-out problem (default: by --size)"})
+    collect_tokens: Count | None = field(default=None, metadata={"help": "token budget per collected problem (default: by --size)"})
+    min_train_pairs: Count | None = field(default=None, metadata={"help": "refuse to train the student on fewer pairs "
                                                                         "(default: by --size; 20 but for tiny)"})
-    max_step_tokens: int = field(default=96, metadata={"help": "a step ends after this many tokens at the latest"})
+    max_step_tokens: Count = field(default=96, metadata={"help": "a step ends after this many tokens at the latest"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
 
@@ -123,6 +129,24 @@ def run_stage(name: str, argv: list[str]) -> None:
                           "re-run the same command: finished stages are skipped")
 
 
+def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig) -> None:
+    """Phase 1 of the loop, before any stage starts or ``--out`` is touched: every option
+    (schema), the task, teacher and student, the models and the output root."""
+    from lrtune.api import check_configs
+    from lrtune.tasks import get_task
+    from lrtune.verifiers.distilled import STUDENT_KINDS
+
+    from data_gen.rollout import parse_teacher
+
+    schema.check(opts)
+    get_task(opts.task)
+    parse_teacher(opts.teacher)
+    if opts.student not in STUDENT_KINDS:
+        raise ConfigError(f"--student: must be one of {', '.join(STUDENT_KINDS)}, got {opts.student!r}")
+    check_out(opts.out, "pipeline")
+    check_configs(models, decode, load_all_methods=True)
+
+
 def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     """Run (or resume) every stage; returns the evaluation summary and stage timings."""
     from eval.evaluate import EvalOptions
@@ -135,10 +159,11 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     if opts.size not in SIZES:
         raise ConfigError(f"unknown --size {opts.size!r}; choose from {', '.join(SIZES)}")
     size = _sized(opts)
-    root = writable_dir(opts.out)
     models = dataclasses.replace(models, controller=None)
     decode = DecodeConfig(method="lr+sd", gamma1=opts.gamma1, gamma2=opts.gamma2, max_new_tokens=size.eval_tokens,
                           max_step_tokens=opts.max_step_tokens)
+    validate(opts, models, decode)
+    root = claim_out(opts.out, "pipeline")  # phase 2: every input checked
     model_flags = to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None))
     collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens, logprobs=None,
                                                  async_lr=None))

@@ -6,6 +6,12 @@ n rows relative to one). ``lrtune profile`` (``eval/profile.py``) and ``lrtune d
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from annotated_types import Interval
+
+from lrtune.schema import STRICT, Text
+
 from dataclasses import dataclass, field, replace
 
 from lrtune.errors import ConfigError
@@ -14,15 +20,17 @@ from lrtune.runfiles import log
 
 @dataclass
 class ProfileOptions:
-    out: str = field(default="results/profile.json", metadata={"help": "JSON file to write"})
-    gamma1_max: int = field(default=6, metadata={"help": "measure b(n) up to n = gamma1_max + 1"})
-    tokens: int = field(default=32, metadata={"help": "tokens per timed generation"})
-    repeats: int = field(default=2, metadata={"help": "timed tries per size (the fastest counts)"})
-    batch_max: int = field(default=0, metadata={"help": "also measure b(n) at n = 8, 12, 16, 24, 32, ... up to this (0: only up to gamma1_max + 1)"})
-    task: str = field(default="gsm_symbolic", metadata={"help": "task whose prompts are decoded"})
-    sd_gamma2: int = field(default=4, metadata={"help": "measure c2 from token-level SD runs at this gamma2 (0: c2 = c1)"})
-    sd_tokens: int = field(default=128, metadata={"help": "tokens per SD (and matching plain) run for c2"})
-    sd_prompts: int = field(default=3, metadata={"help": "prompts the c2 runs decode (their totals count)"})
+    __pydantic_config__ = STRICT
+
+    out: Text = field(default="results/profile.json", metadata={"help": "JSON file to write"})
+    gamma1_max: Annotated[int, Interval(ge=1, le=16)] = field(default=6, metadata={"help": "measure b(n) up to n = gamma1_max + 1"})
+    tokens: Annotated[int, Interval(ge=2, le=100_000)] = field(default=32, metadata={"help": "tokens per timed generation"})
+    repeats: Annotated[int, Interval(ge=1, le=1000)] = field(default=2, metadata={"help": "timed tries per size (the fastest counts)"})
+    batch_max: Annotated[int, Interval(ge=0, le=4096)] = field(default=0, metadata={"help": "also measure b(n) at n = 8, 12, 16, 24, 32, ... up to this (0: only up to gamma1_max + 1)"})
+    task: Text = field(default="gsm_symbolic", metadata={"help": "task whose prompts are decoded"})
+    sd_gamma2: Annotated[int, Interval(ge=0, le=16)] = field(default=4, metadata={"help": "measure c2 from token-level SD runs at this gamma2 (0: c2 = c1)"})
+    sd_tokens: Annotated[int, Interval(ge=2, le=100_000)] = field(default=128, metadata={"help": "tokens per SD (and matching plain) run for c2"})
+    sd_prompts: Annotated[int, Interval(ge=1, le=1000)] = field(default=3, metadata={"help": "prompts the c2 runs decode (their totals count)"})
 
 
 def _time(backend, prefixes, tokens: int, repeats: int, gamma2: int = 0) -> float:

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from lrtune.errors import ConfigError
+from lrtune.errors import ConfigError, os_error_message
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -140,16 +140,32 @@ class ProgressBar:
             self._p.stop()
 
 
-def json_out_file(spec: str) -> Path:
-    """The JSON file ``--out`` names, its folder created; ConfigError (one line) when it is a
-    directory or its folder cannot be written: checked before any model loads."""
+def json_out_file(spec: str, flag: str = "--out") -> Path:
+    """Phase 1 for a JSON file a command will write: ConfigError (one line) when ``spec`` is a
+    directory or its folder can neither be written nor created; nothing is created (the
+    writer makes the folder: :func:`write_json_file`)."""
     out = Path(spec).expanduser()
-    if out.is_dir():
-        raise ConfigError(f"--out {spec} is a directory; give the path of the JSON file to write")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.is_dir():
+            raise ConfigError(f"{flag} {spec} is a directory; give the path of the JSON file to write")
+        blocker = unwritable_ancestor(out.parent)
+        if blocker is not None:
+            raise ConfigError(f"{flag} {spec}: its folder cannot be written ({blocker} is not a writable directory)")
     except OSError as e:
-        raise ConfigError(f"--out {spec}: cannot create its folder ({e.strerror or e})") from None
-    if not os.access(out.parent, os.W_OK):
-        raise ConfigError(f"--out {spec}: its folder {out.parent} is not writable")
+        raise ConfigError(f"{flag} {spec}: {os_error_message(e)}") from None
     return out
+
+
+def unwritable_ancestor(path: Path) -> Path | None:
+    """None when directory ``path`` exists writable or can be created (its nearest existing
+    ancestor is a writable directory); else that ancestor. Creates nothing."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return None if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK) else probe
+
+
+def write_json_file(path: Path, data: object) -> None:
+    """``data`` as indented JSON in ``path`` (checked by :func:`json_out_file`), its folder created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(data, indent=1))

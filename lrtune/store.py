@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 
 from lrtune.errors import ConfigError
+from lrtune.inputs import parse_json
 from lrtune.runfiles import write_atomic
 
 
@@ -64,7 +65,7 @@ class ShardStore:
         if not self.manifest_path.is_file():
             return {}
         try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            data = parse_json(self.manifest_path.read_bytes().decode("utf-8"), str(self.manifest_path))
             entries = data["finished"]
             for entry in entries.values():
                 if not isinstance(entry["index"], int) or isinstance(entry["index"], bool):

@@ -174,10 +174,9 @@ def read_meta(path: str | Path) -> dict:
     f = root / META
     if not f.is_file():
         raise ConfigError(f"{path} is not an lrtune controller (no {META})")
-    try:
-        meta = json.loads(f.read_text())
-    except ValueError as e:
-        raise ConfigError(f"{f} is not valid JSON: {e}") from None
+    from lrtune.inputs import read_json
+
+    meta = read_json(f, "controller metadata")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise ConfigError(f"{f} is not lrtune controller metadata (format {FORMAT!r}, version {VERSION})")
     if meta.get("policy") != "learned":

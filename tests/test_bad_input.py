@@ -36,6 +36,25 @@ def ws(tmp_path_factory):
     (root / "too_long.jsonl").write_text(json.dumps({"id": "t", "question": "word " * 3000, "answer": "1"}) + "\n")
     (root / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
     (root / "float.yaml").write_text("gamma1: 2.5\n")
+    (root / "twice.yaml").write_text("gamma1: 2\ngamma1: 3\n")
+    (root / "alias.yaml").write_text("a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: [*b, *b, *b, *b]\n")
+    (root / "deep.yaml").write_text("gamma1: " + "[" * 3000 + "]" * 3000 + "\n")
+    (root / "list_prompt.yaml").write_text("prompt: [1, 2]\n")
+    (root / "deep.json").write_text("[" * 3000 + "]" * 3000)
+    (root / "big_row.json").write_text(json.dumps([{"id": "b", "question": "x" * (2 << 20), "answer": "1"}]))
+    (root / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (root / "good.jsonl").read_bytes())
+    empty_weights = root / "empty_weights"
+    import shutil
+
+    shutil.copytree(pair.target, empty_weights)
+    (empty_weights / "model.safetensors").write_bytes(b"")
+    owned = {}
+    for command, marker in (("collect", "manifest-s000.json"), ("train controller", "lrtune_controller.json"),
+                            ("train verifier", "lrtune_verifier.json")):
+        d = root / f"owned_{command.replace(' ', '_')}"
+        d.mkdir()
+        (d / marker).write_text("{}")
+        owned[command] = d
     (root / "text.yaml").write_text('gamma1: "abc"\n')
     (root / "latin1.yaml").write_bytes(b"method: caf\xe9\n")
     # a dataset whose parquet is corrupt, and one whose manifest lacks keys
@@ -78,7 +97,7 @@ def ws(tmp_path_factory):
           "missing": ckpt("ck_missing", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0]}),
           "typed": ckpt("ck_typed", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0], "intercept": [0.0]},
                         features=3)}
-    return {"root": root, "pair": pair, "ck": ck}
+    return {"root": root, "pair": pair, "ck": ck, "owned": owned, "empty_weights": empty_weights}
 
 
 def tiny(ws) -> list[str]:
@@ -142,23 +161,77 @@ CASES = {
                          "not an lrtune profile"),
 }
 
+# ---- kinds the schema (lrtune.schema) refuses: non-finite, out of range, unknown choices, wrong types --------
+CASES.update({
+    "decode --temperature nan": (lambda ws: ["decode", "hi", "--temperature", "nan", *tiny(ws)], "finite"),
+    "decode --temperature inf": (lambda ws: ["decode", "hi", "--temperature", "inf", *tiny(ws)], "finite"),
+    "decode --verifier-threshold 5": (lambda ws: ["decode", "hi", "--verifier-threshold", "5", *tiny(ws)], "<= 1"),
+    "decode --verifier-threshold nan": (lambda ws: ["decode", "hi", "--verifier-threshold", "nan", *tiny(ws)],
+                                        "finite"),
+    "decode --kv-cache-gib -1": (lambda ws: ["decode", "hi", "--kv-cache-gib", "-1", *tiny(ws)], "--kv-cache-gib"),
+    "decode --tensor-parallel-size 0": (lambda ws: ["decode", "hi", "--tensor-parallel-size", "0", *tiny(ws)],
+                                        "--tensor-parallel-size"),
+    "decode --gpu-memory-utilization 7": (lambda ws: ["decode", "hi", "--gpu-memory-utilization", "7", *tiny(ws)],
+                                          "--gpu-memory-utilization"),
+    "decode --context-tokens -5": (lambda ws: ["decode", "hi", "--context-tokens", "-5", *tiny(ws)], ">= 0"),
+    "decode --device tpu": (lambda ws: ["decode", "hi", *tiny(ws), "--device", "tpu"], "--device"),
+    "decode --dtype float7": (lambda ws: ["decode", "hi", "--dtype", "float7", *tiny(ws)], "float7"),
+    "decode --task-problem huge": (lambda ws: ["decode", "--task-problem", "99999999999", *tiny(ws)], "<="),
+    "evaluate --limit huge": (lambda ws: eval_args(ws, "good.jsonl", "--limit", "10000000000"), "--limit"),
+    "train verifier --learning-rate nan": (lambda ws: ["train", "verifier", "--data", str(ws["root"] / "bad_ds"),
+                                                       "--learning-rate", "nan", "--out", str(ws["out"] / "v")],
+                                           "finite"),
+    "train controller --prior-strength nan": (lambda ws: ["train", "controller", "--data", str(ws["root"] / "bad_ds"),
+                                                          "--prior-strength", "nan", "--out", str(ws["out"] / "c")],
+                                              "finite"),
+    "demo --gamma1 0": (lambda ws: ["demo", "--gamma1", "0", "--out", str(ws["out"]), *tiny(ws)], "--gamma1"),
+    "profile --task unknown": (lambda ws: ["profile", "--task", "no_such_task", "--out", str(ws["out"] / "p.json"),
+                                           *tiny(ws)], "no_such_task"),
+    # ---- config files, parsed safely (lrtune.inputs.read_yaml_mapping) ---------------------------------------
+    "yaml key given twice": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "twice.yaml")], "twice"),
+    "yaml aliases": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "alias.yaml")], "aliases"),
+    "yaml nested 3000 deep": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "deep.yaml")], "deep"),
+    "yaml list as the prompt": (lambda ws: ["decode", "--config", str(ws["root"] / "list_prompt.yaml"), *tiny(ws)],
+                                "must be text"),
+    # ---- files handed in: names, sizes, encodings, nesting, weights -----------------------------------------
+    "a path name too long": (lambda ws: eval_args(ws, "x" * 300 + ".jsonl"), "File name too long"),
+    "a problem .json nested 3000 deep": (lambda ws: eval_args(ws, "deep.json"), "deep"),
+    "a .json problem row over 1 MiB": (lambda ws: eval_args(ws, "big_row.json"), "longer than"),
+    "a 0-byte model.safetensors": (lambda ws: ["decode", "hi", *tiny(ws), "--target", str(ws["empty_weights"])],
+                                   "model.safetensors"),
+    # ---- output directories another command owns (lrtune.outdir) --------------------------------------------
+    "evaluate --out into a collect dataset": (lambda ws: eval_args(ws, "good.jsonl") + ["--out", str(ws["owned"]["collect"])],
+                                              "lrtune collect"),
+    "collect --merge --out into a controller": (lambda ws: ["collect", "--merge", str(ws["owned"]["collect"]),
+                                                            "--out", str(ws["owned"]["train controller"])],
+                                                "lrtune train controller"),
+    "train verifier --out into a collect dataset": (lambda ws: ["train", "verifier", "--data",
+                                                                str(ws["root"] / "bad_ds"), "--out",
+                                                                str(ws["owned"]["collect"])], "lrtune collect"),
+    "train controller --out into a verifier": (lambda ws: ["train", "controller", "--data", str(ws["root"] / "bad_ds"),
+                                                           "--out", str(ws["owned"]["train verifier"])],
+                                               "lrtune train verifier"),
+    "a file as --out": (lambda ws: eval_args(ws, "good.jsonl") + ["--out", str(ws["root"] / "good.jsonl")],
+                        "is a file"),
+})
+
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_exit_2_and_loses_nothing(ws, case, capsys, tmp_path):
     from lrtune.cli import main
 
     argv_of, needle = CASES[case]
-    out = tmp_path / "out"  # an output directory with results that must survive the bad run
-    out.mkdir()
-    (out / "records.jsonl").write_text('{"problem": "old", "method": "target"}\n')
+    out = tmp_path / "out"  # an output directory with files that must survive the bad run
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "data.bin").write_bytes(b"\x00\x01")
     (out / "keep.txt").write_text("precious")
     ws = {**ws, "out": out}
-    before = snapshot(ws["out"])
+    before, inputs = snapshot(ws["out"]), snapshot(ws["root"])
     rc = main(argv_of(ws))  # a traceback would fail the test here
     err = capsys.readouterr().err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert rc == 2, err
     assert len(lines) == 1 and lines[0].startswith("lrtune: error:"), err
     assert needle in lines[0], lines[0]
-    after = snapshot(ws["out"])
-    assert {k: v for k, v in after.items() if k in before} == before  # nothing written before is lost or changed
+    assert snapshot(ws["out"]) == before  # nothing written before is lost or changed, and nothing added
+    assert snapshot(ws["root"]) == inputs  # nor in the inputs (datasets, checkpoints, other commands' dirs)

@@ -212,15 +212,16 @@ def collect_cfg(out: Path, force_new: bool = False):
 
 @pytest.mark.parametrize("blob", [b"{not json", b"[1]", b'{"options": "caf\xe9"}'], ids=["corrupt", "list", "latin1"])
 def test_an_unreadable_config_in_collect_out_is_a_mismatch_and_force_new_recovers(tmp_path, capsys, blob):
-    from data_gen.collect import prepare_out
+    from data_gen.collect import check_collect_out, prepare_out
 
     d = collect_dir(tmp_path / "c", ["p0"])
     (d / CONFIG).write_bytes(blob)
     before = snapshot(d)
     with pytest.raises(ConfigError, match="--force-new"):
-        prepare_out(collect_cfg(d))
+        check_collect_out(collect_cfg(d))
     assert "--force-new" in cli_error(capsys, "collect", "--task", "gsm_symbolic", "--limit", "2", "--out", str(d))
     assert snapshot(d) == before
-    prepare_out(collect_cfg(d, force_new=True))
+    cfg = collect_cfg(d, force_new=True)
+    prepare_out(cfg, check_collect_out(cfg))
     backup = next(d.glob("backup-*"))
     assert snapshot(backup) == before and json.loads((d / CONFIG).read_text())["options"]["task"] == "gsm_symbolic"

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lrtune.outdir import OWNER
+
 from lrtune.errors import ConfigError
 from lrtune.verifiers import distilled
 from lrtune.verifiers.base import DraftScores, StepPair
@@ -37,9 +39,9 @@ def one_line_error(capsys, argv: list[str]) -> str:
 
 # ---- train controller: the profile and the collect config (defect 3) ------------------------
 @pytest.mark.parametrize("content,message", [
-    (b"{bad\n", "not readable JSON"),
+    (b"{bad\n", "not valid JSON"),
     (b"[1, 2]\n", "not an lrtune profile"),
-    (b"\xff\xfe", "not readable JSON"),
+    (b"\xff\xfe", "not UTF-8"),
     (b'{"c1": 0.2, "c2": 0.3, "batch_cost": {"a": 1}}', "batch_cost must be a list of numbers"),
     (b'{"c1": 0.2, "c2": 0.3, "batch_cost": "fast"}', "batch_cost must be a list of numbers"),
     (b'{"c1": 0.2, "c2": 0.3, "batch_cost": [1, "x"]}', "batch_cost must be a list of numbers"),
@@ -56,8 +58,8 @@ def test_train_controller_checks_the_profile_before_any_work(tmp_path, capsys, c
 
 
 @pytest.mark.parametrize("content,message", [
-    (b"{not json", "not readable JSON"), (b"[1]", "not a collect config"),
-    (b'{"options": {"task": "caf\xe9"}}', "not readable JSON"), (b'{"options": [1]}', "not a collect config"),
+    (b"{not json", "not valid JSON"), (b"[1]", "not a collect config"),
+    (b'{"options": {"task": "caf\xe9"}}', "not UTF-8"), (b'{"options": [1]}', "not a collect config"),
 ])
 def test_train_controller_refuses_a_bad_collect_config_in_one_line(tmp_path, capsys, content, message):
     d = _collect_dir(tmp_path)
@@ -81,7 +83,7 @@ def test_train_controller_refuses_an_out_holding_a_verifier_checkpoint_and_chang
     (out / "README.md").write_text("# a verifier\n")
     (out / "train_config.json").write_text(json.dumps({"options": {"student": "features"}}))
     before, data = snapshot(out), _collect_dir(tmp_path)
-    with pytest.raises(ConfigError, match="holds a verifier checkpoint"):
+    with pytest.raises(ConfigError, match="holds the output of `lrtune train verifier`"):
         _train_controller(tmp_path, data)
     (out / distilled.META).unlink()  # a verifier run still in training: its train_config.json is not a controller's
     with pytest.raises(ConfigError, match="holds another training run"):
@@ -233,7 +235,8 @@ def test_a_successful_retrain_keeps_the_previous_checkpoint_as_a_backup(tmp_path
     second = run(_features_cfg(tmp_path, _relabel(data)))
     backups = list(tmp_path.glob("features.backup-*"))
     assert second["data"]["fingerprint"] != first["data"]["fingerprint"]
-    assert len(backups) == 1 and snapshot(backups[0]) == before
+    kept = {k: v for k, v in before.items() if k != OWNER}  # the owner record stays with --out
+    assert len(backups) == 1 and snapshot(backups[0]) == kept
     assert distilled.read_meta(backups[0])["data"]["fingerprint"] == first["data"]["fingerprint"]
 
 

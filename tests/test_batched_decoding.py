@@ -66,8 +66,8 @@ def test_every_prompt_gets_the_tokens_it_gets_alone(method, width, verifier):
         outs, batch = dec.decode_many(PROMPTS, cfg, max_concurrent=n)
         if verifier == "never":  # rejections everywhere: every method equals the target greedy
             assert [o[0].token_ids for o in outs] == [r[0].token_ids for r in ref]
-        one, _ = dec.decode_many(PROMPTS, cfg, max_concurrent=1) if verifier == "exact" else (None, None)
-        if one is not None:  # a deterministic verifier: batched == one at a time, step by step
+        one, _ = dec.decode_many(PROMPTS, cfg, max_concurrent=1) if verifier != "never" else (None, None)
+        if one is not None:  # exact, and random(p) by keyed draws: batched == one at a time, step by step
             assert [o[0].steps for o in outs] == [o[0].steps for o in one]
             assert [o[1].rounds for o in outs] == [o[1].rounds for o in one]
             assert [o[1].accepted_by_pos for o in outs] == [o[1].accepted_by_pos for o in one]
@@ -166,3 +166,18 @@ def test_split_counters_parts_sum_to_the_call_total():
     assert sum(p.drafts for p in parts) == 9 and sum(p.accepted_tokens for p in parts) == 25
     assert [sum(p.accepted_by_pos[i] for p in parts) for i in range(4)] == [8, 7, 6, 4]
     assert parts[2].drafted_tokens == 0
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_a_seeded_random_verifier_gives_the_same_tokens_twice_and_alone_or_batched(method):
+    """Verifier draws are keyed by (seed, pair), as sampling is by (seed, round, position)."""
+    target, draft = fake_pair()
+    cfg = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=40, max_step_tokens=6, seed=5)
+    dec = LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=5), cfg)
+    first = [dec.decode(p, cfg)[0].token_ids for p in PROMPTS]
+    again = [dec.decode(p, cfg)[0].token_ids for p in PROMPTS]
+    fresh = LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=5), cfg)
+    batched, _ = fresh.decode_many(PROMPTS[::-1], cfg, max_concurrent=3)
+    assert again == first and [o[0].token_ids for o in batched][::-1] == first
+    accepted = [dec.decode(p, cfg)[1].committed_draft_steps for p in PROMPTS]
+    assert sum(accepted) > 0  # the draws did accept some steps (and, with 0.5, reject others)

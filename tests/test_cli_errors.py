@@ -53,3 +53,63 @@ def test_empty_prompt_is_a_one_line_error(prompt):
 
 def test_missing_config_file_is_a_one_line_error(tmp_path):
     assert_one_line_error(run_cli("decode", "hi", "--config", str(tmp_path / "nope.yaml")), "config file")
+
+
+# ---- the one error boundary (lrtune.cli.main, lrtune.entry) ------------------------------------------------
+def test_an_unexpected_error_is_one_line_naming_it_exit_1_and_debug_shows_the_traceback(monkeypatch, capsys):
+    import lrtune.cli as cli
+
+    def boom(args):
+        raise ValueError("something nobody expected\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_prepare", boom)
+    assert cli.main(["prepare"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["lrtune: error: unexpected ValueError: something nobody expected (rerun with --debug for the "
+                   "traceback)"]
+    with pytest.raises(ValueError, match="nobody expected"):
+        cli.main(["prepare", "--debug"])
+
+
+def test_an_interrupt_wrapped_in_another_exception_still_reads_as_interrupted(monkeypatch, capsys):
+    import lrtune.cli as cli
+
+    def wrapped(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:  # what Python does to a Ctrl-C inside a class body's __set_name__
+            raise RuntimeError("Error calling __set_name__") from e
+
+    monkeypatch.setattr(cli, "cmd_prepare", wrapped)
+    assert cli.main(["prepare"]) == 130
+    assert capsys.readouterr().err.strip() == "lrtune: interrupted"
+
+
+def test_every_error_line_is_bounded_in_length(monkeypatch, capsys):
+    import lrtune.cli as cli
+    from lrtune.errors import MAX_MESSAGE, ConfigError
+
+    monkeypatch.setattr(cli, "cmd_prepare", lambda args: (_ for _ in ()).throw(ConfigError("x" * 100_000)))
+    assert cli.main(["prepare"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and len(line) <= len("lrtune: error: ") + MAX_MESSAGE
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 1.2])
+def test_ctrl_c_at_any_point_is_one_line_and_exit_130(delay):
+    import os
+    import signal
+    import time
+
+    pair = get_tiny_pair()
+    proc = subprocess.Popen([sys.executable, "-m", "lrtune", "decode", "hi", "--target", str(pair.target), "--draft",
+                             str(pair.draft), "--backend", "transformers", "--device", "cpu", "--method", "lr",
+                             "--max-new-tokens", "300", "--max-step-tokens", "16", "--max-model-len", "512"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the decode finished before the interrupt")
+    assert proc.returncode == 130 and err.strip() == "lrtune: interrupted", (proc.returncode, err)

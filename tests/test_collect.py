@@ -278,7 +278,7 @@ def test_ray_flag_without_ray_installed_is_a_clear_error(data_file, tmp_path, mo
 
 
 def test_a_dataset_from_an_older_lrtune_without_newer_default_options_still_resumes(data_file, tmp_path):
-    from data_gen.collect import collect_key, prepare_out
+    from data_gen.collect import check_collect_out, collect_key, prepare_out
     from lrtune.dataset import CONFIG
 
     cfg = make_cfg(data_file, tmp_path / "old", teacher="exact")
@@ -287,11 +287,11 @@ def test_a_dataset_from_an_older_lrtune_without_newer_default_options_still_resu
     del key["models"]["controller"]
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / CONFIG).write_text(json.dumps(key))
-    prepare_out(cfg)  # accepted as the same dataset
+    prepare_out(cfg, check_collect_out(cfg))  # accepted as the same dataset
     assert json.loads((tmp_path / "old" / CONFIG).read_text()) == collect_key(cfg)
     changed = make_cfg(data_file, tmp_path / "old", teacher="exact", teacher_threshold=0.7)
     with pytest.raises(ConfigError, match="another config"):
-        prepare_out(changed)
+        check_collect_out(changed)
 
 
 def test_batched_collect_records_exactly_the_rows_of_one_problem_at_a_time(data_file, tmp_path, reference):

@@ -75,7 +75,7 @@ def test_forest_student_exports_a_pickle_free_checkpoint_that_reloads_to_the_sam
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "cm", _code_math_rows()), "forest")
     meta = run(cfg)
     out = tmp_path / "forest"
-    assert {p.name for p in out.iterdir()} == {"lrtune_verifier.json", "README.md", "forest.safetensors",
+    assert {p.name for p in out.iterdir()} == {".lrtune-owner.json", "lrtune_verifier.json", "README.md", "forest.safetensors",
                                                "train_config.json"}
     assert "context_is_code" in meta["features"] and meta["min_samples_leaf"] in (1, 3, 5, 10)
     assert meta["metrics"]["test"]["auroc"] > 0.9

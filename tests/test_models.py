@@ -60,6 +60,10 @@ def _fake_model(role: str, prefix: str, *, sha: str | None = None, size: int | N
     )
 
 
+# the smallest valid safetensors file: an 8-byte header length, then the header "{}" (no tensors)
+TINY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
+
+
 class FakeConverter:
     """Stands in for convert_gguf_to_hf: writes a minimal HF dir, remembers the GGUF bytes."""
 
@@ -72,7 +76,7 @@ class FakeConverter:
         out_dir = Path(out_dir)
         (out_dir / "config.json").write_text('{"model_type": "fake"}')
         (out_dir / "tokenizer.json").write_text("{}")
-        (out_dir / "model.safetensors").write_bytes(b"weights")
+        (out_dir / "model.safetensors").write_bytes(TINY_SAFETENSORS)
         if self.started is not None:
             self.started.set()
         if self.release is not None:
@@ -328,7 +332,7 @@ def _hf_dir(d: Path, *, config=True, tokenizer=True, weights=True) -> Path:
     if tokenizer:
         (d / "tokenizer.json").write_text("{}")
     if weights:
-        (d / "model.safetensors").write_bytes(b"x")
+        (d / "model.safetensors").write_bytes(TINY_SAFETENSORS)
     return d
 
 
@@ -459,3 +463,17 @@ def test_unloadable_tokenizer_is_a_model_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelError, match="cannot load the draft tokenizer"):
         models.check_tokenizers_compatible(a, tmp_path / "empty")
+
+
+HEADER = b'{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}'  # 16 bytes of data; the file holds 8
+
+
+@pytest.mark.parametrize("blob,words", [(b"", "shorter than a safetensors header"),
+                                        ((10**9).to_bytes(8, "little") + b"{}", "does not fit the file"),
+                                        ((4).to_bytes(8, "little") + b"\xff\xfe\xfd\xfc", "not JSON"),
+                                        (len(HEADER).to_bytes(8, "little") + HEADER + b"\x00" * 8, "truncated")])
+def test_weights_whose_safetensors_header_does_not_read_are_refused_before_loading(tmp_path, blob, words):
+    d = _hf_dir(tmp_path / "m")
+    (d / "model.safetensors").write_bytes(blob)
+    with pytest.raises(ModelError, match=words):
+        models.resolve_model(str(d), "target")

@@ -21,10 +21,21 @@ def test_constant_verifiers(spec, expected):
 
 
 def test_random_verifier_accepts_with_probability_p_and_is_seeded():
-    pairs = [SAME] * 4000
+    pairs = [StepPair(f"context {i}", SAME.draft, SAME.target) for i in range(4000)]
     verdicts = accept(make_verifier("random(0.3)", seed=1), pairs)[0]
     assert abs(sum(verdicts) / len(verdicts) - 0.3) < 0.03
     assert verdicts == accept(make_verifier("random:0.3", seed=1), pairs)[0]
+    assert verdicts != accept(make_verifier("random(0.3)", seed=2), pairs)[0]
+
+
+def test_random_verifier_draws_are_keyed_by_the_pair_not_by_call_order():
+    """The same pair always draws the same score: repeats, batches and order do not matter."""
+    v = make_verifier("random(0.5)", seed=7)
+    pairs = [StepPair(f"context {i}", "a", "b") for i in range(50)]
+    whole = v.score(pairs)
+    assert v.score(pairs) == whole  # a second call on the same verifier
+    assert [v.score([p])[0] for p in reversed(pairs)] == whole[::-1]  # one at a time, other order
+    assert make_verifier("random(0.5)", seed=7).score(pairs[10:20]) == whole[10:20]  # a fresh verifier, a sub-batch
 
 
 def test_embedding_verifier_scores_paraphrase_above_unrelated():

@@ -20,22 +20,29 @@ whatever γ2 a round asks for (:func:`lrtune.speedup.g` with ``drafted``; ``lrtu
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from annotated_types import Interval
+
+from lrtune import schema
+from lrtune.schema import STRICT, Seed, Text
+
 import hashlib
 import json
 import math
 import shutil
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from lrtune.batchcost import profile_c2
-from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.configs import Command, Section
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
-from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import backup_path, log, read_json, writable_dir
+from lrtune.errors import ConfigError
+from lrtune import outdir
+from lrtune.runfiles import backup_path, log, read_json
 from lrtune.speedup import best_gammas, h
 
 from policies import learned
@@ -48,24 +55,21 @@ TRAIN_CONFIG = "train_config.json"
 class TrainControllerConfig:
     """Fitting of the learned controller (see module docstring)."""
 
-    data: str = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
-    out: str = field(default="results/controller", metadata={"help": "controller directory to write"})
-    profile: str | None = field(default=None, metadata={"help": "hardware profile JSON from lrtune profile"})
-    encoder: str = field(default="all-MiniLM-L6-v2", metadata={"help": "sentence encoder of the problem text ('none': length and task only)"})
-    gamma1_max: int = field(default=Bounds.gamma1_max, metadata={"help": "largest γ1 the controller may choose"})
-    gamma2_max: int = field(default=4, metadata={"help": "largest γ2 the controller may choose (on vLLM the SD engine drafts this many tokens every pass and cuts per request, so rows with a smaller γ2 pay for them)"})
-    budget: float = field(default=Bounds.M, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
-    prior_strength: float = field(default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"})
-    folds: int = field(default=5, metadata={"help": "cross-validation folds (by problem)"})
-    seed: int = field(default=0, metadata={"help": "fold assignment seed"})
+    __pydantic_config__ = STRICT
+
+    data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
+    out: Text = field(default="results/controller", metadata={"help": "controller directory to write"})
+    profile: Text | None = field(default=None, metadata={"help": "hardware profile JSON from lrtune profile"})
+    encoder: Text = field(default="all-MiniLM-L6-v2", metadata={"help": "sentence encoder of the problem text ('none': length and task only)"})
+    gamma1_max: Annotated[int, Interval(ge=1, le=16)] = field(default=Bounds.gamma1_max, metadata={"help": "largest γ1 the controller may choose"})
+    gamma2_max: Annotated[int, Interval(ge=0, le=16)] = field(default=4, metadata={"help": "largest γ2 the controller may choose (on vLLM the SD engine drafts this many tokens every pass and cuts per request, so rows with a smaller γ2 pay for them)"})
+    budget: Annotated[float, Interval(ge=0, le=256)] = field(default=Bounds.M, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
+    prior_strength: Annotated[float, Interval(gt=0, le=1e6)] = field(default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"})
+    folds: Annotated[int, Interval(ge=2, le=1000)] = field(default=5, metadata={"help": "cross-validation folds (by problem)"})
+    seed: Seed = field(default=0, metadata={"help": "fold assignment seed"})
 
     def validate(self) -> "TrainControllerConfig":
-        if self.gamma1_max < 1 or self.gamma2_max < 0 or self.budget < 0:
-            raise ConfigError("--gamma1-max must be >= 1, --gamma2-max and --budget >= 0")
-        if self.folds < 2:
-            raise ConfigError("--folds must be >= 2")
-        if self.prior_strength <= 0:
-            raise ConfigError("--prior-strength must be > 0")
+        schema.check(self)
         return self
 
 
@@ -133,13 +137,9 @@ def _positive(x) -> bool:
 def read_profile(path: str) -> dict:
     """The ``lrtune profile`` JSON at ``path``, checked: an object with c1, c2 numbers > 0 and
     ``batch_cost`` absent or a list of numbers > 0 (b(1), b(2), ...)."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"profile not found: {path}")
-    try:
-        prof = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
-        raise ConfigError(f"--profile {path} is not readable JSON ({e})") from None
+    from lrtune.inputs import read_json
+
+    prof = read_json(path, "--profile")
     if not isinstance(prof, dict):
         raise ConfigError(f"--profile {path} is not an lrtune profile (a JSON object)")
     for k in ("c1", "c2"):
@@ -169,11 +169,14 @@ def _settings(key: dict | None) -> dict:
     return {k: v for k, v in (key or {}).items() if k != "data_sha256"}
 
 
-def check_out(out: Path, key: dict) -> None:
-    """Refuse an ``--out`` that holds another artifact (a verifier checkpoint or training run,
-    a collect dataset) or a controller fitted with other settings; a controller fitted with
-    these settings on other data is refitted in place (:func:`_keep_backup`)."""
+def check_controller_out(out: Path, key: dict) -> None:
+    """Refuse an ``--out`` that another command owns (:func:`lrtune.outdir.check_out`), that
+    holds another artifact (a verifier checkpoint or training run, a collect dataset) or a
+    controller fitted with other settings; a controller fitted with these settings on other
+    data is refitted in place (:func:`_keep_backup`). Reads only."""
     from lrtune.dataset import CONFIG
+
+    outdir.check_out(out, "train controller")
     from lrtune.verifiers.distilled import META as VERIFIER_META
 
     for name, what in ((VERIFIER_META, "a verifier checkpoint"), (CONFIG, "a collect dataset")):
@@ -251,6 +254,7 @@ def run(cfg: TrainControllerConfig) -> dict:
     from lrtune.runfiles import write_atomic
 
     cfg.validate()
+    outdir.check_out(cfg.out, "train controller")  # a foreign --out fails before the data loads
     given = read_profile(cfg.profile) if cfg.profile else None  # checked before any work
     dirs = [d for d in cfg.data.split(",") if d]
     problems, Y, c1s = load_problem_rows(dirs)
@@ -261,8 +265,7 @@ def run(cfg: TrainControllerConfig) -> dict:
     if prev == key and meta and "metrics" in meta:
         log(f"{cfg.out} is up to date (same data and settings): nothing to fit")
         return meta["metrics"]
-    check_out(Path(cfg.out).expanduser(), key)
-    out = writable_dir(cfg.out)
+    check_controller_out(Path(cfg.out).expanduser(), key)
     prof = _profile(cfg, c1s, given)
     prof["step_tokens"] = step_lengths(dirs, seed=cfg.seed)
     bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
@@ -281,6 +284,7 @@ def run(cfg: TrainControllerConfig) -> dict:
     metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
                "folds": cfg.folds}
     metrics["best_fixed"] = list(best_fixed)
+    out = outdir.claim_out(cfg.out, "train controller")  # phase 2: the fit is done, only writes follow
     _keep_backup(out)
     learned.save(out, model, feats, bounds=bounds, profile=prof, prior_strength=cfg.prior_strength, metrics=metrics,
                  data={"dirs": dirs, "problems": len(problems), "mean_alpha1": float(Y[:, 0].mean()),
@@ -313,21 +317,13 @@ def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) ->
     write_atomic(out / "README.md", "\n".join(lines) + "\n")
 
 
-def add_arguments(p: ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file with any of these options")
-    add_dataclass_args(p, TrainControllerConfig)
-
-
-def make_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="lrtune train controller", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return p
+COMMAND = Command(("train", "controller"), __doc__.splitlines()[0], (Section(TrainControllerConfig),))
+add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 
 def config_from_args(args) -> TrainControllerConfig:
-    file_values = load_config_file(getattr(args, "config", None))
-    check_unknown_keys(file_values, TrainControllerConfig)
-    return build(TrainControllerConfig, args, file_values).validate()
+    (cfg,) = COMMAND.configs(args)
+    return cfg.validate()
 
 
 def main(cfg: TrainControllerConfig) -> int:
@@ -342,8 +338,4 @@ def main(cfg: TrainControllerConfig) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    try:
-        raise SystemExit(main(config_from_args(make_parser().parse_args())))
-    except LrtuneError as e:
-        print(f"lrtune train controller: error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    COMMAND.main()

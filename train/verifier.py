@@ -17,20 +17,28 @@ while it runs: put back if the retrain fails, kept there as the backup if it suc
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from annotated_types import Interval
+
+from lrtune import schema
+from lrtune.schema import STRICT, Count, Fraction, Seed, Text
+from pydantic import StringConstraints
+
 import contextlib
 import dataclasses
 import json
 import random
 import shutil
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
-from lrtune.errors import ConfigError, LrtuneError
-from lrtune.runfiles import backup_path, config_key, log, read_json, writable_dir, write_atomic
+from lrtune.configs import Command, Section
+from lrtune.errors import ConfigError
+from lrtune.outdir import OWNER, check_out, claim_out
+from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomic
 from lrtune.verifiers import distilled
 
 from train import students
@@ -46,52 +54,51 @@ STOPPING_RULES = ("epochs", "patience")  # decide only where training stops: a r
 class TrainVerifierConfig:
     """Distillation of a teacher verifier (see module docstring)."""
 
-    data: str = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
-    out: str = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
-    student: str = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest",
+    __pydantic_config__ = STRICT
+
+    data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
+    out: Text = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
+    student: Text = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest",
                                                            "choices": distilled.STUDENT_KINDS})
-    base_model: str | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
+    base_model: Text | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
                                                                    "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
                                                                    "(default:draft) or a local dir"})
-    val_fraction: float = field(default=0.2, metadata={"help": "share of problems in the validation split"})
-    test_fraction: float = field(default=0.2, metadata={"help": "share of problems in the test split"})
-    seed: int = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
-    epochs: int = field(default=6, metadata={"help": "maximum training epochs (a resumed run may change it)"})
-    patience: int = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC (a resumed run may change it)"})
-    batch_size: int = field(default=16, metadata={"help": "training batch size (pairs)"})
-    learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate (LoRA + head)"})
-    lora_r: int = field(default=8, metadata={"help": "LoRA rank"})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
-    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout"})
+    val_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of problems in the validation split"})
+    test_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of problems in the test split"})
+    seed: Seed = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
+    epochs: Annotated[int, Interval(ge=1, le=10_000)] = field(default=6, metadata={"help": "maximum training epochs (a resumed run may change it)"})
+    patience: Annotated[int, Interval(ge=1, le=10_000)] = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC (a resumed run may change it)"})
+    batch_size: Annotated[int, Interval(ge=1, le=65_536)] = field(default=16, metadata={"help": "training batch size (pairs)"})
+    learning_rate: Annotated[float, Interval(gt=0, le=10)] = field(default=5e-4, metadata={"help": "AdamW learning rate (LoRA + head)"})
+    lora_r: Annotated[int, Interval(ge=1, le=4096)] = field(default=8, metadata={"help": "LoRA rank"})
+    lora_alpha: Annotated[int, Interval(ge=1, le=65_536)] = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
+    lora_dropout: Annotated[float, Interval(ge=0, lt=1)] = field(default=0.1, metadata={"help": "LoRA dropout"})
     soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
-    context_chars: int = field(default=800, metadata={"help": "characters of context the student reads: the start of "
+    context_chars: Count = field(default=800, metadata={"help": "characters of context the student reads: the start of "
                                                                  "the problem statement and the latest steps, half each"})
-    max_length: int = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer); a longer "
+    max_length: Annotated[int, Interval(ge=8, le=1_000_000)] = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer); a longer "
                                                                 "input loses context first, then step text"})
-    drop_features: str = field(default="", metadata={"help": "features | forest: comma-separated feature names to "
+    drop_features: Text = field(default="", metadata={"help": "features | forest: comma-separated feature names to "
                                                             "leave out (ablations; see lrtune.verifiers.features)"})
-    max_train_pairs: int | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
+    max_train_pairs: Annotated[int, Interval(ge=2, le=10_000_000)] | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
                                                                         "(lm-judge on CPU is slow)"})
-    max_false_accept: float = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
+    max_false_accept: Fraction = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
                                                                     "teacher on validation"})
-    threshold_rule: str = field(default="far", metadata={
+    threshold_rule: Literal["far", "agreement"] = field(default="far", metadata={
         "help": "calibration on validation: far (highest acceptance with false-accept rate <= --max-false-accept) | "
                 "agreement (the threshold that agrees with the teacher most often)", "choices": ("far", "agreement")})
-    min_train_pairs: int = field(default=20, metadata={"help": "refuse to train on fewer training-split pairs (a student "
+    min_train_pairs: Count = field(default=20, metadata={"help": "refuse to train on fewer training-split pairs (a student "
                                                                "fit to a handful of pairs is not a verifier)"})
-    latency_pairs: int = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
-    device: str = field(default="cpu", metadata={"help": "cpu | cuda | auto"})
+    latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="cpu", metadata={"help": "cpu | cuda[:i] | auto"})
     resume: bool = field(default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"})
     keep_train_state: bool = field(default=False, metadata={"help": "keep OUT.train-state after a successful export"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def validate(self) -> "TrainVerifierConfig":
+        schema.check(self)
         if self.student not in distilled.STUDENT_KINDS:
             raise ConfigError(f"unknown student {self.student!r}; choose from {', '.join(distilled.STUDENT_KINDS)}")
-        for name in ("epochs", "patience", "batch_size", "lora_r", "context_chars", "max_length", "latency_pairs",
-                     "min_train_pairs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
         if self.drop_features:
             from lrtune.verifiers.features import FEATURE_NAMES
 
@@ -103,14 +110,6 @@ class TrainVerifierConfig:
                                   f"choose from {', '.join(FEATURE_NAMES)}")
             if set(FEATURE_NAMES) <= set(self.dropped_features):
                 raise ConfigError("--drop-features names every feature: a student needs at least one")
-        if self.max_train_pairs is not None and self.max_train_pairs < 2:
-            raise ConfigError("--max-train-pairs must be >= 2")
-        if not 0 <= self.max_false_accept <= 1:
-            raise ConfigError("--max-false-accept must be in [0, 1]")
-        if self.threshold_rule not in ("far", "agreement"):
-            raise ConfigError(f"--threshold-rule must be far or agreement, got {self.threshold_rule!r}")
-        if self.learning_rate <= 0:
-            raise ConfigError("--learning-rate must be > 0")
         return self
 
 
@@ -133,7 +132,7 @@ def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
 def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
     """The output dir, and whether it holds a finished checkpoint that this run replaces (same
     settings, new data); a different config in it is refused (resume only with the same one)."""
-    out = writable_dir(cfg.out)
+    out = check_out(cfg.out, "train verifier")  # phase 1: reads only, up to claim_out below
     key = config_key({"options": cfg}, free=RESUME_FREE)
     old = read_json(out / TRAIN_CONFIG)
     if old is not None and old != key:
@@ -147,6 +146,7 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
     meta = read_json(out / distilled.META) if old is not None else None
+    out = claim_out(out, "train verifier")  # phase 2
     if meta is not None and "metrics" not in meta:
         (out / distilled.META).unlink()  # the provisional metadata of an interrupted run
     return out, meta is not None and "metrics" in meta
@@ -158,13 +158,16 @@ def _set_aside(out: Path) -> Path:
     backup = backup_path(out.with_name(f"{out.name}.backup"))
     backup.mkdir()
     for p in out.iterdir():
-        p.rename(backup / p.name)
+        if p.name != OWNER:  # the directory stays this command's
+            p.rename(backup / p.name)
     return backup
 
 
 def _put_back(out: Path, backup: Path) -> None:
     """Undo :func:`_set_aside` after a failed retrain: this run's files go, the old checkpoint returns."""
     for p in out.iterdir():
+        if p.name == OWNER:
+            continue
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
         else:
@@ -262,6 +265,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
     """Train, export, calibrate and measure; returns the checkpoint metadata. A checkpoint
     already finished in ``--out`` with the same config is returned as is."""
     cfg.validate()
+    check_out(cfg.out, "train verifier")  # a foreign --out fails before the data loads
     examples, teacher = load_pairs([d for d in cfg.data.split(",") if d])
     done = up_to_date(cfg, fingerprint(examples))
     if done is not None:
@@ -420,21 +424,13 @@ def print_metrics(meta: dict) -> None:
     print(f"threshold {meta['threshold']:.4f}; checkpoint written")
 
 
-def add_arguments(p: ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file with any of these options")
-    add_dataclass_args(p, TrainVerifierConfig)
-
-
-def make_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="lrtune train verifier", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return p
+COMMAND = Command(("train", "verifier"), __doc__.splitlines()[0], (Section(TrainVerifierConfig),))
+add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 
 def config_from_args(args) -> TrainVerifierConfig:
-    file_values = load_config_file(getattr(args, "config", None))
-    check_unknown_keys(file_values, TrainVerifierConfig)
-    return build(TrainVerifierConfig, args, file_values).validate()
+    (cfg,) = COMMAND.configs(args)
+    return cfg.validate()
 
 
 def main(cfg: TrainVerifierConfig) -> int:
@@ -445,8 +441,4 @@ def main(cfg: TrainVerifierConfig) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    try:
-        raise SystemExit(main(config_from_args(make_parser().parse_args())))
-    except LrtuneError as e:
-        print(f"lrtune train verifier: error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    COMMAND.main()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lrtune.errors import ConfigError
+from lrtune.inputs import checked_file, probe, read_json
 
 
 MAX_LINE_BYTES = 1 << 20  # a problem row longer than 1 MiB is not a problem (and could exhaust memory)
@@ -24,32 +25,35 @@ def read_rows(source: str, *, split: str = "test") -> list[dict]:
 
     Malformed JSONL lines are skipped with a :class:`DataWarning` naming the line number.
     """
-    path = Path(source).expanduser()
-    if path.is_dir():
+    path, is_dir, exists = probe(source, "problem file")
+    if is_dir:
         files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json", ".parquet"))
         if not files:
             raise ConfigError(f"no .jsonl/.json/.parquet files in {path}")
         return [row for f in files for row in read_rows(str(f), split=split)]
-    if path.suffix in (".jsonl", ".json", ".parquet") or path.exists() or "/" not in source or source.startswith((".", "~")):
-        if not path.is_file():
-            raise ConfigError(f"problem file not found: {source}")
+    if path.suffix in (".jsonl", ".json", ".parquet") or exists or "/" not in source or source.startswith((".", "~")):
+        checked_file(path, "problem file")
         if path.stat().st_size > MAX_FILE_BYTES:
             raise ConfigError(f"{path}: {path.stat().st_size >> 20} MiB is too large for a problem file "
                               f"(at most {MAX_FILE_BYTES >> 20} MiB)")
         if path.suffix == ".parquet":
-            return _read_parquet(path)
+            return _sized_rows(_read_parquet(path), path)
         if path.suffix == ".json":
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except UnicodeDecodeError as e:
-                raise ConfigError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+            data = read_json(path, "problem file", max_bytes=MAX_FILE_BYTES)
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
                 raise ConfigError(f"{path}: expected a JSON list of objects")
-            return data
+            return _sized_rows(data, path)
         return list(_read_jsonl(path))
     return _read_hub(source, split)
+
+
+def _sized_rows(rows: list[dict], path: Path) -> list[dict]:
+    """``rows``, each at most ``MAX_LINE_BYTES`` as JSON: the limit a JSONL line has, for every format."""
+    for i, row in enumerate(rows):
+        if len(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8")) > MAX_LINE_BYTES:
+            raise ConfigError(f"{path}: row {i + 1} is longer than {MAX_LINE_BYTES >> 20} MiB; a problem row "
+                              "must be shorter")
+    return rows
 
 
 def _read_jsonl(path: Path) -> Iterator[dict]:
@@ -64,7 +68,7 @@ def _read_jsonl(path: Path) -> Iterator[dict]:
                 raise ConfigError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; a problem row "
                                   "must be shorter")
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # a byte-order mark is no row text
             except UnicodeDecodeError as e:
                 raise ConfigError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
             if not line.strip():

@@ -20,7 +20,6 @@ A checkpoint is a directory::
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,7 +65,11 @@ def read_meta(path: str | Path) -> dict:
         raise ConfigError(f"{path} is not an lrtune verifier checkpoint (no {META})")
     refuse_pickles(root, path)
     try:
-        meta = json.loads(meta_file.read_text())
+        from lrtune.inputs import read_json
+
+        meta = read_json(meta_file, "verifier metadata")
+    except ConfigError:
+        raise
     except (OSError, ValueError) as e:
         raise ConfigError(f"{meta_file} is not valid JSON: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:

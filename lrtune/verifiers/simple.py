@@ -4,8 +4,8 @@ rows it runs anyway)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
-import random
 from collections.abc import Sequence
 
 from lrtune.verifiers.base import StepPair, normalize_step, same_step
@@ -39,9 +39,13 @@ class ConstantVerifier:
 
 
 class RandomVerifier:
-    """Accept each draft step independently with probability ``p`` (seeded).
+    """Accept each draft step with probability ``p``, by a keyed draw.
 
-    score ~ U(0, 1) and threshold = 1 - p, so P(score >= threshold) = p.
+    score = H(seed, context, draft step, target step) / 2^64 in [0, 1) (H: the first 8 bytes of
+    BLAKE2b) and threshold = 1 - p, so P(score >= threshold) = p over distinct pairs. The draw is
+    a pure function of the seed and the pair: the context holds the prompt and everything
+    before the step (so the round and the position), hence the same decode gives the same
+    verdicts whether it runs twice, alone or in a batch, in any call order.
     """
 
     def __init__(self, p: float = 0.5, seed: int = 0) -> None:
@@ -52,10 +56,19 @@ class RandomVerifier:
         self.p = p
         self.name = f"random({p:g})"
         self.threshold = 1.0 - p
-        self._rng = random.Random(seed)
+        self.seed = int(seed)
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return [self._rng.random() for _ in pairs]
+        return [keyed_uniform(self.seed, p.context, p.draft, p.target) for p in pairs]
+
+
+def keyed_uniform(seed: int, *parts: str) -> float:
+    """A uniform draw in [0, 1) determined by ``seed`` and ``parts`` alone."""
+    h = hashlib.blake2b(digest_size=8, key=str(seed).encode()[:64])
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return int.from_bytes(h.digest(), "big") / 2**64
 
 
 class TargetLogprobVerifier:

@@ -1,0 +1,85 @@
+"""Who owns an output directory: every command validates all of its input first (phase 1,
+no side effect), then claims its ``--out`` (phase 2) before it writes, moves or deletes
+anything there.
+
+A claimed directory records its command in :data:`OWNER`. A directory written before
+owners were recorded is recognised by the files only its command writes
+(:data:`SIGNATURES`). :func:`check_out` refuses, in phase 1, an ``--out`` that is a file,
+that another command owns, or that cannot be created or written; :func:`claim_out` creates
+it and records the owner. So a run that fails in phase 1 leaves no trace, and the corrected
+command just works.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lrtune.errors import ConfigError, os_error_message
+from lrtune.runfiles import unwritable_ancestor
+
+OWNER = ".lrtune-owner.json"
+# files (globs) that only one command writes into its output directory
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "collect": ("manifest-s*.json", "pairs", "problems"),
+    "collect --merge": ("pairs.parquet",),
+    "evaluate": ("records.jsonl", "summary.json"),
+    "train verifier": ("lrtune_verifier.json",),
+    "train controller": ("lrtune_controller.json",),
+    "pipeline": ("pipeline.json",),
+}
+
+
+def owner(path: str | Path) -> str | None:
+    """The command that owns directory ``path``: the one its :data:`OWNER` file names, else
+    the one whose files it holds (:data:`SIGNATURES`); None for a new, empty or foreign one."""
+    d = Path(path).expanduser()
+    f = d / OWNER
+    try:
+        if f.is_file():
+            data = json.loads(f.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("command"), str):
+                return data["command"]
+        if not d.is_dir():
+            return None
+        for command, globs in SIGNATURES.items():
+            if any(any(d.glob(g)) for g in globs):
+                return command
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
+    """Phase 1: ``path`` can become ``command``'s output directory; a ConfigError (one line)
+    when it is a file, belongs to another command, or cannot be created or written. Nothing
+    is created or changed."""
+    d = Path(path).expanduser()
+    try:
+        if d.exists() and not d.is_dir():
+            raise ConfigError(f"{flag} {path} is a file, not a directory: pick another {flag}")
+        held = owner(d)
+        if held is not None and held != command:
+            raise ConfigError(f"{flag} {path} holds the output of `lrtune {held}`; `lrtune {command}` will not write "
+                              f"into it: pick another {flag}")
+        blocker = unwritable_ancestor(d)
+        if blocker is not None:
+            raise ConfigError(f"{flag} {path}: {blocker} is not a writable directory")
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: {os_error_message(e)}") from None
+    return d
+
+
+def claim_out(path: str | Path, command: str, flag: str = "--out") -> Path:
+    """Phase 2: create ``path`` (checked by :func:`check_out`) and record ``command`` as its
+    owner; returns it. Idempotent for the same command."""
+    from lrtune.runfiles import write_atomic
+
+    d = check_out(path, command, flag)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if owner(d) != command or not (d / OWNER).is_file():
+            write_atomic(d / OWNER, json.dumps({"command": command}) + "\n")
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: {os_error_message(e)}") from None
+    return d

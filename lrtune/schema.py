@@ -1,0 +1,107 @@
+"""One declarative schema for every option of every command.
+
+Each config dataclass declares, on its fields' type hints, what a value may be: its type
+(checked strictly: ``"3"`` is no integer, ``1`` no boolean), its range (``Annotated[int,
+Interval(ge=1, le=16)]``), finiteness (no NaN or infinity anywhere), its allowed values
+(``Literal[...]``, which also gives the flag its choices) and, for text, its length and
+characters. :func:`check` validates a config instance against its class with pydantic (the
+library vLLM validates its own config dataclasses with), whether the values came from flags,
+a YAML file or Python, and turns the first violation into one :class:`ConfigError` line
+that names the option. Rules between options (this one excludes that one) stay in each
+config's ``validate()``, which calls :func:`check` first.
+
+The aliases below are the vocabulary the configs use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import Annotated, Any
+
+from annotated_types import Ge, Gt, Interval
+from pydantic import ConfigDict, StringConstraints, TypeAdapter, ValidationError
+
+from lrtune.errors import ConfigError
+
+# on every config class: ``__pydantic_config__ = STRICT``
+STRICT = ConfigDict(strict=True, allow_inf_nan=False, revalidate_instances="always")
+
+MAX_COUNT = 10_000_000  # tokens, pairs, characters: more would exhaust memory long before a run ends
+MAX_PROBLEMS = 1_000_000  # problems of one run (generating 10^6 gsm_symbolic problems takes ~20 s, ~2 GB)
+MAX_TEXT = 4096  # a path, a spec or a list of them
+
+NO_NUL = r"^[^\x00]*$"
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT, pattern=NO_NUL)]
+Count = Annotated[int, Interval(ge=1, le=MAX_COUNT)]  # at least one
+Size = Annotated[int, Interval(ge=0, le=MAX_COUNT)]  # zero allowed
+Problems = Annotated[int, Interval(ge=1, le=MAX_PROBLEMS)]  # a number of problems
+ProblemIndex = Annotated[int, Interval(ge=0, le=MAX_PROBLEMS - 1)]
+Seed = Annotated[int, Interval(ge=0, le=2**63 - 1)]
+Gamma = Annotated[int, Interval(ge=1, le=16)]
+Share = Annotated[float, Interval(gt=0, le=1)]  # a share of a device
+Fraction = Annotated[float, Interval(ge=0, le=1)]
+Positive = Annotated[float, Gt(0)]
+NonNegative = Annotated[float, Ge(0)]
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+@lru_cache(maxsize=None)
+def _adapter(cls: type) -> TypeAdapter:
+    return TypeAdapter(cls)
+
+
+def check(obj: Any) -> Any:
+    """``obj`` (a config dataclass instance) validated against its class's schema; a
+    :class:`ConfigError` naming the first bad option otherwise. Returns the validated copy
+    (ints given for float options become floats)."""
+    cls = type(obj)
+    try:
+        return _adapter(cls).validate_python(obj)
+    except ValidationError as e:
+        raise ConfigError(message(cls, e)) from None
+
+
+def message(cls: type, e: ValidationError) -> str:
+    """One line for a validation error: the option's flag, what is wrong, the value given."""
+    errors = e.errors(include_url=False)
+    first = errors[0]
+    flags = {f.name: flag_name(f) for f in dataclasses.fields(cls)}
+    loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
+    name = flags.get(loc[0], loc[0]) if loc else cls.__name__
+    given = first.get("input")
+    shown = repr(given)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{name}: {_plain(first)}, got {shown}{more}"
+
+
+def _plain(err: dict) -> str:
+    """pydantic's message in this project's words."""
+    kind, ctx = err.get("type", ""), err.get("ctx") or {}
+    if kind == "finite_number":
+        return "must be a finite number"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()), "")
+        return f"must be {op} {bound}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '')}"
+    if kind in ("int_type", "int_from_float"):
+        return "must be an integer"
+    if kind == "float_type":
+        return "must be a number"
+    if kind == "bool_type":
+        return "must be true or false"
+    if kind == "string_type":
+        return "must be text"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind == "string_pattern_mismatch":
+        pattern = str(ctx.get("pattern", ""))
+        return "must not contain a NUL byte" if pattern == NO_NUL else f"must match {pattern}"
+    return str(err.get("msg", "invalid value")).rstrip(".").lower()
