@@ -107,7 +107,7 @@ def workspace(root: Path) -> dict:
     import pyarrow.parquet as pq
 
     from lrtune.verifiers import distilled
-    from policies import learned
+    from lrtune.policies import learned
 
     nolabel = root / "ds_no_label"
     nolabel.mkdir()

@@ -88,7 +88,7 @@ def rebuild_prefix(row: dict, prompt_ids: list[int], target, earlier_steps: tupl
 def collect_settings(data: Path):
     """(ModelConfig, DecodeConfig, CollectOptions) a collect directory was made with, from its
     ``collect_config.json`` (keys this lrtune does not know are ignored)."""
-    from data_gen.collect import CollectOptions
+    from lrtune.data_gen.collect import CollectOptions
     from lrtune.api import ModelConfig
     from lrtune.dataset import read_config
     from lrtune.decoder import DecodeConfig
@@ -118,7 +118,7 @@ def flip_rates(rows: list[dict], seed: int) -> dict:
 
 
 def main(args) -> int:
-    from data_gen.rollout import RolloutItem, rollout_labels
+    from lrtune.data_gen.rollout import RolloutItem, rollout_labels
     from lrtune.api import Decoder
     from lrtune.dataset import load_tables
     from lrtune.tasks import get_task
@@ -161,7 +161,7 @@ def main(args) -> int:
                                     gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
     votes = [None] * len(items)
     if args.samples > 0:
-        from data_gen.rollout import sampled_outcomes, vote_on
+        from lrtune.data_gen.rollout import sampled_outcomes, vote_on
 
         got, vsecs = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
                                       seed=args.seed, max_tokens=opts.rollout_tokens, max_len=models.max_model_len)

@@ -7,7 +7,7 @@ drafts, no LR round): there any time difference is the machine's, not the method
 such decode it divides its wall time by the mean of the identical decodes of that problem and
 groups the ratios by the kind of decode that ran right before it (``target``, ``lr`` for any
 LR row, ``sd`` for a row of identical SD work, ``first`` when it opened the problem). Also
-writes the paired comparisons of ``eval.metrics.paired_comparisons`` (A over B with a 95%
+writes the paired comparisons of ``lrtune.eval.metrics.paired_comparisons`` (A over B with a 95%
 bootstrap interval over problems). Writes ``order_effect.json`` beside the records.
 
     python -m benchmarks.order_effect benchmarks/results/eval_issue22_512
@@ -49,7 +49,7 @@ def predecessor_ratios(records: list[dict], same: list[str]) -> dict[str, list[f
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.metrics import paired_comparisons
+    from lrtune.eval.metrics import paired_comparisons
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", help="an evaluate output folder (holds records.jsonl)")

@@ -4,7 +4,7 @@ The model's g(γ2) takes the per-token acceptance α2. Until ``SDCounters.stoppe
 counted, evaluate fed it the accepted/drafted rate, which is lower under the same i.i.d.
 model (a pass accepts at most γ2 tokens), so SD and LR+SD rows were predicted too slow.
 This script recomputes every row from the run's own ``records.jsonl`` exactly as
-``evaluate`` now does (:func:`eval.evaluate.predict_rows`: α1, α2, c and step lengths from
+``evaluate`` now does (:func:`lrtune.eval.evaluate.predict_rows`: α1, α2, c and step lengths from
 the records; b(n) from the run's ``summary.json``; for lr+sd rows the batch cost of rows
 decoded with SD, from the summary or ``--sd-profile``, a profile with ``batch_cost_sd``), and
 writes, per method, the α2 and the prediction the run's summary holds beside the current
@@ -24,8 +24,8 @@ from pathlib import Path
 
 def reprice(run: Path, sd_profile: str | None = None) -> dict:
     """Per method of ``run``: old and current α2, predicted speedup and measured/predicted."""
-    from eval import metrics
-    from eval.evaluate import parse_methods, predict_rows, sd_curve
+    from lrtune.eval import metrics
+    from lrtune.eval.evaluate import parse_methods, predict_rows, sd_curve
     from lrtune.batchcost import read_profile_sd_curve
 
     cfg = json.loads((run / "config.json").read_text())

@@ -58,7 +58,7 @@ def split(records: list[dict]) -> dict[str, dict]:
 
 def vs_reference(records: list[dict], reference: str = "lr+sd", n_boot: int = 2000) -> dict[str, dict]:
     """Per LR method: R and R_eq over the reference row (see the module docstring)."""
-    from eval.metrics import bootstrap_ci
+    from lrtune.eval.metrics import bootstrap_ci
 
     by = {(r["problem"], r["method"]): r for r in records}
     out = {}

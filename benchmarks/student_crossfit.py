@@ -74,7 +74,7 @@ def pooled(rows: list[dict], seed: int) -> dict:
     margin = score - the fold's threshold (accept when >= 0). ``by_task``: the same per task
     (the part of the problem id before its first "/")."""
     from lrtune.pairstats import agreement_intervals
-    from train.calibrate import agreement
+    from lrtune.train.calibrate import agreement
 
     m = [r["margin"] for r in rows]
     y = [r["label"] for r in rows]
@@ -93,9 +93,9 @@ def pooled(rows: list[dict], seed: int) -> dict:
 
 def run_variant(examples, teacher: str, folds: dict, name: str, student: str, drop: str, args) -> dict:
     from lrtune.pairstats import agreement_intervals, auroc
-    from train import students
-    from train.calibrate import best_agreement_threshold, calibrate_threshold
-    from train.verifier import TrainVerifierConfig, fit_and_load
+    from lrtune.train import students
+    from lrtune.train.calibrate import best_agreement_threshold, calibrate_threshold
+    from lrtune.train.verifier import TrainVerifierConfig, fit_and_load
 
     k_all = args.folds
     decided: dict[str, list[dict]] = {r: [] for r in RULES}
@@ -139,7 +139,7 @@ def run_variant(examples, teacher: str, folds: dict, name: str, student: str, dr
 
 
 def main(args) -> int:
-    from train.data import load_pairs
+    from lrtune.train.data import load_pairs
 
     examples, teacher = load_pairs([d for d in args.data.split(",") if d])
     folds = fold_of([e.split_group for e in examples], args.folds, args.seed)

@@ -46,7 +46,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def main(args) -> int:
-    from train.verifier import TrainVerifierConfig, run
+    from lrtune.train.verifier import TrainVerifierConfig, run
 
     rows = []
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):

@@ -32,18 +32,18 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def best_accuracy_threshold(scores, labels) -> float:
-    """:func:`train.calibrate.best_agreement_threshold` (the highest-agreement threshold; ties
+    """:func:`lrtune.train.calibrate.best_agreement_threshold` (the highest-agreement threshold; ties
     go to the highest)."""
-    from train.calibrate import best_agreement_threshold
+    from lrtune.train.calibrate import best_agreement_threshold
 
     return best_agreement_threshold(scores, labels)
 
 
 def main(args) -> int:
     from lrtune import verifiers
-    from train import students
-    from train.calibrate import agreement, calibrate_threshold
-    from train.data import load_pairs, split_examples
+    from lrtune.train import students
+    from lrtune.train.calibrate import agreement, calibrate_threshold
+    from lrtune.train.data import load_pairs, split_examples
 
     ckpt = Path(args.student)
     opts = json.loads((ckpt / "train_config.json").read_text())["options"]

@@ -51,7 +51,7 @@ def bootstrap_auroc(scores: list[float], labels: list[bool], groups: list[str], 
 def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0, max_false_accept: float = 0.05) -> dict:
     from lrtune import pairstats
     from lrtune.tasks import template_of
-    from train.calibrate import cross_fitted
+    from lrtune.train.calibrate import cross_fitted
     from lrtune.dataset import load_tables
     from lrtune.verifiers.base import same_step
 

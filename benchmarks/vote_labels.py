@@ -6,7 +6,7 @@ outcome. One greedy path per branch is chaotic: ``benchmarks/label_noise.py`` fi
 teacher rejecting ~13% of one-space edits on gsm_symbolic. The vote teacher asks the target
 K + 1 times per branch -- the recorded greedy rollout and K sampled ones (``--temperature``,
 seeds ``--seed + i``) -- and accepts when the two branches' *modal* outcomes are the same
-(:func:`data_gen.rollout.vote_label`; ties go to the greedy outcome; no answer never matches).
+(:func:`lrtune.data_gen.rollout.vote_label`; ties go to the greedy outcome; no answer never matches).
 Its soft score, the share of (draft, target) rollout couples that end alike, is the pair's
 ``teacher_score``.
 
@@ -122,7 +122,7 @@ def write_dataset(src: Path, out: Path, votes: dict[str, dict], teacher: str | N
 
 
 def main(args) -> int:
-    from data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
+    from lrtune.data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
     from lrtune.api import Decoder
     from lrtune.dataset import load_tables
     from lrtune.errors import ConfigError

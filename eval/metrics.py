@@ -225,7 +225,8 @@ def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None,
     """The speedup model's prediction (lrtune.speedup) from measured α and c; ``batch_cost``
     a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps);
     ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n))."""
-    from lrtune.speedup import f_sync, g, h, h_async
+    from lrtune.speedup import f_sync, g, h
+    from lrtune.speedup_async import h_async
 
     if c is None:
         return None

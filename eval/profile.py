@@ -36,7 +36,7 @@ from lrtune.runfiles import json_out_file, write_json_file
 
 
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
-    from eval.evaluate import machine_info
+    from lrtune.eval.evaluate import machine_info
     from lrtune.api import Decoder
     from lrtune.tasks import get_task
 

@@ -19,6 +19,7 @@ from pydantic import StringConstraints
 from lrtune import schema
 from lrtune.backends.base import Backend
 from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
+from lrtune.roundstate import Failed
 from lrtune.errors import ConfigError
 from lrtune.schema import STRICT, Fraction, Share, Text
 from lrtune.stats import BatchStats, DecodeStats
@@ -92,20 +93,20 @@ def build_controller(spec, cfg: DecodeConfig):
     if spec is None:
         return None
     if not isinstance(spec, str):
-        if not (hasattr(spec, "choose") and hasattr(spec, "update") and hasattr(spec, "bounds")):
-            raise ConfigError(f"not a controller: {spec!r}")
-        return spec
+        from lrtune.control import checked_controller
+
+        return checked_controller(spec)
     from pathlib import Path
 
     if Path(spec).expanduser().is_dir():
-        from policies.learned import load
+        from lrtune.policies.learned import load
 
         ctl = load(spec, seed=cfg.seed)
         if not cfg.uses_sd:
             ctl.bounds = replace(ctl.bounds, gamma2_max=0)
         return ctl
     from lrtune.control import Bounds
-    from policies import make_controller
+    from lrtune.policies import make_controller
 
     gamma2 = cfg.gamma2 if cfg.uses_sd else 0
     bounds = Bounds.covering(cfg.gamma1, gamma2)
@@ -203,9 +204,10 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
 
 @dataclass
 class DecodeOutput:
-    """One prompt's result: text (special tokens removed), generated ids, stats (or ``error``)."""
+    """One prompt's result: text (special tokens removed), generated ids, stats; or, when the
+    prompt could not run, ``finish == "error"`` and ``error`` says why (nothing else is set)."""
 
-    prompt: str
+    prompt: str | list[int]
     text: str
     token_ids: list[int]
     finish: str
@@ -213,14 +215,34 @@ class DecodeOutput:
     steps: list[tuple[str, list[int]]]
     error: str | None = None  # why this prompt was not decoded (finish == "error")
 
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Outputs(list):
+    """What :meth:`Decoder.generate` returns: one :class:`DecodeOutput` per prompt, in order,
+    and ``batch``, the set's throughput record (:class:`~lrtune.stats.BatchStats`)."""
+
+    def __init__(self, outputs, batch: BatchStats) -> None:
+        super().__init__(outputs)
+        self.batch = batch
+
 
 class Decoder:
-    """Loads models once; ``generate`` decodes prompts with any method, one or many at a time."""
+    """Loads models once; ``generate`` decodes prompts with any method, one or many at a time.
+    A context manager: ``with Decoder.from_pretrained(...) as dec:`` closes the engines."""
 
     def __init__(self, decoder: LookaheadDecoder, models: ModelConfig) -> None:
         self.decoder = decoder
         self.models = models
-        self.last_batch: BatchStats | None = None
+        self.last_batch: BatchStats | None = None  # the last generate()'s (also its outputs' .batch)
+
+    def __enter__(self) -> Decoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @classmethod
     def from_pretrained(cls, target: str = "default", draft: str = "default", *, method: str = "lr+sd",
@@ -316,30 +338,41 @@ class Decoder:
 
     @property
     def verifier(self) -> Verifier:
-        """The configured verifier (``decode(..., verifier=...)`` overrides it per call)."""
+        """The configured verifier (``LookaheadDecoder.decode_many(..., verifier=...)`` takes
+        another per call)."""
         return self.decoder.verifier
 
-    def encode(self, prompt: str, *, chat: bool = True) -> list[int]:
+    def encode(self, prompt: str | Sequence[int], *, chat: bool = True) -> list[int]:
+        """Token ids of ``prompt``: a text (the chat template applied unless ``chat=False``)
+        or already token ids (passed through, checked against the vocabulary)."""
+        if not isinstance(prompt, str):
+            ids = list(prompt)
+            vocab = getattr(self.decoder.target, "vocab_size", None)
+            if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids) or (
+                    vocab is not None and max(ids) >= vocab):
+                raise ConfigError("a token-id prompt must be a non-empty list of ids the target's vocabulary holds")
+            return ids
         if not prompt or not prompt.strip():
             raise ConfigError("empty prompt")
         return self.decoder.target.encode_prompt(prompt, chat=chat)
 
-    def generate(self, prompts: str | Sequence[str], *, chat: bool = True,
+    def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]], *, chat: bool = True,
                  on_step: Callable[[int, str, str], None] | None = None, max_concurrent: int = 1,
-                 **overrides) -> list[DecodeOutput]:
+                 **overrides) -> Outputs:
         """Decode prompts, ``max_concurrent`` at a time (batched: one engine call per round for
-        all of them; greedy outputs equal decoding each alone). ``overrides`` are
+        all of them; greedy outputs equal decoding each alone). A prompt is a text or a list of
+        token ids (one prompt of ids: ``generate([ids])``). ``overrides`` are
         :class:`DecodeConfig` fields (``max_new_tokens``, ``temperature``, ``top_p``, ``seed``,
-        ``method``, ``gamma1``, ``gamma2``, ...).
+        ``method``, ``gamma1``, ``gamma2``, ``schedule``, ...).
 
         ``on_step(prompt_index, source, text)`` streams every committed step as it lands. A
         prompt that cannot run (too long for ``max_model_len``) fails alone: its output has
         ``finish == "error"`` and ``error`` says why; the others are decoded (when no prompt
-        can run, :class:`ConfigError` is raised with the first reason). The batch's
-        throughput record is ``self.last_batch`` (:class:`~lrtune.stats.BatchStats`).
+        can run, :class:`ConfigError` is raised with the first reason). Returns
+        :class:`Outputs`: the outputs in order, with the set's throughput record as ``.batch``.
         """
-        if isinstance(prompts, str):
-            prompts = [prompts]
+        if isinstance(prompts, str) or (prompts and all(isinstance(t, int) for t in prompts)):
+            prompts = [prompts]  # one text, or one prompt of token ids
         unknown = set(overrides) - set(DecodeConfig.__dataclass_fields__)
         if unknown:
             raise ConfigError(f"unknown decode option(s): {', '.join(sorted(unknown))}")
@@ -352,23 +385,25 @@ class Decoder:
         if on_step is not None:
             def cb(i: int, source: str, step_ids: list[int]) -> None:
                 on_step(i, source, self.decoder.target.decode(step_ids, skip_special_tokens=True))
-        problems = [ProblemInfo(id=f"prompt-{i}-{stable_digest(p)}", text=p, prompt_tokens=len(ids))
+        problems = [ProblemInfo(id=f"prompt-{i}-{stable_digest(p)}", prompt_tokens=len(ids),
+                                text=p if isinstance(p, str) else self.decoder.target.decode(ids, skip_special_tokens=True))
                     for i, (p, ids) in enumerate(zip(prompts, encoded))]
-        results, self.last_batch = self.decoder.decode_many(
+        results, batch = self.decoder.decode_many(
             encoded, cfg, max_concurrent=max_concurrent, max_len=self.models.max_model_len, problems=problems,
             on_commit=cb)
-        if all(isinstance(r, Exception) for r in results):
-            raise results[0]
+        if all(isinstance(r, Failed) for r in results):
+            raise results[0].error
         outs = []
         for prompt, ids, res in zip(prompts, encoded, results):
-            if isinstance(res, Exception):
+            if isinstance(res, Failed):
                 outs.append(DecodeOutput(prompt=prompt, text="", token_ids=[], finish="error",
-                                         stats=DecodeStats(prompt_tokens=len(ids)), steps=[], error=str(res)))
+                                         stats=DecodeStats(prompt_tokens=len(ids)), steps=[], error=res.message))
             else:
                 r, stats = res
                 outs.append(DecodeOutput(prompt=prompt, text=r.text, token_ids=r.token_ids, finish=r.finish,
                                          stats=stats, steps=r.steps))
-        return outs
+        self.last_batch = batch
+        return Outputs(outs, batch)
 
     def start_engines(self, cfg: DecodeConfig) -> None:
         """Start the engines ``cfg`` needs now, so their start-up is not billed to a decode."""
@@ -377,6 +412,7 @@ class Decoder:
             self.draft.start(0)
 
     def close(self) -> None:
+        """Release the engines (vLLM keeps them until the process ends: see VLLMBackend.close)."""
         self.decoder.target.close()
         if self.decoder.draft is not None:
             self.decoder.draft.close()

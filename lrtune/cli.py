@@ -62,28 +62,28 @@ def make_parser() -> ArgumentParser:
     add_dataclass_args(dec, ModelConfig)
     add_dataclass_args(dec, DecodeConfig)
 
-    from eval.evaluate import add_arguments as add_eval_arguments
+    from lrtune.eval.evaluate import add_arguments as add_eval_arguments
 
     ev = sub.add_parser("evaluate", help="accuracy, acceptance and speedup of every method on a task, in one run")
     add_eval_arguments(ev)
 
-    from data_gen.collect import add_arguments as add_collect_arguments
+    from lrtune.data_gen.collect import add_arguments as add_collect_arguments
 
     col = sub.add_parser("collect", help="record every draft/target step pair with teacher labels (parquet)")
     add_collect_arguments(col)
 
-    from train.verifier import add_arguments as add_train_verifier_arguments
+    from lrtune.train.verifier import add_arguments as add_train_verifier_arguments
 
     tr = sub.add_parser("train", help="train a distilled verifier or a controller")
     tr_sub = tr.add_subparsers(dest="train_command", required=True, parser_class=ArgumentParser)
     trv = tr_sub.add_parser("verifier", help="distil a collected teacher judge into a lightweight verifier checkpoint")
     add_train_verifier_arguments(trv)
-    from train.controller import add_arguments as add_train_controller_arguments
+    from lrtune.train.controller import add_arguments as add_train_controller_arguments
 
     trc = tr_sub.add_parser("controller", help="fit the learned (γ1, γ2) controller on collected problems")
     add_train_controller_arguments(trc)
 
-    from eval.profile import add_arguments as add_profile_arguments
+    from lrtune.eval.profile import add_arguments as add_profile_arguments
 
     prof = sub.add_parser("profile", help="measure c1, c2 and the batch-cost curve b(n) of a backend/model pair")
     add_profile_arguments(prof)
@@ -193,20 +193,20 @@ def _dispatch(args) -> int:
 
         return doctor_main(build(DoctorOptions, args, {}))
     if args.command == "collect":
-        from data_gen.collect import main_from_args
+        from lrtune.data_gen.collect import main_from_args
 
         return main_from_args(args)
     if args.command in ("demo", "pipeline"):
         return cmd_pipeline(args)
     if args.command == "profile":
-        from eval.profile import main_from_args as profile_main
+        from lrtune.eval.profile import main_from_args as profile_main
 
         return profile_main(args)
     if args.command == "train":
         return cmd_train(args)
     if args.command == "evaluate":
-        from eval.evaluate import config_from_args
-        from eval.evaluate import main as evaluate_main
+        from lrtune.eval.evaluate import config_from_args
+        from lrtune.eval.evaluate import main as evaluate_main
 
         return evaluate_main(config_from_args(args))
     return 2
@@ -222,7 +222,7 @@ def cmd_pipeline(args) -> int:
     file_values = load_config_file(args.config)
     check_unknown_keys(file_values, PipelineOptions, ModelConfig)
     res = run(build(PipelineOptions, args, file_values), build(ModelConfig, args, file_values))
-    from eval.report import print_table
+    from lrtune.eval.report import print_table
 
     print_table(res["summary"])
     print("stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in res["timings"].items()))
@@ -231,11 +231,11 @@ def cmd_pipeline(args) -> int:
 
 def cmd_train(args) -> int:
     if args.train_command == "verifier":
-        from train.verifier import config_from_args, main as train_verifier_main
+        from lrtune.train.verifier import config_from_args, main as train_verifier_main
 
         return train_verifier_main(config_from_args(args))
     if args.train_command == "controller":
-        from train.controller import config_from_args as controller_config, main as train_controller_main
+        from lrtune.train.controller import config_from_args as controller_config, main as train_controller_main
 
         return train_controller_main(controller_config(args))
     return 2

@@ -36,6 +36,9 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
     replaces the help text of the named fields."""
     hints = get_type_hints(cls)
     group = parser.add_argument_group(cls.__name__)
+    for name, (flag, value) in legacy_flags(cls).items():  # old switches, still accepted
+        if name not in skip:
+            group.add_argument(flag, dest=name, action="store_true", default=None, help=f"old spelling of {value}")
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
@@ -77,12 +80,14 @@ def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> A
     its schema (:func:`lrtune.schema.check`: type, range, finiteness, allowed values), so a
     file value of the wrong type (``gamma1: 2.5``, ``gamma1: "abc"``) or a flag out of range
     (``--temperature nan``) is one ConfigError line before anything runs."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls)} | set(legacy_flags(cls))
     values = {k: v for k, v in file_values.items() if k in names}
     for name in names:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
+    if hasattr(cls, "legacy_values"):
+        values = cls.legacy_values(values)
     obj = cls(**values)
     return schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
 
@@ -104,10 +109,16 @@ def load_config_file(path: str | None) -> dict[str, Any]:
     return out
 
 
+def legacy_flags(cls: type) -> dict[str, tuple[str, str]]:
+    """Old option names a config still accepts (its ``LEGACY_FLAGS``): ``{name: (flag, what
+    it now means)}``; its ``legacy_values(values)`` folds them into the new fields."""
+    return dict(getattr(cls, "LEGACY_FLAGS", {}))
+
+
 def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple[str, ...] = ()) -> None:
     known = set(extra)
     for cls in classes:
-        known |= {f.name for f in dataclasses.fields(cls)}
+        known |= {f.name for f in dataclasses.fields(cls)} | set(legacy_flags(cls))
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) in config file: {', '.join(unknown)}")
@@ -146,6 +157,11 @@ class Command:
         p = ArgumentParser(prog="lrtune " + " ".join(self.words), description=self.description)
         self.add_arguments(p)
         return p
+
+    def config(self, args: argparse.Namespace) -> Any:
+        """The validated config of a one-section command."""
+        (cfg,) = self.configs(args)
+        return cfg.validate() if hasattr(cfg, "validate") else cfg
 
     def configs(self, args: argparse.Namespace) -> list[Any]:
         """One validated instance per section, from the ``--config`` file and the flags."""

@@ -146,7 +146,7 @@ def method_for_depths(gamma1: int, gamma2: int) -> str:
 class Controller(Protocol):
     """``choose`` (γ1, γ2) before a round; ``horizon`` after choosing γ1 = 0: how many tokens
     the target may run before the next decision (None: to the end of the answer); ``update``
-    with what the round did."""
+    with what the round did. ``horizon`` is optional (:func:`checked_controller`)."""
 
     bounds: Bounds
 
@@ -155,3 +155,41 @@ class Controller(Protocol):
     def horizon(self) -> int | None: ...
 
     def update(self, outcome: RoundOutcome) -> None: ...
+
+
+def checked_controller(obj) -> Controller:
+    """``obj`` as a :class:`Controller`, checked when it is handed in: ``choose`` and ``update``
+    callable, ``bounds`` a :class:`Bounds`; an object without the optional ``horizon`` gets the
+    default (None: the target runs to the end of the answer after a γ1 = 0 choice). ConfigError
+    names what is missing, before any decode starts."""
+    from lrtune.errors import ConfigError
+
+    missing = [m for m in ("choose", "update") if not callable(getattr(obj, m, None))]
+    if missing or not isinstance(getattr(obj, "bounds", None), Bounds):
+        what = ", ".join(missing + ([] if isinstance(getattr(obj, "bounds", None), Bounds) else ["bounds (a Bounds)"]))
+        raise ConfigError(f"not a controller: {type(obj).__name__} lacks {what} (lrtune.control.Controller)")
+    if callable(getattr(obj, "horizon", None)):
+        return obj
+    return _WithDefaultHorizon(obj)
+
+
+class _WithDefaultHorizon:
+    """A user's controller without ``horizon``: every attribute is the controller's, and
+    ``horizon()`` is None. Copies copy the controller (per-prompt state in batches)."""
+
+    def __init__(self, inner) -> None:
+        self.__dict__["_inner"] = inner
+
+    def horizon(self) -> int | None:
+        return None
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._inner, name, value)
+
+    def __copy__(self):
+        import copy
+
+        return _WithDefaultHorizon(copy.copy(self._inner))

@@ -41,7 +41,7 @@ PAIR_FIELDS = [
     ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
     # the live verifier's decision during decoding (= the teacher's for a verifier teacher)
     ("decode_verifier", "string"), ("verifier_score", "float64"), ("verifier_label", "bool_"),
-    # rollout / consensus teachers: both continuations and their outcomes (data_gen.rollout)
+    # rollout / consensus teachers: both continuations and their outcomes (lrtune.data_gen.rollout)
     ("rollout_draft_answer", "string"), ("rollout_target_answer", "string"), ("rollout_draft_text", "string"),
     ("rollout_target_text", "string"), ("rollout_finished", "bool_"), ("rollout_reused", "bool_"),
     # the vote teacher (collect --rollout-samples K): the greedy rollout's own label, and every

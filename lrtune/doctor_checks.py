@@ -106,7 +106,7 @@ def models(r):
         pair = get_tiny_pair()
         r.target_dir, r.draft_dir, kind = str(pair.target), str(pair.draft), "tiny (trained, float32)"
     elif o.models == "random":
-        from lrtune.toymodels import build_random_pair
+        from lrtune.randommodels import build_random_pair
 
         pair = build_random_pair(dtype="bfloat16" if _on_gpu(r) else "float32")
         r.target_dir, r.draft_dir, kind = str(pair.target), str(pair.draft), "random weights, default-pair shapes"

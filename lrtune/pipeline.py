@@ -136,7 +136,7 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig) -
     from lrtune.tasks import get_task
     from lrtune.verifiers.distilled import STUDENT_KINDS
 
-    from data_gen.rollout import parse_teacher
+    from lrtune.data_gen.rollout import parse_teacher
 
     schema.check(opts)
     get_task(opts.task)
@@ -149,12 +149,12 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig) -
 
 def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     """Run (or resume) every stage; returns the evaluation summary and stage timings."""
-    from eval.evaluate import EvalOptions
-    from eval.profile import ProfileOptions
-    from train.controller import TrainControllerConfig
-    from train.verifier import TrainVerifierConfig
+    from lrtune.eval.evaluate import EvalOptions
+    from lrtune.eval.profile import ProfileOptions
+    from lrtune.train.controller import TrainControllerConfig
+    from lrtune.train.verifier import TrainVerifierConfig
 
-    from data_gen.collect import CollectOptions
+    from lrtune.data_gen.collect import CollectOptions
 
     if opts.size not in SIZES:
         raise ConfigError(f"unknown --size {opts.size!r}; choose from {', '.join(SIZES)}")
@@ -165,8 +165,8 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     validate(opts, models, decode)
     root = claim_out(opts.out, "pipeline")  # phase 2: every input checked
     model_flags = to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None))
-    collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens, logprobs=None,
-                                                 async_lr=None))
+    collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens, record=None,
+                                                 schedule=None))
     timings: dict[str, float] = {}
 
     def stage(name: str, argv: list[str]) -> None:
@@ -206,7 +206,7 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
                      profile=str(profile_path))  # b(n) as measured by the profile stage
     stage("evaluate", ["evaluate", *to_flags(ev),
                        *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
-                       *to_flags(dataclasses.replace(decode, method=None, logprobs=None, async_lr=None))])
+                       *to_flags(dataclasses.replace(decode, method=None, record=None, schedule=None))])
     summary = json.loads((root / "eval" / "summary.json").read_text())
     write_atomic(root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)},
                                                     indent=1))

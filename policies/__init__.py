@@ -3,7 +3,7 @@
 ``fixed`` · ``heuristic`` (grow on full acceptance, shrink on rejection) · ``bandit``
 (Beta posteriors + the speedup model) · ``grid-ucb`` (model-free UCB1 over the (γ1, γ2)
 grid, rewarded by measured throughput) · ``learned`` (a fitted per-problem α predictor as
-the bandit's prior; see :mod:`policies.learned`).
+the bandit's prior; see :mod:`lrtune.policies.learned`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
 from lrtune.errors import ConfigError
 
-from policies.bandit import BanditController
-from policies.fixed import FixedController
-from policies.grid_ucb import GridUCBController
-from policies.heuristic import HeuristicController
+from lrtune.policies.bandit import BanditController
+from lrtune.policies.fixed import FixedController
+from lrtune.policies.grid_ucb import GridUCBController
+from lrtune.policies.heuristic import HeuristicController
 
 POLICIES = ("fixed", "heuristic", "bandit", "grid-ucb")
 

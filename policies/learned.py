@@ -5,7 +5,7 @@
 2. :class:`LearnedController` turns the prediction into the bandit's prior,
    α ~ Beta(n0·α̂, n0·(1 − α̂)) with ``prior_strength`` n0 pseudo-observations, so the first
    round already uses the (γ1, γ2) that maximises the speedup model for this problem,
-   and later rounds follow the evidence (see :mod:`policies.bandit`).
+   and later rounds follow the evidence (see :mod:`lrtune.policies.bandit`).
 
 Problem features (:class:`ProblemFeaturizer`): the sentence-encoder embedding of the
 problem text, log(1 + characters) and a one-hot of the task. The controller directory
@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
 from lrtune.errors import ConfigError
 
-from policies.bandit import BanditController
+from lrtune.policies.bandit import BanditController
 
 META = "lrtune_controller.json"
 FORMAT = "lrtune-controller"

@@ -195,7 +195,7 @@ def test_a_profile_whose_batch_cost_curve_is_a_list_is_a_one_line_error(tmp_path
 
 
 def test_problem_ids_from_a_file_that_is_not_utf8_is_a_one_line_error(tmp_path):
-    from eval.evaluate import EvalOptions, listed_problems
+    from lrtune.eval.evaluate import EvalOptions, listed_problems
     from lrtune.tasks import get_task
 
     ids = tmp_path / "ids.txt"
@@ -205,14 +205,14 @@ def test_problem_ids_from_a_file_that_is_not_utf8_is_a_one_line_error(tmp_path):
 
 
 def collect_cfg(out: Path, force_new: bool = False):
-    from data_gen.collect import CollectConfig, CollectOptions
+    from lrtune.data_gen.collect import CollectConfig, CollectOptions
 
     return CollectConfig(options=CollectOptions(task="gsm_symbolic", limit=2, out=str(out), force_new=force_new))
 
 
 @pytest.mark.parametrize("blob", [b"{not json", b"[1]", b'{"options": "caf\xe9"}'], ids=["corrupt", "list", "latin1"])
 def test_an_unreadable_config_in_collect_out_is_a_mismatch_and_force_new_recovers(tmp_path, capsys, blob):
-    from data_gen.collect import check_collect_out, prepare_out
+    from lrtune.data_gen.collect import check_collect_out, prepare_out
 
     d = collect_dir(tmp_path / "c", ["p0"])
     (d / CONFIG).write_bytes(blob)

@@ -16,10 +16,10 @@ from lrtune.outdir import OWNER
 from lrtune.errors import ConfigError
 from lrtune.verifiers import distilled
 from lrtune.verifiers.base import DraftScores, StepPair
-from policies import learned
+from lrtune.policies import learned
 from tests.test_learned_controller import _collect_dir, _controller
 from tests.test_train_verifier import _cfg, _synthetic_rows, write_pairs
-from train.data import PairExample, fingerprint
+from lrtune.train.data import PairExample, fingerprint
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -71,7 +71,7 @@ def test_train_controller_refuses_a_bad_collect_config_in_one_line(tmp_path, cap
 
 # ---- train controller: what --out holds (defect 10) -------------------------------------------
 def _train_controller(tmp_path, data: Path, **kw) -> dict:
-    from train.controller import TrainControllerConfig, run
+    from lrtune.train.controller import TrainControllerConfig, run
 
     return run(TrainControllerConfig(data=str(data), out=str(tmp_path / "ctl"), encoder="none", **{"folds": 2, **kw}))
 
@@ -205,8 +205,8 @@ def _relabel(data: Path) -> Path:
 
 
 def test_a_failed_retrain_puts_the_finished_checkpoint_back(tmp_path, monkeypatch):
-    from train import students
-    from train.verifier import run
+    from lrtune.train import students
+    from lrtune.train.verifier import run
 
     data = write_pairs(tmp_path / "a", _synthetic_rows())
     cfg = _features_cfg(tmp_path, data)
@@ -226,7 +226,7 @@ def test_a_failed_retrain_puts_the_finished_checkpoint_back(tmp_path, monkeypatc
 
 
 def test_a_successful_retrain_keeps_the_previous_checkpoint_as_a_backup(tmp_path):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     data = write_pairs(tmp_path / "a", _synthetic_rows())
     cfg = _features_cfg(tmp_path, data)
@@ -252,7 +252,7 @@ def _scored_rows(bad_value: float | None = None) -> list[dict]:
 
 @pytest.mark.parametrize("bad", [float("-inf"), float("nan")])
 def test_non_finite_feature_values_are_refused_naming_the_column_before_out_is_touched(tmp_path, bad):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     cfg = _features_cfg(tmp_path, write_pairs(tmp_path / "d", _scored_rows(bad)))
     with pytest.raises(ConfigError, match="column draft_target_min_logprob holds non-finite values"):
@@ -274,7 +274,7 @@ def test_fingerprint_covers_every_column_the_students_read():
 
 
 def test_changing_only_a_likelihood_column_retrains(tmp_path, capsys):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     data = write_pairs(tmp_path / "d", _scored_rows())
     first = run(_features_cfg(tmp_path, data))
@@ -288,7 +288,7 @@ def test_changing_only_a_likelihood_column_retrains(tmp_path, capsys):
 # ---- train verifier: --drop-features leaving nothing (defect 7) -------------------------------
 def test_dropping_every_feature_is_refused_before_out_is_touched(tmp_path):
     from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     data = write_pairs(tmp_path / "d", _synthetic_rows())
     with pytest.raises(ConfigError, match="names every feature"):
@@ -303,8 +303,8 @@ def test_dropping_every_feature_is_refused_before_out_is_touched(tmp_path):
 
 # ---- cross-encoder resume state (defect 8) ----------------------------------------------------
 def test_a_state_dir_of_other_settings_is_refused_before_out_is_touched(tmp_path):
-    from train import students
-    from train.verifier import run
+    from lrtune.train import students
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "d", _synthetic_rows()), "cross-encoder", lora_r=4)
     sdir = students.state_dir(Path(cfg.out))
@@ -338,7 +338,7 @@ def test_an_unusable_resume_state_is_a_one_line_error_saying_to_delete_it(tmp_pa
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
-    from train import students
+    from lrtune.train import students
 
     sdir, (old, opt_old) = tmp_path / "ce.train-state", _tiny_peft(2)
     last = sdir / "last"
@@ -357,7 +357,7 @@ def test_an_unusable_resume_state_is_a_one_line_error_saying_to_delete_it(tmp_pa
 
 # ---- lrtune profile --out and write_atomic (defect 11) ----------------------------------------
 def test_profile_refuses_an_out_directory_before_loading_any_model(tmp_path, monkeypatch):
-    from eval.profile import ProfileOptions, run
+    from lrtune.eval.profile import ProfileOptions, run
     from lrtune.api import Decoder, ModelConfig
 
     def loaded(*a, **k):

@@ -14,6 +14,7 @@ from lrtune.backends.base import SDCounters, split_counters, split_counts
 from lrtune.control import Bounds
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
+from lrtune.roundstate import Failed
 from lrtune.verifiers import make_verifier
 
 PROMPTS = [[5, 7, 9], [11, 4], [20, 21, 22, 23, 24, 25], [8], [30, 31, 6]]
@@ -136,8 +137,8 @@ def test_a_prompt_too_long_fails_alone_and_the_others_finish():
     prompts = [[5, 6], list(range(3, 30)), [], [7, 8, 9]]
     seen = {}
     outs, batch = dec.decode_many(prompts, cfg, max_concurrent=4, max_len=40, on_done=seen.__setitem__)
-    assert isinstance(outs[1], ConfigError) and "max_model_len 40" in str(outs[1])
-    assert isinstance(outs[2], ConfigError) and "empty" in str(outs[2])
+    assert isinstance(outs[1], Failed) and "max_model_len 40" in outs[1].message
+    assert isinstance(outs[2], Failed) and isinstance(outs[2].error, ConfigError) and "empty" in outs[2].message
     assert outs[0][0].token_ids == dec.decode(prompts[0], cfg)[0].token_ids
     assert outs[3][0].token_ids == dec.decode(prompts[3], cfg)[0].token_ids
     assert set(seen) == {0, 1, 2, 3}
@@ -145,7 +146,7 @@ def test_a_prompt_too_long_fails_alone_and_the_others_finish():
 
 def test_async_lr_refuses_more_than_one_prompt_in_flight():
     target, draft = fake_pair()
-    cfg = DecodeConfig(method="lr", async_lr=True, max_new_tokens=20, max_step_tokens=5)
+    cfg = DecodeConfig(method="lr", schedule="async", max_new_tokens=20, max_step_tokens=5)
     dec = LookaheadDecoder(target, draft, make_verifier("never"), cfg)
     with pytest.raises(ConfigError, match="one prompt at a time"):
         dec.decode_many(PROMPTS, cfg, max_concurrent=2)

@@ -19,5 +19,6 @@ def test_cli_reference_lists_every_config_field_with_its_default():
     doc = clidoc.render()
     assert "## `lrtune train verifier`" in doc and "## `lrtune demo`" in doc
     assert "| `--gamma1 GAMMA1` | `3` |" in doc.split("## `lrtune decode`")[1]
-    assert "| `--async` / `--no-async` | off |" in doc
+    assert "| `--schedule SCHEDULE` | `sync` |" in doc
+    assert "| `--async` | off | old spelling of --schedule async |" in doc  # old flags keep working
     assert doc.count("`--max-step-tokens") >= 3 and DecodeConfig.max_step_tokens == 128

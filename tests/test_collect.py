@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from data_gen.collect import CollectConfig, CollectOptions, run  # noqa: E402
+from lrtune.data_gen.collect import CollectConfig, CollectOptions, run  # noqa: E402
 from lrtune.dataset import load_tables, merge, summarize_pairs  # noqa: E402
 from lrtune.pairstats import auroc  # noqa: E402
 from lrtune.api import ModelConfig  # noqa: E402
@@ -237,7 +237,8 @@ def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
         ro.chmod(0o700)
     for args, msg in ((["--shard-id", "3", "--num-shards", "2"], "--shard-id"),
                       (["--method", "target"], "lr or lr+sd"),
-                      (["--early-abort"], "drop --early-abort"),
+                      (["--early-abort"], "--schedule sync or reuse"),
+                      (["--schedule", "abort"], "--schedule sync or reuse"),
                       (["--teacher", "oracle"], "unknown verifier")):
         proc = collect_cli(*cli_args(data_file, tmp_path / "bad"), *args)
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -270,7 +271,7 @@ def test_ray_flag_without_ray_installed_is_a_clear_error(data_file, tmp_path, mo
         return real_import(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    from data_gen.collect import run_ray
+    from lrtune.data_gen.collect import run_ray
 
     cfg = make_cfg(data_file, tmp_path / "o", teacher="exact", ray=True, num_shards=2)
     with pytest.raises(ConfigError, match=r"pip install 'lrtune\[ray\]'"):
@@ -278,7 +279,7 @@ def test_ray_flag_without_ray_installed_is_a_clear_error(data_file, tmp_path, mo
 
 
 def test_a_dataset_from_an_older_lrtune_without_newer_default_options_still_resumes(data_file, tmp_path):
-    from data_gen.collect import check_collect_out, collect_key, prepare_out
+    from lrtune.data_gen.collect import check_collect_out, collect_key, prepare_out
     from lrtune.dataset import CONFIG
 
     cfg = make_cfg(data_file, tmp_path / "old", teacher="exact")
@@ -324,7 +325,7 @@ def test_collect_picks_its_concurrency_from_a_profile_curve(data_file, tmp_path)
 
 
 def test_ray_forwards_settings_but_never_secrets():
-    from data_gen.collect import ray_env
+    from lrtune.data_gen.collect import ray_env
 
     env = ray_env({"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_secret", "HUGGING_FACE_HUB_TOKEN": "x", "VLLM_API_KEY": "k",
                    "OMP_NUM_THREADS": "2", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s", "LRTUNE_UNSAFE_EXEC": "0"})

@@ -232,7 +232,7 @@ def test_early_abort_commits_exactly_what_the_full_round_commits(seed, verifier)
             base = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=60, max_step_tokens=6)
             full, fs = LookaheadDecoder(target, draft, make(), base).decode(prompt)
             rounds = []
-            early, es = LookaheadDecoder(target, draft, make(), replace(base, early_abort=True)).decode(
+            early, es = LookaheadDecoder(target, draft, make(), replace(base, schedule="abort")).decode(
                 prompt, on_round=rounds.append)
             assert early.token_ids == full.token_ids and early.steps == full.steps
             assert es.committed_draft_steps == fs.committed_draft_steps and es.rounds == fs.rounds
@@ -245,7 +245,7 @@ def test_early_abort_commits_exactly_what_the_full_round_commits(seed, verifier)
 
 def test_early_abort_stops_the_rows_after_a_rejection():
     target, draft = FakeBackend(chain(2)), FakeBackend(chain(102))
-    cfg = DecodeConfig(method="lr", gamma1=4, max_new_tokens=60, max_step_tokens=6, early_abort=True)
+    cfg = DecodeConfig(method="lr", gamma1=4, max_new_tokens=60, max_step_tokens=6, schedule="abort")
     res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode([5, 7, 9])
     assert res.token_ids == target_only(target, [5, 7, 9], 60)
     assert any(target.aborted_rows) and all(0 not in rows for rows in target.aborted_rows)
@@ -254,16 +254,14 @@ def test_early_abort_stops_the_rows_after_a_rejection():
 
 
 def test_early_abort_needs_sync_lr_one_branch_and_a_verifier_off_the_target_engine():
-    with pytest.raises(ConfigError, match="early abort"):
-        DecodeConfig(method="lr", width=2, early_abort=True).validate()
-    with pytest.raises(ConfigError, match="early abort"):
-        DecodeConfig(method="lr", async_lr=True, early_abort=True).validate()
+    with pytest.raises(ConfigError, match="one branch"):
+        DecodeConfig(method="lr", width=2, schedule="abort").validate()
     target, draft = FakeBackend(chain(1)), FakeBackend(chain(5))
 
     class OnTarget(ByContent):
         backend = target
 
-    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=30, max_step_tokens=6, early_abort=True)
+    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=30, max_step_tokens=6, schedule="abort")
     with pytest.raises(ConfigError, match="target's own engine"):
         LookaheadDecoder(target, draft, OnTarget(), cfg).decode([5, 7])
 
@@ -301,9 +299,9 @@ def test_unscored_configs_ask_no_row_to_score():
 def test_a_verifier_that_reads_draft_scores_refuses_early_abort_and_async_lr():
     target, draft = FakeBackend(chain(2)), FakeBackend(chain(3))
     v = make_verifier("target_logprob")
-    with pytest.raises(ConfigError, match="drop early abort"):
-        LookaheadDecoder(target, draft, v, DecodeConfig(method="lr", gamma1=2, early_abort=True)).decode(PROMPTS[0])
-    with pytest.raises(ConfigError, match="drop --async"):
-        LookaheadDecoder(target, draft, v, DecodeConfig(method="lr", gamma1=2, async_lr=True)).decode(PROMPTS[0])
-    with pytest.raises(ConfigError, match="drop --async"):
-        DecodeConfig(method="lr", async_lr=True, score_drafts=True).validate()
+    with pytest.raises(ConfigError, match="--schedule sync"):
+        LookaheadDecoder(target, draft, v, DecodeConfig(method="lr", gamma1=2, schedule="abort")).decode(PROMPTS[0])
+    with pytest.raises(ConfigError, match="--schedule sync"):
+        LookaheadDecoder(target, draft, v, DecodeConfig(method="lr", gamma1=2, schedule="async")).decode(PROMPTS[0])
+    with pytest.raises(ConfigError, match="--schedule sync"):
+        DecodeConfig(method="lr", schedule="async", record="draft_scores").validate()

@@ -63,9 +63,10 @@ def test_reuse_commits_exactly_what_decoding_without_reuse_commits(seed, verifie
         for method in ("lr", "lr+sd"):
             for early in (False, True):
                 base = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=60, max_step_tokens=6,
-                                    early_abort=early)
+                                    schedule="abort" if early else "sync")
                 full, fs = LookaheadDecoder(target, draft, make(), base).decode(prompt)
-                got, gs = LookaheadDecoder(target, draft, make(), replace(base, reuse_drafts=True)).decode(prompt)
+                got, gs = LookaheadDecoder(target, draft, make(), replace(
+                    base, schedule="reuse+abort" if early else "reuse")).decode(prompt)
                 assert got.token_ids == full.token_ids and got.steps == full.steps
                 assert gs.committed_draft_steps == fs.committed_draft_steps and gs.rounds == fs.rounds
                 assert gs.target_step_tokens + gs.reused_target_tokens >= fs.target_step_tokens or early
@@ -75,7 +76,7 @@ def test_reuse_commits_exactly_what_decoding_without_reuse_commits(seed, verifie
 
 def test_rows_start_after_the_matched_tokens_and_generate_fewer_tokens():
     target, draft = FakeBackend(chain(4)), mixed_draft(4)
-    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=80, max_step_tokens=8, reuse_drafts=True)
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=80, max_step_tokens=8, schedule="reuse")
     rounds = []
     res, stats = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(PROMPTS[0], on_round=rounds.append)
     assert stats.reused_target_tokens > 0
@@ -84,14 +85,14 @@ def test_rows_start_after_the_matched_tokens_and_generate_fewer_tokens():
     assert all(len(rows) == 1 and rows[0].max_tokens == 1 for rows in prefills)
     shrunk = [r for rows in target.row_params for r in rows if r.score_from is None and r.max_tokens < 8]
     assert shrunk  # some rows continue a step after reused tokens, with what is left of its budget
-    plain, ps = LookaheadDecoder(target, draft, make_verifier("exact"), replace(cfg, reuse_drafts=False)).decode(
+    plain, ps = LookaheadDecoder(target, draft, make_verifier("exact"), replace(cfg, schedule="sync")).decode(
         PROMPTS[0])
     assert res.token_ids == plain.token_ids and stats.target_step_tokens < ps.target_step_tokens
 
 
 def test_a_draft_step_the_target_writes_token_for_token_needs_no_target_row():
     target, draft = FakeBackend(chain(3)), FakeBackend(chain(3))  # the draft is the target
-    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=60, max_step_tokens=6, reuse_drafts=True)
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=60, max_step_tokens=6, schedule="reuse")
     rounds = []
     res, stats = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(PROMPTS[2], on_round=rounds.append)
     assert res.token_ids == target_only(target, PROMPTS[2], 60)
@@ -106,7 +107,7 @@ def test_early_abort_with_reuse_lets_a_verifier_read_the_prefill_scores():
     v = make_verifier("target_logprob")
     base = DecodeConfig(method="lr", gamma1=3, max_new_tokens=50, max_step_tokens=6)
     rounds = []
-    got, _ = LookaheadDecoder(target, draft, v, replace(base, early_abort=True, reuse_drafts=True)).decode(
+    got, _ = LookaheadDecoder(target, draft, v, replace(base, schedule="reuse+abort")).decode(
         PROMPTS[0], on_round=rounds.append)
     full, _ = LookaheadDecoder(target, draft, v, base).decode(PROMPTS[0])
     assert got.token_ids == full.token_ids
@@ -114,7 +115,18 @@ def test_early_abort_with_reuse_lets_a_verifier_read_the_prefill_scores():
     assert judged and all(p.draft_scores is not None for p in judged)
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=0.7), dict(width=2), dict(async_lr=True), dict(logprobs=True)])
-def test_reuse_refuses_sampling_branches_async_and_logprobs(bad):
-    with pytest.raises(ConfigError, match="reuse"):
-        DecodeConfig(method="lr", reuse_drafts=True, **bad).validate()
+@pytest.mark.parametrize("bad,words", [(dict(temperature=0.7), "reuse"), (dict(width=2), "one branch"),
+                                       (dict(record="logprobs"), "reuse")])
+def test_reuse_refuses_sampling_branches_and_logprobs(bad, words):
+    with pytest.raises(ConfigError, match=words):
+        DecodeConfig(method="lr", schedule="reuse", **bad).validate()
+
+
+def test_async_and_reuse_cannot_be_spelled_together():
+    """One schedule per run: the old switches that named two are refused where they meet."""
+    from lrtune.decodeconfig import schedule_of
+
+    with pytest.raises(ConfigError, match="pick one --schedule"):
+        schedule_of(async_lr=True, reuse_drafts=True)
+    with pytest.raises(ConfigError, match="--schedule"):
+        DecodeConfig(method="lr", schedule="async+reuse").validate()

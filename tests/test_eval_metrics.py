@@ -6,8 +6,8 @@ import pytest
 
 from lrtune.decoder import DecodeConfig
 
-from eval import metrics
-from eval.evaluate import parse_methods, parse_sweep
+from lrtune.eval import metrics
+from lrtune.eval.evaluate import parse_methods, parse_sweep
 from lrtune.errors import ConfigError
 from lrtune.stats import DecodeStats
 
@@ -83,7 +83,7 @@ def test_prediction_uses_the_speedup_model():
 
 
 def test_method_options_parse_into_async_width_and_verifier():
-    from eval.evaluate import parse_method
+    from lrtune.eval.evaluate import parse_method
 
     s = parse_method("lr+sd/async/v=llm_judge", 2, 4)
     assert (s.kind, s.async_lr, s.width, s.verifier, s.gamma1, s.gamma2) == ("lr+sd", True, 1, "llm_judge", 2, 4)
@@ -126,7 +126,7 @@ def test_summary_by_task_splits_accuracy_finished_and_speedup_by_each_problems_o
 
 
 def test_report_of_a_task_mix_has_a_table_per_task_and_a_single_task_has_none():
-    from eval.report import render_markdown
+    from lrtune.eval.report import render_markdown
 
     records = [rec("g1", "target", 10.0, True), rec("g1", "lr", 5.0, True),
                rec("h1", "target", 4.0, False), rec("h1", "lr", 8.0, True)]
@@ -165,7 +165,7 @@ def test_heldout_from_a_task_mix_groups_each_problem_under_its_own_task(tmp_path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from eval.evaluate import EvalOptions, heldout_problems
+    from lrtune.eval.evaluate import EvalOptions, heldout_problems
     from lrtune.tasks import get_task
 
     d = tmp_path / "collect"
@@ -186,7 +186,7 @@ def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from eval.evaluate import EvalOptions, heldout_problems, seen_templates
+    from lrtune.eval.evaluate import EvalOptions, heldout_problems, seen_templates
     from lrtune.tasks import get_task, template_of
 
     task = get_task("gsm_symbolic")
@@ -204,3 +204,26 @@ def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never
     assert any(template_of("gsm_symbolic", p.id) in seen for p in plain)  # the filter does something here
     with pytest.raises(ConfigError, match="heldout-from"):
         seen_templates("gsm_symbolic", str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("label", ["target", "sd", "lr", "lr+sd", "lr+sd/async", "lr/abort", "lr/reuse", "lr/reuse+abort",
+                                   "lr+sd/w=2", "lr+sd/reuse/w=1/v=random(0.5)", "lr/v=path/with/slashes/ckpt@0.4",
+                                   "adaptive", "oracle", "best-fixed", "adaptive/c=results/ctl/dir"])
+def test_a_method_spec_prints_a_label_that_parses_back_to_the_same_spec(label):
+    from dataclasses import replace
+
+    from lrtune.eval.methods import parse_method
+
+    spec = parse_method(label, 3, 4)
+    again = parse_method(str(spec), 3, 4)
+    assert replace(again, label=spec.label) == spec
+
+
+def test_lr_reuse_abort_reads_as_one_schedule_and_a_run_wide_abort_joins_a_method_reuse():
+    from lrtune.decoder import DecodeConfig
+    from lrtune.eval.methods import parse_method
+
+    assert parse_method("lr/reuse/abort", 3, 4).schedule == "reuse+abort"
+    base = DecodeConfig(method="lr", schedule="abort")
+    assert parse_method("lr/reuse", 3, 4).decode_config(base).schedule == "reuse+abort"
+    assert parse_method("lr", 3, 4).decode_config(base).schedule == "abort"

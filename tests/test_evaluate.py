@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from eval import metrics  # noqa: E402
-from eval.evaluate import EvalConfig, EvalOptions, load_records, run  # noqa: E402
+from lrtune.eval import metrics  # noqa: E402
+from lrtune.eval.evaluate import EvalConfig, EvalOptions, load_records, run  # noqa: E402
 from lrtune.control import method_for_depths  # noqa: E402
 from lrtune.api import ModelConfig  # noqa: E402
 from lrtune.decoder import DecodeConfig  # noqa: E402
@@ -53,7 +53,7 @@ def first_run(data_file, tmp_path_factory):
 def test_each_latency_decode_starts_from_a_fresh_cache_holding_only_the_prompt():
     from types import SimpleNamespace
 
-    from eval.evaluate import _fresh_cache
+    from lrtune.eval.loops import _fresh_cache
 
     class Engine:
         def __init__(self, events, name):
@@ -313,7 +313,7 @@ def test_throughput_mode_refuses_async_and_oracle_rows(data_file, tmp_path):
 
 
 def test_problem_ids_pick_exactly_the_named_problems_in_order_and_name_a_missing_one(tmp_path):
-    from eval.evaluate import listed_problems
+    from lrtune.eval.evaluate import listed_problems
     from lrtune.tasks import get_task
 
     task = get_task("gsm_symbolic")

@@ -70,7 +70,7 @@ def _code_math_rows():
 
 
 def test_forest_student_exports_a_pickle_free_checkpoint_that_reloads_to_the_same_scores(tmp_path):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "cm", _code_math_rows()), "forest")
     meta = run(cfg)
@@ -92,7 +92,7 @@ def test_forest_student_exports_a_pickle_free_checkpoint_that_reloads_to_the_sam
 def test_forest_checkpoint_with_a_malformed_forest_is_refused_with_the_reason(tmp_path):
     from safetensors.numpy import load_file, save_file
 
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     run(_cfg(tmp_path, write_pairs(tmp_path / "cm", _code_math_rows()), "forest"))
     path = tmp_path / "forest" / "forest.safetensors"
@@ -107,7 +107,7 @@ def test_forest_checkpoint_with_a_malformed_forest_is_refused_with_the_reason(tm
 
 
 def test_drop_features_leaves_the_named_features_out_and_refuses_unknown_names(tmp_path):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     d = write_pairs(tmp_path / "cm", _code_math_rows())
     meta = run(_cfg(tmp_path, d, "forest", drop_features="context_is_code, len_ratio"))

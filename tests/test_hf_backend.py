@@ -149,7 +149,7 @@ def test_decoder_api_and_judge_verifier_run_on_the_transformers_backend():
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
 def test_async_lr_with_the_never_verifier_equals_target_greedy(models, prompts, method):
     target, draft = models
-    cfg = DecodeConfig(method=method, gamma1=2, gamma2=2, max_new_tokens=64, max_step_tokens=16, async_lr=True)
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=2, max_new_tokens=64, max_step_tokens=16, schedule="async")
     for p in prompts[:2]:
         res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
         assert res.token_ids == reference_greedy(target, p, 64)
@@ -168,7 +168,7 @@ def test_judge_model_loads_a_separate_judge_backend():
 
 
 def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
-    from eval.profile import ProfileOptions, run
+    from lrtune.eval.profile import ProfileOptions, run
     from lrtune.api import ModelConfig
     from tiny_models import get_tiny_pair
 

@@ -11,8 +11,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from lrtune.control import Bounds, ControlState, ProblemInfo
 from lrtune.errors import ConfigError
 from lrtune.speedup import best_gammas
-from policies import learned
-from policies.learned import AlphaPredictor, LearnedController, ProblemFeaturizer
+from lrtune.policies import learned
+from lrtune.policies.learned import AlphaPredictor, LearnedController, ProblemFeaturizer
 
 
 @parametrize_with_checks([AlphaPredictor(), AlphaPredictor(alpha=0.0)])
@@ -96,7 +96,7 @@ def _collect_dir(tmp_path, n=16):
 
 
 def test_train_controller_fits_cross_validates_and_exports(tmp_path):
-    from train.controller import TrainControllerConfig, run
+    from lrtune.train.controller import TrainControllerConfig, run
 
     d = _collect_dir(tmp_path)
     out = tmp_path / "ctl"

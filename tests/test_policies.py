@@ -13,7 +13,7 @@ from lrtune.backends.base import SDCounters
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome, method_for_depths
 from lrtune.errors import ConfigError
 from lrtune.speedup import h
-from policies import BanditController, FixedController, HeuristicController, make_controller
+from lrtune.policies import BanditController, FixedController, HeuristicController, make_controller
 
 P = ProblemInfo(id="p0", text="q")
 
@@ -220,7 +220,7 @@ def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_af
 
 
 def test_grid_ucb_tries_every_arm_then_plays_the_highest_throughput_arm_most():
-    from policies import GridUCBController
+    from lrtune.policies import GridUCBController
 
     bounds = Bounds(gamma1_max=2, gamma2_max=2, M=4)
     ucb = GridUCBController(bounds)
@@ -252,7 +252,7 @@ def test_bandit_prices_each_gamma2_on_an_engine_that_drafts_its_own_number():
     """On a shared SD engine that drafts 4 tokens per pass, γ2 = 1 pays for 4 drafts: at a
     low α2 plain decoding then beats it, though γ2 = 1 wins where each γ2 drafts its own."""
     from lrtune.control import Bounds
-    from policies.bandit import BanditController
+    from lrtune.policies.bandit import BanditController
 
     ctl = BanditController(Bounds(gamma1_min=0, gamma1_max=0, gamma2_min=0, gamma2_max=4), c1=0.4, c2=0.4)
     assert ctl._value(0.1, 0.5) == (0, 1)
@@ -265,7 +265,7 @@ def test_price_on_engine_tells_a_controller_the_engines_draft_count():
     from types import SimpleNamespace
 
     from lrtune.api import price_on_engine
-    from policies.bandit import BanditController
+    from lrtune.policies.bandit import BanditController
 
     ctl = price_on_engine(BanditController(), SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=6)))
     assert ctl.engine_drafts == 6

@@ -12,9 +12,10 @@ from lrtune.api import build_controller
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError
-from lrtune.speedup import S1, best_gammas, f_sync, g, h, h_async, speedup_async
-from policies.bandit import BanditController
-from policies.grid_ucb import GridUCBController
+from lrtune.speedup import best_gammas, f_sync, g, h
+from lrtune.speedup_async import S1, h_async, speedup_async
+from lrtune.policies.bandit import BanditController
+from lrtune.policies.grid_ucb import GridUCBController
 
 C1, C2 = 0.338, 0.220  # benchmarks/results/profile_sd.json
 ENGINE = Bounds(gamma1_min=0, gamma1_max=6, gamma2_min=0, gamma2_max=4, M=24.0)
@@ -75,7 +76,7 @@ def test_bandit_driving_lr_chooses_only_gamma2_zero_arms():
 
 
 def test_learned_controller_directory_driving_lr_pins_gamma2_to_zero(tmp_path):
-    from policies.learned import AlphaPredictor, ProblemFeaturizer, save
+    from lrtune.policies.learned import AlphaPredictor, ProblemFeaturizer, save
 
     feats = ProblemFeaturizer(["gsm"], encoder=None)
     X = feats.transform([ProblemInfo("a", "x" * 10, task="gsm"), ProblemInfo("b", "x" * 1000, task="gsm")])
@@ -102,7 +103,7 @@ def test_best_gammas_with_the_engines_drafts_picks_what_the_run_time_controller_
 def test_training_prices_gamma2_on_an_engine_drafting_gamma2_max():
     """α1 = 0.05, α2 = 0.3: on an engine drafting 4 tokens per pass γ2 = 1 pays for 4
     (h = 0.69 < 1), so neither the learned choice nor the oracle is worth more than plain decoding."""
-    from train.controller import TrainControllerConfig, cross_validate, engine_drafts
+    from lrtune.train.controller import TrainControllerConfig, cross_validate, engine_drafts
 
     cfg = TrainControllerConfig(gamma1_max=6, gamma2_max=4, folds=2)
     assert engine_drafts(ENGINE) == 4 and engine_drafts(Bounds(gamma2_max=0)) is None
@@ -115,7 +116,8 @@ def test_training_prices_gamma2_on_an_engine_drafting_gamma2_max():
 
 @pytest.mark.parametrize("engine_drafts, expected", [(4, "target"), (0, "sd")])
 def test_oracle_prices_gamma2_on_the_engine_of_its_controller(engine_drafts, expected):
-    from eval.evaluate import EvalConfig, _controlled, parse_method
+    from lrtune.eval.evaluate import EvalConfig, parse_method
+    from lrtune.eval.loops import _controlled
 
     ctl = BanditController(ENGINE, c1=C1, c2=C2)
     ctl.engine_drafts = engine_drafts  # 0: each γ2 drafts its own (no shared engine)
@@ -126,7 +128,8 @@ def test_oracle_prices_gamma2_on_the_engine_of_its_controller(engine_drafts, exp
 def test_oracle_without_a_priced_controller_prices_on_the_runs_shared_sd_engine():
     """No controller: default c1 = c2 = 0.4 on the run's shared vLLM SD engine (drafting
     --gamma2 = 4): at α1 = 0.6, α2 = 0.5, γ2 = 1 would pay for 4 drafts, so LR alone wins."""
-    from eval.evaluate import EvalConfig, _controlled, parse_method
+    from lrtune.eval.evaluate import EvalConfig, parse_method
+    from lrtune.eval.loops import _controlled
 
     cfg = EvalConfig()
     assert cfg.decode.gamma2 == 4 and cfg.models.backend == "vllm" and cfg.models.shared_engine
@@ -146,8 +149,8 @@ def _record(problem, method, wall, **stats):
 @pytest.fixture
 def report(tmp_path, monkeypatch):
     """write_reports over synthetic records: α1 = 0.6, c = 0.3, b measured at n = 1, 2, 4."""
-    from eval import evaluate
-    from eval.evaluate import EvalConfig, EvalOptions, parse_methods
+    from lrtune.eval import evaluate
+    from lrtune.eval.evaluate import EvalConfig, EvalOptions, parse_methods
 
     monkeypatch.setattr(evaluate, "machine_info", lambda: {})
     cfg = EvalConfig(options=EvalOptions(plots=False, out=str(tmp_path)))

@@ -1,4 +1,4 @@
-"""Outcome-grounded teachers (``data_gen.rollout``): labels from where the target's
+"""Outcome-grounded teachers (``lrtune.data_gen.rollout``): labels from where the target's
 reasoning ends up after the draft step vs after its own step."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from data_gen.rollout import RolloutItem, parse_teacher, rollout_labels, trajectory_continuation
+from lrtune.data_gen.rollout import RolloutItem, parse_teacher, rollout_labels, trajectory_continuation
 from fake_backend import EOS, FakeBackend, chain
 from lrtune.errors import ConfigError
 from lrtune.tasks import Problem, get_task, same_outcome
@@ -91,8 +91,8 @@ def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_give
     exact the answer is the target's greedy continuation, so the committed branch is not
     rolled out again, and every label and continuation equals what a run that rolls out
     both branches of every pair records for the same pair."""
-    import data_gen.rollout
-    from data_gen.collect import CollectConfig, CollectOptions, run
+    import lrtune.data_gen.rollout as rollout_module
+    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
     from lrtune.dataset import load_tables
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
@@ -103,9 +103,9 @@ def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_give
                             for i, q in enumerate(sample_questions(3, seed=11))))
     pair = get_tiny_pair()
     got = {}
-    reuse = data_gen.rollout.trajectory_continuation
+    reuse = rollout_module.trajectory_continuation
     for which in ("all", "committed"):  # "all" with reuse off: every branch really rolled out
-        monkeypatch.setattr(data_gen.rollout, "trajectory_continuation",
+        monkeypatch.setattr(rollout_module, "trajectory_continuation",
                             reuse if which == "committed" else lambda *a, **k: None)
         cfg = CollectConfig(
             options=CollectOptions(task="custom", data=str(data), limit=3, teacher="rollout", rollout_pairs=which,
@@ -132,7 +132,7 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     """collect --teacher rollout (live verifier: --verifier exact) and consensus(rollout,exact)
     decode the same trajectories; consensus keeps exactly the rollout rows whose live verdict
     agrees with the rollout label and counts the others."""
-    from data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
     from lrtune.dataset import load_tables
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig

@@ -18,16 +18,16 @@ from lrtune.errors import ConfigError
 
 
 def config_classes():
-    from data_gen.collect import CollectOptions
-    from eval.evaluate import EvalOptions
+    from lrtune.data_gen.collect import CollectOptions
+    from lrtune.eval.evaluate import EvalOptions
     from lrtune.api import ModelConfig
     from lrtune.cli import DecodeOptions
     from lrtune.decoder import DecodeConfig
     from lrtune.doctor import DoctorOptions
     from lrtune.pipeline import PipelineOptions
     from lrtune.profiling import ProfileOptions
-    from train.controller import TrainControllerConfig
-    from train.verifier import TrainVerifierConfig
+    from lrtune.train.controller import TrainControllerConfig
+    from lrtune.train.verifier import TrainVerifierConfig
 
     return [DecodeConfig, ModelConfig, EvalOptions, CollectOptions, TrainVerifierConfig, TrainControllerConfig,
             PipelineOptions, ProfileOptions, DoctorOptions, DecodeOptions]

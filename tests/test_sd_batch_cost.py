@@ -45,8 +45,8 @@ def test_profile_sd_curve_is_read_with_its_gamma2_and_absent_in_old_profiles(tmp
 
 
 def test_report_prices_lr_sd_rows_with_the_sd_batch_cost_at_their_gamma2_and_lr_rows_with_plain(tmp_path, monkeypatch):
-    from eval import evaluate
-    from eval.evaluate import EvalConfig, EvalOptions, parse_methods
+    from lrtune.eval import evaluate
+    from lrtune.eval.evaluate import EvalConfig, EvalOptions, parse_methods
 
     monkeypatch.setattr(evaluate, "machine_info", lambda: {})
     cfg = EvalConfig(options=EvalOptions(plots=False, out=str(tmp_path)))

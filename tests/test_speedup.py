@@ -14,24 +14,9 @@ import numpy as np
 import pytest
 
 from lrtune.errors import ConfigError
-from lrtune.speedup import (
-    S1,
-    S2,
-    S2_paper,
-    BestGammas,
-    async_event_sim,
-    async_verify_times,
-    best_gammas,
-    expected_accepted_per_round,
-    f_sync,
-    g,
-    h,
-    simulate_async,
-    simulate_combined,
-    simulate_sd,
-    simulate_sync,
-    speedup_async,
-)
+from lrtune.simulate import simulate_async, simulate_combined, simulate_sd, simulate_sync
+from lrtune.speedup import BestGammas, best_gammas, expected_accepted_per_round, f_sync, g, h
+from lrtune.speedup_async import S1, S2, S2_paper, async_event_sim, async_verify_times, speedup_async
 
 ALPHAS = (0.1, 0.3, 0.5, 0.7, 0.9)
 CS = (0.1, 0.3, 0.5, 0.7, 0.9)

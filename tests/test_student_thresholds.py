@@ -3,7 +3,7 @@ folds by template, every pair tested once."""
 
 from benchmarks.student_thresholds import best_accuracy_threshold
 from tests.test_train_verifier import pair_dir  # noqa: F401 - a fixture
-from train.calibrate import agreement
+from lrtune.train.calibrate import agreement
 
 
 def test_best_accuracy_threshold_maximises_agreement_over_every_candidate():
@@ -41,7 +41,7 @@ def test_crossfit_folds_deal_every_template_to_one_fold_and_refuse_too_few():
 
 def test_crossfit_tests_every_pair_once_by_a_student_that_never_saw_its_template(tmp_path, pair_dir):  # noqa: F811
     from benchmarks.student_crossfit import main, make_parser
-    from train.data import load_pairs
+    from lrtune.train.data import load_pairs
 
     out = tmp_path / "crossfit.json"
     args = make_parser().parse_args(["--data", str(pair_dir), "--folds", "3", "--variants",

@@ -11,8 +11,8 @@ import pytest
 from lrtune.errors import ConfigError
 from lrtune.verifiers import StepPair, make_verifier
 from lrtune.verifiers import distilled
-from train.calibrate import agreement, calibrate_threshold, cross_fitted
-from train.data import PairExample, fingerprint, load_pairs, split_examples, split_groups
+from lrtune.train.calibrate import agreement, calibrate_threshold, cross_fitted
+from lrtune.train.data import PairExample, fingerprint, load_pairs, split_examples, split_groups
 
 ITEMS = ["apples", "pens", "books", "coins", "cards"]
 
@@ -127,7 +127,7 @@ def test_calibration_maximises_acceptance_under_the_false_accept_cap(scores, lab
 
 
 def test_a_cap_that_allows_no_false_accept_on_the_validation_pairs_is_warned_about():
-    from train.calibrate import coarse_cap_warning
+    from lrtune.train.calibrate import coarse_cap_warning
 
     assert calibrate_threshold([0.9, 0.1], [True, False], 0.05)["val_rejected"] == 1
     msg = coarse_cap_warning(19, 0.05)  # 19 rejected pairs: a 5% cap allows 0.95 of one
@@ -179,7 +179,7 @@ def test_load_pairs_refuses_a_missing_dir(tmp_path):
 
 # ---- students ----------------------------------------------------------------------------
 def _cfg(tmp_path, pair_dir, student, **kw):
-    from train.verifier import TrainVerifierConfig
+    from lrtune.train.verifier import TrainVerifierConfig
 
     base = dict(data=str(pair_dir), out=str(tmp_path / student), student=student, epochs=3, patience=3,
                 batch_size=8, progress=False, latency_pairs=4, seed=0, learning_rate=2e-3)
@@ -188,8 +188,8 @@ def _cfg(tmp_path, pair_dir, student, **kw):
 
 
 def test_agreement_rule_picks_the_validation_threshold_that_agrees_most_and_says_so(tmp_path, pair_dir):
-    from train.calibrate import agreement, agreement_threshold
-    from train.verifier import run
+    from lrtune.train.calibrate import agreement, agreement_threshold
+    from lrtune.train.verifier import run
 
     scores, labels = [0.9, 0.8, 0.7, 0.6, 0.4, 0.3, 0.2], [True, True, False, True, True, False, False]
     got = agreement_threshold(scores, labels)
@@ -205,7 +205,7 @@ def test_agreement_rule_picks_the_validation_threshold_that_agrees_most_and_says
 
 
 def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(tmp_path, pair_dir):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, pair_dir, "features")
     meta = run(cfg)
@@ -227,7 +227,7 @@ def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(t
 def test_students_train_on_each_likelihood_feature_that_half_the_pairs_carry():
     from lrtune.verifiers.base import DraftScores
     from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
-    from train.students import feature_names
+    from lrtune.train.students import feature_names
 
     def ex(scores):
         return PairExample("p", StepPair("c", "a", "b", scores), True, 1.0)
@@ -241,7 +241,7 @@ def test_students_train_on_each_likelihood_feature_that_half_the_pairs_carry():
 
 
 def test_training_reports_brier_and_rates_the_training_free_target_logprob_bar(tmp_path):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     rows = _synthetic_rows()
     for r in rows:  # the target finds a matching draft step likely (recorded by collect)
@@ -264,8 +264,8 @@ def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exac
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from train import students
-    from train.verifier import run
+    from lrtune.train import students
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, pair_dir, "cross-encoder", epochs=3)
     meta = run(cfg)
@@ -298,8 +298,8 @@ def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exac
 
 
 def test_cross_encoder_training_resumes_after_the_last_finished_epoch(tmp_path, pair_dir, capsys, monkeypatch):
-    from train import students
-    from train.verifier import run
+    from lrtune.train import students
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, pair_dir, "cross-encoder", epochs=2)
 
@@ -328,7 +328,7 @@ def test_lm_judge_student_trains_with_trl_and_reloads_to_the_same_scores(tmp_pat
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, pair_dir, "lm-judge", base_model=str(tiny_pair.target), epochs=1, batch_size=4,
                max_train_pairs=24, max_length=512, context_chars=120, learning_rate=1e-3)
@@ -461,7 +461,7 @@ def test_training_refuses_a_split_below_min_train_pairs_in_one_line_and_leaves_o
 
 
 def test_training_refuses_a_training_split_with_one_teacher_label(tmp_path):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     rows = [dict(r, label=True, teacher_score=0.9) for r in _synthetic_rows()]
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "one", rows), "features")
@@ -471,7 +471,7 @@ def test_training_refuses_a_training_split_with_one_teacher_label(tmp_path):
 
 
 def test_min_train_pairs_does_not_invalidate_a_finished_checkpoint(tmp_path, pair_dir, capsys):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     first = run(_cfg(tmp_path, pair_dir, "features"))
     capsys.readouterr()
@@ -480,7 +480,7 @@ def test_min_train_pairs_does_not_invalidate_a_finished_checkpoint(tmp_path, pai
 
 
 def test_method_option_v_takes_a_checkpoint_path_with_slashes():
-    from eval.evaluate import parse_method
+    from lrtune.eval.evaluate import parse_method
 
     spec = parse_method("lr+sd/async/v=results/my verifier/ckpt", 2, 4)
     assert spec.verifier == "results/my verifier/ckpt" and spec.async_lr
@@ -511,7 +511,7 @@ def test_mpnet_encoder_is_assembled_from_its_part_packages(tmp_path):
 
 
 def test_rerunning_a_finished_training_skips_it_until_the_data_changes(tmp_path, pair_dir, capsys):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     cfg = _cfg(tmp_path, pair_dir, "features")
     first = run(cfg)
@@ -534,7 +534,7 @@ def test_rerunning_a_finished_training_skips_it_until_the_data_changes(tmp_path,
 
 
 def test_lm_judge_trains_in_fp32_on_cpu_because_bf16_autocast_falls_back_to_a_single_threaded_gemm(tmp_path, pair_dir):
-    from train.students import sft_args
+    from lrtune.train.students import sft_args
 
     args = sft_args(_cfg(tmp_path, pair_dir, "lm-judge"), tmp_path / "state", "cpu")
     assert args.bf16 is False and args.fp16 is False and args.use_cpu
@@ -556,7 +556,7 @@ def test_features_student_learns_from_the_targets_likelihood_when_the_data_has_i
     """Labels that only the target's likelihood explains: the student with the likelihood
     features separates them, asks the decoder for draft scores, and gives an unscored pair
     the training mean."""
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     rng = random.Random(3)
     rows = _synthetic_rows(n_problems=12, seed=5)
@@ -586,7 +586,7 @@ def test_features_student_learns_from_the_targets_likelihood_when_the_data_has_i
 
 
 def test_features_student_without_scored_pairs_keeps_the_text_features_and_needs_no_scores(tmp_path, pair_dir):
-    from train.verifier import run
+    from lrtune.train.verifier import run
 
     meta = run(_cfg(tmp_path, pair_dir, "features"))
     assert not any(n.startswith("draft_target_") for n in meta["features"])

@@ -143,7 +143,7 @@ def test_async_lr_shows_the_verifier_the_same_clean_context_as_sync_lr(backends)
     question = sample_questions(1, seed=6)[0]
     ver = Recording()
     commits: list[list[int]] = []
-    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=64, max_step_tokens=16, async_lr=True)
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=64, max_step_tokens=16, schedule="async")
     ids = target.encode_prompt(question)
     info = ProblemInfo(id="q", text=question, prompt_tokens=len(ids))
     LookaheadDecoder(target, draft, ver, cfg).decode(ids, on_commit=lambda _s, t: commits.append(t), problem=info)

@@ -133,3 +133,26 @@ def test_target_logprob_scores_the_geometric_mean_token_probability():
     verdicts, scores = accept(v, [likely, same, unscored])
     assert scores == [pytest.approx(math.exp(-0.2)), 1.0, 0.0] and verdicts == [True, True, False]
     assert make_verifier("target_logprob").threshold == 0.5
+
+
+@pytest.mark.parametrize("spec", ["exact", "never", "always", "random", "random(0.3)", "random:0.25@0.6", "embedding@0.9",
+                                  "llm_judge", "llm_judge(paper)@0.85", "target_score", "target_logprob@0.4"])
+def test_a_verifier_spec_prints_a_spec_that_parses_back_to_the_same_one(spec):
+    from lrtune.verifiers import VerifierSpec
+
+    parsed = VerifierSpec.parse(spec)
+    assert VerifierSpec.parse(str(parsed)) == parsed
+
+
+def test_a_checkpoint_path_is_never_read_as_options(tmp_path):
+    import json
+
+    from lrtune.verifiers import VerifierSpec
+    from lrtune.verifiers import distilled
+
+    d = tmp_path / "random(0.5)" / "ckpt"  # a path that looks like a spec
+    d.mkdir(parents=True)
+    (d / distilled.META).write_text(json.dumps({"format": distilled.FORMAT}))
+    parsed = VerifierSpec.parse(f"{d}@0.3")
+    assert parsed.kind == "checkpoint" and parsed.path == str(d) and parsed.threshold == 0.3
+    assert VerifierSpec.parse(str(parsed)) == parsed

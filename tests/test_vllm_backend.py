@@ -248,7 +248,7 @@ def test_top_logprobs_and_the_llm_judge_on_a_real_engine(engines, prompts):
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
 def test_async_lr_with_the_never_verifier_equals_target_greedy(engines, prompts, method):
     target, draft = engines
-    cfg = DecodeConfig(method=method, gamma1=2, gamma2=GAMMA2, max_new_tokens=64, max_step_tokens=16, async_lr=True)
+    cfg = DecodeConfig(method=method, gamma1=2, gamma2=GAMMA2, max_new_tokens=64, max_step_tokens=16, schedule="async")
     for p in prompts[:2]:
         res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
         assert res.token_ids == greedy(target, p, 64)

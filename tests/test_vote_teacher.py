@@ -1,11 +1,11 @@
-"""The vote teacher (``data_gen.rollout`` sampled rollouts, ``benchmarks.vote_labels``): a
+"""The vote teacher (``lrtune.data_gen.rollout`` sampled rollouts, ``benchmarks.vote_labels``): a
 pair is accepted when its two branches' modal rollout outcomes are the same."""
 
 from __future__ import annotations
 
 import pytest
 
-from data_gen.rollout import (RolloutItem, branch_outcome, modal_outcome, outcome_equality, sampled_outcomes,
+from lrtune.data_gen.rollout import (RolloutItem, branch_outcome, modal_outcome, outcome_equality, sampled_outcomes,
                               vote_label)
 from fake_backend import EOS, FakeBackend, chain
 from lrtune.tasks import Problem, get_task
@@ -74,7 +74,7 @@ def test_the_relabelled_dataset_trains_on_the_vote_labels_and_keeps_only_voted_p
 
     from benchmarks.vote_labels import summarize, write_dataset
     from tests.test_train_verifier import _synthetic_rows, write_pairs
-    from train.data import load_pairs
+    from lrtune.train.data import load_pairs
 
     rows = _synthetic_rows(4)
     src = write_pairs(tmp_path / "src", rows)
@@ -109,7 +109,7 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
     decodes; every pair keeps its greedy label and gets the vote over greedy + 2 samples."""
     import json
 
-    from data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
     from lrtune.api import ModelConfig
     from lrtune.dataset import load_tables
     from lrtune.decoder import DecodeConfig
@@ -162,7 +162,7 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
                                         ({"rollout_samples": 2, "teacher": "exact"}, "needs a rollout teacher"),
                                         ({"rollout_samples": 2, "rollout_temperature": 0.0}, "--rollout-temperature")])
 def test_collect_refuses_vote_settings_that_cannot_vote(tmp_path, opts, match):
-    from data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.errors import ConfigError

@@ -22,7 +22,7 @@ def check_early_abort(target, draft, prompts, reference, method: str, gamma2: in
     from lrtune.verifiers import make_verifier
 
     base = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24)
-    early = dataclasses.replace(base, early_abort=True)
+    early = dataclasses.replace(base, schedule="abort")
     for p in prompts:
         rounds = []
         res, _ = LookaheadDecoder(target, draft, make_verifier("never"), early).decode(p, on_round=rounds.append)
@@ -41,14 +41,14 @@ def check_reuse(target, draft, prompts, reference, method: str, gamma2: int, max
     from lrtune.verifiers import make_verifier
 
     base = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24)
-    reuse = dataclasses.replace(base, reuse_drafts=True)
+    reuse = dataclasses.replace(base, schedule="reuse")
     reused = 0
     for p in prompts:
         res, stats = LookaheadDecoder(target, draft, make_verifier("never"), reuse).decode(p)
         assert res.token_ids == reference(p)
         reused += stats.reused_target_tokens
         full, _ = LookaheadDecoder(target, draft, make_verifier("exact"), base).decode(p)
-        for cfg in (reuse, dataclasses.replace(reuse, early_abort=True)):
+        for cfg in (reuse, dataclasses.replace(reuse, schedule="reuse+abort")):
             again, st = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(p)
             assert again.token_ids == full.token_ids and again.steps == full.steps
             reused += st.reused_target_tokens
@@ -101,7 +101,7 @@ def check_scored_lr_rounds(target, draft, prompts, reference, method: str, gamma
     from lrtune.verifiers.base import topk_entropy
 
     cfg = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24,
-                       score_drafts=True)
+                       record="draft_scores")
     for p in prompts:
         rounds = []
         res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)

@@ -45,7 +45,7 @@ from lrtune import outdir
 from lrtune.runfiles import backup_path, log, read_json
 from lrtune.speedup import best_gammas, h
 
-from policies import learned
+from lrtune.policies import learned
 
 
 TRAIN_CONFIG = "train_config.json"
@@ -300,7 +300,7 @@ def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) ->
     cv = metrics["cv"]
     lines = [
         "# lrtune learned controller", "",
-        f"Fitted by `lrtune train controller` on {n} problems. Load: `policies.learned.load(path)` or "
+        f"Fitted by `lrtune train controller` on {n} problems. Load: `lrtune.policies.learned.load(path)` or "
         "`--controller PATH`.", "",
         f"- bounds: γ1 ≤ {bounds.gamma1_max}, γ2 ≤ {bounds.gamma2_max}, γ1·γ2 ≤ M = {bounds.M:g}",
         f"- profile: c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}, b(n) = {prof.get('batch_cost') or '1'} ({prof['source']})",
@@ -318,12 +318,7 @@ def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) ->
 
 
 COMMAND = Command(("train", "controller"), __doc__.splitlines()[0], (Section(TrainControllerConfig),))
-add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
-
-
-def config_from_args(args) -> TrainControllerConfig:
-    (cfg,) = COMMAND.configs(args)
-    return cfg.validate()
+add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.make_parser, COMMAND.config
 
 
 def main(cfg: TrainControllerConfig) -> int:

@@ -30,7 +30,7 @@ from lrtune.runfiles import ProgressBar, log, read_json, write_atomic
 from lrtune.verifiers import distilled
 from lrtune.verifiers.base import StepPair
 
-from train.data import PairExample, fingerprint
+from lrtune.train.data import PairExample, fingerprint
 
 
 

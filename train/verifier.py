@@ -5,7 +5,7 @@
     lrtune train verifier --data results/collect --student lm-judge --max-train-pairs 300 --out ...
 
 Steps: load the step pairs of ``lrtune collect`` → split by *problem* into train / val /
-test → fit the student (:mod:`train.students`) with early stopping on validation AUROC →
+test → fit the student (:mod:`lrtune.train.students`) with early stopping on validation AUROC →
 export the checkpoint (:mod:`lrtune.verifiers.distilled`) → reload it through the same
 ``load`` that decoding uses → calibrate the threshold on validation (max acceptance with
 false-accept rate ≤ ``--max-false-accept``) → test-split agreement with the teacher and
@@ -41,9 +41,9 @@ from lrtune.outdir import OWNER, check_out, claim_out
 from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomic
 from lrtune.verifiers import distilled
 
-from train import students
-from train.calibrate import agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning
-from train.data import fingerprint, load_pairs, split_examples
+from lrtune.train import students
+from lrtune.train.calibrate import agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning
+from lrtune.train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
 RESUME_FREE = ("progress", "resume", "out", "keep_train_state", "min_train_pairs")  # never change the result
@@ -207,7 +207,7 @@ def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
 
 
 def agreement_with_intervals(scores, examples, threshold: float, seed: int) -> dict:
-    """:func:`train.calibrate.agreement` plus 95% bootstrap intervals over problems of its
+    """:func:`lrtune.train.calibrate.agreement` plus 95% bootstrap intervals over problems of its
     accuracy and AUROC (``accuracy_ci95``, ``auroc_ci95``)."""
     from lrtune.pairstats import agreement_intervals
 
@@ -425,12 +425,7 @@ def print_metrics(meta: dict) -> None:
 
 
 COMMAND = Command(("train", "verifier"), __doc__.splitlines()[0], (Section(TrainVerifierConfig),))
-add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
-
-
-def config_from_args(args) -> TrainVerifierConfig:
-    (cfg,) = COMMAND.configs(args)
-    return cfg.validate()
+add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.make_parser, COMMAND.config
 
 
 def main(cfg: TrainVerifierConfig) -> int:

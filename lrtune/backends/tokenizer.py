@@ -54,3 +54,8 @@ class TokenizerMixin:
 
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids the tokenizer knows (a token-id prompt may hold no other)."""
+        return len(self.tokenizer)

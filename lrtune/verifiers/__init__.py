@@ -24,12 +24,13 @@ Any spec may end in ``@T`` to set its threshold (``llm_judge@0.85``, ``embedding
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, Verifier, accept
 from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier, TargetLogprobVerifier
 
-__all__ = ["StepPair", "Verifier", "accept", "load", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
+__all__ = ["StepPair", "Verifier", "VerifierSpec", "accept", "load", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
 
 VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score", "target_logprob")
 MODEL_VERIFIERS = ("llm_judge", "target_score")
@@ -41,6 +42,36 @@ def load(path, *, device: str = "cpu", threshold: float | None = None) -> Verifi
     from lrtune.verifiers.distilled import load as load_checkpoint
 
     return load_checkpoint(path, device=device, threshold=threshold)
+
+
+@dataclass(frozen=True)
+class VerifierSpec:
+    """A verifier spec parsed once: a built-in ``kind`` with its argument (``random``'s
+    probability, ``llm_judge``'s form) or a distilled checkpoint ``path``, and an optional
+    ``threshold`` (``@T``). ``str(spec)`` parses back to the same spec. A checkpoint is a
+    directory that holds one, so a path is never read as options."""
+
+    kind: str  # one of VERIFIER_KINDS, or "checkpoint"
+    arg: float | str | None = None
+    path: str | None = None
+    threshold: float | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> VerifierSpec:
+        """The spec of ``spec``; ConfigError (one line) when it names no verifier."""
+        from lrtune.verifiers.distilled import is_checkpoint
+
+        base, thr = split_threshold(spec)
+        if is_checkpoint(base):
+            return cls("checkpoint", path=base, threshold=thr)
+        kind, arg = parse_spec(base)
+        return cls(kind, arg=arg, threshold=thr)
+
+    def __str__(self) -> str:
+        head = self.path if self.kind == "checkpoint" else (
+            f"{self.kind}({self.arg:g})" if isinstance(self.arg, float) else
+            f"{self.kind}({self.arg})" if self.arg is not None else self.kind)
+        return head if self.threshold is None else f"{head}@{self.threshold:g}"
 
 
 def split_threshold(spec: str) -> tuple[str, float | None]:
@@ -57,15 +88,15 @@ def split_threshold(spec: str) -> tuple[str, float | None]:
     return base, thr
 
 
-def check_verifier_spec(spec: str) -> None:
-    """Raise ConfigError when ``spec`` names no verifier (without building one)."""
-    from lrtune.verifiers.distilled import is_checkpoint, read_meta
+def check_verifier_spec(spec: str) -> VerifierSpec:
+    """The parsed spec; ConfigError when ``spec`` names no verifier (nothing is built; a
+    checkpoint's metadata is read and checked)."""
+    from lrtune.verifiers.distilled import read_meta
 
-    spec, _ = split_threshold(spec)
-    if is_checkpoint(spec):
-        read_meta(spec)
-        return
-    parse_spec(spec)
+    parsed = VerifierSpec.parse(spec)
+    if parsed.kind == "checkpoint":
+        read_meta(parsed.path)
+    return parsed
 
 
 def parse_spec(spec: str) -> tuple[str, float | str | None]:
@@ -102,17 +133,13 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
         if not isinstance(spec, Verifier):
             raise ConfigError(f"not a verifier: {spec!r}")
         return spec
-    from lrtune.verifiers.distilled import is_checkpoint
-
-    spec, spec_threshold = split_threshold(spec)
-    threshold = threshold if threshold is not None else spec_threshold
-    if is_checkpoint(spec):
-        if threshold is not None and not 0.0 <= threshold <= 1.0:
-            raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")
-        return load(spec, device=device, threshold=threshold)
-    kind, arg = parse_spec(spec)
+    parsed = VerifierSpec.parse(spec)
+    threshold = threshold if threshold is not None else parsed.threshold
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")
+    if parsed.kind == "checkpoint":
+        return load(parsed.path, device=device, threshold=threshold)
+    kind, arg = parsed.kind, parsed.arg
     if kind == "random":
         return RandomVerifier(arg, seed=seed)
     if kind == "exact":

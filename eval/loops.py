@@ -1,0 +1,324 @@
+"""The decode loops of an evaluate run: engines started once, then every method on every
+problem (latency mode: interleaved per problem; throughput mode: method after method with
+many problems in flight), each decode recorded as it ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lrtune.batchcost import measure_batch_cost
+from lrtune.control import DEFAULT_COST_RATIO, Bounds
+from lrtune.errors import ConfigError
+from lrtune.roundstate import Failed
+from lrtune.runfiles import ProgressBar, log
+
+from lrtune.eval import metrics
+from lrtune.eval.config import EvalConfig
+from lrtune.eval.methods import MethodSpec
+from lrtune.eval.records import RECORDS, THROUGHPUT, append_record, load_records
+
+
+@dataclass
+class _Engines:
+    """The loaded decoder and what each method plugs into its decode calls."""
+
+    dec: Any  # lrtune.api.Decoder
+    controller: Any  # adaptive / best-fixed / oracle methods only (None: no --controller)
+    verifiers: dict  # MethodSpec.verifier (None: the configured verifier) -> Verifier
+    controllers: dict = dataclasses.field(default_factory=dict)  # MethodSpec.controller (adaptive/c=) -> controller
+
+    def verifier(self, spec: MethodSpec):
+        return self.verifiers[spec.verifier]
+
+    def controller_for(self, spec: MethodSpec):
+        return self.controllers[spec.controller] if spec.controller else self.controller
+
+
+def _uses_draft(cfg: EvalConfig, specs) -> bool:
+    return any(s.kind in ("lr", "lr+sd") for s in specs) or (
+        any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft")
+
+
+def _check_controllers(cfg: EvalConfig, specs) -> tuple:
+    """The run's controller and each method's own (``adaptive/c=``), built (cheap: no model
+    loads) so that a bad name or directory fails before ``--out`` is touched."""
+    from lrtune.api import build_controller
+
+    ctl = build_controller(cfg.models.controller, cfg.decode)
+    own = {s.controller: build_controller(s.controller, cfg.decode) for s in specs if s.controller}
+    if any(s.control in ("adaptive", "best-fixed") and not s.controller for s in specs) and ctl is None:
+        raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
+    return ctl, own
+
+
+def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
+    from lrtune.api import Decoder
+
+    t0 = time.perf_counter()
+    uses_draft = _uses_draft(cfg, specs)
+    ctl, own = _check_controllers(cfg, specs)
+    dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
+                               dataclasses.replace(cfg.decode, method="lr+sd"),
+                               progress=cfg.options.progress, load_all_methods=uses_draft)
+    for s in specs:  # start every engine now: lazy starts would bill the first problem
+        dec.start_engines(s.decode_config(cfg.decode))
+    from lrtune.api import price_on_engine
+
+    ctl = price_on_engine(ctl, dec.target)
+    own = {k: price_on_engine(c, dec.target) for k, c in own.items()}
+    eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs), own)
+    timing["load_s"] = time.perf_counter() - t0
+    log(f"engines ready in {timing['load_s']:.1f} s")
+    t0 = time.perf_counter()
+    limit = cfg.models.max_model_len
+    need = cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
+    # never decode (not even warm up on) a prompt that does not fit; run() checked that one does
+    warm = next(ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit)
+    if cfg.options.warmup_tokens > 0:
+        for s in specs:
+            dec.decoder.decode(warm, dataclasses.replace(s.decode_config(cfg.decode),
+                                                         max_new_tokens=cfg.options.warmup_tokens),
+                               verifier=eng.verifier(s))
+    batch_cost = batch_cost_sd = None
+    lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
+    if lr_specs and cfg.options.warmup_tokens > 0 and not cfg.options.profile:  # --profile: run() has b(n)
+        sizes = sorted({s.gamma1 + 1 for s in lr_specs})
+        if ctl is not None and any(s.control for s in specs):
+            sizes = sorted(set(sizes) | set(range(2, ctl.bounds.gamma1_max + 2)))
+        batch_cost = measure_batch_cost(dec.target, [warm], sizes)
+        log("batch cost b(n): " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
+        sd_specs = [s for s in lr_specs if s.kind == "lr+sd" and not s.control]
+        if sd_specs:  # LR+SD's target rows decode with SD, which batches worse than plain rows
+            g2 = sd_specs[0].gamma2
+            curve = measure_batch_cost(dec.target, [warm], sorted({s.gamma1 + 1 for s in sd_specs}), gamma2=g2)
+            batch_cost_sd = {"gamma2": g2, "curve": curve}
+            log(f"batch cost of SD rows (γ2 = {g2}): " + ", ".join(f"b({n})={v:.2f}" for n, v in curve.items()))
+    timing["warmup_s"] = time.perf_counter() - t0
+    return eng, batch_cost, batch_cost_sd
+
+
+def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
+    """One verifier object per distinct ``v=`` option (model verifiers judge with the target)."""
+    from lrtune.verifiers import make_verifier
+
+    out = {None: dec.verifier}
+    for s in specs:
+        if s.verifier is not None and s.verifier not in out:
+            out[s.verifier] = make_verifier(s.verifier, threshold=None, seed=cfg.decode.seed, backend=dec.target)
+    return out
+
+
+def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+    from lrtune.control import ProblemInfo
+
+    dec = eng.dec
+
+    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
+                           cfg.options.progress)
+    live: dict[str, dict] = {s.label: {"k": 0, "n": 0, "wall": 0.0, "base": 0.0} for s in specs}
+    base_wall: dict[str, float] = {}
+    lrsd_stats: dict[str, dict] = {}  # problem -> the lr+sd row's stats (the oracle's α)
+    for r in load_records(out / RECORDS):
+        if r["method"] == "target":
+            base_wall[r["problem"]] = r["wall_s"]
+        elif r["method"] == "lr+sd":
+            lrsd_stats[r["problem"]] = r.get("stats", {})
+    t_loop = time.perf_counter()
+    try:
+        for i, prob in enumerate(problems):
+            pending = [s for s in specs if (prob.id, s.label) not in done]
+            if not pending:
+                continue
+            try:
+                ids = dec.encode(task.prompt(prob))
+            except ConfigError as e:
+                log(f"skipping {prob.id}: {e}")
+                progress.advance(len(pending))
+                continue
+            need = len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
+            if need > cfg.models.max_model_len:
+                log(f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
+                     f"{cfg.models.max_model_len}")
+                progress.advance(len(pending))
+                continue
+            order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
+            order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
+            for spec in order:
+                dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id))
+                kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
+                t_warm = time.perf_counter()
+                _fresh_cache(dec, ids)
+                timing["prompt_cache_s"] += time.perf_counter() - t_warm
+                res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs)
+                timing["decode_s"] += stats.wall_s
+                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats)
+                ok = rec["correct"]
+                append_record(out / RECORDS, rec)
+                done.add((prob.id, spec.label))
+                if spec.label == "target":
+                    base_wall[prob.id] = stats.wall_s
+                elif spec.label == "lr+sd":
+                    lrsd_stats[prob.id] = rec["stats"]
+                lv = live[spec.label]
+                lv["k"] += ok
+                lv["n"] += 1
+                if prob.id in base_wall:
+                    lv["wall"] += stats.wall_s
+                    lv["base"] += base_wall[prob.id]
+                progress.advance(1, _live_text(spec.label, lv))
+    finally:
+        timing["loop_s"] += time.perf_counter() - t_loop
+        progress.close()
+
+
+def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats) -> dict:
+    answer, ok = task.check(prob, res.text)
+    return {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
+            # depths actually run (0 = not used); adaptive rows change them per round
+            "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
+            "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
+            "control": spec.control, "decode_method": dcfg.method,
+            "schedule": spec.schedule, "async_lr": spec.async_lr, "width": spec.width,
+            "early_abort": spec.early_abort, "reuse_drafts": spec.reuse_drafts,
+            "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
+            "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
+            "finish": res.finish, "text": res.text, "stats": stats.to_dict(),
+            "step_tokens": [len(ids) for _, ids in res.steps] if dcfg.uses_lr else None}
+
+
+def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+    """Throughput mode: each method over every problem it has not finished, with
+    ``--max-concurrent`` in flight; a record is written as each problem ends and one
+    :class:`~lrtune.stats.BatchStats` line per method to ``throughput.jsonl``."""
+    from lrtune.control import ProblemInfo
+
+    dec = eng.dec
+    opts = cfg.options
+    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
+                           opts.progress)
+    t_loop = time.perf_counter()
+    try:
+        for spec in specs:
+            todo = [(i, p) for i, p in enumerate(problems) if (p.id, spec.label) not in done]
+            if not todo:
+                continue
+            dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, todo[0][1], task, None)
+            ids = [dec.encode(task.prompt(p)) for _, p in todo]
+            problems_info = [ProblemInfo(p.id, task.prompt(p), len(x), opts.task) for (_, p), x in zip(todo, ids)]
+            n_ok = [0]
+            t_warm = time.perf_counter()
+            _cache_prompt(dec, ids)  # untimed, as in latency mode: no method pays another's prefill
+            timing["prompt_cache_s"] += time.perf_counter() - t_warm
+
+            def on_done(k: int, result, spec=spec, dcfg=dcfg, todo=todo, n_ok=n_ok) -> None:
+                i, prob = todo[k]
+                if isinstance(result, Failed):
+                    log(f"skipping {prob.id}: {result.message}")
+                else:
+                    rec = _record(prob, i, spec, dcfg, cfg, task, *result)
+                    append_record(out / RECORDS, rec)
+                    done.add((prob.id, spec.label))
+                    n_ok[0] += rec["correct"]
+                progress.advance(1, f"{spec.label}: acc {n_ok[0]}")
+
+            _, batch = dec.decoder.decode_many(ids, dcfg, max_concurrent=opts.max_concurrent,
+                                               max_len=cfg.models.max_model_len, controller=kwargs.get("controller"),
+                                               verifier=eng.verifier(spec),
+                                               problems=problems_info, on_done=on_done)
+            timing["decode_s"] += batch.wall_s
+            append_record(out / THROUGHPUT, {"method": spec.label, **batch.to_dict()})
+    finally:
+        timing["loop_s"] += time.perf_counter() - t_loop
+        progress.close()
+
+
+def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
+    """Prefill the problem's prompt (or every prompt of a list) once on every engine,
+    untimed. Engines cache prefixes, so otherwise the first method run on a problem would
+    pay the prompt's prefill for all the others (a bias that the balanced order only cancels
+    over many problems)."""
+    from lrtune.backends.base import GenParams
+
+    prompts = ids if ids and isinstance(ids[0], list) else [ids]
+    params = GenParams(max_tokens=1, stop_at_delimiter=False)
+    for backend in _backends(dec):
+        backend.generate(prompts, params)
+
+
+def _backends(dec) -> list:
+    """The decoder's distinct engines: the target, and the draft when it has one."""
+    return list({id(b): b for b in (dec.target, dec.draft) if b is not None}.values())
+
+
+def _fresh_cache(dec, ids: list[int]) -> None:
+    """Latency mode, before each timed decode: every engine forgets its cached prefixes and
+    prefills the problem's prompt again, untimed. Each decode then starts from the same cache:
+    greedy methods share prefixes (the same draft steps, the same target steps), so otherwise a
+    method would find blocks an earlier method on the problem computed (which also hides draft
+    tokens from the target's prefill scores: a reused block is not scored)."""
+    for backend in _backends(dec):
+        reset = getattr(backend, "reset_prefix_cache", None)
+        if reset is not None:
+            reset()
+    _cache_prompt(dec, ids)
+
+
+def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
+    """(decode config, decode kwargs) of one decode; controlled methods get their depths
+    from ``ctl`` (the run's controller). ``ref_stats``: the lr+sd row's DecodeStats of this
+    problem (the oracle reads its α)."""
+    from lrtune.control import ProblemInfo
+    from lrtune.speedup import best_gammas
+
+    dcfg = spec.decode_config(cfg.decode)
+    if spec.control == "adaptive":
+        return dcfg, {"controller": ctl, "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
+    if spec.control == "best-fixed":
+        g1, g2 = getattr(ctl, "best_fixed", None) or (cfg.decode.gamma1, cfg.decode.gamma2)
+        return _fixed_depths(dcfg, g1, g2), {}
+    if spec.control == "oracle":
+        st = ref_stats or {}
+        a1, a2 = st.get("alpha1"), st.get("alpha2")
+        if a1 is None or a2 is None:
+            return dcfg, {}
+        c1, c2 = (ctl.c1, ctl.c2) if ctl is not None and hasattr(ctl, "c1") else (DEFAULT_COST_RATIO,) * 2
+        b = getattr(ctl, "batch_cost", None) if ctl is not None else None
+        bounds = ctl.bounds if ctl is not None else None
+        # γ2 priced on the engine that runs it, as the controller prices it (api.price_on_engine);
+        # without a priced controller the run's shared SD engine drafts --gamma2 (lrtune.api)
+        drafted = getattr(ctl, "engine_drafts", None)
+        if drafted is None:
+            m = cfg.models
+            drafted = cfg.decode.gamma2 if m.backend == "vllm" and m.shared_engine and m.sd_method == "draft" else 0
+        best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, (bounds or Bounds()).M,
+                           bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b, drafted or None)
+        return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
+    return dcfg, {}
+
+
+def _fixed_depths(dcfg, gamma1: int, gamma2: int):
+    """``dcfg`` running fixed (γ1, γ2); a zero depth switches the method (γ1 = 0 → sd, ...)."""
+    from lrtune.control import method_for_depths
+
+    return dataclasses.replace(dcfg, method=method_for_depths(gamma1, gamma2),
+                               gamma1=max(1, gamma1), gamma2=max(1, gamma2))
+
+
+def _reuse_keep(records: list[dict], label: str) -> float | None:
+    """Draft-prefix reuse: the share of the target's tokens at drafted positions that its
+    rows still generated, 1 − reused / all (None without such tokens in ``label``'s records)."""
+    st = [r["stats"] for r in records if r["method"] == label]
+    total = sum(x.get("target_tokens_at_drafts") or 0 for x in st)
+    if not total:
+        return None
+    return min(1.0, max(0.0, 1.0 - sum(x.get("reused_target_tokens") or 0 for x in st) / total))
+
+
+def _live_text(label: str, lv: dict) -> str:
+    acc = f"{lv['k'] / lv['n']:.0%}" if lv["n"] else "—"
+    sp = f"{lv['base'] / lv['wall']:.2f}x" if lv["wall"] else "—"
+    return f"{label}: acc {acc}, speedup {sp}"

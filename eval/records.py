@@ -1,0 +1,128 @@
+"""An evaluate run's directory: the config it was made with, its records (one JSON line per
+problem x method, appended and fsynced), resuming and ``--overwrite``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+from lrtune.api import ModelConfig
+from lrtune.decoder import DecodeConfig
+from lrtune.errors import ConfigError
+from lrtune.outdir import check_out, claim_out
+from lrtune.runfiles import changed_keys, config_key, log, read_json, write_atomic
+
+from lrtune.eval.config import EvalConfig, EvalOptions
+
+RECORDS, SUMMARY, REPORT, CONFIG = "records.jsonl", "summary.json", "report.md", "config.json"
+THROUGHPUT = "throughput.jsonl"  # one line per (method, invocation) in throughput mode: BatchStats
+
+
+# Options that may change between runs into the same --out (they do not change results).
+RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile")  # profile: only the predicted column
+
+
+def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
+    """Records of ``records.jsonl`` (each must hold ``keys``); a torn last line (a crash
+    mid-write) is dropped and the file rewritten without it, so appending can continue."""
+    if not path.is_file():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    good, bad_tail = [], False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if i >= len(lines) - 2:  # only the last line may be torn
+                bad_tail = True
+                continue
+            raise ConfigError(f"{path}:{i + 1}: corrupt record; move the file away to start over") from None
+        if not isinstance(rec, dict) or not set(keys) <= set(rec):
+            raise ConfigError(f"{path}:{i + 1}: not an lrtune evaluate record (no {'/'.join(keys)}); move the file "
+                              "away or use another --out")
+        good.append(rec)
+    if bad_tail:
+        warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in good))
+    return good
+
+
+def append_record(path: Path, record: dict) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def resume_key(cfg: EvalConfig) -> dict:
+    """The part of the config that must match to append to an existing run."""
+    return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
+
+
+def check_resume(cfg: EvalConfig) -> None:
+    """Phase 1: ``--out`` can take this run (:func:`lrtune.outdir.check_out`) and holds no run
+    of another config unless ``--overwrite``; reads only."""
+    out = check_out(cfg.options.out, "evaluate")
+    cfg_path = out / CONFIG
+    if not cfg_path.is_file():
+        return
+    old = read_json(cfg_path)
+    diff = _changed(old, resume_key(cfg)) if old is not None else ["unreadable config"]
+    if cfg.options.mode == "throughput" and "options.methods" in diff:
+        # throughput mode decodes method after method anyway: a new --methods list reuses the
+        # finished (problem, method) decodes and decodes only the methods it adds
+        diff.remove("options.methods")
+        log(f"{out}: --methods changed; finished decodes are reused, new methods decoded")
+    if diff and not cfg.options.overwrite:
+        raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
+                          "use another --out, or --overwrite to start over (old records are kept)")
+
+
+def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
+    """Phase 2 (after :func:`check_resume`): claim ``--out``, set old files aside with
+    ``--overwrite``, record this config; return the directory and the records already there."""
+    out = claim_out(cfg.options.out, "evaluate")
+    if cfg.options.overwrite:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for name in (RECORDS, SUMMARY, REPORT, CONFIG, THROUGHPUT):
+            if (out / name).exists():
+                (out / name).rename(out / f"{name}.bak-{stamp}")
+    write_atomic(out / CONFIG, json.dumps(resume_key(cfg), indent=1))
+    return out, load_records(out / RECORDS)
+
+
+def _changed(old: dict, new: dict) -> list[str]:
+    """Config keys whose value changed (see :func:`lrtune.runfiles.changed_keys`)."""
+    return changed_keys(old, new, resume_key(EvalConfig(options=EvalOptions(), models=ModelConfig(),
+                                                        decode=DecodeConfig())))
+
+
+def throughput_rows(path: Path, labels) -> dict[str, dict]:
+    """Per method, the sum of its ``throughput.jsonl`` lines (a resumed method has several):
+    problems, wall seconds, tokens, problems/hour, tokens/s and rows per engine call."""
+    out: dict[str, dict] = {}
+    for line in load_records(path, keys=("method", "prompts", "wall_s")) if path.is_file() else []:
+        m = out.setdefault(line["method"], {"prompts": 0, "wall_s": 0.0, "generated_tokens": 0, "calls": {},
+                                            "rows": {}, "max_concurrent": line["max_concurrent"]})
+        m["prompts"] += line["prompts"]
+        m["wall_s"] += line["wall_s"]
+        m["generated_tokens"] += line["generated_tokens"]
+        for kind in line["calls"]:
+            m["calls"][kind] = m["calls"].get(kind, 0) + line["calls"][kind]
+            m["rows"][kind] = m["rows"].get(kind, 0) + line["rows"][kind]
+    for m in out.values():
+        m["problems_per_hour"] = 3600.0 * m["prompts"] / m["wall_s"] if m["wall_s"] else None
+        m["tokens_per_s"] = m["generated_tokens"] / m["wall_s"] if m["wall_s"] else None
+        m["rows_per_call"] = {k: m["rows"][k] / m["calls"][k] for k in m["calls"] if m["calls"][k]}
+    return {k: out[k] for k in labels if k in out}
+
+
+def _previous_summary(out: Path) -> dict:
+    """The last summary of this run directory (its timings accumulate across invocations)."""
+    return read_json(out / SUMMARY) or {}
