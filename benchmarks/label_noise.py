@@ -29,7 +29,6 @@ engine settings come from the dataset's ``collect_config.json``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import random
@@ -93,10 +92,11 @@ def collect_settings(data: Path):
     from lrtune.dataset import read_config
     from lrtune.decoder import DecodeConfig
 
+    from lrtune.configs import from_flat
+
     conf = read_config(data / "collect_config.json")
-    known = lambda cls, d: {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}  # noqa: E731
-    return (ModelConfig(**known(ModelConfig, conf["models"])), DecodeConfig(**known(DecodeConfig, conf["decode"])),
-            CollectOptions(**known(CollectOptions, conf["options"])))
+    return (from_flat(ModelConfig, conf["models"]), from_flat(DecodeConfig, conf["decode"]),
+            from_flat(CollectOptions, conf["options"]))
 
 
 def flip_rates(rows: list[dict], seed: int) -> dict:
@@ -157,14 +157,14 @@ def main(args) -> int:
                          "recorded_target_answer": r["rollout_target_answer"], "recorded_label": bool(r["label"])})
     print(f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
           "(rebuilt prefix differs from the recorded one)", flush=True)
-    outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout_tokens, max_len=models.max_model_len,
+    outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout.tokens, max_len=models.max_model_len,
                                     gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
     votes = [None] * len(items)
     if args.samples > 0:
         from lrtune.data_gen.rollout import sampled_outcomes, vote_on
 
         got, vsecs = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
-                                      seed=args.seed, max_tokens=opts.rollout_tokens, max_len=models.max_model_len)
+                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.max_model_len)
         secs += vsecs
         for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
             greedy = o["rollout_draft_answer"], o["rollout_target_answer"]
@@ -178,7 +178,7 @@ def main(args) -> int:
                            "answers": [o["rollout_draft_answer"], o["rollout_target_answer"]],
                            "recorded_label": m["recorded_label"], "vote_accept": vote})
     base = [m for m in meta if m["edit"] == "none"]
-    res = {"data": str(data), "task": opts.task, "teacher": "rollout", "rollout_tokens": opts.rollout_tokens,
+    res = {"data": str(data), "task": opts.task, "teacher": "rollout", "rollout_tokens": opts.rollout.tokens,
            "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0, "sample": args.sample, "seed": args.seed,
            "pairs_probed": len(base), "skipped_prefix_mismatch": skipped, "rollout_seconds": secs,
            "reproduced": sum(m["reproduced"] for m in base) / max(1, len(base)),

@@ -108,7 +108,7 @@ def run_variant(examples, teacher: str, folds: dict, name: str, student: str, dr
             split["test" if f == k else "val" if f == val_k else "train"].append(e)
         out = Path(args.work) / f"{name}-f{k}"
         out.mkdir(parents=True, exist_ok=True)
-        cfg = TrainVerifierConfig(data=args.data, out=str(out), student=student, seed=args.seed, drop_features=drop,
+        cfg = TrainVerifierConfig.of(data=args.data, out=str(out), student=student, seed=args.seed, drop_features=drop,
                                   progress=False, max_false_accept=args.max_false_accept)
         v, _, _ = fit_and_load(cfg, out, split["train"], split["val"], teacher)
         vs = students.score_pairs(v, [e.pair for e in split["val"]])

@@ -52,7 +52,7 @@ def main(args) -> int:
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
         for student, drop in VARIANTS:
             name = variant_name(student, drop)
-            cfg = TrainVerifierConfig(data=args.data, out=str(Path(args.work) / f"{name}-s{seed}"), student=student,
+            cfg = TrainVerifierConfig.of(data=args.data, out=str(Path(args.work) / f"{name}-s{seed}"), student=student,
                                       seed=seed, drop_features=drop, progress=False, latency_pairs=4)
             test = run(cfg)["metrics"]["test"]
             rows.append({"seed": seed, "variant": name, "auroc": test["auroc"], "auroc_ci95": test["auroc_ci95"],

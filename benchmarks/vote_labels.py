@@ -134,8 +134,8 @@ def main(args) -> int:
         raise ConfigError("--samples and --chunk must be >= 1 and --temperature > 0")
     data, out = Path(args.data), Path(args.out)
     models, dcfg, opts = collect_settings(data)
-    if opts.teacher != "rollout":
-        raise ConfigError(f"{data} is labelled by {opts.teacher!r}: the vote teacher extends a rollout-labelled collect")
+    if opts.teacher.spec != "rollout":
+        raise ConfigError(f"{data} is labelled by {opts.teacher.spec!r}: the vote teacher extends a rollout-labelled collect")
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
     pairs, _ = load_tables(data)
@@ -155,7 +155,7 @@ def main(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "votes.jsonl"
     vote_cfg = {"source": str(data), "samples": args.samples, "temperature": args.temperature, "seed": args.seed,
-                "rollout_tokens": opts.rollout_tokens}
+                "rollout_tokens": opts.rollout.tokens}
     done: dict[str, dict] = {}
     if log.is_file():
         for line in log.read_text().splitlines():
@@ -197,7 +197,7 @@ def main(args) -> int:
                     meta.append(r)
             t0 = time.perf_counter()
             got, _ = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
-                                      seed=args.seed, max_tokens=opts.rollout_tokens, max_len=models.max_model_len)
+                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.max_model_len)
             secs = time.perf_counter() - t0
             lines = []
             for r, g in zip(meta, got):

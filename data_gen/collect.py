@@ -35,9 +35,9 @@ from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, write_at
 from lrtune.store import ShardStore
 
 from lrtune.data_gen.collector import JUDGE_FEATURES, _Collector, divergent_starts, pair_rows
-from lrtune.data_gen.config import CollectConfig, CollectOptions, teacher_name
+from lrtune.data_gen.config import CollectConfig, CollectOptions, collect_options, teacher_name
 
-__all__ = ["JUDGE_FEATURES", "CollectConfig", "CollectOptions", "check_collect_out", "collect_key", "config_from_args",
+__all__ = ["JUDGE_FEATURES", "CollectConfig", "CollectOptions", "collect_options", "check_collect_out", "collect_key", "config_from_args",
            "divergent_starts", "main_from_args", "pair_rows", "prepare_out", "run", "run_ray", "teacher_name",
            "validate_run"]
 
@@ -112,8 +112,8 @@ def validate_run(cfg: CollectConfig) -> _Plan:
 
     opts = schema.check(cfg.options)
     cfg.models.validate()
-    if not opts.shard_id < opts.num_shards:
-        raise ConfigError(f"--shard-id must be in 0..{opts.num_shards - 1} (--num-shards {opts.num_shards})")
+    if not opts.shards.shard_id < opts.shards.num_shards:
+        raise ConfigError(f"--shard-id must be in 0..{opts.shards.num_shards - 1} (--num-shards {opts.shards.num_shards})")
     if opts.profile is not None:
         from lrtune.batchcost import read_profile_curve
 
@@ -128,10 +128,10 @@ def validate_run(cfg: CollectConfig) -> _Plan:
                           "after a rejection, so those pairs would be missing: use --schedule sync or reuse")
     from lrtune.data_gen.rollout import parse_teacher
 
-    spec = parse_teacher(opts.teacher)
-    if opts.rollout_samples and spec.kind == "verifier":
-        raise ConfigError(f"--rollout-samples needs a rollout teacher, got {opts.rollout_samples} with --teacher "
-                          f"{opts.teacher}")
+    spec = parse_teacher(opts.teacher.spec)
+    if opts.rollout.samples and spec.kind == "verifier":
+        raise ConfigError(f"--rollout-samples needs a rollout teacher, got {opts.rollout.samples} with --teacher "
+                          f"{opts.teacher.spec}")
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
         from lrtune.sandbox import require_isolation
@@ -140,7 +140,7 @@ def validate_run(cfg: CollectConfig) -> _Plan:
     problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
     if not problems:
         raise ConfigError("no problems to collect")
-    mine = [(i, p) for i, p in enumerate(problems) if i % opts.num_shards == opts.shard_id]
+    mine = [(i, p) for i, p in enumerate(problems) if i % opts.shards.num_shards == opts.shards.shard_id]
     backup = check_collect_out(cfg)  # cheap: before the models, which may be built on first use
     from lrtune.api import check_configs, require_a_prompt_that_fits
 
@@ -158,7 +158,7 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     out = prepare_out(cfg, plan.backup)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        store = ShardStore(out, opts.shard_id)
+        store = ShardStore(out, opts.shards.shard_id)
     for w in caught:
         log(f"warning: {w.message}")
     removed = store.clean_orphans()
@@ -176,7 +176,7 @@ def _decode_models(cfg: CollectConfig, spec) -> ModelConfig:
     """The models the collect decoder runs: the teacher decodes (a rollout teacher: --verifier)."""
     live = spec.live if spec.live is not None else cfg.models.verifier  # what decodes (rollout: --verifier)
     return dataclasses.replace(cfg.models, verifier=live,
-                               verifier_threshold=cfg.options.teacher_threshold if spec.kind != "rollout"
+                               verifier_threshold=cfg.options.teacher.threshold if spec.kind != "rollout"
                                else cfg.models.verifier_threshold)
 
 
@@ -185,7 +185,7 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     labelled pairs and problem row as it ends (:class:`_Collector`)."""
     from lrtune.data_gen.rollout import parse_teacher
 
-    spec = parse_teacher(cfg.options.teacher)
+    spec = parse_teacher(cfg.options.teacher.spec)
     models = _decode_models(cfg, spec)
     _Collector(cfg, dcfg, models, spec, models.verifier, task, todo, store).run()
 
@@ -212,18 +212,18 @@ def run_ray(cfg: CollectConfig) -> dict:
     except ImportError:
         raise ConfigError("--ray needs Ray: pip install 'lrtune[ray]'") from None
     opts = cfg.options
-    plan = validate_run(dataclasses.replace(cfg, options=dataclasses.replace(opts, shard_id=0, ray=False)))
+    plan = validate_run(dataclasses.replace(cfg, options=_shard_options(opts, 0)))
     prepare_out(cfg, plan.backup)  # config check and the config file, before any task starts
     env = ray_env(os.environ)
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=opts.ray_address, runtime_env={"env_vars": env}, include_dashboard=False,
+        ray.init(address=opts.ray.address, runtime_env={"env_vars": env}, include_dashboard=False,
                  log_to_driver=opts.progress, logging_level="ERROR")
     try:
-        task = ray.remote(num_cpus=opts.ray_cpus_per_shard, num_gpus=opts.ray_gpus_per_shard, max_retries=0)(_ray_shard)
-        shard_cfgs = [dataclasses.replace(cfg, options=dataclasses.replace(opts, shard_id=i, ray=False, progress=False))
-                      for i in range(opts.num_shards)]
-        refs = {task.remote(c): c.options.shard_id for c in shard_cfgs}
+        task = ray.remote(num_cpus=opts.ray.cpus_per_shard, num_gpus=opts.ray.gpus_per_shard, max_retries=0)(_ray_shard)
+        shard_cfgs = [dataclasses.replace(cfg, options=dataclasses.replace(_shard_options(opts, i), progress=False))
+                      for i in range(opts.shards.num_shards)]
+        refs = {task.remote(c): c.options.shards.shard_id for c in shard_cfgs}
         bar = ProgressBar("ray shards", len(refs), opts.progress)
         failed = []
         pending = list(refs)
@@ -242,9 +242,15 @@ def run_ray(cfg: CollectConfig) -> dict:
             ray.shutdown()
     counts = write_card(Path(opts.out).expanduser())
     if failed:
-        raise LrtuneError(f"{len(failed)} of {opts.num_shards} shard(s) failed ({'; '.join(failed)}); "
+        raise LrtuneError(f"{len(failed)} of {opts.shards.num_shards} shard(s) failed ({'; '.join(failed)}); "
                           "finished problems are kept: re-run the same command to resume")
     return counts
+
+
+def _shard_options(opts: CollectOptions, shard_id: int) -> CollectOptions:
+    """``opts`` for shard ``shard_id`` run as one task (not as Ray tasks again)."""
+    return dataclasses.replace(opts, shards=dataclasses.replace(opts.shards, shard_id=shard_id),
+                               ray=dataclasses.replace(opts.ray, enabled=False))
 
 
 def _ray_shard(cfg: CollectConfig) -> dict:
@@ -310,7 +316,7 @@ def main_from_args(args) -> int:
         s = merge(args.merge, cfg.options.out, force_new=cfg.options.force_new)
         log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
         return 0
-    counts = run_ray(cfg) if cfg.options.ray else run(cfg)
+    counts = run_ray(cfg) if cfg.options.ray.enabled else run(cfg)
     log(f"{counts['problems']} problems, {counts['rows']} step pairs in {cfg.options.out}")
     print_stats(counts)
     return 0

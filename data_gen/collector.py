@@ -100,16 +100,16 @@ class _Collector:
         self.dec.start_engines(dcfg)
         self.exact = ExactVerifier()
         self.embed = self.scorer = None
-        if self.opts.embedding_feature:
+        if self.opts.features.embedding_feature:
             from lrtune.verifiers.embedding import EmbeddingVerifier
 
             self.embed = self.dec.verifier if self.dec.verifier.name == "embedding" else EmbeddingVerifier()
-        if self.opts.target_score_feature:
+        if self.opts.features.target_score_feature:
             from lrtune.verifiers import make_verifier
 
             self.scorer = make_verifier("target_score", backend=self.dec.target)
         self.judges = {}
-        if self.opts.judge_features:
+        if self.opts.features.judge_features:
             from lrtune.verifiers import make_verifier
 
             self.judges = {col: make_verifier(spec, backend=self.dec.target) for col, spec in JUDGE_FEATURES.items()}
@@ -174,13 +174,13 @@ class _Collector:
                 row.update(prefix_sha=hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16], prefix_text=prefix_text,
                            decode_verifier=self.live, verifier_score=row["teacher_score"], verifier_label=row["label"])
                 on_path = row["chosen_branch"] and pos <= r.committed_drafts
-                if self.spec.kind != "verifier" and opts.rollout_pairs == "committed" and not on_path:
+                if self.spec.kind != "verifier" and opts.rollout.pairs == "committed" and not on_path:
                     continue
                 item = RolloutItem(prob, len(ids), pre, list(chain[pos].token_ids), list(targets[pos].token_ids))
                 if on_path and self.dcfg.temperature == 0:
                     branch = "draft" if pos < r.committed_drafts else "target"
                     start = len(pre) - len(ids) + len(getattr(item, branch))
-                    room = min(opts.rollout_tokens, self.cfg.models.max_model_len - len(ids) - start - 1)
+                    room = min(opts.rollout.tokens, self.cfg.models.max_model_len - len(ids) - start - 1)
                     known = trajectory_continuation(res.token_ids, res.finish, start, room=room,
                                                     divergent_starts=divergent)
                     if known is not None:
@@ -195,14 +195,14 @@ class _Collector:
 
         batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
-        outcomes, secs = rollout_labels(self.dec.target, self.task, items, max_tokens=self.opts.rollout_tokens,
+        outcomes, secs = rollout_labels(self.dec.target, self.task, items, max_tokens=self.opts.rollout.tokens,
                                         max_len=self.cfg.models.max_model_len,
                                         gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0)
         votes = [None] * len(items)
-        if self.opts.rollout_samples:  # the vote teacher: sampled rollouts beside the greedy ones
-            votes, vsecs = sampled_outcomes(self.dec.target, self.task, items, samples=self.opts.rollout_samples,
-                                            temperature=self.opts.rollout_temperature, seed=self.dcfg.seed,
-                                            max_tokens=self.opts.rollout_tokens, max_len=self.cfg.models.max_model_len)
+        if self.opts.rollout.samples:  # the vote teacher: sampled rollouts beside the greedy ones
+            votes, vsecs = sampled_outcomes(self.dec.target, self.task, items, samples=self.opts.rollout.samples,
+                                            temperature=self.opts.rollout.temperature, seed=self.dcfg.seed,
+                                            max_tokens=self.opts.rollout.tokens, max_len=self.cfg.models.max_model_len)
             secs += vsecs
         at = 0
         for k, res, st, rows, _ in batch:

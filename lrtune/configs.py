@@ -30,28 +30,71 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def nested(cls: type) -> dict[str, tuple[type, str]]:
+    """The fields of ``cls`` that hold a config of their own (a sub-config): ``{field: (its
+    dataclass, the prefix of its flat names)}``. A sub-config's field ``x`` is the flat option
+    ``prefix + x`` (``--rollout-tokens`` for ``rollout.tokens``); its ``flat`` metadata names it
+    otherwise (``--ray`` for ``ray.enabled``)."""
+    hints = get_type_hints(cls)
+    return {f.name: (hints[f.name], f.metadata.get("prefix", f.name + "_")) for f in dataclasses.fields(cls)
+            if dataclasses.is_dataclass(hints[f.name])}
+
+
+def flat_name(f: dataclasses.Field, prefix: str = "") -> str:
+    return f.metadata.get("flat") or prefix + f.name
+
+
+def flat_fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
+    """``(flat name, field, type)`` of every option of ``cls``, sub-configs flattened."""
+    hints, subs, out = get_type_hints(cls), nested(cls), []
+    for f in dataclasses.fields(cls):
+        if f.name in subs:
+            sub, sub_prefix = subs[f.name]
+            out += flat_fields(sub, prefix + sub_prefix)
+        else:
+            out.append((flat_name(f, prefix), f, hints[f.name]))
+    return out
+
+
+def flat_dict(obj: Any) -> dict[str, Any]:
+    """A config as ``{flat name: value}``: sub-configs flattened the way their flags are (what
+    run directories record, so the records keep their shape when options move into groups)."""
+    out: dict[str, Any] = {}
+
+    def walk(o: Any, prefix: str) -> None:
+        subs = nested(type(o))
+        for f in dataclasses.fields(o):
+            v = getattr(o, f.name)
+            if f.name in subs:
+                walk(v, prefix + subs[f.name][1])
+            else:
+                out[flat_name(f, prefix)] = v
+
+    walk(obj, "")
+    return out
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = (),
                        help: dict[str, str] | None = None) -> None:
-    """Add one ``--flag`` per dataclass field (bool fields get ``--flag/--no-flag``); ``help``
-    replaces the help text of the named fields."""
-    hints = get_type_hints(cls)
+    """Add one ``--flag`` per option of the dataclass, sub-configs flattened (bool options
+    get ``--flag/--no-flag``); ``help`` replaces the help text of the named options (flat
+    names)."""
     group = parser.add_argument_group(cls.__name__)
     for name, (flag, value) in legacy_flags(cls).items():  # old switches, still accepted
         if name not in skip:
             group.add_argument(flag, dest=name, action="store_true", default=None, help=f"old spelling of {value}")
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
+    for name, f, typ in flat_fields(cls):
+        if name in skip:
             continue
-        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        help_ = (help or {}).get(f.name, f.metadata.get("help", "")).replace("%", "%%")
+        flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
+        help_ = (help or {}).get(name, f.metadata.get("help", "")).replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
-        typ = hints[f.name]
         if typ is bool or str(typ) in ("bool | None", "typing.Optional[bool]"):
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
                                help=f"{help_} (default: {default})")
             continue
         conv = _converter(typ)
-        group.add_argument(flag, dest=f.name, type=conv, default=None, metavar=f.name.upper(),
+        group.add_argument(flag, dest=name, type=conv, default=None, metavar=name.upper(),
                            choices=_choices(f, typ), help=f"{help_} (default: {default!r})")
 
 
@@ -79,17 +122,40 @@ def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> A
     """Instantiate ``cls`` from YAML values overridden by explicit flags, validated against
     its schema (:func:`lrtune.schema.check`: type, range, finiteness, allowed values), so a
     file value of the wrong type (``gamma1: 2.5``, ``gamma1: "abc"``) or a flag out of range
-    (``--temperature nan``) is one ConfigError line before anything runs."""
-    names = {f.name for f in dataclasses.fields(cls)} | set(legacy_flags(cls))
-    values = {k: v for k, v in file_values.items() if k in names}
-    for name in names:
+    (``--temperature nan``) is one ConfigError line before anything runs. A sub-config takes
+    its flat options (``rollout_tokens: 128``) or a mapping (``rollout: {tokens: 128}``)."""
+    values = {k: v for k, v in file_values.items()}
+    for name in [n for n, _, _ in flat_fields(cls)] + list(legacy_flags(cls)):
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
-    if hasattr(cls, "legacy_values"):
-        values = cls.legacy_values(values)
-    obj = cls(**values)
+    obj = from_flat(cls, values)
+    old = sorted(flag for name, (flag, _) in legacy_flags(cls).items() if values.get(name))
+    if old:  # the new spelling, once
+        sys.stderr.write(f"lrtune: note: {' '.join(old)} now read --schedule {getattr(obj, 'schedule', '')} "
+                         f"--record {getattr(obj, 'record', '')}\n")
     return schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
+
+
+def from_flat(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    """An instance of ``cls`` from flat option values (sub-configs assembled from their
+    prefixed names, or from a mapping under the sub-config's own name); unknown names are
+    ignored (:func:`check_unknown_keys` refuses them first)."""
+    subs, kwargs = nested(cls), {}
+    for f in dataclasses.fields(cls):
+        if f.name in subs:
+            sub, sub_prefix = subs[f.name]
+            given = values.get(f.name) if not prefix else None
+            part = dict(given) if isinstance(given, dict) else {}
+            rest = {k: v for k, v in values.items() if not (k == f.name and isinstance(v, dict))}
+            mapped = {flat_name(g, sub_prefix): part[g.name] for g in dataclasses.fields(sub) if g.name in part}
+            kwargs[f.name] = from_flat(sub, {**mapped, **rest}, prefix + sub_prefix)
+        elif flat_name(f, prefix) in values:
+            kwargs[f.name] = values[flat_name(f, prefix)]
+    if hasattr(cls, "legacy_values"):
+        extra = {k: values[k] for k in legacy_flags(cls) if k in values}
+        kwargs = cls.legacy_values({**kwargs, **extra})
+    return cls(**kwargs)
 
 
 def load_config_file(path: str | None) -> dict[str, Any]:
@@ -116,9 +182,23 @@ def legacy_flags(cls: type) -> dict[str, tuple[str, str]]:
 
 
 def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple[str, ...] = ()) -> None:
+    """ConfigError for a config-file key no class of the command knows; a sub-config given as
+    a mapping must be one, with its own keys only."""
     known = set(extra)
     for cls in classes:
-        known |= {f.name for f in dataclasses.fields(cls)} | set(legacy_flags(cls))
+        known |= {n for n, _, _ in flat_fields(cls)} | set(nested(cls)) | set(legacy_flags(cls))
+        flat = {n for n, _, _ in flat_fields(cls)}
+        for name, (sub, _) in nested(cls).items():
+            if name in file_values:
+                given = file_values[name]
+                if not isinstance(given, dict) and name in flat:  # also a flat option (teacher: SPEC)
+                    continue
+                if not isinstance(given, dict):
+                    raise ConfigError(f"option {name!r} must be a mapping of its options "
+                                      f"({', '.join(f.name for f in dataclasses.fields(sub))})")
+                bad = sorted(set(map(str, given)) - {f.name for f in dataclasses.fields(sub)})
+                if bad:
+                    raise ConfigError(f"unknown option(s) under {name!r} in config file: {', '.join(bad)}")
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) in config file: {', '.join(unknown)}")

@@ -115,7 +115,7 @@ class DecodeConfig(ScheduleFlags):
     def legacy_values(values: dict) -> dict:
         """``values`` (flags or YAML keys) with the old switches (``async_lr``, ``early_abort``,
         ``reuse_drafts``, ``logprobs``, ``score_drafts``) folded into ``schedule`` and ``record``;
-        a note names the new spelling. An explicit ``schedule``/``record`` must agree."""
+        an explicit ``schedule``/``record`` must agree."""
         old = {k: values.pop(k) for k in (*LEGACY_SWITCHES, *LEGACY_RECORDING) if k in values}
         on = {k for k, v in old.items() if v}
         if any(not isinstance(v, bool) for v in old.values()):
@@ -133,12 +133,6 @@ class DecodeConfig(ScheduleFlags):
                 raise ConfigError(f"--record {values['record']} contradicts "
                                   + " ".join(LEGACY_RECORDING[k][0] for k in sorted(on & set(LEGACY_RECORDING))))
             values["record"] = rec
-        if on:
-            import sys
-
-            new = " ".join(f"--{k} {values[k]}" for k in ("schedule", "record") if k in values)
-            sys.stderr.write(f"lrtune: note: {' '.join(sorted((LEGACY_SWITCHES | LEGACY_RECORDING)[k][0] for k in on))} "
-                             f"now read {new}\n")
         return values
 
     def validate(self) -> DecodeConfig:

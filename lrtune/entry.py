@@ -1,30 +1,19 @@
-"""The ``lrtune`` command's entry point (``lrtune`` script and ``python -m lrtune``): the
-CLI's modules import inside it, so Ctrl-C during start-up is one line and exit 130 too."""
+"""The ``lrtune`` command's entry point (``lrtune`` script and ``python -m lrtune``): Ctrl-C is
+handled from the first moment (:mod:`lrtune.interrupts`), before the CLI's modules import."""
 
 from __future__ import annotations
 
-import os
-import sys
-
-INTERRUPTED = 130
+from lrtune.interrupts import INTERRUPTED, exit_interrupted, install
 
 
 def main() -> int:
+    install()
     try:
         from lrtune.cli import main as cli_main
 
         code = cli_main()
     except KeyboardInterrupt:
-        sys.stderr.write("lrtune: interrupted\n")
-        code = INTERRUPTED
-    if code == INTERRUPTED:
-        # CPython marks a KeyboardInterrupt raised inside code that C extensions run at import
-        # (PyRun_* calls) as unhandled even when lrtune caught it, and then kills its own process
-        # with SIGINT at exit: leave now, streams flushed, with the status the CLI promises.
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(INTERRUPTED)
+        exit_interrupted()
+    if code == INTERRUPTED:  # the CLI reported an interrupt raised inside a cleanup block: leave now
+        exit_interrupted(say=False)
     return code

@@ -28,6 +28,7 @@ from pathlib import Path
 from lrtune.api import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
+from lrtune.configs import flat_dict
 from lrtune.outdir import check_out, claim_out
 from lrtune.runfiles import log, write_atomic
 
@@ -104,13 +105,17 @@ def _sized(opts: PipelineOptions) -> DemoSize:
 
 
 def to_flags(cfg) -> list[str]:
-    """Command-line flags that rebuild dataclass ``cfg`` (every field that is not None)."""
+    """Command-line flags that rebuild dataclass ``cfg`` (every option that is not None;
+    sub-configs by their flat flags)."""
+    from lrtune.configs import flat_fields
+
+    values = flat_dict(cfg)
     out: list[str] = []
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
+    for name, f, _ in flat_fields(type(cfg)):
+        v = values[name]
         if v is None:
             continue
-        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
         if isinstance(v, bool):
             out.append(flag if v else "--no-" + flag[2:])
         else:
@@ -154,7 +159,7 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     from lrtune.train.controller import TrainControllerConfig
     from lrtune.train.verifier import TrainVerifierConfig
 
-    from lrtune.data_gen.collect import CollectOptions
+    from lrtune.data_gen.config import collect_options
 
     if opts.size not in SIZES:
         raise ConfigError(f"unknown --size {opts.size!r}; choose from {', '.join(SIZES)}")
@@ -187,10 +192,10 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         stage("profile", ["profile", *to_flags(prof),
                           *to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None,
                                                         judge_model=None))])
-    stage("collect", ["collect", *to_flags(CollectOptions(
+    stage("collect", ["collect", *to_flags(collect_options(
         task=opts.task, data=opts.data, limit=size.collect_problems, teacher=opts.teacher, out=str(collect_dir),
         progress=opts.progress, profile=str(profile_path))), *model_flags, *collect_flags])
-    stage("train verifier", ["train", "verifier", *to_flags(TrainVerifierConfig(
+    stage("train verifier", ["train", "verifier", *to_flags(TrainVerifierConfig.of(
         data=str(collect_dir), out=str(verifier_dir), student=opts.student, epochs=size.epochs, progress=opts.progress,
         test_fraction=size.test_fraction, val_fraction=size.val_fraction, min_train_pairs=size.min_train_pairs,
         device="cpu" if models.device == "auto" else models.device))])

@@ -3,7 +3,6 @@ was made with, and progress reporting. Shared by the stages, which do not import
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -76,7 +75,9 @@ def read_json(path: Path) -> dict | None:
 def config_key(sections: dict[str, object], free: tuple[str, ...] = ()) -> dict:
     """``{section: asdict(config)}`` without the ``options`` keys in ``free`` (the ones that
     may change between invocations of one run without changing its results)."""
-    key = {name: dataclasses.asdict(cfg) for name, cfg in sections.items()}
+    from lrtune.configs import flat_dict
+
+    key = {name: flat_dict(cfg) for name, cfg in sections.items()}
     for k in free:
         key.get("options", {}).pop(k, None)
     return key

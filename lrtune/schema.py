@@ -45,8 +45,26 @@ Positive = Annotated[float, Gt(0)]
 NonNegative = Annotated[float, Ge(0)]
 
 
-def flag_name(f: dataclasses.Field) -> str:
-    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+def flag_name(f: dataclasses.Field, prefix: str = "") -> str:
+    return f.metadata.get("flag") or "--" + (f.metadata.get("flat") or prefix + f.name).replace("_", "-")
+
+
+def _flag_at(cls: type, loc: list[str]) -> str:
+    """The flag of the option at ``loc`` (a field, or a sub-config's field) of ``cls``."""
+    from lrtune.configs import nested
+
+    prefix = ""
+    for i, part in enumerate(loc):
+        fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        if part not in fields:
+            return "--" + (prefix + part).replace("_", "-")
+        subs = nested(cls)
+        if part in subs and i + 1 < len(loc):
+            cls, sub_prefix = subs[part]
+            prefix += sub_prefix
+            continue
+        return flag_name(fields[part], prefix)
+    return cls.__name__
 
 
 @lru_cache(maxsize=None)
@@ -69,9 +87,8 @@ def message(cls: type, e: ValidationError) -> str:
     """One line for a validation error: the option's flag, what is wrong, the value given."""
     errors = e.errors(include_url=False)
     first = errors[0]
-    flags = {f.name: flag_name(f) for f in dataclasses.fields(cls)}
     loc = [str(p) for p in first.get("loc", ()) if not isinstance(p, int)]
-    name = flags.get(loc[0], loc[0]) if loc else cls.__name__
+    name = _flag_at(cls, loc) if loc else cls.__name__
     given = first.get("input")
     shown = repr(given)
     if len(shown) > 60:

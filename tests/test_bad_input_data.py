@@ -205,9 +205,9 @@ def test_problem_ids_from_a_file_that_is_not_utf8_is_a_one_line_error(tmp_path):
 
 
 def collect_cfg(out: Path, force_new: bool = False):
-    from lrtune.data_gen.collect import CollectConfig, CollectOptions
+    from lrtune.data_gen.collect import CollectConfig, collect_options
 
-    return CollectConfig(options=CollectOptions(task="gsm_symbolic", limit=2, out=str(out), force_new=force_new))
+    return CollectConfig(options=collect_options(task="gsm_symbolic", limit=2, out=str(out), force_new=force_new))
 
 
 @pytest.mark.parametrize("blob", [b"{not json", b"[1]", b'{"options": "caf\xe9"}'], ids=["corrupt", "list", "latin1"])

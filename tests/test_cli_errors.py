@@ -95,7 +95,7 @@ def test_every_error_line_is_bounded_in_length(monkeypatch, capsys):
     assert "\n" not in line and len(line) <= len("lrtune: error: ") + MAX_MESSAGE
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.3, 1.2])
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.8, 1.2, 2.0])
 def test_ctrl_c_at_any_point_is_one_line_and_exit_130(delay):
     import os
     import signal
@@ -113,3 +113,20 @@ def test_ctrl_c_at_any_point_is_one_line_and_exit_130(delay):
     if proc.returncode == 0:
         pytest.skip("the decode finished before the interrupt")
     assert proc.returncode == 130 and err.strip() == "lrtune: interrupted", (proc.returncode, err)
+
+
+def test_inside_a_cleanup_block_ctrl_c_raises_so_the_cleanup_runs():
+    """lrtune.interrupts: a block marked cleanup_on_interrupt gets the KeyboardInterrupt (its
+    except/finally runs, e.g. a retrain puts the old checkpoint back)."""
+    import signal
+
+    from lrtune import interrupts
+
+    ran = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.cleanup_on_interrupt():
+            try:
+                interrupts._handler(signal.SIGINT, None)
+            finally:
+                ran.append("cleanup")
+    assert ran == ["cleanup"] and interrupts._depth == 0

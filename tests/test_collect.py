@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from lrtune.data_gen.collect import CollectConfig, CollectOptions, run  # noqa: E402
+from lrtune.data_gen.collect import CollectConfig, collect_options, run  # noqa: E402
 from lrtune.dataset import load_tables, merge, summarize_pairs  # noqa: E402
 from lrtune.pairstats import auroc  # noqa: E402
 from lrtune.api import ModelConfig  # noqa: E402
@@ -48,7 +48,7 @@ def collect_cli(*args, timeout=300):
 def make_cfg(data_file, out, teacher="llm_judge", **opts):
     pair = get_tiny_pair()
     return CollectConfig(
-        options=CollectOptions(task="custom", data=data_file, limit=3, teacher=teacher, out=str(out), progress=False,
+        options=collect_options(task="custom", data=data_file, limit=3, teacher=teacher, out=str(out), progress=False,
                                **opts),
         models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", max_model_len=512),
         decode=DecodeConfig(method="lr", gamma1=2, max_new_tokens=48, max_step_tokens=12),

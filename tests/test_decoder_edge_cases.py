@@ -232,7 +232,7 @@ def test_async_lr_refuses_round_records_and_a_controller():
 
 def test_collect_refuses_async_lr_before_loading_any_model(tmp_path):
     pytest.importorskip("pyarrow")
-    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run  # noqa: F401
     from lrtune.api import ModelConfig
 
     opts = CollectOptions(task="custom", data=str(tmp_path / "none.jsonl"), out=str(tmp_path / "o"), progress=False)

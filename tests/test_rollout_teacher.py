@@ -92,7 +92,7 @@ def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_give
     rolled out again, and every label and continuation equals what a run that rolls out
     both branches of every pair records for the same pair."""
     import lrtune.data_gen.rollout as rollout_module
-    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, collect_options, run
     from lrtune.dataset import load_tables
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
@@ -108,7 +108,7 @@ def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_give
         monkeypatch.setattr(rollout_module, "trajectory_continuation",
                             reuse if which == "committed" else lambda *a, **k: None)
         cfg = CollectConfig(
-            options=CollectOptions(task="custom", data=str(data), limit=3, teacher="rollout", rollout_pairs=which,
+            options=collect_options(task="custom", data=str(data), limit=3, teacher="rollout", rollout_pairs=which,
                                    out=str(tmp_path / which), progress=False, rollout_tokens=16, max_concurrent=2,
                                    embedding_feature=False, target_score_feature=False),
             models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers",
@@ -132,7 +132,7 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     """collect --teacher rollout (live verifier: --verifier exact) and consensus(rollout,exact)
     decode the same trajectories; consensus keeps exactly the rollout rows whose live verdict
     agrees with the rollout label and counts the others."""
-    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, collect_options, run
     from lrtune.dataset import load_tables
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
@@ -145,7 +145,7 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     out = {}
     for teacher in ("rollout", "consensus(rollout,exact)"):
         cfg = CollectConfig(
-            options=CollectOptions(task="custom", data=str(data), limit=3, teacher=teacher, out=str(tmp_path / teacher),
+            options=collect_options(task="custom", data=str(data), limit=3, teacher=teacher, out=str(tmp_path / teacher),
                                    progress=False, rollout_tokens=24, max_concurrent=2, embedding_feature=False,
                                    judge_features=teacher == "rollout"),
             models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers",

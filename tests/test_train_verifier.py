@@ -184,7 +184,7 @@ def _cfg(tmp_path, pair_dir, student, **kw):
     base = dict(data=str(pair_dir), out=str(tmp_path / student), student=student, epochs=3, patience=3,
                 batch_size=8, progress=False, latency_pairs=4, seed=0, learning_rate=2e-3)
     base.update(kw)
-    return TrainVerifierConfig(**base)
+    return TrainVerifierConfig.of(**base)
 
 
 def test_agreement_rule_picks_the_validation_threshold_that_agrees_most_and_says_so(tmp_path, pair_dir):
@@ -283,7 +283,7 @@ def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exac
     model.eval()
     pairs = [StepPair("Question: 3 bags of 4.", "3 * 4 = 12", "so 3 * 4 = 12"),
              StepPair("Question: 3 bags of 4.", "3 * 5 = 15", "so 3 * 4 = 12")]
-    enc = distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.max_length)
+    enc = distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length)
     with torch.inference_mode():
         ref = torch.sigmoid(model(**enc).logits[:, 0]).tolist()
     assert json.loads((out / distilled.META).read_text())["context_form"] == "head+tail"
@@ -340,7 +340,7 @@ def test_lm_judge_student_trains_with_trl_and_reloads_to_the_same_scores(tmp_pat
     model = PeftModel.from_pretrained(base, str(out)).eval()
     pairs = [StepPair("Q: 2 bags of 3.", "2 * 3 = 6", "so 2 * 3 = 6"), StepPair("Q", "7", "8")]
     ref = distilled.LMJudgeStudent.from_model(model, AutoTokenizer.from_pretrained(str(out)), cfg.context_chars,
-                                              max_length=cfg.max_length).score(pairs)
+                                              max_length=cfg.neural.max_length).score(pairs)
     got = distilled.load(out).score(pairs)
     assert got == pytest.approx(ref, abs=1e-4)
     assert all(0.0 <= s <= 1.0 for s in got)

@@ -109,7 +109,7 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
     decodes; every pair keeps its greedy label and gets the vote over greedy + 2 samples."""
     import json
 
-    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, collect_options, run
     from lrtune.api import ModelConfig
     from lrtune.dataset import load_tables
     from lrtune.decoder import DecodeConfig
@@ -122,7 +122,7 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
     out = {}
     for k in (0, 2):
         cfg = CollectConfig(
-            options=CollectOptions(task="custom", data=str(data), limit=2, teacher="rollout", out=str(tmp_path / f"k{k}"),
+            options=collect_options(task="custom", data=str(data), limit=2, teacher="rollout", out=str(tmp_path / f"k{k}"),
                                    progress=False, rollout_tokens=16, rollout_samples=k, max_concurrent=2,
                                    embedding_feature=False),
             models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers",
@@ -162,13 +162,13 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
                                         ({"rollout_samples": 2, "teacher": "exact"}, "needs a rollout teacher"),
                                         ({"rollout_samples": 2, "rollout_temperature": 0.0}, "--rollout-temperature")])
 def test_collect_refuses_vote_settings_that_cannot_vote(tmp_path, opts, match):
-    from lrtune.data_gen.collect import CollectConfig, CollectOptions, run
+    from lrtune.data_gen.collect import CollectConfig, collect_options, run
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.errors import ConfigError
 
     kw = {"teacher": "rollout", **opts}
-    cfg = CollectConfig(options=CollectOptions(task="gsm_symbolic", limit=1, out=str(tmp_path / "o"), **kw),
+    cfg = CollectConfig(options=collect_options(task="gsm_symbolic", limit=1, out=str(tmp_path / "o"), **kw),
                         models=ModelConfig(), decode=DecodeConfig(method="lr"))
     with pytest.raises(ConfigError, match=match):
         run(cfg)

@@ -53,7 +53,10 @@ def state_dir(out: Path) -> Path:
 def state_key(train: Sequence[PairExample], val: Sequence[PairExample], cfg) -> dict:
     """What a resumable training state must have been trained with: :data:`STATE_SETTINGS`
     and the train/val data (the stopping rules, epochs and patience, may change on resume)."""
-    return {"settings": {k: getattr(cfg, k) for k in STATE_SETTINGS}, "data": fingerprint([*train, *val])}
+    from lrtune.configs import flat_dict
+
+    settings = flat_dict(cfg)
+    return {"settings": {k: settings[k] for k in STATE_SETTINGS}, "data": fingerprint([*train, *val])}
 
 
 def check_state(sdir: Path, key: dict) -> None:
@@ -188,7 +191,7 @@ def _feature_data(train: Sequence[PairExample], val: Sequence[PairExample], cfg)
     :func:`student_features`; NaN where a pair lacks a likelihood feature."""
     import numpy as np
 
-    encoder = cfg.base_model or distilled.ENCODERS[0]
+    encoder = cfg.neural.base_model or distilled.ENCODERS[0]
     names = student_features(train, cfg)  # values checked finite before --out was touched (verifier.check_inputs)
     return (encoder, names, feature_matrix(train, encoder, names), np.asarray([e.label for e in train]),
             feature_matrix(val, encoder, names))
@@ -219,7 +222,7 @@ def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
     ztr, zva = (xtr - scaler.mean_) / scale, (xva - scaler.mean_) / scale
     c, clf, history = _best_on_val(
-        (0.01, 0.1, 1.0, 10.0), lambda c: LogisticRegression(C=c, max_iter=2000, random_state=cfg.seed).fit(ztr, ytr),
+        (0.01, 0.1, 1.0, 10.0), lambda c: LogisticRegression(C=c, max_iter=2000, random_state=cfg.split.seed).fit(ztr, ytr),
         lambda m: m.predict_proba(zva)[:, 1], val, "C")
     save_file({"mean": scaler.mean_.astype(np.float64), "scale": scale.astype(np.float64),
                "coef": clf.coef_[0].astype(np.float64), "intercept": clf.intercept_.astype(np.float64)},
@@ -242,7 +245,7 @@ def fit_forest(train: Sequence[PairExample], val: Sequence[PairExample], out: Pa
     xtr, xva = (np.where(np.isnan(x), mean, x) for x in (xtr, xva))
     leaf, clf, history = _best_on_val(
         FOREST_LEAF_SIZES,
-        lambda leaf: RandomForestClassifier(n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.seed,
+        lambda leaf: RandomForestClassifier(n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.split.seed,
                                             n_jobs=1).fit(xtr, ytr),
         lambda m: m.predict_proba(xva)[:, 1], val, "min_samples_leaf")  # classes_ = [False, True]
     save_file({"mean": mean.astype(np.float64), **pack_forest(clf.estimators_, positive=1)},
@@ -297,7 +300,7 @@ def build_cross_encoder(base: str, cfg):
     hf_logging.set_verbosity_error()  # "newly initialized head" is expected here
     model, info = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, output_loading_info=True)
     new = _new_modules(model, info.get("missing_keys", []))
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+    lora = LoraConfig(r=cfg.neural.lora_r, lora_alpha=cfg.neural.lora_alpha, lora_dropout=cfg.neural.lora_dropout,
                       target_modules=_lora_targets(model, new), modules_to_save=sorted(new))
     return tok, get_peft_model(model, lora)
 
@@ -321,23 +324,23 @@ def _resume_cross_encoder(model, opt, sdir: Path) -> dict:
 def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
     import torch
 
-    torch.manual_seed(cfg.seed)
-    base = distilled.resolve_encoder(cfg.base_model or distilled.ENCODERS[0])
+    torch.manual_seed(cfg.split.seed)
+    base = distilled.resolve_encoder(cfg.neural.base_model or distilled.ENCODERS[0])
     tok, model = build_cross_encoder(base, cfg)
-    device = _device(cfg.device)
+    device = _device(cfg.neural.device)
     model.to(device)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.01)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.neural.learning_rate, weight_decay=0.01)
     sdir = state_dir(out)
     last, best_dir = sdir / "last", sdir / "best"
     st = {"epoch": 0, "best_auroc": None, "bad_epochs": 0, "history": []}
-    _claim_state(sdir, state_key(train, val, cfg), cfg.resume, (last,))
-    if cfg.resume and (last / "trainer.json").is_file():
+    _claim_state(sdir, state_key(train, val, cfg), cfg.neural.resume, (last,))
+    if cfg.neural.resume and (last / "trainer.json").is_file():
         st = _resume_cross_encoder(model, opt, sdir)
         log(f"resuming cross-encoder training after epoch {st['epoch']} (best val AUROC {st['best_auroc']})")
 
     def encode(batch: Sequence[PairExample]):
         pairs = [e.pair for e in batch]
-        return distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.max_length).to(device)
+        return distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length).to(device)
 
     def val_scores():
         model.eval()
@@ -348,17 +351,17 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         return out_s
 
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    while st["epoch"] < cfg.epochs and st["bad_epochs"] < cfg.patience:
+    steps_per_epoch = math.ceil(len(train) / cfg.neural.batch_size)
+    while st["epoch"] < cfg.neural.epochs and st["bad_epochs"] < cfg.neural.patience:
         epoch = st["epoch"]
         order = list(range(len(train)))
-        random.Random(cfg.seed * 1000 + epoch).shuffle(order)
+        random.Random(cfg.split.seed * 1000 + epoch).shuffle(order)
         model.train()
-        bar = ProgressBar(f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch, cfg.progress)
+        bar = ProgressBar(f"epoch {epoch + 1}/{cfg.neural.epochs}", steps_per_epoch, cfg.progress)
         losses = []
-        for i in range(0, len(order), cfg.batch_size):
-            batch = [train[j] for j in order[i:i + cfg.batch_size]]
-            y = torch.tensor([e.target if cfg.soft_targets else float(e.label) for e in batch], device=device)
+        for i in range(0, len(order), cfg.neural.batch_size):
+            batch = [train[j] for j in order[i:i + cfg.neural.batch_size]]
+            y = torch.tensor([e.target if cfg.neural.soft_targets else float(e.label) for e in batch], device=device)
             loss = loss_fn(model(**encode(batch)).logits[:, 0].float(), y)
             opt.zero_grad()
             loss.backward()
@@ -381,9 +384,9 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         write_atomic(last / "trainer.json", json.dumps(st))
     _export_adapter(best_dir, out)
     tok.save_pretrained(str(out))
-    return {"base_model": cfg.base_model or distilled.ENCODERS[0], "context_chars": cfg.context_chars,
+    return {"base_model": cfg.neural.base_model or distilled.ENCODERS[0], "context_chars": cfg.context_chars,
             "context_form": distilled.CONTEXT_FORM,
-            "max_length": cfg.max_length, "history": st["history"], "best_val_auroc": st["best_auroc"]}
+            "max_length": cfg.neural.max_length, "history": st["history"], "best_val_auroc": st["best_auroc"]}
 
 
 def _save_adapter(model, d: Path) -> None:
@@ -431,9 +434,9 @@ def sft_args(cfg, output_dir: Path, device: str):
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=str(output_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
-        learning_rate=cfg.learning_rate, logging_steps=5, save_strategy="epoch", save_total_limit=1,
-        report_to="none", seed=cfg.seed, max_length=cfg.max_length, disable_tqdm=not cfg.progress,
+        output_dir=str(output_dir), num_train_epochs=cfg.neural.epochs, per_device_train_batch_size=cfg.neural.batch_size,
+        learning_rate=cfg.neural.learning_rate, logging_steps=5, save_strategy="epoch", save_total_limit=1,
+        report_to="none", seed=cfg.split.seed, max_length=cfg.neural.max_length, disable_tqdm=not cfg.progress,
         use_cpu=device == "cpu", model_init_kwargs={"dtype": torch.float32}, completion_only_loss=True,
         dataloader_num_workers=0, lr_scheduler_type="constant",
         # TRL turns bf16 autocast on by default; CPUs without bf16 matrix units then fall back to
@@ -447,15 +450,15 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     from transformers import AutoTokenizer, TrainerCallback
     from trl import SFTTrainer
 
-    base_spec = cfg.base_model or "default:draft"
+    base_spec = cfg.neural.base_model or "default:draft"
     base = distilled.resolve_base_lm(base_spec)
-    device = _device(cfg.device)
+    device = _device(cfg.neural.device)
     tok = AutoTokenizer.from_pretrained(base)
     sdir = state_dir(out)
     best_dir = sdir / "best"
     track_file = sdir / "early_stopping.json"
-    _claim_state(sdir, state_key(train, val, cfg), cfg.resume, (track_file, *sdir.glob("checkpoint-*")))
-    track = _read_counters(track_file, sdir, COUNTERS) if cfg.resume and track_file.is_file() else \
+    _claim_state(sdir, state_key(train, val, cfg), cfg.neural.resume, (track_file, *sdir.glob("checkpoint-*")))
+    track = _read_counters(track_file, sdir, COUNTERS) if cfg.neural.resume and track_file.is_file() else \
         {"best_auroc": None, "bad_epochs": 0, "history": []}
 
     class EarlyStopOnAuroc(TrainerCallback):
@@ -464,7 +467,7 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
 
         def on_epoch_end(self, args, state, control, model=None, **kw):
             scorer = distilled.LMJudgeStudent.from_model(model, tok, cfg.context_chars, device,
-                                                         max_length=cfg.max_length)
+                                                         max_length=cfg.neural.max_length)
             was_training = model.training
             model.eval()
             a = _auroc(scorer.score([e.pair for e in val]), val)
@@ -479,27 +482,27 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
                 _save_adapter(model, best_dir)
             write_atomic(track_file, json.dumps(track))
             log(f"epoch {state.epoch:.0f}: val AUROC {a:.4f}" + (" (best)" if improved else ""))
-            if track["bad_epochs"] >= cfg.patience:
+            if track["bad_epochs"] >= cfg.neural.patience:
                 control.should_training_stop = True
             return control
 
     args = sft_args(cfg, sdir, device)
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, task_type="CAUSAL_LM",
+    lora = LoraConfig(r=cfg.neural.lora_r, lora_alpha=cfg.neural.lora_alpha, lora_dropout=cfg.neural.lora_dropout, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    trainer = SFTTrainer(model=base, args=args, train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.max_length),
+    trainer = SFTTrainer(model=base, args=args, train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.neural.max_length),
                          processing_class=tok, peft_config=lora, callbacks=[EarlyStopOnAuroc()])
     ckpts = sorted(sdir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    resume = str(ckpts[-1]) if cfg.resume and ckpts else None
+    resume = str(ckpts[-1]) if cfg.neural.resume and ckpts else None
     if resume:
         log(f"resuming lm-judge training from {resume}")
-    if track["bad_epochs"] < cfg.patience:
+    if track["bad_epochs"] < cfg.neural.patience:
         trainer.train(resume_from_checkpoint=resume)
     if not (best_dir / "adapter_model.safetensors").is_file():
         raise ConfigError("lm-judge training produced no adapter (no epoch finished)")
     _export_adapter(best_dir, out)
     tok.save_pretrained(str(out))
     return {"base_model": base_spec, "context_chars": cfg.context_chars, "context_form": distilled.CONTEXT_FORM,
-            "max_length": cfg.max_length,
+            "max_length": cfg.neural.max_length,
             "history": track["history"], "best_val_auroc": track["best_auroc"]}
 
 

@@ -26,7 +26,6 @@ from lrtune.schema import STRICT, Count, Fraction, Seed, Text
 from pydantic import StringConstraints
 
 import contextlib
-import dataclasses
 import json
 import random
 import shutil
@@ -35,8 +34,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrtune.configs import Command, Section
+from lrtune.configs import Command, Section, flat_dict
 from lrtune.errors import ConfigError
+from lrtune.interrupts import cleanup_on_interrupt
 from lrtune.outdir import OWNER, check_out, claim_out
 from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomic
 from lrtune.verifiers import distilled
@@ -51,21 +51,24 @@ STOPPING_RULES = ("epochs", "patience")  # decide only where training stops: a r
 
 
 @dataclass
-class TrainVerifierConfig:
-    """Distillation of a teacher verifier (see module docstring)."""
+class SplitOptions:
+    """The train / validation / test split by problem (all students)."""
 
     __pydantic_config__ = STRICT
 
-    data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
-    out: Text = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
-    student: Text = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest",
-                                                           "choices": distilled.STUDENT_KINDS})
-    base_model: Text | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
-                                                                   "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
-                                                                   "(default:draft) or a local dir"})
     val_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of problems in the validation split"})
     test_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of problems in the test split"})
     seed: Seed = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
+
+@dataclass
+class NeuralOptions:
+    """The cross-encoder and lm-judge students: base model, LoRA and the training loop."""
+
+    __pydantic_config__ = STRICT
+
+    base_model: Text | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
+                                                                   "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
+                                                                   "(default:draft) or a local dir"})
     epochs: Annotated[int, Interval(ge=1, le=10_000)] = field(default=6, metadata={"help": "maximum training epochs (a resumed run may change it)"})
     patience: Annotated[int, Interval(ge=1, le=10_000)] = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC (a resumed run may change it)"})
     batch_size: Annotated[int, Interval(ge=1, le=65_536)] = field(default=16, metadata={"help": "training batch size (pairs)"})
@@ -74,32 +77,63 @@ class TrainVerifierConfig:
     lora_alpha: Annotated[int, Interval(ge=1, le=65_536)] = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
     lora_dropout: Annotated[float, Interval(ge=0, lt=1)] = field(default=0.1, metadata={"help": "LoRA dropout"})
     soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
-    context_chars: Count = field(default=800, metadata={"help": "characters of context the student reads: the start of "
-                                                                 "the problem statement and the latest steps, half each"})
     max_length: Annotated[int, Interval(ge=8, le=1_000_000)] = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer); a longer "
                                                                 "input loses context first, then step text"})
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="cpu", metadata={"help": "cpu | cuda[:i] | auto"})
+    resume: bool = field(default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"})
+    keep_train_state: bool = field(default=False, metadata={"help": "keep OUT.train-state after a successful export"})
+
+@dataclass
+class FeatureOptions:
+    """The features and forest students."""
+
+    __pydantic_config__ = STRICT
+
     drop_features: Text = field(default="", metadata={"help": "features | forest: comma-separated feature names to "
                                                             "leave out (ablations; see lrtune.verifiers.features)"})
-    max_train_pairs: Annotated[int, Interval(ge=2, le=10_000_000)] | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
-                                                                        "(lm-judge on CPU is slow)"})
+
+@dataclass
+class CalibrationOptions:
+    """The threshold on validation and the latency figure (all students)."""
+
+    __pydantic_config__ = STRICT
+
     max_false_accept: Fraction = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
                                                                     "teacher on validation"})
     threshold_rule: Literal["far", "agreement"] = field(default="far", metadata={
         "help": "calibration on validation: far (highest acceptance with false-accept rate <= --max-false-accept) | "
                 "agreement (the threshold that agrees with the teacher most often)", "choices": ("far", "agreement")})
+    latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
+
+
+@dataclass
+class TrainVerifierConfig:
+    """Distillation of a teacher verifier (see module docstring); options of one student kind
+    or one step are typed sub-configs whose flags keep their flat names."""
+
+    __pydantic_config__ = STRICT
+
+    data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
+    out: Text = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
+    student: Text = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest",
+                                                           "choices": distilled.STUDENT_KINDS})
+    split: SplitOptions = field(default_factory=SplitOptions, metadata={"prefix": ""})
+    neural: NeuralOptions = field(default_factory=NeuralOptions, metadata={"prefix": ""})
+    feature: FeatureOptions = field(default_factory=FeatureOptions, metadata={"prefix": ""})
+    calibration: CalibrationOptions = field(default_factory=CalibrationOptions, metadata={"prefix": ""})
+    context_chars: Count = field(default=800, metadata={"help": "characters of context the student reads: the start of "
+                                                                 "the problem statement and the latest steps, half each"})
+    max_train_pairs: Annotated[int, Interval(ge=2, le=10_000_000)] | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
+                                                                        "(lm-judge on CPU is slow)"})
     min_train_pairs: Count = field(default=20, metadata={"help": "refuse to train on fewer training-split pairs (a student "
                                                                "fit to a handful of pairs is not a verifier)"})
-    latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
-    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="cpu", metadata={"help": "cpu | cuda[:i] | auto"})
-    resume: bool = field(default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"})
-    keep_train_state: bool = field(default=False, metadata={"help": "keep OUT.train-state after a successful export"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def validate(self) -> "TrainVerifierConfig":
         schema.check(self)
         if self.student not in distilled.STUDENT_KINDS:
             raise ConfigError(f"unknown student {self.student!r}; choose from {', '.join(distilled.STUDENT_KINDS)}")
-        if self.drop_features:
+        if self.feature.drop_features:
             from lrtune.verifiers.features import FEATURE_NAMES
 
             if self.student not in ("features", "forest"):
@@ -113,9 +147,18 @@ class TrainVerifierConfig:
         return self
 
 
+    @classmethod
+    def of(cls, **flat) -> "TrainVerifierConfig":
+        """The config from its flat option names, as the command line spells them
+        (``student="features", epochs=3, drop_features="len_ratio"``); ConfigError for a name it lacks."""
+        from lrtune.configs import check_unknown_keys, from_flat
+
+        check_unknown_keys(flat, cls)
+        return from_flat(cls, flat)
+
     @property
     def dropped_features(self) -> tuple[str, ...]:
-        return tuple(n.strip() for n in self.drop_features.split(",") if n.strip())
+        return tuple(n.strip() for n in self.feature.drop_features.split(",") if n.strip())
 
 
 def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
@@ -184,7 +227,8 @@ def _replacing(out: Path, finished: bool):
     succeeds."""
     backup = _set_aside(out) if finished else None
     try:
-        yield
+        with cleanup_on_interrupt():  # Ctrl-C: the old checkpoint is put back below
+            yield
     except BaseException:
         if backup is not None:
             _put_back(out, backup)
@@ -271,17 +315,17 @@ def run(cfg: TrainVerifierConfig) -> dict:
     if done is not None:
         log(f"{cfg.out} is up to date (same data and settings): nothing to train")
         return done
-    splits = split_examples(examples, cfg.val_fraction, cfg.test_fraction, cfg.seed)
+    splits = split_examples(examples, cfg.split.val_fraction, cfg.split.test_fraction, cfg.split.seed)
     train = splits["train"]
     if cfg.max_train_pairs and len(train) > cfg.max_train_pairs:
-        train = random.Random(cfg.seed).sample(train, cfg.max_train_pairs)
+        train = random.Random(cfg.split.seed).sample(train, cfg.max_train_pairs)
     check_trainable(train, cfg.min_train_pairs)  # before --out is touched: a lower minimum may rerun there
     check_inputs(cfg, examples, train, splits["val"])
     out, finished = _prepare_out(cfg)
     with _replacing(out, finished):
         write_atomic(out / TRAIN_CONFIG, json.dumps(config_key({"options": cfg}, free=RESUME_FREE), indent=1))
         meta = _train_and_export(cfg, out, examples, teacher, splits, train)
-    if not cfg.keep_train_state:
+    if not cfg.neural.keep_train_state:
         shutil.rmtree(students.state_dir(out), ignore_errors=True)
     return meta
 
@@ -291,7 +335,7 @@ def check_inputs(cfg: TrainVerifierConfig, examples, train, val) -> None:
     values in it; a cross-encoder / lm-judge state to resume from was trained like this run."""
     if cfg.student in ("features", "forest"):
         students.check_finite(examples, students.student_features(train, cfg))
-    elif cfg.resume:
+    elif cfg.neural.resume:
         students.check_state(students.state_dir(Path(cfg.out).expanduser()), students.state_key(train, val, cfg))
 
 
@@ -305,7 +349,7 @@ def fit_and_load(cfg: TrainVerifierConfig, out: Path, train, val, teacher: str) 
     meta = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": cfg.student, "threshold": 0.5,
             "teacher": teacher, **fit_meta}
     write_atomic(out / distilled.META, json.dumps(meta, indent=1))  # provisional: lets load() read the weights
-    return distilled.load(out, device=cfg.device), meta, train_s
+    return distilled.load(out, device=cfg.neural.device), meta, train_s
 
 
 def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: str, splits: dict, train) -> dict:
@@ -322,12 +366,12 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
     v, meta, train_s = fit_and_load(cfg, out, train, splits["val"], teacher)
     val_scores = students.score_pairs(v, [e.pair for e in splits["val"]])
     val_labels = [e.label for e in splits["val"]]
-    if cfg.threshold_rule == "agreement":
+    if cfg.calibration.threshold_rule == "agreement":
         calib = agreement_threshold(val_scores, val_labels)
         coarse = None
     else:
-        calib = calibrate_threshold(val_scores, val_labels, cfg.max_false_accept)
-        coarse = coarse_cap_warning(calib["val_rejected"], cfg.max_false_accept)
+        calib = calibrate_threshold(val_scores, val_labels, cfg.calibration.max_false_accept)
+        coarse = coarse_cap_warning(calib["val_rejected"], cfg.calibration.max_false_accept)
     if coarse:
         log(f"warning: {coarse}")
     v.threshold = calib["threshold"]
@@ -335,19 +379,19 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
     t0 = time.perf_counter()
     test_scores = students.score_pairs(v, [e.pair for e in test])
     batched_s = (time.perf_counter() - t0) / max(1, len(test))
-    metrics = {"test": {**agreement_with_intervals(test_scores, test, calib["threshold"], cfg.seed),
+    metrics = {"test": {**agreement_with_intervals(test_scores, test, calib["threshold"], cfg.split.seed),
                         "brier": brier(test_scores, [e.label for e in test])},
                "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"])}
-    lat = measure_latency(v, [e.pair for e in test], cfg.latency_pairs, batched_s)
+    lat = measure_latency(v, [e.pair for e in test], cfg.calibration.latency_pairs, batched_s)
     teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
     lat["teacher_s_per_pair"] = statistics.median(teacher_s) if teacher_s else None
     lat["teacher_note"] = "median judge seconds per pair as recorded by collect (batched per round, same machine)"
     if lat["teacher_s_per_pair"] and lat["batched_s_per_pair"]:
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
     meta.update(threshold=calib["threshold"], calibration=calib, data={
-        "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "template", "seed": cfg.seed},
-        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.seed), "train_seconds": train_s},
-        training={k: v_ for k, v_ in dataclasses.asdict(cfg).items() if k not in RESUME_FREE})
+        "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "template", "seed": cfg.split.seed},
+        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.split.seed), "train_seconds": train_s},
+        training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE})
     write_atomic(out / "README.md", model_card(meta))
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done
     return meta
