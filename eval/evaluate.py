@@ -124,8 +124,8 @@ def run(cfg: EvalConfig) -> Summary:
     check_resume(cfg)  # cheap: before the models, which may be built on first use
     from lrtune.api import check_configs, require_a_prompt_that_fits
 
-    check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
-                  load_all_methods=_uses_draft(cfg, specs))
+    resolved = check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
+                             load_all_methods=_uses_draft(cfg, specs))
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)
@@ -156,7 +156,8 @@ def run(cfg: EvalConfig) -> Summary:
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
     data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing,
-                         batch_cost_sd=batch_cost_sd)
+                         batch_cost_sd=batch_cost_sd,
+                         draft={"path": resolved.draft, "quantization": resolved.draft_quantization})
     return Summary(methods=data["methods"], out_dir=out, data=data)
 
 
@@ -179,7 +180,7 @@ def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool,
     for s in specs:
         row = rows[s.label]
         row.update(kind=s.kind, control=s.control, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
-                   verifier=s.verifier or verifier)
+                   schedule=s.schedule, verifier=s.verifier or verifier)
         if s.kind not in ("sd", "lr+sd"):
             # no token-level SD in this method (records written before the vLLM backend
             # stopped reporting the shared engine's late-counted drafts may still hold some)
@@ -195,17 +196,20 @@ def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool,
                  else early_abort_batch_cost(b, steps, row["alpha1"]) if abort
                  else longest_step_batch_cost(b, steps))
         row["reuse_keep"] = keep
+        ratio = metrics.prefill_ratio(recs, s.label) if s.schedule == "score" else None
+        row["prefill_ratio"] = ratio
         pred = (None if s.control or s.width > 1  # per-round depths, or several branches: outside the model
                 else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b,
-                                               async_lr=s.async_lr))
+                                               async_lr=s.async_lr, prefill_ratio=ratio))
         row["predicted_speedup"] = pred
         row["measured_over_predicted"] = (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
     return c
 
 
 def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost,
-                  this_run: dict | None = None, batch_cost_sd: dict | None = None) -> dict:
-    """summary.json, report.md and plots from the records of the current problems."""
+                  this_run: dict | None = None, batch_cost_sd: dict | None = None, draft: dict | None = None) -> dict:
+    """summary.json, report.md and plots from the records of the current problems (``draft``:
+    the draft directory the engines ran and its quantization, as resolved)."""
     from lrtune.eval.report import render_markdown, write_plots
 
     ids = {p.id for p in problems}
@@ -241,6 +245,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "evaluator_overhead": ((loop - timing.get("decode_s", 0.0) - timing.get("prompt_cache_s", 0.0)) / loop)
         if loop > 0 else None,
         "machine": machine_info(),
+        "draft": draft,
         "config": resume_key(cfg),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }

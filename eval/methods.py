@@ -17,7 +17,9 @@ CONTROLLED = ("adaptive", "oracle", "best-fixed")
 
 
 # method options in a label and the schedule each names (lrtune.decodeconfig)
-SCHEDULE_OPTIONS = {"async": "async", "abort": "abort", "reuse": "reuse", "reuse+abort": "reuse+abort"}
+SCHEDULE_OPTIONS = {"async": "async", "abort": "abort", "reuse": "reuse", "reuse+abort": "reuse+abort", "score": "score"}
+# kinds that name an LR kind with the score schedule (lrtune.score_round)
+SCORE_KINDS = {"score": "lr", "score+sd": "lr+sd"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,8 @@ class MethodSpec(ScheduleFlags):
     same spec; ``label`` is the one the user wrote (records and reports key on it).
 
     Label grammar: ``KIND[/OPTION...]`` with options ``async``, ``abort``, ``reuse``,
-    ``reuse+abort`` (a schedule), ``w=N`` and ``v=VERIFIER``; ``v=`` comes last and takes the
+    ``reuse+abort``, ``score`` (a schedule), ``w=N`` and ``v=VERIFIER``; the kinds ``score``
+    and ``score+sd`` are ``lr/score`` and ``lr+sd/score``; ``v=`` comes last and takes the
     rest of the label, so a checkpoint path may hold slashes. ``adaptive/c=CONTROLLER`` names
     another controller the same way.
     """
@@ -55,8 +58,9 @@ class MethodSpec(ScheduleFlags):
         """``base`` with this method's kind, depths and width; the schedule is the method's,
         with the run's early abort and reuse added (``--schedule abort`` makes every sync
         method abort early; ``lr/reuse`` then runs ``reuse+abort``)."""
-        schedule = schedule_of(async_lr=self.async_lr, early_abort=self.early_abort or base.early_abort,
-                               reuse_drafts=self.reuse_drafts or base.reuse_drafts)
+        schedule = "score" if self.schedule == "score" else schedule_of(
+            async_lr=self.async_lr, early_abort=self.early_abort or base.early_abort,
+            reuse_drafts=self.reuse_drafts or base.reuse_drafts)
         return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
                                    width=self.width, schedule=schedule)
 
@@ -72,6 +76,8 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         opts.append("v=" + vspec.strip())
     if kind in CONTROLLED and not opts:
         return MethodSpec(label, "lr+sd", gamma1, gamma2, control=kind)
+    if kind in SCORE_KINDS:  # "score+sd/v=..." reads as "lr+sd/score/v=..."
+        kind, opts = SCORE_KINDS[kind], ["score", *opts]
     if kind not in METHODS:
         raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *CONTROLLED))}")
     extra: dict = {}

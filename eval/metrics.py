@@ -219,16 +219,33 @@ def committed_step_tokens(records: Sequence[dict]) -> list[int]:
     return [n for r in records for n in (r.get("step_tokens") or []) if n > 0]
 
 
+def prefill_ratio(records: list[dict], label: str) -> float | None:
+    """Score rounds: the chain prefills' seconds over the target steps' seconds of a method's
+    records (``stats.prefill_s`` is part of ``stats.target_s``); None without both."""
+    pre = sum(float(r["stats"].get("prefill_s") or 0.0) for r in records if r["method"] == label)
+    tgt = sum(float(r["stats"].get("target_s") or 0.0) for r in records if r["method"] == label)
+    return pre / (tgt - pre) if pre > 0 and tgt > pre else None
+
+
 def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None, alpha2: float | None,
                       c: float | None, batch_cost: Sequence[float] | Callable[[int], float] | None = None,
-                      async_lr: bool = False) -> float | None:
+                      async_lr: bool = False, prefill_ratio: float | None = None) -> float | None:
     """The speedup model's prediction (lrtune.speedup) from measured α and c; ``batch_cost``
     a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps);
-    ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n))."""
-    from lrtune.speedup import f_sync, g, h
+    ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n));
+    ``prefill_ratio`` (score rounds, :func:`lrtune.speedup.h_score`): a round's prefill time
+    over its target-step time, measured (P = ratio/g(γ2) in T)."""
+    from lrtune.speedup import f_sync, g, h, h_score
     from lrtune.speedup_async import h_async
 
     if c is None:
+        return None
+    if prefill_ratio is not None and kind in ("lr", "lr+sd") and alpha1 is not None:
+        if kind == "lr":
+            return h_score(gamma1, 0, alpha1, c, prefill_ratio)
+        if alpha2 is not None:
+            gg = g(alpha2, c, gamma2)
+            return h_score(gamma1, gamma2, alpha1, c, prefill_ratio / gg, alpha2, c)
         return None
     if kind == "target":
         return 1.0

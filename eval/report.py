@@ -54,7 +54,8 @@ def render_markdown(data: dict) -> str:
            "Finished = answers that ended within the token budget."),
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; torch {m.get('torch', '?')}, "
-        f"vLLM {m.get('vllm', '—')}. Generated {data['generated_at']}.",
+        f"vLLM {m.get('vllm', '—')}. Generated {data['generated_at']}."
+        + (" Draft: the W8A8 (int8) copy." if (data.get("draft") or {}).get("quantization") == "int8" else ""),
         "",
         *_table(["method", "accuracy [95% CI]", "finished", "speedup (total)", "mean speedup [95% CI]", "median",
                  "predicted", "meas/pred", "α1", "α2", "steps/round", "tok/s", "time % draft/target/verify/other"],

@@ -43,6 +43,7 @@ class ModelConfig:
     judge_model: Text | None = field(default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"})
     verifier_threshold: Fraction | None = field(default=None, metadata={"help": "accept when score >= this (embedding: 0.95)"})
     sd_method: Literal["draft", "ngram"] = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram"})
+    draft_quantization: Literal["none", "int8", "auto"] = field(default="none", metadata={"help": "the draft's weights for LR drafting and SD (vLLM): none (as saved) | int8 (a W8A8 copy built once into the model cache) | auto (int8 only where it timed faster on this machine; timed once)"})
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"})
     kv_cache_gib: Annotated[float, Interval(gt=0, le=4096)] = field(default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"})
     max_model_len: Annotated[int, Interval(ge=16, le=10_000_000)] = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
@@ -60,6 +61,9 @@ class ModelConfig:
 
     def validate(self) -> ModelConfig:
         schema.check(self)
+        if self.draft_quantization == "int8" and self.backend != "vllm":
+            raise ConfigError("--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
+                              "int8 weights and run no faster)")
         return self
 
 
@@ -166,6 +170,7 @@ class ResolvedModels:
     draft: str | None
     judge: str | None
     memory: object | None = None  # lrtune.memory.MemoryPlan on a GPU with vLLM
+    draft_quantization: str = "none"  # what the draft engines run: "none" (as saved) or "int8"
 
 
 def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load_all_methods: bool = False,
@@ -186,12 +191,23 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
         check_verifier_spec(spec)
     if models.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
+    if models.draft_quantization == "int8":
+        from lrtune.quantize import check_int8_runs
+
+        check_int8_runs(models.backend)
     needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
     target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
     draft_path = None
     if needs_draft:
         draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
         check_tokenizers_compatible(target_path, draft_path)
+    quant = "none"
+    if models.draft_quantization != "none":
+        from lrtune.quantize import draft_for_engines
+
+        if draft_path:
+            draft_path, quant = draft_for_engines(models.draft_quantization, draft_path, backend=models.backend,
+                                                  dtype=models.dtype, cache_dir=models.cache_dir, progress=progress)
     judge_dir = judge_path(models, verifier, progress)
     plan = None
     if models.backend == "vllm":
@@ -199,7 +215,7 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
 
         spec_model = draft_path if models.sd_method == "draft" else None
         plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model)
-    return ResolvedModels(target_path, draft_path, judge_dir, plan)
+    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant)
 
 
 @dataclass

@@ -7,7 +7,10 @@ a target step starts as soon as its draft prefix exists), ``abort`` (sync; each 
 judged as soon as its target row ends and the rows a rejection makes useless stop),
 ``reuse`` (sync, greedy; one prefill of the draft chain finds the leading tokens of each
 draft step that the target would write itself, and each target row starts after them:
-:mod:`lrtune.reuse`) and ``reuse+abort``. Every field's type states its range
+:mod:`lrtune.reuse`), ``reuse+abort``, and ``score`` (the target prefills the draft chain
+and a one-sided verifier judges each draft step from that prefill, without generating the
+target's own steps; then the target writes the step after the accepted prefix:
+:mod:`lrtune.score_round`). Every field's type states its range
 (:mod:`lrtune.schema`); :meth:`DecodeConfig.validate` checks them and the few rules that
 remain between options (width, temperature).
 """
@@ -27,8 +30,8 @@ from lrtune.steps import DEFAULT_DELIMITER
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
 METHODS: tuple[str, ...] = ("target", "sd", "lr", "lr+sd")
-Schedule = Literal["sync", "async", "abort", "reuse", "reuse+abort"]
-SCHEDULES: tuple[str, ...] = ("sync", "async", "abort", "reuse", "reuse+abort")
+Schedule = Literal["sync", "async", "abort", "reuse", "reuse+abort", "score"]
+SCHEDULES: tuple[str, ...] = ("sync", "async", "abort", "reuse", "reuse+abort", "score")
 Recording = Literal["steps", "logprobs", "draft_scores", "logprobs+draft_scores"]
 GAMMA_MAX = 16
 
@@ -70,6 +73,10 @@ class ScheduleFlags:
     def reuse_drafts(self) -> bool:
         return self.schedule in ("reuse", "reuse+abort")
 
+    @property
+    def score_rounds(self) -> bool:
+        return self.schedule == "score"
+
 
 @dataclass
 class DecodeConfig(ScheduleFlags):
@@ -91,7 +98,7 @@ class DecodeConfig(ScheduleFlags):
     context_tokens: Size = field(default=256, metadata={"help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"})
     width: Annotated[int, Interval(ge=1, le=8)] = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps; sync schedule)"})
     branch_temperature: Annotated[float, Interval(gt=0, le=100)] = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
-    schedule: Schedule = field(default="sync", metadata={"help": "how LR rounds run: sync | async (pipelined) | abort (sync; judge each position as its target row ends, stop the rows a rejection makes useless) | reuse (sync, greedy; target rows start after the draft tokens the target would write itself) | reuse+abort. Old flags --async, --early-abort, --reuse-drafts still work"})
+    schedule: Schedule = field(default="sync", metadata={"help": "how LR rounds run: sync | async (pipelined) | abort (sync; judge each position as its target row ends, stop the rows a rejection makes useless) | reuse (sync, greedy; target rows start after the draft tokens the target would write itself) | reuse+abort | score (the target prefills the draft chain and a one-sided verifier judges each draft step from it; then the target writes its own next step). Old flags --async, --early-abort, --reuse-drafts still work"})
     record: Recording = field(default="steps", metadata={"help": "what LR rounds keep besides the steps: logprobs (per-token, for collect features), draft_scores (the target's log-probabilities of each draft step, read off the prefill of the row that follows it; on whenever the verifier reads them), or both. Old flags --logprobs, --score-drafts still work"})
 
     @property

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Literal
 
 
+from lrtune import score_round
 from lrtune.backends.base import Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row
 from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, Method  # noqa: F401  (re-exported)
 from lrtune.roundstate import (Decoded, DecodeResult, Failed, PromptResult, PromptState, RoundRecord, RoundState, _branch_temperature, _concat,  # noqa: F401
@@ -145,6 +146,8 @@ class LookaheadDecoder:
         verifier = verifier if verifier is not None else self.verifier
         if cfg.uses_lr and self.draft is None:
             raise ConfigError(f"method {cfg.method!r} needs a draft model")
+        if cfg.uses_lr and cfg.score_rounds:
+            score_round.check_one_sided(verifier)
         results: list[PromptResult | None] = [None] * len(prompts)
         runnable = []
         for i, ids in enumerate(prompts):
@@ -265,11 +268,15 @@ class LookaheadDecoder:
             self._plan(s, base_cfg)
         # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
         self._draft_chains(slots, batch, verifier)
-        # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call
-        #    (early abort: each position is judged as its row ends).
-        early = self._target_call(slots, eos, verifier, batch)
-        # 3. verify every other (slot, branch, position) pair in ONE call.
-        self._verify(slots, early, verifier, batch)
+        if base_cfg.score_rounds:  # 2'. one prefill scores every chain; judge one-sided; the target's own step
+            self._reuse_prefill(slots, batch)
+            score_round.judge_and_continue(self, slots, verifier, eos, batch)
+        else:
+            # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call
+            #    (early abort: each position is judged as its row ends).
+            early = self._target_call(slots, eos, verifier, batch)
+            # 3. verify every other (slot, branch, position) pair in ONE call.
+            self._verify(slots, early, verifier, batch)
         for s in slots:  # 4. commit
             self._commit(s, eos, on_round, on_commit)
 
@@ -356,7 +363,8 @@ class LookaheadDecoder:
         """Draft-prefix reuse (:mod:`lrtune.reuse`): one target row per slot prefills its
         chain ``P ŝ1..ŝd`` and scores every draft token; sets each slot's ``matched[k]``
         (leading tokens of ŝk that are the target's argmax), ``chain_scores`` and ``prefill_s``."""
-        todo = [s for s in slots if s.round.cfg.reuse_drafts and s.round.chains and s.round.chains[0]]
+        todo = [s for s in slots if (s.round.cfg.reuse_drafts or s.round.cfg.score_rounds) and s.round.chains
+                and s.round.chains[0]]
         if not todo:
             return
         params = [replace(step_params(s.round.cfg, s.round.budget, s.rnd, 0, 1, draft=False), max_tokens=1,
@@ -369,6 +377,7 @@ class LookaheadDecoder:
             s.round.matched = [_reusable(matched_tokens(x), c, self.target.eos_ids)
                          for x, c in zip(s.round.chain_scores, s.round.chains[0])]
             s.round.prefill_s = share
+            s.stats.prefill_s += share
             s.stats.observe_target_call(share, row_sd[i] if row_sd is not None else None)
 
     def _prejudge(self, s: PromptState, verifier: Verifier, batch: BatchStats) -> int | None:

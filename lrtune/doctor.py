@@ -24,7 +24,8 @@ One line per check (ok / warn / fail / skip):
 * **greedy equality**: target = sd = lr = lr+sd token for token (the ``never`` verifier),
   exact in float32 (a bf16/fp16 divergence is a warning: batched numerics);
 * **timing** (``--timing``): ms per token of target and draft, c1, c2, α2 and b(n)
-  (:func:`lrtune.profiling.measure`).
+  (:func:`lrtune.profiling.measure`); **draft int8**: the draft against its W8A8 copy
+  (vLLM), recorded for ``--draft-quantization auto``.
 
 ``--json FILE`` writes every check with its data. Exit status 0 when no check failed, 1
 otherwise (2: bad options). Run it first on any new machine: it is the prepared script
@@ -120,7 +121,8 @@ def run(opts: DoctorOptions, echo: Callable[[Check], None] = lambda c: None) -> 
     ready = r.check("models", lambda: dc.models(r)) and r.check("memory", lambda: dc.memory(r))
     ready = ready and r.check("engines", lambda: dc.engines(r)) and r.check("dtype", lambda: dc.dtype(r))
     steps = [("per-request speculation", dc.per_request_speculation), ("greedy equality", dc.greedy_equality),
-             ("prompt scores", dc.prompt_scores)] + ([("timing", dc.timing)] if opts.timing else [])
+             ("prompt scores", dc.prompt_scores)] + (
+                 [("timing", dc.timing), ("draft int8", dc.draft_int8)] if opts.timing else [])
     for name, fn in steps:
         if ready:
             r.check(name, lambda fn=fn: fn(r))

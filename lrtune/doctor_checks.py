@@ -172,9 +172,10 @@ def memory(r):
 
 def _mem_available() -> float | None:
     try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                return round(int(line.split()[1]) / 2**20, 1)
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
     return None
@@ -346,3 +347,26 @@ def timing(r):
               f"draft {prof['draft_s_per_token'] * 1000:.1f} ms/token; c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}, "
               f"α2 {prof['sd']['alpha2']:.2f}; b(1..4) {b}")
     return "ok", detail, prof
+
+
+def draft_int8(r):
+    """The draft as saved against its W8A8 copy (``--draft-quantization``), timed alternately
+    in a child process; the result is what ``--draft-quantization auto`` reads on this machine."""
+    from lrtune.machine import cpu_flags, int8_dot
+    from lrtune.quantize import (check_int8_runs, ensure_w8a8, measure_in_subprocess, quantized_source,
+                                 record_measurement)
+
+    if r.backend != "vllm":
+        return "skip", "int8 drafts need vLLM", {}
+    if quantized_source(r.draft_dir):
+        return "skip", "the draft is already quantized", {}
+    check_int8_runs("vllm")
+    q = ensure_w8a8(r.draft_dir, r.opts.cache_dir, progress=True)
+    speeds = measure_in_subprocess(r.draft_dir, str(q), r.opts.dtype)
+    entry = record_measurement(r.draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], r.opts.cache_dir, r.opts.dtype)
+    ratio = speeds["int8_tok_s"] / speeds["plain_tok_s"]
+    units = "int8 dot-product units" if int8_dot(cpu_flags()) else "no int8 dot-product units"
+    detail = (f"draft {speeds['plain_tok_s']:.1f} tok/s, int8 copy {speeds['int8_tok_s']:.1f} tok/s ({ratio:.2f}x; "
+              f"{units if not _on_gpu(r) else 'GPU'}): --draft-quantization auto "
+              f"{'uses int8' if entry['int8_faster'] else 'keeps the draft as saved'}")
+    return "ok", detail, {**speeds, "int8_faster": entry["int8_faster"], "int8_dir": str(q)}

@@ -10,7 +10,7 @@ import numpy as np
 from lrtune.speedup import BatchCost, _b, _check_alpha, _check_c, _check_int, _geom_sum, _leading_accepts, _rng
 from lrtune.speedup_async import async_verify_times
 
-__all__ = ["simulate_sync", "simulate_sd", "simulate_combined", "simulate_async"]
+__all__ = ["simulate_sync", "simulate_sd", "simulate_combined", "simulate_async", "simulate_score"]
 
 
 def simulate_sync(
@@ -132,3 +132,19 @@ def simulate_async(
         k = _rng(rng).geometric(1.0 - a, size=ns)  # K − 1 accepts, then a rejection
     v = async_verify_times(cc, n, int(k.max()))
     return float(k.sum()) / float(v[k - 1].sum())
+
+
+def simulate_score(alpha: float, c: float, prefill: float, gamma: int, step_time: float = 1.0, *,
+                   rounds: int = 200_000, rng=None) -> float:
+    """Monte-Carlo speedup of score rounds (:func:`lrtune.speedup.h_score`): each round drafts
+    ``gamma`` steps (``c`` each), prefills them (``prefill``), draws their one-sided verdicts
+    (i.i.d. accept with ``alpha``), commits the leading accepts and the target's own step
+    (``step_time``: 1/g(γ2) with SD); committed steps over time."""
+    a = _check_alpha(alpha)
+    cc = _check_c(c)
+    n = _check_int(gamma, "gamma")
+    r = _rng(rng)
+    accepted = _leading_accepts(a, n, rounds, r) if n else np.zeros(rounds)
+    steps = float(np.sum(accepted + 1))
+    time = rounds * (cc * n + (prefill if n else 0.0) + step_time)
+    return steps / time

@@ -390,6 +390,38 @@ def h(
 # ---------------------------------------------------------------------------------------
 
 
+
+def h_score(
+    gamma1: int,
+    gamma2: int,
+    alpha1: float,
+    c1: float,
+    prefill: float,
+    alpha2: float = 0.0,
+    c2: float = 0.0,
+    drafted: int | None = None,
+) -> float:
+    """Score rounds (:mod:`lrtune.score_round`), SD inside the target's step   [speedup, dimensionless].
+
+    h_score = (1 − α1^(γ1+1)) / ((1 − α1)(c1·γ1 + P + 1/g(γ2)))
+
+    One round: the draft writes γ1 steps (c1·γ1 T), one prefill of the chain scores them
+    (``prefill`` = P T: the call's fixed cost plus π per draft step, measured), a one-sided
+    verifier accepts each step with probability α1 and the J leading accepts are committed,
+    then the target writes its own step after them with SD (1/g(γ2) T). E[J + 1] =
+    Σ_{j≤γ1} α1^j. No batch of γ1 + 1 target steps, so no b(n). γ1 = 0 is SD alone: g(γ2)
+    (no chain, no prefill); γ2 = 0: g = 1.
+    """
+    n1 = _check_int(gamma1, "gamma1")
+    gg = g(alpha2, c2, gamma2, drafted) if gamma2 else 1.0
+    if n1 == 0:
+        return gg
+    a = _check_alpha(alpha1, "alpha1")
+    cc = _check_c(c1, "c1")
+    if not math.isfinite(prefill) or prefill < 0:
+        raise ConfigError(f"prefill must be a number >= 0, got {prefill!r}")
+    return _geom_sum(a, n1 + 1) / (cc * n1 + prefill + 1.0 / gg)
+
 # ---------------------------------------------------------------------------------------
 # budgeted search
 # ---------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ class DecodeStats:
     draft_s: float = 0.0
     target_s: float = 0.0
     verify_s: float = 0.0
+    prefill_s: float = 0.0  # part of target_s: prefills of draft chains (score rounds, draft-prefix reuse)
     overlap_s: float = 0.0  # async LR: draft + target busy time beyond wall time (work done in parallel)
     prompt_tokens: int = 0
     generated_tokens: int = 0

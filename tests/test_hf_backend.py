@@ -328,3 +328,11 @@ def test_scored_lr_rounds_keep_greedy_equality_and_score_every_followed_draft_st
 
     target, draft = models
     check_scored_lr_rounds(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_score_rounds_on_transformers_keep_greedy_equality_and_read_the_prefill(models, prompts, method):
+    from tiny_models import check_score_rounds
+
+    target, draft = models
+    check_score_rounds(target, draft, prompts[:2], lambda p: reference_greedy(target, p), method, 3, MAX_NEW)

@@ -404,3 +404,11 @@ def test_scored_lr_rounds_keep_greedy_equality_and_score_every_followed_draft_st
     target, draft = engines
     check_scored_lr_rounds(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW,
                            every_token=False)
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_score_rounds_on_a_real_engine_keep_greedy_equality_and_read_the_prefill(engines, prompts, method):
+    from tiny_models import check_score_rounds
+
+    target, draft = engines
+    check_score_rounds(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW)

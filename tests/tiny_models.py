@@ -134,3 +134,27 @@ if __name__ == "__main__":  # python tests/tiny_models.py [root]
     t = time.perf_counter()
     pair = get_tiny_pair(root=Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     print(json.dumps({"root": str(pair.root), "wall_s": round(time.perf_counter() - t, 2), **pair.info}, indent=2))
+
+
+def check_score_rounds(target, draft, prompts, reference, method: str, gamma2: int, max_new: int) -> None:
+    """Score rounds on a real engine: with ``never`` the output is target greedy
+    (``reference(p)``); with ``target_logprob`` (the prefill's scores) some draft steps are
+    committed and every compared pair was scored by the prefill, with no target step."""
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.verifiers import make_verifier
+
+    cfg = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24,
+                       schedule="score")
+    accepted = 0
+    for p in prompts:
+        res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
+        assert res.token_ids == reference(p) and stats.committed_draft_steps == 0
+        rounds = []
+        if hasattr(target, "reset_prefix_cache"):  # vLLM cannot score draft tokens an earlier decode left cached
+            target.reset_prefix_cache()
+        res, stats = LookaheadDecoder(target, draft, make_verifier("target_logprob"), cfg).decode(
+            p, on_round=rounds.append)
+        assert all(pair.target == "" and pair.draft_scores is not None and pair.draft_scores.tokens
+                   for r in rounds for pair in r.pairs[0])
+        accepted += stats.committed_draft_steps
+    assert accepted > 0

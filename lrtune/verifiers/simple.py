@@ -29,6 +29,7 @@ class ConstantVerifier:
     """``never`` (score 0: every draft rejected) or ``always`` (score 1: every draft accepted)."""
 
     threshold = 0.5
+    one_sided = True  # needs no target step (score rounds)
 
     def __init__(self, value: bool) -> None:
         self.value = float(value)
@@ -47,6 +48,8 @@ class RandomVerifier:
     before the step (so the round and the position), hence the same decode gives the same
     verdicts whether it runs twice, alone or in a batch, in any call order.
     """
+
+    one_sided = True  # needs no target step (score rounds)
 
     def __init__(self, p: float = 0.5, seed: int = 0) -> None:
         if not 0.0 <= p <= 1.0:
@@ -83,6 +86,7 @@ class TargetLogprobVerifier:
 
     name = "target_logprob"
     uses_draft_scores = True
+    one_sided = True  # reads the target's log-probabilities of the draft step, not a target step
 
     def __init__(self, threshold: float = 0.5) -> None:
         self.threshold = threshold

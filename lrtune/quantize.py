@@ -1,0 +1,342 @@
+"""A W8A8 copy of the draft model: int8 weights per output channel, int8 activations per token
+(dynamic), in the compressed-tensors format vLLM loads, built once into the model cache.
+
+Every linear layer of the decoder blocks is quantized by round-to-nearest,
+
+    s_o = max_i |W_oi| / 127,    Q_oi = round(W_oi / s_o) in [-127, 127],    W ≈ s · Q,
+
+and stored as ``weight`` (int8) with ``weight_scale`` (float32, one per output row); vLLM
+quantizes each activation row to int8 at run time. An untied ``lm_head`` (the default draft's:
+151,936 rows read at every token) is quantized the same way; the embedding table stays in the
+checkpoint's dtype (one row is read per token). The copy lives in
+``<cache>/models/<name>-w8a8[-head]-<digest>/``; a marker with the sha256 of every weight file
+makes a half-built or edited copy count as missing, and no network is touched.
+
+Where int8 pays depends on the CPU: with int8 dot-product units (VNNI, AMX) int8 GEMMs are
+fast; without them they are slower than float32 (:mod:`lrtune.machine`). ``auto`` therefore
+uses the copy only where a measurement on this machine found it faster
+(:func:`record_measurement`: the first ``auto`` run for a draft on a machine times both
+copies once, ``lrtune doctor --timing`` too), keyed by the draft and the CPU model, flags
+and GPUs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from lrtune.errors import ConfigError
+
+MARKER = "lrtune_w8a8.json"
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MEASURE_FILE = "draft_int8.json"
+FORMAT = 2  # of the copy; older copies are rebuilt
+
+
+def quantize_rows(weight):
+    """(int8 weight, float32 per-row scale of shape (out, 1)) by round-to-nearest (module docstring)."""
+    import torch
+
+    w = weight.float()
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+    q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
+    return q, scale.to(torch.float32)
+
+
+def quantization_config(lm_head: bool = False) -> dict:
+    """The ``quantization_config`` of a W8A8 (channel / dynamic token) compressed-tensors model
+    (``lm_head``: the output head quantized too)."""
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+
+    scheme = QuantizationScheme(targets=["Linear", "re:(.*\\.)?lm_head$"] if lm_head else ["Linear"],
+                                weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
+                                input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True,
+                                                                   strategy="token", dynamic=True))
+    cfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=[] if lm_head else ["re:(.*\\.)?lm_head$"], format="int-quantized",
+                             quantization_status="compressed")
+    out = cfg.model_dump(mode="json")
+    out["quant_method"] = "compressed-tensors"
+    return out
+
+
+def _digest_of(model_dir: Path) -> str:
+    """A short digest of a model directory's config and weight files (names, sizes, mtimes)."""
+    h = hashlib.sha256()
+    for f in sorted(model_dir.glob("*")):
+        if f.is_file() and (f.suffix in (".safetensors", ".json") or f.name.startswith("tokenizer")):
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:12]
+
+
+def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head: bool = False) -> Path:
+    """Where the W8A8 copy of ``model_dir`` lives (built or not)."""
+    from lrtune.default_pair import default_cache_dir
+
+    src = Path(model_dir).resolve()
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return root / "models" / f"{src.name}-w8a8{'-head' if lm_head else ''}-{_digest_of(src)}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _complete(d: Path) -> bool:
+    try:
+        meta = json.loads((d / MARKER).read_text())
+        return meta.get("format") == FORMAT and all(_sha256(d / name) == digest for name, digest in meta["sha256"].items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def untied_head(model_dir: str | Path) -> bool:
+    """Whether the checkpoint stores its own ``lm_head.weight`` (not tied to the embeddings)."""
+    from safetensors import safe_open
+
+    src = Path(model_dir)
+    try:
+        if json.loads((src / "config.json").read_text()).get("tie_word_embeddings", False):
+            return False
+    except (OSError, ValueError):
+        return False
+    for wf in src.glob("*.safetensors"):
+        with safe_open(str(wf), framework="pt") as f:
+            if "lm_head.weight" in f.keys():
+                return True
+    return False
+
+
+def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, progress: bool = True,
+                lm_head: bool | None = None) -> Path:
+    """The W8A8 copy of ``model_dir`` (a Hugging Face directory), built once (module docstring);
+    ``lm_head``: quantize the output head as well (None: when the checkpoint has an untied one)."""
+    if lm_head is None:
+        lm_head = untied_head(model_dir)
+    final = w8a8_dir(model_dir, cache_dir, lm_head)
+    if _complete(final):
+        return final
+    if quantized_source(model_dir):
+        raise ConfigError(f"{model_dir} is already quantized ({quantized_source(model_dir)})")
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = Path(model_dir).resolve()
+    weights = sorted(src.glob("*.safetensors"))
+    if not weights:
+        raise ConfigError(f"--draft-quantization int8 needs safetensors weights in {src}")
+    if progress:
+        from lrtune.runfiles import log
+
+        log(f"lrtune: building a W8A8 (int8) copy of {src.name} into {final} (once)")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        quantized = 0
+        for wf in weights:
+            tensors = load_file(str(wf))
+            out = {}
+            for name, t in tensors.items():
+                parts = name.split(".")
+                head = lm_head and name == "lm_head.weight"
+                if name.endswith(".weight") and t.dim() == 2 and (head or (len(parts) >= 2 and parts[-2] in LINEARS)):
+                    q, s = quantize_rows(t)
+                    out[name], out[name[:-len("weight")] + "weight_scale"] = q, s
+                    quantized += 1
+                else:
+                    out[name] = t.contiguous()
+            save_file(out, str(tmp / wf.name), metadata={"format": "pt"})
+        if not quantized:
+            raise ConfigError(f"--draft-quantization int8: {src} has no linear layers named {', '.join(LINEARS)}")
+        for f in src.iterdir():
+            if f.is_file() and f.suffix != ".safetensors" and f.name != MARKER and not f.name.endswith(".index.json"):
+                shutil.copy2(f, tmp / f.name)
+        index = src / "model.safetensors.index.json"
+        if index.is_file():
+            meta = json.loads(index.read_text())
+            for name, file in list(meta.get("weight_map", {}).items()):
+                if name.endswith(".weight") and (name.split(".")[-2] in LINEARS or (lm_head and name == "lm_head.weight")):
+                    meta["weight_map"][name[:-len("weight")] + "weight_scale"] = file
+            (tmp / index.name).write_text(json.dumps(meta, indent=1))
+        cfg = json.loads((src / "config.json").read_text())
+        cfg["quantization_config"] = quantization_config(lm_head)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        marker = {"format": FORMAT, "source": str(src), "scheme": "w8a8-int8-channel-dynamic-token", "linears": quantized, "lm_head": lm_head,
+                  "torch": torch.__version__,
+                  "sha256": {f.name: _sha256(f) for f in sorted(tmp.iterdir()) if f.suffix == ".safetensors"}}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=1))
+        tmp.chmod(0o755)
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+# ---- auto: int8 only where it measured faster here ------------------------------------------
+def _measure_key(model_dir: str | Path, dtype: str) -> str:
+    from lrtune.machine import cpu_flags, cpu_model, gpus
+
+    where = json.dumps({"cpu": cpu_model(), "flags": cpu_flags(), "gpus": [g["name"] for g in gpus()],
+                        "dtype": dtype}, sort_keys=True)
+    return hashlib.sha256(f"{Path(model_dir).resolve()}|{where}".encode()).hexdigest()[:16]
+
+
+def measurement_file(cache_dir: str | Path | None = None) -> Path:
+    from lrtune.default_pair import default_cache_dir
+
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return root / "measurements" / MEASURE_FILE
+
+
+def record_measurement(model_dir: str | Path, plain_tok_s: float, int8_tok_s: float,
+                       cache_dir: str | Path | None = None, dtype: str = "auto") -> dict:
+    """Record this machine's draft speed with and without int8 (the ``auto`` decision)."""
+    from lrtune.machine import cpu_flags, cpu_model
+    from lrtune.runfiles import write_atomic
+
+    path = measurement_file(cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        data = {}
+    entry = {"model": str(Path(model_dir).resolve()), "dtype": dtype, "cpu": cpu_model(), "cpu_flags": cpu_flags(),
+             "plain_tok_s": plain_tok_s, "int8_tok_s": int8_tok_s, "int8_faster": int8_tok_s > plain_tok_s}
+    data[_measure_key(model_dir, dtype)] = entry
+    write_atomic(path, json.dumps(data, indent=1))
+    return entry
+
+
+def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, dtype: str = "auto") -> bool | None:
+    """Whether int8 measured faster for ``model_dir`` on this machine; None when never measured."""
+    try:
+        data = json.loads(measurement_file(cache_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    entry = data.get(_measure_key(model_dir, dtype)) if isinstance(data, dict) else None
+    return bool(entry["int8_faster"]) if isinstance(entry, dict) and "int8_faster" in entry else None
+
+
+def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int = 64, repeats: int = 3) -> dict:
+    """Tokens/s of greedy batch-1 decoding with the draft as saved and with its W8A8 copy, on
+    vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
+    that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child."""
+    from lrtune.backends.base import GenParams
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig, _on_cpu
+
+    share = None if _on_cpu() else 0.2
+    engines = {name: VLLMBackend(path, VLLMConfig(dtype=dtype, max_model_len=1024, kv_cache_gib=0.25,
+                                                  gpu_memory_utilization=share), name=name)
+               for name, path in (("plain", plain_dir), ("int8", int8_dir))}
+    prompt = engines["plain"].encode_prompt("A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a "
+                                            "50 dollar bill. How much change does he get? Think step by step.")
+    params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
+    for b in engines.values():
+        b.generate([prompt], GenParams(max_tokens=8, stop_at_delimiter=False))  # warm up
+    best = {name: float("inf") for name in engines}
+    made = {}
+    for _ in range(repeats):
+        for name, b in engines.items():
+            out = b.generate([prompt], params)
+            made[name] = len(out.outputs[0].token_ids)
+            best[name] = min(best[name], out.seconds)
+    return {f"{name}_tok_s": made[name] / best[name] for name in engines}
+
+
+def measure_in_subprocess(plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900) -> dict:
+    """:func:`time_drafts` in a child process (its engines end with it)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "lrtune.quantize", plain_dir, int8_dir, dtype]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, "LRTUNE_VLLM_PATCHES": os.environ.get("LRTUNE_VLLM_PATCHES", "1")})
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"--draft-quantization auto: timing the int8 draft took over {timeout_s:.0f} s; "
+                          "choose none or int8") from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"--draft-quantization auto: timing the int8 draft failed ({tail[:300]}); choose none or int8")
+    return json.loads(lines[-1])
+
+
+def check_int8_runs(backend: str) -> None:
+    """One line when this engine or platform cannot run a W8A8 draft."""
+    if backend != "vllm":
+        raise ConfigError("--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
+                          "int8 weights and run no faster)")
+    from lrtune.machine import gpus
+
+    for g in gpus():
+        major, minor = (int(x) for x in g["capability"].split("."))
+        if (major, minor) < (7, 5):
+            raise ConfigError(f"--draft-quantization int8: {g['name']} (compute capability {g['capability']}) "
+                              "has no int8 tensor cores vLLM can use (7.5 or newer)")
+
+
+def quantized_source(model_dir: str | Path) -> str | None:
+    """The ``quant_method`` of an already quantized checkpoint, else None."""
+    try:
+        q = json.loads((Path(model_dir) / "config.json").read_text()).get("quantization_config")
+    except (OSError, ValueError):
+        return None
+    return (q.get("quant_method") or "quantized") if isinstance(q, dict) else None
+
+
+def draft_for_engines(mode: str, draft_dir: str, *, backend: str, dtype: str = "auto",
+                      cache_dir: str | None = None, progress: bool = True) -> tuple[str, str]:
+    """(the draft directory the engines load, "int8" or "none") under ``--draft-quantization``
+    ``mode``: none keeps ``draft_dir``; int8 builds (once) and uses its W8A8 copy; auto uses the
+    copy only where this machine measured it faster (timed once per draft and machine, in a
+    child process, then read from the measurement file)."""
+    if mode == "none":
+        return draft_dir, "none"
+    already = quantized_source(draft_dir)
+    if mode == "int8":
+        check_int8_runs(backend)
+        if already:
+            raise ConfigError(f"--draft-quantization int8: the draft {draft_dir} is already quantized ({already})")
+        return str(ensure_w8a8(draft_dir, cache_dir, progress)), "int8"
+    if already or backend != "vllm":
+        return draft_dir, "none"
+    try:
+        check_int8_runs(backend)
+    except ConfigError:
+        return draft_dir, "none"
+    faster = measured_faster(draft_dir, cache_dir, dtype)
+    if faster is False:
+        return draft_dir, "none"
+    q = ensure_w8a8(draft_dir, cache_dir, progress)
+    if faster is None:
+        from lrtune.runfiles import log
+
+        if progress:
+            log("lrtune: --draft-quantization auto: timing the draft and its int8 copy once on this machine")
+        speeds = measure_in_subprocess(draft_dir, str(q), dtype)
+        entry = record_measurement(draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], cache_dir, dtype)
+        faster = entry["int8_faster"]
+        if progress:
+            log(f"lrtune: draft {speeds['plain_tok_s']:.1f} tok/s, int8 {speeds['int8_tok_s']:.1f} tok/s: "
+                f"{'using int8' if faster else 'keeping ' + dtype}")
+    return (str(q), "int8") if faster else (draft_dir, "none")
+
+
+if __name__ == "__main__":  # python -m lrtune.quantize PLAIN_DIR INT8_DIR [DTYPE]: time_drafts as one JSON line
+    import sys
+
+    a = sys.argv[1:]
+    print(json.dumps(time_drafts(a[0], a[1], a[2] if len(a) > 2 else "auto")), flush=True)
+    os._exit(0)

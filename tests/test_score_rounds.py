@@ -1,0 +1,86 @@
+"""Score rounds (--schedule score, lrtune.score_round): draft steps judged one-sided from one
+prefill of the chain, then the target's own step after the accepted prefix."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_backend import FakeBackend, chain
+from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.errors import ConfigError
+from lrtune.verifiers import make_verifier
+
+PROMPTS = [[5, 7, 9], [11, 4], [20, 21, 22, 23]]
+
+
+def target_only(target, prompt, n):
+    return LookaheadDecoder(target, None, make_verifier("never"),
+                            DecodeConfig(method="target", max_new_tokens=n)).decode(prompt)[0].token_ids
+
+
+@pytest.mark.parametrize("method", ["lr", "lr+sd"])
+def test_reject_all_gives_the_target_greedy_output_with_one_prefill_and_one_step_call_per_round(method):
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(8))
+    cfg = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=40, max_step_tokens=6, schedule="score")
+    for p in PROMPTS:
+        ref = target_only(target, p, 40)
+        target.calls.clear()
+        target.row_params.clear()
+        rounds = []
+        res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)
+        assert res.token_ids == ref
+        assert stats.committed_draft_steps == 0 and stats.rounds == len(rounds) >= 2
+        scoring = [q for call in target.row_params for q in call if q.score_from is not None]
+        assert len(target.calls) == stats.target_calls == 2 * stats.rounds  # a prefill and a step per round
+        assert len(scoring) == stats.rounds and all(q.max_tokens == 1 for q in scoring)  # it generates nothing to keep
+        steps = [q for call in target.row_params for q in call if q.score_from is None]
+        assert all(q.num_speculative_tokens == (2 if method == "lr+sd" else 0) for q in steps)  # SD in the step
+        assert all(r.targets and len(r.targets) == 1 for r in rounds)  # one target step per round: the bonus
+
+
+def test_an_identical_draft_accepted_throughout_still_equals_the_target():
+    target = FakeBackend(chain(3))
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule="score")
+    for p in PROMPTS:
+        rounds = []
+        res, stats = LookaheadDecoder(target, target, make_verifier("always"), cfg).decode(p, on_round=rounds.append)
+        assert res.token_ids == target_only(target, p, 40)
+        assert stats.committed_draft_steps > 0 and stats.alpha1 == 1.0
+
+
+def test_the_one_sided_verifier_sees_the_prefill_scores_and_no_target_step():
+    seen = []
+
+    class Spy:
+        name, threshold, one_sided, uses_draft_scores = "spy", 0.5, True, True
+
+        def score(self, pairs):
+            seen.extend(pairs)
+            return [1.0 if p.draft_scores is not None and p.draft_scores.mean_logprob > -3 else 0.0 for p in pairs]
+
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(3))
+    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=30, max_step_tokens=5, schedule="score")
+    LookaheadDecoder(target, draft, Spy(), cfg).decode(PROMPTS[0])
+    assert seen and all(p.target == "" and p.draft_scores is not None for p in seen)
+
+
+def test_target_logprob_runs_score_rounds_and_batched_equals_alone():
+    target, draft = FakeBackend(chain(3)), FakeBackend([t if i % 5 else (t + 1) % 50 for i, t in enumerate(chain(3))])
+    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule="score")
+    dec = LookaheadDecoder(target, draft, make_verifier("target_logprob"), cfg)
+    alone = [dec.decode(p)[0].token_ids for p in PROMPTS]
+    outs, batch = dec.decode_many(PROMPTS, cfg, max_concurrent=3)
+    assert [o.result.token_ids for o in outs] == alone and batch.prompts == 3
+
+
+@pytest.mark.parametrize("spec", ["exact", "embedding"])
+def test_a_verifier_that_compares_two_steps_is_refused_for_score_rounds(spec):
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(4))
+    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=20, schedule="score")
+    with pytest.raises(ConfigError, match="one-sided|judges draft steps without a target step"):
+        LookaheadDecoder(target, draft, make_verifier(spec), cfg).decode(PROMPTS[0])
+
+
+def test_score_rounds_run_one_branch():
+    with pytest.raises(ConfigError, match="one branch"):
+        DecodeConfig(method="lr", schedule="score", width=2).validate()
