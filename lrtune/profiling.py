@@ -31,6 +31,7 @@ class ProfileOptions:
     sd_gamma2: Annotated[int, Interval(ge=0, le=16)] = field(default=4, metadata={"help": "measure c2 from token-level SD runs at this gamma2 (0: c2 = c1)"})
     sd_tokens: Annotated[int, Interval(ge=2, le=100_000)] = field(default=128, metadata={"help": "tokens per SD (and matching plain) run for c2"})
     sd_prompts: Annotated[int, Interval(ge=1, le=1000)] = field(default=3, metadata={"help": "prompts the c2 runs decode (their totals count)"})
+    prefill_max: Annotated[int, Interval(ge=0, le=4096)] = field(default=128, metadata={"help": "measure the target's prefill of a draft chain of 16, 32, 64, ... tokens up to this many (score rounds; 0: skip)"})
 
 
 def _time(backend, prefixes, tokens: int, repeats: int, gamma2: int = 0) -> float:
@@ -73,6 +74,40 @@ def measure_sd_cost(target, prompts: list[list[int]], opts: ProfileOptions) -> d
             "plain_s": t_plain, "sd_s": t_sd}
 
 
+def prefill_lengths(prefill_max: int) -> list[int]:
+    """Chain lengths whose prefill is timed: 16, 32, 64, ... up to ``prefill_max`` tokens."""
+    return [n for n in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if n <= prefill_max]
+
+
+def measure_prefill(target, draft, prompts: list[list[int]], lengths: list[int], t_token: float,
+                    repeats: int) -> dict:
+    """What a score round's scoring call costs: the target prefilling a draft chain of n tokens
+    after a cached prompt and scoring it (``GenParams.score_from``, one token generated), for
+    each n in ``lengths``; the fastest of ``repeats`` tries, each on another prompt's chain (a
+    chain prefilled once sits in the prefix cache). Returns the seconds, the call overhead
+    ``o = s(0) / t_T`` (a call that prefills nothing new, in target tokens) and the per-token
+    ratio ``π(n) = (s(n) − s(0)) / (n · t_T)``: prefilling a chain of d steps of L tokens costs
+    ``o + π·d·L`` target tokens, i.e. π per draft step in units of one target step."""
+    from lrtune.backends.base import GenParams
+
+    tries = prompts[:max(1, min(repeats, len(prompts)))]
+    chains = [draft.generate([p], GenParams(max_tokens=max(lengths), stop_at_delimiter=False)).outputs[0].token_ids
+              for p in tries]
+    one = GenParams(max_tokens=1, stop_at_delimiter=False)
+    for p in tries:
+        target.generate([p], one)  # the prompt into the prefix cache, as a round finds it
+    seconds = {0: min(target.generate([p], one).seconds for p in tries)}
+    for n in lengths:
+        seconds[n] = min(target.generate([p + c[:n]], GenParams(max_tokens=1, stop_at_delimiter=False,
+                                                                score_from=len(p))).seconds
+                         for p, c in zip(tries, chains) if len(c) >= n) if all(len(c) >= n for c in chains) else None
+    ratio = {n: (s - seconds[0]) / (n * t_token) for n, s in seconds.items() if n and s is not None}
+    log("prefill of a draft chain: " + ", ".join(f"π({n}) = {r:.3f}" for n, r in ratio.items())
+        + f" of a decoded token each; call overhead {seconds[0] / t_token:.2f} tokens")
+    return {"seconds": {str(n): s for n, s in seconds.items()}, "overhead_tokens": seconds[0] / t_token,
+            "ratio_per_token": {str(n): r for n, r in ratio.items()}}
+
+
 def curve_sizes(start: int, batch_max: int) -> list[int]:
     """Sizes above ``start`` up to ``batch_max``: 8, 12, 16, 24, 32, 48, 64, ... (×1.5, ×4/3)."""
     sizes, n = [], 8
@@ -111,6 +146,8 @@ def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions) -> di
         b_sd = [1.0, *costs(sizes, t1_sd, opts.sd_gamma2)]
     c = td / t1
     sd = measure_sd_cost(target, prompts[:opts.sd_prompts], opts) if opts.sd_gamma2 > 0 else None
+    lengths = prefill_lengths(opts.prefill_max)
+    prefill = measure_prefill(target, draft, prompts, lengths, t1 / opts.tokens, opts.repeats) if lengths else None
     return {"c1": c, "c2": sd["c2"] if sd else c, "sd": sd, "batch_cost": b, "batch_cost_sd": b_sd,
             "batch_cost_curve": curve, "target_s_per_token": t1 / opts.tokens,
-            "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens}
+            "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens, "prefill": prefill}

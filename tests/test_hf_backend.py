@@ -175,7 +175,7 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
     pair = get_tiny_pair()
     out = tmp_path / "profile.json"
     prof = run(ProfileOptions(out=str(out), gamma1_max=2, tokens=8, repeats=1, task="gsm_symbolic", sd_tokens=12,
-                              sd_prompts=2),
+                              sd_prompts=2, prefill_max=32),
                ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", device="cpu",
                            max_model_len=1024))
     data = json.loads(out.read_text())
@@ -188,6 +188,18 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
     assert (sd["gamma2"], sd["tokens"], sd["prompts"]) == (4, 12, 2) and 0 < sd["alpha2"] <= 1 and data["c2"] == sd["c2"]
     if sd["c2"] > 1e-3:
         assert g(min(sd["alpha2"], 0.999), sd["c2"], 4) == pytest.approx(sd["speedup"], rel=1e-6)
+    # a score round's prefill of 16 and 32 draft tokens after the cached prompt, against decoding them
+    pre = data["prefill"]
+    assert set(pre["seconds"]) == {"0", "16", "32"} and pre["overhead_tokens"] > 0
+    for n in ("16", "32"):
+        assert pre["seconds"][n] > 0 and pre["ratio_per_token"][n] == pytest.approx(
+            (pre["seconds"][n] - pre["seconds"]["0"]) / (int(n) * data["target_s_per_token"]))
+
+
+def test_prefill_lengths_double_up_to_the_maximum():
+    from lrtune.profiling import prefill_lengths
+
+    assert prefill_lengths(0) == [] and prefill_lengths(15) == [] and prefill_lengths(100) == [16, 32, 64]
 
 
 @pytest.mark.parametrize("controller", ["heuristic", "bandit"])
