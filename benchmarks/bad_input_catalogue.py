@@ -1,6 +1,6 @@
 """A catalogue of bad inputs, by kind, run through the real command line.
 
-    python -m benchmarks.bad_input_catalogue [--out benchmarks/results/bad_inputs/catalogue.json]
+    python -m benchmarks.bad_input_catalogue [--out benchmarks/reliability/bad_input_catalogue.json]
 
 Every case runs ``python -m lrtune ...`` in a fresh process against a workspace of good and
 bad files (the tiny model pair, problem files, datasets, checkpoints, other commands' output
@@ -275,7 +275,7 @@ def run_case(argv: list[str], env: dict, interrupt_after: float | None = None) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="benchmarks/results/bad_inputs/catalogue.json")
+    ap.add_argument("--out", default="benchmarks/reliability/bad_input_catalogue.json")
     ap.add_argument("--only", default=None, help="run only cases whose name contains this")
     args = ap.parse_args()
     from lrtune.machine import machine_info

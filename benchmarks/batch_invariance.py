@@ -6,7 +6,7 @@ verifier decision is involved) once alone and once batched with ``--others`` oth
 in flight, then with ``target`` (plain decoding, one engine call) the same way, and reports
 for each problem the first token position where the two differ (None: identical). Writes JSON.
 
-    python -m benchmarks.batch_invariance --problems 7,8 --others 3 --out benchmarks/results/batch_invariance.json
+    python -m benchmarks.batch_invariance --problems 7,8 --others 3 --out benchmarks/batched_decoding/batch_invariance.json
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--others", type=int, default=3, help="other problems in flight with each one")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--kv-cache-gib", type=float, default=2.0)
-    p.add_argument("--out", default="benchmarks/results/batch_invariance.json")
+    p.add_argument("--out", default="benchmarks/batched_decoding/batch_invariance.json")
     return p
 
 

@@ -10,7 +10,7 @@ every problem's token ids. Each run's ids are compared with the same method at N
 runs (and the curve) already there, so an interrupted benchmark resumes.
 
     python -m benchmarks.bench_batched --limit 16 --runs lr+sd:1,lr+sd:4,lr+sd:8,lr+sd:16,sd:1,sd:8 \\
-        --out benchmarks/results/batched_decoding
+        --out benchmarks/batched_decoding/many_problems
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-max", type=int, default=32, help="measure b(n) up to this many rows")
     p.add_argument("--curve-tokens", type=int, default=16, help="tokens per row when measuring b(n)")
     p.add_argument("--backend", default="vllm")
-    p.add_argument("--out", default="benchmarks/results/batched_decoding")
+    p.add_argument("--out", default="benchmarks/batched_decoding/many_problems")
     return p
 
 

@@ -4,7 +4,7 @@ Loads the target twice (``HFConfig(onednn_linear=False)`` then ``True``), decode
 greedy tokens at batch 1 and 3 (best of two tries each), prints s/token and b(3) = t(3 rows)
 / t(1 row), checks the tokens agree, and writes JSON.
 
-    python -m benchmarks.bench_hf_linear --out benchmarks/results/bench_hf_linear.json
+    python -m benchmarks.bench_hf_linear --out benchmarks/engine_costs/hf_linear.json
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="default", help="target model ('default' = the offline pair's target)")
     p.add_argument("--tokens", type=int, default=16, help="greedy tokens per row")
-    p.add_argument("--out", default="benchmarks/results/bench_hf_linear.json", help="JSON output")
+    p.add_argument("--out", default="benchmarks/engine_costs/hf_linear.json", help="JSON output")
     return p
 
 

@@ -1,6 +1,6 @@
-"""Lines per package and the longest functions, at two revisions (issue 20's closing figures).
+"""Lines per package and the longest functions, at two revisions.
 
-    python -m benchmarks.code_metrics --before 9510b2b --after HEAD --out benchmarks/results/code_metrics.json
+    python -m benchmarks.code_metrics --before 9510b2b --after HEAD --out benchmarks/code_structure/code_metrics.json
 
 Lines: every line of the package's ``.py`` files. Function length: ``end_lineno - lineno + 1``
 of every ``def`` outside ``tests/`` (nested and methods included). Optionally records the
@@ -30,7 +30,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="how many of the longest functions")
     p.add_argument("--suite-before", type=float, default=None, help="default suite seconds at --before")
     p.add_argument("--suite-after", type=float, default=None, help="default suite seconds at --after")
-    p.add_argument("--out", default="benchmarks/results/code_metrics.json")
+    p.add_argument("--out", default="benchmarks/code_structure/code_metrics.json")
     return p
 
 

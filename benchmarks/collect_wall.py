@@ -1,8 +1,8 @@
-"""A collect run's wall time against the one-at-a-time issue-5 run (issue 19's closing figure).
+"""A collect run's wall time against the one-at-a-time run of the same collect.
 
-    python -m benchmarks.collect_wall --data results/collect_issue5_batched \\
-        --wall benchmarks/results/collect_issue5_batched/wall_time.json \\
-        --out benchmarks/results/collect_issue5_batched/summary.json
+    python -m benchmarks.collect_wall --data results/collect_batched \\
+        --wall benchmarks/teacher_labels/llmjudge_50_batched/wall_time.json \\
+        --out benchmarks/teacher_labels/llmjudge_50_batched/summary.json
 
 Reads the dataset (pairs, judge seconds, per-problem decode seconds) and the job wall time the
 script measured; writes both with the ratio to the committed baseline (8189 s of decode alone,
@@ -18,14 +18,14 @@ from pathlib import Path
 
 from benchmarks import parse
 
-BASELINE = {"source": "benchmarks/results/collect_gsm_llmjudge/README.md", "decode_wall_s": 8189.0, "pairs": 480,
+BASELINE = {"source": "benchmarks/teacher_labels/llmjudge_50/README.md", "decode_wall_s": 8189.0, "pairs": 480,
             "judge_s_per_pair_median": 4.25, "max_concurrent": 1}
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="the collect output folder")
-    p.add_argument("--wall", required=True, help="wall_time.json written by collect_issue5_batched.sh")
+    p.add_argument("--wall", required=True, help="wall_time.json written by collect_batched.sh")
     p.add_argument("--out", required=True, help="summary JSON to write")
     return p
 

@@ -1,7 +1,7 @@
-"""The W8A8 (int8) draft against the draft as saved, side by side in one run (issue 44).
+"""The W8A8 (int8) draft against the draft as saved, side by side in one run.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/int8_draft.py --problems 12 \
-        --out benchmarks/results/int8_draft/cpu_avx512.json
+        --out benchmarks/int8_draft/cpu_avx512_bf16_vnni.json
 
 Two decoders in one process, the same target, the draft as saved (A) and its W8A8 copy (B,
 ``--draft-quantization int8``):

@@ -7,7 +7,7 @@ appeared, and finally resumed to the end. Records, per kill, whether a reader of
 ``pairs/*.parquet`` saw only committed problems, and at the end the rows lost and
 duplicated against the reference (a multiset comparison). Writes JSON.
 
-    python -m benchmarks.kill_trial --out benchmarks/results/kill_trial.json
+    python -m benchmarks.kill_trial --out benchmarks/reliability/kill_trial.json
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default="results/kill_trial", help="scratch directory (datasets)")
-    p.add_argument("--out", default="benchmarks/results/kill_trial.json")
+    p.add_argument("--out", default="benchmarks/reliability/kill_trial.json")
     return p
 
 

@@ -1,4 +1,4 @@
-"""Price an LR round's target batch by its longest step (issue 22, part 3), on committed records.
+"""Price an LR round's target batch by its longest step, on committed records.
 
 A batched target call over γ1 + 1 steps ends when its longest step ends, but the speedup
 model priced it as b(γ1 + 1) mean steps. This re-prices every LR row of an ``lrtune
@@ -12,8 +12,8 @@ i.i.d. E[J + 1] = Σ_{j≤γ1} α1^j by the run's measured committed steps per r
 at successive positions are not independent): g·E[J + 1] / (c·g·γ1 + b'(γ1 + 1)), g = g(γ2)
 (1 without SD). No model runs: only the tokenizer.
 
-    python -m benchmarks.longest_step_pricing --eval benchmarks/results/eval_gsm_symbolic_fp32 \\
-        --out benchmarks/results/longest_step_pricing.json
+    python -m benchmarks.longest_step_pricing --eval benchmarks/decoding_methods/four_methods_fp32 \\
+        --out benchmarks/adaptive_depths/longest_step_pricing.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--eval", required=True, help="an lrtune evaluate output folder (records.jsonl, summary.json, config.json)")
     p.add_argument("--tokenizer", default="default", help="the target's tokenizer: 'default' or a local model dir")
-    p.add_argument("--out", default="benchmarks/results/longest_step_pricing.json", help="result JSON")
+    p.add_argument("--out", default="benchmarks/adaptive_depths/longest_step_pricing.json", help="result JSON")
     return p
 
 

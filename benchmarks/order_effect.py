@@ -1,4 +1,4 @@
-"""Does the method that ran just before a decode change its time? (issue 22: the adaptive vs
+"""Does the method that ran just before a decode change its time? (the adaptive vs
 best-fixed gap.)
 
 Reads an evaluate run's ``records.jsonl`` (in the order the decodes ran) and takes the
@@ -10,7 +10,7 @@ LR row, ``sd`` for a row of identical SD work, ``first`` when it opened the prob
 writes the paired comparisons of ``lrtune.eval.metrics.paired_comparisons`` (A over B with a 95%
 bootstrap interval over problems). Writes ``order_effect.json`` beside the records.
 
-    python -m benchmarks.order_effect benchmarks/results/eval_issue22_512
+    python -m benchmarks.order_effect benchmarks/adaptive_depths/eval_512
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ ones, with measured/predicted for both.
 Records written before ``sd_stopped`` existed derive it from passes of one length
 (:func:`lrtune.backends.base.stopped_passes`). No model runs.
 
-    python -m benchmarks.reprice benchmarks/results/eval_issue22_balanced [RUN ...] [--sd-profile P] --out FILE
+    python -m benchmarks.reprice benchmarks/adaptive_depths/eval_balanced [RUN ...] [--sd-profile P] --out FILE
 """
 
 from __future__ import annotations

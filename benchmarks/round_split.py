@@ -1,4 +1,4 @@
-"""Time split per LR round of an evaluate run, by method (issue 22: where a round's time goes,
+"""Time split per LR round of an evaluate run, by method (where a round's time goes,
 and what early abort saves).
 
 For every method with LR rounds: rounds, seconds per round (draft / target / verify), target
@@ -13,7 +13,7 @@ which removes the timing noise of identical draft work (both with 95% bootstrap 
 problems; only problems where the two rows drafted the same tokens in the same rounds).
 
 ``ratio_oracle_draft_stop`` bounds what stopping the *drafting* at the first rejection could add
-to early abort (issue 22: drafting is the part of a round abort cannot touch). A drafter that
+to early abort (drafting is the part of a round abort cannot touch). A drafter that
 stops on its own confidence sees a step's confidence only once it has written the step, so at
 best it stops right after the step that will be rejected. With abort a round judges only the
 positions up to its first rejection, so ``drafted_steps`` (positions judged) of an abort row
@@ -23,7 +23,7 @@ draft seconds shared out per step (the steps' token lengths are not recorded per
 For a row without abort it equals R_eq. The target rows a rejection stops are still paid for
 up to the rejection, so this is the bound on the draft side only.
 
-    python -m benchmarks.round_split benchmarks/results/eval_issue22_full
+    python -m benchmarks.round_split benchmarks/adaptive_depths/eval_full_384
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ AUROC is reported per fold (mean) and pooled over the folds' scores.
 
     python -m benchmarks.student_crossfit --data results/rollout_labels --folds 5 \\
         --variants "forest;forest-no-check:forest:draft_arith_wrong,target_arith_wrong,num_precision" \\
-        --work results/crossfit --out benchmarks/results/student_crossfit.json
+        --work results/crossfit --out benchmarks/distilled_verifiers/crossfit_s0.json
 """
 
 from __future__ import annotations

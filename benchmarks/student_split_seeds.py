@@ -8,7 +8,7 @@ feature and without ``context_is_code``, and collects their test AUROC (with its
 interval over test problems), calibrated agreement and acceptance.
 
     python -m benchmarks.student_split_seeds --data results/rollout_labels --seeds 0,1,2,3,4,5 \\
-        --work results/split_seeds --out benchmarks/results/student_split_seeds.json
+        --work results/split_seeds --out benchmarks/distilled_verifiers/split_seeds.json
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ It also sweeps the validation FAR cap and prints test agreement, FAR and accepta
 Agreement = fraction of test pairs where the student's accept/reject equals the teacher label.
 
     python -m benchmarks.student_thresholds --student results/students_rollout_headtail/features \\
-        --out benchmarks/results/students_rollout_headtail/features_thresholds.json
+        --out benchmarks/distilled_verifiers/rollout_headtail/features_thresholds.json
 """
 
 from __future__ import annotations

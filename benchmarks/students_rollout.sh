@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Students distilled from the outcome (rollout) labels of benchmarks/rollout_labels.sh (issue 18):
+# Students distilled from the outcome (rollout) labels of benchmarks/rollout_labels.sh:
 # features (logistic regression on text, embedding, the target's likelihood of the draft step and
 # the draft's own confidence, and whether the context is code), forest (a random forest on the
 # same features), cross-encoder (MiniLM + LoRA) and lm-judge (0.5B draft + LoRA,
 # TRL SFT), each split by template (no gsm_symbolic template or HumanEval task in two splits),
 # calibrated on validation, rated on test against the rollout labels beside the embedding, exact
-# and target_logprob verifiers. Model cards and metadata go to benchmarks/results/students_rollout/.
+# and target_logprob verifiers. Model cards and metadata go to benchmarks/distilled_verifiers/rollout_tail/.
 # Resumable: rerun it (a finished student is skipped; an interrupted one resumes its last epoch).
 # lm-judge on 2 CPU cores costs about 6.5 s per training pair (2 epochs): LMJ_MAX_PAIRS=N subsamples
 # its training split to N pairs (seeded). The cross-encoder and lm-judge read 800 characters of
@@ -16,7 +16,7 @@ set -euo pipefail
 export HF_HUB_OFFLINE=1
 DATA=${1:-results/rollout_labels}; STUDENTS=${2:-features forest cross-encoder lm-judge}
 LR=${LRTUNE:-.venv/bin/lrtune}
-NAME=${NAME:-students_rollout}; OUT=benchmarks/results/$NAME; MAX_LENGTH=${MAX_LENGTH:-384}
+NAME=${NAME:-rollout_tail}; OUT=benchmarks/distilled_verifiers/$NAME; MAX_LENGTH=${MAX_LENGTH:-384}
 for s in $STUDENTS; do
   extra=()
   case $s in features|forest) ;; *) extra=(--max-length "$MAX_LENGTH") ;; esac

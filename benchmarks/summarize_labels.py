@@ -1,7 +1,7 @@
-"""Summary of an outcome-labelled step-pair dataset and the judge probe on it (issue 17).
+"""Summary of an outcome-labelled step-pair dataset and the judge probe on it.
 
 Reads a collect directory (``--teacher rollout``; merged or not) and, when given, the JSON of
-``benchmarks.judge_probe`` run on it; writes one JSON and one Markdown table with: problems,
+``lrtune labels judge-probe`` run on it; writes one JSON and one Markdown table with: problems,
 finish rate and accuracy per task, pairs and label balance (overall, per task, per position),
 the agreement matrix of every decider (rollout teacher, exact, embedding@0.95, each probed
 judge at its threshold), each decider's acceptance of identical pairs, AUROC of every scored
@@ -12,7 +12,7 @@ all pairs and judged cross-fitted (2 folds by template: each fold decided at the
 on the other).
 
     python -m benchmarks.summarize_labels --data results/rollout_labels \\
-        --probe benchmarks/results/rollout_labels/judge_probe.json --out benchmarks/results/rollout_labels
+        --probe benchmarks/teacher_labels/rollout_32/judge_probe.json --out benchmarks/teacher_labels/rollout_32
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="a collect output directory (rollout teacher)")
     p.add_argument("--probe", default=None, help="judge_probe JSON scored on the same dataset (same row order)")
-    p.add_argument("--out", default="benchmarks/results/rollout_labels", help="folder for summary.json / summary.md")
+    p.add_argument("--out", default="benchmarks/teacher_labels/rollout_32", help="folder for summary.json / summary.md")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over problems) for intervals")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-false-accept", type=float, default=0.05,

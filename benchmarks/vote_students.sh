@@ -8,13 +8,13 @@
 #   [K=4] [MAX_PROBLEMS=0 (all)] [NOISE_SAMPLE=80] [SEEDS="0"] [OUT=DIR] bash benchmarks/vote_students.sh [ROLLOUT_DIR]
 set -euo pipefail
 export HF_HUB_OFFLINE=1
-PY=${PYTHON:-.venv/bin/python}
-SRC=${1:-results/rollout_gsm}; K=${K:-4}; OUT=${OUT:-benchmarks/results/rollout_vote_gsm}
+PY=${PYTHON:-.venv/bin/python}; LR=${LRTUNE:-.venv/bin/lrtune}
+SRC=${1:-results/rollout_gsm}; K=${K:-4}; OUT=${OUT:-benchmarks/teacher_labels/rollout_vote_gsm}
 mkdir -p "$OUT"
-/usr/bin/time -f "%e s wall (vote_labels)" "$PY" -m benchmarks.vote_labels --data "$SRC" --samples "$K" \
+/usr/bin/time -f "%e s wall (vote_labels)" "$LR" labels vote --data "$SRC" --samples "$K" \
     --max-problems "${MAX_PROBLEMS:-0}" --out results/vote_labels --greedy-out results/vote_labels_greedy \
     --summary "$OUT/summary.json"
-/usr/bin/time -f "%e s wall (label_noise)" "$PY" -m benchmarks.label_noise --data "$SRC" --sample "${NOISE_SAMPLE:-80}" \
+/usr/bin/time -f "%e s wall (label_noise)" "$LR" labels noise --data "$SRC" --sample "${NOISE_SAMPLE:-80}" \
     --samples "$K" --out "$OUT/label_noise.json"
 for seed in ${SEEDS:-0}; do
   for lab in vote greedy; do

@@ -1,1 +1,1 @@
-"""lrtune stage package: data_gen (see DESIGN.md §1)."""
+"""lrtune stage package: data_gen (see docs/design.md §1)."""

@@ -118,14 +118,17 @@ def validate_run(cfg: CollectConfig) -> _Plan:
         from lrtune.batchcost import read_profile_curve
 
         read_profile_curve(opts.profile)  # a bad file fails now, before any model loads
-    if cfg.decode.async_lr:
-        raise ConfigError("collect records the step pairs of sync LR rounds; async LR keeps no rounds: use --schedule sync")
+    why = {"async": "async LR keeps no rounds",
+           "abort": "early abort stops the target rows after a rejection, so those pairs would be missing",
+           "reuse+abort": "early abort stops the target rows after a rejection, so those pairs would be missing",
+           "reuse": "reused rows start mid-step, so the target's per-token features of a step would be partial",
+           "score": "score rounds generate no target step to pair with a draft step"}.get(cfg.decode.schedule)
+    if why:
+        raise ConfigError(f"collect records every draft/target step pair of sync LR rounds; --schedule "
+                          f"{cfg.decode.schedule}: {why}. Use --schedule sync")
     dcfg = dataclasses.replace(cfg.decode, record="logprobs+draft_scores").validate()
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
-    if dcfg.early_abort:
-        raise ConfigError("collect records the pair at every drafted position; early abort stops the target rows "
-                          "after a rejection, so those pairs would be missing: use --schedule sync or reuse")
     from lrtune.data_gen.rollout import parse_teacher
 
     spec = parse_teacher(opts.teacher.spec)
@@ -259,10 +262,11 @@ def _ray_shard(cfg: CollectConfig) -> dict:
 
 
 def print_stats(s: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    c = Console()
+    from lrtune.runfiles import console
+
+    c = console()
     for line in overview_lines(s):
         c.print(line)
     t = Table(title="agreement with the teacher")

@@ -9,31 +9,50 @@ prompt as token ids and decoded text (special tokens included), then per spec: A
 agreement against the dataset's labels, acceptance rate, acceptance of identical pairs, and
 seconds per pair; writes JSON.
 
-    python -m benchmarks.judge_probe --data results/collect_rollout --out benchmarks/results/judge_probe.json
+    lrtune labels judge-probe --data results/collect_rollout --out results/judge_probe.json
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lrtune.configs import Command, Section
+from lrtune.errors import ConfigError
+from lrtune.schema import STRICT, Positive, Seed, Size, Text
 
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="a collect output directory")
-    p.add_argument("--specs", default="llm_judge(context),llm_judge(paper)", help="comma list of judge specs")
-    p.add_argument("--limit", type=int, default=0, help="score at most this many pairs (0 = all)")
-    p.add_argument("--sample", type=int, default=0,
-                   help="score a seeded uniform sample of this many pairs (across problems and positions; 0 = all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of --sample")
-    p.add_argument("--target", default="default", help="the judge model (default: the default target)")
-    p.add_argument("--backend", default="vllm", choices=("vllm", "transformers"))
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--kv-cache-gib", type=float, default=1.0)
-    p.add_argument("--out", default="benchmarks/results/judge_probe.json")
-    return p
+
+@dataclass
+class JudgeProbeConfig:
+    """Settings of ``lrtune labels judge-probe``."""
+
+    __pydantic_config__ = STRICT
+
+    data: Text = field(default="", metadata={"help": "a collect output directory"})
+    out: Text = field(default="", metadata={"help": "JSON file to write (rewritten after every spec)"})
+    specs: Text = field(default="llm_judge(context),llm_judge(paper)", metadata={"help": "comma list of judge specs"})
+    limit: Size = field(default=0, metadata={"help": "score at most this many pairs (0 = all)"})
+    sample: Size = field(default=0, metadata={"help": "score a seeded uniform sample of this many pairs (0 = all)"})
+    seed: Seed = field(default=0, metadata={"help": "seed of --sample"})
+    target: Text = field(default="default", metadata={"help": "the judge model: default, or a local HF model directory"})
+    backend: Text = field(default="vllm", metadata={"help": "vllm | transformers"})
+    max_model_len: Size = field(default=4096, metadata={"help": "engine context length (tokens)"})
+    kv_cache_gib: Positive = field(default=1.0, metadata={"help": "vLLM-CPU KV cache (GiB)"})
+
+    def validate(self) -> "JudgeProbeConfig":
+        from lrtune.verifiers import check_verifier_spec
+
+        if not self.data or not self.out:
+            raise ConfigError("lrtune labels judge-probe needs --data DIR and --out FILE")
+        if self.backend not in ("vllm", "transformers"):
+            raise ConfigError(f"--backend: must be vllm or transformers, got {self.backend!r}")
+        specs = [x.strip() for x in self.specs.split(",") if x.strip()]
+        if not specs:
+            raise ConfigError("--specs: give at least one judge spec")
+        for spec in specs:
+            check_verifier_spec(spec)
+        return self
 
 
 def _backend(args):
@@ -49,20 +68,24 @@ def _backend(args):
     return VLLMBackend(path, VLLMConfig(max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib), name="judge")
 
 
-def main(args: argparse.Namespace) -> dict:
+def main(args: JudgeProbeConfig) -> dict:
+    """Score a dataset's pairs with each judge spec and compare with its labels (phase 1 first)."""
     from lrtune.dataset import load_tables
+    from lrtune.runfiles import json_out_file, write_json_file
     from lrtune.pairstats import auroc
     from lrtune.verifiers import StepPair, make_verifier
     from lrtune.verifiers.base import same_step
 
+    args.validate()
+    out = json_out_file(args.out)
     pairs_t, _ = load_tables(Path(args.data))
     rows = pairs_t.to_pylist()
     n_all = len(rows)
     index = list(range(n_all))
-    if getattr(args, "sample", 0) and args.sample < n_all:
+    if args.sample and args.sample < n_all:
         import random
 
-        index = sorted(random.Random(getattr(args, "seed", 0)).sample(index, args.sample))
+        index = sorted(random.Random(args.seed).sample(index, args.sample))
     if args.limit:
         index = index[:args.limit]
     rows = [rows[i] for i in index]
@@ -73,7 +96,7 @@ def main(args: argparse.Namespace) -> dict:
     res: dict = {"data": args.data, "pairs": len(pairs), "dataset_pairs": n_all, "row_index": index,
                  "positives": sum(labels), "identical_pairs": sum(same),
                  "teacher": rows[0]["teacher"] if rows else None, "judge": args.target, "specs": {}}
-    for spec in args.specs.split(","):
+    for spec in [x.strip() for x in args.specs.split(",") if x.strip()]:
         ver = make_verifier(spec.strip(), backend=backend)
         sample = next((p for p, s in zip(pairs, same) if not s), None)
         example = None
@@ -96,12 +119,18 @@ def main(args: argparse.Namespace) -> dict:
         r = res["specs"][spec]
         print(f"{spec}: AUROC {r['auroc']}, agreement {r['agreement']}, accept rate {r['accept_rate']}, "
               f"accepts identical {r['identical_acceptance']}, {r['seconds_per_pair']} s/pair", flush=True)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))  # after every spec: a long probe keeps what it has
+        write_json_file(out, res)  # after every spec: a long probe keeps what it has
     return res
 
 
-if __name__ == "__main__":
-    from benchmarks import parse
+COMMAND = Command(("labels", "judge-probe"), __doc__.splitlines()[0], (Section(JudgeProbeConfig),))
+add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.make_parser, COMMAND.config
 
-    main(parse(make_parser()))
+
+def main_from_args(args) -> int:
+    main(config_from_args(args))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    COMMAND.main()

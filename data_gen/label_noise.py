@@ -14,7 +14,7 @@ was decided by the 1.5B model's sensitivity to its own wording. Flip rates come 
 with 95% bootstrap intervals over problems. The script also re-rolls the unedited step
 (same prefix, same engine) and counts how often it reproduces the collect's recorded answer
 (``reproduced``): the teacher's determinism on this machine. With ``--samples K`` the same
-edited pairs also go to the vote teacher (``benchmarks/vote_labels.py``: the greedy rollout
+edited pairs also go to the vote teacher (``lrtune labels vote``: the greedy rollout
 and K sampled ones per branch, modal outcomes compared), whose flip rates are ``vote``.
 
 Only position-0 pairs are probed (their prefix P is the prompt and the committed answer,
@@ -22,35 +22,54 @@ rebuilt from the recorded text and checked token by token against the collect's
 ``prefix_sha``; pairs whose rebuilt prefix differs are skipped and counted). Models and
 engine settings come from the dataset's ``collect_config.json``.
 
-    python -m benchmarks.label_noise --data results/rollout_gsm --sample 80 \\
-        --out benchmarks/results/rollout_labels_v2/label_noise.json
+    lrtune labels noise --data results/rollout_gsm --sample 80 --out results/label_noise.json
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from lrtune.configs import Command, Section
+from lrtune.errors import ConfigError
+from lrtune.schema import STRICT, Count, NonNegative, Seed, Size, Text
 
 EDITS = ("space", "bold")
 
 
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="a rollout-labelled collect directory (one task)")
-    p.add_argument("--sample", type=int, default=80, help="pairs probed (seeded sample of the position-0 pairs)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample and the bootstrap")
-    p.add_argument("--edits", default=",".join(EDITS), help=f"comma list of {', '.join(EDITS)}")
-    p.add_argument("--problems", type=int, default=200,
-                   help="problems of the task loaded to find the pairs' problems (at least the collect's --limit)")
-    p.add_argument("--samples", type=int, default=0,
-                   help="also ask the vote teacher (benchmarks.vote_labels): this many sampled rollouts per branch "
-                        "beside the greedy one (0: greedy teacher only)")
-    p.add_argument("--temperature", type=float, default=0.7, help="temperature of the vote teacher's samples")
-    p.add_argument("--out", required=True, help="JSON file to write")
-    return p
+@dataclass
+class LabelNoiseConfig:
+    """Settings of ``lrtune labels noise`` (models and engine: the collect's own)."""
+
+    __pydantic_config__ = STRICT
+
+    data: Text = field(default="", metadata={"help": "a rollout-labelled collect directory (one task)"})
+    out: Text = field(default="", metadata={"help": "JSON file to write"})
+    sample: Count = field(default=80, metadata={"help": "pairs probed (a seeded sample of the position-0 pairs)"})
+    seed: Seed = field(default=0, metadata={"help": "seed of the sample and the bootstrap"})
+    edits: Text = field(default=",".join(EDITS), metadata={"help": f"comma list of {', '.join(EDITS)}"})
+    problems: Count = field(default=200, metadata={"help": "problems of the task loaded to find the pairs' problems "
+                                                           "(at least the collect's --limit)"})
+    samples: Size = field(default=0, metadata={"help": "also ask the vote teacher (lrtune labels vote): this many "
+                                                       "sampled rollouts per branch beside the greedy one (0: none)"})
+    temperature: NonNegative = field(default=0.7, metadata={"help": "temperature of the vote teacher's samples"})
+
+    def validate(self) -> "LabelNoiseConfig":
+        if not self.data or not self.out:
+            raise ConfigError("lrtune labels noise needs --data DIR and --out FILE")
+        for e in self.edit_list:
+            if e not in EDITS:
+                raise ConfigError(f"--edits: unknown edit {e!r}; choose from {', '.join(EDITS)}")
+        if self.samples > 0 and self.temperature <= 0:
+            raise ConfigError("--temperature must be > 0 when --samples asks the vote teacher")
+        return self
+
+    @property
+    def edit_list(self) -> list[str]:
+        return [e.strip() for e in self.edits.split(",") if e.strip()]
 
 
 def edit_step(step: str, edit: str) -> str | None:
@@ -117,17 +136,21 @@ def flip_rates(rows: list[dict], seed: int) -> dict:
     return out
 
 
-def main(args) -> int:
+def main(args: LabelNoiseConfig) -> int:
+    """Probe the rollout teacher (phase 1 -- every input checked -- before any model loads)."""
     from lrtune.data_gen.rollout import RolloutItem, rollout_labels
     from lrtune.api import Decoder
     from lrtune.dataset import load_tables
+    from lrtune.runfiles import json_out_file, write_json_file
     from lrtune.tasks import get_task
 
-    edits = [e.strip() for e in args.edits.split(",") if e.strip()]
-    for e in edits:
-        edit_step("x\n\n", e)  # ValueError on an unknown edit, before any model loads
+    args.validate()
+    edits = args.edit_list
+    out = json_out_file(args.out)
     data = Path(args.data)
     models, dcfg, opts = collect_settings(data)
+    if opts.teacher.spec != "rollout":
+        raise ConfigError(f"{data} is labelled by {opts.teacher.spec!r}: the noise probe asks the rollout teacher")
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
     pairs, _ = load_tables(data)
@@ -187,8 +210,7 @@ def main(args) -> int:
     if args.samples > 0:
         res["vote"] = {"samples": args.samples, "temperature": args.temperature,
                        "edits": flip_rates([{**r, "accept": r["vote_accept"]} for r in probed], args.seed)}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    write_json_file(out, res)
     print(f"{opts.task}: {len(base)} pairs; the unedited step reproduced the recorded answer on "
           f"{res['reproduced']:.2f}; recorded accept rate {res['recorded_accept_rate']:.2f}")
     for e, f in res["edits"].items():
@@ -201,5 +223,8 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(make_parser().parse_args()))
+COMMAND = Command(("labels", "noise"), __doc__.splitlines()[0], (Section(LabelNoiseConfig),))
+add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.make_parser, COMMAND.config
+
+if __name__ == "__main__":  # pragma: no cover
+    COMMAND.main()

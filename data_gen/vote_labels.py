@@ -2,8 +2,8 @@
 
 The rollout teacher (``data_gen/rollout.py``) labels a pair (prefix P, draft step ŝ, target
 step s) by one greedy continuation of P·ŝ and one of P·s: *accept* when both reach the same
-outcome. One greedy path per branch is chaotic: ``benchmarks/label_noise.py`` finds the
-teacher rejecting ~13% of one-space edits on gsm_symbolic. The vote teacher asks the target
+outcome. One greedy path per branch is chaotic: ``lrtune labels noise`` finds the teacher
+rejecting a share of one-space edits. The vote teacher asks the target
 K + 1 times per branch -- the recorded greedy rollout and K sampled ones (``--temperature``,
 seeds ``--seed + i``) -- and accepts when the two branches' *modal* outcomes are the same
 (:func:`lrtune.data_gen.rollout.vote_label`; ties go to the greedy outcome; no answer never matches).
@@ -16,39 +16,52 @@ problem in a seeded order, ``--chunk`` problems per engine call; votes are appen
 ``OUT/votes.jsonl`` as each call ends, so a stopped run resumes where it stopped (and a
 partial run is a random subset of whole problems). At the end OUT is written as a collect
 dataset (``pairs.parquet`` with the vote labels, the source's ``problems.parquet`` and
-config), which ``lrtune train verifier`` and ``benchmarks.student_crossfit`` read as they
+config), which ``lrtune train verifier`` and ``benchmarks/student_crossfit.py`` read as they
 read any collect; ``--summary`` gets the accept rates of both teachers and their agreement,
 per task, with 95% bootstrap intervals over problems.
 
-    python -m benchmarks.vote_labels --data results/rollout_labels --samples 4 \\
-        --out results/rollout_vote --summary benchmarks/results/rollout_vote/summary.json
+    lrtune labels vote --data results/rollout_labels --samples 4 --out results/rollout_vote
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lrtune.configs import Command, Section
+from lrtune.errors import ConfigError
+from lrtune.schema import STRICT, Count, Positive, Seed, Size, Text
 
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="a rollout-labelled collect (or merged) directory")
-    p.add_argument("--samples", type=int, default=4, help="sampled rollouts per branch (the greedy one is the +1)")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the sampled rollouts")
-    p.add_argument("--seed", type=int, default=0, help="seed of the problem order, the samples and the bootstrap")
-    p.add_argument("--chunk", type=int, default=4, help="problems per engine call")
-    p.add_argument("--max-problems", type=int, default=0, help="stop after this many problems (0: all)")
-    p.add_argument("--tasks", default="", help="comma list of the tasks whose pairs are voted (default: all)")
-    p.add_argument("--greedy-out", help="also write the voted pairs with their greedy labels here (a like-for-like "
-                                        "dataset to compare students on)")
-    p.add_argument("--problems", type=int, default=200,
-                   help="problems of the task loaded to find the pairs' problems (at least the collect's --limit)")
-    p.add_argument("--out", required=True, help="output directory (votes.jsonl, then the relabelled dataset)")
-    p.add_argument("--summary", help="JSON file for the summary (default OUT/summary.json)")
-    return p
+
+@dataclass
+class VoteLabelsConfig:
+    """Settings of ``lrtune labels vote`` (models and engine: the collect's own)."""
+
+    __pydantic_config__ = STRICT
+
+    data: Text = field(default="", metadata={"help": "a rollout-labelled collect (or merged) directory"})
+    out: Text = field(default="", metadata={"help": "output directory (votes.jsonl, then the relabelled dataset)"})
+    samples: Count = field(default=4, metadata={"help": "sampled rollouts per branch (the greedy one is the +1)"})
+    temperature: Positive = field(default=0.7, metadata={"help": "sampling temperature of the sampled rollouts"})
+    seed: Seed = field(default=0, metadata={"help": "seed of the problem order, the samples and the bootstrap"})
+    chunk: Count = field(default=4, metadata={"help": "problems per engine call"})
+    max_problems: Size = field(default=0, metadata={"help": "stop after this many problems (0: all)"})
+    tasks: Text = field(default="", metadata={"help": "comma list of the tasks whose pairs are voted (default: all)"})
+    greedy_out: Text | None = field(default=None, metadata={"help": "also write the voted pairs with their greedy "
+                                                                    "labels here (a like-for-like dataset)"})
+    problems: Count = field(default=200, metadata={"help": "problems of the task loaded to find the pairs' problems "
+                                                           "(at least the collect's --limit)"})
+    summary: Text | None = field(default=None, metadata={"help": "JSON file for the summary (default OUT/summary.json)"})
+
+    def validate(self) -> "VoteLabelsConfig":
+        if not self.data or not self.out:
+            raise ConfigError("lrtune labels vote needs --data DIR and --out DIR")
+        if self.greedy_out and Path(self.greedy_out).resolve() == Path(self.out).resolve():
+            raise ConfigError("--greedy-out must differ from --out")
+        return self
 
 
 def pair_key(row: dict) -> str:
@@ -121,17 +134,22 @@ def write_dataset(src: Path, out: Path, votes: dict[str, dict], teacher: str | N
     return len(rows)
 
 
-def main(args) -> int:
+def main(args: VoteLabelsConfig) -> int:
+    """Relabel a rollout-labelled collect with the vote teacher (resumable; phase 1 first)."""
+    from lrtune import outdir
+    from lrtune.data_gen.label_noise import collect_settings, rebuild_prefix
     from lrtune.data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
     from lrtune.api import Decoder
     from lrtune.dataset import load_tables
-    from lrtune.errors import ConfigError
+    from lrtune.runfiles import json_out_file
     from lrtune.tasks import get_task
 
-    from benchmarks.label_noise import collect_settings, rebuild_prefix
-
-    if args.samples < 1 or args.temperature <= 0 or args.chunk < 1:
-        raise ConfigError("--samples and --chunk must be >= 1 and --temperature > 0")
+    args.validate()
+    outdir.check_out(args.out, "labels vote")
+    if args.greedy_out:
+        outdir.check_out(args.greedy_out, "labels vote", "--greedy-out")
+    if args.summary:
+        json_out_file(args.summary, "--summary")
     data, out = Path(args.data), Path(args.out)
     models, dcfg, opts = collect_settings(data)
     if opts.teacher.spec != "rollout":
@@ -152,7 +170,7 @@ def main(args) -> int:
     if args.max_problems:
         order = order[:args.max_problems]
 
-    out.mkdir(parents=True, exist_ok=True)
+    outdir.claim_out(out, "labels vote")  # phase 2: every input checked
     log = out / "votes.jsonl"
     vote_cfg = {"source": str(data), "samples": args.samples, "temperature": args.temperature, "seed": args.seed,
                 "rollout_tokens": opts.rollout.tokens}
@@ -223,15 +241,16 @@ def main(args) -> int:
     teacher = vote_teacher(args.samples, args.temperature)
     n = write_dataset(data, out, done, teacher, vote_cfg)
     if args.greedy_out:
-        write_dataset(data, Path(args.greedy_out), done, None, vote_cfg)
+        write_dataset(data, outdir.claim_out(args.greedy_out, "labels vote", "--greedy-out"), done, None, vote_cfg)
     votes = list(done.values())
     res = {"data": str(data), "out": str(out), "teacher": teacher, **vote_cfg, "problems": len(order),
            "pairs_voted": len(votes), "pairs_written": n, "skipped_prefix_mismatch_this_run": skipped,
            "seconds_per_pair_mean": sum(v["seconds"] for v in votes) / max(1, len(votes)),
            "summary": summarize(votes, args.seed)}
+    from lrtune.runfiles import write_json_file
+
     dest = Path(args.summary) if args.summary else out / "summary.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(res, indent=1) + "\n")
+    write_json_file(dest, res)
     for name, s in res["summary"].items():
         print(f"{name}: {s['pairs']} pairs of {s['problems']} problems; greedy accepts {s['greedy_accept']:.3f}, "
               f"vote accepts {s['vote_accept']:.3f}; they agree on {s['agreement']:.3f} "
@@ -241,10 +260,8 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    from lrtune.errors import ConfigError
+COMMAND = Command(("labels", "vote"), __doc__.splitlines()[0], (Section(VoteLabelsConfig),))
+add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.make_parser, COMMAND.config
 
-    try:
-        raise SystemExit(main(make_parser().parse_args()))
-    except ConfigError as e:
-        raise SystemExit(f"vote_labels: {e}")
+if __name__ == "__main__":  # pragma: no cover
+    COMMAND.main()

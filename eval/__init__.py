@@ -1,1 +1,1 @@
-"""lrtune stage package: eval (see DESIGN.md §1)."""
+"""lrtune stage package: eval (see docs/design.md §1)."""

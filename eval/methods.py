@@ -79,7 +79,7 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
     if kind in SCORE_KINDS:  # "score+sd/v=..." reads as "lr+sd/score/v=..."
         kind, opts = SCORE_KINDS[kind], ["score", *opts]
     if kind not in METHODS:
-        raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *CONTROLLED))}")
+        raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *SCORE_KINDS, *CONTROLLED))}")
     extra: dict = {}
     for opt in opts:
         key, _, val = opt.partition("=")
@@ -92,8 +92,8 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         elif key == "v" and val:
             extra["verifier"] = val
         else:
-            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | abort | reuse | reuse+abort | w=N | "
-                              "v=VERIFIER)")
+            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | abort | reuse | reuse+abort | score | "
+                              "w=N | v=VERIFIER)")
     if extra and kind not in ("lr", "lr+sd"):
         raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
     return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)

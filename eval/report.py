@@ -134,8 +134,9 @@ def render_markdown(data: dict) -> str:
 
 def print_table(data: dict) -> None:
     """The summary as a rich table on stdout."""
-    from rich.console import Console
     from rich.table import Table
+
+    from lrtune.runfiles import console
 
     t = Table(title=f"lrtune evaluate — {data['task']} ({data['decoded_problems']} problems)")
     for col in ("method", "acc", "finished", "speedup", "mean [95% CI]", "pred", "α1", "α2", "steps/rnd", "tok/s"):
@@ -144,10 +145,7 @@ def print_table(data: dict) -> None:
         t.add_row(k, _f(r["accuracy"]), f"{r.get('finished', 0)}/{r['n']}", _f(r["speedup_total"]), _f(r["speedup_mean"]) + _ci(r["speedup_mean_ci95"]),
                   _f(r["predicted_speedup"]), _f(r["alpha1"]), _f(r["alpha2"]),
                   _f(r["mean_accepted_steps_per_round"]), _f(r["tokens_per_s"]))
-    console = Console()
-    if not console.is_terminal:  # a pipe or a file: room for every column (rich assumes 80)
-        console = Console(width=140)
-    console.print(t)
+    console().print(t)
 
 
 def write_plots(data: dict, out: Path) -> list[Path]:

@@ -11,6 +11,7 @@ Commands:
     lrtune profile [--out F]                      measure c1, c2 and b(n) for the speedup model
     lrtune demo [--size ...]                      the whole loop on the offline default pair
     lrtune pipeline --config pipeline.yaml        the whole loop for any models/tasks
+    lrtune labels judge-probe|noise|vote          probe and relabel a collected dataset
     lrtune doctor [--timing] [--json F]           check what this machine runs (engines, code paths, equality)
 
 Every user error prints one line ``lrtune: error: ...`` and exits with status 2; anything
@@ -82,6 +83,16 @@ def make_parser() -> ArgumentParser:
 
     trc = tr_sub.add_parser("controller", help="fit the learned (γ1, γ2) controller on collected problems")
     add_train_controller_arguments(trc)
+
+    from lrtune.data_gen import judge_probe, label_noise, vote_labels
+
+    lab = sub.add_parser("labels", help="probe and relabel a collected dataset: judge forms, label noise, vote teacher")
+    lab_sub = lab.add_subparsers(dest="labels_command", required=True, parser_class=ArgumentParser)
+    for word, mod, help_ in (
+            ("judge-probe", judge_probe, "score a dataset's pairs with model-judge forms and compare with its labels"),
+            ("noise", label_noise, "the rollout teacher on meaning-preserving edits of target steps: its flip rate"),
+            ("vote", vote_labels, "relabel a rollout-labelled dataset with the vote teacher (greedy + K sampled)")):
+        mod.add_arguments(lab_sub.add_parser(word, help=help_))
 
     from lrtune.eval.profile import add_arguments as add_profile_arguments
 
@@ -204,6 +215,12 @@ def _dispatch(args) -> int:
         return profile_main(args)
     if args.command == "train":
         return cmd_train(args)
+    if args.command == "labels":
+        from lrtune.data_gen import judge_probe, label_noise, vote_labels
+
+        mod = {"judge-probe": judge_probe, "noise": label_noise, "vote": vote_labels}[args.labels_command]
+        res = mod.main(mod.config_from_args(args))
+        return res if isinstance(res, int) else 0
     if args.command == "evaluate":
         from lrtune.eval.evaluate import config_from_args
         from lrtune.eval.evaluate import main as evaluate_main
@@ -222,10 +239,9 @@ def cmd_pipeline(args) -> int:
     file_values = load_config_file(args.config)
     check_unknown_keys(file_values, PipelineOptions, ModelConfig)
     res = run(build(PipelineOptions, args, file_values), build(ModelConfig, args, file_values))
-    from lrtune.eval.report import print_table
+    from lrtune.pipeline import closing_lines
 
-    print_table(res["summary"])
-    print("stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in res["timings"].items()))
+    print("\n".join(closing_lines(res)))
     return 0
 
 
@@ -290,7 +306,7 @@ def cmd_decode(args) -> int:
 
 def print_stats(record: dict) -> None:
     """A compact rich table of one decode (DESIGN §4 names)."""
-    from rich.console import Console
+    from lrtune.runfiles import console
     from rich.table import Table
 
     s = record["stats"]
@@ -314,7 +330,7 @@ def print_stats(record: dict) -> None:
         rows.append(("answer (expected)", f"{record['answer']} ({record['expected']}) — {'correct' if record['correct'] else 'wrong'}"))
     for k, v in rows:
         t.add_row(k, v)
-    Console(stderr=False).print(t)
+    console().print(t)
 
 
 if __name__ == "__main__":  # pragma: no cover

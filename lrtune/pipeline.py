@@ -62,7 +62,8 @@ SIZES = {
     "tiny": DemoSize(4, 2, 48, 48, 2, min_train_pairs=2, profile_tokens=16, profile_repeats=1, warmup_tokens=8,
                      sd_tokens=0),
     # the README's demo on the default pair (2 CPU cores, <= 20 min): the student is tested on >= 30 pairs
-    "default": DemoSize(9, 2, 192, 96, 4, test_fraction=0.4, teacher_row=False, profile_rows=32, profile_tokens=16,
+    # (held-out answers get 512 tokens: the target finishes nearly every gsm_symbolic answer within it)
+    "default": DemoSize(9, 4, 192, 512, 4, test_fraction=0.4, teacher_row=False, profile_rows=32, profile_tokens=16,
                         warmup_tokens=16, sd_tokens=64, sd_prompts=2),
     "medium": DemoSize(12, 6, 256, 256, 6, profile_rows=48),
     "large": DemoSize(50, 20, 256, 256, 6, profile_rows=64),
@@ -215,7 +216,40 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     summary = json.loads((root / "eval" / "summary.json").read_text())
     write_atomic(root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)},
                                                     indent=1))
-    return {"summary": summary, "timings": timings}
+    student = json.loads((verifier_dir / "lrtune_verifier.json").read_text())
+    return {"summary": summary, "timings": timings, "student": student, "eval_tokens": size.eval_tokens}
+
+
+def closing_lines(res: dict) -> list[str]:
+    """The loop's result as plain lines of at most 80 columns (readable in any log): per method
+    accuracy, answers finished within the budget, speedup (target wall time / method wall time,
+    totals), α1 and α2; the student's test agreement with its teacher; the stage times."""
+    s = res["summary"]
+    rows = s["methods"]
+    out = [f"Held-out {s['task']} problems: {s['decoded_problems']}, budget {res.get('eval_tokens', '?')} tokens each",
+           f"{'method':<12}{'accuracy':>10}{'finished':>10}{'speedup':>9}{'α1':>7}{'α2':>7}"]
+
+    def f(x, spec=".2f"):
+        return "—" if x is None else format(x, spec)
+
+    for name, r in rows.items():
+        out.append(f"{name[:12]:<12}{f(r['accuracy']):>10}{str(r.get('finished', 0)) + '/' + str(r['n']):>10}"
+                   f"{f(r['speedup_total']):>9}{f(r['alpha1']):>7}{f(r['alpha2']):>7}")
+    t = rows.get("target")
+    if t:
+        out.append(f"The target finished {t.get('finished', 0)} of {t['n']} answers within the budget; "
+                   "accuracy counts")
+        out.append("a cut-off answer as wrong.")
+    test = (res.get("student") or {}).get("metrics", {}).get("test") or {}
+    if test:
+        kind = res["student"].get("kind", "student")
+        out.append(f"Student ({kind}) vs its teacher on {test.get('n', 0)} test pairs of unseen templates:")
+        out.append(f"  agreement {f(test.get('accuracy'))}, AUROC {f(test.get('auroc'))}, "
+                   f"accepts {f(test.get('acceptance'))} (teacher {f(test.get('teacher_acceptance'))})")
+    times = res["timings"]
+    out.append("Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    out.append(f"Total: {sum(times.values()) / 60:.1f} min")
+    return out
 
 
 def _profile_matches(path: Path, prof, models: ModelConfig) -> bool:

@@ -141,6 +141,15 @@ class ProgressBar:
             self._p.stop()
 
 
+def console(stderr: bool = False):
+    """A rich Console for tables: the terminal's width on a terminal; in a pipe or a log file
+    (where rich assumes 80 columns and crops cells) wide enough that no cell is cut."""
+    from rich.console import Console
+
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=200)
+
+
 def json_out_file(spec: str, flag: str = "--out") -> Path:
     """Phase 1 for a JSON file a command will write: ConfigError (one line) when ``spec`` is a
     directory or its folder can neither be written nor created; nothing is created (the

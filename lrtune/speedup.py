@@ -177,8 +177,8 @@ def f_sync(alpha: float, c: float, gamma: int, batch_cost: BatchCost = None) -> 
     α = 0 gives 1/(c·γ + b(γ + 1)); the numerator is summed as Σ α^j, so neither limit
     divides by zero.
 
-    The design doc writes the denominator as (1 − c + c·γ): that is the paper's form, in
-    which γ counts the target batch size (drafts + 1); substituting γ_paper = γ + 1 gives
+    The paper writes the denominator as (1 − c + c·γ), where γ counts the target batch size
+    (drafts + 1); substituting γ_paper = γ + 1 gives
     our (1 + c·γ) with b ≡ 1, since this process drafts γ steps before the batch.
     """
     a = _check_alpha(alpha)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import parse
-from benchmarks.judge_probe import make_parser
+from benchmarks.bench_batched import make_parser
 
 
 def test_a_config_file_sets_defaults_and_the_command_line_wins(tmp_path):
     cfg = tmp_path / "probe.yaml"
-    cfg.write_text("limit: 3\nspecs: llm_judge(paper)\nmax-model-len: 2048\n")
-    args = parse(make_parser(), ["--data", "d", "--config", str(cfg), "--limit", "5"])
-    assert (args.limit, args.specs, args.max_model_len) == (5, "llm_judge(paper)", 2048)
+    cfg.write_text("limit: 3\nverifier: exact\nmax-model-len: 2048\n")
+    args = parse(make_parser(), ["--config", str(cfg), "--limit", "5"])
+    assert (args.limit, args.verifier, args.max_model_len) == (5, "exact", 2048)
 
 
 @pytest.mark.parametrize("text,message", [("nope: 1\n", "unknown option(s)"), ("[1, 2]\n", "mapping")])
@@ -20,7 +20,7 @@ def test_a_bad_config_file_is_a_one_line_error(tmp_path, capsys, text, message):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
     with pytest.raises(SystemExit) as e:
-        parse(make_parser(), ["--data", "d", "--config", str(cfg)])
+        parse(make_parser(), ["--config", str(cfg)])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and message in err[0]
 

@@ -237,8 +237,10 @@ def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
         ro.chmod(0o700)
     for args, msg in ((["--shard-id", "3", "--num-shards", "2"], "--shard-id"),
                       (["--method", "target"], "lr or lr+sd"),
-                      (["--early-abort"], "--schedule sync or reuse"),
-                      (["--schedule", "abort"], "--schedule sync or reuse"),
+                      (["--early-abort"], "Use --schedule sync"),
+                      (["--schedule", "abort"], "Use --schedule sync"),
+                      (["--schedule", "reuse"], "Use --schedule sync"),
+                      (["--schedule", "score", "--verifier", "target_logprob"], "score rounds generate no target step"),
                       (["--teacher", "oracle"], "unknown verifier")):
         proc = collect_cli(*cli_args(data_file, tmp_path / "bad"), *args)
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -102,7 +102,7 @@ def test_judge_default_thresholds_are_the_context_forms_calibrated_one_and_the_p
     import json
     from pathlib import Path
 
-    summary = Path(__file__).resolve().parents[1] / "benchmarks/results/rollout_labels_100/summary.json"
+    summary = Path(__file__).resolve().parents[1] / "benchmarks/teacher_labels/rollout_100/summary.json"
     cal = json.loads(summary.read_text())["calibrated"]["llm_judge(context)"]
     assert cal["max_false_accept"] == 0.05
     assert make_verifier("llm_judge", backend=StubJudgeModel()).threshold == pytest.approx(cal["threshold"], abs=0.005)

@@ -1,10 +1,10 @@
-"""benchmarks.label_noise: meaning-preserving edits, the recorded prefix rebuilt exactly, flip rates."""
+"""lrtune labels noise (lrtune.data_gen.label_noise): meaning-preserving edits, the recorded prefix rebuilt exactly, flip rates."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.label_noise import edit_step, flip_rates, prefix_sha, rebuild_prefix
+from lrtune.data_gen.label_noise import edit_step, flip_rates, prefix_sha, rebuild_prefix
 
 
 def test_space_edit_adds_one_space_before_the_closing_blank_line_only():

@@ -63,7 +63,7 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     assert "problem(s) in flight (b(n) " + str(out / "profile.json") in proc.stderr  # collect's concurrency from it
     bounds = json.loads((out / "controller" / "lrtune_controller.json").read_text())["bounds"]
     assert bounds["gamma2_max"] == 4  # = the rows' γ2, so the SD engine drafts no more than they use
-    assert "adaptive" in proc.stdout and "stage times" in proc.stdout
+    assert "adaptive" in proc.stdout and "Stage times (s)" in proc.stdout and "test pairs of unseen templates" in proc.stdout
 
     before = _mtimes(out)
     again = demo(out)
@@ -137,3 +137,28 @@ def test_the_readme_python_example_runs_on_the_demo_outputs(demo_dir, capsys):
     assert len(outs) == 2 and outs[0].stats.rounds >= 1
     assert dec.decoder.controller.name == "learned" and dec.decoder.verifier.name == "distilled:cross-encoder"
     assert "prompt 1 [" in capsys.readouterr().out  # committed steps were streamed
+
+
+def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
+    from lrtune.pipeline import closing_lines
+
+    row = {"accuracy": 0.75, "finished": 4, "n": 4, "speedup_total": 1.5, "alpha1": None, "alpha2": 0.8}
+    res = {"summary": {"task": "gsm_symbolic", "decoded_problems": 4,
+                       "methods": {"target": {**row, "speedup_total": 1.0, "alpha2": None}, "sd": row,
+                                   "lr+sd/v=results/demo/verifier": {**row, "alpha1": 0.41}, "adaptive": row}},
+           "timings": {"profile": 100.0, "collect": 300.0, "train verifier": 60.0, "evaluate": 200.0},
+           "student": {"kind": "cross-encoder", "metrics": {"test": {"n": 46, "accuracy": 0.9, "auroc": 0.95,
+                                                                     "acceptance": 0.4, "teacher_acceptance": 0.43}}},
+           "eval_tokens": 512}
+    lines = closing_lines(res)
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert "The target finished 4 of 4 answers" in text and "46 test pairs" in text and "Total: 11.0 min" in text
+    assert "lr+sd/v=resu" in text and "0.41" in text
+
+
+def test_tables_in_a_log_get_room_for_every_cell():
+    from lrtune.runfiles import console
+
+    c = console()  # pytest captures stdout: not a terminal, as in a log file
+    assert not c.is_terminal and c.width >= 200

@@ -17,7 +17,7 @@ from lrtune.speedup_async import S1, h_async, speedup_async
 from lrtune.policies.bandit import BanditController
 from lrtune.policies.grid_ucb import GridUCBController
 
-C1, C2 = 0.338, 0.220  # benchmarks/results/profile_sd.json
+C1, C2 = 0.338, 0.220  # benchmarks/engine_costs/profile_sd.json
 ENGINE = Bounds(gamma1_min=0, gamma1_max=6, gamma2_min=0, gamma2_max=4, M=24.0)
 
 

@@ -168,13 +168,12 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     assert sum(p["teacher_disagreements"] for p in cprobs) == len(rows) - len(agree)
 
     # the judge probe scores the recorded teacher inputs on the production path, both forms
-    from argparse import Namespace
+    from lrtune.data_gen.judge_probe import JudgeProbeConfig
+    from lrtune.data_gen.judge_probe import main as probe
 
-    from benchmarks.judge_probe import main as probe
-
-    res = probe(Namespace(data=str(tmp_path / "rollout"), specs="llm_judge(context),llm_judge(paper)", limit=0,
-                          target=str(pair.target), backend="transformers", max_model_len=512, kv_cache_gib=0.25,
-                          out=str(tmp_path / "probe.json")))
+    res = probe(JudgeProbeConfig(data=str(tmp_path / "rollout"), specs="llm_judge(context),llm_judge(paper)", limit=0,
+                                 target=str(pair.target), backend="transformers", max_model_len=512, kv_cache_gib=0.25,
+                                 out=str(tmp_path / "probe.json")))
     assert json.loads((tmp_path / "probe.json").read_text())["pairs"] == len(rows) == res["pairs"]
     for spec in ("llm_judge(context)", "llm_judge(paper)"):
         r = res["specs"][spec]
@@ -204,12 +203,13 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     assert "| llm_judge(paper)@0.5 |" in markdown(summ)
 
     # label noise: the same teacher on null edits of the recorded target steps, by the same code
-    from benchmarks.label_noise import main as noise
-    from benchmarks.label_noise import make_parser as noise_parser
+    from lrtune.data_gen.label_noise import config_from_args as noise_config
+    from lrtune.data_gen.label_noise import main as noise
+    from lrtune.data_gen.label_noise import make_parser as noise_parser
 
     pos0 = [r for r in rows if r["position"] == 0]
-    args = noise_parser().parse_args(["--data", str(tmp_path / "rollout"), "--sample", "50", "--edits", "space,bold",
-                                      "--out", str(tmp_path / "noise.json")])
+    args = noise_config(noise_parser().parse_args(["--data", str(tmp_path / "rollout"), "--sample", "50", "--edits",
+                                                   "space,bold", "--out", str(tmp_path / "noise.json")]))
     assert noise(args) == 0
     res = json.loads((tmp_path / "noise.json").read_text())
     assert res["pairs_probed"] + res["skipped_prefix_mismatch"] == len(pos0)

@@ -1,4 +1,4 @@
-"""The vote teacher (``lrtune.data_gen.rollout`` sampled rollouts, ``benchmarks.vote_labels``): a
+"""The vote teacher (``lrtune.data_gen.rollout`` sampled rollouts, ``lrtune labels vote``): a
 pair is accepted when its two branches' modal rollout outcomes are the same."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_sampled_rollouts_refuse_greedy_settings():
 
 
 def _votes(rows, flip: set[int]) -> dict:
-    from benchmarks.vote_labels import pair_key
+    from lrtune.data_gen.vote_labels import pair_key
 
     return {pair_key(r): {"key": pair_key(r), "task": r["task"], "problem": f"{r['task']}/{r['problem_id']}",
                           "greedy_label": bool(r["label"]), "vote_label": bool(r["label"]) != (i in flip),
@@ -72,7 +72,7 @@ def _votes(rows, flip: set[int]) -> dict:
 def test_the_relabelled_dataset_trains_on_the_vote_labels_and_keeps_only_voted_pairs(tmp_path):
     import json
 
-    from benchmarks.vote_labels import summarize, write_dataset
+    from lrtune.data_gen.vote_labels import summarize, write_dataset
     from tests.test_train_verifier import _synthetic_rows, write_pairs
     from lrtune.train.data import load_pairs
 
@@ -96,12 +96,13 @@ def test_the_relabelled_dataset_trains_on_the_vote_labels_and_keeps_only_voted_p
 
 
 @pytest.mark.parametrize("flag", [["--samples", "0"], ["--temperature", "0"], ["--chunk", "0"]])
-def test_vote_labels_refuses_settings_that_cannot_vote_before_any_model_loads(tmp_path, flag):
-    from benchmarks.vote_labels import main, make_parser
-    from lrtune.errors import ConfigError
+def test_vote_labels_refuses_settings_that_cannot_vote_before_any_model_loads(tmp_path, capsys, flag):
+    from lrtune.cli import main
 
-    with pytest.raises(ConfigError, match="--samples"):
-        main(make_parser().parse_args(["--data", str(tmp_path), "--out", str(tmp_path / "o"), *flag]))
+    rc = main(["labels", "vote", "--data", str(tmp_path), "--out", str(tmp_path / "o"), *flag])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and flag[0] in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(tmp_path):
@@ -143,18 +144,18 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
         assert (v["label"], v["teacher_score"]) == vote_label(votes["draft"], votes["target"], eq,
                                                                identical=v["draft_step"] == v["target_step"])
 
-    # benchmarks.vote_labels relabels the greedy dataset: every pair's prefix rebuilds, every pair votes
-    from benchmarks.vote_labels import main, make_parser
+    # lrtune labels vote relabels the greedy dataset: every pair's prefix rebuilds, every pair votes
+    from lrtune.data_gen.vote_labels import config_from_args, main, make_parser
 
     argv = ["--data", str(tmp_path / "k0"), "--samples", "2", "--chunk", "1", "--out", str(tmp_path / "vote"),
             "--greedy-out", str(tmp_path / "greedy")]
-    assert main(make_parser().parse_args(argv)) == 0
+    assert main(config_from_args(make_parser().parse_args(argv))) == 0
     res = json.loads((tmp_path / "vote" / "summary.json").read_text())
     assert res["pairs_voted"] == res["pairs_written"] == len(greedy) and res["skipped_prefix_mismatch_this_run"] == 0
     relabelled = load_tables(tmp_path / "vote")[0].to_pylist()
     assert all(r["teacher"] == "rollout_vote(greedy+2@0.7)" for r in relabelled)
     assert [r["label"] for r in load_tables(tmp_path / "greedy")[0].to_pylist()] == [g["label"] for g in greedy]
-    assert main(make_parser().parse_args(argv)) == 0  # resumed: nothing left to roll out, the same files
+    assert main(config_from_args(make_parser().parse_args(argv))) == 0  # resumed: nothing left to roll out, the same files
     assert json.loads((tmp_path / "vote" / "summary.json").read_text())["summary"] == res["summary"]
 
 

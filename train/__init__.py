@@ -1,1 +1,1 @@
-"""lrtune stage package: train (see DESIGN.md §1)."""
+"""lrtune stage package: train (see docs/design.md §1)."""

@@ -52,12 +52,12 @@ STOPPING_RULES = ("epochs", "patience")  # decide only where training stops: a r
 
 @dataclass
 class SplitOptions:
-    """The train / validation / test split by problem (all students)."""
+    """The train / validation / test split by template (all students; a template's problems stay together)."""
 
     __pydantic_config__ = STRICT
 
-    val_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of problems in the validation split"})
-    test_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of problems in the test split"})
+    val_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of templates in the validation split"})
+    test_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of templates in the test split"})
     seed: Seed = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
 
 @dataclass
@@ -451,7 +451,7 @@ def model_card(meta: dict) -> str:
 
 
 def print_metrics(meta: dict) -> None:
-    from rich.console import Console
+    from lrtune.runfiles import console
     from rich.table import Table
 
     t = Table(title=f"verifier vs teacher {meta['teacher']!r} (test split)")
@@ -460,7 +460,7 @@ def print_metrics(meta: dict) -> None:
     for name, a in metrics_rows(meta):
         t.add_row(name, *(_fmt(a[k]) for k in ("accuracy", "f1", "auroc", "false_accept_rate", "false_reject_rate",
                                                  "acceptance", "teacher_acceptance")))
-    Console().print(t)
+    console().print(t)
     lat = meta["metrics"]["latency"]
     print(f"latency s/pair: student batch-1 {_fmt(lat['batch1_s_per_pair'], '.4f')}, batched "
           f"{_fmt(lat['batched_s_per_pair'], '.4f')}; teacher {_fmt(lat['teacher_s_per_pair'], '.4f')}"

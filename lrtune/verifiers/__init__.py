@@ -7,7 +7,8 @@
 ``never`` / ``always`` reject / accept everything (baselines, invariant tests)
 ``random`` ``random(p)``  accept with probability p (seeded; ``random:p`` also works)
 ``embedding``          sentence-encoder cosine >= threshold (default 0.95)
-``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.5);
+``llm_judge``          a model judges draft vs target step aligned/unaligned (default 0.92 for the
+                       context form, calibrated against outcome labels; 0.5 for the paper form);
                        ``llm_judge(context)`` (default form) or ``llm_judge(paper)``
 ``target_score``       the target rates the draft step 0-9; score/9 (default 7/9)
 ``target_logprob``     exp(mean log p_target) of the draft step's tokens, from the target

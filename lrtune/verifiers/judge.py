@@ -265,7 +265,7 @@ class TargetScoreVerifier(_ModelVerifier):
 # Default thresholds. The context judge's scores sit high (at 0.5 it accepts 99.8% of the probed pairs of the
 # 100-problem rollout-labelled dataset), so its default is the threshold calibrated there against the
 # outcome labels: the highest acceptance with false-accept rate <= 0.05 (0.923; its two held-out folds
-# 0.928 and 0.909; benchmarks/results/rollout_labels_100/summary.json, "calibrated"). The paper form keeps
+# 0.928 and 0.909; benchmarks/teacher_labels/rollout_100/summary.json, "calibrated"). The paper form keeps
 # the official rule (the verdict token's argmax: 0.5); target_score keeps SpecReason's 7 of 9.
 DEFAULT_THRESHOLDS = {"llm_judge(context)": 0.92, "llm_judge(paper)": 0.5, "target_score": 7 / 9}
 
