@@ -26,10 +26,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from lrtune.errors import ConfigError
+from lrtune.store import sha256
 
 MARKER = "lrtune_w8a8.json"
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -82,18 +82,10 @@ def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head
     return root / "models" / f"{src.name}-w8a8{'-head' if lm_head else ''}-{_digest_of(src)}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _complete(d: Path) -> bool:
     try:
         meta = json.loads((d / MARKER).read_text())
-        return meta.get("format") == FORMAT and all(_sha256(d / name) == digest for name, digest in meta["sha256"].items())
+        return meta.get("format") == FORMAT and all(sha256(d / name) == digest for name, digest in meta["sha256"].items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -137,9 +129,9 @@ def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, prog
         from lrtune.runfiles import log
 
         log(f"lrtune: building a W8A8 (int8) copy of {src.name} into {final} (once)")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
+    from lrtune.runfiles import building_dir
+
+    with building_dir(final) as tmp:
         quantized = 0
         for wf in weights:
             tensors = load_file(str(wf))
@@ -171,15 +163,8 @@ def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, prog
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         marker = {"format": FORMAT, "source": str(src), "scheme": "w8a8-int8-channel-dynamic-token", "linears": quantized, "lm_head": lm_head,
                   "torch": torch.__version__,
-                  "sha256": {f.name: _sha256(f) for f in sorted(tmp.iterdir()) if f.suffix == ".safetensors"}}
+                  "sha256": {f.name: sha256(f) for f in sorted(tmp.iterdir()) if f.suffix == ".safetensors"}}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1))
-        tmp.chmod(0o755)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

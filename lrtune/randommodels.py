@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +61,9 @@ def build_random_pair(root: Path | None = None, *, dtype: str = "bfloat16", voca
     if (final / "manifest.json").is_file():
         return TinyPair(final / "target", final / "draft", final / "other_vocab")
     tiny = get_tiny_pair(root=root)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
-    try:
+    from lrtune.runfiles import building_dir
+
+    with building_dir(final) as tmp:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(tiny.target))
@@ -79,11 +77,4 @@ def build_random_pair(root: Path | None = None, *, dtype: str = "bfloat16", voca
         (tmp / "manifest.json").write_text(json.dumps({"kind": "random", "shapes": shapes, "vocab_size": vocab_size,
                                                        "tokenizer_tokens": len(tok), "dtype": dtype, "seed": seed},
                                                       indent=2))
-        tmp.chmod(0o755)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return TinyPair(final / "target", final / "draft", final / "other_vocab")

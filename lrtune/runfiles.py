@@ -3,8 +3,11 @@ was made with, and progress reporting. Shared by the stages, which do not import
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 import sys
 import threading
 import time
@@ -139,6 +142,24 @@ class ProgressBar:
     def close(self) -> None:
         if self._p is not None:
             self._p.stop()
+
+
+@contextlib.contextmanager
+def building_dir(final: Path):
+    """A fresh temporary folder beside ``final`` to build into: on a clean exit it becomes
+    ``final`` (a leftover ``final`` is replaced; the rename is atomic, so a reader sees the whole
+    folder or none), on an error it is removed."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o755)  # mkdtemp makes it 0700
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def console(stderr: bool = False):

@@ -70,3 +70,21 @@ def test_a_path_lrtune_does_not_patch_fails_the_engines_check_and_skips_the_rest
 def test_bad_doctor_options_are_refused_before_any_check(kwargs, words):
     with pytest.raises(ConfigError, match=words):
         run(DoctorOptions(**kwargs))
+
+
+def test_random_models_are_built_once_into_the_cache_and_leave_no_temporary_folder(tmp_path):
+    import json
+
+    from lrtune.randommodels import build_random_pair
+
+    small = {"target": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2),
+             "draft": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=1)}
+    pair = build_random_pair(tmp_path, dtype="float32", vocab_size=1024, shapes=small)
+    assert json.loads((pair.target / "config.json").read_text())["hidden_size"] == 64
+    assert json.loads((pair.draft / "config.json").read_text())["num_hidden_layers"] == 1
+    mtime = pair.target.parent.stat().st_mtime_ns
+    again = build_random_pair(tmp_path, dtype="float32", vocab_size=1024, shapes=small)
+    assert again == pair and pair.target.parent.stat().st_mtime_ns == mtime
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
