@@ -108,9 +108,8 @@ def _converter(typ: Any):
 
 
 def _choices(f: dataclasses.Field, typ: Any):
-    """The allowed values of a field: its ``choices`` metadata, or its ``Literal[...]`` values."""
-    if f.metadata.get("choices"):
-        return f.metadata["choices"]
+    """The allowed values of a field: its ``Literal[...]`` values (the type states them, so the
+    schema checks them wherever a value comes from)."""
     args = [a for a in (get_args(typ) or ()) if a is not type(None)]
     if get_origin(typ) is Literal:
         return tuple(get_args(typ))

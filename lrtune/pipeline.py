@@ -22,6 +22,7 @@ from lrtune.schema import STRICT, Count, Gamma, Problems, Seed, Text
 import dataclasses
 import json
 import time
+from typing import Literal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,9 @@ SIZES = {
 }
 
 
+SizeName = Literal["tiny", "default", "medium", "large"]  # the keys of SIZES (a test holds them equal)
+
+
 @dataclass
 class PipelineOptions:
     """The loop's settings (models and engine: ModelConfig; see also ``--size``)."""
@@ -77,8 +81,8 @@ class PipelineOptions:
     __pydantic_config__ = STRICT
 
     out: Text = field(default="results/demo", metadata={"help": "root of every stage's output"})
-    size: str = field(default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, epochs, splits)",
-                                                    "choices": tuple(SIZES)})
+    size: SizeName = field(default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, "
+                                                                "epochs, splits)"})
     task: Text = field(default="gsm_symbolic", metadata={"help": "task of every stage"})
     data: Text | None = field(default=None, metadata={"help": "problem file for file tasks"})
     collect_problems: Problems | None = field(default=None, metadata={"help": "problems to collect (default: by --size)"})

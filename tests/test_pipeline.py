@@ -162,3 +162,20 @@ def test_tables_in_a_log_get_room_for_every_cell():
 
     c = console()  # pytest captures stdout: not a terminal, as in a log file
     assert not c.is_terminal and c.width >= 200
+
+
+def test_allowed_values_live_in_the_type_so_every_source_is_checked():
+    import argparse
+    import typing
+
+    from lrtune.configs import build
+    from lrtune.errors import ConfigError
+    from lrtune.pipeline import SIZES, PipelineOptions, SizeName
+    from lrtune.train.verifier import StudentKind, TrainVerifierConfig
+    from lrtune.verifiers.distilled import STUDENT_KINDS
+
+    assert set(typing.get_args(SizeName)) == set(SIZES) and set(typing.get_args(StudentKind)) == set(STUDENT_KINDS)
+    for cls, key in ((PipelineOptions, "size"), (TrainVerifierConfig, "student")):
+        for bad in ("\x00", "huge"):
+            with pytest.raises(ConfigError, match=key):
+                build(cls, argparse.Namespace(), {key: bad})

@@ -102,8 +102,11 @@ class CalibrationOptions:
                                                                     "teacher on validation"})
     threshold_rule: Literal["far", "agreement"] = field(default="far", metadata={
         "help": "calibration on validation: far (highest acceptance with false-accept rate <= --max-false-accept) | "
-                "agreement (the threshold that agrees with the teacher most often)", "choices": ("far", "agreement")})
+                "agreement (the threshold that agrees with the teacher most often)"})
     latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
+
+
+StudentKind = Literal["cross-encoder", "lm-judge", "features", "forest"]  # distilled.STUDENT_KINDS (a test holds them equal)
 
 
 @dataclass
@@ -115,8 +118,7 @@ class TrainVerifierConfig:
 
     data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
     out: Text = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
-    student: Text = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest",
-                                                           "choices": distilled.STUDENT_KINDS})
+    student: StudentKind = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest"})
     split: SplitOptions = field(default_factory=SplitOptions, metadata={"prefix": ""})
     neural: NeuralOptions = field(default_factory=NeuralOptions, metadata={"prefix": ""})
     feature: FeatureOptions = field(default_factory=FeatureOptions, metadata={"prefix": ""})
