@@ -135,8 +135,27 @@ def test_target_logprob_scores_the_geometric_mean_token_probability():
     assert make_verifier("target_logprob").threshold == 0.5
 
 
+def test_target_logprob_min_scores_the_least_likely_token_that_a_mean_hides():
+    """One token the target disagrees with (a changed number) in an otherwise likely step: the
+    mean form accepts the step, the min form rejects it."""
+    import math
+
+    from lrtune.verifiers.base import DraftScores
+    from lrtune.errors import ConfigError
+
+    one_bad_token = StepPair("c", "105 + 55 = 160", "", DraftScores(-0.19, -5.39, 0.94, 68))
+    mean, low = make_verifier("target_logprob"), make_verifier("target_logprob(min)")
+    assert (low.name, low.threshold, mean.name) == ("target_logprob(min)", 0.05, "target_logprob")
+    assert accept(mean, [one_bad_token]) == ([True], [pytest.approx(math.exp(-0.19))])
+    assert accept(low, [one_bad_token]) == ([False], [pytest.approx(math.exp(-5.39))])
+    assert low.one_sided and low.uses_draft_scores
+    with pytest.raises(ConfigError, match="target_logprob form"):
+        make_verifier("target_logprob(max)")
+
+
 @pytest.mark.parametrize("spec", ["exact", "never", "always", "random", "random(0.3)", "random:0.25@0.6", "embedding@0.9",
-                                  "llm_judge", "llm_judge(paper)@0.85", "target_score", "target_logprob@0.4"])
+                                  "llm_judge", "llm_judge(paper)@0.85", "target_score", "target_logprob@0.4",
+                                  "target_logprob(min)@0.1"])
 def test_a_verifier_spec_prints_a_spec_that_parses_back_to_the_same_one(spec):
     from lrtune.verifiers import VerifierSpec
 

@@ -12,7 +12,8 @@
                        ``llm_judge(context)`` (default form) or ``llm_judge(paper)``
 ``target_score``       the target rates the draft step 0-9; score/9 (default 7/9)
 ``target_logprob``     exp(mean log p_target) of the draft step's tokens, from the target
-                       rows LR runs anyway (no model call; default 0.5)
+                       rows LR runs anyway (no model call; default 0.5); ``target_logprob(min)``
+                       exp(min log p_target), the least likely token (default 0.05)
 a directory            a distilled checkpoint from ``lrtune train verifier`` (``load``)
 =====================  ===============================================================
 
@@ -122,6 +123,12 @@ def parse_spec(spec: str) -> tuple[str, float | str | None]:
         if arg not in JUDGE_FORMS:
             raise ConfigError(f"llm_judge form must be one of {', '.join(JUDGE_FORMS)}, got {arg!r}")
         return kind, arg
+    if kind == "target_logprob" and arg:
+        from lrtune.verifiers.simple import TARGET_LOGPROB_FORMS
+
+        if arg not in TARGET_LOGPROB_FORMS:
+            raise ConfigError(f"target_logprob form must be one of {', '.join(TARGET_LOGPROB_FORMS)}, got {arg!r}")
+        return kind, arg
     if arg:
         raise ConfigError(f"verifier {kind!r} takes no argument (got {arg!r})")
     return kind, None
@@ -146,7 +153,10 @@ def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed:
     if kind == "exact":
         return ExactVerifier()
     if kind == "target_logprob":
-        return TargetLogprobVerifier(0.5 if threshold is None else threshold)
+        from lrtune.verifiers.simple import TARGET_LOGPROB_THRESHOLDS
+
+        form = arg or "mean"
+        return TargetLogprobVerifier(TARGET_LOGPROB_THRESHOLDS[form] if threshold is None else threshold, form)
     if kind in ("never", "always"):
         return ConstantVerifier(kind == "always")
     if kind in MODEL_VERIFIERS:

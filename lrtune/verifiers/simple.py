@@ -78,25 +78,35 @@ class TargetLogprobVerifier:
     """Accept a draft step that the target itself finds likely (lossy acceptance by likelihood).
 
     score = exp(mean_t log p_target(x_t | x_<t)) over the draft step's tokens x_t: the
-    geometric-mean token probability, in (0, 1]. The decoder reads it off the prefill of the
+    geometric-mean token probability, in (0, 1]; ``target_logprob(min)`` scores
+    exp(min_t log p_target(x_t | x_<t)) instead, the step's least likely token. The decoder reads it off the prefill of the
     target row that follows the draft step (:class:`~lrtune.verifiers.base.DraftScores`), so
     it costs no model call. Steps that are the same up to whitespace and case score 1; a
     pair the decoder could not score (a chain's last step when it ended the answer) scores 0.
     """
 
-    name = "target_logprob"
     uses_draft_scores = True
     one_sided = True  # reads the target's log-probabilities of the draft step, not a target step
 
-    def __init__(self, threshold: float = 0.5) -> None:
-        self.threshold = threshold
+    def __init__(self, threshold: float = 0.5, form: str = "mean") -> None:
+        if form not in TARGET_LOGPROB_FORMS:
+            raise ValueError(f"target_logprob form must be one of {', '.join(TARGET_LOGPROB_FORMS)}, got {form!r}")
+        self.threshold, self.form = threshold, form
+        self.name = "target_logprob" if form == "mean" else f"target_logprob({form})"
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return [target_logprob_score(same_step(p.draft, p.target),
-                                     None if p.draft_scores is None else p.draft_scores.mean_logprob) for p in pairs]
+        return [target_logprob_score(same_step(p.draft, p.target), None if p.draft_scores is None else
+                                     getattr(p.draft_scores, f"{self.form}_logprob")) for p in pairs]
 
 
-def target_logprob_score(same: bool, mean_logprob: float | None) -> float:
+# ``mean``: exp(mean log p), the geometric-mean token probability (default);
+# ``min``: exp(min log p), the probability of the step's least likely token, which catches one
+# token where the target disagrees (a changed number) that a mean over the step hides.
+TARGET_LOGPROB_FORMS = ("mean", "min")
+TARGET_LOGPROB_THRESHOLDS = {"mean": 0.5, "min": 0.05}  # min: not calibrated against outcome labels yet
+
+
+def target_logprob_score(same: bool, logprob: float | None) -> float:
     """:class:`TargetLogprobVerifier`'s score: 1 for steps the same up to whitespace and case,
-    0 when unscored, else exp(mean_logprob)."""
-    return 1.0 if same else 0.0 if mean_logprob is None else math.exp(mean_logprob)
+    0 when unscored, else exp(logprob) of its form (the mean or the min over the step)."""
+    return 1.0 if same else 0.0 if logprob is None else math.exp(logprob)
