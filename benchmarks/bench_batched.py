@@ -57,6 +57,7 @@ def main(args: argparse.Namespace) -> dict:
     from lrtune.api import Decoder, ModelConfig
     from lrtune.backends.base import GenParams
     from lrtune.batchcost import measure_batch_cost
+    from lrtune.eval.metrics import answer_counts
     from lrtune.decoder import DecodeConfig
     from lrtune.runfiles import write_atomic
     from lrtune.tasks import get_task
@@ -129,8 +130,9 @@ def main(args: argparse.Namespace) -> dict:
             per.append({"problem": prob.id, "correct": bool(ok), "finish": r.finish, "tokens": len(r.token_ids),
                         "ids_sha": _digest(r.token_ids), "token_ids": r.token_ids, "wall_s": st.wall_s, "alpha1": st.alpha1, "alpha2": st.alpha2,
                         "rounds": st.rounds})
+        counts = answer_counts(per)
         run = {"method": method, "max_concurrent": int(n), **batch.to_dict(),
-               "correct": sum(p["correct"] for p in per), "finished": sum(p["finish"] == "eos" for p in per),
+               "correct": counts["correct"], "finished": counts["finished"],
                "problems": per}
         ref = res["runs"].get(f"{method}@1")
         if ref is not None:

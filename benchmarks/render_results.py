@@ -187,18 +187,16 @@ def render_table(study: Study, spec: dict) -> str:
 
 def record_counts(path: Path) -> dict[str, dict[str, int]]:
     """Per method of an evaluate run's records: problems, answers finished (EOS), answers correct."""
+    from lrtune.eval.metrics import answer_counts
+
     if not path.is_file():
         raise StudyError(f"no records file {path}")
-    out: dict[str, dict[str, int]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
-        c = out.setdefault(r["method"], {"n": 0, "finished": 0, "correct": 0})
-        c["n"] += 1
-        c["finished"] += r.get("finish") == "eos"
-        c["correct"] += bool(r.get("correct"))
-    return out
+    by_method: dict[str, list[dict]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():  # read only: a committed file is never rewritten
+        if line.strip():
+            r = json.loads(line)
+            by_method.setdefault(r["method"], []).append(r)
+    return {m: answer_counts(rs) for m, rs in by_method.items()}
 
 
 def _machine_line(root) -> str:

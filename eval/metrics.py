@@ -71,10 +71,17 @@ def balanced_order(n: int, i: int) -> list[int]:
     return row[::-1] if k >= n else row
 
 
+def answer_counts(records: Sequence[dict]) -> dict[str, int]:
+    """Answers ``n``, ``correct`` and ``finished`` (ended by EOS within the token budget, not
+    cut off by it) of some records."""
+    return {"n": len(records), "correct": sum(bool(r["correct"]) for r in records),
+            "finished": sum(r.get("finish") == "eos" for r in records)}
+
+
 def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) -> dict:
     """Summary of one method's records; ``baseline`` maps problem -> target-only record."""
-    n = len(records)
-    k = sum(bool(r["correct"]) for r in records)
+    counts = answer_counts(records)
+    n, k = counts["n"], counts["correct"]
     total = DecodeStats()
     for r in records:
         total = total.merge(DecodeStats.from_dict(r["stats"]))
@@ -83,9 +90,8 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         "n": n,
         "accuracy": k / n if n else None,
         "accuracy_ci95": wilson_ci(k, n),
-        # answers that ended (EOS) within the token budget, not cut off by it
-        "finished": sum(r.get("finish") == "eos" for r in records),
-        "finish_rate": sum(r.get("finish") == "eos" for r in records) / n if n else None,
+        "finished": counts["finished"],
+        "finish_rate": counts["finished"] / n if n else None,
         "wall_s": wall,
         "tokens": total.generated_tokens,
         "tokens_per_s": total.generated_tokens / wall if wall else None,

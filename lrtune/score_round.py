@@ -32,6 +32,7 @@ from lrtune.backends.base import GenBatch
 from lrtune.errors import ConfigError
 from lrtune.rounds import step_params
 from lrtune.roundstate import _concat, _row_counters, _time_shares
+from lrtune.stats import leading_accepts
 from lrtune.verifiers import accept
 
 
@@ -72,7 +73,7 @@ def _bonus_steps(dec, slots, eos: frozenset[int], batch) -> None:
     rows, params, owner = [], [], []
     for s in slots:
         chain = s.round.chains[0] if s.round.chains else []
-        j = next((k for k, v in enumerate(s.round.verdicts[0]) if not v), len(s.round.verdicts[0])) if chain else 0
+        j = leading_accepts(s.round.verdicts[0]) if chain else 0
         accepted = chain[:j]
         used = sum(len(d.token_ids) for d in accepted)
         ends = bool(accepted) and (accepted[-1].token_ids[-1] in eos or used >= s.round.budget)
