@@ -16,7 +16,10 @@ Thresholds, each chosen on the validation fold only:
   calibrated probabilities);
 - ``test_oracle``: the best threshold on the test fold itself (an upper bound; peeks).
 
-AUROC is reported per fold (mean) and pooled over the folds' scores.
+AUROC is reported per fold (mean) and pooled over the folds' scores. A one-sided verifier
+(the router, ``target_logprob``) sees each pair as a score round does, with no target step.
+A variant whose STUDENT is a verifier spec rather than a student kind (``target_logprob``)
+is rated the same way without training: only its thresholds come from the validation fold.
 
     python -m benchmarks.student_crossfit --data results/rollout_labels --folds 5 \\
         --variants "forest;forest-no-check:forest:draft_arith_wrong,target_arith_wrong,num_precision" \\
@@ -40,7 +43,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=5, help="folds of templates (>= 3: train, validation, test)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment and of the students")
     p.add_argument("--variants", default="forest;features",
-                   help="';'-separated NAME[:STUDENT[:DROPPED,FEATURES]] (STUDENT defaults to NAME)")
+                   help="';'-separated NAME[:STUDENT[:DROPPED,FEATURES]] (STUDENT defaults to NAME; a verifier spec "
+                        "that is not a student kind, e.g. target_logprob(min), is rated without training)")
     p.add_argument("--max-false-accept", type=float, default=0.05, help="FAR cap of the calibrated rule")
     p.add_argument("--work", required=True, help="directory for the fold checkpoints")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -95,7 +99,8 @@ def run_variant(examples, teacher: str, folds: dict, name: str, student: str, dr
     from lrtune.pairstats import agreement_intervals, auroc
     from lrtune.train import students
     from lrtune.train.calibrate import best_agreement_threshold, calibrate_threshold
-    from lrtune.train.verifier import TrainVerifierConfig, fit_and_load
+    from lrtune.train.verifier import TrainVerifierConfig, fit_and_load, one_sided_view
+    from lrtune.verifiers import make_verifier
 
     k_all = args.folds
     decided: dict[str, list[dict]] = {r: [] for r in RULES}
@@ -108,12 +113,17 @@ def run_variant(examples, teacher: str, folds: dict, name: str, student: str, dr
             split["test" if f == k else "val" if f == val_k else "train"].append(e)
         out = Path(args.work) / f"{name}-f{k}"
         out.mkdir(parents=True, exist_ok=True)
-        cfg = TrainVerifierConfig.of(data=args.data, out=str(out), student=student, seed=args.seed, drop_features=drop,
-                                  progress=False, max_false_accept=args.max_false_accept)
-        v, _, _ = fit_and_load(cfg, out, split["train"], split["val"], teacher)
-        vs = students.score_pairs(v, [e.pair for e in split["val"]])
+        cfg = TrainVerifierConfig.of(data=args.data, out=str(out), student=student if student in students.FITTERS
+                                     else "features", seed=args.seed, drop_features=drop, progress=False,
+                                     max_false_accept=args.max_false_accept)
+        if student in students.FITTERS:
+            v, _, _ = fit_and_load(cfg, out, split["train"], split["val"], teacher)
+        else:  # a training-free verifier spec: only its threshold is chosen on the validation fold
+            v = make_verifier(student)
+        view = one_sided_view if getattr(v, "one_sided", False) else (lambda p: p)  # score rounds show no target step
+        vs = students.score_pairs(v, [view(e.pair) for e in split["val"]])
         vl = [e.label for e in split["val"]]
-        ts = students.score_pairs(v, [e.pair for e in split["test"]])
+        ts = students.score_pairs(v, [view(e.pair) for e in split["test"]])
         tl = [e.label for e in split["test"]]
         thresholds = {"calibrated": calibrate_threshold(vs, vl, args.max_false_accept)["threshold"],
                       "val_best_accuracy": best_agreement_threshold(vs, vl), "half": 0.5,

@@ -317,7 +317,7 @@ def main_from_args(args) -> int:
         return 0
     cfg = config_from_args(args)
     if args.merge:
-        s = merge(args.merge, cfg.options.out, force_new=cfg.options.force_new)
+        s = merge(args.merge, cfg.options.out, force_new=cfg.options.force_new, defaults=collect_key(CollectConfig()))
         log(f"merged {s['problems']} problems, {s['rows']} rows into {cfg.options.out}")
         return 0
     counts = run_ray(cfg) if cfg.options.ray.enabled else run(cfg)

@@ -43,6 +43,21 @@ def _uses_draft(cfg: EvalConfig, specs) -> bool:
         any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft")
 
 
+def with_round_kinds(ctl, kinds: tuple[str, ...]):
+    """A copy of ``ctl`` that may pick the round ``kinds`` (``ctl`` itself when it picks none
+    and only LR rounds are asked for); ConfigError for a controller that cannot pick kinds."""
+    import copy
+
+    if tuple(kinds) == ("lr",) and tuple(getattr(ctl, "round_kinds", ("lr",))) == ("lr",):
+        return ctl
+    if not hasattr(ctl, "round_kinds"):
+        raise ConfigError(f"controller {getattr(ctl, 'name', type(ctl).__name__)!r} cannot pick the kind of a round "
+                          "(adaptive/score, adaptive/lr+score): use --controller bandit or a learned controller")
+    out = copy.copy(ctl)
+    out.round_kinds = tuple(kinds)
+    return out
+
+
 def _check_controllers(cfg: EvalConfig, specs) -> tuple:
     """The run's controller and each method's own (``adaptive/c=``), built (cheap: no model
     loads) so that a bad name or directory fails before ``--out`` is touched."""
@@ -52,6 +67,14 @@ def _check_controllers(cfg: EvalConfig, specs) -> tuple:
     own = {s.controller: build_controller(s.controller, cfg.decode) for s in specs if s.controller}
     if any(s.control in ("adaptive", "best-fixed") and not s.controller for s in specs) and ctl is None:
         raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
+    if cfg.options.profile:
+        from lrtune.api import price_from_profile
+
+        ctl = price_from_profile(ctl, cfg.options.profile)
+        own = {k: price_from_profile(c, cfg.options.profile) for k, c in own.items()}
+    for s in specs:
+        if s.control == "adaptive":
+            with_round_kinds(own.get(s.controller, ctl), s.round_kinds)  # refuses a controller that cannot
     return ctl, own
 
 
@@ -276,7 +299,8 @@ def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
 
     dcfg = spec.decode_config(cfg.decode)
     if spec.control == "adaptive":
-        return dcfg, {"controller": ctl, "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
+        return dcfg, {"controller": with_round_kinds(ctl, spec.round_kinds),
+                      "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
     if spec.control == "best-fixed":
         g1, g2 = getattr(ctl, "best_fixed", None) or (cfg.decode.gamma1, cfg.decode.gamma2)
         return _fixed_depths(dcfg, g1, g2), {}

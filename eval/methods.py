@@ -18,6 +18,8 @@ CONTROLLED = ("adaptive", "oracle", "best-fixed")
 
 # method options in a label and the schedule each names (lrtune.decodeconfig)
 SCHEDULE_OPTIONS = {"async": "async", "abort": "abort", "reuse": "reuse", "reuse+abort": "reuse+abort", "score": "score"}
+# adaptive options naming the rounds its controller may pick per round (SD alone, γ1 = 0, always)
+ADAPTIVE_KINDS = {"lr": ("lr",), "score": ("score",), "lr+score": ("lr", "score")}
 # kinds that name an LR kind with the score schedule (lrtune.score_round)
 SCORE_KINDS = {"score": "lr", "score+sd": "lr+sd"}
 
@@ -34,7 +36,8 @@ class MethodSpec(ScheduleFlags):
     ``reuse+abort``, ``score`` (a schedule), ``w=N`` and ``v=VERIFIER``; the kinds ``score``
     and ``score+sd`` are ``lr/score`` and ``lr+sd/score``; ``v=`` comes last and takes the
     rest of the label, so a checkpoint path may hold slashes. ``adaptive/c=CONTROLLER`` names
-    another controller the same way.
+    another controller the same way; ``adaptive/score`` and ``adaptive/lr+score`` let the
+    controller pick score rounds (or either kind) per round, besides SD alone (γ1 = 0).
     """
 
     label: str
@@ -46,10 +49,14 @@ class MethodSpec(ScheduleFlags):
     verifier: str | None = None
     control: str | None = None  # adaptive | oracle | best-fixed: lr+sd with depths from a controller
     controller: str | None = None  # adaptive/c=SPEC: this controller instead of the run's --controller
+    round_kinds: tuple[str, ...] = ("lr",)  # adaptive/score, adaptive/lr+score: the rounds its controller may pick
 
     def __str__(self) -> str:
         if self.control is not None:
-            return f"{self.control}/c={self.controller}" if self.controller else self.control
+            if self.controller:
+                return f"{self.control}/c={self.controller}"
+            kinds = [] if self.round_kinds == ("lr",) else ["+".join(self.round_kinds)]
+            return "/".join([self.control, *kinds, *([f"v={self.verifier}"] if self.verifier else [])])
         opts = ([self.schedule] if self.schedule != "sync" else []) + ([f"w={self.width}"] if self.width != 1 else [])
         opts += [f"v={self.verifier}"] if self.verifier else []
         return "/".join([self.kind, *opts])
@@ -76,6 +83,17 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         opts.append("v=" + vspec.strip())
     if kind in CONTROLLED and not opts:
         return MethodSpec(label, "lr+sd", gamma1, gamma2, control=kind)
+    if kind == "adaptive":  # adaptive/score, adaptive/lr+score (round kinds), /v=VERIFIER
+        kinds, verifier = ("lr",), None
+        for opt in opts:
+            if opt in ADAPTIVE_KINDS:
+                kinds = ADAPTIVE_KINDS[opt]
+            elif opt.startswith("v=") and opt[2:]:
+                verifier = opt[2:]
+            else:
+                raise ConfigError(f"bad adaptive option {opt!r} in {label!r} (score | lr+score | v=VERIFIER)")
+        return MethodSpec(label, "lr+sd", gamma1, gamma2, schedule="score" if kinds == ("score",) else "sync",
+                          verifier=verifier, control="adaptive", round_kinds=kinds)
     if kind in SCORE_KINDS:  # "score+sd/v=..." reads as "lr+sd/score/v=..."
         kind, opts = SCORE_KINDS[kind], ["score", *opts]
     if kind not in METHODS:

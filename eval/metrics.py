@@ -78,6 +78,19 @@ def answer_counts(records: Sequence[dict]) -> dict[str, int]:
             "finished": sum(r.get("finish") == "eos" for r in records)}
 
 
+def round_kinds(stats: DecodeStats) -> dict | None:
+    """Each round kind's share of the rounds and of the round seconds (lr: the target generated
+    its own steps; score: a prefill judged the draft steps; sd: γ1 = 0, no draft steps); None
+    for a method without rounds."""
+    n = stats.lr_rounds + stats.score_rounds + stats.sd_rounds
+    secs = stats.lr_round_s + stats.score_round_s + stats.sd_round_s
+    if not n:
+        return None
+    return {k: {"rounds": getattr(stats, f"{k}_rounds"), "share": getattr(stats, f"{k}_rounds") / n,
+                "seconds": getattr(stats, f"{k}_round_s"),
+                "time_share": getattr(stats, f"{k}_round_s") / secs if secs else None} for k in ("lr", "score", "sd")}
+
+
 def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) -> dict:
     """Summary of one method's records; ``baseline`` maps problem -> target-only record."""
     counts = answer_counts(records)
@@ -102,6 +115,9 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         "mean_accepted_tokens_per_draft": total.mean_accepted_tokens_per_draft,
         "time_split_s": {"draft": total.draft_s, "target": total.target_s, "verify": total.verify_s,
                          "other": total.other_s},
+        # the target's part split: chain prefills (score rounds, reuse) and the steps it generated
+        "target_split_s": {"prefill": total.prefill_s, "steps": max(0.0, total.target_s - total.prefill_s)},
+        "round_kinds": round_kinds(total),
         "rounds": total.rounds,
         "draft_step_tokens": total.draft_step_tokens,
         "draft_s": total.draft_s,

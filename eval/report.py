@@ -36,6 +36,18 @@ def _split(row: dict) -> str:
     return " / ".join(f"{100 * ts[k] / total:.0f}" for k in ("draft", "target", "verify", "other"))
 
 
+def _kind_share(k: dict) -> str:
+    return f"{100 * k['share']:.0f}% ({_f(None if k['time_share'] is None else 100 * k['time_share'], '.0f')}% of time)"
+
+
+def _split4(row: dict) -> str:
+    """draft / prefill / target steps / verify, in % of their sum."""
+    ts, tg = row["time_split_s"], row.get("target_split_s") or {"prefill": 0.0, "steps": row["time_split_s"]["target"]}
+    parts = [ts["draft"], tg["prefill"], tg["steps"], ts["verify"]]
+    total = sum(parts) or 1.0
+    return " / ".join(f"{100 * x / total:.0f}" for x in parts)
+
+
 def _tp_n(data: dict):
     return next((t["max_concurrent"] for t in (data.get("throughput") or {}).values()), "N")
 
@@ -102,6 +114,16 @@ def render_markdown(data: dict) -> str:
                   *_table(["method", *(f"pos {i + 1}" for i in range(width))],
                           [[k, *(_f(v) for v in list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"])))]
                            for k, r in lr.items()])]
+    kinds = {k: r for k, r in data["methods"].items() if r.get("round_kinds")}
+    if kinds:
+        lines += _section("Round kinds and the time of a round",
+                          "Share of the rounds (and of the round seconds) of each kind: lr (the target generated "
+                          "its own steps), score (a prefill judged the draft steps), sd (γ1 = 0: no draft steps); "
+                          "then the decode time split: draft, the target's prefills of draft chains, the target's "
+                          "own steps (bonus and regenerated), verifier, in %.",
+                          ["method", "lr rounds", "score rounds", "sd rounds", "draft / prefill / steps / verify %"],
+                          [[k, *(_kind_share(r["round_kinds"][x]) for x in ("lr", "score", "sd")), _split4(r)]
+                           for k, r in kinds.items()])
     flags = [(k, r["measured_over_predicted"]) for k, r in data["methods"].items()
              if r["measured_over_predicted"] is not None and abs(r["measured_over_predicted"] - 1) > FLAG_GAP]
     lines += ["", "## Speedup model check", "",

@@ -130,6 +130,27 @@ def price_on_engine(controller, target):
     return controller
 
 
+def price_from_profile(controller, path: str):
+    """``controller`` priced from an ``lrtune profile`` JSON at ``path``: a score round's prefill
+    (call overhead and cost per token, where measured) for any controller with a ``prefill``;
+    and c1, c2 and b(n) for a bandit built from its policy name (a learned controller keeps the
+    profile it was trained with). Others pass through."""
+    if controller is None or not hasattr(controller, "prefill"):
+        return controller
+    from lrtune.inputs import read_json_object
+
+    prof = read_json_object(path, "profile")
+    pre = prof.get("prefill")
+    if isinstance(pre, dict) and pre.get("overhead_tokens") is not None and pre.get("ratio_per_token"):
+        ratios = [float(v) for v in pre["ratio_per_token"].values()]
+        controller.prefill = {**controller.prefill, "overhead_tokens": float(pre["overhead_tokens"]),
+                              "per_token": sum(ratios) / len(ratios)}
+    if getattr(controller, "name", "") == "bandit" and {"c1", "c2", "batch_cost"} <= set(prof):
+        controller.c1, controller.c2 = float(prof["c1"]), float(prof["c2"])
+        controller.batch_cost = [float(x) for x in prof["batch_cost"]]  # b(n) = batch_cost[n - 1]
+    return controller
+
+
 def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
     """Token ids of ``prompts`` as the target will see them (chat template applied), from
     the target's tokenizer alone: lengths can be checked before any model loads."""

@@ -5,6 +5,11 @@ after it, so a controller may change either depth mid-problem. Implementations l
 ``policies/`` (fixed, heuristic, bandit, learned); the core only defines the protocol,
 the records it exchanges, and :class:`Bounds` (which every choice must respect).
 
+A controller may also pick the kind of each γ1 > 0 round (optional ``round_kind()``, asked
+after ``choose``): ``lr`` (the target generates its own steps) or ``score`` (one prefill of the
+draft chain judges them, :mod:`lrtune.score_round`; the verifier must then be one-sided). A
+controller whose ``round_kinds`` holds ``score`` has its verifier checked before decoding.
+
 γ1 = 0 is a legal choice for LR methods: that round drafts nothing and the target (with SD
 when γ2 > 0) runs uninterrupted for ``horizon()`` tokens, its next decision point (None: to
 the end of the answer), so falling back to SD costs one engine call per decision, not one per

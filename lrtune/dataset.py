@@ -167,11 +167,13 @@ def move_to_backup(out: Path) -> Path:
     return backup
 
 
-def merge(dirs: list[str], out: str, force_new: bool = False) -> dict:
+def merge(dirs: list[str], out: str, force_new: bool = False, defaults: dict | None = None) -> dict:
     """Merge shard outputs into ``out/pairs.parquet`` + ``problems.parquet``. Merging again into
     the same ``out`` (the same or grown shards) is fine; an ``out`` that is a collect run's own
     dir, or a merge with other settings or problems this one lacks, is refused unless
-    ``force_new`` (its files then move to a backup folder)."""
+    ``force_new`` (its files then move to a backup folder). ``defaults``: the default collect
+    config (its recorded form), so that an option one directory's config lacks (a newer
+    lrtune added it) matches another's default (:func:`same_settings`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -181,7 +183,7 @@ def merge(dirs: list[str], out: str, force_new: bool = False) -> dict:
     check_out(out, "collect --merge")
     srcs = [checked_dir(d, "--merge") for d in dirs]
     found = [read_config(s / CONFIG) for s in srcs if (s / CONFIG).is_file()]
-    if len({_settings(c) for c in found}) > 1:
+    if any(not same_settings(found[0], c, defaults or {}) for c in found[1:]):
         raise ConfigError("the directories were collected with different settings (only the problems -- task, "
                           "data, limit, seed -- and run options may differ)")
     merged = _merged_config(found) if found else None
@@ -194,7 +196,7 @@ def merge(dirs: list[str], out: str, force_new: bool = False) -> dict:
     if not by_id:
         raise ConfigError("nothing to merge: no finished problems in " + ", ".join(map(str, srcs)))
     pairs, probs = _concat_parts(list(by_id.values()))
-    dest = _merge_dest(Path(out).expanduser(), merged, set(by_id), force_new)
+    dest = _merge_dest(Path(out).expanduser(), merged, set(by_id), force_new, defaults or {})
     for name, table in (("pairs.parquet", pairs), ("problems.parquet", probs)):
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
@@ -204,12 +206,12 @@ def merge(dirs: list[str], out: str, force_new: bool = False) -> dict:
     return write_card(dest)
 
 
-def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool) -> Path:
+def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool, defaults: dict) -> Path:
     """``dest``, created, once :func:`_merge_conflict` finds nothing a merge would overwrite
     (or ``force_new`` moved it to a backup)."""
     if dest.exists() and not dest.is_dir():
         raise ConfigError(f"--out {dest} is a file, not a directory: pick another --out")
-    why = _merge_conflict(dest, merged, ids) if dest.is_dir() else None
+    why = _merge_conflict(dest, merged, ids, defaults) if dest.is_dir() else None
     if why and not force_new:
         raise ConfigError(f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a "
                           "backup folder)")
@@ -220,7 +222,7 @@ def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool)
     return claim_out(dest, "collect --merge")
 
 
-def _merge_conflict(dest: Path, merged: dict | None, ids: set[str]) -> str | None:
+def _merge_conflict(dest: Path, merged: dict | None, ids: set[str], defaults: dict) -> str | None:
     """What a merge of problems ``ids`` with config ``merged`` would overwrite in ``dest``; None: nothing."""
     if any(dest.glob("manifest-s*.json")) or (dest / "pairs").is_dir() or (dest / "problems").is_dir():
         return "holds a collect run's own data (manifests, pairs/, problems/)"
@@ -234,7 +236,7 @@ def _merge_conflict(dest: Path, merged: dict | None, ids: set[str]) -> str | Non
     lost = sorted(held - ids, key=str)
     if lost:
         return f"holds another merge ({len(lost)} of its problems are not in this one, e.g. {lost[0]})"
-    if (old is None) != (merged is None) or (old is not None and _settings(old) != _settings(merged)):
+    if (old is None) != (merged is None) or (old is not None and not same_settings(old, merged, defaults)):
         return "holds a merge collected with other settings"
     return None
 
@@ -254,9 +256,21 @@ def _how(cfg: dict) -> dict:
     return {**cfg, "options": opts}
 
 
-def _settings(cfg: dict) -> str:
-    """:func:`_how` of a collect or merged config, as a comparable string."""
-    return json.dumps({k: v for k, v in _how(cfg).items() if k != "merged_from"}, sort_keys=True)
+def _settings(cfg: dict) -> dict:
+    """:func:`_how` of a collect or merged config, without its list of merged directories."""
+    return json.loads(json.dumps({k: v for k, v in _how(cfg).items() if k != "merged_from"}))
+
+
+def same_settings(a: dict, b: dict, defaults: dict) -> bool:
+    """Whether two collect (or merged) configs made their rows the same way (:func:`_how`). An
+    option only one of them records (a newer lrtune added it) counts as the same when the other
+    holds its value in ``defaults``, the default config's recorded form; one the defaults do not
+    know either (this lrtune no longer has it) is ignored (:func:`lrtune.runfiles.changed_keys`,
+    both ways)."""
+    from lrtune.runfiles import changed_keys
+
+    sa, sb = _settings(a), _settings(b)
+    return not changed_keys(sa, sb, defaults) and not changed_keys(sb, sa, defaults)
 
 
 def _merged_config(configs: list[dict]) -> dict:

@@ -99,6 +99,7 @@ class DecodeConfig(ScheduleFlags):
     width: Annotated[int, Interval(ge=1, le=8)] = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps; sync schedule)"})
     branch_temperature: Annotated[float, Interval(gt=0, le=100)] = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
     schedule: Schedule = field(default="sync", metadata={"help": "how LR rounds run: sync | async (pipelined) | abort (sync; judge each position as its target row ends, stop the rows a rejection makes useless) | reuse (sync, greedy; target rows start after the draft tokens the target would write itself) | reuse+abort | score (the target prefills the draft chain and a one-sided verifier judges each draft step from it; then the target writes its own next step). Old flags --async, --early-abort, --reuse-drafts still work"})
+    draft_stop: Annotated[float, Interval(le=0)] | None = field(default=None, metadata={"help": "draft-side early stop: a draft chain ends after a step whose mean log-probability under the draft is below this (nats), so no time goes into steps after one the draft doubts (sync, abort and score schedules; default: off)"})
     record: Recording = field(default="steps", metadata={"help": "what LR rounds keep besides the steps: logprobs (per-token, for collect features), draft_scores (the target's log-probabilities of each draft step, read off the prefill of the row that follows it; on whenever the verifier reads them), or both. Old flags --logprobs, --score-drafts still work"})
 
     @property
@@ -152,6 +153,8 @@ class DecodeConfig(ScheduleFlags):
         if self.reuse_drafts and self.logprobs:
             raise ConfigError("draft-prefix reuse keeps no per-token logprobs of the reused target tokens: "
                               "--record steps or draft_scores, or --schedule sync")
+        if self.draft_stop is not None and self.async_lr:
+            raise ConfigError("--draft-stop ends the chains of sync rounds: use --schedule sync, abort or score (not async)")
         if self.score_drafts and self.async_lr:
             raise ConfigError("draft-step scores come from sync LR's target rows: use --schedule sync (not async)")
         return self

@@ -146,7 +146,7 @@ class LookaheadDecoder:
         verifier = verifier if verifier is not None else self.verifier
         if cfg.uses_lr and self.draft is None:
             raise ConfigError(f"method {cfg.method!r} needs a draft model")
-        if cfg.uses_lr and cfg.score_rounds:
+        if cfg.uses_lr and (cfg.score_rounds or "score" in getattr(controller, "round_kinds", ())):
             score_round.check_one_sided(verifier)
         results: list[PromptResult | None] = [None] * len(prompts)
         runnable = []
@@ -268,21 +268,24 @@ class LookaheadDecoder:
             self._plan(s, base_cfg)
         # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
         self._draft_chains(slots, batch, verifier)
-        if base_cfg.score_rounds:  # 2'. one prefill scores every chain; judge one-sided; the target's own step
-            self._reuse_prefill(slots, batch)
-            score_round.judge_and_continue(self, slots, verifier, eos, batch)
-        else:
+        scored = [s for s in slots if s.round.cfg.score_rounds]  # the controller may pick the kind per slot
+        if scored:  # 2'. one prefill scores every chain; judge one-sided; the target's own step
+            self._reuse_prefill(scored, batch)
+            score_round.judge_and_continue(self, scored, verifier, eos, batch)
+        generated = [s for s in slots if not s.round.cfg.score_rounds]
+        if generated:
             # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call
             #    (early abort: each position is judged as its row ends).
-            early = self._target_call(slots, eos, verifier, batch)
+            early = self._target_call(generated, eos, verifier, batch)
             # 3. verify every other (slot, branch, position) pair in ONE call.
-            self._verify(slots, early, verifier, batch)
+            self._verify(generated, early, verifier, batch)
         for s in slots:  # 4. commit
             self._commit(s, eos, on_round, on_commit)
 
     def _plan(self, s: PromptState, base_cfg: DecodeConfig) -> None:
-        """The slot's round config: the controller's (γ1, γ2), within its bounds; γ1 = 0 runs
-        the target to the controller's horizon."""
+        """The slot's round config: the controller's (γ1, γ2), within its bounds, and the kind
+        of round when it picks one (``round_kind``: lr or score); γ1 = 0 runs the target to
+        the controller's horizon."""
         budget = base_cfg.max_new_tokens - len(s.gen)
         cfg, horizon = base_cfg, None
         if s.controller is not None:
@@ -292,6 +295,12 @@ class LookaheadDecoder:
                 raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
                                   f"{s.controller.bounds}")
             cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
+            kind = s.controller.round_kind() if g1 > 0 and callable(getattr(s.controller, "round_kind", None)) else None
+            if kind is not None:  # lr: the target generates its own steps; score: a prefill judges them
+                if kind not in ("lr", "score"):
+                    raise ConfigError(f"controller chose round kind {kind!r}; expected lr or score")
+                cfg = replace(cfg, schedule="score" if kind == "score" else
+                              "sync" if base_cfg.score_rounds else base_cfg.schedule)
             if g1 == 0:
                 h = s.controller.horizon()
                 horizon = budget if h is None else max(1, min(h, budget))
@@ -496,6 +505,8 @@ class LookaheadDecoder:
                                      max_step_tokens=cfg.max_step_tokens) or pieces
             commit += [("target", ids) for ids in pieces]
         s.stats.observe_round(s.round.verdicts[best], committed_target_steps=len(commit) - j)
+        kind = "sd" if cfg.gamma1 == 0 or not any(s.round.chains) else "score" if cfg.score_rounds else "lr"
+        s.stats.observe_round_kind(kind, sum(s.round.draft_secs) + s.round.target_s + s.round.verify_s)
         if on_round:
             on_round(s.index, RoundRecord(
                 index=s.rnd, prefix_len=len(s.round.base), drafts=drafts,
@@ -521,7 +532,8 @@ class LookaheadDecoder:
             s.controller.update(RoundOutcome(
                 gamma1=cfg.gamma1, gamma2=cfg.gamma2 if cfg.uses_sd else 0, verdicts=tuple(s.round.verdicts[best]),
                 accepted_steps=j, committed_tokens=sum(len(ids) for _, ids in commit),
-                sd=s.round.round_sd or SDCounters(), draft_s=sum(s.round.draft_secs), target_s=s.round.target_s, verify_s=s.round.verify_s))
+                sd=s.round.round_sd or SDCounters(), draft_s=sum(s.round.draft_secs), target_s=s.round.target_s, verify_s=s.round.verify_s,
+                extra={"kind": kind}))
         if not progressed or len(s.gen) >= cfg.max_new_tokens:  # context full: stop, never spin
             s.done = True
         s.rnd += 1
@@ -551,6 +563,8 @@ class LookaheadDecoder:
                 q = replace(step_params(s.round.cfg, s.round.budget, s.rnd, j, 1, draft=True), temperature=temp, seeds=seeds)
                 if s.round.cfg.score_drafts or wants_draft_scores(verifier):
                     q = replace(q, top_logprobs=DRAFT_TOP_K)
+                if s.round.cfg.draft_stop is not None:
+                    q = replace(q, logprobs=True)  # the draft's own confidence in each step
                 params.append(q)
             b = self.draft.generate([s.round.base + _concat(s.round.chains[w]) for s, w in items], params)
             batch.observe_call("draft", len(items))
@@ -571,5 +585,13 @@ class LookaheadDecoder:
                 s.stats.draft_step_tokens += len(step.token_ids)
                 if step.finish == "eos" or step.token_ids[-1] in self.target.eos_ids:  # no step after it
                     live[id(s)].remove(w)
+                elif doubted(step, s.round.cfg.draft_stop):  # draft-side early stop: keep the step, end the chain
+                    live[id(s)].remove(w)
+                    s.stats.draft_stops += 1
 
 
+def doubted(step: Generation, threshold: float | None) -> bool:
+    """Draft-side early stop (``--draft-stop``): the mean log p_draft of ``step``'s tokens is
+    below ``threshold`` nats (never without a threshold or without logprobs)."""
+    lps = step.logprobs
+    return threshold is not None and bool(lps) and sum(lps) / len(lps) < threshold

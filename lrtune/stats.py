@@ -50,8 +50,18 @@ class DecodeStats:
     target_step_tokens: int = 0
     aborted_target_rows: int = 0  # early abort: target rows stopped after a rejection
     reused_target_tokens: int = 0  # draft-prefix reuse: target-step tokens read off the prefill, not generated
+    draft_stops: int = 0  # draft chains ended early by --draft-stop (the draft doubted its step)
     target_tokens_at_drafts: int = 0  # target-step tokens at drafted positions (bonus and stopped rows excluded)
     sd: SDCounters = field(default_factory=SDCounters)  # token-level SD, summed over the target calls
+    # rounds by kind (a controller may pick per round): lr (the target generates its own steps),
+    # score (a prefill judges the draft steps), sd (γ1 = 0: no draft steps); and their seconds
+    # (draft + target + verify of the round)
+    lr_rounds: int = 0
+    score_rounds: int = 0
+    sd_rounds: int = 0
+    lr_round_s: float = 0.0
+    score_round_s: float = 0.0
+    sd_round_s: float = 0.0
 
     # ---- observation -------------------------------------------------------------
     def observe_round(self, accepted: list[bool], *, committed_target_steps: int = 1) -> None:
@@ -69,6 +79,11 @@ class DecodeStats:
             self.accepted_by_pos[i] += int(ok)
         self.committed_draft_steps += leading_accepts(accepted)
         self.committed_target_steps += committed_target_steps
+
+    def observe_round_kind(self, kind: str, seconds: float) -> None:
+        """Count one round of ``kind`` (lr | score | sd) that took ``seconds``."""
+        setattr(self, f"{kind}_rounds", getattr(self, f"{kind}_rounds") + 1)
+        setattr(self, f"{kind}_round_s", getattr(self, f"{kind}_round_s") + seconds)
 
     def observe_sd(self, sd: SDCounters | None) -> None:
         """Add one call's token-level SD counters (None: the call ran no SD)."""

@@ -11,6 +11,13 @@ that stopped early is one failure — the i.i.d. model's likelihood). Before a r
 
 h is :func:`lrtune.speedup.h` with the measured c1, c2 and batch-cost curve b(n).
 
+Round kinds: ``round_kinds`` names the rounds a γ1 > 0 arm may run, ``lr`` (the target
+generates its own steps, priced by h) and ``score`` (one prefill of the chain judges the
+draft steps, :func:`lrtune.speedup.h_score` with the prefill priced as
+P(γ1) = (o + π·γ1·L) / L target steps: call overhead o and π per token from ``lrtune
+profile``, L tokens per step); each arm is run as the kind that prices it higher, and
+:meth:`round_kind` tells the decoder which. α1 is shared: the same verifier judges both.
+
 γ1 = 0 rounds teach nothing about α1. When even an optimistic α1 (the posterior's 95%
 quantile) would not make any γ1 > 0 arm beat the best γ1 = 0 arm under h, there is nothing to
 learn and the round runs to the end of the answer; otherwise the k-th consecutive γ1 = 0
@@ -24,7 +31,11 @@ import random
 
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
-from lrtune.speedup import h
+from lrtune.speedup import h, h_score
+
+ROUND_KINDS = ("lr", "score")
+# a score round's prefill where no profile measured it (lrtune profile, default pair, AVX-512 CPU)
+DEFAULT_PREFILL = {"overhead_tokens": 1.6, "per_token": 0.04, "step_tokens": 40.0}
 
 
 class BanditController:
@@ -33,7 +44,8 @@ class BanditController:
     def __init__(self, bounds: Bounds | None = None, c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO,
                  batch_cost=None,
                  prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
-                 seed: int = 0, horizon_tokens: int = 64) -> None:
+                 seed: int = 0, horizon_tokens: int = 64, round_kinds: tuple[str, ...] = ("lr",),
+                 prefill: dict | None = None) -> None:
         if mode not in ("thompson", "ucb"):
             raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
         self.bounds = bounds or Bounds()
@@ -44,6 +56,9 @@ class BanditController:
         if horizon_tokens < 1:
             raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
         self.horizon_tokens = horizon_tokens
+        self.round_kinds = round_kinds
+        self.prefill = dict(prefill or DEFAULT_PREFILL)
+        self._kind = round_kinds[0]  # the kind of the arm chosen last
         self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
         # draft tokens the SD engine proposes per pass whatever γ2 a round asks for (a shared
         # engine cut per request: a smaller γ2 verifies fewer but pays for all); 0: γ2 itself
@@ -65,17 +80,50 @@ class BanditController:
         self.rounds = 0
         self.sd_rounds = 0
 
+    @property
+    def round_kinds(self) -> tuple[str, ...]:
+        return self._round_kinds
+
+    @round_kinds.setter
+    def round_kinds(self, kinds) -> None:
+        kinds = tuple(kinds)
+        if not kinds or set(kinds) - set(ROUND_KINDS):
+            raise ConfigError(f"round kinds must be some of {', '.join(ROUND_KINDS)}, got {kinds!r}")
+        self._round_kinds = kinds
+
+    def prefill_cost(self, g1: int) -> float:
+        """P(γ1) = (o + π·γ1·L) / L: a score round's prefill of γ1 draft steps, in target steps."""
+        p = self.prefill
+        return (p["overhead_tokens"] + p["per_token"] * g1 * p["step_tokens"]) / p["step_tokens"]
+
+    def _priced(self, g1: int, g2: int, a1: float, a2: float) -> tuple[float, str]:
+        """(modelled speedup, round kind) of (γ1, γ2) at (α1, α2) on this controller's engine:
+        the best of the allowed kinds (γ1 = 0 is SD alone, the same for every kind)."""
+        drafted = self.engine_drafts or None
+        best = (-math.inf, self.round_kinds[0])
+        for kind in self.round_kinds:
+            v = (h_score(g1, g2, a1, self.c1, self.prefill_cost(g1), a2, self.c2, drafted) if kind == "score"
+                 else h(g1, g2, a1, self.c1, a2, self.c2, self.batch_cost, drafted))
+            if v > best[0] * (1 + 1e-12):
+                best = (v, kind)
+        return best
+
     def _h(self, g1: int, g2: int, a1: float, a2: float) -> float:
-        """The modelled speedup of (γ1, γ2) at (α1, α2) on this controller's engine."""
-        return h(g1, g2, a1, self.c1, a2, self.c2, self.batch_cost, self.engine_drafts or None)
+        """The modelled speedup of (γ1, γ2) at (α1, α2) on this controller's engine (best kind)."""
+        return self._priced(g1, g2, a1, a2)[0]
 
     def _value(self, a1: float, a2: float) -> tuple[int, int]:
-        best, arg = -math.inf, self._arms[0]
+        best, arg, kind = -math.inf, self._arms[0], self.round_kinds[0]
         for g1, g2 in self._arms:
-            v = self._h(g1, g2, a1, a2)
+            v, k = self._priced(g1, g2, a1, a2)
             if v > best * (1 + 1e-12):
-                best, arg = v, (g1, g2)
+                best, arg, kind = v, (g1, g2), k
+        self._kind = kind
         return arg
+
+    def round_kind(self) -> str:
+        """The kind of round the last chosen arm runs as (``lr`` or ``score``)."""
+        return self._kind
 
     def estimate(self) -> tuple[float, float]:
         """Posterior means of (α1, α2)."""

@@ -85,7 +85,8 @@ class FakeBackend:
             if params.top_logprobs:  # the fake puts 0.8 on its next token, 0.2 on the one after it
                 tops = [{t: math.log(0.8), self.table[t]: math.log(0.2)} for t in ids]
             outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, prompt_scores=scores,
-                                   logprobs=[math.log(0.8)] * len(ids) if tops else None, top_logprobs=tops))
+                                   logprobs=[math.log(0.8)] * len(ids) if tops or params.logprobs else None,
+                                   top_logprobs=tops))
         if on_done is not None:
             stopped: set[int] = set()
             for i in sorted(range(len(outs)), key=lambda i: (len(outs[i].token_ids), i)):

@@ -352,6 +352,24 @@ def _tiny_dataset(root, task: str, ids: list[str], gamma1: int = 2):
         store.add(pid, i, [pair], prob, schema(PAIR_FIELDS), schema(PROBLEM_FIELDS))
 
 
+def test_an_option_a_newer_lrtune_added_merges_when_the_other_directory_holds_its_default(tmp_path):
+    """A directory collected before an option existed lacks it in its config: it merges with
+    one that records the option at its default, and is refused beside a non-default value."""
+    from lrtune.errors import ConfigError
+
+    _tiny_dataset(tmp_path / "old", "gsm_symbolic", ["gsm_symbolic-0-0"])
+    for name, stop in (("new", None), ("stopped", -1.0)):
+        _tiny_dataset(tmp_path / name, "humaneval", [f"HumanEval/{name}"])
+        cfg = json.loads((tmp_path / name / "collect_config.json").read_text())
+        cfg["decode"]["draft_stop"] = stop
+        (tmp_path / name / "collect_config.json").write_text(json.dumps(cfg))
+    defaults = {"decode": {"draft_stop": None}}
+    merge([str(tmp_path / "old"), str(tmp_path / "new")], str(tmp_path / "all"), defaults=defaults)
+    merge([str(tmp_path / "old"), str(tmp_path / "new")], str(tmp_path / "all"), defaults=defaults)  # again: same merge
+    with pytest.raises(ConfigError, match="different settings"):
+        merge([str(tmp_path / "old"), str(tmp_path / "stopped")], str(tmp_path / "bad"), defaults=defaults)
+
+
 def test_directories_of_other_tasks_merge_into_a_mix_and_other_settings_are_refused(tmp_path):
     from lrtune.errors import ConfigError
 

@@ -208,7 +208,8 @@ def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never
 
 @pytest.mark.parametrize("label", ["target", "sd", "lr", "lr+sd", "lr+sd/async", "lr/abort", "lr/reuse", "lr/reuse+abort",
                                    "lr+sd/w=2", "lr+sd/reuse/w=1/v=random(0.5)", "lr/v=path/with/slashes/ckpt@0.4",
-                                   "adaptive", "oracle", "best-fixed", "adaptive/c=results/ctl/dir"])
+                                   "adaptive", "oracle", "best-fixed", "adaptive/c=results/ctl/dir",
+                                   "adaptive/score", "adaptive/lr+score", "adaptive/score/v=target_logprob(min)"])
 def test_a_method_spec_prints_a_label_that_parses_back_to_the_same_spec(label):
     from dataclasses import replace
 
@@ -227,3 +228,57 @@ def test_lr_reuse_abort_reads_as_one_schedule_and_a_run_wide_abort_joins_a_metho
     base = DecodeConfig(method="lr", schedule="abort")
     assert parse_method("lr/reuse", 3, 4).decode_config(base).schedule == "reuse+abort"
     assert parse_method("lr", 3, 4).decode_config(base).schedule == "abort"
+
+
+def test_adaptive_round_kind_options_name_the_rounds_its_controller_may_pick():
+    from lrtune.eval.methods import parse_method
+
+    assert parse_method("adaptive", 3, 4).round_kinds == ("lr",)
+    score = parse_method("adaptive/score/v=ckpt/router", 3, 4)
+    assert score.round_kinds == ("score",) and score.schedule == "score" and score.verifier == "ckpt/router"
+    both = parse_method("adaptive/lr+score", 3, 4)
+    assert both.round_kinds == ("lr", "score") and both.schedule == "sync"
+    with pytest.raises(ConfigError, match="bad adaptive option"):
+        parse_method("adaptive/tree", 3, 4)
+
+
+def test_a_controller_without_round_kinds_is_refused_for_score_rows_and_copies_keep_the_original():
+    from lrtune.eval.loops import with_round_kinds
+    from lrtune.policies import make_controller
+
+    bandit = make_controller("bandit")
+    picked = with_round_kinds(bandit, ("lr", "score"))
+    assert picked is not bandit and picked.round_kinds == ("lr", "score") and bandit.round_kinds == ("lr",)
+    assert with_round_kinds(bandit, ("lr",)) is bandit
+    with pytest.raises(ConfigError, match="cannot pick the kind of a round"):
+        with_round_kinds(make_controller("grid-ucb"), ("score",))
+
+
+def test_a_profile_prices_the_bandits_costs_and_its_score_round_prefill(tmp_path):
+    import json
+
+    from lrtune.api import price_from_profile
+    from lrtune.policies import make_controller
+
+    prof = tmp_path / "profile.json"
+    prof.write_text(json.dumps({"c1": 0.3, "c2": 0.25, "batch_cost": [1.0, 1.5, 2.0],
+                                "prefill": {"overhead_tokens": 2.0, "ratio_per_token": {"16": 0.02, "32": 0.04}}}))
+    ctl = price_from_profile(make_controller("bandit"), str(prof))
+    assert (ctl.c1, ctl.c2, ctl.batch_cost) == (0.3, 0.25, [1.0, 1.5, 2.0])
+    assert ctl.prefill["overhead_tokens"] == 2.0 and ctl.prefill["per_token"] == pytest.approx(0.03)
+    assert price_from_profile(None, str(prof)) is None
+
+
+def test_the_summary_splits_rounds_by_kind_and_the_target_time_into_prefills_and_steps():
+    from lrtune.eval.metrics import summarize_method
+    from lrtune.eval.report import _split4
+    from lrtune.stats import DecodeStats
+
+    st = DecodeStats(draft_s=1.0, target_s=3.0, verify_s=0.5, prefill_s=1.0, rounds=4, wall_s=5.0)
+    for kind, sec in (("score", 1.0), ("score", 1.0), ("sd", 2.0), ("lr", 0.5)):
+        st.observe_round_kind(kind, sec)
+    row = summarize_method([{"problem": "p", "correct": True, "finish": "eos", "wall_s": 5.0, "stats": st.to_dict()}], None)
+    kinds = row["round_kinds"]
+    assert kinds["score"]["share"] == 0.5 and kinds["sd"]["rounds"] == 1 and kinds["lr"]["time_share"] == pytest.approx(0.5 / 4.5)
+    assert row["target_split_s"] == {"prefill": 1.0, "steps": 2.0}
+    assert _split4(row) == "22 / 22 / 44 / 11"  # of 1 + 1 + 2 + 0.5 s

@@ -245,6 +245,32 @@ def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_pat
     assert summary.methods["adaptive"]["predicted_speedup"] is None
 
 
+def test_adaptive_rows_over_round_kinds_report_each_kinds_share_and_the_prefill_time(data_file, tmp_path):
+    """adaptive/score picks score rounds or SD alone per round, adaptive/lr+score any kind, on
+    the real engine; the summary splits rounds by kind and the report shows it."""
+    cfg = make_cfg(data_file, tmp_path / "kinds")
+    cfg.options.limit = 2
+    cfg.options.methods = "score+sd,adaptive/score,adaptive/lr+score"
+    cfg.models.controller = "bandit"
+    cfg.models.verifier = "target_logprob"
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"c1": 0.1, "c2": 0.3, "batch_cost": [1.0, 1.9, 2.8, 3.7, 4.6, 5.5, 6.4],
+                                   "prefill": {"overhead_tokens": 0.5, "ratio_per_token": {"16": 0.01}}}))
+    cfg.options.profile = str(profile)
+    summary = run(cfg)
+    rows = summary.methods
+    for label in ("score+sd", "adaptive/score", "adaptive/lr+score"):
+        kinds = rows[label]["round_kinds"]
+        assert sum(k["rounds"] for k in kinds.values()) == rows[label]["rounds"] > 0
+    assert rows["adaptive/score"]["round_kinds"]["lr"]["rounds"] == 0  # score rounds or SD alone only
+    assert rows["score+sd"]["round_kinds"]["score"]["share"] == 1.0 and rows["score+sd"]["target_split_s"]["prefill"] > 0
+    assert "## Round kinds" in (tmp_path / "kinds" / "report.md").read_text()
+    with pytest.raises(ConfigError, match="cannot pick the kind of a round"):
+        cfg.models.controller = "grid-ucb"
+        cfg.options.out = str(tmp_path / "kinds2")
+        run(cfg)
+
+
 def test_adaptive_without_a_controller_is_refused(data_file, tmp_path):
     cfg = make_cfg(data_file, tmp_path / "nocontrol")
     cfg.options.methods = "adaptive"

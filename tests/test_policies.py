@@ -271,3 +271,30 @@ def test_price_on_engine_tells_a_controller_the_engines_draft_count():
     assert ctl.engine_drafts == 6
     assert price_on_engine(BanditController(), SimpleNamespace()).engine_drafts == 0
     assert price_on_engine(None, SimpleNamespace()) is None
+
+
+def test_the_bandit_runs_each_arm_as_the_round_kind_the_speedup_model_prices_higher():
+    from lrtune.policies.bandit import BanditController
+    from lrtune.speedup import h, h_score
+
+    cheap = {"overhead_tokens": 1.0, "per_token": 0.02, "step_tokens": 40.0}
+    b = [1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4]  # b(n) = b[n - 1]: a batch of rows is far from free (CPU)
+    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), c1=0.4, c2=0.4, batch_cost=b,
+                           round_kinds=("lr", "score"), prefill=cheap)
+    a1, a2 = 0.9, 0.8
+    g1, g2 = ctl._value(a1, a2)
+    assert ctl.round_kind() == "score" and g1 > 0
+    assert h_score(g1, g2, a1, 0.4, ctl.prefill_cost(g1), a2, 0.4) > h(g1, g2, a1, 0.4, a2, 0.4, b)
+    ctl.round_kinds = ("lr",)  # LR only: never score
+    ctl._value(a1, a2)
+    assert ctl.round_kind() == "lr"
+    assert ctl.prefill_cost(2) == pytest.approx((1.0 + 0.02 * 2 * 40) / 40)  # P(γ1) = (o + π·γ1·L) / L
+    with pytest.raises(ConfigError, match="round kinds"):
+        ctl.round_kinds = ("tree",)
+
+
+def test_with_a_low_step_acceptance_the_bandit_falls_back_to_sd_alone_whatever_the_round_kinds():
+    from lrtune.policies.bandit import BanditController
+
+    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), c1=0.4, c2=0.4, round_kinds=("lr", "score"))
+    assert ctl._value(0.05, 0.8)[0] == 0

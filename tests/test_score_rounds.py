@@ -84,3 +84,83 @@ def test_a_verifier_that_compares_two_steps_is_refused_for_score_rounds(spec):
 def test_score_rounds_run_one_branch():
     with pytest.raises(ConfigError, match="one branch"):
         DecodeConfig(method="lr", schedule="score", width=2).validate()
+
+
+class _Alternating:
+    """A controller that runs lr, score and SD-only (γ1 = 0, one step) rounds in turn."""
+
+    def __init__(self):
+        from lrtune.control import Bounds
+
+        self.bounds, self.round_kinds, self.t, self.seen = Bounds(), ("lr", "score"), 0, []
+
+    def choose(self, problem, state):
+        self.t += 1
+        return (0, 2) if self.t % 3 == 0 else (3, 2)
+
+    def round_kind(self):
+        return "lr" if self.t % 3 == 1 else "score"
+
+    def horizon(self):
+        return 6
+
+    def update(self, outcome):
+        self.seen.append(outcome.extra["kind"])
+
+
+@pytest.mark.parametrize("spec", ["never", "target_logprob"])
+def test_a_controller_picking_the_round_kind_per_round_keeps_the_target_greedy_output_and_counts_each_kind(spec):
+    target, draft = FakeBackend(chain(3)), FakeBackend([t if i % 5 else (t + 1) % 50 for i, t in enumerate(chain(3))])
+    cfg = DecodeConfig(method="lr+sd", gamma1=3, gamma2=2, max_new_tokens=60, max_step_tokens=6)
+    dec = LookaheadDecoder(target, draft, make_verifier(spec), cfg)
+    for p in PROMPTS:
+        ctl = _Alternating()
+        target.row_params.clear()
+        res, stats = dec.decode(p, controller=ctl)
+        if spec == "never":
+            assert res.token_ids == target_only(target, p, 60)
+        assert stats.rounds == stats.lr_rounds + stats.score_rounds + stats.sd_rounds
+        assert stats.lr_rounds and stats.score_rounds and stats.sd_rounds and len(set(ctl.seen)) == 3
+        prefills = [q for call in target.row_params for q in call if q.score_from is not None and q.max_tokens == 1]
+        assert len(prefills) == stats.score_rounds  # score rounds prefill their chain; lr rounds do not
+    ctl = _Alternating()  # batched with per-slot kinds equals each prompt alone
+    outs, _ = dec.decode_many(PROMPTS, cfg, max_concurrent=3, controller=ctl)
+    assert [o.result.token_ids for o in outs] == [dec.decode(p, controller=_Alternating())[0].token_ids for p in PROMPTS]
+
+
+def test_a_controller_that_may_pick_score_rounds_needs_a_one_sided_verifier():
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(4))
+    dec = LookaheadDecoder(target, draft, make_verifier("exact"), DecodeConfig(method="lr", gamma1=2, max_new_tokens=20))
+    with pytest.raises(ConfigError, match="judges draft steps without a target step"):
+        dec.decode(PROMPTS[0], controller=_Alternating())
+
+
+def test_a_round_kind_other_than_lr_or_score_is_refused():
+    class Bad(_Alternating):
+        def round_kind(self):
+            return "tree"
+
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(4))
+    dec = LookaheadDecoder(target, draft, make_verifier("never"), DecodeConfig(method="lr", gamma1=2, max_new_tokens=20))
+    with pytest.raises(ConfigError, match="round kind 'tree'"):
+        dec.decode(PROMPTS[0], controller=Bad())
+
+
+@pytest.mark.parametrize("schedule", ["sync", "score"])
+def test_draft_stop_ends_a_chain_after_a_step_the_draft_doubts_and_keeps_the_target_greedy_output(schedule):
+    """The fake draft gives each of its tokens log 0.8 = −0.22 nats: a threshold above that
+    doubts every step (chains of one step), one below it none."""
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(8))
+    for stop, longest in ((-0.1, 1), (-1.0, 3)):
+        cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule=schedule, draft_stop=stop)
+        for p in PROMPTS:
+            rounds = []
+            res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)
+            assert res.token_ids == target_only(target, p, 40)
+            assert max(len(r.drafts) for r in rounds) == longest
+            assert (stats.draft_stops > 0) == (longest == 1)
+
+
+def test_draft_stop_is_refused_for_async_rounds():
+    with pytest.raises(ConfigError, match="--draft-stop"):
+        DecodeConfig(method="lr", schedule="async", draft_stop=-1.0).validate()

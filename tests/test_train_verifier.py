@@ -591,3 +591,63 @@ def test_features_student_without_scored_pairs_keeps_the_text_features_and_needs
     meta = run(_cfg(tmp_path, pair_dir, "features"))
     assert not any(n.startswith("draft_target_") for n in meta["features"])
     assert not distilled.load(tmp_path / "features").uses_draft_scores
+
+
+def _scored_rows(seed: int = 5) -> list[dict]:
+    """Pairs whose label only the target's likelihood of the draft step explains; half the
+    accepted pairs are copies of the target step (what a two-sided shortcut would score 1)."""
+    rng = random.Random(seed)
+    rows = _synthetic_rows(n_problems=12, seed=seed)
+    for r in rows:
+        r["label"] = rng.random() < 0.5
+        r["teacher_score"] = 0.9 if r["label"] else 0.1
+        r["draft_step"] = r["target_step"] if r["label"] and rng.random() < 0.5 else r["target_step"].replace("so", "thus")
+        mean = rng.uniform(-0.4, -0.05) if r["label"] else rng.uniform(-3.0, -1.2)
+        r.update(draft_target_mean_logprob=mean, draft_target_min_logprob=mean - 1.0,
+                 draft_target_argmax_share=0.9 if r["label"] else 0.4, draft_target_scored_tokens=12)
+    return rows
+
+
+def test_router_trains_on_one_sided_features_only_and_judges_a_draft_step_without_the_target_step(tmp_path):
+    from lrtune.score_round import check_one_sided
+    from lrtune.train.verifier import run
+    from lrtune.verifiers.base import DraftScores
+    from lrtune.verifiers.features import ONE_SIDED_FEATURES
+
+    meta = run(_cfg(tmp_path, write_pairs(tmp_path / "scored", _scored_rows()), "router"))
+    assert meta["kind"] == "router" and set(meta["features"]) <= set(ONE_SIDED_FEATURES)
+    assert "draft_target_min_logprob" in meta["features"] and "embedding_cosine" not in meta["features"]
+    assert meta["metrics"]["test"]["auroc"] > 0.9
+    bars = meta["metrics"]["baselines_test"]  # the one-sided training-free bars, not the two-sided ones
+    assert {"target_logprob@0.5", "target_logprob(min)@0.05"} <= set(bars) and "exact" not in bars
+    v = make_verifier(str(tmp_path / "router"))
+    check_one_sided(v)  # score rounds take it
+    assert v.one_sided and v.uses_draft_scores and v.name == "distilled:router"
+    s = DraftScores(-2.0, -3.0, 0.4, 10)
+    same, other, blank = v.score([StepPair("ctx", "x = 5", "x = 5", s), StepPair("ctx", "x = 5", "x = 7", s),
+                                  StepPair("ctx", "x = 5", "", s)])
+    assert same == other == blank < 1.0  # a copy of the target step earns nothing: the router never reads it
+
+
+def test_a_features_student_is_one_sided_exactly_when_it_reads_no_feature_of_the_target_step(tmp_path):
+    from lrtune.train.verifier import run
+    from lrtune.verifiers.features import FEATURE_NAMES, ONE_SIDED_FEATURES
+
+    d = write_pairs(tmp_path / "scored", _scored_rows())
+    run(_cfg(tmp_path, d, "features"))
+    assert not distilled.load(tmp_path / "features").one_sided
+    two_sided = ",".join(n for n in FEATURE_NAMES if n not in ONE_SIDED_FEATURES)
+    run(_cfg(tmp_path, d, "forest", drop_features=two_sided))
+    assert distilled.load(tmp_path / "forest").one_sided
+
+
+def test_a_router_checkpoint_listing_a_two_sided_feature_is_refused_in_one_line(tmp_path):
+    from lrtune.train.verifier import run
+
+    run(_cfg(tmp_path, write_pairs(tmp_path / "scored", _scored_rows()), "router"))
+    meta_file = tmp_path / "router" / distilled.META
+    meta = json.loads(meta_file.read_text())
+    meta["features"][0] = "word_jaccard"
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="one-sided features only.*word_jaccard"):
+        distilled.load(tmp_path / "router")

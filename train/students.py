@@ -3,6 +3,8 @@ on validation AUROC, write the checkpoint files (weights, tokenizer) into a dire
 
 * ``features``: logistic regression (scikit-learn) on the cheap pair features; C chosen
   on validation AUROC. Weights stored as safetensors (standardisation + coefficients).
+* ``router``: the ``features`` fit on the one-sided features only (no target step), for
+  score rounds.
 * ``forest``: a random forest (scikit-learn) on the same features; leaf size chosen on
   validation AUROC; the trees stored as flat safetensors arrays (no pickle).
 * ``cross-encoder``: a sentence encoder + 1-logit head with a PEFT LoRA adapter, trained
@@ -154,9 +156,13 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
 
 
 def student_features(train: Sequence[PairExample], cfg) -> tuple[str, ...]:
-    """The features a features/forest student trains on: :func:`feature_names` less
-    ``--drop-features``; ConfigError when none remains."""
-    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features)
+    """The features a features/forest/router student trains on: :func:`feature_names` less
+    ``--drop-features`` (a router: those of :data:`~lrtune.verifiers.features.ONE_SIDED_FEATURES`
+    only); ConfigError when none remains."""
+    from lrtune.verifiers.features import ONE_SIDED_FEATURES
+
+    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features
+                  and (cfg.student != "router" or n in ONE_SIDED_FEATURES))
     if not names:
         raise ConfigError(f"--drop-features leaves no feature to train on (this data offers "
                           f"{', '.join(feature_names(train))}); keep at least one")
@@ -507,7 +513,7 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
 
 
 FITTERS: dict[str, Callable] = {"features": fit_features, "forest": fit_forest, "cross-encoder": fit_cross_encoder,
-                                "lm-judge": fit_lm_judge}
+                                "lm-judge": fit_lm_judge, "router": fit_features}  # router: fit_features on one-sided features
 
 
 def score_pairs(verifier, pairs: Sequence[StepPair], batch_size: int = 64) -> list[float]:

@@ -106,7 +106,8 @@ class CalibrationOptions:
     latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
 
 
-StudentKind = Literal["cross-encoder", "lm-judge", "features", "forest"]  # distilled.STUDENT_KINDS (a test holds them equal)
+FEATURE_STUDENTS = ("features", "forest", "router")  # the students over the cheap pair features
+StudentKind = Literal["cross-encoder", "lm-judge", "features", "forest", "router"]  # distilled.STUDENT_KINDS (a test holds them equal)
 
 
 @dataclass
@@ -118,7 +119,7 @@ class TrainVerifierConfig:
 
     data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
     out: Text = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
-    student: StudentKind = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest"})
+    student: StudentKind = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest | router (one-sided: judges a draft step without the target's, for --schedule score)"})
     split: SplitOptions = field(default_factory=SplitOptions, metadata={"prefix": ""})
     neural: NeuralOptions = field(default_factory=NeuralOptions, metadata={"prefix": ""})
     feature: FeatureOptions = field(default_factory=FeatureOptions, metadata={"prefix": ""})
@@ -138,8 +139,8 @@ class TrainVerifierConfig:
         if self.feature.drop_features:
             from lrtune.verifiers.features import FEATURE_NAMES
 
-            if self.student not in ("features", "forest"):
-                raise ConfigError("--drop-features applies to the features and forest students only")
+            if self.student not in FEATURE_STUDENTS:
+                raise ConfigError("--drop-features applies to the features, forest and router students only")
             unknown = sorted(set(self.dropped_features) - set(FEATURE_NAMES))
             if unknown:
                 raise ConfigError(f"--drop-features: unknown feature(s) {', '.join(unknown)}; "
@@ -273,24 +274,34 @@ def brier(scores, labels) -> float | None:
     return float(brier_score_loss([y for _, y in kept], [s for s, _ in kept])) if kept else None
 
 
-def cheap_baselines(test, seed: int = 0) -> dict:
+def cheap_baselines(test, seed: int = 0, one_sided: bool = False) -> dict:
     """Agreement of the embedding (collect's cosine, threshold 0.95) and exact verifiers
-    with the teacher on the test split: the bar a student must clear."""
+    with the teacher on the test split: the bar a student must clear. ``one_sided`` (a router):
+    the training-free verifiers that need no target step instead, ``target_logprob`` and its
+    ``min`` form, scored as score rounds see a pair (target step blank, so no copy scores 1)."""
     out = {}
     cos = [e.embedding_cosine for e in test]
-    if all(c is not None for c in cos):
+    if not one_sided and all(c is not None for c in cos):
         out["embedding@0.95"] = agreement_with_intervals(cos, test, 0.95, seed)
     ex = [e.exact_match for e in test]
-    if all(x is not None for x in ex):
+    if not one_sided and all(x is not None for x in ex):
         out["exact"] = agreement_with_intervals([float(x) for x in ex], test, 0.5, seed)
     if test and any(e.pair.draft_scores is not None for e in test):
         # the training-free bar: the target's own likelihood of the draft step (recorded by collect)
         from lrtune.verifiers import make_verifier
 
-        v = make_verifier("target_logprob")
-        out[f"target_logprob@{v.threshold:g}"] = agreement_with_intervals(v.score([e.pair for e in test]), test,
-                                                                            v.threshold, seed)
+        pairs = [one_sided_view(e.pair) if one_sided else e.pair for e in test]
+        for spec in ("target_logprob", "target_logprob(min)") if one_sided else ("target_logprob",):
+            v = make_verifier(spec)
+            out[f"{spec}@{v.threshold:g}"] = agreement_with_intervals(v.score(pairs), test, v.threshold, seed)
     return out
+
+
+def one_sided_view(pair):
+    """``pair`` as a score round shows it to a verifier: the target step left blank."""
+    from dataclasses import replace
+
+    return replace(pair, target="")
 
 
 def check_trainable(train, min_pairs: int) -> None:
@@ -335,7 +346,7 @@ def run(cfg: TrainVerifierConfig) -> dict:
 def check_inputs(cfg: TrainVerifierConfig, examples, train, val) -> None:
     """Before ``--out`` is touched: a features/forest student has a feature left and finite
     values in it; a cross-encoder / lm-judge state to resume from was trained like this run."""
-    if cfg.student in ("features", "forest"):
+    if cfg.student in FEATURE_STUDENTS:
         students.check_finite(examples, students.student_features(train, cfg))
     elif cfg.neural.resume:
         students.check_state(students.state_dir(Path(cfg.out).expanduser()), students.state_key(train, val, cfg))
@@ -392,7 +403,7 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
     meta.update(threshold=calib["threshold"], calibration=calib, data={
         "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "template", "seed": cfg.split.seed},
-        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.split.seed), "train_seconds": train_s},
+        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.split.seed, one_sided=cfg.student == "router"), "train_seconds": train_s},
         training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE})
     write_atomic(out / "README.md", model_card(meta))
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done

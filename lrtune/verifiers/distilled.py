@@ -12,6 +12,8 @@ A checkpoint is a directory::
     kind "features":       features.safetensors (standardisation and logistic weights)
     kind "forest":         forest.safetensors (feature means and the trees' flat arrays,
                            see lrtune.verifiers.trees)
+    kind "router":         features.safetensors, over one-sided features only (no target
+                           step: score rounds, ``--schedule score``)
 
 ``load(path)`` validates the metadata, refuses any pickle-capable file, and returns a
 :class:`~lrtune.verifiers.base.Verifier` whose ``score`` is in [0, 1] and whose
@@ -30,7 +32,7 @@ from lrtune.verifiers.base import StepPair, score_pairs
 META = "lrtune_verifier.json"
 FORMAT = "lrtune-verifier"
 VERSION = 1
-STUDENT_KINDS = ("cross-encoder", "lm-judge", "features", "forest")
+STUDENT_KINDS = ("cross-encoder", "lm-judge", "features", "forest", "router")
 # Files that torch/joblib/pickle would unpickle on load: a checkpoint may hold none of them.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".sav")
 _REQUIRED = {
@@ -38,6 +40,7 @@ _REQUIRED = {
     "lm-judge": ("adapter_config.json", "adapter_model.safetensors"),
     "features": ("features.safetensors",),
     "forest": ("forest.safetensors",),
+    "router": ("features.safetensors",),
 }
 ENCODERS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
 
@@ -109,7 +112,7 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     cls = {"cross-encoder": CrossEncoderVerifier, "lm-judge": LMJudgeStudent, "features": FeatureVerifier,
-           "forest": ForestVerifier}[meta["kind"]]
+           "forest": ForestVerifier, "router": RouterVerifier}[meta["kind"]]
     v = cls(root, meta, device=device)
     if threshold is not None:
         v.threshold = threshold
@@ -296,7 +299,7 @@ class _FeatureStudent:
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         from safetensors.numpy import load_file
 
-        from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, TEXT_FEATURES
+        from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, ONE_SIDED_FEATURES, TEXT_FEATURES
 
         self.meta = meta
         self.threshold = float(meta["threshold"])
@@ -317,6 +320,8 @@ class _FeatureStudent:
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
         # a checkpoint trained with the target's likelihood features needs the decoder to score drafts
         self.uses_draft_scores = any(n in LIKELIHOOD_FEATURES for n in self.feature_names)
+        # a student that reads no feature of the target step can judge a draft step alone
+        self.one_sided = set(self.feature_names) <= set(ONE_SIDED_FEATURES)
         self._encoder = None
         if "embedding_cosine" in self.feature_names:
             from lrtune.verifiers.embedding import EmbeddingVerifier
@@ -366,6 +371,27 @@ class FeatureVerifier(_FeatureStudent):
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
         z = ((self.features(pairs) - self.mean) / self.scale) @ self.coef + self.intercept
         return [1.0 / (1.0 + math.exp(-float(v))) for v in z]
+
+
+class RouterVerifier(FeatureVerifier):
+    """The one-sided student (``--student router``): logistic regression on
+    :data:`~lrtune.verifiers.features.ONE_SIDED_FEATURES` only, score = σ(w·(x − μ)/s + b)
+    with x the draft step's likelihoods under the target and the draft, its length, arithmetic
+    and the problem kind. It never reads the target step, not even to score a copy of it 1
+    (score rounds have none), so its figures on collected pairs are the ones it earns there."""
+
+    name = "distilled:router"
+
+    def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
+        super().__init__(root, meta, device)
+        if not self.one_sided:
+            from lrtune.verifiers.features import ONE_SIDED_FEATURES
+
+            raise ConfigError(f"{root}: a router reads one-sided features only ({', '.join(ONE_SIDED_FEATURES)}); "
+                              f"its checkpoint lists {', '.join(sorted(set(self.feature_names) - set(ONE_SIDED_FEATURES)))}")
+
+    def score(self, pairs: Sequence[StepPair]) -> list[float]:
+        return self._model_score(pairs) if pairs else []
 
 
 class ForestVerifier(_FeatureStudent):

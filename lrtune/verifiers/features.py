@@ -51,6 +51,9 @@ CHECK_FEATURES = (
     "num_precision",       # share of the draft's numbers that the target also states (1 when it has none)
 )
 FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES, *CHECK_FEATURES)
+# what a verifier can read without the target's own step (score rounds): the draft step, its
+# context and the likelihoods; a student trained on these alone is one-sided (``--student router``)
+ONE_SIDED_FEATURES = ("log_len_draft", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES, "draft_arith_wrong")
 
 
 def numbers(text: str) -> list[float]:
