@@ -34,8 +34,18 @@ class _Engines:
     def verifier(self, spec: MethodSpec):
         return self.verifiers[spec.verifier]
 
+    kinds: dict = dataclasses.field(default_factory=dict)  # (controller, round kinds) -> its copy that picks them
+
     def controller_for(self, spec: MethodSpec):
-        return self.controllers[spec.controller] if spec.controller else self.controller
+        """The spec's controller; an ``adaptive/score`` or ``adaptive/lr+score`` row gets one copy
+        for the whole run that may pick those kinds (so state it carries across problems stays)."""
+        ctl = self.controllers[spec.controller] if spec.controller else self.controller
+        if spec.control != "adaptive" or ctl is None:
+            return ctl
+        key = (spec.controller, spec.round_kinds)
+        if key not in self.kinds:
+            self.kinds[key] = with_round_kinds(ctl, spec.round_kinds)
+        return self.kinds[key]
 
 
 def _uses_draft(cfg: EvalConfig, specs) -> bool:
@@ -299,8 +309,7 @@ def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
 
     dcfg = spec.decode_config(cfg.decode)
     if spec.control == "adaptive":
-        return dcfg, {"controller": with_round_kinds(ctl, spec.round_kinds),
-                      "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
+        return dcfg, {"controller": ctl, "problem": ProblemInfo(prob.id, task.prompt(prob), task=cfg.options.task)}
     if spec.control == "best-fixed":
         g1, g2 = getattr(ctl, "best_fixed", None) or (cfg.decode.gamma1, cfg.decode.gamma2)
         return _fixed_depths(dcfg, g1, g2), {}

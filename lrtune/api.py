@@ -54,7 +54,7 @@ class ModelConfig:
     judge_gpu_share: Share | None = field(default=None, metadata={"help": "GPU memory share of the --judge-model engine (default: by weight size)"})
     enforce_eager: bool | None = field(default=None, metadata={"help": "vLLM eager mode (no CUDA graphs); default: on for CPU, off for GPU"})
     max_num_batched_tokens: Annotated[int, Interval(ge=16, le=10_000_000)] | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
-    controller: Text | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | grid-ucb | a "
+    controller: Text | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | bandit-pooled | grid-ucb | a "
                                                                     "directory from lrtune train controller (sync LR)"})
     shared_engine: bool = field(default=True, metadata={"help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of the target (saves the target's weights in RAM; vLLM, draft-model SD)"})
     cache_dir: Text | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
@@ -145,7 +145,7 @@ def price_from_profile(controller, path: str):
         ratios = [float(v) for v in pre["ratio_per_token"].values()]
         controller.prefill = {**controller.prefill, "overhead_tokens": float(pre["overhead_tokens"]),
                               "per_token": sum(ratios) / len(ratios)}
-    if getattr(controller, "name", "") == "bandit" and {"c1", "c2", "batch_cost"} <= set(prof):
+    if type(controller).__name__ == "BanditController" and {"c1", "c2", "batch_cost"} <= set(prof):
         controller.c1, controller.c2 = float(prof["c1"]), float(prof["c2"])
         controller.batch_cost = [float(x) for x in prof["batch_cost"]]  # b(n) = batch_cost[n - 1]
     return controller

@@ -334,6 +334,8 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024, 
             if cgroup is not None:
                 cgroup.kill()
         reader.join(timeout=5)
+        if not reader.is_alive():  # the pipe is ours to close (else a ResourceWarning when proc is collected)
+            proc.stdout.close()
         seconds = time.perf_counter() - t0
         text = reader.text()
         lines = text.rstrip("\n").rsplit("\n", 1)

@@ -1,7 +1,8 @@
 """Controllers that pick (γ1, γ2) per round (protocol: :mod:`lrtune.control`).
 
 ``fixed`` · ``heuristic`` (grow on full acceptance, shrink on rejection) · ``bandit``
-(Beta posteriors + the speedup model) · ``grid-ucb`` (model-free UCB1 over the (γ1, γ2)
+(Beta posteriors + the speedup model) · ``bandit-pooled`` (the bandit, its posterior carried
+from problem to problem) · ``grid-ucb`` (model-free UCB1 over the (γ1, γ2)
 grid, rewarded by measured throughput) · ``learned`` (a fitted per-problem α predictor as
 the bandit's prior; see :mod:`lrtune.policies.learned`).
 """
@@ -16,7 +17,7 @@ from lrtune.policies.fixed import FixedController
 from lrtune.policies.grid_ucb import GridUCBController
 from lrtune.policies.heuristic import HeuristicController
 
-POLICIES = ("fixed", "heuristic", "bandit", "grid-ucb")
+POLICIES = ("fixed", "heuristic", "bandit", "bandit-pooled", "grid-ucb")
 
 __all__ = ["BanditController", "FixedController", "GridUCBController", "HeuristicController", "POLICIES",
            "make_controller"]
@@ -29,8 +30,8 @@ def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Boun
         return FixedController(gamma1, gamma2, bounds)
     if name == "heuristic":
         return HeuristicController(gamma1, gamma2, bounds)
-    if name == "bandit":
-        return BanditController(bounds, c1=c1, c2=c2, batch_cost=batch_cost, seed=seed)
+    if name in ("bandit", "bandit-pooled"):
+        return BanditController(bounds, c1=c1, c2=c2, batch_cost=batch_cost, seed=seed, pooled=name == "bandit-pooled")
     if name == "grid-ucb":
         return GridUCBController(bounds)
     raise ConfigError(f"unknown controller policy {name!r}; choose from {', '.join(POLICIES)} or a controller directory")

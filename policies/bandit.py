@@ -18,6 +18,11 @@ P(γ1) = (o + π·γ1·L) / L target steps: call overhead o and π per token fro
 profile``, L tokens per step); each arm is run as the kind that prices it higher, and
 :meth:`round_kind` tells the decoder which. α1 is shared: the same verifier judges both.
 
+``bandit-pooled`` (``pooled=True``): a new problem starts from the posterior the problems
+before it left, shrunk to at most ``pool_strength`` (16) pseudo-observations per α, instead of
+the flat prior. An answer of a few hundred tokens holds only a handful of rounds, too few for a
+flat prior to learn what this verifier accepts; pooled, the controller learns it over the run.
+
 γ1 = 0 rounds teach nothing about α1. When even an optimistic α1 (the posterior's 95%
 quantile) would not make any γ1 > 0 arm beat the best γ1 = 0 arm under h, there is nothing to
 learn and the round runs to the end of the answer; otherwise the k-th consecutive γ1 = 0
@@ -45,7 +50,7 @@ class BanditController:
                  batch_cost=None,
                  prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
                  seed: int = 0, horizon_tokens: int = 64, round_kinds: tuple[str, ...] = ("lr",),
-                 prefill: dict | None = None) -> None:
+                 prefill: dict | None = None, pooled: bool = False, pool_strength: float = 16.0) -> None:
         if mode not in ("thompson", "ucb"):
             raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
         self.bounds = bounds or Bounds()
@@ -56,6 +61,7 @@ class BanditController:
         if horizon_tokens < 1:
             raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
         self.horizon_tokens = horizon_tokens
+        self.pooled, self.pool_strength = pooled, float(pool_strength)
         self.round_kinds = round_kinds
         self.prefill = dict(prefill or DEFAULT_PREFILL)
         self._kind = round_kinds[0]  # the kind of the arm chosen last
@@ -155,8 +161,17 @@ class BanditController:
         return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
 
     def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:
-        """The prior of a new problem (a learned controller overrides this)."""
-        return self.prior
+        """The prior of a new problem (a learned controller overrides this): ``prior``, or with
+        ``pooled`` the posterior the problems before it left, each Beta shrunk to at most
+        ``pool_strength`` pseudo-observations (a + b) so that the new problem's own rounds
+        still move it."""
+        if not self.pooled:
+            return self.prior
+        out = []
+        for a, b in (self.post[:2], self.post[2:]):
+            k = min(1.0, self.pool_strength / (a + b))
+            out += [a * k, b * k]
+        return tuple(out)
 
     def update(self, o: RoundOutcome) -> None:
         acc, rej = o.step_successes

@@ -282,3 +282,16 @@ def test_the_summary_splits_rounds_by_kind_and_the_target_time_into_prefills_and
     assert kinds["score"]["share"] == 0.5 and kinds["sd"]["rounds"] == 1 and kinds["lr"]["time_share"] == pytest.approx(0.5 / 4.5)
     assert row["target_split_s"] == {"prefill": 1.0, "steps": 2.0}
     assert _split4(row) == "22 / 22 / 44 / 11"  # of 1 + 1 + 2 + 0.5 s
+
+
+def test_an_adaptive_row_that_picks_round_kinds_keeps_one_controller_for_the_whole_run():
+    from lrtune.eval.loops import _Engines
+    from lrtune.eval.methods import parse_method
+    from lrtune.policies import make_controller
+
+    run_ctl = make_controller("bandit-pooled")
+    eng = _Engines(dec=None, controller=run_ctl, verifiers={})
+    score, lr = parse_method("adaptive/score", 3, 4), parse_method("adaptive", 3, 4)
+    first = eng.controller_for(score)
+    assert first is eng.controller_for(score) and first is not run_ctl and first.round_kinds == ("score",)
+    assert eng.controller_for(lr) is run_ctl and first.pooled  # the copy keeps the policy's settings

@@ -298,3 +298,18 @@ def test_with_a_low_step_acceptance_the_bandit_falls_back_to_sd_alone_whatever_t
 
     ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), c1=0.4, c2=0.4, round_kinds=("lr", "score"))
     assert ctl._value(0.05, 0.8)[0] == 0
+
+
+def test_bandit_pooled_starts_a_new_problem_from_the_shrunk_posterior_of_the_ones_before():
+    from lrtune.policies import make_controller
+
+    plain, pooled = make_controller("bandit"), make_controller("bandit-pooled")
+    for ctl in (plain, pooled):
+        ctl.choose(ProblemInfo("a"), ControlState(0, 0, 100))
+        for _ in range(20):  # the verifier rejects every step of problem a
+            ctl.update(RoundOutcome(gamma1=3, gamma2=0, verdicts=(False, False, False)))
+        ctl.choose(ProblemInfo("b"), ControlState(0, 0, 100))
+    assert plain.post == [1.0, 1.0, 1.0, 1.0]  # per problem: the flat prior again
+    a1, b1 = pooled.post[:2]
+    assert a1 + b1 == pytest.approx(16.0) and a1 / (a1 + b1) == pytest.approx(1 / 62)  # Beta(1, 61) shrunk to 16
+    assert pooled.post[2:] == [1.0, 1.0]  # no SD evidence: α2 keeps its prior

@@ -210,3 +210,14 @@ def test_without_isolation_generated_code_is_refused_unless_the_caller_opts_in(m
         sandbox.require_isolation(False)
     res = run_python("print(1)\n", unsafe_exec=True)
     assert res.passed and res.isolated is False
+
+
+def test_a_run_closes_the_output_pipe_it_opened():
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert run_python("print('ok')").status == "passed"
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
