@@ -1,0 +1,49 @@
+"""What step acceptance a score round needs to beat SD, from a measured profile (pure model).
+
+For each α1 on a grid: the best score round over γ1 = 1..6 at γ2 = 4, h_score(γ1, 4; α1, c1,
+P(γ1), α2, c2) with P(γ1) = (o + π·γ1·L)/L (o, π from the profile's prefill, L tokens per step),
+divided by SD alone, g(4; α2, c2). Writes the table and the smallest α1 whose ratio is >= 1.10.
+
+    python -m benchmarks.score_bound --profile benchmarks/demo/default/profile.json --alpha2 0.93 \\
+        --step-tokens 60 --out benchmarks/score_rounds/score_bound.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--profile", required=True, help="an lrtune profile JSON with c1, c2 and prefill")
+    p.add_argument("--alpha2", type=float, required=True, help="token acceptance α2 (e.g. an evaluate run's sd row)")
+    p.add_argument("--step-tokens", type=float, default=60.0, help="L: tokens per draft step")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    return p
+
+
+def main(args) -> int:
+    from lrtune.speedup import g, h_score
+
+    prof = json.loads(Path(args.profile).read_text())
+    c1, c2, pre = prof["c1"], prof["c2"], prof["prefill"]
+    pi = sum(pre["ratio_per_token"].values()) / len(pre["ratio_per_token"])
+    sd = g(args.alpha2, c2, 4)
+    rows = []
+    for a1 in [x / 100 for x in range(50, 100, 2)]:
+        best = max((h_score(k, 4, a1, c1, (pre["overhead_tokens"] + pi * k * args.step_tokens) / args.step_tokens,
+                            args.alpha2, c2), k) for k in range(1, 7))
+        rows.append({"alpha1": a1, "best_gamma1": best[1], "score_speedup": best[0], "over_sd": best[0] / sd})
+    need = next((r["alpha1"] for r in rows if r["over_sd"] >= 1.10), None)
+    out = {"profile": args.profile, "c1": c1, "c2": c2, "alpha2": args.alpha2, "sd_speedup": sd,
+           "prefill_overhead_tokens": pre["overhead_tokens"], "prefill_per_token": pi, "step_tokens": args.step_tokens,
+           "alpha1_for_1.10x_sd": need, "rows": rows}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"a score round beats SD by 10% from α1 = {need}; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(make_parser().parse_args()))
