@@ -145,7 +145,9 @@ def price_from_profile(controller, path: str):
         ratios = [float(v) for v in pre["ratio_per_token"].values()]
         controller.prefill = {**controller.prefill, "overhead_tokens": float(pre["overhead_tokens"]),
                               "per_token": sum(ratios) / len(ratios)}
-    if type(controller).__name__ == "BanditController" and {"c1", "c2", "batch_cost"} <= set(prof):
+    from lrtune.policies.bandit import BanditController
+
+    if type(controller) is BanditController and {"c1", "c2", "batch_cost"} <= set(prof):  # not a learned one
         controller.c1, controller.c2 = float(prof["c1"]), float(prof["c2"])
         controller.batch_cost = [float(x) for x in prof["batch_cost"]]  # b(n) = batch_cost[n - 1]
     return controller
