@@ -123,10 +123,16 @@ def price_on_engine(controller, target):
     """``controller``, told how many draft tokens ``target``'s SD engine proposes per pass
     whatever γ2 a round asks for (a vLLM engine shared by every γ2 ≤ its own cuts drafts per
     request, so a smaller γ2 verifies fewer tokens but pays for them all): its speedup model
-    then prices each γ2 on that engine. Controllers without a speedup model pass through."""
+    then prices each γ2 on that engine, and its bounds stop at the engine's γ2 (a larger one would
+    start another engine mid-decode). Controllers without a speedup model pass through."""
     drafts = getattr(getattr(target, "config", None), "shared_spec_tokens", 0) or 0
     if controller is not None and hasattr(controller, "engine_drafts"):
         controller.engine_drafts = int(drafts)
+    bounds = getattr(controller, "bounds", None)
+    if drafts and bounds is not None and bounds.gamma2_max > drafts:
+        # a γ2 above the shared engine's would start another engine (a whole target + drafter,
+        # gigabytes, tens of seconds) mid-decode: the controller picks within the engine
+        controller.bounds = replace(bounds, gamma2_max=int(drafts), gamma2_min=min(bounds.gamma2_min, int(drafts)))
     return controller
 
 

@@ -295,3 +295,16 @@ def test_an_adaptive_row_that_picks_round_kinds_keeps_one_controller_for_the_who
     first = eng.controller_for(score)
     assert first is eng.controller_for(score) and first is not run_ctl and first.round_kinds == ("score",)
     assert eng.controller_for(lr) is run_ctl and first.pooled  # the copy keeps the policy's settings
+
+
+def test_a_controller_on_a_shared_sd_engine_never_picks_a_gamma2_that_would_start_another_engine():
+    from types import SimpleNamespace
+
+    from lrtune.api import price_on_engine
+    from lrtune.policies import make_controller
+
+    target = SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=4))
+    ctl = price_on_engine(make_controller("bandit"), target)  # default bounds allow γ2 up to 8
+    assert ctl.engine_drafts == 4 and ctl.bounds.gamma2_max == 4 and max(g2 for _, g2 in ctl.bounds.arms()) == 4
+    free = price_on_engine(make_controller("bandit"), SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=0)))
+    assert free.bounds.gamma2_max == 8  # an engine per γ2 (no shared one): the bounds stay

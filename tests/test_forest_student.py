@@ -115,5 +115,5 @@ def test_drop_features_leaves_the_named_features_out_and_refuses_unknown_names(t
     assert distilled.load(tmp_path / "forest").feature_names == tuple(meta["features"])
     with pytest.raises(ConfigError, match="unknown feature.*no_such_feature"):
         run(_cfg(tmp_path / "x", d, "features", drop_features="no_such_feature"))
-    with pytest.raises(ConfigError, match="features and forest students only"):
+    with pytest.raises(ConfigError, match="features, forest and router students only"):
         run(_cfg(tmp_path / "y", d, "cross-encoder", drop_features="len_ratio"))
