@@ -25,15 +25,16 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from lrtune.speedup import g, h_score
+    from lrtune.profiling import prefill_per_token
+    from lrtune.speedup import g, h_score, score_prefill
 
     prof = json.loads(Path(args.profile).read_text())
     c1, c2, pre = prof["c1"], prof["c2"], prof["prefill"]
-    pi = sum(pre["ratio_per_token"].values()) / len(pre["ratio_per_token"])
+    pi = prefill_per_token(pre)
     sd = g(args.alpha2, c2, 4)
     rows = []
     for a1 in [x / 100 for x in range(50, 100, 2)]:
-        best = max((h_score(k, 4, a1, c1, (pre["overhead_tokens"] + pi * k * args.step_tokens) / args.step_tokens,
+        best = max((h_score(k, 4, a1, c1, score_prefill(k, pre["overhead_tokens"], pi, args.step_tokens),
                             args.alpha2, c2), k) for k in range(1, 7))
         rows.append({"alpha1": a1, "best_gamma1": best[1], "score_speedup": best[0], "over_sd": best[0] / sd})
     need = next((r["alpha1"] for r in rows if r["over_sd"] >= 1.10), None)

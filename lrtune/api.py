@@ -148,9 +148,10 @@ def price_from_profile(controller, path: str):
     prof = read_json_object(path, "profile")
     pre = prof.get("prefill")
     if isinstance(pre, dict) and pre.get("overhead_tokens") is not None and pre.get("ratio_per_token"):
-        ratios = [float(v) for v in pre["ratio_per_token"].values()]
+        from lrtune.profiling import prefill_per_token
+
         controller.prefill = {**controller.prefill, "overhead_tokens": float(pre["overhead_tokens"]),
-                              "per_token": sum(ratios) / len(ratios)}
+                              "per_token": prefill_per_token(pre)}
     from lrtune.policies.bandit import BanditController
 
     if type(controller) is BanditController and {"c1", "c2", "batch_cost"} <= set(prof):  # not a learned one

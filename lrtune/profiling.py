@@ -74,6 +74,12 @@ def measure_sd_cost(target, prompts: list[list[int]], opts: ProfileOptions) -> d
             "plain_s": t_plain, "sd_s": t_sd}
 
 
+def prefill_per_token(prefill: dict) -> float:
+    """π: the mean over the measured chain lengths of a profile's ``prefill.ratio_per_token``."""
+    ratios = [float(v) for v in prefill["ratio_per_token"].values()]
+    return sum(ratios) / len(ratios)
+
+
 def prefill_lengths(prefill_max: int) -> list[int]:
     """Chain lengths whose prefill is timed: 16, 32, 64, ... up to ``prefill_max`` tokens."""
     return [n for n in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if n <= prefill_max]

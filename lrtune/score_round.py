@@ -19,7 +19,7 @@ takes ``γ1·c1 + o + γ1·π + 1/g(γ2)`` T and commits ``J + 1`` steps
 (:func:`lrtune.speedup.h_score`).
 
 The verifier sees no target step (``StepPair.target`` is empty): it must be **one-sided**
-(``one_sided = True``: ``target_logprob``, or the constant/random
+(``one_sided = True``: ``target_logprob``, a router checkpoint, or the constant/random
 baselines). The decoder runs :func:`judge_and_continue` after the prefill of
 :meth:`LookaheadDecoder._reuse_prefill`, which scores every chain.
 """
@@ -40,7 +40,8 @@ def check_one_sided(verifier) -> None:
     """ConfigError unless ``verifier`` judges a draft step alone (score rounds have no target step)."""
     if not getattr(verifier, "one_sided", False):
         raise ConfigError(f"--schedule score judges draft steps without a target step; verifier {verifier.name!r} "
-                          "compares two steps: use target_logprob (the target's likelihood of the draft step)")
+                          "compares two steps: use target_logprob (the target's likelihood of the draft step) or a "
+                          "router (lrtune train verifier --student router)")
 
 
 def judge_and_continue(dec, slots, verifier, eos: frozenset[int], batch) -> None:

@@ -391,6 +391,14 @@ def h(
 
 
 
+def score_prefill(gamma1: int, overhead_tokens: float, per_token: float, step_tokens: float) -> float:
+    """A score round's prefill of γ1 draft steps, in target steps   [T].
+
+    P(γ1) = (o + π·γ1·L) / L: call overhead o (target tokens), π per prefilled token (a decoded
+    token's time), L tokens per draft step (``lrtune profile`` measures o and π)."""
+    return (overhead_tokens + per_token * gamma1 * step_tokens) / step_tokens
+
+
 def h_score(
     gamma1: int,
     gamma2: int,

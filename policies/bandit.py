@@ -36,7 +36,7 @@ import random
 
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
-from lrtune.speedup import h, h_score
+from lrtune.speedup import h, h_score, score_prefill
 
 ROUND_KINDS = ("lr", "score")
 # a score round's prefill where no profile measured it (lrtune profile, default pair, AVX-512 CPU)
@@ -100,7 +100,7 @@ class BanditController:
     def prefill_cost(self, g1: int) -> float:
         """P(γ1) = (o + π·γ1·L) / L: a score round's prefill of γ1 draft steps, in target steps."""
         p = self.prefill
-        return (p["overhead_tokens"] + p["per_token"] * g1 * p["step_tokens"]) / p["step_tokens"]
+        return score_prefill(g1, p["overhead_tokens"], p["per_token"], p["step_tokens"])
 
     def _priced(self, g1: int, g2: int, a1: float, a2: float) -> tuple[float, str]:
         """(modelled speedup, round kind) of (γ1, γ2) at (α1, α2) on this controller's engine:
