@@ -196,7 +196,9 @@ def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool,
                  else early_abort_batch_cost(b, steps, row["alpha1"]) if abort
                  else longest_step_batch_cost(b, steps))
         row["reuse_keep"] = keep
-        ratio = metrics.prefill_ratio(recs, s.label) if s.schedule == "score" else None
+        # score rounds: no prefill seconds is a ratio of 0 (a verifier that reads no target
+        # score makes no scoring call), not an LR row to price with b(n)
+        ratio = (metrics.prefill_ratio(recs, s.label) or 0.0) if s.schedule == "score" else None
         row["prefill_ratio"] = ratio
         pred = (None if s.control or s.width > 1  # per-round depths, or several branches: outside the model
                 else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b,

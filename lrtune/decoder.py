@@ -41,7 +41,7 @@ from lrtune.errors import ConfigError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import split_steps
 from lrtune.verifiers import StepPair, Verifier, accept
-from lrtune.verifiers.base import DraftScores, wants_draft_scores
+from lrtune.verifiers.base import DraftScores, wants_draft_scores, wants_target_scores
 from lrtune.rounds import DRAFT, ends_apart, mix_seed, step_pair, step_params
 
 DRAFT_TOP_K = 20  # top-k logprobs per draft token where draft steps are scored (DraftScores.draft_entropy)
@@ -270,7 +270,10 @@ class LookaheadDecoder:
         self._draft_chains(slots, batch, verifier)
         scored = [s for s in slots if s.round.cfg.score_rounds]  # the controller may pick the kind per slot
         if scored:  # 2'. one prefill scores every chain; judge one-sided; the target's own step
-            self._reuse_prefill(scored, batch)
+            # (a verifier that reads no target score of a draft step, e.g. a draft-only router,
+            # needs no prefill: the target's own step then prefills the accepted steps itself)
+            self._reuse_prefill(scored if wants_target_scores(verifier) else
+                                [s for s in scored if s.round.cfg.reuse_drafts], batch)
             score_round.judge_and_continue(self, scored, verifier, eos, batch)
         generated = [s for s in slots if not s.round.cfg.score_rounds]
         if generated:
@@ -485,6 +488,8 @@ class LookaheadDecoder:
         else:
             follows = s.round.targets[w][k + 1] if (s.round.targets and k + 1 < len(s.round.targets[w])) else None
             scores = DraftScores.of(follows.prompt_scores, s.round.chains[w][k]) if follows is not None else None
+            if scores is None and s.round.cfg.score_rounds:  # no prefill: the draft's own confidence alone
+                scores = DraftScores.draft_only(s.round.chains[w][k])
         return step_pair(self.target, s.problem.text, s.gen + _concat(s.round.chains[w][:k]), s.round.cfg.context_tokens,
                          s.round.chains[w][k].token_ids, target.token_ids, scores)
 

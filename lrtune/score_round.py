@@ -13,15 +13,19 @@ bonus step are **two calls**: the bonus step's prefix ``P ŝ1..ŝJ`` is known on
 verdicts, and one call that generated a step after the whole chain would waste that step
 whenever a draft step is rejected. The bonus row reads the prefill's prefix-cache blocks,
 so its prompt costs nothing again; the prefill row runs on the same SD engine as the step
-(with SD, the drafter prefills its own cache of the chain there, which the step needs). With draft steps of L tokens, prefill cost π per draft
-step (relative to the target generating one step, T) and a per-call overhead o, a round
-takes ``γ1·c1 + o + γ1·π + 1/g(γ2)`` T and commits ``J + 1`` steps
-(:func:`lrtune.speedup.h_score`).
+(with SD, the drafter prefills its own cache of the chain there, which the step needs). With
+draft steps of L tokens, prefill cost π per draft step (relative to the target generating one
+step, T) and a per-call overhead o, a round takes ``γ1·c1 + o + γ1·π + 1/g(γ2)`` T and commits
+``J + 1`` steps (:func:`lrtune.speedup.h_score`). A verifier that reads no target score of a
+draft step (:func:`~lrtune.verifiers.base.wants_target_scores` false: a draft-only router, the
+constant baselines) gets no prefill: the round is one target call, the step, which prefills
+``ŝ1..ŝJ`` itself (o = π = 0); its pairs carry the draft's own confidence
+(:meth:`~lrtune.verifiers.base.DraftScores.draft_only`).
 
 The verifier sees no target step (``StepPair.target`` is empty): it must be **one-sided**
 (``one_sided = True``: ``target_logprob``, a router checkpoint, or the constant/random
 baselines). The decoder runs :func:`judge_and_continue` after the prefill of
-:meth:`LookaheadDecoder._reuse_prefill`, which scores every chain.
+:meth:`LookaheadDecoder._reuse_prefill`, which scores every chain whose verifier reads scores.
 """
 
 from __future__ import annotations

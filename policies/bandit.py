@@ -39,8 +39,9 @@ from lrtune.errors import ConfigError
 from lrtune.speedup import h, h_score, score_prefill
 
 ROUND_KINDS = ("lr", "score")
-# a score round's prefill where no profile measured it (lrtune profile, default pair, AVX-512 CPU)
-DEFAULT_PREFILL = {"overhead_tokens": 1.6, "per_token": 0.04, "step_tokens": 40.0}
+# a score round's prefill where no profile measured it (lrtune profile, default pair with the int8
+# draft, AVX-512 CPU: benchmarks/score_rounds/profile_int8.json)
+DEFAULT_PREFILL = {"overhead_tokens": 1.7, "per_token": 0.11, "step_tokens": 40.0}
 
 
 class BanditController:

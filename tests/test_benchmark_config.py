@@ -97,3 +97,25 @@ def test_reprice_feeds_the_per_token_alpha2_to_the_model_and_keeps_the_summarys_
     out = reprice(tmp_path)["methods"]["sd"]
     assert out["alpha2_summary"] == 0.7 and out["alpha2"] == 56 / (56 + 10)  # 10 of 20 passes stopped early
     assert out["predicted"] > out["predicted_summary"] and out["speedup_total"] == 10 / 6
+
+
+def test_score_split_of_a_run_that_follows_the_model_has_output_and_cost_ratios_of_one():
+    from benchmarks.score_split import split
+
+    # t0 = 0.1 s/token; L = 10 tokens per drafted step -> T = 1 s; α1 = 0.5, γ1 = 3, no SD (g = 1)
+    recs = [{"problem": "p", "method": "target", "tokens": 100, "wall_s": 10.0, "stats": {}},
+            {"problem": "p", "method": "score/v=x", "tokens": 187.5, "wall_s": 25.0,
+             "stats": {"score_rounds": 10, "drafted_steps": 30, "draft_step_tokens": 300, "draft_s": 12.0,
+                       "prefill_s": 3.0, "target_s": 13.0, "verify_s": 0.0, "committed_draft_steps": 8,
+                       "committed_target_steps": 10, "target_step_tokens": 100}},
+            {"problem": "p", "method": "adaptive/score/v=x", "tokens": 50, "wall_s": 5.0,
+             "stats": {"score_rounds": 2, "sd_rounds": 1, "drafted_steps": 3, "draft_step_tokens": 30}}]
+    row = {"alpha1": 0.5, "alpha2": None, "gamma1": 3, "gamma2": 0, "prefill_ratio": 0.3, "speedup_total": 0.75,
+           "predicted_speedup": 1.875 / 2.5, "measured_over_predicted": 1.0}
+    summary = {"c_measured": 0.4, "methods": {"target": {"predicted_speedup": 1.0}, "score/v=x": row,
+                                               "adaptive/score/v=x": {**row, "predicted_speedup": None}}}
+    out = split(summary, recs)
+    assert set(out) == {"score/v=x"}  # target-only and mixed rows have no score-round model to check
+    r = out["score/v=x"]
+    assert r["output_ratio"] == pytest.approx(1.0) and r["cost_ratio"] == pytest.approx(1.0)
+    assert r["per_round_s"]["bonus_step"] == pytest.approx(1.0) and r["per_round"]["bonus_tokens"] == 10

@@ -308,3 +308,21 @@ def test_a_controller_on_a_shared_sd_engine_never_picks_a_gamma2_that_would_star
     assert ctl.engine_drafts == 4 and ctl.bounds.gamma2_max == 4 and max(g2 for _, g2 in ctl.bounds.arms()) == 4
     free = price_on_engine(make_controller("bandit"), SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=0)))
     assert free.bounds.gamma2_max == 8  # an engine per γ2 (no shared one): the bounds stay
+
+
+def test_a_score_row_without_prefill_seconds_is_predicted_as_a_score_round_with_no_prefill():
+    from lrtune.eval.evaluate import parse_method, predict_rows
+    from lrtune.speedup import g, h_score
+
+    spec = parse_method("score+sd/v=x", 3, 4)
+    recs = [{"problem": "p", "method": "target", "tokens": 100, "wall_s": 10.0, "stats": {"target_s": 10.0}},
+            {"problem": "p", "method": spec.label, "tokens": 100, "wall_s": 8.0,
+             "stats": {"target_s": 4.0, "prefill_s": 0.0, "draft_s": 4.0}}]
+    rows = {"target": {"tokens": 100, "wall_s": 10.0, "draft_s": 0.0, "draft_step_tokens": 0, "alpha1": None,
+                       "alpha2": None, "speedup_total": 1.0},
+            spec.label: {"tokens": 100, "wall_s": 8.0, "draft_s": 4.0, "draft_step_tokens": 100, "alpha1": 0.5,
+                         "alpha2": 0.9, "speedup_total": 1.25}}
+    c = predict_rows([parse_method("target", 3, 4), spec], rows, recs, None, True, "x")
+    assert c == pytest.approx(0.4) and rows[spec.label]["prefill_ratio"] == 0.0
+    # a draft-only verifier's score rounds: h_score with P = 0, not an LR round priced with b(n)
+    assert rows[spec.label]["predicted_speedup"] == pytest.approx(h_score(3, 4, 0.5, c, 0.0 / g(0.9, c, 4), 0.9, c))

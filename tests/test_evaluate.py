@@ -353,3 +353,23 @@ def test_problem_ids_pick_exactly_the_named_problems_in_order_and_name_a_missing
         listed_problems(task, EvalOptions(task_seed=1, limit=10, problem_ids="gsm_symbolic-1-0,gsm_symbolic-1-9999"))
     with pytest.raises(ConfigError, match="no such file"):
         listed_problems(task, EvalOptions(task_seed=1, limit=10, problem_ids=f"@{tmp_path / 'none.txt'}"))
+
+
+def test_an_adaptive_row_whose_verifier_reads_no_target_score_prices_score_rounds_without_a_prefill():
+    from lrtune.eval.loops import _Engines
+    from lrtune.eval.methods import parse_method
+    from lrtune.policies.bandit import BanditController
+
+    class DraftOnly:  # reads the draft's own confidence, not the target's scores (a draft-only router)
+        name, threshold, one_sided, uses_draft_scores, uses_target_scores = "draft-only", 0.5, True, True, False
+
+    class Reading(DraftOnly):
+        uses_target_scores = True
+
+    bandit = BanditController(prefill={"overhead_tokens": 2.0, "per_token": 0.1, "step_tokens": 40.0})
+    eng = _Engines(dec=None, controller=bandit, verifiers={"a": DraftOnly(), "b": Reading()})
+    free = eng.controller_for(parse_method("adaptive/score/v=a", 3, 4))
+    paid = eng.controller_for(parse_method("adaptive/score/v=b", 3, 4))
+    assert free.prefill_cost(3) == 0.0 and paid.prefill_cost(3) == pytest.approx((2.0 + 0.1 * 3 * 40) / 40)
+    assert free.round_kinds == paid.round_kinds == ("score",) and bandit.prefill_cost(3) > 0  # the run's own stays
+    assert eng.controller_for(parse_method("adaptive/score/v=a", 3, 4)) is free  # one copy per row for the run

@@ -18,21 +18,35 @@ def target_only(target, prompt, n):
                             DecodeConfig(method="target", max_new_tokens=n)).decode(prompt)[0].token_ids
 
 
+class RejectAllReadingScores:
+    """Rejects every draft step, reading the prefill's scores of it (as target_logprob or a router does)."""
+
+    name, threshold, one_sided, uses_draft_scores = "reject-all", 0.5, True, True
+
+    def score(self, pairs):
+        assert all(p.draft_scores is not None for p in pairs)
+        return [0.0 for _ in pairs]
+
+
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
-def test_reject_all_gives_the_target_greedy_output_with_one_prefill_and_one_step_call_per_round(method):
+@pytest.mark.parametrize("reads_scores", [True, False])
+def test_reject_all_gives_the_target_greedy_output_with_a_prefill_only_for_a_verifier_that_reads_it(method, reads_scores):
     target, draft = FakeBackend(chain(3)), FakeBackend(chain(8))
     cfg = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=40, max_step_tokens=6, schedule="score")
+    verifier = RejectAllReadingScores() if reads_scores else make_verifier("never")
     for p in PROMPTS:
         ref = target_only(target, p, 40)
         target.calls.clear()
         target.row_params.clear()
         rounds = []
-        res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)
+        res, stats = LookaheadDecoder(target, draft, verifier, cfg).decode(p, on_round=rounds.append)
         assert res.token_ids == ref
         assert stats.committed_draft_steps == 0 and stats.rounds == len(rounds) >= 2
         scoring = [q for call in target.row_params for q in call if q.score_from is not None]
-        assert len(target.calls) == stats.target_calls == 2 * stats.rounds  # a prefill and a step per round
-        assert len(scoring) == stats.rounds and all(q.max_tokens == 1 for q in scoring)  # it generates nothing to keep
+        # a prefill and a step per round; a verifier that reads no target score (a draft-only
+        # router) needs no prefill: one call per round, the target's own step
+        assert len(target.calls) == stats.target_calls == (2 if reads_scores else 1) * stats.rounds
+        assert len(scoring) == (stats.rounds if reads_scores else 0) and all(q.max_tokens == 1 for q in scoring)
         steps = [q for call in target.row_params for q in call if q.score_from is None]
         assert all(q.num_speculative_tokens == (2 if method == "lr+sd" else 0) for q in steps)  # SD in the step
         assert all(r.targets and len(r.targets) == 1 for r in rounds)  # one target step per round: the bonus
@@ -122,7 +136,8 @@ def test_a_controller_picking_the_round_kind_per_round_keeps_the_target_greedy_o
         assert stats.rounds == stats.lr_rounds + stats.score_rounds + stats.sd_rounds
         assert stats.lr_rounds and stats.score_rounds and stats.sd_rounds and len(set(ctl.seen)) == 3
         prefills = [q for call in target.row_params for q in call if q.score_from is not None and q.max_tokens == 1]
-        assert len(prefills) == stats.score_rounds  # score rounds prefill their chain; lr rounds do not
+        # score rounds prefill their chain when the verifier reads the prefill; lr rounds never do
+        assert len(prefills) == (stats.score_rounds if spec == "target_logprob" else 0)
     ctl = _Alternating()  # batched with per-slot kinds equals each prompt alone
     outs, _ = dec.decode_many(PROMPTS, cfg, max_concurrent=3, controller=ctl)
     assert [o.result.token_ids for o in outs] == [dec.decode(p, controller=_Alternating())[0].token_ids for p in PROMPTS]
@@ -164,3 +179,22 @@ def test_draft_stop_ends_a_chain_after_a_step_the_draft_doubts_and_keeps_the_tar
 def test_draft_stop_is_refused_for_async_rounds():
     with pytest.raises(ConfigError, match="--draft-stop"):
         DecodeConfig(method="lr", schedule="async", draft_stop=-1.0).validate()
+
+
+def test_a_verifier_reading_the_drafts_own_confidence_only_gets_no_prefill_and_sees_it():
+    seen = []
+
+    class DraftOnly:
+        name, threshold, one_sided, uses_draft_scores, uses_target_scores = "draft-only", 0.5, True, True, False
+
+        def score(self, pairs):
+            seen.extend(pairs)
+            return [1.0 for _ in pairs]
+
+    target, draft = FakeBackend(chain(3)), FakeBackend(chain(3))
+    cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=30, max_step_tokens=5, schedule="score")
+    res, stats = LookaheadDecoder(target, draft, DraftOnly(), cfg).decode(PROMPTS[0])
+    assert res.token_ids == target_only(target, PROMPTS[0], 30)  # the draft is the target: accepting keeps it
+    assert not [q for call in target.row_params for q in call if q.score_from is not None]  # no prefill
+    assert seen and all(p.target == "" and p.draft_scores is not None and p.draft_scores.mean_logprob is None
+                        and p.draft_scores.draft_logprob is not None for p in seen)

@@ -629,6 +629,24 @@ def test_router_trains_on_one_sided_features_only_and_judges_a_draft_step_withou
     assert same == other == blank < 1.0  # a copy of the target step earns nothing: the router never reads it
 
 
+def test_a_router_without_the_targets_scores_reads_the_draft_alone_and_asks_for_no_prefill(tmp_path):
+    from lrtune.train.verifier import run
+    from lrtune.verifiers.base import DraftScores, wants_draft_scores, wants_target_scores
+    from lrtune.verifiers.features import TARGET_SCORE_FEATURES
+
+    meta = run(_cfg(tmp_path, write_pairs(tmp_path / "scored", _scored_rows()), "router",
+                    drop_features=",".join(TARGET_SCORE_FEATURES)))
+    assert meta["kind"] == "router" and not set(meta["features"]) & set(TARGET_SCORE_FEATURES)
+    v = make_verifier(str(tmp_path / "router"))
+    assert v.one_sided and not wants_target_scores(v) and wants_draft_scores(v) == ("draft_mean_logprob" in meta["features"])
+    # a draft-only pair (no target score) and a scored one with the same draft confidence judge alike
+    own = DraftScores.draft_only(type("Step", (), {"logprobs": [-0.5, -0.1], "top_logprobs": None})())
+    scored = DraftScores(-2.0, -3.0, 0.4, 10, draft_logprob=-0.3)
+    assert own.mean_logprob is None and own.draft_logprob == pytest.approx(-0.3)
+    a, b = v.score([StepPair("ctx", "x = 5", "", own), StepPair("ctx", "x = 5", "", scored)])
+    assert a == pytest.approx(b)
+
+
 def test_a_features_student_is_one_sided_exactly_when_it_reads_no_feature_of_the_target_step(tmp_path):
     from lrtune.train.verifier import run
     from lrtune.verifiers.features import FEATURE_NAMES, ONE_SIDED_FEATURES

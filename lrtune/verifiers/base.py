@@ -54,9 +54,9 @@ class DraftScores:
     ``draft_logprob`` the mean log p_draft of its tokens, ``draft_entropy`` the mean entropy
     (nats) of its next-token distribution over its top-k tokens (:func:`topk_entropy`)."""
 
-    mean_logprob: float
-    min_logprob: float
-    argmax_share: float
+    mean_logprob: float | None  # None: the target scored none of the step (draft_only)
+    min_logprob: float | None
+    argmax_share: float | None
     tokens: int
     draft_logprob: float | None = None
     draft_entropy: float | None = None
@@ -74,6 +74,17 @@ class DraftScores:
         tops = getattr(draft, "top_logprobs", None)
         return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real),
                    draft_logprob=sum(own) / len(own) if own else None,
+                   draft_entropy=mean_topk_entropy(tops))
+
+    @classmethod
+    def draft_only(cls, draft) -> DraftScores | None:
+        """The draft's own confidence in its step with no target score of it (a score round
+        that made no prefill: its verifier reads no target score); None without logprobs."""
+        own = getattr(draft, "logprobs", None)
+        tops = getattr(draft, "top_logprobs", None)
+        if not own and not tops:
+            return None
+        return cls(None, None, None, 0, draft_logprob=sum(own) / len(own) if own else None,
                    draft_entropy=mean_topk_entropy(tops))
 
 
@@ -101,8 +112,15 @@ class StepPair:
 
 def wants_draft_scores(verifier) -> bool:
     """True when ``verifier`` reads :attr:`StepPair.draft_scores` (the decoder then scores
-    every draft step on the target rows that prefill it)."""
+    every draft step on the target rows that prefill it, and the draft returns its logprobs)."""
     return bool(getattr(verifier, "uses_draft_scores", False))
+
+
+def wants_target_scores(verifier) -> bool:
+    """True when ``verifier`` reads the target's scores of a draft step (``uses_target_scores``;
+    default: whenever it reads :attr:`StepPair.draft_scores`). False for one that reads the
+    draft's own confidence only (a draft-only router): a score round then makes no prefill."""
+    return bool(getattr(verifier, "uses_target_scores", wants_draft_scores(verifier)))
 
 
 @runtime_checkable

@@ -299,7 +299,8 @@ class _FeatureStudent:
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         from safetensors.numpy import load_file
 
-        from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, ONE_SIDED_FEATURES, TEXT_FEATURES
+        from lrtune.verifiers.features import (FEATURE_NAMES, LIKELIHOOD_FEATURES, ONE_SIDED_FEATURES,
+                                               TARGET_SCORE_FEATURES, TEXT_FEATURES)
 
         self.meta = meta
         self.threshold = float(meta["threshold"])
@@ -320,6 +321,7 @@ class _FeatureStudent:
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
         # a checkpoint trained with the target's likelihood features needs the decoder to score drafts
         self.uses_draft_scores = any(n in LIKELIHOOD_FEATURES for n in self.feature_names)
+        self.uses_target_scores = any(n in TARGET_SCORE_FEATURES for n in self.feature_names)
         # a student that reads no feature of the target step can judge a draft step alone
         self.one_sided = set(self.feature_names) <= set(ONE_SIDED_FEATURES)
         self._encoder = None

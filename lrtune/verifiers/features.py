@@ -54,6 +54,9 @@ FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONT
 # what a verifier can read without the target's own step (score rounds): the draft step, its
 # context and the likelihoods; a student trained on these alone is one-sided (``--student router``)
 ONE_SIDED_FEATURES = ("log_len_draft", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES, "draft_arith_wrong")
+# the likelihood features that need the target's prefill of the draft step (the rest of a
+# one-sided student's features come from the draft's own generation and the text)
+TARGET_SCORE_FEATURES = LIKELIHOOD_FEATURES[:3]
 
 
 def numbers(text: str) -> list[float]:
@@ -169,7 +172,7 @@ def likelihood_features(scores) -> list[float | None]:
     if scores is None:
         return [None] * len(LIKELIHOOD_FEATURES)
     own = lambda v: None if v is None else float(v)  # noqa: E731
-    return [float(scores.mean_logprob), float(scores.min_logprob), float(scores.argmax_share),
+    return [own(scores.mean_logprob), own(scores.min_logprob), own(scores.argmax_share),
             own(scores.draft_logprob), own(scores.draft_entropy)]
 
 

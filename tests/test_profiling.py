@@ -1,0 +1,63 @@
+"""lrtune.profiling: the calls a profile times are the calls the decoder makes."""
+
+import pytest
+
+from lrtune.backends.base import GenBatch, Generation
+from lrtune.profiling import measure_prefill
+
+
+class _Recorder:
+    """A backend that answers every call in 0.1 s + 1 ms per prompt token and records its params."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prefixes, params):
+        self.calls.append(params)
+        n = max(params.max_tokens, 1)
+        return GenBatch(outputs=[Generation(token_ids=list(range(n)), text="", finish="length") for _ in prefixes],
+                        seconds=0.1 + 0.001 * sum(len(p) for p in prefixes))
+
+
+def test_the_score_call_is_timed_with_the_drafter_on_at_the_rounds_gamma2():
+    target, draft = _Recorder(), _Recorder()
+    out = measure_prefill(target, draft, [[1] * 10, [2] * 10], [16, 32], t_token=0.05, repeats=2, gamma2=4)
+    assert out["gamma2"] == 4 and target.calls
+    assert all(p.num_speculative_tokens == 4 for p in target.calls)  # warm-up, s(0) and the scored chains alike
+    scored = [p for p in target.calls if p.score_from is not None]
+    assert len(scored) == 4 and all(p.score_from == 10 for p in scored)
+    # π(n) = (s(n) − s(0)) / (n·t_T): the fake's 1 ms per token over a 50 ms token
+    assert [out["ratio_per_token"][n] for n in ("16", "32")] == pytest.approx([0.02, 0.02])
+
+
+def test_without_sd_the_score_call_runs_the_target_alone():
+    target, draft = _Recorder(), _Recorder()
+    measure_prefill(target, draft, [[1] * 10], [16], t_token=0.05, repeats=1)
+    assert all(p.num_speculative_tokens == 0 for p in target.calls)
+
+
+class _CachingRecorder(_Recorder):
+    """Charges 1 ms per prompt token the prefix cache does not hold; caches every prompt it ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.cached: list[tuple[int, ...]] = []
+
+    def reset_prefix_cache(self):
+        self.cached = []
+
+    def generate(self, prefixes, params):
+        self.calls.append(params)
+        hit = max((len(c) for c in self.cached for p in prefixes if tuple(p[:len(c)]) == c), default=0)
+        self.cached += [tuple(p) for p in prefixes]
+        n = max(params.max_tokens, 1)
+        return GenBatch(outputs=[Generation(token_ids=list(range(100, 100 + n)), text="", finish="length")
+                                 for _ in prefixes],
+                        seconds=0.1 + 0.001 * sum(len(p) - hit for p in prefixes))
+
+
+def test_a_longer_chain_is_timed_without_the_blocks_a_shorter_one_left_in_the_cache():
+    target, draft = _CachingRecorder(), _Recorder()
+    out = measure_prefill(target, draft, [[1] * 10, [2] * 10], [16, 32, 64], t_token=0.05, repeats=2, gamma2=4)
+    # every length pays for all its chain tokens: π(n) = 1 ms / 50 ms for each n
+    assert [out["ratio_per_token"][n] for n in ("16", "32", "64")] == pytest.approx([0.02] * 3)
