@@ -70,22 +70,22 @@ class DraftScores:
         if not real:
             return None
         lps = [float(lp) for lp, _ in real]
-        own = getattr(draft, "logprobs", None)
-        tops = getattr(draft, "top_logprobs", None)
         return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real),
-                   draft_logprob=sum(own) / len(own) if own else None,
-                   draft_entropy=mean_topk_entropy(tops))
+                   *_own_confidence(draft))
 
     @classmethod
     def draft_only(cls, draft) -> DraftScores | None:
         """The draft's own confidence in its step with no target score of it (a score round
         that made no prefill: its verifier reads no target score); None without logprobs."""
-        own = getattr(draft, "logprobs", None)
-        tops = getattr(draft, "top_logprobs", None)
-        if not own and not tops:
-            return None
-        return cls(None, None, None, 0, draft_logprob=sum(own) / len(own) if own else None,
-                   draft_entropy=mean_topk_entropy(tops))
+        own = _own_confidence(draft)
+        return None if own == (None, None) else cls(None, None, None, 0, *own)
+
+
+def _own_confidence(draft) -> tuple[float | None, float | None]:
+    """(mean log p_draft of the step's tokens, their mean top-k entropy) from the draft step's
+    own ``Generation`` (None for what it returned no logprobs for)."""
+    own = getattr(draft, "logprobs", None)
+    return (sum(own) / len(own) if own else None), mean_topk_entropy(getattr(draft, "top_logprobs", None))
 
 
 def topk_entropy(top: dict[int, float]) -> float:
