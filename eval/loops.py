@@ -40,18 +40,17 @@ class _Engines:
         """The spec's controller; an ``adaptive/score`` or ``adaptive/lr+score`` row gets one copy
         for the whole run that may pick those kinds (so state it carries across problems stays),
         priced without a scoring call when the row's verifier reads no target score of a draft
-        step (:func:`without_scoring_call`)."""
+        step (:func:`lrtune.api.price_for_verifier`)."""
         ctl = self.controllers[spec.controller] if spec.controller else self.controller
         if spec.control != "adaptive" or ctl is None:
             return ctl
+        from lrtune.api import price_for_verifier
         from lrtune.verifiers.base import wants_target_scores
 
         v = self.verifiers.get(spec.verifier)
-        reads = v is None or wants_target_scores(v)
-        key = (spec.controller, spec.round_kinds, reads)
+        key = (spec.controller, spec.round_kinds, v is None or wants_target_scores(v))
         if key not in self.kinds:
-            out = with_round_kinds(ctl, spec.round_kinds)
-            self.kinds[key] = out if reads or "score" not in spec.round_kinds else without_scoring_call(out)
+            self.kinds[key] = price_for_verifier(with_round_kinds(ctl, spec.round_kinds), v)
         return self.kinds[key]
 
 
@@ -72,19 +71,6 @@ def with_round_kinds(ctl, kinds: tuple[str, ...]):
                           "(adaptive/score, adaptive/lr+score): use --controller bandit or a learned controller")
     out = copy.copy(ctl)
     out.round_kinds = tuple(kinds)
-    return out
-
-
-def without_scoring_call(ctl):
-    """A copy of ``ctl`` whose score rounds cost no prefill call (P = 0 in h_score): the decoder
-    skips the chain's prefill for a verifier that reads no target score of a draft step (a
-    draft-only router), and the accepted steps are prefilled inside the target's own step."""
-    import copy
-
-    if not hasattr(ctl, "prefill"):
-        return ctl
-    out = copy.copy(ctl)
-    out.prefill = {**ctl.prefill, "overhead_tokens": 0.0, "per_token": 0.0}
     return out
 
 

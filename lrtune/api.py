@@ -136,6 +136,23 @@ def price_on_engine(controller, target):
     return controller
 
 
+def price_for_verifier(controller, verifier):
+    """``controller``, or a copy whose score rounds cost no prefill call (P = 0 in h_score) when
+    it may pick score rounds and ``verifier`` reads no target score of a draft step (a
+    draft-only router): the decoder then makes no scoring call, and the accepted steps are
+    prefilled inside the target's own step. Others pass through unchanged."""
+    import copy
+
+    from lrtune.verifiers.base import wants_target_scores
+
+    if (verifier is None or wants_target_scores(verifier) or not hasattr(controller, "prefill")
+            or "score" not in getattr(controller, "round_kinds", ())):
+        return controller
+    out = copy.copy(controller)
+    out.prefill = {**controller.prefill, "overhead_tokens": 0.0, "per_token": 0.0}
+    return out
+
+
 def price_from_profile(controller, path: str):
     """``controller`` priced from an ``lrtune profile`` JSON at ``path``: a score round's prefill
     (call overhead and cost per token, where measured) for any controller with a ``prefill``;
@@ -327,7 +344,7 @@ class Decoder:
         target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
         if models.backend == "transformers":
             dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir)
-            dec.decoder.controller = controller
+            dec.decoder.controller = price_for_verifier(controller, dec.decoder.verifier)
             return dec
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
@@ -355,8 +372,8 @@ class Decoder:
         ver = _build_verifier(models, cfg, verifier, target, judge_dir,
                               lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=shares.get("judge"),
                                                                         **common), name="judge"))
-        return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=price_on_engine(controller, target)),
-                   models)
+        return cls(LookaheadDecoder(target, draft_backend, ver, cfg,
+                                    controller=price_for_verifier(price_on_engine(controller, target), ver)), models)
 
     @classmethod
     def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,

@@ -373,3 +373,19 @@ def test_an_adaptive_row_whose_verifier_reads_no_target_score_prices_score_round
     assert free.prefill_cost(3) == 0.0 and paid.prefill_cost(3) == pytest.approx((2.0 + 0.1 * 3 * 40) / 40)
     assert free.round_kinds == paid.round_kinds == ("score",) and bandit.prefill_cost(3) > 0  # the run's own stays
     assert eng.controller_for(parse_method("adaptive/score/v=a", 3, 4)) is free  # one copy per row for the run
+
+
+def test_the_api_prices_a_controller_for_its_verifier_and_leaves_lr_only_controllers_alone():
+    from lrtune.api import price_for_verifier
+    from lrtune.eval.loops import with_round_kinds
+    from lrtune.policies.bandit import BanditController
+
+    class DraftOnly:
+        name, threshold, one_sided, uses_draft_scores, uses_target_scores = "draft-only", 0.5, True, True, False
+
+    lr_only = BanditController()
+    assert price_for_verifier(lr_only, DraftOnly()) is lr_only  # no score rounds to price
+    score = with_round_kinds(BanditController(), ("lr", "score"))
+    free = price_for_verifier(score, DraftOnly())
+    assert free is not score and free.prefill_cost(2) == 0.0 and score.prefill_cost(2) > 0
+    assert price_for_verifier(score, None) is score

@@ -32,10 +32,15 @@ TEXT_FEATURES = (
 # the target's likelihood of the draft step (StepPair.draft_scores; free in sync LR, see
 # lrtune.verifiers.base.DraftScores) and the draft's own confidence in it; None when the
 # decoder did not score the step (or, for the draft's two, its step carried no logprobs)
-LIKELIHOOD_FEATURES = (
+# the first three need the target's prefill of the draft step (a score round's scoring call);
+# the draft's two come with its own generation
+TARGET_SCORE_FEATURES = (
     "draft_target_mean_logprob",   # mean log p_target(x_t | x_<t) over the draft step's tokens (nats)
     "draft_target_min_logprob",    # their minimum (nats)
     "draft_target_argmax_share",   # share of the draft's tokens that are the target's argmax
+)
+LIKELIHOOD_FEATURES = (
+    *TARGET_SCORE_FEATURES,
     "draft_mean_logprob",          # the draft's own confidence: mean log p_draft of its step's tokens (nats)
     "draft_entropy",               # mean top-k entropy of the draft's next-token distributions (nats)
 )
@@ -54,9 +59,6 @@ FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONT
 # what a verifier can read without the target's own step (score rounds): the draft step, its
 # context and the likelihoods; a student trained on these alone is one-sided (``--student router``)
 ONE_SIDED_FEATURES = ("log_len_draft", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES, "draft_arith_wrong")
-# the likelihood features that need the target's prefill of the draft step (the rest of a
-# one-sided student's features come from the draft's own generation and the text)
-TARGET_SCORE_FEATURES = LIKELIHOOD_FEATURES[:3]
 
 
 def numbers(text: str) -> list[float]:
