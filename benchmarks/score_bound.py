@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -28,10 +29,18 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    from lrtune.errors import ConfigError
+    from lrtune.inputs import read_json_object
     from lrtune.profiling import prefill_per_token
     from lrtune.speedup import g, h_score, score_prefill
 
-    prof = json.loads(Path(args.profile).read_text())
+    try:  # bad input: one line and exit 2, before anything is written
+        prof = read_json_object(args.profile, "profile")
+        if not {"c1", "c2"} <= set(prof) or not isinstance(prof.get("prefill"), dict):
+            raise ConfigError(f"profile {args.profile} has no c1, c2 and prefill: run lrtune profile (--prefill-max > 0)")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     c1, c2, pre = prof["c1"], prof["c2"], prof["prefill"]
     pi = prefill_per_token(pre)
     sd = g(args.alpha2, c2, 4)

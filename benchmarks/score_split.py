@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -81,8 +82,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", help="an lrtune evaluate output directory (summary.json, records.jsonl)")
     args = p.parse_args(argv)
+    from lrtune.errors import ConfigError
+    from lrtune.inputs import read_json_object
+
     run = Path(args.run)
-    summary = json.loads((run / "summary.json").read_text())
+    try:  # bad input: one line and exit 2, before anything is written
+        summary = read_json_object(run / "summary.json", "evaluate summary")
+        if not (run / "records.jsonl").is_file() or "methods" not in summary:
+            raise ConfigError(f"{run} is not an lrtune evaluate output directory (summary.json with methods, records.jsonl)")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
     rows = split(summary, records)
     for label, r in rows.items():

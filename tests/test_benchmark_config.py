@@ -119,3 +119,17 @@ def test_score_split_of_a_run_that_follows_the_model_has_output_and_cost_ratios_
     r = out["score/v=x"]
     assert r["output_ratio"] == pytest.approx(1.0) and r["cost_ratio"] == pytest.approx(1.0)
     assert r["per_round_s"]["bonus_step"] == pytest.approx(1.0) and r["per_round"]["bonus_tokens"] == 10
+
+
+@pytest.mark.parametrize("script", ["score_split", "score_bound"])
+def test_score_scripts_refuse_a_missing_input_in_one_line_and_write_nothing(tmp_path, capsys, script):
+    import importlib
+
+    mod = importlib.import_module(f"benchmarks.{script}")
+    if script == "score_split":
+        code = mod.main([str(tmp_path / "nope")])
+    else:
+        code = mod.main(mod.make_parser().parse_args(["--profile", str(tmp_path / "nope.json"), "--alpha2", "0.9",
+                                                      "--out", str(tmp_path / "out.json")]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and list(tmp_path.iterdir()) == []
