@@ -16,6 +16,7 @@ from lrtune.roundstate import Failed
 from lrtune.runfiles import ProgressBar, log
 from lrtune.store import ShardStore
 from lrtune.verifiers.base import mean_topk_entropy
+from lrtune.verifiers.pairrecords import TARGET_SCORE_COLUMNS, pair_columns
 
 from lrtune.data_gen.config import CollectConfig, CollectOptions, teacher_name
 
@@ -42,20 +43,17 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
             dm, dmin = _lp_stats(d)
             tm, tmin = _lp_stats(t)
             seen = rnd.pairs[w][k] if rnd.pairs else None  # exactly what the teacher judged
-            ds = seen.draft_scores if seen else None
+            cols = pair_columns(seen) if seen else {"draft_step": d.text, "target_step": t.text, "context": None}
             rows.append({
                 "problem_id": problem_id, "task": task, "round": rnd.index, "position": k, "branch": w,
                 "chosen_branch": w == rnd.branch, "committed": w == rnd.branch and k < rnd.committed_drafts,
                 "prefix_len": rnd.prefix_len + sum(len(x.token_ids) for x in chain[:k]),
-                "draft_step": seen.draft if seen else d.text, "target_step": seen.target if seen else t.text,
-                "context": seen.context if seen else None, "teacher": teacher,
+                "draft_step": cols["draft_step"], "target_step": cols["target_step"],
+                "context": cols["context"], "teacher": teacher,
                 "teacher_score": float(b_scores[w][k]), "label": bool(b_accepted[w][k]),
                 "draft_len": len(d.token_ids), "target_len": len(t.token_ids),
                 "draft_mean_logprob": dm, "draft_min_logprob": dmin, "target_mean_logprob": tm, "target_min_logprob": tmin,
-                "draft_target_mean_logprob": ds.mean_logprob if ds else None,
-                "draft_target_min_logprob": ds.min_logprob if ds else None,
-                "draft_target_argmax_share": ds.argmax_share if ds else None,
-                "draft_target_scored_tokens": ds.tokens if ds else None,
+                **{c: cols.get(c) for c in (*TARGET_SCORE_COLUMNS, "draft_target_scored_tokens")},
                 "draft_entropy": mean_topk_entropy(getattr(d, "top_logprobs", None)),
                 "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
                 if k < len(rnd.draft_seconds) else None,

@@ -35,6 +35,7 @@ class EvalOptions:
     profile: Text | None = field(default=None, metadata={"help": "take the batch-cost curve b(n) from this `lrtune profile` JSON instead of measuring it after the warm-up"})
     out: Text = field(default="results/eval", metadata={"help": "output directory"})
     overwrite: bool = field(default=False, metadata={"help": "start over in --out (old records are kept as a backup)"})
+    record_pairs: bool = field(default=True, metadata={"help": "keep every step pair a sync LR row's verifier judged (its input, score and verdict) in the row's record, for re-scoring and decode-time acceptance"})
     plots: bool = field(default=True, metadata={"help": "write PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     unsafe_exec: bool = field(default=False, metadata={"help": "code tasks: run generated code without OS-level isolation when bubblewrap is missing (only the in-process Python guard; not isolation)"})

@@ -212,6 +212,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
                   this_run: dict | None = None, batch_cost_sd: dict | None = None, draft: dict | None = None) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
+    from lrtune.eval.parity import parity, parity_lines
     from lrtune.eval.report import render_markdown, write_plots
 
     ids = {p.id for p in problems}
@@ -233,6 +234,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
                                if r is not None],
         # a task mix: every method's accuracy, finished answers, α1 and speedup on each task's problems
         "by_task": metrics.summarize_by_group(recs, labels, task_of) if len(set(task_of.values())) > 1 else None,
+        # the share of draft steps each verifier accepted while decoding beside its test split's
+        "verifier_parity": parity(recs, labels, {s.label: s.verifier or cfg.models.verifier for s in specs}),
         "c_measured": c,
         "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
                                 if steps else None),
@@ -251,6 +254,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "config": resume_key(cfg),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    for line in parity_lines({k: v for k, v in data["verifier_parity"].items() if v["gap"]}):
+        log(f"warning: {line}")
     plots = write_plots(data, out) if cfg.options.plots else []
     data["plots"] = [str(p.name) for p in plots]
     write_atomic(out / SUMMARY, json.dumps(data, indent=1))

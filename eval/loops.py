@@ -192,9 +192,11 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
                 t_warm = time.perf_counter()
                 _fresh_cache(dec, ids)
                 timing["prompt_cache_s"] += time.perf_counter() - t_warm
-                res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs)
+                judged, on_round = _pair_recorder(cfg, dcfg, dec)
+                res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs,
+                                                on_round=None if on_round is None else (lambda r: on_round(0, r)))
                 timing["decode_s"] += stats.wall_s
-                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats)
+                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats, judged.get(0))
                 ok = rec["correct"]
                 append_record(out / RECORDS, rec)
                 done.add((prob.id, spec.label))
@@ -214,9 +216,27 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
         progress.close()
 
 
-def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats) -> dict:
+def _pair_recorder(cfg: EvalConfig, dcfg, dec):
+    """(pairs by prompt index, ``on_round(i, record)``) that keeps every pair the verifier
+    judged (:func:`~lrtune.verifiers.pairrecords.judged_pairs`) when ``--record-pairs`` is on
+    and the rows run sync LR rounds; (empty, None) otherwise (async LR reports no rounds)."""
+    from lrtune.verifiers.pairrecords import judged_pairs
+
+    judged: dict[int, list[dict]] = {}
+    if not (cfg.options.record_pairs and dcfg.uses_lr and not dcfg.async_lr):
+        return judged, None
+    def on_round(i: int, r) -> None:
+        judged.setdefault(i, []).extend(judged_pairs(r))
+
+    return judged, on_round
+
+
+def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats,
+            pairs: list[dict] | None = None) -> dict:
+    """One problem x method line of records.jsonl; ``pairs``: the pairs its verifier judged."""
     answer, ok = task.check(prob, res.text)
-    return {"problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
+    extra = {} if pairs is None else {"pairs": pairs}
+    return {**extra, "problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
             # depths actually run (0 = not used); adaptive rows change them per round
             "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
             "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
@@ -253,12 +273,15 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
             _cache_prompt(dec, ids)  # untimed, as in latency mode: no method pays another's prefill
             timing["prompt_cache_s"] += time.perf_counter() - t_warm
 
-            def on_done(k: int, result, spec=spec, dcfg=dcfg, todo=todo, n_ok=n_ok) -> None:
+            judged, on_round = _pair_recorder(cfg, dcfg, dec)
+
+            def on_done(k: int, result, spec=spec, dcfg=dcfg, todo=todo, n_ok=n_ok, judged=judged,
+                        on_round=on_round) -> None:
                 i, prob = todo[k]
                 if isinstance(result, Failed):
                     log(f"skipping {prob.id}: {result.message}")
                 else:
-                    rec = _record(prob, i, spec, dcfg, cfg, task, *result)
+                    rec = _record(prob, i, spec, dcfg, cfg, task, *result, judged.pop(k, []) if on_round else None)
                     append_record(out / RECORDS, rec)
                     done.add((prob.id, spec.label))
                     n_ok[0] += rec["correct"]
@@ -267,7 +290,7 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
             _, batch = dec.decoder.decode_many(ids, dcfg, max_concurrent=opts.max_concurrent,
                                                max_len=cfg.models.max_model_len, controller=kwargs.get("controller"),
                                                verifier=eng.verifier(spec),
-                                               problems=problems_info, on_done=on_done)
+                                               problems=problems_info, on_done=on_done, on_round=on_round)
             timing["decode_s"] += batch.wall_s
             append_record(out / THROUGHPUT, {"method": spec.label, **batch.to_dict()})
     finally:

@@ -12,31 +12,19 @@ from lrtune.eval.config import EvalOptions
 
 
 def seen_templates(task_name: str, dirs: str) -> set[str]:
-    """The split groups (:func:`lrtune.tasks.template_of`) of every problem in collect dirs."""
-    from lrtune.dataset import load_tables
-    from lrtune.tasks import template_of
+    """The split groups of every problem in collect dirs (:func:`lrtune.dataset.seen_templates`)."""
+    from lrtune.dataset import seen_templates as seen
 
-    seen = set()
-    for d in [x.strip() for x in dirs.split(",") if x.strip()]:
-        if not Path(d).expanduser().is_dir():
-            raise ConfigError(f"--heldout-from {d}: not a directory (a collect output)")
-        _, probs = load_tables(Path(d).expanduser())
-        for r in probs.to_pylist():
-            seen.add(template_of(r.get("task") or task_name, r["problem_id"]))
-    return seen
+    return seen(task_name, dirs, flag="--heldout-from")
 
 
 def heldout_problems(task, opts: EvalOptions) -> list:
-    """The first ``opts.limit`` problems whose template is in none of ``opts.heldout_from``;
-    in a task mix each problem is grouped under its own task (as collect records it) and the
-    tasks keep equal shares (unseen problems of one task may come much later in its pool)."""
-    from lrtune.tasks import template_of
+    """The first ``opts.limit`` problems whose template is in none of ``opts.heldout_from``
+    (:func:`lrtune.dataset.unseen_problems`)."""
+    from lrtune.dataset import unseen_problems
 
-    seen = seen_templates(opts.task, opts.heldout_from)
-    pool = task.load(limit=20 * opts.limit + 100, seed=opts.task_seed, path=opts.data)
-    kept = [p for p in pool if template_of(p.meta.get("task") or opts.task, p.id) not in seen]
-    kept = (task.balanced(kept) if hasattr(task, "balanced") else kept)[:opts.limit]
-    log(f"held-out templates: {len(kept)} of the first {len(pool)} problems are unseen by {opts.heldout_from}")
+    kept, pool = unseen_problems(task, opts.task, opts.heldout_from, opts.limit, opts.task_seed, opts.data)
+    log(f"held-out templates: {len(kept)} of the first {pool} problems are unseen by {opts.heldout_from}")
     if len(kept) < opts.limit:
         log(f"warning: only {len(kept)} problems with unseen templates (asked for {opts.limit})")
     return kept

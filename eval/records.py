@@ -4,16 +4,15 @@ problem x method, appended and fsynced), resuming and ``--overwrite``."""
 from __future__ import annotations
 
 import json
-import os
 import time
-import warnings
 from pathlib import Path
 
 from lrtune.api import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError
 from lrtune.outdir import check_out, claim_out
-from lrtune.runfiles import changed_keys, config_key, log, read_json, write_atomic
+from lrtune.runfiles import append_jsonl as append_record  # noqa: F401 - evaluate appends through this name
+from lrtune.runfiles import changed_keys, config_key, load_jsonl, log, read_json, write_atomic
 
 from lrtune.eval.config import EvalConfig, EvalOptions
 
@@ -22,42 +21,13 @@ THROUGHPUT = "throughput.jsonl"  # one line per (method, invocation) in throughp
 
 
 # Options that may change between runs into the same --out (they do not change results).
-RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile")  # profile: only the predicted column
+RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile", "record_pairs")  # profile: only the predicted column
 
 
 def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
-    """Records of ``records.jsonl`` (each must hold ``keys``); a torn last line (a crash
-    mid-write) is dropped and the file rewritten without it, so appending can continue."""
-    if not path.is_file():
-        return []
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    good, bad_tail = [], False
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if i >= len(lines) - 2:  # only the last line may be torn
-                bad_tail = True
-                continue
-            raise ConfigError(f"{path}:{i + 1}: corrupt record; move the file away to start over") from None
-        if not isinstance(rec, dict) or not set(keys) <= set(rec):
-            raise ConfigError(f"{path}:{i + 1}: not an lrtune evaluate record (no {'/'.join(keys)}); move the file "
-                              "away or use another --out")
-        good.append(rec)
-    if bad_tail:
-        warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
-        write_atomic(path, "".join(json.dumps(r) + "\n" for r in good))
-    return good
-
-
-def append_record(path: Path, record: dict) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Records of ``records.jsonl`` (:func:`lrtune.runfiles.load_jsonl`: a torn last line is
+    dropped and the file rewritten without it, so appending can continue)."""
+    return load_jsonl(path, keys, what="lrtune evaluate record")
 
 
 def resume_key(cfg: EvalConfig) -> dict:

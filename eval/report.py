@@ -12,7 +12,7 @@ def _f(v, spec=".2f") -> str:
 
 
 def _ci(ci, spec=".2f") -> str:
-    return "" if not ci else f" [{format(ci[0], spec)}, {format(ci[1], spec)}]"
+    return "" if not ci or None in ci else f" [{format(ci[0], spec)}, {format(ci[1], spec)}]"
 
 
 def _row(cells) -> str:
@@ -50,6 +50,15 @@ def _split4(row: dict) -> str:
 
 def _tp_n(data: dict):
     return next((t["max_concurrent"] for t in (data.get("throughput") or {}).values()), "N")
+
+
+def _budget_cell(b: dict | None) -> str:
+    """``≤ Δ at 1-δ / rate [CI] (held)`` of a row's accuracy budget, or —."""
+    if not b or not b.get("measured"):
+        return "—"
+    m = b["measured"]
+    return (f"≤ {b['max_accuracy_loss']:g} at {b['confidence']:g} / {m['rate']:.2f}{_ci(m['ci95'])} "
+            f"({'held' if b['held'] else '**not held**'})")
 
 
 def render_markdown(data: dict) -> str:
@@ -114,6 +123,21 @@ def render_markdown(data: dict) -> str:
                   *_table(["method", *(f"pos {i + 1}" for i in range(width))],
                           [[k, *(_f(v) for v in list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"])))]
                            for k, r in lr.items()])]
+    if data.get("verifier_parity"):
+        lines += _section(
+            "Verifier acceptance: decoding against its test split",
+            "The share of draft steps each row's verifier accepted while decoding (pairs it was asked; 95% bootstrap "
+            "interval over problems) beside the share its checkpoint accepted on its test split (templates it never "
+            "trained on); a gap is flagged when the intervals do not overlap.",
+            ["method", "verifier", "decoding [95% CI]", "pairs", "test split [95% CI]", "test pairs", "threshold rule",
+             "gap", "accuracy budget: promised / measured changed answers"],
+            [[k, Path(str(r["verifier"])).name, f"{_f(r['decode']['acceptance'])}{_ci(r['decode']['ci95'])}",
+              r["decode"]["pairs"],
+              f"{_f(r['test_split']['acceptance'])}{_ci(r['test_split']['ci95'])}" if r["test_split"] else "—",
+              r["test_split"]["pairs"] if r["test_split"] else "—",
+              (r["test_split"] or {}).get("threshold_rule") or "—",
+              "—" if r["gap"] is None else ("**yes**" if r["gap"] else "no"), _budget_cell(r.get("accuracy_budget"))]
+             for k, r in data["verifier_parity"].items()])
     kinds = {k: r for k, r in data["methods"].items() if r.get("round_kinds")}
     if kinds:
         lines += _section("Round kinds and the time of a round",

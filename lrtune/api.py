@@ -72,8 +72,10 @@ def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
     (``llm_judge``/``target_score``), else None (the target judges itself)."""
     from lrtune.models import resolve_model
 
+    from lrtune.verifiers import VerifierSpec
+
     spec = verifier if verifier is not None else models.verifier
-    if models.judge_model and isinstance(spec, str) and spec.split("(")[0].strip().lower() in MODEL_VERIFIERS:
+    if models.judge_model and isinstance(spec, str) and VerifierSpec.parse(spec).kind in MODEL_VERIFIERS:
         # role "target": "default" names the default target model
         return resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress)
     return None

@@ -8,6 +8,7 @@ Commands:
     lrtune collect [--task --limit --teacher ...]   step-pair dataset with teacher labels (--merge, --stats)
     lrtune train verifier --data DIR [--student ...] distil the teacher into a verifier checkpoint
     lrtune train controller --data DIR [--profile F] fit the learned (γ1, γ2) controller
+    lrtune calibrate --verifier V --data DIR      threshold by a false-accept budget (ε, 1-δ)
     lrtune profile [--out F]                      measure c1, c2 and b(n) for the speedup model
     lrtune demo [--size ...]                      the whole loop on the offline default pair
     lrtune pipeline --config pipeline.yaml        the whole loop for any models/tasks
@@ -83,6 +84,12 @@ def make_parser() -> ArgumentParser:
 
     trc = tr_sub.add_parser("controller", help="fit the learned (γ1, γ2) controller on collected problems")
     add_train_controller_arguments(trc)
+
+    from lrtune.train.recalibrate import add_arguments as add_calibrate_arguments
+
+    cal = sub.add_parser("calibrate", help="set a verifier's threshold by a false-accept budget with a guarantee "
+                                           "(ε at confidence 1-δ) on labelled pairs it never trained on")
+    add_calibrate_arguments(cal)
 
     from lrtune.data_gen import judge_probe, label_noise, vote_labels
 
@@ -215,6 +222,10 @@ def _dispatch(args) -> int:
         return profile_main(args)
     if args.command == "train":
         return cmd_train(args)
+    if args.command == "calibrate":
+        from lrtune.train.recalibrate import config_from_args as calibrate_config, main as calibrate_main
+
+        return calibrate_main(calibrate_config(args))
     if args.command == "labels":
         from lrtune.data_gen import judge_probe, label_noise, vote_labels
 

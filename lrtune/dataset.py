@@ -426,3 +426,31 @@ def matrix_lines(s: dict) -> list[str]:
             "| | " + " | ".join(names) + " | accepts identical |", "|---" * (len(names) + 2) + "|",
             *(f"| {a} | " + " | ".join(num(m[a][b], ".2f") for b in names) + f" | {num(ident.get(a), '.2f')} |"
               for a in names)]
+
+
+def seen_templates(task_name: str, dirs: str, flag: str = "--heldout-from") -> set[str]:
+    """The split groups (:func:`lrtune.tasks.template_of`) of every problem in collect dirs
+    (a comma list); ConfigError naming ``flag`` for one that is not a directory."""
+    from lrtune.tasks import template_of
+
+    seen = set()
+    for d in [x.strip() for x in dirs.split(",") if x.strip()]:
+        if not Path(d).expanduser().is_dir():
+            raise ConfigError(f"{flag} {d}: not a directory (a collect output)")
+        _, probs = load_tables(Path(d).expanduser())
+        for r in probs.to_pylist():
+            seen.add(template_of(r.get("task") or task_name, r["problem_id"]))
+    return seen
+
+
+def unseen_problems(task, task_name: str, dirs: str, limit: int, seed: int, path: str | None,
+                    flag: str = "--heldout-from") -> tuple[list, int]:
+    """(the first ``limit`` problems of ``task`` whose template no collect dir of ``dirs``
+    holds, the size of the pool searched). In a task mix each problem is grouped under its own
+    task and the tasks keep equal shares (unseen problems of one task may come much later)."""
+    from lrtune.tasks import template_of
+
+    seen = seen_templates(task_name, dirs, flag)
+    pool = task.load(limit=20 * limit + 100, seed=seed, path=path)
+    kept = [p for p in pool if template_of(p.meta.get("task") or task_name, p.id) not in seen]
+    return (task.balanced(kept) if hasattr(task, "balanced") else kept)[:limit], len(pool)

@@ -411,6 +411,7 @@ class LookaheadDecoder:
         tv = time.perf_counter()
         (ok,), (score,) = accept(verifier, [pair], [apart])
         s.round.verify_s += time.perf_counter() - tv
+        s.round.unasked |= {(0, k)} if apart else set()
         if not apart:
             s.stats.verifier_calls += 1
             batch.observe_call("verify", 1)
@@ -441,7 +442,8 @@ class LookaheadDecoder:
         vsec = time.perf_counter() - tv
         if asked:
             batch.observe_call("verify", asked)
-        for (s, w, _), v, sc, a in zip(keys, flat_v, flat_s, apart):
+        for (s, w, k), v, sc, a in zip(keys, flat_v, flat_s, apart):
+            s.round.unasked |= {(w, k)} if a else set()
             s.round.verdicts[w].append(v)
             s.round.scores[w].append(sc)
             s.round.verify_s += 0.0 if a else vsec / asked
@@ -519,7 +521,7 @@ class LookaheadDecoder:
                 accepted=s.round.verdicts[best], committed_drafts=j, draft_seconds=s.round.draft_secs, target_seconds=s.round.target_s,
                 verify_seconds=s.round.verify_s, branch=best, branches=s.round.chains,
                 branch_targets=[[t for t in ts if t is not None] for ts in s.round.targets], branch_scores=s.round.scores,
-                branch_accepted=s.round.verdicts, pairs=s.round.pairs))
+                branch_accepted=s.round.verdicts, pairs=s.round.pairs, unasked=frozenset(s.round.unasked)))
         progressed = False
         for source, ids in commit:
             ids = ids[:cfg.max_new_tokens - len(s.gen)]

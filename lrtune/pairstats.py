@@ -85,11 +85,15 @@ def bootstrap_interval(metric: Callable[[list[int]], float | None], groups: Sequ
 def agreement_intervals(scores: Sequence[float], labels: Sequence[bool], threshold: float, groups: Sequence[str],
                         reps: int = 1000, seed: int = 0) -> dict[str, tuple[float | None, float | None]]:
     """95% bootstrap intervals (over problems) of the accuracy of ``score >= threshold``
-    against ``labels`` and of the AUROC."""
+    against ``labels``, of the AUROC and of the acceptance (share with ``score >= threshold``)."""
     def acc(rows: list[int]) -> float | None:
         return sum((scores[i] >= threshold) == bool(labels[i]) for i in rows) / len(rows) if rows else None
 
     def roc(rows: list[int]) -> float | None:
         return auroc([scores[i] for i in rows], [labels[i] for i in rows])
 
-    return {"accuracy": bootstrap_interval(acc, groups, reps, seed), "auroc": bootstrap_interval(roc, groups, reps, seed)}
+    def accepts(rows: list[int]) -> float | None:
+        return sum(scores[i] >= threshold for i in rows) / len(rows) if rows else None
+
+    return {"accuracy": bootstrap_interval(acc, groups, reps, seed), "auroc": bootstrap_interval(roc, groups, reps, seed),
+            "acceptance": bootstrap_interval(accepts, groups, reps, seed)}

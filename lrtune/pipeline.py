@@ -250,9 +250,44 @@ def closing_lines(res: dict) -> list[str]:
         out.append(f"Student ({kind}) vs its teacher on {test.get('n', 0)} test pairs of unseen templates:")
         out.append(f"  agreement {f(test.get('accuracy'))}, AUROC {f(test.get('auroc'))}, "
                    f"accepts {f(test.get('acceptance'))} (teacher {f(test.get('teacher_acceptance'))})")
+    out += promise_lines(res)
     times = res["timings"]
     out.append("Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     out.append(f"Total: {sum(times.values()) / 60:.1f} min")
+    return out
+
+
+def promise_lines(res: dict) -> list[str]:
+    """What the student's threshold promised before the run and what the run measured: its
+    false-accept budget (certified or not), decode-time against test-split acceptance, and the
+    answers that only the target got right (≤ 80 columns each)."""
+    calib = (res.get("student") or {}).get("calibration") or {}
+    test = ((res.get("student") or {}).get("metrics") or {}).get("test") or {}
+    s = res["summary"]
+    out = []
+    if "confidence" in calib:
+        out.append(f"Promise: the student accepts <= {calib['max_false_accept']:.0%} of teacher-rejected steps "
+                   f"at {calib['confidence']:.0%}")
+        if calib["certified"]:
+            out.append(f"  certified on {calib['val_rejected']} rejected calibration pairs "
+                       f"(bound {calib['false_accept_bound']:.3f})")
+        else:
+            out.append(f"  NOT certifiable from {calib['val_rejected']} rejected calibration pairs "
+                       f"(needs {calib['rejected_pairs_needed']}):")
+            out.append("  threshold 1.0, it accepts only steps identical to the target's")
+        if test.get("false_accept_rate") is not None:
+            out.append(f"  test split: accepted {test['fp']} of {test['fp'] + test['tn']} rejected steps "
+                       f"({test['false_accept_rate']:.2f})")
+    for lab, r in (s.get("verifier_parity") or {}).items():
+        d, t = r["decode"], r["test_split"]
+        out.append(f"{lab[:20]} accepted {d['acceptance']:.2f} of {d['pairs']} draft steps in decoding")
+        if t:
+            verdict = "a GAP beyond both 95% intervals" if r["gap"] else "within the intervals"
+            out.append(f"  vs {t['acceptance']:.2f} on its test split: {verdict}")
+    for a in s.get("accuracy_vs_target") or []:
+        if a["a"].startswith("lr"):
+            out.append(f"{a['a'][:20]} vs target: {a['only_b']} answer(s) only the target solved, "
+                       f"{a['only_a']} only {a['a'][:12]}")
     return out
 
 

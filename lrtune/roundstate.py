@@ -59,6 +59,7 @@ class RoundState:
     scores: list[list[float]] = field(default_factory=list)
     verify_s: float = 0.0
     judged: dict[int, tuple[bool, float, StepPair]] = field(default_factory=dict)  # early abort: position -> verdict
+    unasked: set[tuple[int, int]] = field(default_factory=set)  # (branch, position) rejected without asking
     matched: list[int] = field(default_factory=list)  # reuse: leading target-argmax tokens of each draft step
     chain_scores: list[list] = field(default_factory=list)  # reuse: the prefill's scores of each draft step
     prefill_s: float = 0.0  # reuse: this prompt's share of the prefill call
@@ -110,6 +111,8 @@ class RoundRecord:
     branch_accepted: list[list[bool]] = field(default_factory=list)
     # the verifier's exact inputs, per branch and position (clean text, DESIGN §3.6)
     pairs: list[list[StepPair]] = field(default_factory=list)
+    # (branch, position) pairs rejected without asking the verifier (exactly one step ends the answer)
+    unasked: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass

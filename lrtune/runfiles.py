@@ -200,3 +200,41 @@ def write_json_file(path: Path, data: object) -> None:
     """``data`` as indented JSON in ``path`` (checked by :func:`json_out_file`), its folder created."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(data, indent=1))
+
+
+def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record") -> list[dict]:
+    """The JSON objects of a JSONL file lrtune appends to (each must hold ``keys``); a torn last
+    line (a crash mid-append) is dropped with a warning and the file rewritten without it, so
+    appending can continue; any other bad line is a ConfigError naming the file and line."""
+    import warnings
+
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    good, bad_tail = [], False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if i >= len(lines) - 2:  # only the last line may be torn
+                bad_tail = True
+                continue
+            raise ConfigError(f"{path}:{i + 1}: corrupt line; move the file away to start over") from None
+        if not isinstance(rec, dict) or not set(keys) <= set(rec):
+            raise ConfigError(f"{path}:{i + 1}: not an {what} (no {'/'.join(keys)}); move the file away or use "
+                              "another --out")
+        good.append(rec)
+    if bad_tail:
+        warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
+        write_atomic(path, "".join(json.dumps(r) + "\n" for r in good))
+    return good
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    """Append ``record`` as one JSON line, flushed and fsynced."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

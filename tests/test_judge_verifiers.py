@@ -190,3 +190,13 @@ def test_llm_judge_drops_worked_examples_that_do_not_fit_the_engine_context():
     model = SmallChat()
     make_verifier("llm_judge", backend=model).score([StepPair("ctx", "x = 4", "x = 3")])
     assert 1 <= model.turns < 9  # fewer than the four examples (8 turns) + question, but it still asks
+
+
+@pytest.mark.parametrize("spec", ["llm_judge", "llm_judge@0.85", "llm_judge(paper)@0.5", "target_score@0.7"])
+def test_the_judge_model_judges_whatever_the_spec_carries_a_threshold_or_a_form(spec, monkeypatch):
+    from lrtune import api
+
+    monkeypatch.setattr("lrtune.models.resolve_model", lambda name, role, **kw: f"/models/{name}")
+    models = api.ModelConfig(verifier=spec, judge_model="X")
+    assert api.judge_path(models, None, progress=False) == "/models/X"
+    assert api.judge_path(api.ModelConfig(verifier="embedding@0.9", judge_model="X"), None, progress=False) is None

@@ -157,6 +157,31 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
     assert "lr+sd/v=resu" in text and "0.41" in text
 
 
+def test_the_demo_states_the_students_promise_and_what_the_run_measured_against_it():
+    from lrtune.pipeline import closing_lines
+
+    row = {"accuracy": 0.5, "finished": 4, "n": 4, "speedup_total": 1.0, "alpha1": 0.3, "alpha2": None}
+    calib = {"max_false_accept": 0.05, "confidence": 0.9, "certified": False, "val_rejected": 2,
+             "rejected_pairs_needed": 45, "false_accept_bound": 0.68}
+    res = {"summary": {"task": "gsm_symbolic", "decoded_problems": 4, "methods": {"target": row, "lr+sd": row},
+                       "verifier_parity": {"lr+sd": {"decode": {"acceptance": 0.95, "pairs": 20},
+                                                     "test_split": {"acceptance": 0.59}, "gap": True}},
+                       "accuracy_vs_target": [{"a": "lr+sd", "b": "target", "only_a": 0, "only_b": 2}]},
+           "timings": {"evaluate": 60.0},
+           "student": {"kind": "cross-encoder", "calibration": calib,
+                       "metrics": {"test": {"n": 46, "fp": 8, "tn": 18, "false_accept_rate": 8 / 26}}}}
+    lines = closing_lines(res)
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert "accepts <= 5% of teacher-rejected steps at 90%" in text and "NOT certifiable from 2" in text
+    assert "(needs 45)" in text and "accepted 8 of 26 rejected steps" in text
+    assert "accepted 0.95 of 20 draft steps in decoding" in text and "GAP" in text
+    assert "2 answer(s) only the target solved" in text
+    calib.update(certified=True, val_rejected=60, false_accept_bound=0.049)
+    text = "\n".join(closing_lines(res))
+    assert "certified on 60 rejected calibration pairs (bound 0.049)" in text and "NOT" not in text
+
+
 def test_tables_in_a_log_get_room_for_every_cell():
     from lrtune.runfiles import console
 

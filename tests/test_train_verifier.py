@@ -204,6 +204,18 @@ def test_agreement_rule_picks_the_validation_threshold_that_agrees_most_and_says
         _cfg(tmp_path, pair_dir, "features", threshold_rule="f1").validate()
 
 
+def test_the_default_threshold_is_the_false_accept_bound_and_the_card_states_it(tmp_path, pair_dir):
+    from lrtune.train.verifier import run
+
+    meta = run(_cfg(tmp_path, pair_dir, "features", max_false_accept=0.2, confidence=0.8))
+    cal = meta["calibration"]
+    assert cal["method"].startswith("false-accept bound") and cal["confidence"] == 0.8
+    assert cal["calibration_pairs"] == meta["data"]["splits"]["val"]["pairs"] and meta["threshold"] == cal["threshold"]
+    assert cal["certified"] == (cal["false_accept_bound"] <= 0.2)
+    card = (tmp_path / "features" / "README.md").read_text()
+    assert "false-accept rate <= 0.2 with probability 0.8" in card and f"{cal['calibration_pairs']} validation pairs" in card
+
+
 def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(tmp_path, pair_dir):
     from lrtune.train.verifier import run
 

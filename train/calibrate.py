@@ -4,7 +4,11 @@ Against the teacher's labels y and the student's scores s, a threshold t accepts
     false-accept rate FAR(t) = #(s ≥ t, y = 0) / #(y = 0)     (teacher-rejected steps let through)
     false-reject rate FRR(t) = #(s < t, y = 1) / #(y = 1)
     acceptance       A(t)   = #(s ≥ t) / n
-Calibration picks the t that maximises A(t) subject to FAR(t) ≤ max_false_accept.
+Calibration picks the t that maximises A(t) subject to a cap on FAR(t):
+    rule "bound" (the default, :func:`risk_controlled_threshold`): FAR(t) ≤ ε with probability
+        ≥ 1 − δ over the draw of the calibration pairs (a distribution-free guarantee);
+    rule "far" (:func:`calibrate_threshold`): the empirical FAR on the calibration pairs ≤ ε
+        (no guarantee: with few teacher-rejected pairs it says little).
 """
 
 from __future__ import annotations
@@ -136,3 +140,79 @@ def cross_fitted(scores: Sequence[float], labels: Sequence[bool], groups: Sequen
             "max_false_accept": max_false_accept, "folds": folds, "fold_thresholds": fold_thresholds,
             "heldout_false_accept_rate": held["false_accept_rate"], "heldout_acceptance": held["acceptance"],
             "heldout_agreement": held["accuracy"], "heldout_n": held["n"]}
+
+
+# ---- a false-accept budget with a guarantee ------------------------------------------------
+def false_accept_bound(k: int, n: int, confidence: float) -> float:
+    """Clopper–Pearson upper confidence bound on a rate seen k times in n trials: the p with
+    P(Bin(n, p) ≤ k) = 1 − confidence, i.e. the ``confidence`` quantile of Beta(k+1, n−k)
+    (1.0 when k ≥ n or n = 0). With probability ≥ ``confidence`` the true rate is below it."""
+    if n <= 0 or k >= n:
+        return 1.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(confidence, k + 1, n - k))
+
+
+def rejected_pairs_needed(max_false_accept: float, confidence: float) -> int | None:
+    """The fewest teacher-rejected calibration pairs that can certify FAR ≤ ε at all: with
+    none of n let through, the bound is 1 − δ^(1/n) ≤ ε iff n ≥ log δ / log(1 − ε) (None for
+    ε = 0, which no finite sample certifies)."""
+    if max_false_accept <= 0:
+        return None
+    if max_false_accept >= 1:
+        return 0
+    return math.ceil(math.log(1 - confidence) / math.log(1 - max_false_accept) - 1e-12)
+
+
+def risk_controlled_threshold(scores: Sequence[float], labels: Sequence[bool], max_false_accept: float,
+                              confidence: float = 0.9) -> dict:
+    """The most permissive threshold whose false-accept rate is ≤ ε = ``max_false_accept`` with
+    probability ≥ 1 − δ = ``confidence`` over the calibration pairs (Learn then Test,
+    Angelopoulos et al. 2021, arXiv 2110.01052, with an exact binomial test).
+
+    Thresholds are tested from strict to permissive (fixed-sequence testing); a threshold t
+    that lets k of the n teacher-rejected pairs through rejects the null "FAR(t) > ε" when
+    P(Bin(n, ε) ≤ k) ≤ δ, i.e. when the Clopper–Pearson bound :func:`false_accept_bound` is
+    ≤ ε. The tests are monotone in t, so the sequence stops at k* = max{k : P(Bin(n, ε) ≤ k) ≤ δ}
+    and the threshold sits just above the (k*+1)-th highest rejected score x: t = next float
+    after x. For exchangeable pairs FAR(t) ~ Beta(k*+1, n−k*), so P(FAR(t) > ε) ≤ δ exactly.
+
+    When even k = 0 fails (n < :func:`rejected_pairs_needed`) nothing is certified: the threshold
+    is 1.0, which accepts only steps scored 1 (steps identical to the target's), and
+    ``certified`` is False. The pairs must be exchangeable with those the verifier will meet:
+    calibrate on templates the verifier never trained on."""
+    if not 0.0 <= max_false_accept <= 1.0:
+        raise ValueError(f"max_false_accept must be in [0, 1], got {max_false_accept}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    clean = [(float(s), bool(y)) for s, y in zip(scores, labels) if not math.isnan(s)]
+    if not clean:
+        raise ValueError("no scores to calibrate on")
+    neg = sorted((s for s, y in clean if not y), reverse=True)
+    n = len(neg)
+    from scipy.stats import binom
+
+    delta = 1.0 - confidence
+    k_star = -1  # the most rejected pairs that may pass; -1: not even none is certified
+    while k_star + 1 < n and binom.cdf(k_star + 1, n, max_false_accept) <= delta:
+        k_star += 1
+    # k* of the n rejected pairs may pass: the threshold sits just above the (k*+1)-th highest
+    t = 1.0 if k_star < 0 else min(1.0, math.nextafter(neg[k_star], math.inf))
+    k = sum(1 for s in neg if s >= t)
+    bound = false_accept_bound(k, n, confidence)
+    return {"threshold": t, "method": "false-accept bound (LTT, Clopper-Pearson)", "max_false_accept": max_false_accept,
+            "confidence": confidence, "certified": bound <= max_false_accept + 1e-12, "false_accept_bound": bound,
+            "calibration_pairs": len(clean), "val_rejected": n, "false_accepts": k,
+            "val_false_accept_rate": k / n if n else None,
+            "val_acceptance": sum(1 for s, _ in clean if s >= t) / len(clean),
+            "rejected_pairs_needed": rejected_pairs_needed(max_false_accept, confidence)}
+
+
+def uncertified_warning(calib: dict) -> str | None:
+    """One line when :func:`risk_controlled_threshold` certified no threshold below 1.0."""
+    if calib.get("certified", True):
+        return None
+    return (f"{calib['val_rejected']} teacher-rejected calibration pairs cannot certify a false-accept rate <= "
+            f"{calib['max_false_accept']:g} at {calib['confidence']:.0%} confidence (that needs at least "
+            f"{calib['rejected_pairs_needed']}): threshold 1.0 accepts only steps identical to the target's")

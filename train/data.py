@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair
+from lrtune.verifiers.pairrecords import pair_from_columns
 
 SPLITS = ("train", "val", "test")
 
@@ -58,8 +59,7 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
             soft = float(s) if s is not None and not math.isnan(s) and 0.0 <= s <= 1.0 else float(r["label"])
             teachers.add(r.get("teacher") or "?")
             out.append(PairExample(problem_id=f"{r['task']}/{r['problem_id']}",
-                                   pair=StepPair(context=r.get("context") or "", draft=r["draft_step"], target=r["target_step"],
-                                                 draft_scores=_draft_scores(r)),
+                                   pair=pair_from_columns(r),
                                    label=bool(r["label"]), target=soft, teacher_s=r.get("judge_s"),
                                    embedding_cosine=r.get("embedding_cosine"), exact_match=r.get("exact_match"),
                                    group=template_of(r["task"], r["problem_id"])))
@@ -68,21 +68,6 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
     if len(teachers) > 1:
         raise ConfigError(f"the data mixes teachers ({', '.join(sorted(teachers))}); train on one teacher's labels")
     return out, teachers.pop()
-
-
-def _draft_scores(row: dict):
-    """The recorded :class:`~lrtune.verifiers.base.DraftScores` of a pair row (None if unscored)."""
-    from lrtune.verifiers.base import DraftScores
-
-    mean = row.get("draft_target_mean_logprob")
-    if mean is None or math.isnan(mean):
-        return None
-    own = lambda k: None if row.get(k) is None or math.isnan(row[k]) else float(row[k])  # noqa: E731
-    num = lambda k: math.nan if row.get(k) is None else float(row[k])  # noqa: E731 - NaN: refused by the students
-    tokens = row.get("draft_target_scored_tokens")
-    return DraftScores(float(mean), num("draft_target_min_logprob"), num("draft_target_argmax_share"),
-                       int(tokens) if tokens is not None and math.isfinite(tokens) else 0,
-                       draft_logprob=own("draft_mean_logprob"), draft_entropy=own("draft_entropy"))
 
 
 def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> dict[str, str]:

@@ -42,7 +42,8 @@ from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomi
 from lrtune.verifiers import distilled
 
 from lrtune.train import students
-from lrtune.train.calibrate import agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning
+from lrtune.train.calibrate import (agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning,
+                                    risk_controlled_threshold, uncertified_warning)
 from lrtune.train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
@@ -98,11 +99,15 @@ class CalibrationOptions:
 
     __pydantic_config__ = STRICT
 
-    max_false_accept: Fraction = field(default=0.05, metadata={"help": "calibration: highest false-accept rate vs the "
-                                                                    "teacher on validation"})
-    threshold_rule: Literal["far", "agreement"] = field(default="far", metadata={
-        "help": "calibration on validation: far (highest acceptance with false-accept rate <= --max-false-accept) | "
-                "agreement (the threshold that agrees with the teacher most often)"})
+    max_false_accept: Fraction = field(default=0.05, metadata={"help": "calibration: the false-accept budget ε (share of "
+                                                                    "teacher-rejected steps the student may accept)"})
+    confidence: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.9, metadata={
+        "help": "calibration, rule bound: the probability 1-δ that the false-accept rate is <= ε"})
+    threshold_rule: Literal["bound", "far", "agreement"] = field(default="bound", metadata={
+        "help": "calibration on validation (templates the student never trained on): bound (highest acceptance whose "
+                "false-accept rate is <= --max-false-accept with probability --confidence; Learn-then-Test, exact "
+                "binomial) | far (empirical false-accept rate <= the cap, no guarantee) | agreement (the threshold "
+                "that agrees with the teacher most often)"})
     latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
 
 
@@ -255,13 +260,13 @@ def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
 
 def agreement_with_intervals(scores, examples, threshold: float, seed: int) -> dict:
     """:func:`lrtune.train.calibrate.agreement` plus 95% bootstrap intervals over problems of its
-    accuracy and AUROC (``accuracy_ci95``, ``auroc_ci95``)."""
+    accuracy, AUROC and acceptance (``accuracy_ci95``, ``auroc_ci95``, ``acceptance_ci95``)."""
     from lrtune.pairstats import agreement_intervals
 
     labels = [e.label for e in examples]
     out = agreement(scores, labels, threshold)
     ci = agreement_intervals(scores, labels, threshold, [e.problem_id for e in examples], seed=seed)
-    out.update(accuracy_ci95=list(ci["accuracy"]), auroc_ci95=list(ci["auroc"]))
+    out.update(accuracy_ci95=list(ci["accuracy"]), auroc_ci95=list(ci["auroc"]), acceptance_ci95=list(ci["acceptance"]))
     return out
 
 
@@ -382,6 +387,10 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
     if cfg.calibration.threshold_rule == "agreement":
         calib = agreement_threshold(val_scores, val_labels)
         coarse = None
+    elif cfg.calibration.threshold_rule == "bound":
+        calib = risk_controlled_threshold(val_scores, val_labels, cfg.calibration.max_false_accept,
+                                          cfg.calibration.confidence)
+        coarse = uncertified_warning(calib)
     else:
         calib = calibrate_threshold(val_scores, val_labels, cfg.calibration.max_false_accept)
         coarse = coarse_cap_warning(calib["val_rejected"], cfg.calibration.max_false_accept)
@@ -425,6 +434,21 @@ def metrics_rows(meta: dict) -> list[tuple[str, dict]]:
     return rows
 
 
+def threshold_story(calib: dict) -> str:
+    """How the threshold was chosen, in one clause (the card's and the CLI's words)."""
+    if "confidence" in calib:  # rule bound
+        head = (f"false-accept rate <= {calib['max_false_accept']:g} with probability {calib['confidence']:g}, "
+                f"{calib['method']}, on {calib['calibration_pairs']} validation pairs of templates the student never "
+                f"trained on ({calib['val_rejected']} teacher-rejected, {calib['false_accepts']} of them accepted)")
+        if not calib["certified"]:
+            return (head + f": NOT certified, {calib['rejected_pairs_needed']} rejected pairs are needed; 1.0 accepts "
+                    "only steps identical to the target's")
+        return head + (f": bound {calib['false_accept_bound']:.3f}, acceptance left "
+                       f"{calib['val_acceptance']:.2f}")
+    return calib["method"] + (f", max FAR {calib['max_false_accept']}" if calib.get("max_false_accept") is not None
+                              else "") + ", on validation"
+
+
 def model_card(meta: dict) -> str:
     """The checkpoint's README: what it is, how it was trained, how well it agrees."""
     lat, d = meta["metrics"]["latency"], meta["data"]
@@ -433,9 +457,7 @@ def model_card(meta: dict) -> str:
         f"Distilled from the `{meta['teacher']}` teacher with `lrtune train verifier`. Load it with "
         "`lrtune.verifiers.load(path)` or pass the directory as `--verifier PATH`.", "",
         f"- base model: `{meta.get('base_model') or meta.get('encoder')}`",
-        f"- threshold: {meta['threshold']:.4f} ({meta['calibration']['method']}"
-        + (f", max FAR {meta['calibration']['max_false_accept']}" if meta['calibration'].get('max_false_accept')
-           is not None else "") + ", on validation)",
+        f"- threshold: {meta['threshold']:.4f} ({threshold_story(meta['calibration'])})",
         f"- data: `{d['dirs']}` (sha256 {d['fingerprint'][:16]}…), split by template (no template in two splits): "
         + ", ".join(f"{s} {c['pairs']} pairs / {c['problems']} problems" for s, c in d["splits"].items()),
         f"- training: {meta['metrics']['train_seconds']:.0f} s",

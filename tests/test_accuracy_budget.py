@@ -1,0 +1,69 @@
+"""The accuracy budget (``lrtune calibrate --max-accuracy-loss``): fixed-sequence testing of a
+threshold ladder on answers that differ from target-only, with an exact binomial test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scipy.stats import binom
+
+from lrtune.errors import ConfigError
+from lrtune.train.accuracy_budget import choose, max_differences, parse_ladder, problems_needed
+
+
+@pytest.mark.parametrize("n,loss", [(76, 0.03), (100, 0.05), (30, 0.2), (9, 0.25)])
+def test_max_differences_is_the_largest_count_the_binomial_test_still_certifies(n, loss):
+    k = max_differences(n, loss, 0.9)
+    assert k >= 0 and binom.cdf(k, n, loss) <= 0.1 < binom.cdf(k + 1, n, loss)
+
+
+def test_too_few_problems_certify_nothing_and_the_minimum_is_stated():
+    assert problems_needed(0.03, 0.9) == 76 and max_differences(75, 0.03, 0.9) == -1 == max_differences(0, 0.5, 0.9)
+    assert max_differences(76, 0.03, 0.9) == 0
+    with pytest.raises(ConfigError, match="needs at least 76"):
+        from lrtune.train.recalibrate import CalibrateConfig
+
+        CalibrateConfig(verifier="embedding", max_accuracy_loss=0.03, limit=75, dry_run=True).validate()
+
+
+def test_the_walk_keeps_the_last_certified_step_and_never_looks_past_the_first_failure():
+    steps = [{"threshold": 1.0, "certified": True}, {"threshold": 0.9, "certified": True},
+             {"threshold": 0.8, "certified": False}, {"threshold": 0.7, "certified": True}]
+    assert choose(steps)["threshold"] == 0.9
+    assert choose(steps[2:]) is None
+
+
+@pytest.mark.parametrize("text", ["0.9,0.95", "1.5", "a,b", "", "0.9,0.9"])
+def test_a_ladder_must_run_strict_to_permissive_within_0_and_1(text):
+    with pytest.raises(ConfigError, match="--thresholds"):
+        parse_ladder(text)
+
+
+def test_a_real_ladder_on_the_tiny_pair_certifies_the_strict_end_and_resumes_without_decoding(tmp_path):
+    pytest.importorskip("vllm")
+    from tests.tiny_models import get_tiny_pair, sample_questions
+    from lrtune.api import ModelConfig
+    from lrtune.decoder import DecodeConfig
+    from lrtune.train.recalibrate import CalibrateConfig, run
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "question": q, "answer": str(i)}) + "\n"
+                            for i, q in enumerate(sample_questions(4))))
+    pair = get_tiny_pair()
+    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), dtype="float32", max_model_len=512,
+                         kv_cache_gib=0.25)
+    decode = DecodeConfig(gamma1=2, gamma2=2, max_new_tokens=32, max_step_tokens=12)
+    cfg = CalibrateConfig(verifier="embedding", max_accuracy_loss=0.5, confidence=0.9, limit=4, task="custom",
+                          task_data=str(data), thresholds="1.0,0.0", out=str(tmp_path / "budget.json"))
+    budget = run(cfg, models, decode)
+    first = budget["steps"][0]
+    # threshold 1.0 accepts identical steps only: lr+sd answers as target-only greedy does
+    assert first["threshold"] == 1.0 and first["changed"] == 0 and first["certified"] and first["decoded"] == 4
+    assert budget["max_changed"] == 0 and budget["threshold"] == choose(budget["steps"])["threshold"]
+    assert json.loads((tmp_path / "budget.json").read_text())["steps"] == budget["steps"]
+    progress = tmp_path / "budget.json.progress.jsonl"
+    lines = progress.read_text().splitlines()
+    assert len(lines) == 4 + sum(s["decoded"] for s in budget["steps"])  # target-only once, then each step
+    again = run(cfg, models, decode)  # every decode is in the progress file: nothing is decoded again
+    assert again["steps"] == budget["steps"] and progress.read_text().splitlines() == lines

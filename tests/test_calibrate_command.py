@@ -1,0 +1,79 @@
+"""``lrtune calibrate``: a verifier's threshold from a false-accept budget with a guarantee,
+for training-free verifiers (a JSON file and a spec) and checkpoints (updated in place)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lrtune.errors import ConfigError
+from lrtune.train.recalibrate import CalibrateConfig, run
+from tests.test_train_verifier import _synthetic_rows, write_pairs
+
+
+@pytest.fixture(scope="module")
+def heldout(tmp_path_factory):
+    return write_pairs(tmp_path_factory.mktemp("heldout") / "pairs", _synthetic_rows(30, seed=5))
+
+
+def test_a_training_free_verifier_gets_a_certified_threshold_and_the_spec_to_decode_with(heldout, tmp_path):
+    from lrtune.train.calibrate import false_accept_bound
+
+    out = tmp_path / "cal.json"
+    cal = run(CalibrateConfig(verifier="embedding", data=str(heldout), max_false_accept=0.2, confidence=0.9,
+                              out=str(out)))
+    assert json.loads(out.read_text()) == json.loads(json.dumps(cal))
+    assert cal["certified"] and cal["false_accept_bound"] <= 0.2
+    assert cal["false_accept_bound"] == pytest.approx(false_accept_bound(cal["false_accepts"], cal["val_rejected"], 0.9))
+    assert cal["spec"] == f"embedding@{cal['threshold']:.6g}" and cal["rounds"] == "lr"
+    assert cal["agreement"]["false_accept_rate"] == cal["val_false_accept_rate"]
+
+
+def test_a_checkpoint_is_recalibrated_in_place_keeping_its_previous_calibration(heldout, tmp_path):
+    import shutil
+
+    from lrtune.verifiers import distilled
+    from lrtune.train.verifier import TrainVerifierConfig, run as train
+
+    data = write_pairs(tmp_path / "train", _synthetic_rows())
+    train(TrainVerifierConfig.of(data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False,
+                                 latency_pairs=4, seed=0))
+    before = distilled.read_meta(tmp_path / "ckpt")
+    with pytest.raises(ConfigError, match="trained on"):
+        run(CalibrateConfig(verifier=str(tmp_path / "ckpt"), data=str(data)))
+    assert distilled.read_meta(tmp_path / "ckpt") == before  # a refusal changes nothing
+    shutil.copytree(tmp_path / "ckpt", tmp_path / "dry")
+    run(CalibrateConfig(verifier=str(tmp_path / "dry"), data=str(heldout), dry_run=True))
+    assert distilled.read_meta(tmp_path / "dry") == before
+    cal = run(CalibrateConfig(verifier=str(tmp_path / "ckpt"), data=str(heldout), max_false_accept=0.2))
+    meta = distilled.read_meta(tmp_path / "ckpt")
+    assert meta["threshold"] == cal["threshold"] and meta["calibration"]["data"]["dirs"] == str(heldout)
+    assert meta["calibration_history"] == [before["calibration"]]
+    assert distilled.load(tmp_path / "ckpt").threshold == cal["threshold"]
+    assert "false-accept rate <= 0.2 with probability 0.9" in (tmp_path / "ckpt" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"verifier": "llm_judge"}, "needs a model engine"),
+    ({"verifier": "embedding@0.9"}, "without @T"),
+    ({"verifier": "always"}, "no threshold"),
+    ({"verifier": "embedding", "out": None}, "--out"),
+    ({"verifier": "embedding", "data": "/nonexistent"}, "not a directory"),
+])
+def test_bad_requests_are_refused_before_any_model_loads(heldout, tmp_path, kw, match):
+    args = {"data": str(heldout), "out": str(tmp_path / "c.json"), **kw}
+    with pytest.raises(ConfigError, match=match):
+        CalibrateConfig(**args).validate()
+
+
+def test_the_cli_prints_the_spec_and_refuses_in_one_line(heldout, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "lrtune", "calibrate", "--verifier", "exact", "--data", str(heldout),
+                         "--max-false-accept", "0.2", "--dry-run"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "decode with: --verifier exact@" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "lrtune", "calibrate", "--verifier", "llm_judge", "--data",
+                          str(heldout), "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x.json").exists()

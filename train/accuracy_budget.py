@@ -1,0 +1,166 @@
+"""An accuracy budget for a lossy decoder: ``lrtune calibrate --max-accuracy-loss Δ``.
+
+Decodes N calibration problems (templates the verifier never trained on) with target-only
+greedy and with lr+sd at a ladder of verifier thresholds t1 > t2 > … (strict to permissive).
+At threshold t, D(t) = the number of problems whose answer differs from target-only's. The
+null "P(answer differs) > Δ" is rejected when P(Bin(N, Δ) ≤ D(t)) ≤ δ (an exact binomial test,
+equivalently the Clopper–Pearson bound on D(t)/N ≤ Δ). Fixed-sequence testing (Learn then
+Test, Angelopoulos et al. 2021) goes down the ladder and stops at the first threshold it
+cannot certify; the last certified one is kept, so with probability ≥ 1 − δ its rate of changed
+answers on problems like these is ≤ Δ. Ladder positions are tested in order, so no correction
+for the number of thresholds is needed.
+
+N problems certify anything only when (1 − Δ)^N ≤ δ: :func:`problems_needed`. Each
+threshold stops early once D(t) passes the most it may hold (:func:`max_differences`).
+Progress is appended to ``<out>.progress.jsonl`` (one line per decode), so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_LADDER = (1.0, 0.99, 0.97, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
+
+
+def max_differences(n: int, max_loss: float, confidence: float) -> int:
+    """The most changed answers of ``n`` that still certify a change rate ≤ Δ at 1 − δ: the
+    largest k with P(Bin(n, Δ) ≤ k) ≤ δ; −1 when even none of n would not."""
+    from scipy.stats import binom
+
+    delta, k = 1.0 - confidence, -1
+    while k + 1 <= n and binom.cdf(k + 1, n, max_loss) <= delta:
+        k += 1
+    return k
+
+
+def problems_needed(max_loss: float, confidence: float) -> int | None:
+    """The fewest problems that can certify a change rate ≤ Δ (all answers unchanged):
+    ⌈log δ / log(1 − Δ)⌉; None for Δ = 0."""
+    if max_loss <= 0:
+        return None
+    if max_loss >= 1:
+        return 0
+    return math.ceil(math.log(1 - confidence) / math.log(1 - max_loss) - 1e-12)
+
+
+def choose(steps: Sequence[dict]) -> dict | None:
+    """The last certified step of a ladder walked strict to permissive (fixed-sequence
+    testing: the walk ends at the first step that fails); None when the first fails."""
+    chosen = None
+    for s in steps:
+        if not s["certified"]:
+            break
+        chosen = s
+    return chosen
+
+
+def parse_ladder(text: str) -> tuple[float, ...]:
+    """``"1.0,0.95,0.9"`` -> thresholds, strictly decreasing, each in [0, 1]; ConfigError otherwise."""
+    from lrtune.errors import ConfigError
+
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--thresholds: a comma list of numbers, got {text!r}") from None
+    if not vals or any(not 0.0 <= v <= 1.0 for v in vals) or any(a <= b for a, b in zip(vals, vals[1:])):
+        raise ConfigError(f"--thresholds: strictly decreasing numbers in [0, 1] (strict to permissive), got {text!r}")
+    return vals
+
+
+class AtThreshold:
+    """``verifier`` judged at another threshold (everything else is the verifier's own)."""
+
+    def __init__(self, verifier, threshold: float) -> None:
+        self._v, self.threshold = verifier, threshold
+
+    def score(self, pairs):
+        return self._v.score(pairs)
+
+    def __getattr__(self, name):
+        return getattr(self._v, name)
+
+
+def _progress(path: Path, key: str) -> dict[tuple, dict]:
+    """Decodes already made with this configuration (``key``): (threshold or None, problem) -> line."""
+    from lrtune.runfiles import load_jsonl
+
+    done = {}
+    for r in load_jsonl(path, ("key", "problem", "threshold"), what="lrtune calibrate progress line"):
+        if r.get("key") == key:
+            done[(r.get("threshold"), r.get("problem"))] = r
+    return done
+
+
+def run_ladder(dec, verifier, task, problems: Sequence, ladder: Sequence[float], dcfg, max_loss: float,
+               confidence: float, progress_path: Path, key: str, log=print) -> dict:
+    """Walk the ladder (see module docstring) with the loaded decoder ``dec``; returns the
+    evidence: every step's threshold, changed answers, decodes, bound and verdict, the
+    choice, and the target's answers."""
+    import dataclasses
+
+    from lrtune.runfiles import append_jsonl
+    from lrtune.train.calibrate import false_accept_bound
+
+    n = len(problems)
+    k_max = max_differences(n, max_loss, confidence)
+    done = _progress(progress_path, key)
+
+    def decode(prob, threshold):
+        hit = done.get((threshold, prob.id))
+        if hit is not None:
+            return hit
+        ids = dec.encode(task.prompt(prob))
+        cfg = dataclasses.replace(dcfg, method="target") if threshold is None else dcfg
+        v = None if threshold is None else AtThreshold(verifier, threshold)
+        res, stats = dec.decoder.decode(ids, cfg, **({} if v is None else {"verifier": v}))
+        answer, ok = task.check(prob, res.text)
+        line = {"key": key, "threshold": threshold, "problem": prob.id, "answer": answer, "correct": bool(ok),
+                "finish": res.finish, "drafted": stats.drafted_steps, "accepted": stats.accepted_steps}
+        append_jsonl(progress_path, line)
+        return line
+
+    reference = {p.id: decode(p, None) for p in problems}
+    steps = []
+    for t in ladder:
+        changed = drafted = accepted = decoded = 0
+        for p in problems:
+            got = decode(p, t)
+            decoded += 1
+            changed += got["answer"] != reference[p.id]["answer"]
+            drafted, accepted = drafted + got["drafted"], accepted + got["accepted"]
+            if changed > k_max:
+                break  # this step can no longer be certified
+        bound = false_accept_bound(changed, n, confidence) if decoded == n else None
+        step = {"threshold": t, "changed": changed, "decoded": decoded, "problems": n, "bound": bound,
+                "certified": decoded == n and changed <= k_max, "alpha1": accepted / drafted if drafted else None}
+        steps.append(step)
+        log(f"threshold {t:g}: {changed} of {decoded} answers differ from target-only"
+            + (f" (bound {bound:.3f})" if bound is not None else "") + (" certified" if step["certified"] else
+                                                                       " NOT certified: the walk stops"))
+        if not step["certified"]:
+            break
+    chosen = choose(steps)
+    return {"max_accuracy_loss": max_loss, "confidence": confidence, "problems": n, "max_changed": k_max,
+            "problems_needed": problems_needed(max_loss, confidence), "ladder": list(ladder), "steps": steps,
+            "threshold": chosen["threshold"] if chosen else None, "certified": chosen is not None,
+            "target_accuracy": sum(r["correct"] for r in reference.values()) / n if n else None,
+            "problem_ids": [p.id for p in problems],
+            "method": "accuracy budget (LTT fixed-sequence, exact binomial)"}
+
+
+def budget_story(b: dict) -> str:
+    """One clause: the promise an accuracy budget makes, or why it makes none."""
+    if not b.get("certified"):
+        return (f"no threshold of the ladder kept the answers within a {b['max_accuracy_loss']:g} change rate at "
+                f"{b['confidence']:g} on {b['problems']} problems")
+    step = next(s for s in b["steps"] if s["threshold"] == b["threshold"])
+    return (f"answers differ from target-only on <= {b['max_accuracy_loss']:g} of problems with probability "
+            f"{b['confidence']:g} ({step['changed']} of {b['problems']} calibration problems changed, bound "
+            f"{step['bound']:.3f})")
+
+
+def dumps(b: dict) -> str:
+    return json.dumps(b, indent=1)
