@@ -2,7 +2,7 @@
 
 For each verifier (training-free specs scored as decoding scores them, or a checkpoint trained
 on other data) and each of ``--splits`` random splits of a labelled collect dataset's templates
-into a calibration half and a test half: the threshold of ``--threshold-rule bound``
+(``--unit pair``: of its single pairs) into a calibration half and a test half: the threshold of ``--threshold-rule bound``
 (:func:`lrtune.train.calibrate.risk_controlled_threshold`, ε = ``--max-false-accept``,
 1 − δ = ``--confidence``) and of the empirical rule ``far`` are set on the calibration half and
 the test half's false-accept rate is measured. The bound promises test FAR > ε in at most δ of
@@ -34,6 +34,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-false-accept", type=float, default=0.05, help="ε")
     p.add_argument("--confidence", type=float, default=0.9, help="1 - δ")
     p.add_argument("--seed", type=int, default=0, help="seed of the splits")
+    p.add_argument("--unit", choices=("template", "pair"), default="template",
+                   help="what a split deals out: whole templates (pairs of one template stay together, as in "
+                        "training) or single pairs (exchangeable by construction: isolates the effect of clustering)")
     p.add_argument("--out", required=True, help="JSON file to write")
     return p
 
@@ -88,11 +91,11 @@ def main(argv=None) -> int:
         return 2
     examples, teacher = load_pairs([d.strip() for d in args.data.split(",")])
     labels = [e.label for e in examples]
-    groups = [e.split_group for e in examples]
+    groups = [e.split_group for e in examples] if args.unit == "template" else [str(i) for i in range(len(examples))]
     result = {"data": args.data, "teacher": teacher, "pairs": len(examples), "templates": len(set(groups)),
               "teacher_acceptance": sum(labels) / len(labels), "rejected": labels.count(False),
               "max_false_accept": args.max_false_accept, "confidence": args.confidence, "splits": args.splits,
-              "seed": args.seed, "verifiers": {}}
+              "seed": args.seed, "unit": args.unit, "verifiers": {}}
     for spec in [s.strip() for s in args.verifiers.split(";") if s.strip()]:
         v = make_verifier(spec)
         scores = score_pairs(v, [e.pair for e in examples])

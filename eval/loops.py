@@ -225,6 +225,7 @@ def _pair_recorder(cfg: EvalConfig, dcfg, dec):
     judged: dict[int, list[dict]] = {}
     if not (cfg.options.record_pairs and dcfg.uses_lr and not dcfg.async_lr):
         return judged, None
+
     def on_round(i: int, r) -> None:
         judged.setdefault(i, []).extend(judged_pairs(r))
 

@@ -67,3 +67,42 @@ def test_a_real_ladder_on_the_tiny_pair_certifies_the_strict_end_and_resumes_wit
     assert len(lines) == 4 + sum(s["decoded"] for s in budget["steps"])  # target-only once, then each step
     again = run(cfg, models, decode)  # every decode is in the progress file: nothing is decoded again
     assert again["steps"] == budget["steps"] and progress.read_text().splitlines() == lines
+
+
+def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_says_so(tmp_path, monkeypatch):
+    from lrtune.train import accuracy_budget, recalibrate
+    from lrtune.train.verifier import TrainVerifierConfig, run as train
+    from lrtune.verifiers import distilled
+    from tests.test_train_verifier import _synthetic_rows, write_pairs
+
+    data = write_pairs(tmp_path / "train", _synthetic_rows())
+    train(TrainVerifierConfig.of(data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False,
+                                 latency_pairs=4, seed=0))
+    steps = [{"threshold": 1.0, "changed": 0, "decoded": 50, "problems": 50, "bound": 0.045, "certified": True,
+              "alpha1": 0.2},
+             {"threshold": 0.9, "changed": 3, "decoded": 4, "problems": 50, "bound": None, "certified": False,
+              "alpha1": 0.5}]
+    evidence = {"max_accuracy_loss": 0.05, "confidence": 0.9, "problems": 50, "max_changed": 0, "steps": steps,
+                "threshold": 1.0, "certified": True, "target_accuracy": 0.6, "problem_ids": [], "ladder": [1.0, 0.9]}
+
+    class Dec:  # the engines are not what this test is about: the ladder walk is tested above
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        verifier = None
+
+    monkeypatch.setattr("lrtune.api.Decoder.from_configs", lambda *a, **k: Dec())
+    monkeypatch.setattr("lrtune.api.check_configs", lambda *a, **k: None)
+    monkeypatch.setattr(accuracy_budget, "run_ladder", lambda *a, **k: dict(evidence))
+    before = distilled.read_meta(tmp_path / "ckpt")
+    got = recalibrate.run(recalibrate.CalibrateConfig(verifier=str(tmp_path / "ckpt"), max_accuracy_loss=0.05,
+                                                      limit=50, heldout_from=str(data)))
+    meta = distilled.read_meta(tmp_path / "ckpt")
+    assert meta["threshold"] == 1.0 and meta["accuracy_budget"]["steps"] == steps and got["certified"]
+    assert meta["calibration_history"] == [before["calibration"]]
+    card = (tmp_path / "ckpt" / "README.md").read_text()
+    assert "answers differ from target-only on <= 0.05 of problems with probability 0.9" in card
+    assert recalibrate.summary_lines(got)[0].startswith("threshold 1:")

@@ -213,7 +213,7 @@ def test_the_default_threshold_is_the_false_accept_bound_and_the_card_states_it(
     assert cal["calibration_pairs"] == meta["data"]["splits"]["val"]["pairs"] and meta["threshold"] == cal["threshold"]
     assert cal["certified"] == (cal["false_accept_bound"] <= 0.2)
     card = (tmp_path / "features" / "README.md").read_text()
-    assert "false-accept rate <= 0.2 with probability 0.8" in card and f"{cal['calibration_pairs']} validation pairs" in card
+    assert "false-accept rate <= 0.2 with probability 0.8" in card and f"{cal['calibration_pairs']} calibration pairs" in card
 
 
 def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(tmp_path, pair_dir):

@@ -436,9 +436,13 @@ def metrics_rows(meta: dict) -> list[tuple[str, dict]]:
 
 def threshold_story(calib: dict) -> str:
     """How the threshold was chosen, in one clause (the card's and the CLI's words)."""
+    if "max_accuracy_loss" in calib:  # lrtune calibrate --max-accuracy-loss
+        from lrtune.train.accuracy_budget import budget_story
+
+        return budget_story(calib)
     if "confidence" in calib:  # rule bound
         head = (f"false-accept rate <= {calib['max_false_accept']:g} with probability {calib['confidence']:g}, "
-                f"{calib['method']}, on {calib['calibration_pairs']} validation pairs of templates the student never "
+                f"{calib['method']}, on {calib['calibration_pairs']} calibration pairs of templates the verifier never "
                 f"trained on ({calib['val_rejected']} teacher-rejected, {calib['false_accepts']} of them accepted)")
         if not calib["certified"]:
             return (head + f": NOT certified, {calib['rejected_pairs_needed']} rejected pairs are needed; 1.0 accepts "
