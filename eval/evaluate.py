@@ -212,7 +212,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
                   this_run: dict | None = None, batch_cost_sd: dict | None = None, draft: dict | None = None) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
-    from lrtune.eval.parity import parity, parity_lines
+    from lrtune.eval.parity import alarming, parity, parity_lines
     from lrtune.eval.report import render_markdown, write_plots
 
     ids = {p.id for p in problems}
@@ -254,8 +254,10 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "config": resume_key(cfg),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
-    for line in parity_lines({k: v for k, v in data["verifier_parity"].items() if v["gap"] or v["accuracy_budget"]}):
-        log(f"warning: {line}" if "GAP" in line or "NOT held" in line else line)
+    for label, row in data["verifier_parity"].items():
+        if row["gap"] or row["accuracy_budget"]:
+            for line in parity_lines({label: row}):
+                log(f"warning: {line}" if alarming(row) else line)
     plots = write_plots(data, out) if cfg.options.plots else []
     data["plots"] = [str(p.name) for p in plots]
     write_atomic(out / SUMMARY, json.dumps(data, indent=1))

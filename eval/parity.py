@@ -36,19 +36,24 @@ def decode_acceptance(records: Sequence[dict], seed: int = 0) -> dict | None:
             "problems": len(set(groups))}
 
 
-def promised_acceptance(verifier: str | None) -> dict | None:
-    """A_test of a checkpoint verifier (its test split) with an interval and how its threshold
-    was set; None for a training-free verifier or an unreadable checkpoint."""
+def checkpoint_meta(verifier: str | None) -> dict | None:
+    """The metadata of a checkpoint verifier; None for a training-free verifier or an
+    unreadable checkpoint."""
     if not verifier or not Path(verifier).expanduser().is_dir():
         return None
     from lrtune.errors import ConfigError
     from lrtune.verifiers.distilled import read_meta
 
     try:
-        meta = read_meta(verifier)
+        return read_meta(verifier)
     except ConfigError:
         return None
-    test = (meta.get("metrics") or {}).get("test") or {}
+
+
+def promised_acceptance(meta: dict | None) -> dict | None:
+    """A_test of a checkpoint (``meta``: its metadata) with an interval and how its threshold
+    was set; None without a test split."""
+    test = ((meta or {}).get("metrics") or {}).get("test") or {}
     a, n = test.get("acceptance"), test.get("n")
     if not isinstance(a, (int, float)) or not isinstance(n, int) or n <= 0:
         return None
@@ -76,17 +81,9 @@ def changed_answers(records: Sequence[dict], label: str, baseline: str = "target
     return {"changed": k, "problems": n, "rate": k / n, "ci95": [lo, hi]}
 
 
-def promised_accuracy(verifier: str | None) -> dict | None:
-    """A checkpoint's accuracy budget (``lrtune calibrate --max-accuracy-loss``), or None."""
-    if not verifier or not Path(verifier).expanduser().is_dir():
-        return None
-    from lrtune.errors import ConfigError
-    from lrtune.verifiers.distilled import read_meta
-
-    try:
-        b = read_meta(verifier).get("accuracy_budget")
-    except ConfigError:
-        return None
+def promised_accuracy(meta: dict | None) -> dict | None:
+    """A checkpoint's certified accuracy budget (``lrtune calibrate --max-accuracy-loss``), or None."""
+    b = (meta or {}).get("accuracy_budget")
     if not isinstance(b, dict) or not b.get("certified"):
         return None
     return {"max_accuracy_loss": b.get("max_accuracy_loss"), "confidence": b.get("confidence"),
@@ -108,15 +105,22 @@ def parity(records: Sequence[dict], labels: Sequence[str], verifier_of: dict[str
         dec = decode_acceptance([r for r in records if r["method"] == lab])
         if dec is None:
             continue
-        promised = promised_acceptance(verifier_of.get(lab))
+        meta = checkpoint_meta(verifier_of.get(lab))
+        promised = promised_acceptance(meta)
         ov = overlap(dec["ci95"], promised["ci95"]) if promised else None
-        budget = promised_accuracy(verifier_of.get(lab))
+        budget = promised_accuracy(meta)
         changed = changed_answers(records, lab)
         if budget and changed:
             budget = {**budget, "measured": changed, "held": changed["rate"] <= budget["max_accuracy_loss"]}
         out[lab] = {"verifier": verifier_of.get(lab), "decode": dec, "test_split": promised,
                     "gap": None if ov is None else not ov, "accuracy_budget": budget}
     return out
+
+
+def alarming(row: dict) -> bool:
+    """True when a row breaks a promise: a parity gap, or an accuracy budget not held."""
+    b = row.get("accuracy_budget") or {}
+    return bool(row["gap"]) or b.get("held") is False
 
 
 def parity_lines(rows: dict[str, dict]) -> list[str]:

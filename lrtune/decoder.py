@@ -411,8 +411,9 @@ class LookaheadDecoder:
         tv = time.perf_counter()
         (ok,), (score,) = accept(verifier, [pair], [apart])
         s.round.verify_s += time.perf_counter() - tv
-        s.round.unasked |= {(0, k)} if apart else set()
-        if not apart:
+        if apart:
+            s.round.unasked.add((0, k))
+        else:
             s.stats.verifier_calls += 1
             batch.observe_call("verify", 1)
         s.round.judged[k] = (ok, score, pair)
@@ -443,7 +444,8 @@ class LookaheadDecoder:
         if asked:
             batch.observe_call("verify", asked)
         for (s, w, k), v, sc, a in zip(keys, flat_v, flat_s, apart):
-            s.round.unasked |= {(w, k)} if a else set()
+            if a:
+                s.round.unasked.add((w, k))
             s.round.verdicts[w].append(v)
             s.round.scores[w].append(sc)
             s.round.verify_s += 0.0 if a else vsec / asked

@@ -265,7 +265,7 @@ def promise_lines(res: dict) -> list[str]:
     test = ((res.get("student") or {}).get("metrics") or {}).get("test") or {}
     s = res["summary"]
     out = []
-    if "confidence" in calib:
+    if "false_accept_bound" in calib:  # rule bound (an accuracy budget's calibration has none)
         out.append(f"Promise: the student accepts <= {calib['max_false_accept']:.0%} of teacher-rejected steps "
                    f"at {calib['confidence']:.0%}")
         if calib["certified"]:

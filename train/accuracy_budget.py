@@ -17,7 +17,6 @@ Progress is appended to ``<out>.progress.jsonl`` (one line per decode), so a rer
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -161,6 +160,3 @@ def budget_story(b: dict) -> str:
             f"{b['confidence']:g} ({step['changed']} of {b['problems']} calibration problems changed, bound "
             f"{step['bound']:.3f})")
 
-
-def dumps(b: dict) -> str:
-    return json.dumps(b, indent=1)

@@ -15,6 +15,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from annotated_types import Interval
+
+from lrtune.schema import STRICT, Fraction
+
+
+@dataclass
+class Budget:
+    """A guarantee's two numbers, shared by every command that sets a threshold by one
+    (``lrtune train verifier``'s calibration, ``lrtune calibrate``)."""
+
+    __pydantic_config__ = STRICT
+
+    max_false_accept: Fraction = field(default=0.05, metadata={
+        "help": "ε: the false-accept budget, the share of teacher-rejected steps the verifier may accept"})
+    confidence: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.9, metadata={
+        "help": "1-δ: the probability that the budget holds (false-accept rate <= ε; with --max-accuracy-loss Δ, "
+                "share of changed answers <= Δ)"})
 
 
 def confusion(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict[str, int]:

@@ -28,20 +28,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from annotated_types import Interval
 
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
 from lrtune.runfiles import log, write_atomic
 from lrtune.schema import STRICT, Fraction, Problems, Seed, Text
 from lrtune.train.accuracy_budget import DEFAULT_LADDER
+from lrtune.train.calibrate import Budget
 
 
 @dataclass
-class CalibrateConfig:
-    """Settings of ``lrtune calibrate`` (see module docstring)."""
+class CalibrateConfig(Budget):
+    """Settings of ``lrtune calibrate`` (see module docstring); the budget (ε, 1-δ) first."""
 
     __pydantic_config__ = STRICT
 
@@ -49,10 +49,6 @@ class CalibrateConfig:
                                                          "target_logprob, target_logprob(min)) or a checkpoint directory"})
     data: Text = field(default="", metadata={"help": "collect output dir (or comma list) of teacher-labelled pairs the "
                                                      "verifier never trained on"})
-    max_false_accept: Fraction = field(default=0.05, metadata={"help": "ε: the share of teacher-rejected steps the "
-                                                                      "verifier may accept"})
-    confidence: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.9, metadata={
-        "help": "1-δ: the probability that the false-accept rate is <= ε"})
     rounds: Literal["auto", "lr", "score"] = field(default="auto", metadata={
         "help": "which rounds the threshold is for: lr (the verifier sees the target's step), score (it does not: "
                 "one-sided verifiers); auto: score for a router, else lr"})
@@ -111,18 +107,16 @@ class CalibrateConfig:
         return self
 
 
-def _scored(cfg: CalibrateConfig):
-    """(verifier, scores, labels, problems, the view) of the data's pairs."""
-    from lrtune.train.data import load_pairs
+def _scored(cfg: CalibrateConfig, examples):
+    """(scores, labels, the view) of ``examples``' pairs as the verifier sees them in its rounds."""
     from lrtune.train.students import score_pairs
     from lrtune.train.verifier import one_sided_view
     from lrtune.verifiers import make_verifier
 
-    examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
     v = make_verifier(cfg.verifier)
     view = cfg.rounds if cfg.rounds != "auto" else ("score" if getattr(v, "name", "") == "distilled:router" else "lr")
     pairs = [one_sided_view(e.pair) if view == "score" else e.pair for e in examples]
-    return v, score_pairs(v, pairs), [e.label for e in examples], examples, teacher, view
+    return score_pairs(v, pairs), [e.label for e in examples], view
 
 
 def _check_unseen(cfg: CalibrateConfig, examples) -> dict | None:
@@ -154,12 +148,11 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
         from lrtune.runfiles import json_out_file
 
         out = json_out_file(cfg.out)  # a bad --out is refused before any model loads
-    meta = None
-    if spec.kind == "checkpoint":
-        from lrtune.train.data import load_pairs
+    from lrtune.train.data import load_pairs
 
-        meta = _check_unseen(cfg, load_pairs([d.strip() for d in cfg.data.split(",")])[0])
-    v, scores, labels, examples, teacher, view = _scored(cfg)
+    examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
+    meta = _check_unseen(cfg, examples) if spec.kind == "checkpoint" else None
+    scores, labels, view = _scored(cfg, examples)
     calib = risk_controlled_threshold(scores, labels, cfg.max_false_accept, cfg.confidence)
     warn = uncertified_warning(calib)
     if warn:
@@ -237,15 +230,7 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     if not cfg.dry_run:
         if meta is not None:
             thr = budget["threshold"] if budget["certified"] else 1.0
-            meta = {**meta, "threshold": thr, "accuracy_budget": budget,
-                    "calibration_history": list(meta.get("calibration_history") or []) + [meta.get("calibration")],
-                    "calibration": {**budget, "threshold": thr}}
-            from lrtune.train.verifier import model_card
-            from lrtune.verifiers.distilled import META
-
-            root = Path(spec.path).expanduser()
-            write_atomic(root / "README.md", model_card(meta))
-            write_atomic(root / META, json.dumps(meta, indent=1, default=float))
+            _write_checkpoint(Path(spec.path).expanduser(), meta, {**budget, "threshold": thr}, accuracy_budget=budget)
         if out is not None:
             from lrtune.runfiles import write_json_file
 
@@ -253,13 +238,14 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     return budget
 
 
-def _write_checkpoint(root: Path, meta: dict, calib: dict) -> None:
-    """The checkpoint's threshold and calibration replaced (metadata last: it makes the change)."""
+def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:
+    """The checkpoint's threshold and calibration replaced, the previous calibration appended to
+    ``calibration_history``, ``extra`` metadata set; card first, metadata last (it makes the change)."""
     from lrtune.train.verifier import model_card
     from lrtune.verifiers.distilled import META
 
     history = list(meta.get("calibration_history") or []) + [meta.get("calibration")]
-    meta = {**meta, "threshold": calib["threshold"], "calibration": calib, "calibration_history": history}
+    meta = {**meta, **extra, "threshold": calib["threshold"], "calibration": calib, "calibration_history": history}
     write_atomic(root / "README.md", model_card(meta))
     write_atomic(root / META, json.dumps(meta, indent=1, default=float))
 

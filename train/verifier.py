@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 from annotated_types import Interval
 
 from lrtune import schema
-from lrtune.schema import STRICT, Count, Fraction, Seed, Text
+from lrtune.schema import STRICT, Count, Seed, Text
 from pydantic import StringConstraints
 
 import contextlib
@@ -42,7 +42,7 @@ from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomi
 from lrtune.verifiers import distilled
 
 from lrtune.train import students
-from lrtune.train.calibrate import (agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning,
+from lrtune.train.calibrate import (Budget, agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning,
                                     risk_controlled_threshold, uncertified_warning)
 from lrtune.train.data import fingerprint, load_pairs, split_examples
 
@@ -94,15 +94,12 @@ class FeatureOptions:
                                                             "leave out (ablations; see lrtune.verifiers.features)"})
 
 @dataclass
-class CalibrationOptions:
-    """The threshold on validation and the latency figure (all students)."""
+class CalibrationOptions(Budget):
+    """The threshold on validation and the latency figure (all students); the budget (ε, 1-δ)
+    of rule bound (``far`` uses ε as its cap on the validation pairs)."""
 
     __pydantic_config__ = STRICT
 
-    max_false_accept: Fraction = field(default=0.05, metadata={"help": "calibration: the false-accept budget ε (share of "
-                                                                    "teacher-rejected steps the student may accept)"})
-    confidence: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.9, metadata={
-        "help": "calibration, rule bound: the probability 1-δ that the false-accept rate is <= ε"})
     threshold_rule: Literal["bound", "far", "agreement"] = field(default="bound", metadata={
         "help": "calibration on validation (templates the student never trained on): bound (highest acceptance whose "
                 "false-accept rate is <= --max-false-accept with probability --confidence; Learn-then-Test, exact "
@@ -440,7 +437,7 @@ def threshold_story(calib: dict) -> str:
         from lrtune.train.accuracy_budget import budget_story
 
         return budget_story(calib)
-    if "confidence" in calib:  # rule bound
+    if "false_accept_bound" in calib:  # rule bound
         head = (f"false-accept rate <= {calib['max_false_accept']:g} with probability {calib['confidence']:g}, "
                 f"{calib['method']}, on {calib['calibration_pairs']} calibration pairs of templates the verifier never "
                 f"trained on ({calib['val_rejected']} teacher-rejected, {calib['false_accepts']} of them accepted)")

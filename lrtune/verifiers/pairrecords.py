@@ -14,7 +14,7 @@ the step, as an LR round's pair does.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from lrtune.verifiers.base import DraftScores, StepPair
 
@@ -84,12 +84,3 @@ def judged_pairs(record) -> list[dict]:
                         "asked": (w, k) not in record.unasked, **pair_columns(pair)})
     return out
 
-
-def acceptance_counts(records: Sequence[dict]) -> dict[str, tuple[int, int]]:
-    """Per problem: (pairs accepted, pairs judged) over the ``pairs`` of evaluate records."""
-    out: dict[str, tuple[int, int]] = {}
-    for r in records:
-        pairs = r.get("pairs") or []
-        k, n = out.get(r["problem"], (0, 0))
-        out[r["problem"]] = (k + sum(bool(p["accepted"]) for p in pairs), n + len(pairs))
-    return out
