@@ -133,4 +133,4 @@ def main_from_args(args) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    COMMAND.main()
+    COMMAND.main(main_from_args)

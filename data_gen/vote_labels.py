@@ -264,4 +264,4 @@ COMMAND = Command(("labels", "vote"), __doc__.splitlines()[0], (Section(VoteLabe
 add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.make_parser, COMMAND.config
 
 if __name__ == "__main__":  # pragma: no cover
-    COMMAND.main()
+    COMMAND.main(lambda args: main(config_from_args(args)))

@@ -46,7 +46,8 @@ from lrtune.runfiles import log, write_atomic
 
 from lrtune.eval import metrics
 from lrtune.eval.config import MODES, EvalConfig, EvalOptions
-from lrtune.eval.loops import _check_controllers, _decode_all, _decode_throughput, _reuse_keep, _start, _uses_draft
+from lrtune.eval.loops import (_check_controllers, _decode_all, _decode_throughput, _reuse_keep, _start, _uses_draft,
+                               asked_gamma2s)
 from lrtune.eval.methods import CONTROLLED, MethodSpec, parse_method, parse_methods, parse_sweep
 from lrtune.eval.problems import heldout_problems, listed_problems, seen_templates
 from lrtune.eval.records import (CONFIG, RECORDS, REPORT, RESUME_FREE, SUMMARY, THROUGHPUT, _previous_summary,
@@ -125,7 +126,7 @@ def run(cfg: EvalConfig) -> Summary:
     from lrtune.api import check_configs, require_a_prompt_that_fits
 
     resolved = check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
-                             load_all_methods=_uses_draft(cfg, specs))
+                             load_all_methods=_uses_draft(cfg, specs), gamma2s=asked_gamma2s(specs))
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)
@@ -295,4 +296,4 @@ def main(cfg: EvalConfig) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    COMMAND.main()
+    COMMAND.main(lambda args: main(config_from_args(args)))

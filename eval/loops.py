@@ -94,15 +94,24 @@ def _check_controllers(cfg: EvalConfig, specs) -> tuple:
     return ctl, own
 
 
+def asked_gamma2s(specs, controllers=()) -> set[int]:
+    """Every γ2 an evaluate run may ask the target for: each method's, and each adaptive
+    controller's range (the GPU memory plan counts an engine per γ2 when no shared SD engine
+    serves them all)."""
+    return {s.gamma2 for s in specs} | {g for c in controllers for g in range(1, c.bounds.gamma2_max + 1)}
+
+
 def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
     from lrtune.api import Decoder
 
     t0 = time.perf_counter()
     uses_draft = _uses_draft(cfg, specs)
     ctl, own = _check_controllers(cfg, specs)
+    adaptive = [c for c in (ctl, *own.values()) if c is not None and getattr(c, "bounds", None) is not None]
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
                                dataclasses.replace(cfg.decode, method="lr+sd"),
-                               progress=cfg.options.progress, load_all_methods=uses_draft)
+                               progress=cfg.options.progress, load_all_methods=uses_draft,
+                               gamma2s=asked_gamma2s(specs, adaptive))
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
     from lrtune.api import price_on_engine

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from lrtune.decodeconfig import METHODS, DecodeConfig, ScheduleFlags, schedule_of
+from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, ScheduleFlags, schedule_of
 from lrtune.errors import ConfigError
 
 
@@ -147,8 +147,8 @@ def parse_sweep(text: str) -> dict[str, list[int]]:
             vals = [int(v) for v in values.split(",") if v.strip()]
         except ValueError:
             raise ConfigError(f"bad --sweep values in {part!r}: integers expected") from None
-        if any(v < 0 or v > 16 for v in vals):
-            raise ConfigError(f"--sweep values must be in 0..16: {part!r}")
+        if any(v < 0 or v > GAMMA_MAX for v in vals):
+            raise ConfigError(f"--sweep values must be in 0..{GAMMA_MAX}: {part!r}")
         grid[key] = vals
     if not grid:
         raise ConfigError("empty --sweep")

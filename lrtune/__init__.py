@@ -10,7 +10,7 @@ Public API (imported lazily so ``import lrtune`` stays cheap)::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from lrtune.version import __version__  # noqa: F401 - the public version
 
 __all__ = ["Decoder", "DecodeOutput", "DecodeConfig", "DecodeStats", "LookaheadDecoder", "LrtuneError"]
 

@@ -9,7 +9,7 @@ reaches no stage but ``policies`` (the controller a decoder runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
@@ -202,6 +202,11 @@ def require_a_prompt_that_fits(models: ModelConfig, cfg: DecodeConfig, prompts: 
                           "or lower them")
 
 
+def _share(plan, role: str) -> float | None:
+    """Each engine's ``gpu_memory_utilization`` for ``role`` under ``plan`` (None off GPUs)."""
+    return None if plan is None else plan.engine_share(role)
+
+
 def verifier_device(device: str) -> str:
     """Where a distilled verifier runs: ``auto`` is CUDA when present, else CPU."""
     if device != "auto":
@@ -220,16 +225,21 @@ class ResolvedModels:
     judge: str | None
     memory: object | None = None  # lrtune.memory.MemoryPlan on a GPU with vLLM
     draft_quantization: str = "none"  # what the draft engines run: "none" (as saved) or "int8"
+    heterogeneous_vocab: bool = False  # one tokenizer, padded vocab sizes that differ (vllm_platform rule B)
+    shared_spec_tokens: int = 0  # γ2 of the shared SD engine (0: one target engine per γ2)
+    target_engines: tuple[int, ...] = (0,)  # γ2 keys of every target engine the memory plan counts
 
 
 def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load_all_methods: bool = False,
-                  progress: bool = True) -> ResolvedModels:
+                  progress: bool = True, gamma2s: Iterable[int] = (), controller_gamma2_max: int = 0) -> ResolvedModels:
     """Phase 1 of building a decoder, with no engine started: every option (schema and rules),
     the verifier spec, the model directories (config and weight headers readable; the default
-    pair is built once if missing), tokenizer compatibility, the judge model and the GPU memory
-    plan. Commands call it before they claim an output directory; ``Decoder.from_configs``
-    calls it too."""
-    from lrtune.models import check_tokenizers_compatible, resolve_model
+    pair is built once if missing), tokenizer compatibility and vocab sizes, the judge model
+    and the GPU memory plan, which counts every target engine: the γ2 values a run asks for
+    besides ``cfg.gamma2`` (``gamma2s``: an evaluate sweep) and a controller's range up to
+    ``controller_gamma2_max``. Commands call it before they claim an output directory;
+    ``Decoder.from_configs`` calls it too."""
+    from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
 
     cfg.validate()
     models.validate()
@@ -250,21 +260,40 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
     if needs_draft:
         draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
         check_tokenizers_compatible(target_path, draft_path)
+    padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
     quant = "none"
     if models.draft_quantization != "none":
         from lrtune.quantize import draft_for_engines
 
         if draft_path:
             draft_path, quant = draft_for_engines(models.draft_quantization, draft_path, backend=models.backend,
-                                                  dtype=models.dtype, cache_dir=models.cache_dir, progress=progress)
+                                                  dtype=models.dtype, cache_dir=models.cache_dir, progress=progress,
+                                                  gpu_cap=models.gpu_memory_utilization)
     judge_dir = judge_path(models, verifier, progress)
-    plan = None
+    plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
         from lrtune.backends.vllm import gpu_memory_plan
+        from lrtune.memory import target_engine_keys
 
+        shared = shared_spec_tokens(models, cfg, has_draft=bool(draft_path), load_all_methods=load_all_methods,
+                                    controller_gamma2_max=controller_gamma2_max)
+        asked = [*gamma2s, *range(1, controller_gamma2_max + 1), cfg.gamma2 if (cfg.uses_sd or load_all_methods) else 0]
+        keys = target_engine_keys(asked, shared=shared)
         spec_model = draft_path if models.sd_method == "draft" else None
-        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model)
-    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant)
+        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model,
+                               engines={"target": len(keys)})
+    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys)
+
+
+def shared_spec_tokens(models: ModelConfig, cfg: DecodeConfig, *, has_draft: bool, load_all_methods: bool,
+                       controller_gamma2_max: int = 0) -> int:
+    """γ2 of the one vLLM SD engine that serves every γ2 up to it (drafts cut per request),
+    or 0 when each γ2 gets its own engine (no draft model, ngram SD, ``shared_engine=False``).
+    With a controller it drafts the controller's largest γ2."""
+    if not (models.shared_engine and has_draft and models.sd_method == "draft" and cfg.gamma2 > 0
+            and (cfg.uses_sd or load_all_methods)):
+        return 0
+    return max(cfg.gamma2, controller_gamma2_max)
 
 
 @dataclass
@@ -332,17 +361,23 @@ class Decoder:
 
     @classmethod
     def from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier: str | Verifier | None = None,
-                     controller=None, progress: bool = True, load_all_methods: bool = False) -> Decoder:
-        """Build from configs. ``load_all_methods`` loads the draft even for ``target``."""
+                     controller=None, progress: bool = True, load_all_methods: bool = False,
+                     gamma2s: Iterable[int] = ()) -> Decoder:
+        """Build from configs. ``load_all_methods`` loads the draft even for ``target``;
+        ``gamma2s`` are the other γ2 values the run will ask for (its memory plan counts their
+        engines)."""
         dec = cls._from_configs(models, cfg, verifier=verifier, progress=progress, load_all_methods=load_all_methods,
+                                gamma2s=tuple(gamma2s),
                                 controller=build_controller(controller if controller is not None else models.controller,
                                                             cfg))
         return dec
 
     @classmethod
     def _from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier, progress: bool,
-                      load_all_methods: bool, controller) -> Decoder:
-        paths = check_configs(models, cfg, verifier=verifier, load_all_methods=load_all_methods, progress=progress)
+                      load_all_methods: bool, controller, gamma2s: tuple[int, ...] = ()) -> Decoder:
+        paths = check_configs(models, cfg, verifier=verifier, load_all_methods=load_all_methods, progress=progress,
+                              gamma2s=gamma2s,
+                              controller_gamma2_max=controller.bounds.gamma2_max if controller is not None else 0)
         target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
         if models.backend == "transformers":
             dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir)
@@ -350,14 +385,12 @@ class Decoder:
             return dec
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
-        shares = paths.memory.shares if paths.memory is not None else {}
+        plan = paths.memory
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
                       max_num_batched_tokens=models.max_num_batched_tokens, enforce_eager=models.enforce_eager)
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
         # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
-        spec_k = max(cfg.gamma2, controller.bounds.gamma2_max if controller is not None else 0)
-        shared = spec_k if (models.shared_engine and draft_path and models.sd_method == "draft"
-                            and cfg.gamma2 > 0 and (cfg.uses_sd or load_all_methods)) else 0
+        shared = paths.shared_spec_tokens
         if shared > cfg.gamma2 and cfg.uses_sd:
             from lrtune.runfiles import log
 
@@ -367,12 +400,15 @@ class Decoder:
         target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path,
                                                      shared_spec_tokens=shared,
-                                                     gpu_memory_utilization=shares.get("target"), **common),
+                                                     heterogeneous_vocab=paths.heterogeneous_vocab,
+                                                     gpu_memory_utilization=_share(plan, "target"),
+                                                     max_engines=len(paths.target_engines) if plan else None,
+                                                     **common),
                              name="target")
-        draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=shares.get("draft"), **common),
+        draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=_share(plan, "draft"), **common),
                                      name="draft") if draft_path else None)
         ver = _build_verifier(models, cfg, verifier, target, judge_dir,
-                              lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=shares.get("judge"),
+                              lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=_share(plan, "judge"),
                                                                         **common), name="judge"))
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg,
                                     controller=price_for_verifier(price_on_engine(controller, target), ver)), models)

@@ -21,19 +21,16 @@ unexpected one line and status 1 (``--debug`` shows the traceback); Ctrl-C exits
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
 from dataclasses import dataclass, field
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.boundary import run_guarded
 from lrtune.schema import STRICT, ProblemIndex, Seed, Text
-from lrtune.errors import LrtuneError, one_line, os_error_message
 
 
 @dataclass
@@ -127,77 +124,13 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; the only place errors become exit statuses (one line on stderr each):
-
-    * an error the user can fix (:class:`LrtuneError`, an unreadable file): exit 2;
-    * anything unexpected: one line naming the exception and ``--debug``, exit 1
-      (``--debug`` anywhere on the command line shows the traceback instead);
-    * Ctrl-C, at any point, start-up included: ``lrtune: interrupted``, exit 130.
-    """
+    """Run one command through the error boundary (:func:`lrtune.boundary.run_guarded`: one line
+    on stderr per error; exit 2 for a user error, 1 for anything unexpected, 130 for Ctrl-C;
+    ``--debug`` anywhere on the command line shows the traceback instead)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("LRTUNE_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
-    # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read
-    # from the environment when torch loads, which the commands below do; a user value wins
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    with _one_line_warnings(debug):
-        try:
-            return _dispatch(make_parser().parse_args(argv))
-        except SystemExit as e:  # argparse: --help (0) or a bad flag (2, its line already printed)
-            return e.code if isinstance(e.code, int) else 2
-        except KeyboardInterrupt:
-            sys.stderr.write("lrtune: interrupted\n")
-            return 130
-        except LrtuneError as e:
-            return _fail(str(e), e.exit_code)
-        except OSError as e:
-            return _fail(os_error_message(e), 2)
-        except MemoryError:
-            return _fail("out of memory (lower --limit, --max-concurrent or the model sizes)", 1)
-        except Exception as e:  # noqa: BLE001 - the one boundary for unexpected errors
-            if _caused_by_interrupt(e):  # e.g. "Error calling __set_name__" wrapping a Ctrl-C mid-import
-                sys.stderr.write("lrtune: interrupted\n")
-                return 130
-            if debug:
-                raise
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            return _fail(f"unexpected {type(e).__name__}: {first} (rerun with --debug for the traceback)", 1)
-
-
-def _caused_by_interrupt(e: BaseException) -> bool:
-    """True when a KeyboardInterrupt is in ``e``'s chain of causes and contexts."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
-
-
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"lrtune: error: {one_line(message)}\n")
-    return code
-
-
-@contextlib.contextmanager
-def _one_line_warnings(debug: bool):
-    """lrtune's own warnings as one ``lrtune: warning:`` line each; third-party warnings
-    (torch, vLLM, transformers) silenced unless ``--debug``."""
-    if debug:
-        yield
-        return
-    mine = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in ("lrtune", "eval", "data_gen", "train",
-                                                                          "policies"))
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if str(filename).startswith(mine):
-            sys.stderr.write(f"lrtune: warning: {one_line(message)}\n")
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("default")
-        warnings.showwarning = show
-        yield
+    return run_guarded(lambda: _dispatch(make_parser().parse_args(argv)), debug)
 
 
 def _dispatch(args) -> int:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from collections.abc import Callable
+from typing import Any, Literal, get_args, get_origin
 
 from lrtune import schema
+from lrtune.configshape import flat_dict, flat_fields, flat_name, nested  # noqa: F401 - re-exported
 from lrtune.errors import ConfigError
 
 
@@ -30,59 +33,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def nested(cls: type) -> dict[str, tuple[type, str]]:
-    """The fields of ``cls`` that hold a config of their own (a sub-config): ``{field: (its
-    dataclass, the prefix of its flat names)}``. A sub-config's field ``x`` is the flat option
-    ``prefix + x`` (``--rollout-tokens`` for ``rollout.tokens``); its ``flat`` metadata names it
-    otherwise (``--ray`` for ``ray.enabled``)."""
-    hints = get_type_hints(cls)
-    return {f.name: (hints[f.name], f.metadata.get("prefix", f.name + "_")) for f in dataclasses.fields(cls)
-            if dataclasses.is_dataclass(hints[f.name])}
-
-
-def flat_name(f: dataclasses.Field, prefix: str = "") -> str:
-    return f.metadata.get("flat") or prefix + f.name
-
-
-def flat_fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
-    """``(flat name, field, type)`` of every option of ``cls``, sub-configs flattened."""
-    hints, subs, out = get_type_hints(cls), nested(cls), []
-    for f in dataclasses.fields(cls):
-        if f.name in subs:
-            sub, sub_prefix = subs[f.name]
-            out += flat_fields(sub, prefix + sub_prefix)
-        else:
-            out.append((flat_name(f, prefix), f, hints[f.name]))
-    return out
-
-
-def flat_dict(obj: Any) -> dict[str, Any]:
-    """A config as ``{flat name: value}``: sub-configs flattened the way their flags are (what
-    run directories record, so the records keep their shape when options move into groups)."""
-    out: dict[str, Any] = {}
-
-    def walk(o: Any, prefix: str) -> None:
-        subs = nested(type(o))
-        for f in dataclasses.fields(o):
-            v = getattr(o, f.name)
-            if f.name in subs:
-                walk(v, prefix + subs[f.name][1])
-            else:
-                out[flat_name(f, prefix)] = v
-
-    walk(obj, "")
-    return out
-
-
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = (),
                        help: dict[str, str] | None = None) -> None:
     """Add one ``--flag`` per option of the dataclass, sub-configs flattened (bool options
     get ``--flag/--no-flag``); ``help`` replaces the help text of the named options (flat
     names)."""
     group = parser.add_argument_group(cls.__name__)
+    removed = getattr(cls, "LEGACY_REMOVED_IN", "a later version")
     for name, (flag, value) in legacy_flags(cls).items():  # old switches, still accepted
         if name not in skip:
-            group.add_argument(flag, dest=name, action="store_true", default=None, help=f"old spelling of {value}")
+            group.add_argument(flag, dest=name, action="store_true", default=None,
+                               help=f"deprecated (removed in lrtune {removed}): {value}")
     for name, f, typ in flat_fields(cls):
         if name in skip:
             continue
@@ -130,9 +91,11 @@ def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> A
             values[name] = v
     obj = from_flat(cls, values)
     old = sorted(flag for name, (flag, _) in legacy_flags(cls).items() if values.get(name))
-    if old:  # the new spelling, once
-        sys.stderr.write(f"lrtune: note: {' '.join(old)} now read --schedule {getattr(obj, 'schedule', '')} "
-                         f"--record {getattr(obj, 'record', '')}\n")
+    if old:  # once per command, with the new spelling and the version that removes the old
+        removed = getattr(cls, "LEGACY_REMOVED_IN", "a later version")
+        sys.stderr.write(f"lrtune: warning: {', '.join(old)} {'is' if len(old) == 1 else 'are'} deprecated and will be "
+                         f"removed in lrtune {removed}; use --schedule {getattr(obj, 'schedule', '')} --record "
+                         f"{getattr(obj, 'record', '')}\n")
     return schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
 
 
@@ -218,7 +181,7 @@ class Section:
 class Command:
     """A stage command's command line: its config sections, built from flags and ``--config
     FILE`` (validated against the schema), and its ``python -m`` entry, which runs through
-    the CLI's one error boundary (:func:`lrtune.cli.main`). Every stage's CLI tail is this."""
+    the one error boundary (:func:`lrtune.boundary.run_guarded`). Every stage's CLI tail is this."""
 
     words: tuple[str, ...]  # ("train", "verifier"): `lrtune train verifier`
     description: str
@@ -248,8 +211,12 @@ class Command:
         check_unknown_keys(file_values, *(s.cls for s in self.sections))
         return [build(s.cls, args, {**(s.defaults or {}), **file_values}) for s in self.sections]
 
-    def main(self) -> None:
-        """``python -m <stage> ARGS``: the same as ``lrtune <words> ARGS``."""
-        from lrtune.cli import main
+    def main(self, run: Callable[[argparse.Namespace], int]) -> None:
+        """``python -m <stage> ARGS``: the same as ``lrtune <words> ARGS`` (``run`` is what the
+        command line calls with the parsed flags), through the same error boundary."""
+        from lrtune.boundary import run_guarded
 
-        raise SystemExit(main([*self.words, *sys.argv[1:]]))
+        argv = sys.argv[1:]
+        debug = "--debug" in argv or os.environ.get("LRTUNE_DEBUG") == "1"
+        argv = [a for a in argv if a != "--debug"]
+        raise SystemExit(run_guarded(lambda: run(self.make_parser().parse_args(argv)), debug))

@@ -35,7 +35,9 @@ SCHEDULES: tuple[str, ...] = ("sync", "async", "abort", "reuse", "reuse+abort", 
 Recording = Literal["steps", "logprobs", "draft_scores", "logprobs+draft_scores"]
 GAMMA_MAX = 16
 
-# the flags and YAML keys of the switches a schedule replaced (they still work)
+# the flags and YAML keys of the switches a schedule replaced: they still work, with a
+# warning naming the lrtune version that removes them
+LEGACY_REMOVED_IN = "0.3.0"
 LEGACY_SWITCHES = {"async_lr": ("--async", "async"), "early_abort": ("--early-abort", "abort"),
                    "reuse_drafts": ("--reuse-drafts", "reuse")}
 LEGACY_RECORDING = {"logprobs": ("--logprobs", "logprobs"), "score_drafts": ("--score-drafts", "draft_scores")}
@@ -83,6 +85,7 @@ class DecodeConfig(ScheduleFlags):
     """How to decode one prompt (module docstring)."""
 
     __pydantic_config__ = STRICT
+    LEGACY_REMOVED_IN = LEGACY_REMOVED_IN
     LEGACY_FLAGS = {**{k: (flag, f"--schedule {v}") for k, (flag, v) in LEGACY_SWITCHES.items()},
                     **{k: (flag, f"--record {v}") for k, (flag, v) in LEGACY_RECORDING.items()}}
 

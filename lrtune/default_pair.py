@@ -380,10 +380,8 @@ def _remove_stale(models_root: Path, model: DefaultModel, final: Path) -> None:
 
 
 def _write_marker(out_dir: Path, model: DefaultModel) -> None:
-    try:
-        from lrtune import __version__ as lrtune_version
-    except ImportError:  # pragma: no cover
-        lrtune_version = "unknown"
+    from lrtune.version import __version__ as lrtune_version
+
     meta = {
         "format": MARKER_FORMAT,
         "role": model.role,
@@ -434,7 +432,7 @@ def _build(model: DefaultModel, root: Path, models_root: Path, final: Path, prog
         t0 = time.monotonic()
         # Looked up on the module at call time so tests can monkeypatch it.
         sys.modules[__name__].convert_gguf_to_hf(gguf, out, progress=progress)
-        from lrtune.models import validate_model_dir
+        from lrtune.modeldir import validate_model_dir
 
         validate_model_dir(out)
         _write_marker(out, model)

@@ -15,8 +15,11 @@ One line per check (ok / warn / fail / skip):
   default pair);
 * **memory**: the GPU memory plan of the engines (``lrtune.memory``), or the KV cache and
   weights per engine on CPU beside the RAM available;
-* **engines**: for each engine, the model runner and scheduling vLLM chose, the patches in
-  its worker processes, eager mode or CUDA graphs; **dtype**: what the engines compute in;
+* **engines**: for each engine, the model runner and scheduling vLLM chose, where its engine
+  core runs (in this process on CPUs, a process of its own on GPUs), the patches in its
+  worker processes, eager mode or the CUDA-graph kind, a padded vocabulary mapped; **dtype**:
+  what the engines compute in; a failed check names its cause where it is a known one
+  (:mod:`lrtune.backends.vllm_platform` A–C);
 * **per-request speculation**: on the shared SD engine, a γ2 = 0 request drafts nothing and a
   γ2 = 1 request at most 1 token per pass, by the engine's own counters;
 * **prompt scores**: the target's log-probabilities of a prefix's tokens (``score_from``)
@@ -24,7 +27,9 @@ One line per check (ok / warn / fail / skip):
 * **greedy equality**: target = sd = lr = lr+sd token for token (the ``never`` verifier),
   exact in float32 (a bf16/fp16 divergence is a warning: batched numerics);
 * **timing** (``--timing``): ms per token of target and draft, c1, c2, α2 and b(n)
-  (:func:`lrtune.profiling.measure`); **draft int8**: the draft against its W8A8 copy
+  (:func:`lrtune.profiling.measure`), and, with vLLM, a γ2 = 0 call on the shared SD engine
+  against a plain vLLM engine of the target (a warning above 1.10×: the baseline would be
+  slower than plain vLLM, cause D); **draft int8**: the draft against its W8A8 copy
   (vLLM), recorded for ``--draft-quantization auto``.
 
 ``--json FILE`` writes every check with its data. Exit status 0 when no check failed, 1
@@ -100,7 +105,9 @@ class _Run:
         try:
             status, detail, data = fn()
         except (LrtuneError, OSError, RuntimeError, ValueError, ImportError, AssertionError) as e:
-            status, detail, data = "fail", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400], {}
+            from lrtune.backends.vllm_platform import with_cause
+
+            status, detail, data = "fail", f"{type(e).__name__}: {with_cause(e)}"[:600], {}
         c = Check(name, status, detail, {**data, "seconds": round(time.perf_counter() - t0, 2)})
         self.checks.append(c)
         self.echo(c)

@@ -18,9 +18,9 @@ QUESTIONS = ("A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with
 
 
 def versions():
-    import lrtune
+    from lrtune.version import __version__
 
-    data = {"python": platform.python_version(), "lrtune": lrtune.__version__}
+    data = {"python": platform.python_version(), "lrtune": __version__}
     for mod in ("torch", "transformers", "vllm"):
         try:
             data[mod] = __import__(mod).__version__
@@ -153,7 +153,14 @@ def memory(r):
 
         dev = gpu_device_bytes()
         if dev is not None:
-            r.plan = plan_gpu_memory(sizes, cap=r.opts.gpu_memory_utilization, device_bytes=dev)
+            engines = {}
+            if r.opts.timing:  # the plain reference engine and the int8 child's two engines run beside these
+                from lrtune.quantize import quantized_source
+
+                sizes["plain_target"] = weight_bytes(r.target_dir)
+                if not quantized_source(r.draft_dir):
+                    sizes["int8_timing"], engines["int8_timing"] = weight_bytes(r.draft_dir), 2
+            r.plan = plan_gpu_memory(sizes, cap=r.opts.gpu_memory_utilization, device_bytes=dev, engines=engines)
             return "ok", r.plan.describe(), r.plan.as_dict()
     r.plan = None
     avail = _mem_available()
@@ -186,27 +193,19 @@ def engines(r):
     if r.backend == "vllm":
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
-        shares = r.plan.shares if r.plan is not None else {}
+        from lrtune.models import needs_heterogeneous_vocab
+
         common = dict(dtype=o.dtype, max_model_len=1024, kv_cache_gib=o.kv_cache_gib, seed=0)
+        padded = needs_heterogeneous_vocab(r.target_dir, r.draft_dir)
         r.target = VLLMBackend(r.target_dir, VLLMConfig(spec_model=r.draft_dir, shared_spec_tokens=o.gamma2,
-                                                        gpu_memory_utilization=shares.get("target"), **common),
+                                                        heterogeneous_vocab=padded,
+                                                        gpu_memory_utilization=_share(r, "target"), **common),
                                name="target")
-        r.draft = VLLMBackend(r.draft_dir, VLLMConfig(gpu_memory_utilization=shares.get("draft"), **common), name="draft")
+        r.draft = VLLMBackend(r.draft_dir, VLLMConfig(gpu_memory_utilization=_share(r, "draft"), **common), name="draft")
         r.target.start(o.gamma2)
         r.draft.start(0)
-        data = {}
-        for role, b, k in (("target", r.target, o.gamma2), ("draft", r.draft, 0)):
-            cfg = b.engine(k).llm_engine.vllm_config
-            data[role] = {"workers": b.probes[k], "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
-                          "enforce_eager": bool(cfg.model_config.enforce_eager),
-                          "cudagraph_mode": str(getattr(cfg.compilation_config, "cudagraph_mode", None)),
-                          "speculative": cfg.speculative_config is not None}
-        runners = {role: d["workers"][0]["runner"].rsplit(".", 1)[-1] + f"×{len(d['workers'])}" for role, d in data.items()}
-        detail = "; ".join(f"{role}: {runners[role]}, sync scheduling, patches by "
-                           f"{d['workers'][0]['patches']['applied_by']}, "
-                           f"{'eager' if d['enforce_eager'] else 'CUDA graphs ' + d['cudagraph_mode']}"
-                           for role, d in data.items())
-        return "ok", detail, data
+        data = {role: engine_facts(b, k) for role, b, k in (("target", r.target, o.gamma2), ("draft", r.draft, 0))}
+        return "ok", "; ".join(f"{role}: {describe_engine(d)}" for role, d in data.items()), data
     from lrtune.backends.hf import HFBackend, HFConfig
 
     cfg = HFConfig(device=o.device, dtype=o.dtype, seed=0)
@@ -214,6 +213,35 @@ def engines(r):
     r.target = HFBackend(r.target_dir, cfg, name="target", spec=r.draft)
     data = {"device": str(r.target.device), "dtype": str(r.target.lm.dtype)}
     return "ok", f"transformers on {data['device']} ({data['dtype']}), SD with the draft model", data
+
+
+def _share(r, role: str) -> float | None:
+    return None if r.plan is None else r.plan.engine_share(role)
+
+
+def engine_facts(backend, k: int) -> dict:
+    """What vLLM chose for one started engine: its workers' probes (runner, patches, pid),
+    where its engine core runs, scheduling, graph kind, speculation and vocab mapping."""
+    import os
+
+    cfg = backend.engine(k).llm_engine.vllm_config
+    probes = backend.probes[k]
+    spec = cfg.speculative_config
+    return {"workers": probes, "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
+            "engine_process": "in-process" if probes and probes[0].get("pid") == os.getpid() else "own process",
+            "enforce_eager": bool(cfg.model_config.enforce_eager),
+            "cudagraph_mode": str(getattr(cfg.compilation_config, "cudagraph_mode", None)),
+            "speculative": spec is not None,
+            "heterogeneous_vocab": bool(getattr(spec, "use_heterogeneous_vocab", False))}
+
+
+def describe_engine(d: dict) -> str:
+    """One clause of the engines check: runner×workers, process, scheduling, patches, graphs."""
+    w = d["workers"][0]
+    graphs = "eager" if d["enforce_eager"] else "CUDA graphs " + d["cudagraph_mode"].rsplit(".", 1)[-1]
+    vocab = ", padded vocab mapped" if d["heterogeneous_vocab"] else ""
+    return (f"{w['runner'].rsplit('.', 1)[-1]}×{len(d['workers'])}, {d['engine_process']}, sync scheduling, "
+            f"patches by {w['patches']['applied_by']}, {graphs}{vocab}")
 
 
 def _prompts(r, n: int) -> list[list[int]]:
@@ -341,12 +369,55 @@ def timing(r):
 
     opts = ProfileOptions(gamma1_max=3, tokens=r.opts.timing_tokens, repeats=2, sd_gamma2=r.opts.gamma2,
                           sd_tokens=r.opts.timing_tokens, sd_prompts=2)
-    prof = measure(r.target, r.draft, _prompts(r, 4), opts)
+    prompts = _prompts(r, 4)
+    prof = measure(r.target, r.draft, prompts, opts)
     b = ", ".join(f"{v:.2f}" for v in prof["batch_cost"])
     detail = (f"target {prof['target_s_per_token'] * 1000:.1f} ms/token ({1 / prof['target_s_per_token']:.0f} tok/s), "
               f"draft {prof['draft_s_per_token'] * 1000:.1f} ms/token; c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}, "
               f"α2 {prof['sd']['alpha2']:.2f}; b(1..4) {b}")
-    return "ok", detail, prof
+    status = "ok"
+    if r.backend == "vllm":
+        prof["baseline"] = shared_vs_plain(r, prompts[0])
+        ratio = prof["baseline"]["ratio"]
+        detail += f"; γ2 = 0 on the shared SD engine {ratio:.2f}× a plain vLLM engine's time per token"
+        if ratio > BASELINE_SLOWER:
+            status = "warn"
+            why = ("cause D: CUDA-graph kinds" if _on_gpu(r) else
+                   "no graphs on a CPU: the SD engine's per-step bookkeeping, largest where a step is cheapest")
+            detail += (f" (over {BASELINE_SLOWER}: the target-only baseline runs slower than plain vLLM, so speedups "
+                       f"against it are larger than against plain vLLM; {why})")
+    return status, detail, prof
+
+
+BASELINE_SLOWER = 1.10  # the doctor warns when lrtune's target-only baseline costs this much more than plain vLLM's
+
+
+def shared_vs_plain(r, prompt: list[int], tokens: int = 64, repeats: int = 3) -> dict:
+    """Seconds per token of greedy batch-1 decoding with γ2 = 0 on the shared SD engine (the
+    target-only baseline of every lrtune run) and on a plain vLLM engine of the target with
+    vLLM's own defaults (graph kind included: what a user of plain vLLM gets), timed
+    alternately, best of ``repeats``; ``ratio`` = shared / plain (vllm_platform rule D)."""
+    from lrtune.backends.base import GenParams
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+
+    o = r.opts
+    plain = VLLMBackend(r.target_dir, VLLMConfig(dtype=o.dtype, max_model_len=1024, kv_cache_gib=o.kv_cache_gib, seed=0,
+                                                 plain_graphs=True, gpu_memory_utilization=_share(r, "plain_target")),
+                        name="plain target")
+    params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=0)
+    best = {"shared": float("inf"), "plain": float("inf")}
+    made = {}
+    for name, b in (("shared", r.target), ("plain", plain)):
+        b.generate([prompt], GenParams(max_tokens=8, stop_at_delimiter=False))  # warm up
+    for _ in range(repeats):
+        for name, b in (("shared", r.target), ("plain", plain)):
+            out = b.generate([prompt], params)
+            made[name] = max(1, len(out.outputs[0].token_ids))
+            best[name] = min(best[name], out.seconds / made[name])
+    facts = engine_facts(plain, 0)
+    return {"shared_s_per_token": best["shared"], "plain_s_per_token": best["plain"],
+            "ratio": best["shared"] / best["plain"], "tokens": made,
+            "plain_cudagraph_mode": facts["cudagraph_mode"], "plain_enforce_eager": facts["enforce_eager"]}
 
 
 def draft_int8(r):
@@ -362,7 +433,7 @@ def draft_int8(r):
         return "skip", "the draft is already quantized", {}
     check_int8_runs("vllm")
     q = ensure_w8a8(r.draft_dir, r.opts.cache_dir, progress=True)
-    speeds = measure_in_subprocess(r.draft_dir, str(q), r.opts.dtype)
+    speeds = measure_in_subprocess(r.draft_dir, str(q), r.opts.dtype, gpu_share=_share(r, "int8_timing"))
     entry = record_measurement(r.draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], r.opts.cache_dir, r.opts.dtype)
     ratio = speeds["int8_tok_s"] / speeds["plain_tok_s"]
     units = "int8 dot-product units" if int8_dot(cpu_flags()) else "no int8 dot-product units"

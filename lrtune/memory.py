@@ -8,14 +8,19 @@ another in one process, so the shares of the roles on one device must fit togeth
     Σ_{roles r on device d} s_r  ≤  cap        for every device d
 
 Roles: ``target`` (the target with its token-level SD drafter, tensor parallel over
-devices 0 .. TP−1), ``draft`` (the LR draft, TP 1, device 0) and ``judge`` (a separate judge
-model, TP 1, device 0). ``cap`` (``--gpu-memory-utilization``, default 0.9) leaves the rest
-of each device to the CUDA context and to models outside vLLM (the embedding verifier).
+devices 0 .. TP−1), ``draft`` (the LR draft, TP 1, device 0), ``judge`` (a separate judge
+model, TP 1, device 0), and two the doctor adds: ``plain_target`` (a plain vLLM engine of the
+target, its timing reference) and ``int8_timing`` (the child process that times the draft
+against its int8 copy, two engines). A role may start several engines: the target starts
+one per γ2 when no shared SD engine serves them all (:func:`target_engine_keys`), and each
+engine needs its own share. ``cap`` (``--gpu-memory-utilization``, default 0.9) leaves the
+rest of each device to the CUDA context and to models outside vLLM (the embedding verifier).
 
 A role's share is either fixed by the user (``--target-gpu-share`` ...) or, by default, its
-part of what the fixed shares leave, in proportion to its weight bytes per device:
+part of what the fixed shares leave, in proportion to its weight bytes per device over all
+its n_r engines; each of its engines gets s_r / n_r:
 
-    s_r = (cap − Σ_fixed s) · w_r / Σ_{unfixed} w,     w_target = (W_target + W_sd_drafter) / TP
+    s_r = (cap − Σ_fixed s) · w_r / Σ_{unfixed} w,   w_r = n_r · W_r / TP_r,   W_target = W_target + W_sd_drafter
 
 Every check is made before any engine starts (:func:`plan_gpu_memory` is pure); a plan that
 cannot work is one :class:`~lrtune.errors.ConfigError` line naming the role to lower.
@@ -23,12 +28,13 @@ cannot work is one :class:`~lrtune.errors.ConfigError` line naming the role to l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lrtune.errors import ConfigError
 
-ROLES = ("target", "draft", "judge")
+ROLES = ("target", "draft", "judge", "plain_target", "int8_timing")
 DEFAULT_CAP = 0.9
 # a share must hold the role's weights with room for activations and a KV cache
 WEIGHT_HEADROOM = 1.2
@@ -39,11 +45,17 @@ GiB = 2**30
 class MemoryPlan:
     """The share of device memory each role's engine gets (``gpu_memory_utilization``)."""
 
-    shares: dict[str, float]
+    shares: dict[str, float]  # role -> the share of all its engines together
     cap: float
     tensor_parallel_size: int
-    weight_bytes_per_device: dict[str, int]
+    weight_bytes_per_device: dict[str, int]  # role -> one engine's weights per device
     device_bytes: int | None = None
+    engines: dict[str, int] = field(default_factory=dict)  # role -> engines it starts (absent: 1)
+
+    def engine_share(self, role: str) -> float | None:
+        """``gpu_memory_utilization`` of each engine of ``role`` (None: not planned)."""
+        share = self.shares.get(role)
+        return None if share is None else share / self.engines.get(role, 1)
 
     def device_sums(self) -> list[float]:
         """Σ shares on each device: device 0 holds every role, devices 1..TP−1 the target."""
@@ -51,13 +63,15 @@ class MemoryPlan:
         return [first] + [self.shares.get("target", 0.0)] * (self.tensor_parallel_size - 1)
 
     def as_dict(self) -> dict:
-        return {"shares": dict(self.shares), "cap": self.cap, "tensor_parallel_size": self.tensor_parallel_size,
+        return {"shares": dict(self.shares), "engines": {r: self.engines.get(r, 1) for r in self.shares},
+                "cap": self.cap, "tensor_parallel_size": self.tensor_parallel_size,
                 "device_sums": self.device_sums(), "weight_gib_per_device":
                     {r: round(b / GiB, 3) for r, b in self.weight_bytes_per_device.items()},
                 "device_gib": None if self.device_bytes is None else round(self.device_bytes / GiB, 2)}
 
     def describe(self) -> str:
-        parts = [f"{r} {s:.3f}" for r, s in self.shares.items()]
+        parts = [f"{r} {s:.3f}" if self.engines.get(r, 1) == 1 else f"{r} {s:.3f} ({self.engines[r]} engines)"
+                 for r, s in self.shares.items()]
         return f"GPU memory shares: {', '.join(parts)} (device 0 sum {self.device_sums()[0]:.3f} of cap {self.cap})"
 
 
@@ -68,12 +82,16 @@ def _check_share(name: str, value: float) -> None:
 
 def plan_gpu_memory(weight_bytes: dict[str, int], *, cap: float = DEFAULT_CAP,
                     fixed: dict[str, float | None] | None = None, tensor_parallel_size: int = 1,
-                    device_bytes: int | None = None) -> MemoryPlan:
-    """The plan for the roles in ``weight_bytes`` (role -> total weight bytes; the target's
-    includes its SD drafter's), see the module docstring. ``fixed`` shares win; the others
-    split the rest by weight bytes per device. ``device_bytes`` (one device's memory), when
-    known, checks that every share holds its role's weights (×``WEIGHT_HEADROOM``)."""
+                    device_bytes: int | None = None, engines: dict[str, int] | None = None) -> MemoryPlan:
+    """The plan for the roles in ``weight_bytes`` (role -> one engine's weight bytes; the
+    target's includes its SD drafter's) starting ``engines`` engines each (default 1), see
+    the module docstring. ``fixed`` shares win; the others split the rest by weight bytes
+    per device. ``device_bytes`` (one device's memory), when known, checks that every
+    engine's share holds its weights (×``WEIGHT_HEADROOM``)."""
     fixed = {r: s for r, s in (fixed or {}).items() if s is not None}
+    counts = {r: int((engines or {}).get(r, 1)) for r in weight_bytes}
+    if any(n < 1 for n in counts.values()):
+        raise ValueError(f"every role starts at least one engine, got {counts}")
     _check_share("--gpu-memory-utilization", cap)
     if tensor_parallel_size < 1:
         raise ConfigError(f"--tensor-parallel-size must be >= 1, got {tensor_parallel_size}")
@@ -98,21 +116,45 @@ def plan_gpu_memory(weight_bytes: dict[str, int], *, cap: float = DEFAULT_CAP,
         if rest <= 0.01:
             raise ConfigError(f"GPU memory plan: the fixed shares leave {max(rest, 0):.2f} of device 0 for "
                               f"{', '.join(free_roles)}; lower --{max(fixed, key=fixed.get)}-gpu-share")
-        total = sum(max(per_device[r], 1) for r in free_roles)
+        total = sum(counts[r] * max(per_device[r], 1) for r in free_roles)
         for r in free_roles:
-            shares[r] = rest * max(per_device[r], 1) / total
+            shares[r] = rest * counts[r] * max(per_device[r], 1) / total
     shares = {r: shares[r] for r in ROLES if r in shares}
     plan = MemoryPlan(shares=shares, cap=cap, tensor_parallel_size=tensor_parallel_size,
-                      weight_bytes_per_device=per_device, device_bytes=device_bytes)
+                      weight_bytes_per_device=per_device, device_bytes=device_bytes,
+                      engines={r: n for r, n in counts.items() if n != 1})
     if device_bytes:
-        for r, s in shares.items():
+        for r in shares:
+            s, n = plan.engine_share(r), counts[r]
             need = per_device[r] * WEIGHT_HEADROOM
             if s * device_bytes < need:
-                raise ConfigError(f"GPU memory plan: the {r} engine's share {s:.3f} ({s * device_bytes / GiB:.1f} GiB) "
-                                  f"does not hold its weights ({per_device[r] / GiB:.1f} GiB per device, "
-                                  f"+{WEIGHT_HEADROOM - 1:.0%} headroom); raise --{r}-gpu-share or "
-                                  "--gpu-memory-utilization, or use more tensor parallelism")
+                which = f"the {r} engine's share" if n == 1 else f"each of the {n} {r} engines' share"
+                raise ConfigError(f"GPU memory plan: {which} {s:.3f} ({s * device_bytes / GiB:.1f} GiB) does not hold "
+                                  f"its weights ({per_device[r] / GiB:.1f} GiB per device, +{WEIGHT_HEADROOM - 1:.0%} "
+                                  f"headroom); {_remedy(r, n)}")
     return plan
+
+
+def _remedy(role: str, engines: int) -> str:
+    """What lowers a role's need, for the plan's one-line refusal."""
+    if role == "target" and engines > 1:
+        return (f"the target starts one engine per γ2 ({engines}) without a shared SD engine: use --sd-method draft "
+                "with the shared engine, fewer γ2 values, or more memory")
+    flag = {"plain_target": "the doctor's --gpu-memory-utilization", "int8_timing": "--gpu-memory-utilization"}
+    if role in flag:
+        return f"raise {flag[role]}, or skip the check (--draft-quantization none / no --timing)"
+    return f"raise --{role}-gpu-share or --gpu-memory-utilization, or use more tensor parallelism"
+
+
+def target_engine_keys(gamma2s: Iterable[int], *, shared: int) -> tuple[int, ...]:
+    """The γ2 keys of the target engines a run starts (:class:`~lrtune.backends.vllm.VLLMBackend`):
+    the shared SD engine (key ``shared`` > 0) serves every γ2 up to its own, and each larger
+    γ2 gets an engine of its own; without it, a plain engine (0: target-only and LR target
+    calls) and one engine per distinct γ2 > 0."""
+    asked = {int(g) for g in gamma2s if int(g) > 0}
+    if shared:
+        return tuple(sorted({shared} | {g for g in asked if g > shared}))
+    return tuple(sorted({0} | asked))
 
 
 def weight_bytes(model_dir: str | Path | None) -> int:

@@ -27,7 +27,6 @@ file is reused by later builds).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -38,8 +37,9 @@ from pathlib import Path
 from lrtune.default_pair import (_CHUNK, DEFAULT_MODELS, INSTALL_HINT, MARKER_FILE, ROLES, DefaultModel,
                                  PartPackage, _check_role, _env_flag, _file_lock, convert_gguf_to_hf,
                                  default_cache_dir, default_model_requirements, ensure_default_model)
-from lrtune.errors import ConfigError, ModelError, os_error_message
+from lrtune.errors import ConfigError, ModelError
 from lrtune.inputs import probe
+from lrtune.modeldir import safetensors_header_problem, validate_model_dir  # noqa: F401 - re-exported
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -65,70 +65,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- validation
-
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
-_WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-
-
-def validate_model_dir(path: str | Path) -> Path:
-    """Check that ``path`` looks like a Hugging Face model directory that can load.
-
-    Requires ``config.json`` (a readable JSON object), tokenizer files and weights whose
-    safetensors headers read; raises :class:`ModelError` naming what is missing or broken.
-    Returns the resolved path. Reads headers only (a few KB), never the weights.
-    """
-    p = Path(path).expanduser()
-    try:
-        if not p.is_dir():
-            raise ModelError(f"model path not found: {path}")
-        missing = []
-        if not (p / "config.json").is_file():
-            missing.append("config.json")
-        if not any((p / f).is_file() for f in _TOKENIZER_FILES):
-            missing.append("tokenizer files (tokenizer.json, tokenizer.model or vocab.json)")
-        if not any(any(p.glob(g)) for g in _WEIGHT_GLOBS):
-            missing.append("weights (*.safetensors or pytorch_model*.bin)")
-        if missing:
-            hint = ""
-            if any(p.glob("*.gguf")):
-                hint = "; GGUF files are not loaded directly, convert them to a Hugging Face directory first"
-            raise ModelError(f"not a Hugging Face model directory: {p} is missing {', '.join(missing)}{hint}")
-        from lrtune.inputs import read_json_object
-
-        try:
-            read_json_object(p / "config.json", "model config")
-        except ConfigError as e:
-            raise ModelError(str(e)) from None
-        for f in sorted(p.glob("*.safetensors")):
-            why = safetensors_header_problem(f)
-            if why:
-                raise ModelError(f"model weights {f} cannot load: {why}")
-    except OSError as e:
-        raise ModelError(f"model path {path}: {os_error_message(e)}") from None
-    return p.resolve()
-
-
-def safetensors_header_problem(path: Path) -> str | None:
-    """Why a safetensors file cannot be loaded, read from its header alone (8-byte length,
-    then that many bytes of JSON); None when the header is sound and the data fits the file."""
-    size = path.stat().st_size
-    if size < 8:
-        return f"{size} bytes, shorter than a safetensors header"
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if n < 2 or n > min(size - 8, 100 * 2**20):
-            return f"header length {n} does not fit the file ({size} bytes)"
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return "its header is not JSON"
-    if not isinstance(header, dict):
-        return "its header is not a JSON object"
-    ends = [t.get("data_offsets", [0, 0])[1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
-    if any(not isinstance(e, int) for e in ends) or (ends and 8 + n + max(ends) > size):
-        return f"its tensors need more bytes than the file holds ({size} bytes: truncated?)"
-    return None
 
 
 # --------------------------------------------------------------------------- resolve
@@ -263,6 +199,21 @@ def check_tokenizers_compatible(target_path: str | Path, draft_path: str | Path)
             detail = f"draft has tokens the target lacks, e.g. {k!r}"
         raise ModelError(f"draft and target vocabularies differ ({detail}): {base}")
     return None
+
+
+def needs_heterogeneous_vocab(target_path: str | Path, draft_path: str | Path) -> bool:
+    """Whether vLLM's draft-model SD must be told that a pair of one tokenizer has padded
+    ``vocab_size`` values that differ (:func:`lrtune.backends.vllm_platform.vocab_plan`; run
+    after :func:`check_tokenizers_compatible`); :class:`ModelError` when a size cannot hold
+    every token id."""
+    from lrtune.backends.vllm_platform import config_vocab_size, vocab_plan
+    from lrtune.inputs import read_json_object
+
+    sizes = [config_vocab_size(read_json_object(Path(str(p)) / "config.json", f"{role} model config"))
+             for p, role in ((target_path, "target"), (draft_path, "draft"))]
+    if None in sizes or sizes[0] == sizes[1]:
+        return False
+    return vocab_plan(sizes[0], sizes[1], len(_load_tokenizer(target_path, "target")))
 
 
 # --------------------------------------------------------------------------- sentence encoders

@@ -213,14 +213,16 @@ def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, 
     return bool(entry["int8_faster"]) if isinstance(entry, dict) and "int8_faster" in entry else None
 
 
-def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int = 64, repeats: int = 3) -> dict:
+def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int = 64, repeats: int = 3,
+                gpu_share: float | None = None) -> dict:
     """Tokens/s of greedy batch-1 decoding with the draft as saved and with its W8A8 copy, on
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
-    that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child."""
+    that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
+    GPU each engine takes ``gpu_share`` of it (:func:`timing_share`)."""
     from lrtune.backends.base import GenParams
     from lrtune.backends.vllm import VLLMBackend, VLLMConfig, _on_cpu
 
-    share = None if _on_cpu() else 0.2
+    share = None if _on_cpu() else (gpu_share or 0.2)
     engines = {name: VLLMBackend(path, VLLMConfig(dtype=dtype, max_model_len=1024, kv_cache_gib=0.25,
                                                   gpu_memory_utilization=share), name=name)
                for name, path in (("plain", plain_dir), ("int8", int8_dir))}
@@ -239,12 +241,28 @@ def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int 
     return {f"{name}_tok_s": made[name] / best[name] for name in engines}
 
 
-def measure_in_subprocess(plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900) -> dict:
+def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None:
+    """The GPU share of each of the timing child's two engines (the memory plan's
+    ``int8_timing`` role: what ``taken`` by engines already running leaves of ``cap``), or
+    None off GPUs; :class:`ConfigError` naming the role when the draft does not fit."""
+    from lrtune.backends.vllm import gpu_device_bytes
+    from lrtune.memory import plan_gpu_memory, weight_bytes
+
+    device = gpu_device_bytes()
+    if device is None:
+        return None
+    plan = plan_gpu_memory({"int8_timing": weight_bytes(draft_dir)}, engines={"int8_timing": 2},
+                           cap=max(cap - taken, 1e-6), device_bytes=device)
+    return plan.engine_share("int8_timing")
+
+
+def measure_in_subprocess(plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900,
+                          gpu_share: float | None = None) -> dict:
     """:func:`time_drafts` in a child process (its engines end with it)."""
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "lrtune.quantize", plain_dir, int8_dir, dtype]
+    cmd = [sys.executable, "-m", "lrtune.quantize", plain_dir, int8_dir, dtype, str(gpu_share or "")]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               env={**os.environ, "LRTUNE_VLLM_PATCHES": os.environ.get("LRTUNE_VLLM_PATCHES", "1")})
@@ -282,7 +300,7 @@ def quantized_source(model_dir: str | Path) -> str | None:
 
 
 def draft_for_engines(mode: str, draft_dir: str, *, backend: str, dtype: str = "auto",
-                      cache_dir: str | None = None, progress: bool = True) -> tuple[str, str]:
+                      cache_dir: str | None = None, progress: bool = True, gpu_cap: float = 0.9) -> tuple[str, str]:
     """(the draft directory the engines load, "int8" or "none") under ``--draft-quantization``
     ``mode``: none keeps ``draft_dir``; int8 builds (once) and uses its W8A8 copy; auto uses the
     copy only where this machine measured it faster (timed once per draft and machine, in a
@@ -310,7 +328,7 @@ def draft_for_engines(mode: str, draft_dir: str, *, backend: str, dtype: str = "
 
         if progress:
             log("lrtune: --draft-quantization auto: timing the draft and its int8 copy once on this machine")
-        speeds = measure_in_subprocess(draft_dir, str(q), dtype)
+        speeds = measure_in_subprocess(draft_dir, str(q), dtype, gpu_share=timing_share(draft_dir, gpu_cap))
         entry = record_measurement(draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], cache_dir, dtype)
         faster = entry["int8_faster"]
         if progress:
@@ -323,5 +341,6 @@ if __name__ == "__main__":  # python -m lrtune.quantize PLAIN_DIR INT8_DIR [DTYP
     import sys
 
     a = sys.argv[1:]
-    print(json.dumps(time_drafts(a[0], a[1], a[2] if len(a) > 2 else "auto")), flush=True)
+    print(json.dumps(time_drafts(a[0], a[1], a[2] if len(a) > 2 else "auto",
+                                 gpu_share=float(a[3]) if len(a) > 3 and a[3] else None)), flush=True)
     os._exit(0)

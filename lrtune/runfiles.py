@@ -78,7 +78,7 @@ def read_json(path: Path) -> dict | None:
 def config_key(sections: dict[str, object], free: tuple[str, ...] = ()) -> dict:
     """``{section: asdict(config)}`` without the ``options`` keys in ``free`` (the ones that
     may change between invocations of one run without changing its results)."""
-    from lrtune.configs import flat_dict
+    from lrtune.configshape import flat_dict
 
     key = {name: flat_dict(cfg) for name, cfg in sections.items()}
     for k in free:

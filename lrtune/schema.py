@@ -51,7 +51,7 @@ def flag_name(f: dataclasses.Field, prefix: str = "") -> str:
 
 def _flag_at(cls: type, loc: list[str]) -> str:
     """The flag of the option at ``loc`` (a field, or a sub-config's field) of ``cls``."""
-    from lrtune.configs import nested
+    from lrtune.configshape import nested
 
     prefix = ""
     for i, part in enumerate(loc):

@@ -98,3 +98,97 @@ def test_the_package_installs_no_generic_top_level_names():
 ])
 def test_the_rule_itself_refuses_what_it_should(package, rel, imp, ok):
     assert (imp in allowed(package, rel)) is ok
+
+
+# ---- no import cycles among lrtune's modules (imports inside functions counted) -----------
+INSTALLED = {"lrtune": "lrtune", **{p: f"lrtune.{p}" for p in (*STAGES, "policies")}}
+
+
+def module_files() -> dict[str, Path]:
+    """``{installed module name: file}`` of every module of the project."""
+    out = {}
+    for folder, name in INSTALLED.items():
+        for f in (ROOT / folder).rglob("*.py"):
+            parts = list(f.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([name, *parts])] = f
+    return out
+
+
+def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere in its file (``from a import b``
+    counts ``a.b`` when that is a module, else ``a``)."""
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            if "." not in name:
+                return None
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    graph = {m: set() for m in files}
+    for m, f in files.items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            graph[m] |= {t for t in map(known, names) if t is not None and t != m}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_module_of_lrtune_sits_in_an_import_cycle():
+    assert cycles(import_graph(module_files())) == []
+
+
+def test_the_core_never_imports_the_command_line():
+    graph = import_graph(module_files())
+    faces = {"lrtune.cli", "lrtune.entry", "lrtune.clidoc", "lrtune.__main__"}
+    assert sorted(m for m, targets in graph.items() if "lrtune.cli" in targets and m not in faces) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

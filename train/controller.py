@@ -333,4 +333,4 @@ def main(cfg: TrainControllerConfig) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    COMMAND.main()
+    COMMAND.main(lambda args: main(config_from_args(args)))

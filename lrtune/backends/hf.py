@@ -85,6 +85,7 @@ class HFBackend(TokenizerMixin):
             raise ModelError(f"transformers could not load {self.model}: {str(e).splitlines()[0]}") from None
         if self.device.type == "cpu" and self.config.onednn_linear:
             onednn_linears(self.lm)
+        self.output_width = int(self.lm.get_output_embeddings().weight.shape[0])  # logits per position
         self._store: OrderedDict[tuple[int, ...], list[tuple]] = OrderedDict()
         self._calls = 0
         self._pieces: dict[int, str] = {}  # token id -> its text (_piece)
@@ -335,7 +336,7 @@ class HFBackend(TokenizerMixin):
             proposals = [[] for _ in range(B)]
             qs = [[] for _ in range(B)]
             for step in range(kk):
-                logits = draft._forward(drows, feed)[:, -1]
+                logits = _fit_vocab(draft._forward(drows, feed)[:, -1], self.output_width)
                 toks, q_rows = _draft_choices(logits, params, gens)
                 for b in range(B):
                     proposals[b].append(toks[b])
@@ -502,6 +503,20 @@ def onednn_linears(model) -> int:
             m.forward = functools.partial(_onednn_forward, op, m)
             n += 1
     return n
+
+
+def _fit_vocab(logits, width: int):
+    """Draft logits [B, V_draft] on the target's output width: ids beyond it dropped, ids the
+    draft lacks at -inf (never proposed), so q and p compare id by id (padded vocab sizes
+    of one tokenizer, e.g. 151,936 against 152,064)."""
+    torch = _torch()
+    have = logits.shape[-1]
+    if have == width:
+        return logits
+    if have > width:
+        return logits[..., :width]
+    pad = torch.full((*logits.shape[:-1], width - have), float("-inf"), dtype=logits.dtype, device=logits.device)
+    return torch.cat([logits, pad], dim=-1)
 
 
 def _draft_choices(logits, params: GenParams, gens) -> tuple[list[int], list]:

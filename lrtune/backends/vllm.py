@@ -21,6 +21,7 @@ from pathlib import Path
 from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
                                   finish_step, local_on_done, per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
+from lrtune.backends.vllm_platform import claim_graph_engine, explain, graph_kwargs, with_cause
 from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, check_engine, configure_env,
                                           engine_kwargs, prepare_engine, sd_stat_logger)
 from lrtune.errors import ConfigError, ModelError
@@ -60,6 +61,13 @@ class VLLMConfig:
     spec_model: str | None = None  # the draft model for spec_method="draft"
     ngram_prompt_lookup_max: int = 4
     ngram_prompt_lookup_min: int = 2
+    # draft-model SD across padded vocab sizes of one tokenizer (vllm_platform rule B)
+    heterogeneous_vocab: bool = False
+    # True: vLLM's default CUDA-graph kind (the doctor's plain reference engine); False:
+    # PIECEWISE on every engine, so baseline and methods run one kind (vllm_platform rule D)
+    plain_graphs: bool = False
+    # engines this backend may start (the GPU memory plan's count for its role); None: any
+    max_engines: int | None = None
 
 
 _KEEP_ALIVE: list = []  # every engine of this process (see VLLMBackend.close)
@@ -96,6 +104,11 @@ class VLLMBackend(TokenizerMixin):
         if shared and k <= shared:  # 0 < k < shared: the shared engine, drafts cut to k per request
             k = shared
         if k not in self._engines:
+            limit = self.config.max_engines
+            if limit is not None and len(self._engines) >= limit:
+                raise ConfigError(f"the GPU memory plan holds {limit} {self.name} engine(s) (γ2 "
+                                  f"{', '.join(map(str, sorted(self._engines)))}) and this run asks for one more "
+                                  f"(γ2 = {k}); use the shared SD engine (--sd-method draft) or plan its γ2 values")
             self._engines[k] = self._make_engine(k)
         return self._engines[k]
 
@@ -117,16 +130,18 @@ class VLLMBackend(TokenizerMixin):
 
         cfg = self.config
         on_cpu = _on_cpu()
+        eager = on_cpu if cfg.enforce_eager is None else cfg.enforce_eager
         kwargs: dict = dict(
             model=self.model,
             dtype=resolve_dtype(cfg.dtype, self.model),
             max_model_len=cfg.max_model_len,
             enable_prefix_caching=cfg.enable_prefix_caching,
-            enforce_eager=on_cpu if cfg.enforce_eager is None else cfg.enforce_eager,
+            enforce_eager=eager,
             seed=cfg.seed,
             tensor_parallel_size=cfg.tensor_parallel_size,
             use_tqdm_on_load=False,  # quiet logs: lrtune prints its own progress
             **engine_kwargs(),
+            **graph_kwargs(on_cpu, eager, plain=cfg.plain_graphs),
         )
         if cfg.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
@@ -154,12 +169,15 @@ class VLLMBackend(TokenizerMixin):
                 if not cfg.spec_model:
                     raise ConfigError("token-level speculative decoding (gamma2 > 0) needs a draft model")
                 kwargs["speculative_config"] = {"model": cfg.spec_model, "num_speculative_tokens": k}
+                if cfg.heterogeneous_vocab:
+                    kwargs["speculative_config"]["use_heterogeneous_vocab"] = True
             # Spec-decode stats reach stat loggers only when stats are on (vllm_patches.sd_stat_logger).
             kwargs["disable_log_stats"] = False
+        claim_graph_engine(f"{self.name} (γ2 {k})", on_cpu=on_cpu, enforce_eager=eager, env=os.environ)
         try:
             llm = LLM(**kwargs)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"vLLM could not load {self.model}: {str(e).splitlines()[0]}") from None
+        except (OSError, ValueError, RuntimeError) as e:
+            raise ModelError(f"vLLM could not start {self.name} ({self.model}): {with_cause(e)}") from None
         _KEEP_ALIVE.append(llm)
         self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)
         if k > 0:
@@ -193,8 +211,13 @@ class VLLMBackend(TokenizerMixin):
             idx = [i for i in idx if i not in stopped]
             if not idx:
                 continue
-            part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent,
-                                     None if on_done is None else local_on_done(on_done, idx, stopped))
+            try:
+                part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent,
+                                         None if on_done is None else local_on_done(on_done, idx, stopped))
+            except RuntimeError as e:
+                if explain(e) is None:
+                    raise
+                raise ModelError(f"vLLM engine {self.name!r} failed: {with_cause(e)}") from e
             seconds += part.seconds
             for k, i in enumerate(idx):
                 outputs[i] = part.outputs[k]
@@ -399,12 +422,14 @@ def gpu_device_bytes() -> int | None:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
-def gpu_memory_plan(models, paths: dict[str, str | None], spec_model: str | None):
+def gpu_memory_plan(models, paths: dict[str, str | None], spec_model: str | None,
+                    engines: dict[str, int] | None = None):
     """The :class:`lrtune.memory.MemoryPlan` of the engines ``paths`` names (role -> model
-    directory or None) under ``models`` (a :class:`lrtune.api.ModelConfig`: its cap, fixed
-    shares and TP), checked before any engine starts (on CPU too, where the plan is then
-    dropped: each engine gets ``kv_cache_gib`` of KV cache instead, and None is returned).
-    The target's weights include its SD drafter's."""
+    directory or None; ``engines``: how many each role starts, default 1) under ``models``
+    (a :class:`lrtune.api.ModelConfig`: its cap, fixed shares and TP), checked before any
+    engine starts (on CPU too, where the plan is then dropped: each engine gets
+    ``kv_cache_gib`` of KV cache instead, and None is returned). The target's weights
+    include its SD drafter's."""
     from lrtune.memory import plan_gpu_memory, weight_bytes
 
     device = gpu_device_bytes()
@@ -412,7 +437,8 @@ def gpu_memory_plan(models, paths: dict[str, str | None], spec_model: str | None
     sizes["target"] = sizes.get("target", 0) + weight_bytes(spec_model)
     fixed = {"target": models.target_gpu_share, "draft": models.draft_gpu_share, "judge": models.judge_gpu_share}
     plan = plan_gpu_memory(sizes, cap=models.gpu_memory_utilization, fixed=fixed,
-                           tensor_parallel_size=models.tensor_parallel_size, device_bytes=device)
+                           tensor_parallel_size=models.tensor_parallel_size, device_bytes=device,
+                           engines={r: n for r, n in (engines or {}).items() if r in sizes})
     return plan if device is not None else None
 
 

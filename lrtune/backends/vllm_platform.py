@@ -1,0 +1,150 @@
+"""What an lrtune vLLM engine does differently on a GPU, decided in one place (vLLM 0.32.0).
+
+The CUDA wheel's Python is the CPU wheel's except three files, so every difference below is
+a platform default; each rule cites the vLLM source it answers (``vllm/...:line``).
+
+* **A. One engine-core process per GPU engine.** Every engine start with CUDA graphs runs
+  ``profile_cudagraph_memory()``, whose ``finally`` calls ``CUDAGraphWrapper.clear_all_graphs()``
+  (``v1/worker/gpu_model_runner.py:6446``) on a class-level set of every wrapper in the
+  process (``compilation/cuda_graph.py:170-176, 209``): a second engine in one process wipes
+  the first's graphs, whose next step must capture again and fails ("CUDA graph capturing
+  detected at an inappropriate time", ``compilation/monitor.py:108``). On GPUs lrtune
+  therefore leaves vLLM's own default, ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` (each ``LLM`` runs
+  its engine core, and with tensor parallelism 1 its worker, in a process of its own; the
+  plugin patches it, ``tests/test_vllm_processes.py``). On CPUs there are no graphs and an
+  in-process engine is what :mod:`benchmarks.engine_process` measured cheaper to start, so
+  CPUs keep ``0``. A user who forces ``0`` on a GPU with graphs gets one engine that captures
+  graphs per process (:func:`claim_graph_engine`), not a crash on the first LR round.
+* **B. Padded vocabularies.** Draft-model SD requires equal ``vocab_size`` in both configs
+  (``config/speculative.py:1866-1885``) although checkpoints of one tokenizer often pad their
+  embedding differently (R1-Distill-Qwen-32B 152,064 rows, its 1.5B 151,936).
+  :func:`vocab_plan` accepts such a pair when every id of the shared tokenizer fits both
+  sizes and asks for ``use_heterogeneous_vocab`` (valid with ``method="draft_model"`` and
+  greedy draft sampling, vLLM's default: ``config/speculative.py:1854-1863``); with
+  identical tokenizers its mapping is the identity on every real token
+  (``v1/spec_decode/vocab_mapping.py``).
+* **D. One CUDA-graph kind for every method.** Under vLLM's default ``FULL_AND_PIECEWISE``, a
+  batch counts as uniform decode only if every request has 1+k query tokens
+  (``gpu_model_runner.py:3654-3671``): a γ2 = 0 request on the shared SD engine (the
+  target-only baseline included) runs PIECEWISE graphs where a plain engine runs its FULL
+  decode graph, which would make the baseline slower and every speedup larger than on plain
+  vLLM. lrtune asks every engine for ``PIECEWISE`` (:func:`graph_kwargs`), so baseline and
+  methods run the same kind; ``lrtune doctor --timing`` reports what that costs against a
+  plain vLLM engine.
+* **E. Ray workers.** vLLM's Ray executor copies only ``VLLM_*`` (and a few other) variables
+  plus ``VLLM_RAY_EXTRA_ENV_VARS_TO_COPY`` to its workers (``ray/ray_env.py:81-96``);
+  :func:`ray_vars_to_copy` adds lrtune's switch to that list.
+
+(C, the GPU memory plan that counts every engine, lives in :mod:`lrtune.memory`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lrtune.errors import ConfigError, ModelError
+
+MULTIPROC_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+RAY_COPY_ENV = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"
+LRTUNE_CUDAGRAPH_MODE = "PIECEWISE"  # the one graph kind of every lrtune engine on a GPU
+
+_GRAPH_ENGINES: list[str] = []  # in-process engines of this process that capture CUDA graphs
+
+
+def multiproc_default(on_cpu: bool) -> str:
+    """``VLLM_ENABLE_V1_MULTIPROCESSING`` lrtune sets unless the user did: ``0`` on CPUs
+    (engines in this process), ``1`` on GPUs (rule A: one engine-core process per engine)."""
+    return "0" if on_cpu else "1"
+
+
+def engine_in_process(env: Mapping[str, str]) -> bool:
+    """Whether vLLM runs an ``LLM``'s engine core in the calling process (its parse of the
+    variable: ``bool(int(value))``, default ``1``)."""
+    try:
+        return not bool(int(env.get(MULTIPROC_ENV, "1")))
+    except ValueError:
+        return False  # vLLM itself fails on such a value when it reads it
+
+
+def captures_graphs(on_cpu: bool, enforce_eager: bool) -> bool:
+    """Whether an engine captures CUDA graphs (GPU and not eager)."""
+    return not on_cpu and not enforce_eager
+
+
+def graph_kwargs(on_cpu: bool, enforce_eager: bool, *, plain: bool = False) -> dict:
+    """Extra ``vllm.LLM`` arguments for the graph kind (rule D): ``PIECEWISE`` on every
+    lrtune engine that captures graphs; ``plain`` keeps vLLM's default (what a user's
+    plain engine runs; the doctor's reference)."""
+    if plain or not captures_graphs(on_cpu, enforce_eager):
+        return {}
+    return {"compilation_config": {"cudagraph_mode": LRTUNE_CUDAGRAPH_MODE}}
+
+
+def claim_graph_engine(name: str, *, on_cpu: bool, enforce_eager: bool, env: Mapping[str, str]) -> None:
+    """Record an engine about to start; :class:`ConfigError` (one line, before it starts)
+    when it would be the second engine in this process to capture CUDA graphs (rule A)."""
+    if not (captures_graphs(on_cpu, enforce_eager) and engine_in_process(env)):
+        return
+    if _GRAPH_ENGINES:
+        raise ConfigError(
+            f"vLLM engine {name!r} would be the second engine capturing CUDA graphs in this process (after "
+            f"{_GRAPH_ENGINES[0]!r}): vLLM 0.32 clears every CUDA graph of a process when an engine starts, and the "
+            f"first engine's next step fails ('CUDA graph capturing detected at an inappropriate time'); unset "
+            f"{MULTIPROC_ENV}=0 (lrtune runs each GPU engine in its own process) or pass --enforce-eager")
+    _GRAPH_ENGINES.append(name)
+
+
+def ray_vars_to_copy(current: str | None, name: str) -> str:
+    """``VLLM_RAY_EXTRA_ENV_VARS_TO_COPY`` with ``name`` added (rule E; the user's names kept)."""
+    names = [n.strip() for n in (current or "").split(",") if n.strip()]
+    return ",".join(names if name in names else names + [name])
+
+
+def config_vocab_size(config: Mapping) -> int | None:
+    """``vocab_size`` of a model's ``config.json`` (top level or ``text_config``), or None."""
+    for cfg in (config, config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}):
+        v = cfg.get("vocab_size")
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def vocab_plan(target_vocab: int | None, draft_vocab: int | None, tokenizer_ids: int) -> bool:
+    """Whether draft-model SD needs vLLM's ``use_heterogeneous_vocab`` (rule B) for a pair
+    that shares one tokenizer of ``tokenizer_ids`` ids: False when the sizes are equal (or
+    unknown), True when they differ and every tokenizer id fits both; otherwise
+    :class:`ModelError` in one line."""
+    if target_vocab is None or draft_vocab is None or target_vocab == draft_vocab:
+        return False
+    if tokenizer_ids > min(target_vocab, draft_vocab):
+        small = "target" if target_vocab < draft_vocab else "draft"
+        raise ModelError(f"the shared tokenizer has {tokenizer_ids} ids but the {small}'s vocab_size is "
+                         f"{min(target_vocab, draft_vocab)} (target {target_vocab}, draft {draft_vocab}): its "
+                         "embedding cannot hold every token, so it cannot draft for or verify this pair")
+    return True
+
+
+CAUSES = (
+    ("CUDA graph capturing detected at an inappropriate time",
+     "A: a second vLLM engine in this process cleared this engine's CUDA graphs (vLLM 0.32 clears every graph of "
+     f"a process at each engine start); leave {MULTIPROC_ENV} unset on GPUs or pass --enforce-eager"),
+    ("should have the same vocabulary size",
+     "B: vLLM's draft-model SD needs equal vocab_size in both configs; lrtune passes use_heterogeneous_vocab when "
+     "the tokenizers match (is this vLLM 0.32.0?)"),
+    ("is less than desired GPU memory utilization",
+     "C: another engine or process holds the memory this engine's share needs; lower --gpu-memory-utilization or "
+     "the role's --*-gpu-share (lrtune doctor prints the plan)"),
+)
+
+
+def explain(error: BaseException | str) -> str | None:
+    """The cause (A–C of the module docstring) of a vLLM error message, or None."""
+    text = str(error)
+    return next((cause for marker, cause in CAUSES if marker in text), None)
+
+
+def with_cause(error: BaseException | str) -> str:
+    """The error's first line, followed by its cause when :func:`explain` knows it."""
+    first = (str(error).splitlines() or [type(error).__name__])[0]
+    cause = explain(error)
+    return f"{first} [cause {cause}]" if cause else first

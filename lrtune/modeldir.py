@@ -1,0 +1,74 @@
+"""Is a directory a Hugging Face model that can load? Checked from its files and the
+safetensors headers alone (a few KB), never the weights. A leaf module: the model resolver
+(:mod:`lrtune.models`) and the default pair's builder (:mod:`lrtune.default_pair`) both use it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lrtune.errors import ConfigError, ModelError, os_error_message
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+_WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+
+
+def validate_model_dir(path: str | Path) -> Path:
+    """Check that ``path`` looks like a Hugging Face model directory that can load.
+
+    Requires ``config.json`` (a readable JSON object), tokenizer files and weights whose
+    safetensors headers read; raises :class:`ModelError` naming what is missing or broken.
+    Returns the resolved path. Reads headers only (a few KB), never the weights.
+    """
+    p = Path(path).expanduser()
+    try:
+        if not p.is_dir():
+            raise ModelError(f"model path not found: {path}")
+        missing = []
+        if not (p / "config.json").is_file():
+            missing.append("config.json")
+        if not any((p / f).is_file() for f in _TOKENIZER_FILES):
+            missing.append("tokenizer files (tokenizer.json, tokenizer.model or vocab.json)")
+        if not any(any(p.glob(g)) for g in _WEIGHT_GLOBS):
+            missing.append("weights (*.safetensors or pytorch_model*.bin)")
+        if missing:
+            hint = ""
+            if any(p.glob("*.gguf")):
+                hint = "; GGUF files are not loaded directly, convert them to a Hugging Face directory first"
+            raise ModelError(f"not a Hugging Face model directory: {p} is missing {', '.join(missing)}{hint}")
+        from lrtune.inputs import read_json_object
+
+        try:
+            read_json_object(p / "config.json", "model config")
+        except ConfigError as e:
+            raise ModelError(str(e)) from None
+        for f in sorted(p.glob("*.safetensors")):
+            why = safetensors_header_problem(f)
+            if why:
+                raise ModelError(f"model weights {f} cannot load: {why}")
+    except OSError as e:
+        raise ModelError(f"model path {path}: {os_error_message(e)}") from None
+    return p.resolve()
+
+
+def safetensors_header_problem(path: Path) -> str | None:
+    """Why a safetensors file cannot be loaded, read from its header alone (8-byte length,
+    then that many bytes of JSON); None when the header is sound and the data fits the file."""
+    size = path.stat().st_size
+    if size < 8:
+        return f"{size} bytes, shorter than a safetensors header"
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n < 2 or n > min(size - 8, 100 * 2**20):
+            return f"header length {n} does not fit the file ({size} bytes)"
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return "its header is not JSON"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    ends = [t.get("data_offsets", [0, 0])[1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    if any(not isinstance(e, int) for e in ends) or (ends and 8 + n + max(ends) > size):
+        return f"its tensors need more bytes than the file holds ({size} bytes: truncated?)"
+    return None
