@@ -81,7 +81,7 @@ def vs_reference(records: list[dict], reference: str = "lr+sd", n_boot: int = 20
         raw = lambda ps: sum(p[0] for p in ps) / sum(p[1] for p in ps)  # noqa: E731
         eq = lambda ps: sum(p[0] for p in ps) / sum(p[2] for p in ps)  # noqa: E731
         oracle = lambda ps: sum(p[0] for p in ps) / sum(p[3] for p in ps)  # noqa: E731
-        ci = (lambda f: bootstrap_ci(pairs, f, n_boot=n_boot, seed=0) if len(pairs) > 1 else (f(pairs), f(pairs)))
+        ci = (lambda f: bootstrap_ci(pairs, f, n_boot=n_boot, seed=0) if len(pairs) > 1 else (f(pairs), f(pairs)))  # noqa: E731
         out[m] = {"reference": reference, "problems": len(pairs), "ratio": raw(pairs), "ratio_ci95": ci(raw),
                   "ratio_equal_drafts": eq(pairs), "ratio_equal_drafts_ci95": ci(eq),
                   "ratio_oracle_draft_stop": oracle(pairs), "ratio_oracle_draft_stop_ci95": ci(oracle)}
