@@ -20,7 +20,7 @@ from lrtune import schema
 from lrtune.backends.base import Backend
 from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
 from lrtune.roundstate import Failed
-from lrtune.errors import ConfigError
+from lrtune.errors import ConfigError, ConfigTypeError
 from lrtune.schema import STRICT, Fraction, Share, Text
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.control import ProblemInfo
@@ -202,6 +202,24 @@ def require_a_prompt_that_fits(models: ModelConfig, cfg: DecodeConfig, prompts: 
                           "or lower them")
 
 
+def prompt_list(prompts) -> list:
+    """``generate``'s ``prompts`` as a list of prompts, each a text or a list of token ids (one
+    text or one list of ids is one prompt); :class:`ConfigTypeError` / :class:`ConfigError`
+    naming the argument otherwise (ids themselves are checked against the vocabulary later)."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if not isinstance(prompts, (list, tuple)):
+        raise ConfigTypeError(f"prompts: a text, a list of token ids, or a list of those; got {type(prompts).__name__}")
+    if not prompts:
+        raise ConfigError("prompts: an empty list; give at least one prompt")
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompts):
+        return [list(prompts)]  # one prompt of token ids
+    for i, p in enumerate(prompts):
+        if not isinstance(p, (str, list, tuple)):
+            raise ConfigTypeError(f"prompts[{i}]: a text or a list of token ids, got {type(p).__name__}")
+    return list(prompts)
+
+
 def _share(plan, role: str) -> float | None:
     """Each engine's ``gpu_memory_utilization`` for ``role`` under ``plan`` (None off GPUs)."""
     return None if plan is None else plan.engine_share(role)
@@ -351,6 +369,10 @@ class Decoder:
         ``model_kwargs`` are :class:`ModelConfig` fields (``sd_method``, ``dtype``,
         ``max_model_len``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``cache_dir``).
         """
+        unknown = sorted(set(model_kwargs) - set(ModelConfig.__dataclass_fields__))
+        if unknown:
+            raise ConfigTypeError(f"Decoder.from_pretrained() has no option {', '.join(map(repr, unknown))} (model "
+                                  f"options are ModelConfig's fields: {', '.join(ModelConfig.__dataclass_fields__)})")
         models = ModelConfig(target=target, draft=draft, backend=backend,
                              verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
                              verifier_threshold=verifier_threshold,
@@ -472,8 +494,13 @@ class Decoder:
         can run, :class:`ConfigError` is raised with the first reason). Returns
         :class:`Outputs`: the outputs in order, with the set's throughput record as ``.batch``.
         """
-        if isinstance(prompts, str) or (prompts and all(isinstance(t, int) for t in prompts)):
-            prompts = [prompts]  # one text, or one prompt of token ids
+        prompts = prompt_list(prompts)
+        if not isinstance(chat, bool):
+            raise ConfigTypeError(f"chat: True or False, got {chat!r}")
+        if on_step is not None and not callable(on_step):
+            raise ConfigTypeError(f"on_step: a function (prompt_index, source, text), got {type(on_step).__name__}")
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
+            raise ConfigTypeError(f"max_concurrent: an integer >= 1, got {max_concurrent!r}")
         unknown = set(overrides) - set(DecodeConfig.__dataclass_fields__)
         if unknown:
             raise ConfigError(f"unknown decode option(s): {', '.join(sorted(unknown))}")

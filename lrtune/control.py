@@ -18,6 +18,7 @@ step (SD does not restart at every step boundary).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -176,6 +177,20 @@ def checked_controller(obj) -> Controller:
     if callable(getattr(obj, "horizon", None)):
         return obj
     return _WithDefaultHorizon(obj)
+
+
+def checked_choice(controller, got) -> tuple[int, int]:
+    """What ``controller.choose`` returned, checked where it enters the decoder: two integers
+    (γ1, γ2) (a float, a bool or a text would fail deep inside, or round silently);
+    :class:`ConfigError` naming the controller otherwise. Bounds are checked by the caller."""
+    name = type(getattr(controller, "_inner", controller)).__name__
+    try:
+        g1, g2 = got
+    except (TypeError, ValueError):
+        raise ConfigError(f"controller {name}.choose returned {got!r}; expected (γ1, γ2), two integers") from None
+    if any(isinstance(g, bool) or not isinstance(g, numbers.Integral) for g in (g1, g2)):
+        raise ConfigError(f"controller {name}.choose returned ({g1!r}, {g2!r}); γ1 and γ2 are integers")
+    return int(g1), int(g2)
 
 
 class _WithDefaultHorizon:

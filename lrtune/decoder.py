@@ -36,8 +36,8 @@ from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, Method  # noqa
 from lrtune.roundstate import (Decoded, DecodeResult, Failed, PromptResult, PromptState, RoundRecord, RoundState, _branch_temperature, _concat,  # noqa: F401
                                _refuse_async_extras, _reusable, _row_counters, _target_rows, _time_shares, stable_digest)
 from lrtune.reuse import joined_step, matched_tokens, row_params, split_scores, whole_draft
-from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome, checked_controller
-from lrtune.errors import ConfigError
+from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome, checked_choice, checked_controller
+from lrtune.errors import ConfigError, ConfigTypeError
 from lrtune.stats import BatchStats, DecodeStats, leading_accepts
 from lrtune.steps import split_steps
 from lrtune.verifiers import Verifier
@@ -136,6 +136,8 @@ class LookaheadDecoder(RoundVerification):
         per-prompt results in input order and the :class:`BatchStats` of the set.
         """
         cfg = (config or self.config).validate()
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
+            raise ConfigTypeError(f"max_concurrent: an integer >= 1, got {max_concurrent!r}")
         if max_concurrent < 1:
             raise ConfigError(f"max_concurrent must be >= 1, got {max_concurrent}")
         if cfg.uses_lr and cfg.async_lr:
@@ -293,8 +295,8 @@ class LookaheadDecoder(RoundVerification):
         budget = base_cfg.max_new_tokens - len(s.gen)
         cfg, horizon = base_cfg, None
         if s.controller is not None:
-            g1, g2 = s.controller.choose(s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen),
-                                                                 budget_left=budget))
+            g1, g2 = checked_choice(s.controller, s.controller.choose(
+                s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen), budget_left=budget)))
             if not s.controller.bounds.allows(g1, g2):
                 raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
                                   f"{s.controller.bounds}")

@@ -18,6 +18,10 @@ class ConfigError(LrtuneError, ValueError):
     """A configuration value is out of range or inconsistent."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the Python API has the wrong type (also a ``TypeError``)."""
+
+
 class ModelError(LrtuneError):
     """A model cannot be resolved, loaded, or is incompatible with its partner."""
 

@@ -7,6 +7,7 @@ they judge the derived text of the two steps and, optionally, the context before
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -142,9 +143,45 @@ def accept(verifier: Verifier, pairs: Sequence[StepPair],
     asked = [p for p, r in zip(pairs, flags) if not r]
     if not asked:
         return [False] * len(pairs), [0.0] * len(pairs)
-    got = [float(s) for s in verifier.score(asked)]
-    if len(got) != len(asked):
-        raise RuntimeError(f"verifier {verifier.name!r} returned {len(got)} scores for {len(asked)} pairs")
+    threshold = checked_threshold(verifier)
+    got = checked_scores(verifier, verifier.score(asked), len(asked))
     it = iter(got)
     scores = [0.0 if r else next(it) for r in flags]
-    return [not r and s >= verifier.threshold for s, r in zip(scores, flags)], scores
+    return [not r and s >= threshold for s, r in zip(scores, flags)], scores
+
+
+def checked_scores(verifier: Verifier, got, n: int) -> list[float]:
+    """What a verifier's ``score`` returned, checked where it enters the decoder: ``n`` real
+    numbers in [0, 1] (NaN, ±inf, 5.0, text or a wrong count would silently reject or accept
+    every step); :class:`~lrtune.errors.ConfigError` naming the verifier otherwise."""
+    from lrtune.errors import ConfigError
+
+    name = getattr(verifier, "name", type(verifier).__name__)
+    try:
+        items = list(got)
+    except TypeError:
+        raise ConfigError(f"verifier {name!r}: score() returned {type(got).__name__}, not one score per pair") from None
+    if len(items) != n:
+        raise ConfigError(f"verifier {name!r} returned {len(items)} scores for {n} pairs")
+    out = []
+    for x in items:
+        try:  # a number of any kind (numpy and torch scalars too), never a bool or a text
+            v = None if isinstance(x, (bool, str, bytes)) else float(x)
+        except (TypeError, ValueError):
+            v = None
+        if v is None or not 0.0 <= v <= 1.0:  # NaN fails too
+            raise ConfigError(f"verifier {name!r} returned the score {x!r}; a score is a number in [0, 1]")
+        out.append(v)
+    return out
+
+
+def checked_threshold(verifier: Verifier) -> float:
+    """A verifier's ``threshold`` as a finite number (a text or NaN would refuse or accept every
+    step); :class:`~lrtune.errors.ConfigError` naming the verifier otherwise."""
+    from lrtune.errors import ConfigError
+
+    t = getattr(verifier, "threshold", None)
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(float(t)):
+        raise ConfigError(f"verifier {getattr(verifier, 'name', type(verifier).__name__)!r} has threshold {t!r}; "
+                          "a threshold is a finite number (accept when score >= threshold)")
+    return float(t)
