@@ -102,7 +102,7 @@ def run(cfg: EvalConfig) -> Summary:
         s.decode_config(cfg.decode).validate()
         if s.verifier:
             check_verifier_spec(s.verifier)
-    _check_controllers(cfg, specs)
+    ctl, own = _check_controllers(cfg, specs)
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
         from lrtune.sandbox import require_isolation
@@ -126,7 +126,8 @@ def run(cfg: EvalConfig) -> Summary:
     from lrtune.api import check_configs, require_a_prompt_that_fits
 
     resolved = check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
-                             load_all_methods=_uses_draft(cfg, specs), gamma2s=asked_gamma2s(specs))
+                             load_all_methods=_uses_draft(cfg, specs),
+                             gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None]))
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)

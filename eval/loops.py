@@ -94,11 +94,22 @@ def _check_controllers(cfg: EvalConfig, specs) -> tuple:
     return ctl, own
 
 
-def asked_gamma2s(specs, controllers=()) -> set[int]:
-    """Every γ2 an evaluate run may ask the target for: each method's, and each adaptive
-    controller's range (the GPU memory plan counts an engine per γ2 when no shared SD engine
-    serves them all)."""
-    return {s.gamma2 for s in specs} | {g for c in controllers for g in range(1, c.bounds.gamma2_max + 1)}
+def asked_gamma2s(cfg: EvalConfig, specs, controllers=()) -> set[int]:
+    """Every γ2 an evaluate run may ask the target for, so the GPU memory plan counts an engine
+    for each (:func:`lrtune.memory.target_engine_keys`): each SD method's γ2; with a shared SD
+    engine nothing else (controllers and the oracle are capped at its γ2,
+    :func:`lrtune.api.price_on_engine`); without one, each adaptive controller's range and the
+    oracle's as well."""
+    out = {s.gamma2 for s in specs if s.decode_config(cfg.decode).uses_sd}
+    m = cfg.models
+    shared = (m.backend == "vllm" and m.shared_engine and m.sd_method == "draft" and cfg.decode.gamma2 > 0
+              and _uses_draft(cfg, specs))
+    if not shared:
+        tops = [c.bounds.gamma2_max for c in controllers if getattr(c, "bounds", None) is not None]
+        if any(s.control == "oracle" for s in specs):
+            tops.append(next(iter(tops), Bounds().gamma2_max))
+        out |= {g for top in tops for g in range(1, top + 1)}
+    return out
 
 
 def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
@@ -107,11 +118,10 @@ def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, di
     t0 = time.perf_counter()
     uses_draft = _uses_draft(cfg, specs)
     ctl, own = _check_controllers(cfg, specs)
-    adaptive = [c for c in (ctl, *own.values()) if c is not None and getattr(c, "bounds", None) is not None]
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
                                dataclasses.replace(cfg.decode, method="lr+sd"),
                                progress=cfg.options.progress, load_all_methods=uses_draft,
-                               gamma2s=asked_gamma2s(specs, adaptive))
+                               gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None]))
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
     from lrtune.api import price_on_engine
@@ -366,8 +376,11 @@ def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
         if drafted is None:
             m = cfg.models
             drafted = cfg.decode.gamma2 if m.backend == "vllm" and m.shared_engine and m.sd_method == "draft" else 0
+        g2_max = (bounds or Bounds()).gamma2_max
+        if drafted:  # a γ2 above the shared engine's would start another engine (as price_on_engine caps it)
+            g2_max = min(g2_max, drafted)
         best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, (bounds or Bounds()).M,
-                           bounds.gamma1_max if bounds else 6, bounds.gamma2_max if bounds else 8, b, drafted or None)
+                           bounds.gamma1_max if bounds else 6, g2_max, b, drafted or None)
         return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
     return dcfg, {}
 

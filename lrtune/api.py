@@ -295,7 +295,10 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
 
         shared = shared_spec_tokens(models, cfg, has_draft=bool(draft_path), load_all_methods=load_all_methods,
                                     controller_gamma2_max=controller_gamma2_max)
-        asked = [*gamma2s, *range(1, controller_gamma2_max + 1), cfg.gamma2 if (cfg.uses_sd or load_all_methods) else 0]
+        sd = cfg.uses_sd or load_all_methods
+        # a controller on the shared engine picks within its γ2 (price_on_engine); without one, any γ2 of its range
+        ranged = range(1, controller_gamma2_max + 1) if sd and not shared else ()
+        asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
         keys = target_engine_keys(asked, shared=shared)
         spec_model = draft_path if models.sd_method == "draft" else None
         plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model,

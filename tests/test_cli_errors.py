@@ -102,11 +102,17 @@ def test_ctrl_c_at_any_point_is_one_line_and_exit_130(delay):
     import time
 
     pair = get_tiny_pair()
-    proc = subprocess.Popen([sys.executable, "-m", "lrtune", "decode", "hi", "--target", str(pair.target), "--draft",
-                             str(pair.draft), "--backend", "transformers", "--device", "cpu", "--method", "lr",
-                             "--max-new-tokens", "300", "--max-step-tokens", "16", "--max-model-len", "512"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    argv = ["lrtune", "decode", "hi", "--target", str(pair.target), "--draft", str(pair.draft), "--backend",
+            "transformers", "--device", "cpu", "--method", "lr", "--max-new-tokens", "300", "--max-step-tokens", "16",
+            "--max-model-len", "512"]
+    # `python -m lrtune`, after one line once the interpreter is up: a Ctrl-C before that point
+    # (before Python imported `site`) is Python's own fatal error, outside any program's reach;
+    # the delays count from there, so a busy machine cannot move them into interpreter start-up
+    start = (f"import runpy, sys; print('ready', flush=True); sys.argv = {argv!r}; "
+             "runpy.run_module('lrtune', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert proc.stdout.readline().strip() == "ready"
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

@@ -306,3 +306,60 @@ def test_the_doctor_times_the_shared_engines_baseline_against_a_plain_vllm_engin
     assert got["shared_s_per_token"] > 0 and got["plain_s_per_token"] > 0
     assert got["ratio"] == pytest.approx(got["shared_s_per_token"] / got["plain_s_per_token"])
     assert got["tokens"] == {"shared": 24, "plain": 24} and got["plain_enforce_eager"]  # eager on CPU
+
+
+def test_an_engine_whose_share_is_not_free_is_refused_in_this_process_naming_cause_c():
+    vp.check_free_memory("draft (γ2 0)", 0.3, free=30 * GiB, total=80 * GiB)  # 24 GiB needed: fits
+    with pytest.raises(ConfigError) as e:
+        vp.check_free_memory("draft (γ2 0)", 0.5, free=30 * GiB, total=80 * GiB)
+    assert "'draft (γ2 0)' needs 0.500 of the GPU (40.0 GiB)" in str(e.value) and "cause C:" in str(e.value)
+
+
+def test_a_tensor_parallel_engine_keeps_its_graphs_in_its_workers_and_a_failed_start_is_forgotten(monkeypatch):
+    monkeypatch.setattr(vp, "_GRAPH_ENGINES", [])
+    forced = {vp.MULTIPROC_ENV: "0"}
+    vp.claim_graph_engine("target", on_cpu=False, enforce_eager=False, env=forced, tensor_parallel_size=4)
+    vp.claim_graph_engine("draft", on_cpu=False, enforce_eager=False, env=forced)
+    vp.release_graph_engine("draft")  # its start failed
+    vp.claim_graph_engine("judge", on_cpu=False, enforce_eager=False, env=forced)  # the first that really holds graphs
+
+
+def test_an_engine_process_that_failed_to_start_is_explained():
+    assert "own process failed to start" in vp.with_cause(RuntimeError("Engine core initialization failed. See root"))
+
+
+@requires_vllm
+def test_evaluate_counts_controllers_only_where_no_shared_engine_caps_them(tmp_path):
+    """With the shared SD engine, an adaptive controller or the oracle picks within its γ2 and
+    adds no engine; with ngram SD each γ2 of their range is an engine of its own."""
+    from lrtune.api import ModelConfig
+    from lrtune.control import Bounds
+    from lrtune.decoder import DecodeConfig
+    from lrtune.eval.config import EvalConfig, EvalOptions
+    from lrtune.eval.loops import asked_gamma2s
+    from lrtune.eval.methods import parse_methods
+
+    specs = parse_methods("target,sd,lr+sd,adaptive,oracle", None, 3, 4)
+    ctl = SimpleNamespace(bounds=Bounds(gamma2_max=6))
+    shared = EvalConfig(EvalOptions(), ModelConfig(backend="vllm"), DecodeConfig(gamma2=4))
+    assert asked_gamma2s(shared, specs, [ctl]) == {4}
+    ngram = EvalConfig(EvalOptions(), ModelConfig(backend="vllm", sd_method="ngram"), DecodeConfig(gamma2=4))
+    assert asked_gamma2s(ngram, specs, [ctl]) == {1, 2, 3, 4, 5, 6}
+
+
+@requires_vllm
+def test_the_decoder_hands_each_backend_its_planned_share_and_engine_count(monkeypatch):
+    """Orchestration on a GPU stub: nothing starts (engines start lazily), only the configs are read."""
+    import lrtune.backends.vllm as vb
+    from lrtune.api import Decoder, ModelConfig
+    from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair
+
+    pair = get_tiny_pair()
+    monkeypatch.setattr(vb, "gpu_device_bytes", lambda: 80 * GiB)
+    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="vllm", sd_method="ngram",
+                         verifier="exact")
+    dec = Decoder.from_configs(models, DecodeConfig(method="lr+sd", gamma2=3), gamma2s=[2])
+    t, d = dec.target.config, dec.draft.config
+    assert t.max_engines == 3 and d.max_engines is None  # γ2 0, 2, 3 on the target
+    assert t.gpu_memory_utilization * 3 + d.gpu_memory_utilization == pytest.approx(0.9)

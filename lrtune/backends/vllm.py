@@ -21,7 +21,8 @@ from pathlib import Path
 from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
                                   finish_step, local_on_done, per_row, split_counters)
 from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm_platform import claim_graph_engine, explain, graph_kwargs, with_cause
+from lrtune.backends.vllm_platform import (check_free_memory, claim_graph_engine, explain, gpu_memory, graph_kwargs,
+                                            release_graph_engine, with_cause)
 from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, check_engine, configure_env,
                                           engine_kwargs, prepare_engine, sd_stat_logger)
 from lrtune.errors import ConfigError, ModelError
@@ -173,10 +174,17 @@ class VLLMBackend(TokenizerMixin):
                     kwargs["speculative_config"]["use_heterogeneous_vocab"] = True
             # Spec-decode stats reach stat loggers only when stats are on (vllm_patches.sd_stat_logger).
             kwargs["disable_log_stats"] = False
-        claim_graph_engine(f"{self.name} (γ2 {k})", on_cpu=on_cpu, enforce_eager=eager, env=os.environ)
+        label = f"{self.name} (γ2 {k})"
+        if not on_cpu and cfg.gpu_memory_utilization is not None:
+            mem = gpu_memory()
+            if mem is not None:
+                check_free_memory(label, cfg.gpu_memory_utilization, *mem)
+        claim_graph_engine(label, on_cpu=on_cpu, enforce_eager=eager, env=os.environ,
+                           tensor_parallel_size=cfg.tensor_parallel_size)
         try:
             llm = LLM(**kwargs)
         except (OSError, ValueError, RuntimeError) as e:
+            release_graph_engine(label)
             raise ModelError(f"vLLM could not start {self.name} ({self.model}): {with_cause(e)}") from None
         _KEEP_ALIVE.append(llm)
         self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)
@@ -417,6 +425,9 @@ def gpu_device_bytes() -> int | None:
     configure_env()
     if _on_cpu():
         return None
+    mem = gpu_memory(0)  # NVML: no CUDA context in this process (vllm_platform.gpu_memory)
+    if mem is not None:
+        return mem[1]
     import torch
 
     return int(torch.cuda.get_device_properties(0).total_memory)

@@ -80,10 +80,12 @@ def graph_kwargs(on_cpu: bool, enforce_eager: bool, *, plain: bool = False) -> d
     return {"compilation_config": {"cudagraph_mode": LRTUNE_CUDAGRAPH_MODE}}
 
 
-def claim_graph_engine(name: str, *, on_cpu: bool, enforce_eager: bool, env: Mapping[str, str]) -> None:
+def claim_graph_engine(name: str, *, on_cpu: bool, enforce_eager: bool, env: Mapping[str, str],
+                       tensor_parallel_size: int = 1) -> None:
     """Record an engine about to start; :class:`ConfigError` (one line, before it starts)
-    when it would be the second engine in this process to capture CUDA graphs (rule A)."""
-    if not (captures_graphs(on_cpu, enforce_eager) and engine_in_process(env)):
+    when it would be the second engine in this process to capture CUDA graphs (rule A). With
+    tensor parallelism > 1 the graphs live in the engine's worker processes, not here."""
+    if not (captures_graphs(on_cpu, enforce_eager) and engine_in_process(env)) or tensor_parallel_size > 1:
         return
     if _GRAPH_ENGINES:
         raise ConfigError(
@@ -92,6 +94,45 @@ def claim_graph_engine(name: str, *, on_cpu: bool, enforce_eager: bool, env: Map
             f"first engine's next step fails ('CUDA graph capturing detected at an inappropriate time'); unset "
             f"{MULTIPROC_ENV}=0 (lrtune runs each GPU engine in its own process) or pass --enforce-eager")
     _GRAPH_ENGINES.append(name)
+
+
+def release_graph_engine(name: str) -> None:
+    """Forget an engine :func:`claim_graph_engine` recorded whose start failed."""
+    if name in _GRAPH_ENGINES:
+        _GRAPH_ENGINES.remove(name)
+
+
+def gpu_memory(device_id: int = 0) -> tuple[int, int] | None:
+    """(free, total) bytes of a GPU, read through NVML (vLLM's own ``pynvml``) without creating
+    a CUDA context in this process (a context would make vLLM spawn, not fork, its engine
+    processes, which re-imports a user's script); None where NVML cannot answer."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.utils.import_utils import import_pynvml
+
+        pynvml = import_pynvml()
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML here: the caller falls back or skips the check
+        return None
+    try:
+        index = current_platform.device_id_to_physical_device_id(device_id)
+        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+        return int(info.free), int(info.total)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def check_free_memory(name: str, share: float, free: int, total: int) -> None:
+    """Rule C before an engine starts: vLLM refuses to start unless ``share × total`` bytes
+    are free (``v1/worker/utils.py:761-770``), and with the engine core in its own process
+    that refusal reaches this process only as "Engine core initialization failed";
+    :class:`ConfigError` naming the engine, in one line, instead."""
+    need = share * total
+    if free < need:
+        raise ConfigError(f"vLLM engine {name!r} needs {share:.3f} of the GPU ({need / 2**30:.1f} GiB) free to start, but "
+                          f"{free / 2**30:.1f} GiB of {total / 2**30:.1f} GiB are free [cause {CAUSES[2][1]}]")
 
 
 def ray_vars_to_copy(current: str | None, name: str) -> str:
@@ -134,6 +175,9 @@ CAUSES = (
     ("is less than desired GPU memory utilization",
      "C: another engine or process holds the memory this engine's share needs; lower --gpu-memory-utilization or "
      "the role's --*-gpu-share (lrtune doctor prints the plan)"),
+    ("Engine core initialization failed",
+     "the engine's own process failed to start; its reason is in the lines vLLM printed above (often C: the "
+     "memory its share needs is not free)"),
 )
 
 
