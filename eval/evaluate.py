@@ -48,6 +48,7 @@ from lrtune.eval import metrics
 from lrtune.eval.config import MODES, EvalConfig, EvalOptions
 from lrtune.eval.loops import (_check_controllers, _decode_all, _decode_throughput, _reuse_keep, _start, _uses_draft,
                                asked_gamma2s)
+from lrtune.score_round import require_one_sided
 from lrtune.eval.methods import CONTROLLED, MethodSpec, parse_method, parse_methods, parse_sweep
 from lrtune.eval.problems import heldout_problems, listed_problems, seen_templates
 from lrtune.eval.records import (CONFIG, RECORDS, REPORT, RESUME_FREE, SUMMARY, THROUGHPUT, _previous_summary,
@@ -99,9 +100,10 @@ def run(cfg: EvalConfig) -> Summary:
     from lrtune.verifiers import check_verifier_spec
 
     for s in specs:
-        s.decode_config(cfg.decode).validate()
-        if s.verifier:
-            check_verifier_spec(s.verifier)
+        dcfg = s.decode_config(cfg.decode).validate()
+        parsed = check_verifier_spec(s.verifier or cfg.models.verifier)
+        if dcfg.uses_lr and (dcfg.score_rounds or "score" in (s.round_kinds or ())):
+            require_one_sided(parsed)  # before --out is claimed
     ctl, own = _check_controllers(cfg, specs)
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":

@@ -265,7 +265,11 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
     if isinstance(spec, str):
         from lrtune.verifiers import check_verifier_spec
 
-        check_verifier_spec(spec)
+        parsed = check_verifier_spec(spec)
+        if cfg.uses_lr and cfg.score_rounds:
+            from lrtune.score_round import require_one_sided
+
+            require_one_sided(parsed)
     if models.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
     if models.draft_quantization == "int8":

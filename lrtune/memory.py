@@ -114,8 +114,9 @@ def plan_gpu_memory(weight_bytes: dict[str, int], *, cap: float = DEFAULT_CAP,
     if free_roles:
         rest = cap - taken
         if rest <= 0.01:
-            raise ConfigError(f"GPU memory plan: the fixed shares leave {max(rest, 0):.2f} of device 0 for "
-                              f"{', '.join(free_roles)}; lower --{max(fixed, key=fixed.get)}-gpu-share")
+            fix = (f"lower --{max(fixed, key=fixed.get)}-gpu-share" if fixed else "raise --gpu-memory-utilization")
+            raise ConfigError(f"GPU memory plan: {'the fixed shares leave' if fixed else '--gpu-memory-utilization is'} "
+                              f"{max(rest, 0):.2f} of device 0 for {', '.join(free_roles)}; {fix}")
         total = sum(counts[r] * max(per_device[r], 1) for r in free_roles)
         for r in free_roles:
             shares[r] = rest * counts[r] * max(per_device[r], 1) / total

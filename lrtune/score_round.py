@@ -43,9 +43,21 @@ from lrtune.verifiers import accept
 def check_one_sided(verifier) -> None:
     """ConfigError unless ``verifier`` judges a draft step alone (score rounds have no target step)."""
     if not getattr(verifier, "one_sided", False):
-        raise ConfigError(f"--schedule score judges draft steps without a target step; verifier {verifier.name!r} "
-                          "compares two steps: use target_logprob (the target's likelihood of the draft step) or a "
-                          "router (lrtune train verifier --student router)")
+        raise ConfigError(_two_sided(verifier.name))
+
+
+def require_one_sided(spec) -> None:
+    """:func:`check_one_sided` from a parsed spec (:class:`lrtune.verifiers.VerifierSpec`),
+    before any model loads or any file is written; a checkpoint whose metadata cannot tell
+    is checked when it is built."""
+    if spec.one_sided is False:
+        raise ConfigError(_two_sided(str(spec)))
+
+
+def _two_sided(name: str) -> str:
+    return (f"--schedule score judges draft steps without a target step; verifier {name!r} compares two steps: use "
+            "target_logprob (the target's likelihood of the draft step) or a router (lrtune train verifier --student "
+            "router)")
 
 
 def judge_and_continue(dec, slots, verifier, eos: frozenset[int], batch) -> None:

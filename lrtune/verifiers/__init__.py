@@ -36,6 +36,7 @@ __all__ = ["StepPair", "Verifier", "VerifierSpec", "accept", "load", "make_verif
 
 VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score", "target_logprob")
 MODEL_VERIFIERS = ("llm_judge", "target_score")
+ONE_SIDED_KINDS = ("never", "always", "random", "target_logprob")  # judge a draft step alone (score rounds)
 _SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?:[(:](?P<arg>[^)]*)\)?)?$")
 
 
@@ -68,6 +69,27 @@ class VerifierSpec:
             return cls("checkpoint", path=base, threshold=thr)
         kind, arg = parse_spec(base)
         return cls(kind, arg=arg, threshold=thr)
+
+    @property
+    def one_sided(self) -> bool | None:
+        """Whether this verifier judges a draft step alone (what a score round needs), known
+        before it is built: the constant and random kinds and ``target_logprob`` do; the other
+        kinds compare two steps; a checkpoint does when every feature it reads is one-sided
+        (None when its metadata cannot tell)."""
+        if self.kind != "checkpoint":
+            return self.kind in ONE_SIDED_KINDS
+        from lrtune.verifiers.distilled import read_meta
+        from lrtune.verifiers.features import ONE_SIDED_FEATURES
+
+        meta = read_meta(self.path)
+        if meta.get("kind") not in ("features", "forest", "router"):
+            return False  # a cross-encoder or an LM judge reads both steps
+        names = meta.get("features")
+        if names is None:
+            return False  # written before likelihood features: text and embedding features of both steps
+        if not isinstance(names, (list, tuple)):
+            return None
+        return set(names) <= set(ONE_SIDED_FEATURES)
 
     def __str__(self) -> str:
         head = self.path if self.kind == "checkpoint" else (
