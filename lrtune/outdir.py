@@ -5,7 +5,8 @@ anything there.
 A claimed directory records its command in :data:`OWNER`. A directory written before
 owners were recorded is recognised by the files only its command writes
 (:data:`SIGNATURES`). :func:`check_out` refuses, in phase 1, an ``--out`` that is a file,
-that another command owns, or that cannot be created or written; :func:`claim_out` creates
+that another command owns, that holds files no lrtune command wrote (a model, a dataset), or
+that cannot be created or written; :func:`claim_out` creates
 it and records the owner. So a run that fails in phase 1 leaves no trace, and the corrected
 command just works.
 """
@@ -28,6 +29,21 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "train controller": ("lrtune_controller.json",),
     "pipeline": ("pipeline.json",),
 }
+
+
+# names lrtune writes into an output folder that tell no single command (a dataset's or a
+# training run's config, a card), and its own backups (collect --force-new: backup-*/, evaluate
+# --overwrite: *.bak-*): none of them makes a folder foreign
+SHARED_NAMES = ("collect_config.json", "train_config.json", "README.md", "backup-*", "*.bak-*")
+
+
+def lrtune_written(name: str) -> bool:
+    """Whether an entry of an output folder may be lrtune's own: hidden names, any command's
+    signature (:data:`SIGNATURES`) or a shared name (:data:`SHARED_NAMES`)."""
+    from fnmatch import fnmatch
+
+    globs = [g for sig in SIGNATURES.values() for g in sig] + list(SHARED_NAMES)
+    return name.startswith(".") or any(fnmatch(name, g) for g in globs)
 
 
 def owner(path: str | Path) -> str | None:
@@ -62,6 +78,11 @@ def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
         if held is not None and held != command:
             raise ConfigError(f"{flag} {path} holds the output of `lrtune {held}`; `lrtune {command}` will not write "
                               f"into it: pick another {flag}")
+        foreign = (next((f for f in sorted(d.iterdir()) if not lrtune_written(f.name)), None)
+                   if held is None and d.is_dir() else None)
+        if foreign is not None:  # a model, a dataset, someone's files: never lrtune's to rename or replace
+            raise ConfigError(f"{flag} {path} holds files lrtune did not write (e.g. {foreign.name}); pick a new or "
+                              f"empty {flag}")
         blocker = unwritable_ancestor(d)
         if blocker is not None:
             raise ConfigError(f"{flag} {path}: {blocker} is not a writable directory")

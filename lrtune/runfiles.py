@@ -179,12 +179,26 @@ def json_out_file(spec: str, flag: str = "--out") -> Path:
     try:
         if out.is_dir():
             raise ConfigError(f"{flag} {spec} is a directory; give the path of the JSON file to write")
+        if out.exists() and not out.is_file():
+            raise ConfigError(f"{flag} {spec} is not a regular file (a pipe, socket or device); lrtune writes a "
+                              "JSON file there: pick another path")
+        if out.is_file() and not _holds_json(out):
+            raise ConfigError(f"{flag} {spec} holds a file that is not JSON (an input?); lrtune would replace it: "
+                              "pick another path")
         blocker = unwritable_ancestor(out.parent)
         if blocker is not None:
             raise ConfigError(f"{flag} {spec}: its folder cannot be written ({blocker} is not a writable directory)")
     except OSError as e:
         raise ConfigError(f"{flag} {spec}: {os_error_message(e)}") from None
     return out
+
+
+def _holds_json(path: Path) -> bool:
+    """Whether a file looks like a JSON document (empty, or its first non-blank byte opens an
+    object or a list): what a JSON output may replace; a dataset or weights file does not."""
+    with open(path, "rb") as f:
+        head = f.read(256).lstrip()
+    return not head or head[:1] in (b"{", b"[")
 
 
 def unwritable_ancestor(path: Path) -> Path | None:

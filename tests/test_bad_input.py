@@ -221,10 +221,10 @@ def test_bad_input_is_one_line_exit_2_and_loses_nothing(ws, case, capsys, tmp_pa
     from lrtune.cli import main
 
     argv_of, needle = CASES[case]
-    out = tmp_path / "out"  # an output directory with files that must survive the bad run
-    (out / "sub").mkdir(parents=True)
-    (out / "sub" / "data.bin").write_bytes(b"\x00\x01")
-    (out / "keep.txt").write_text("precious")
+    out = tmp_path / "out"  # an output directory with files that must survive the bad run (hidden ones: a
+    (out / ".sub").mkdir(parents=True)  # folder with any other file is refused as foreign, tests/test_outputs_on_inputs.py)
+    (out / ".sub" / "data.bin").write_bytes(b"\x00\x01")
+    (out / ".keep.txt").write_text("precious")
     ws = {**ws, "out": out}
     before, inputs = snapshot(ws["out"]), snapshot(ws["root"])
     rc = main(argv_of(ws))  # a traceback would fail the test here

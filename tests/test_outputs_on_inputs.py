@@ -1,0 +1,63 @@
+"""Outputs never land on inputs or special files (issue 53): an ``--out`` folder holding files
+no lrtune command wrote (a model, a dataset) is refused before anything runs, ``--overwrite``
+or not, and a JSON output path that is a pipe, a device or a non-JSON file (an input) too."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lrtune.errors import ConfigError
+from lrtune.outdir import check_out
+from lrtune.runfiles import json_out_file
+from tiny_models import get_tiny_pair
+
+
+def snapshot(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_evaluate_will_not_write_into_a_model_directory_even_with_overwrite(tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(get_tiny_pair().target, model)
+    before = snapshot(model)
+    got = subprocess.run([sys.executable, "-m", "lrtune", "evaluate", "--out", str(model), "--overwrite", "--methods",
+                          "target", "--limit", "1"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert got.returncode == 2 and "holds files lrtune did not write" in got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1 and snapshot(model) == before
+
+
+def test_a_folder_of_someone_elses_files_is_foreign_and_hidden_files_or_lrtunes_own_are_not(tmp_path):
+    data = tmp_path / "dataset" / "pairs"
+    data.mkdir(parents=True)
+    (data / "part-0.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ConfigError, match=r"holds files lrtune did not write \(e.g. part-0.parquet\)"):
+        check_out(data, "evaluate")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / ".gitkeep").write_text("")
+    assert check_out(empty, "evaluate") == empty and check_out(tmp_path / "new", "evaluate")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "records.jsonl").write_text("")  # an earlier evaluate's output: resumable
+    assert check_out(mine, "evaluate") == mine
+
+
+def test_a_json_output_is_never_a_pipe_a_device_or_a_file_that_is_not_json(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        json_out_file(str(fifo), "--json")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        json_out_file("/dev/null", "--json")
+    parquet = tmp_path / "pairs.parquet"
+    parquet.write_bytes(b"PAR1\x00\x01")
+    with pytest.raises(ConfigError, match="holds a file that is not JSON"):
+        json_out_file(str(parquet))
+    old = tmp_path / "old.json"
+    old.write_text('{"previous": 1}')
+    assert json_out_file(str(old)) == old and json_out_file(str(tmp_path / "new.json"))
