@@ -61,3 +61,21 @@ def test_a_json_output_is_never_a_pipe_a_device_or_a_file_that_is_not_json(tmp_p
     old = tmp_path / "old.json"
     old.write_text('{"previous": 1}')
     assert json_out_file(str(old)) == old and json_out_file(str(tmp_path / "new.json"))
+
+
+def test_an_error_about_ids_read_from_a_file_names_lines_never_the_files_contents(tmp_path):
+    from types import SimpleNamespace
+
+    from lrtune.eval.problems import listed_problems
+    from lrtune.tasks import get_task
+
+    secret = tmp_path / "environ"
+    secret.write_text("HF_TOKEN=hf_secret_value_123\nPATH=/usr/bin\n")
+    opts = SimpleNamespace(heldout_from=None, problem_ids=f"@{secret}", limit=5, task="gsm_symbolic", task_seed=0,
+                           data=None)
+    with pytest.raises(ConfigError) as e:
+        listed_problems(get_task("gsm_symbolic"), opts)
+    assert "line(s) 1, 2 of" in str(e.value) and "hf_secret" not in str(e.value) and "PATH" not in str(e.value)
+    typed = SimpleNamespace(**{**vars(opts), "problem_ids": "no-such-id"})
+    with pytest.raises(ConfigError, match="no-such-id"):  # what the user typed may be quoted back
+        listed_problems(get_task("gsm_symbolic"), typed)
