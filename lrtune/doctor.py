@@ -74,9 +74,25 @@ class DoctorOptions:
     cache_dir: Text | None = field(default=None, metadata={"help": "model cache root (default ~/.cache/lrtune)"})
 
     def validate(self) -> DoctorOptions:
+        """The schema, then what can be known before any check runs: both model directories
+        load (files and weight headers) and a CUDA device exists for ``--device cuda``."""
         schema.check(self)
         if (self.target is None) != (self.draft is None):
             raise ConfigError("--target and --draft go together")
+        if self.target is not None:
+            from lrtune.errors import ModelError
+            from lrtune.modeldir import validate_model_dir
+
+            for flag, path in (("--target", self.target), ("--draft", self.draft)):
+                try:
+                    validate_model_dir(path)
+                except ModelError as e:
+                    raise ConfigError(f"{flag}: {e}") from None
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError(f"--device {self.device}: torch sees no CUDA device here; use --device auto or cpu")
         return self
 
 

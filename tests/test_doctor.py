@@ -66,7 +66,13 @@ def test_a_path_lrtune_does_not_patch_fails_the_engines_check_and_skips_the_rest
 @pytest.mark.parametrize("kwargs,words", [(dict(target="a"), "--target and --draft go together"),
                                           (dict(gamma2=0), "--gamma2: must be >= 1"),
                                           (dict(kv_cache_gib=float("nan")), "--kv-cache-gib"),
-                                          (dict(gpu_memory_utilization=2.0), "--gpu-memory-utilization")])
+                                          (dict(gpu_memory_utilization=2.0), "--gpu-memory-utilization"),
+                                          (dict(target="/nonexistent/t", draft="/nonexistent/d"),
+                                           "--target: model path not found"),
+                                          pytest.param(dict(device="cuda"), "torch sees no CUDA device",
+                                                       marks=pytest.mark.skipif(
+                                                           __import__("torch").cuda.is_available(),
+                                                           reason="a CUDA device is present"))])
 def test_bad_doctor_options_are_refused_before_any_check(kwargs, words):
     with pytest.raises(ConfigError, match=words):
         run(DoctorOptions(**kwargs))
