@@ -100,10 +100,12 @@ def asked_gamma2s(cfg: EvalConfig, specs, controllers=()) -> set[int]:
     engine nothing else (controllers and the oracle are capped at its γ2,
     :func:`lrtune.api.price_on_engine`); without one, each adaptive controller's range and the
     oracle's as well."""
+    from lrtune.api import shared_spec_tokens
+
     out = {s.gamma2 for s in specs if s.decode_config(cfg.decode).uses_sd}
-    m = cfg.models
-    shared = (m.backend == "vllm" and m.shared_engine and m.sd_method == "draft" and cfg.decode.gamma2 > 0
-              and _uses_draft(cfg, specs))
+    uses_draft = _uses_draft(cfg, specs)
+    shared = cfg.models.backend == "vllm" and shared_spec_tokens(
+        cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), has_draft=uses_draft, load_all_methods=uses_draft)
     if not shared:
         tops = [c.bounds.gamma2_max for c in controllers if getattr(c, "bounds", None) is not None]
         if any(s.control == "oracle" for s in specs):

@@ -220,11 +220,6 @@ def prompt_list(prompts) -> list:
     return list(prompts)
 
 
-def _share(plan, role: str) -> float | None:
-    """Each engine's ``gpu_memory_utilization`` for ``role`` under ``plan`` (None off GPUs)."""
-    return None if plan is None else plan.engine_share(role)
-
-
 def verifier_device(device: str) -> str:
     """Where a distilled verifier runs: ``auto`` is CUDA when present, else CPU."""
     if device != "auto":
@@ -413,6 +408,7 @@ class Decoder:
             dec.decoder.controller = price_for_verifier(controller, dec.decoder.verifier)
             return dec
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+        from lrtune.memory import engine_share
 
         plan = paths.memory
         common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
@@ -430,14 +426,14 @@ class Decoder:
                                                      spec_method=models.sd_method, spec_model=draft_path,
                                                      shared_spec_tokens=shared,
                                                      heterogeneous_vocab=paths.heterogeneous_vocab,
-                                                     gpu_memory_utilization=_share(plan, "target"),
+                                                     gpu_memory_utilization=engine_share(plan, "target"),
                                                      max_engines=len(paths.target_engines) if plan else None,
                                                      **common),
                              name="target")
-        draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=_share(plan, "draft"), **common),
+        draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "draft"), **common),
                                      name="draft") if draft_path else None)
         ver = _build_verifier(models, cfg, verifier, target, judge_dir,
-                              lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=_share(plan, "judge"),
+                              lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"),
                                                                         **common), name="judge"))
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg,
                                     controller=price_for_verifier(price_on_engine(controller, target), ver)), models)

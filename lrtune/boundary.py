@@ -23,6 +23,12 @@ from pathlib import Path
 from lrtune.errors import LrtuneError, one_line, os_error_message
 
 
+def split_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--debug``, and whether tracebacks are wanted (``--debug`` anywhere,
+    or ``LRTUNE_DEBUG=1``)."""
+    return [a for a in argv if a != "--debug"], "--debug" in argv or os.environ.get("LRTUNE_DEBUG") == "1"
+
+
 def run_guarded(command: Callable[[], int], debug: bool = False) -> int:
     """``command()``'s exit status, with every error turned into one line (module docstring)."""
     # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read

@@ -22,14 +22,13 @@ unexpected one line and status 1 (``--debug`` shows the traceback); Ctrl-C exits
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 
 from dataclasses import dataclass, field
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
-from lrtune.boundary import run_guarded
+from lrtune.boundary import run_guarded, split_debug
 from lrtune.schema import STRICT, ProblemIndex, Seed, Text
 
 
@@ -127,9 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command through the error boundary (:func:`lrtune.boundary.run_guarded`: one line
     on stderr per error; exit 2 for a user error, 1 for anything unexpected, 130 for Ctrl-C;
     ``--debug`` anywhere on the command line shows the traceback instead)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get("LRTUNE_DEBUG") == "1"
-    argv = [a for a in argv if a != "--debug"]
+    argv, debug = split_debug(list(sys.argv[1:] if argv is None else argv))
     return run_guarded(lambda: _dispatch(make_parser().parse_args(argv)), debug)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, Literal, get_args, get_origin
@@ -214,9 +213,7 @@ class Command:
     def main(self, run: Callable[[argparse.Namespace], int]) -> None:
         """``python -m <stage> ARGS``: the same as ``lrtune <words> ARGS`` (``run`` is what the
         command line calls with the parsed flags), through the same error boundary."""
-        from lrtune.boundary import run_guarded
+        from lrtune.boundary import run_guarded, split_debug
 
-        argv = sys.argv[1:]
-        debug = "--debug" in argv or os.environ.get("LRTUNE_DEBUG") == "1"
-        argv = [a for a in argv if a != "--debug"]
+        argv, debug = split_debug(sys.argv[1:])
         raise SystemExit(run_guarded(lambda: run(self.make_parser().parse_args(argv)), debug))

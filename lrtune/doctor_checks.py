@@ -216,7 +216,9 @@ def engines(r):
 
 
 def _share(r, role: str) -> float | None:
-    return None if r.plan is None else r.plan.engine_share(role)
+    from lrtune.memory import engine_share
+
+    return engine_share(r.plan, role)
 
 
 def engine_facts(backend, k: int) -> dict:
@@ -397,26 +399,18 @@ def shared_vs_plain(r, prompt: list[int], tokens: int = 64, repeats: int = 3) ->
     target-only baseline of every lrtune run) and on a plain vLLM engine of the target with
     vLLM's own defaults (graph kind included: what a user of plain vLLM gets), timed
     alternately, best of ``repeats``; ``ratio`` = shared / plain (vllm_platform rule D)."""
-    from lrtune.backends.base import GenParams
     from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+    from lrtune.profiling import time_alternately
 
     o = r.opts
     plain = VLLMBackend(r.target_dir, VLLMConfig(dtype=o.dtype, max_model_len=1024, kv_cache_gib=o.kv_cache_gib, seed=0,
                                                  plain_graphs=True, gpu_memory_utilization=_share(r, "plain_target")),
                         name="plain target")
-    params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=0)
-    best = {"shared": float("inf"), "plain": float("inf")}
-    made = {}
-    for name, b in (("shared", r.target), ("plain", plain)):
-        b.generate([prompt], GenParams(max_tokens=8, stop_at_delimiter=False))  # warm up
-    for _ in range(repeats):
-        for name, b in (("shared", r.target), ("plain", plain)):
-            out = b.generate([prompt], params)
-            made[name] = max(1, len(out.outputs[0].token_ids))
-            best[name] = min(best[name], out.seconds / made[name])
+    best = time_alternately({"shared": r.target, "plain": plain}, prompt, tokens, repeats)
+    (shared_s, shared_n), (plain_s, plain_n) = best["shared"], best["plain"]
     facts = engine_facts(plain, 0)
-    return {"shared_s_per_token": best["shared"], "plain_s_per_token": best["plain"],
-            "ratio": best["shared"] / best["plain"], "tokens": made,
+    return {"shared_s_per_token": shared_s, "plain_s_per_token": plain_s,
+            "ratio": shared_s / plain_s, "tokens": {"shared": shared_n, "plain": plain_n},
             "plain_cudagraph_mode": facts["cudagraph_mode"], "plain_enforce_eager": facts["enforce_eager"]}
 
 

@@ -75,6 +75,12 @@ class MemoryPlan:
         return f"GPU memory shares: {', '.join(parts)} (device 0 sum {self.device_sums()[0]:.3f} of cap {self.cap})"
 
 
+def engine_share(plan: MemoryPlan | None, role: str) -> float | None:
+    """``gpu_memory_utilization`` of each engine of ``role`` under ``plan``; None without a plan
+    (on a CPU) or for a role it does not hold."""
+    return None if plan is None else plan.engine_share(role)
+
+
 def _check_share(name: str, value: float) -> None:
     if not (value == value) or not 0.0 < value <= 1.0:  # NaN fails both
         raise ConfigError(f"{name} must be in (0, 1], got {value!r}")

@@ -41,6 +41,24 @@ def _time(backend, prefixes, tokens: int, repeats: int, gamma2: int = 0) -> floa
     return min(backend.generate(prefixes, params).seconds for _ in range(repeats))
 
 
+def time_alternately(backends: dict, prompt: list[int], tokens: int, repeats: int) -> dict[str, tuple[float, int]]:
+    """``{name: (best seconds per token, tokens made)}`` of greedy batch-1 generation of
+    ``tokens`` tokens (γ2 = 0) on each backend, after one short warm-up each, timed
+    alternately (A B A B ...) so drift on a shared machine hits all alike; best of ``repeats``."""
+    from lrtune.backends.base import GenParams
+
+    params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=0)
+    for b in backends.values():
+        b.generate([prompt], GenParams(max_tokens=8, stop_at_delimiter=False))  # warm up
+    best: dict[str, tuple[float, int]] = {name: (float("inf"), 0) for name in backends}
+    for _ in range(repeats):
+        for name, b in backends.items():
+            out = b.generate([prompt], params)
+            made = max(1, len(out.outputs[0].token_ids))
+            best[name] = min(best[name], (out.seconds / made, made))
+    return best
+
+
 def measure_sd_cost(target, prompts: list[list[int]], opts: ProfileOptions) -> dict:
     """SD at γ2 = ``opts.sd_gamma2`` against plain decoding, ``opts.sd_tokens`` tokens on each
     prompt (one untimed warm-up of each first): the total speedup, the per-token acceptance α2

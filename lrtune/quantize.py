@@ -219,8 +219,8 @@ def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int 
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
     that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
     GPU each engine takes ``gpu_share`` of it (:func:`timing_share`)."""
-    from lrtune.backends.base import GenParams
     from lrtune.backends.vllm import VLLMBackend, VLLMConfig, _on_cpu
+    from lrtune.profiling import time_alternately
 
     share = None if _on_cpu() else (gpu_share or 0.2)
     engines = {name: VLLMBackend(path, VLLMConfig(dtype=dtype, max_model_len=1024, kv_cache_gib=0.25,
@@ -228,17 +228,8 @@ def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int 
                for name, path in (("plain", plain_dir), ("int8", int8_dir))}
     prompt = engines["plain"].encode_prompt("A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a "
                                             "50 dollar bill. How much change does he get? Think step by step.")
-    params = GenParams(max_tokens=tokens, stop_at_delimiter=False)
-    for b in engines.values():
-        b.generate([prompt], GenParams(max_tokens=8, stop_at_delimiter=False))  # warm up
-    best = {name: float("inf") for name in engines}
-    made = {}
-    for _ in range(repeats):
-        for name, b in engines.items():
-            out = b.generate([prompt], params)
-            made[name] = len(out.outputs[0].token_ids)
-            best[name] = min(best[name], out.seconds)
-    return {f"{name}_tok_s": made[name] / best[name] for name in engines}
+    best = time_alternately(engines, prompt, tokens, repeats)
+    return {f"{name}_tok_s": 1.0 / s_per_token for name, (s_per_token, _) in best.items()}
 
 
 def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None:
