@@ -268,12 +268,13 @@ def promise_lines(res: dict) -> list[str]:
     if "false_accept_bound" in calib:  # rule bound (an accuracy budget's calibration has none)
         out.append(f"Promise: the student accepts <= {calib['max_false_accept']:.0%} of teacher-rejected steps "
                    f"at {calib['confidence']:.0%}")
+        from lrtune.train.calibrate import evidence_words, needed_words
+
         if calib["certified"]:
-            out.append(f"  certified on {calib['val_rejected']} rejected calibration pairs "
-                       f"(bound {calib['false_accept_bound']:.3f})")
+            out.append(f"  certified on {evidence_words(calib)} (bound {calib['false_accept_bound']:.3f})")
         else:
-            out.append(f"  NOT certifiable from {calib['val_rejected']} rejected calibration pairs "
-                       f"(needs {calib['rejected_pairs_needed']}):")
+            out.append(f"  NOT certifiable from {evidence_words(calib)}")
+            out.append(f"  (needs {needed_words(calib)}):")
             out.append("  threshold 1.0, it accepts only steps identical to the target's")
         if test.get("false_accept_rate") is not None:
             out.append(f"  test split: accepted {test['fp']} of {test['fp'] + test['tn']} rejected steps "

@@ -20,16 +20,28 @@ def heldout(tmp_path_factory):
 
 
 def test_a_training_free_verifier_gets_a_certified_threshold_and_the_spec_to_decode_with(heldout, tmp_path):
-    from lrtune.train.calibrate import false_accept_bound
+    from lrtune.train.calibrate import hoeffding_bentkus_bound
 
     out = tmp_path / "cal.json"
     cal = run(CalibrateConfig(verifier="embedding", data=str(heldout), max_false_accept=0.2, confidence=0.9,
                               out=str(out)))
     assert json.loads(out.read_text()) == json.loads(json.dumps(cal))
-    assert cal["certified"] and cal["false_accept_bound"] <= 0.2
-    assert cal["false_accept_bound"] == pytest.approx(false_accept_bound(cal["false_accepts"], cal["val_rejected"], 0.9))
+    assert cal["unit"] == "template" and cal["certified"] and cal["false_accept_bound"] <= 0.2
+    # each template with a rejected pair counts once: the bound is on the mean of their false-accept rates
+    assert cal["false_accept_bound"] == pytest.approx(
+        hoeffding_bentkus_bound(cal["val_false_accept_rate"], cal["rejected_templates"], 0.9), abs=1e-9)
     assert cal["spec"] == f"embedding@{cal['threshold']:.6g}" and cal["rounds"] == "lr"
-    assert cal["agreement"]["false_accept_rate"] == cal["val_false_accept_rate"]
+    assert cal["agreement"]["false_accept_rate"] == cal["val_pair_false_accept_rate"]
+
+
+def test_calibration_over_single_pairs_is_the_exact_binomial_bound_over_pairs(heldout, tmp_path):
+    from lrtune.train.calibrate import false_accept_bound
+
+    pair = run(CalibrateConfig(verifier="embedding", data=str(heldout), max_false_accept=0.2, calibration_unit="pair",
+                               dry_run=True))
+    assert pair["unit"] == "pair"
+    assert pair["false_accept_bound"] == pytest.approx(false_accept_bound(pair["false_accepts"], pair["val_rejected"], 0.9))
+    assert pair["agreement"]["false_accept_rate"] == pair["val_false_accept_rate"]
 
 
 def test_a_checkpoint_is_recalibrated_in_place_keeping_its_previous_calibration(heldout, tmp_path):

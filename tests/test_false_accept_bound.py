@@ -95,3 +95,70 @@ def test_the_validity_benchmark_rates_both_rules_over_template_splits(tmp_path):
         assert set(v) == {"bound", "far"} and 0.0 <= v["bound"]["share_far_over_eps"] <= 1.0
         # the bound's thresholds are never more permissive than the empirical rule's
         assert v["bound"]["test_acceptance_mean"] <= v["far"]["test_acceptance_mean"] + 1e-12
+
+
+def test_hoeffding_bentkus_pvalue_is_the_smaller_of_its_two_bounds_and_needs_as_many_templates_as_pairs():
+    from scipy.stats import binom
+
+    from lrtune.train.calibrate import hoeffding_bentkus_bound, hoeffding_bentkus_pvalue, units_needed
+
+    # R̂ = 0: Hoeffding gives (1 - ε)^m, Bentkus e·(1 - ε)^m
+    assert hoeffding_bentkus_pvalue(0.0, 20, 0.1) == pytest.approx(0.9 ** 20)
+    r, m, eps = 0.08, 30, 0.2
+    h1 = r * math.log(r / eps) + (1 - r) * math.log((1 - r) / (1 - eps))
+    assert hoeffding_bentkus_pvalue(r, m, eps) == pytest.approx(min(math.exp(-m * h1), math.e * binom.cdf(3, m, eps)))
+    m = units_needed(0.05, 0.9)
+    assert m == rejected_pairs_needed(0.05, 0.9) == 45
+    assert hoeffding_bentkus_bound(0.0, m, 0.9) <= 0.05 < hoeffding_bentkus_bound(0.0, m - 1, 0.9)
+    assert hoeffding_bentkus_pvalue(0.0, 0, 0.1) == 1.0
+
+
+def _clustered(templates: int, per_template: int, rng: random.Random):
+    """Rejected pairs in templates whose pairs score alike (one score per template, tiny jitter),
+    plus accepted pairs scored high."""
+    scores, labels, groups = [], [], []
+    for j in range(templates):
+        base = rng.random()
+        for _ in range(per_template):
+            scores.append(min(1.0, max(0.0, base + rng.gauss(0, 0.005))))
+            labels.append(False)
+            groups.append(f"t{j}")
+        scores.append(0.9 + 0.1 * rng.random())
+        labels.append(True)
+        groups.append(f"t{j}")
+    return scores, labels, groups
+
+
+def test_many_alike_pairs_of_few_templates_certify_nothing_over_templates_though_they_would_over_pairs():
+    from lrtune.train.calibrate import template_controlled_threshold
+
+    s, y, g = _clustered(templates=10, per_template=20, rng=random.Random(3))  # 200 rejected pairs, 10 templates
+    assert risk_controlled_threshold(s, y, 0.05, 0.9)["certified"]  # the pair-level test counts 200 units
+    c = template_controlled_threshold(s, y, g, 0.05, 0.9)
+    assert not c["certified"] and c["threshold"] == 1.0 and c["rejected_templates"] == 10
+    assert "45 templates with a rejected pair" in uncertified_warning(c)
+
+
+def test_the_template_bound_holds_in_at_least_confidence_of_draws_of_clustered_templates_where_the_pair_bound_does_not():
+    """Each template's rejected pairs share one score ~ U(0, 1), so a threshold t lets through
+    templates whose score is ≥ t: the template-averaged false-accept rate is 1 − t exactly.
+    Over many draws of 60 such templates, the template bound exceeds ε in ≤ δ of them; the
+    pair bound, which counts each template's 8 alike pairs as 8 units, beyond δ."""
+    from lrtune.train.calibrate import template_controlled_threshold
+
+    rng = random.Random(4)
+    eps, conf, draws = 0.1, 0.9, 300
+    over_template = over_pair = 0
+    for _ in range(draws):
+        s, y, g = _clustered(templates=60, per_template=8, rng=rng)
+        over_template += (1 - template_controlled_threshold(s, y, g, eps, conf)["threshold"]) > eps + 0.01
+        over_pair += (1 - risk_controlled_threshold(s, y, eps, conf)["threshold"]) > eps + 0.01
+    slack = 3 * math.sqrt(0.1 * 0.9 / draws)  # 3 binomial standard errors at δ = 0.10
+    assert over_template / draws <= 0.10 + slack < over_pair / draws
+
+
+def test_a_template_bound_needs_each_pairs_template():
+    from lrtune.train.calibrate import template_controlled_threshold
+
+    with pytest.raises(ValueError, match="groups"):
+        template_controlled_threshold([0.1, 0.2], [False, True], ["a"], 0.1, 0.9)

@@ -161,8 +161,8 @@ def test_the_demo_states_the_students_promise_and_what_the_run_measured_against_
     from lrtune.pipeline import closing_lines
 
     row = {"accuracy": 0.5, "finished": 4, "n": 4, "speedup_total": 1.0, "alpha1": 0.3, "alpha2": None}
-    calib = {"max_false_accept": 0.05, "confidence": 0.9, "certified": False, "val_rejected": 2,
-             "rejected_pairs_needed": 45, "false_accept_bound": 0.68}
+    calib = {"max_false_accept": 0.05, "confidence": 0.9, "certified": False, "val_rejected": 2, "unit": "template",
+             "rejected_templates": 2, "rejected_pairs_needed": 45, "false_accept_bound": 0.68}
     res = {"summary": {"task": "gsm_symbolic", "decoded_problems": 4, "methods": {"target": row, "lr+sd": row},
                        "verifier_parity": {"lr+sd": {"decode": {"acceptance": 0.95, "pairs": 20},
                                                      "test_split": {"acceptance": 0.59}, "gap": True}},
@@ -174,12 +174,14 @@ def test_the_demo_states_the_students_promise_and_what_the_run_measured_against_
     assert max(len(line) for line in lines) <= 80
     text = "\n".join(lines)
     assert "accepts <= 5% of teacher-rejected steps at 90%" in text and "NOT certifiable from 2" in text
-    assert "(needs 45)" in text and "accepted 8 of 26 rejected steps" in text
+    assert "(needs 45 templates with a rejected pair)" in text and "accepted 8 of 26 rejected steps" in text
     assert "accepted 0.95 of 20 draft steps in decoding" in text and "GAP" in text
     assert "2 answer(s) only the target solved" in text
-    calib.update(certified=True, val_rejected=60, false_accept_bound=0.049)
+    calib.update(certified=True, val_rejected=60, rejected_templates=50, false_accept_bound=0.049)
     text = "\n".join(closing_lines(res))
-    assert "certified on 60 rejected calibration pairs (bound 0.049)" in text and "NOT" not in text
+    assert "certified on 60 teacher-rejected pairs in 50 templates (bound 0.049)" in text and "NOT" not in text
+    calib.update(unit="pair")
+    assert "certified on 60 teacher-rejected pairs (bound 0.049)" in "\n".join(closing_lines(res))
 
 
 def test_tables_in_a_log_get_room_for_every_cell():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Literal
 
 from annotated_types import Interval
 
@@ -35,6 +35,10 @@ class Budget:
     confidence: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.9, metadata={
         "help": "1-δ: the probability that the budget holds (false-accept rate <= ε; with --max-accuracy-loss Δ, "
                 "share of changed answers <= Δ)"})
+    calibration_unit: Literal["template", "pair"] = field(default="template", metadata={
+        "help": "the unit of evidence of the false-accept bound: template (pairs of one template are alike, so each "
+                "template counts once; needs as many templates with a rejected pair as the bound needs units) | pair "
+                "(every pair counts; exact only for exchangeable pairs, optimistic for pairs that come in templates)"})
 
 
 def confusion(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict[str, int]:
@@ -229,10 +233,136 @@ def risk_controlled_threshold(scores: Sequence[float], labels: Sequence[bool], m
             "rejected_pairs_needed": rejected_pairs_needed(max_false_accept, confidence)}
 
 
+# ---- the same budget when pairs come in clusters (templates) ---------------------------------
+def _h1(a: float, b: float) -> float:
+    """Bernoulli relative entropy KL(a ‖ b) (0·log 0 = 0)."""
+    out = 0.0
+    if a > 0:
+        out += a * math.log(a / b)
+    if a < 1:
+        out += (1 - a) * math.log((1 - a) / (1 - b))
+    return out
+
+
+def hoeffding_bentkus_pvalue(risk_hat: float, m: int, eps: float) -> float:
+    """p-value of the null "mean loss > ε" from the mean ``risk_hat`` of m independent losses in
+    [0, 1] (Bates et al. 2021, arXiv 2101.02703, §3.1; used by Learn then Test):
+        p = min( exp(−m · h1(min(R̂, ε), ε)),  e · P(Bin(m, ε) ≤ ⌈m R̂⌉) ),
+    h1 the Bernoulli relative entropy. 1.0 without evidence (m = 0) or at ε ≥ 1."""
+    if m <= 0 or eps >= 1:
+        return 1.0
+    if eps <= 0:
+        return 1.0 if risk_hat > 0 else 0.0 if m else 1.0
+    from scipy.stats import binom
+
+    hoeffding = math.exp(-m * _h1(min(risk_hat, eps), eps))
+    bentkus = math.e * float(binom.cdf(math.ceil(m * risk_hat - 1e-12), m, eps))
+    return min(1.0, hoeffding, bentkus)
+
+
+def hoeffding_bentkus_bound(risk_hat: float, m: int, confidence: float) -> float:
+    """Upper confidence bound on a mean loss from its mean over m units: the smallest ε whose
+    null :func:`hoeffding_bentkus_pvalue` rejects at δ = 1 − ``confidence`` (bisection; 1.0 when none)."""
+    delta = 1.0 - confidence
+    if hoeffding_bentkus_pvalue(risk_hat, m, 1.0 - 1e-12) > delta:
+        return 1.0
+    lo, hi = min(max(risk_hat, 0.0), 1.0), 1.0 - 1e-12
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if hoeffding_bentkus_pvalue(risk_hat, m, mid) <= delta else (mid, hi)
+    return hi
+
+
+def units_needed(max_false_accept: float, confidence: float) -> int | None:
+    """The fewest independent units (templates with a rejected pair) that can certify a mean
+    false-accept rate ≤ ε at all: at R̂ = 0 the Hoeffding–Bentkus p-value is (1 − ε)^m, so
+    m ≥ log δ / log(1 − ε), the same count :func:`rejected_pairs_needed` gives pairs."""
+    return rejected_pairs_needed(max_false_accept, confidence)
+
+
+def template_controlled_threshold(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str],
+                                  max_false_accept: float, confidence: float = 0.9) -> dict:
+    """:func:`risk_controlled_threshold` when pairs come in clusters: the unit of evidence is the
+    template, not the pair. Pairs of one template are alike (a template's rejected steps tend to
+    pass or fail together), so a binomial test over pairs counts more independent evidence than
+    the data holds (measured: ``benchmarks/calibration``).
+
+    Each of the m templates with a teacher-rejected pair has loss L_j(t) = k_j(t) / n_j (the share
+    of its n_j rejected pairs that threshold t lets through), and the risk is their mean
+    R(t) = E_j[L_j(t)], the false-accept rate on a template drawn like the calibration ones.
+    Thresholds are tested from strict to permissive (fixed-sequence testing, Learn then Test)
+    with :func:`hoeffding_bentkus_pvalue`, stopping at the first p > δ; P(R(t) > ε) ≤ δ for
+    templates exchangeable with the calibration ones. With fewer than :func:`units_needed`
+    templates nothing is certified: threshold 1.0 (identical steps only)."""
+    if not 0.0 <= max_false_accept <= 1.0:
+        raise ValueError(f"max_false_accept must be in [0, 1], got {max_false_accept}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if len(groups) != len(scores):
+        raise ValueError(f"groups: {len(groups)} given for {len(scores)} scores")
+    clean = [(float(s), bool(y), str(g)) for s, y, g in zip(scores, labels, groups) if not math.isnan(s)]
+    if not clean:
+        raise ValueError("no scores to calibrate on")
+    by_template: dict[str, list[float]] = {}
+    for s, y, g in clean:
+        if not y:
+            by_template.setdefault(g, []).append(s)
+    m = len(by_template)
+    delta = 1.0 - confidence
+
+    def risk(t: float) -> float:
+        return sum(sum(s >= t for s in v) / len(v) for v in by_template.values()) / m if m else 0.0
+
+    t = 1.0
+    for x in sorted({s for v in by_template.values() for s in v}, reverse=True):
+        cand = min(1.0, math.nextafter(x, math.inf))  # just above x: the rejected pairs above x pass
+        if hoeffding_bentkus_pvalue(risk(cand), m, max_false_accept) > delta:
+            break
+        t = cand
+    r = risk(t)
+    bound = hoeffding_bentkus_bound(r, m, confidence)
+    neg = [s for v in by_template.values() for s in v]
+    k = sum(s >= t for s in neg)
+    return {"threshold": t, "method": "false-accept bound over templates (LTT, Hoeffding-Bentkus)", "unit": "template",
+            "max_false_accept": max_false_accept, "confidence": confidence,
+            "certified": bound <= max_false_accept + 1e-12, "false_accept_bound": bound,
+            "calibration_pairs": len(clean), "calibration_templates": len({g for _, _, g in clean}),
+            "val_rejected": len(neg), "rejected_templates": m, "false_accepts": k,
+            "val_false_accept_rate": r if m else None, "val_pair_false_accept_rate": k / len(neg) if neg else None,
+            "val_acceptance": sum(1 for s, _, _ in clean if s >= t) / len(clean),
+            "rejected_pairs_needed": units_needed(max_false_accept, confidence)}
+
+
+CALIBRATION_UNITS = ("template", "pair")
+
+
+def bound_threshold(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str] | None,
+                    budget: Budget) -> dict:
+    """The threshold rule ``bound`` at ``budget``: over templates (:func:`template_controlled_threshold`,
+    ``budget.calibration_unit == "template"``) or over single pairs (:func:`risk_controlled_threshold`)."""
+    if budget.calibration_unit == "template":
+        if groups is None:
+            raise ValueError("calibration over templates needs each pair's template")
+        return template_controlled_threshold(scores, labels, groups, budget.max_false_accept, budget.confidence)
+    return {**risk_controlled_threshold(scores, labels, budget.max_false_accept, budget.confidence), "unit": "pair"}
+
+
+def evidence_words(calib: dict) -> str:
+    """What a bound's calibration rested on: "94 teacher-rejected pairs in 16 templates" or "94 … pairs"."""
+    head = f"{calib['val_rejected']} teacher-rejected pairs"
+    return head + (f" in {calib['rejected_templates']} templates" if calib.get("unit") == "template" else "")
+
+
+def needed_words(calib: dict) -> str:
+    """What a bound needs to certify anything: "45 templates with a rejected pair" or "45 rejected pairs"."""
+    n = calib["rejected_pairs_needed"]
+    return f"{n} templates with a rejected pair" if calib.get("unit") == "template" else f"{n} rejected pairs"
+
+
 def uncertified_warning(calib: dict) -> str | None:
-    """One line when :func:`risk_controlled_threshold` certified no threshold below 1.0."""
+    """One line when a bound (:func:`bound_threshold`) certified no threshold below 1.0."""
     if calib.get("certified", True):
         return None
-    return (f"{calib['val_rejected']} teacher-rejected calibration pairs cannot certify a false-accept rate <= "
-            f"{calib['max_false_accept']:g} at {calib['confidence']:.0%} confidence (that needs at least "
-            f"{calib['rejected_pairs_needed']}): threshold 1.0 accepts only steps identical to the target's")
+    return (f"{evidence_words(calib)} cannot certify a false-accept rate <= {calib['max_false_accept']:g} at "
+            f"{calib['confidence']:.0%} confidence (that needs at least {needed_words(calib)}): threshold 1.0 "
+            "accepts only steps identical to the target's")

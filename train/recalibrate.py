@@ -6,9 +6,9 @@
 Scores every teacher-labelled pair of ``--data`` (collect directories: the pairs' recorded
 context, steps and target scores, read as training and decoding read them) with the verifier,
 then keeps the most permissive threshold whose false-accept rate (share of teacher-rejected
-steps accepted) is ≤ ε with probability ≥ 1 − δ (:func:`~lrtune.train.calibrate.risk_controlled_threshold`:
-Learn then Test with an exact binomial test). The pairs must come from problems, and for a
-student from templates, the verifier never trained on.
+steps accepted) is ≤ ε with probability ≥ 1 − δ (:func:`~lrtune.train.calibrate.bound_threshold`:
+Learn then Test; by default each template counts once). The pairs must come from problems,
+and for a student from templates, the verifier never trained on.
 
 A training-free verifier (``embedding``, ``exact``, ``target_logprob[(min)]``) gets a JSON
 file (``--out``) and the spec to decode with (``embedding@T``); a checkpoint gets the new
@@ -137,7 +137,7 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     ``models``/``decode`` (ModelConfig, DecodeConfig): the engines of ``--max-accuracy-loss``."""
     if cfg.max_accuracy_loss is not None:
         return run_accuracy(cfg, models, decode)
-    from lrtune.train.calibrate import agreement, risk_controlled_threshold, uncertified_warning
+    from lrtune.train.calibrate import agreement, bound_threshold, uncertified_warning
     from lrtune.train.data import fingerprint
     from lrtune.verifiers import VerifierSpec
 
@@ -153,7 +153,7 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
     meta = _check_unseen(cfg, examples) if spec.kind == "checkpoint" else None
     scores, labels, view = _scored(cfg, examples)
-    calib = risk_controlled_threshold(scores, labels, cfg.max_false_accept, cfg.confidence)
+    calib = bound_threshold(scores, labels, [e.split_group for e in examples], cfg)
     warn = uncertified_warning(calib)
     if warn:
         log(f"warning: {warn}")

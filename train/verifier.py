@@ -43,7 +43,7 @@ from lrtune.verifiers import distilled
 
 from lrtune.train import students
 from lrtune.train.calibrate import (Budget, agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning,
-                                    risk_controlled_threshold, uncertified_warning)
+                                    bound_threshold, evidence_words, needed_words, uncertified_warning)
 from lrtune.train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
@@ -385,8 +385,7 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
         calib = agreement_threshold(val_scores, val_labels)
         coarse = None
     elif cfg.calibration.threshold_rule == "bound":
-        calib = risk_controlled_threshold(val_scores, val_labels, cfg.calibration.max_false_accept,
-                                          cfg.calibration.confidence)
+        calib = bound_threshold(val_scores, val_labels, [e.split_group for e in splits["val"]], cfg.calibration)
         coarse = uncertified_warning(calib)
     else:
         calib = calibrate_threshold(val_scores, val_labels, cfg.calibration.max_false_accept)
@@ -440,9 +439,9 @@ def threshold_story(calib: dict) -> str:
     if "false_accept_bound" in calib:  # rule bound
         head = (f"false-accept rate <= {calib['max_false_accept']:g} with probability {calib['confidence']:g}, "
                 f"{calib['method']}, on {calib['calibration_pairs']} calibration pairs of templates the verifier never "
-                f"trained on ({calib['val_rejected']} teacher-rejected, {calib['false_accepts']} of them accepted)")
+                f"trained on ({evidence_words(calib)}, {calib['false_accepts']} of them accepted)")
         if not calib["certified"]:
-            return (head + f": NOT certified, {calib['rejected_pairs_needed']} rejected pairs are needed; 1.0 accepts "
+            return (head + f": NOT certified, {needed_words(calib)} are needed; 1.0 accepts "
                     "only steps identical to the target's")
         return head + (f": bound {calib['false_accept_bound']:.3f}, acceptance left "
                        f"{calib['val_acceptance']:.2f}")
