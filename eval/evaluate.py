@@ -47,7 +47,7 @@ from lrtune.runfiles import log, write_atomic
 from lrtune.eval import metrics
 from lrtune.eval.config import MODES, EvalConfig, EvalOptions
 from lrtune.eval.loops import (_check_controllers, _decode_all, _decode_throughput, _reuse_keep, _start, _uses_draft,
-                               asked_gamma2s)
+                               asked_gamma2s, run_pricing)
 from lrtune.score_round import require_one_sided
 from lrtune.eval.methods import CONTROLLED, MethodSpec, parse_method, parse_methods, parse_sweep
 from lrtune.eval.problems import heldout_problems, listed_problems, seen_templates
@@ -104,7 +104,8 @@ def run(cfg: EvalConfig) -> Summary:
         parsed = check_verifier_spec(s.verifier or cfg.models.verifier)
         if dcfg.uses_lr and (dcfg.score_rounds or "score" in (s.round_kinds or ())):
             require_one_sided(parsed)  # before --out is claimed
-    ctl, own = _check_controllers(cfg, specs)
+    pricing = run_pricing(cfg, specs)  # the plan every controller and the oracle price with
+    ctl, own = _check_controllers(cfg, specs, pricing)
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
         from lrtune.sandbox import require_isolation
@@ -129,7 +130,7 @@ def run(cfg: EvalConfig) -> Summary:
 
     resolved = check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
                              load_all_methods=_uses_draft(cfg, specs),
-                             gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None]))
+                             gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None], pricing))
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from lrtune.batchcost import measure_batch_cost
-from lrtune.control import DEFAULT_COST_RATIO, Bounds
+from lrtune.control import Bounds
 from lrtune.errors import ConfigError
+from lrtune.pricing import Pricing, priced
 from lrtune.roundstate import Failed
 from lrtune.runfiles import ProgressBar, log
 
@@ -30,6 +31,7 @@ class _Engines:
     controller: Any  # adaptive / best-fixed / oracle methods only (None: no --controller)
     verifiers: dict  # MethodSpec.verifier (None: the configured verifier) -> Verifier
     controllers: dict = dataclasses.field(default_factory=dict)  # MethodSpec.controller (adaptive/c=) -> controller
+    pricing: Pricing = dataclasses.field(default_factory=Pricing)  # the run's plan (run_pricing)
 
     def verifier(self, spec: MethodSpec):
         return self.verifiers[spec.verifier]
@@ -37,20 +39,22 @@ class _Engines:
     kinds: dict = dataclasses.field(default_factory=dict)  # (controller, round kinds) -> its copy that picks them
 
     def controller_for(self, spec: MethodSpec):
-        """The spec's controller; an ``adaptive/score`` or ``adaptive/lr+score`` row gets one copy
-        for the whole run that may pick those kinds (so state it carries across problems stays),
-        priced without a scoring call when the row's verifier reads no target score of a draft
-        step (:func:`lrtune.api.price_for_verifier`)."""
+        """The spec's controller; an ``adaptive/score`` or ``adaptive/lr+score`` row gets one
+        controller for the whole run that may pick those kinds (so state it carries across
+        problems stays), built with the run's plan and the row's verifier's scoring needs (a
+        verifier that reads no target score of a draft step makes no scoring call)."""
         ctl = self.controllers[spec.controller] if spec.controller else self.controller
         if spec.control != "adaptive" or ctl is None:
             return ctl
-        from lrtune.api import price_for_verifier
-        from lrtune.verifiers.base import wants_target_scores
+        from lrtune.pricing import needs_scoring_call
 
-        v = self.verifiers.get(spec.verifier)
-        key = (spec.controller, spec.round_kinds, v is None or wants_target_scores(v))
+        scoring = needs_scoring_call(self.verifiers.get(spec.verifier))
+        key = (spec.controller, spec.round_kinds, scoring)
         if key not in self.kinds:
-            self.kinds[key] = price_for_verifier(with_round_kinds(ctl, spec.round_kinds), v)
+            out = with_round_kinds(ctl, spec.round_kinds)
+            if "score" in getattr(out, "round_kinds", ()) and hasattr(out, "pricing"):
+                out = priced(out, dataclasses.replace(out.pricing, scoring_call=scoring))
+            self.kinds[key] = out
         return self.kinds[key]
 
 
@@ -60,53 +64,53 @@ def _uses_draft(cfg: EvalConfig, specs) -> bool:
 
 
 def with_round_kinds(ctl, kinds: tuple[str, ...]):
-    """A copy of ``ctl`` that may pick the round ``kinds`` (``ctl`` itself when it picks none
-    and only LR rounds are asked for); ConfigError for a controller that cannot pick kinds."""
-    import copy
-
+    """``ctl`` built again to pick the round ``kinds`` (``ctl`` itself when it picks none and
+    only LR rounds are asked for); ConfigError for a controller that cannot pick kinds."""
     if tuple(kinds) == ("lr",) and tuple(getattr(ctl, "round_kinds", ("lr",))) == ("lr",):
         return ctl
-    if not hasattr(ctl, "round_kinds"):
+    if not hasattr(ctl, "round_kinds") or not callable(getattr(ctl, "derive", None)):
         raise ConfigError(f"controller {getattr(ctl, 'name', type(ctl).__name__)!r} cannot pick the kind of a round "
                           "(adaptive/score, adaptive/lr+score): use --controller bandit or a learned controller")
-    out = copy.copy(ctl)
-    out.round_kinds = tuple(kinds)
-    return out
+    return ctl.derive(round_kinds=tuple(kinds))
 
 
-def _check_controllers(cfg: EvalConfig, specs) -> tuple:
-    """The run's controller and each method's own (``adaptive/c=``), built (cheap: no model
-    loads) so that a bad name or directory fails before ``--out`` is touched."""
+def run_pricing(cfg: EvalConfig, specs) -> Pricing:
+    """The run's pricing plan, decided once before any model loads: ``--profile``'s costs and
+    the shared SD engine's draft count (the engine the decoder will start,
+    :func:`lrtune.api.shared_spec_tokens`; 0 without one)."""
+    from lrtune.api import shared_spec_tokens
+    from lrtune.pricing import plan
+
+    # the decoder is built for lr+sd (so it always loads the draft) and loads every method's engines
+    shared = cfg.models.backend == "vllm" and shared_spec_tokens(
+        cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), has_draft=True,
+        load_all_methods=_uses_draft(cfg, specs))
+    return plan(profile=cfg.options.profile, engine_drafts=int(shared or 0))
+
+
+def _check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
+    """The run's controller and each method's own (``adaptive/c=``), built with the run's plan
+    (cheap: no model loads) so that a bad name or directory fails before ``--out`` is touched."""
     from lrtune.api import build_controller
 
-    ctl = build_controller(cfg.models.controller, cfg.decode)
-    own = {s.controller: build_controller(s.controller, cfg.decode) for s in specs if s.controller}
+    ctl = build_controller(cfg.models.controller, cfg.decode, pricing)
+    own = {s.controller: build_controller(s.controller, cfg.decode, pricing) for s in specs if s.controller}
     if any(s.control in ("adaptive", "best-fixed") and not s.controller for s in specs) and ctl is None:
         raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
-    if cfg.options.profile:
-        from lrtune.api import price_from_profile
-
-        ctl = price_from_profile(ctl, cfg.options.profile)
-        own = {k: price_from_profile(c, cfg.options.profile) for k, c in own.items()}
     for s in specs:
         if s.control == "adaptive":
             with_round_kinds(own.get(s.controller, ctl), s.round_kinds)  # refuses a controller that cannot
     return ctl, own
 
 
-def asked_gamma2s(cfg: EvalConfig, specs, controllers=()) -> set[int]:
+def asked_gamma2s(cfg: EvalConfig, specs, controllers=(), pricing: Pricing | None = None) -> set[int]:
     """Every γ2 an evaluate run may ask the target for, so the GPU memory plan counts an engine
     for each (:func:`lrtune.memory.target_engine_keys`): each SD method's γ2; with a shared SD
-    engine nothing else (controllers and the oracle are capped at its γ2,
-    :func:`lrtune.api.price_on_engine`); without one, each adaptive controller's range and the
-    oracle's as well."""
-    from lrtune.api import shared_spec_tokens
-
+    engine (the plan's ``engine_drafts``) nothing else (controllers and the oracle are capped at
+    its γ2, :meth:`lrtune.pricing.Pricing.cap`); without one, each adaptive controller's range
+    and the oracle's as well."""
     out = {s.gamma2 for s in specs if s.decode_config(cfg.decode).uses_sd}
-    uses_draft = _uses_draft(cfg, specs)
-    shared = cfg.models.backend == "vllm" and shared_spec_tokens(
-        cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), has_draft=uses_draft, load_all_methods=uses_draft)
-    if not shared:
+    if not (pricing or run_pricing(cfg, specs)).engine_drafts:
         tops = [c.bounds.gamma2_max for c in controllers if getattr(c, "bounds", None) is not None]
         if any(s.control == "oracle" for s in specs):
             tops.append(next(iter(tops), Bounds().gamma2_max))
@@ -119,18 +123,19 @@ def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, di
 
     t0 = time.perf_counter()
     uses_draft = _uses_draft(cfg, specs)
-    ctl, own = _check_controllers(cfg, specs)
+    pricing = run_pricing(cfg, specs)
+    ctl, own = _check_controllers(cfg, specs, pricing)
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
                                dataclasses.replace(cfg.decode, method="lr+sd"),
                                progress=cfg.options.progress, load_all_methods=uses_draft,
-                               gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None]))
+                               gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None],
+                                                     pricing))
+    drafts = getattr(getattr(dec.target, "config", None), "shared_spec_tokens", 0) or 0
+    if drafts != pricing.engine_drafts:  # the plan was decided from the same rule the decoder used
+        raise RuntimeError(f"the SD engine drafts {drafts} tokens per pass, the pricing plan {pricing.engine_drafts}")
     for s in specs:  # start every engine now: lazy starts would bill the first problem
         dec.start_engines(s.decode_config(cfg.decode))
-    from lrtune.api import price_on_engine
-
-    ctl = price_on_engine(ctl, dec.target)
-    own = {k: price_on_engine(c, dec.target) for k, c in own.items()}
-    eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs), own)
+    eng = _Engines(dec, ctl, _method_verifiers(dec, cfg, specs), own, pricing=pricing)
     timing["load_s"] = time.perf_counter() - t0
     log(f"engines ready in {timing['load_s']:.1f} s")
     t0 = time.perf_counter()
@@ -208,7 +213,7 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
             order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
-                dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id))
+                dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id), eng.pricing)
                 kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
                 t_warm = time.perf_counter()
                 _fresh_cache(dec, ids)
@@ -287,7 +292,7 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
             todo = [(i, p) for i, p in enumerate(problems) if (p.id, spec.label) not in done]
             if not todo:
                 continue
-            dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, todo[0][1], task, None)
+            dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, todo[0][1], task, None, eng.pricing)
             ids = [dec.encode(task.prompt(p)) for _, p in todo]
             problems_info = [ProblemInfo(p.id, task.prompt(p), len(x), opts.task) for (_, p), x in zip(todo, ids)]
             n_ok = [0]
@@ -351,12 +356,15 @@ def _fresh_cache(dec, ids: list[int]) -> None:
     _cache_prompt(dec, ids)
 
 
-def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None):
+def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None,
+                pricing: Pricing | None = None):
     """(decode config, decode kwargs) of one decode; controlled methods get their depths
     from ``ctl`` (the run's controller). ``ref_stats``: the lr+sd row's DecodeStats of this
-    problem (the oracle reads its α)."""
+    problem (the oracle reads its α); ``pricing``: the run's plan (the oracle's prices
+    without a controller)."""
     from lrtune.control import ProblemInfo
-    from lrtune.speedup import best_gammas
+
+    pricing = pricing or Pricing()
 
     dcfg = spec.decode_config(cfg.decode)
     if spec.control == "adaptive":
@@ -369,20 +377,9 @@ def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
         a1, a2 = st.get("alpha1"), st.get("alpha2")
         if a1 is None or a2 is None:
             return dcfg, {}
-        c1, c2 = (ctl.c1, ctl.c2) if ctl is not None and hasattr(ctl, "c1") else (DEFAULT_COST_RATIO,) * 2
-        b = getattr(ctl, "batch_cost", None) if ctl is not None else None
-        bounds = ctl.bounds if ctl is not None else None
-        # γ2 priced on the engine that runs it, as the controller prices it (api.price_on_engine);
-        # without a priced controller the run's shared SD engine drafts --gamma2 (lrtune.api)
-        drafted = getattr(ctl, "engine_drafts", None)
-        if drafted is None:
-            m = cfg.models
-            drafted = cfg.decode.gamma2 if m.backend == "vllm" and m.shared_engine and m.sd_method == "draft" else 0
-        g2_max = (bounds or Bounds()).gamma2_max
-        if drafted:  # a γ2 above the shared engine's would start another engine (as price_on_engine caps it)
-            g2_max = min(g2_max, drafted)
-        best = best_gammas(min(a1, 0.999), c1, min(a2, 0.999), c2, (bounds or Bounds()).M,
-                           bounds.gamma1_max if bounds else 6, g2_max, b, drafted or None)
+        # priced as the controller prices (its plan), or by the run's plan without one
+        best = (getattr(ctl, "pricing", None) or pricing).best_gammas(
+            min(a1, 0.999), min(a2, 0.999), ctl.bounds if ctl is not None else Bounds())
         return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
     return dcfg, {}
 

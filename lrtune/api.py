@@ -91,11 +91,13 @@ def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, ju
                          device=verifier_device(models.device))
 
 
-def build_controller(spec, cfg: DecodeConfig):
+def build_controller(spec, cfg: DecodeConfig, pricing=None):
     """A controller from a policy name, a learned-controller directory, or an object with
-    ``choose``/``update`` (passed through); None stays None (fixed depths from ``cfg``).
-    Without token-level SD in ``cfg.method`` the decoder runs γ2 = 0 whatever is chosen, so
-    a built controller's bounds pin γ2 to 0 (it never picks, prices or waits on a γ2 > 0)."""
+    ``choose``/``update`` (passed through, unchanged); None stays None (fixed depths from ``cfg``).
+    Built ones are priced by ``pricing`` (a :class:`lrtune.pricing.Pricing`, the run's plan;
+    default costs when None), their bounds stopped at its engine's γ2. Without token-level SD
+    in ``cfg.method`` the decoder runs γ2 = 0 whatever is chosen, so a built controller's bounds
+    pin γ2 to 0 (it never picks, prices or waits on a γ2 > 0)."""
     if spec is None:
         return None
     if not isinstance(spec, str):
@@ -104,13 +106,14 @@ def build_controller(spec, cfg: DecodeConfig):
         return checked_controller(spec)
     from pathlib import Path
 
+    from lrtune.pricing import Pricing
+
+    pricing = pricing or Pricing()
     if Path(spec).expanduser().is_dir():
         from lrtune.policies.learned import load
 
-        ctl = load(spec, seed=cfg.seed)
-        if not cfg.uses_sd:
-            ctl.bounds = replace(ctl.bounds, gamma2_max=0)
-        return ctl
+        ctl = load(spec, seed=cfg.seed, pricing=pricing)
+        return ctl if cfg.uses_sd else ctl.derive(bounds=replace(ctl.bounds, gamma2_max=0, gamma2_min=0))
     from lrtune.control import Bounds
     from lrtune.policies import make_controller
 
@@ -118,65 +121,8 @@ def build_controller(spec, cfg: DecodeConfig):
     bounds = Bounds.covering(cfg.gamma1, gamma2)
     if not cfg.uses_sd:
         bounds = replace(bounds, gamma2_max=0)
-    return make_controller(spec, gamma1=cfg.gamma1, gamma2=gamma2, bounds=bounds, seed=cfg.seed)
-
-
-def price_on_engine(controller, target):
-    """``controller``, told how many draft tokens ``target``'s SD engine proposes per pass
-    whatever γ2 a round asks for (a vLLM engine shared by every γ2 ≤ its own cuts drafts per
-    request, so a smaller γ2 verifies fewer tokens but pays for them all): its speedup model
-    then prices each γ2 on that engine, and its bounds stop at the engine's γ2 (a larger one would
-    start another engine mid-decode). Controllers without a speedup model pass through."""
-    drafts = getattr(getattr(target, "config", None), "shared_spec_tokens", 0) or 0
-    if controller is not None and hasattr(controller, "engine_drafts"):
-        controller.engine_drafts = int(drafts)
-    bounds = getattr(controller, "bounds", None)
-    if drafts and bounds is not None and bounds.gamma2_max > drafts:
-        # a γ2 above the shared engine's would start another engine (a whole target + drafter,
-        # gigabytes, tens of seconds) mid-decode: the controller picks within the engine
-        controller.bounds = replace(bounds, gamma2_max=int(drafts), gamma2_min=min(bounds.gamma2_min, int(drafts)))
-    return controller
-
-
-def price_for_verifier(controller, verifier):
-    """``controller``, or a copy whose score rounds cost no prefill call (P = 0 in h_score) when
-    it may pick score rounds and ``verifier`` reads no target score of a draft step (a
-    draft-only router): the decoder then makes no scoring call, and the accepted steps are
-    prefilled inside the target's own step. Others pass through unchanged."""
-    import copy
-
-    from lrtune.verifiers.base import wants_target_scores
-
-    if (verifier is None or wants_target_scores(verifier) or not hasattr(controller, "prefill")
-            or "score" not in getattr(controller, "round_kinds", ())):
-        return controller
-    out = copy.copy(controller)
-    out.prefill = {**controller.prefill, "overhead_tokens": 0.0, "per_token": 0.0}
-    return out
-
-
-def price_from_profile(controller, path: str):
-    """``controller`` priced from an ``lrtune profile`` JSON at ``path``: a score round's prefill
-    (call overhead and cost per token, where measured) for any controller with a ``prefill``;
-    and c1, c2 and b(n) for a bandit built from its policy name (a learned controller keeps the
-    profile it was trained with). Others pass through."""
-    if controller is None or not hasattr(controller, "prefill"):
-        return controller
-    from lrtune.inputs import read_json_object
-
-    prof = read_json_object(path, "profile")
-    pre = prof.get("prefill")
-    if isinstance(pre, dict) and pre.get("overhead_tokens") is not None and pre.get("ratio_per_token"):
-        from lrtune.profiling import prefill_per_token
-
-        controller.prefill = {**controller.prefill, "overhead_tokens": float(pre["overhead_tokens"]),
-                              "per_token": prefill_per_token(pre)}
-    from lrtune.policies.bandit import BanditController
-
-    if type(controller) is BanditController and {"c1", "c2", "batch_cost"} <= set(prof):  # not a learned one
-        controller.c1, controller.c2 = float(prof["c1"]), float(prof["c2"])
-        controller.batch_cost = [float(x) for x in prof["batch_cost"]]  # b(n) = batch_cost[n - 1]
-    return controller
+    return make_controller(spec, gamma1=cfg.gamma1, gamma2=gamma2, bounds=pricing.cap(bounds), pricing=pricing,
+                           seed=cfg.seed)
 
 
 def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
@@ -295,7 +241,7 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
         shared = shared_spec_tokens(models, cfg, has_draft=bool(draft_path), load_all_methods=load_all_methods,
                                     controller_gamma2_max=controller_gamma2_max)
         sd = cfg.uses_sd or load_all_methods
-        # a controller on the shared engine picks within its γ2 (price_on_engine); without one, any γ2 of its range
+        # a controller on the shared engine picks within its γ2 (Pricing.cap); without one, any γ2 of its range
         ranged = range(1, controller_gamma2_max + 1) if sd and not shared else ()
         asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
         keys = target_engine_keys(asked, shared=shared)
@@ -389,24 +335,29 @@ class Decoder:
                      gamma2s: Iterable[int] = ()) -> Decoder:
         """Build from configs. ``load_all_methods`` loads the draft even for ``target``;
         ``gamma2s`` are the other γ2 values the run will ask for (its memory plan counts their
-        engines)."""
-        dec = cls._from_configs(models, cfg, verifier=verifier, progress=progress, load_all_methods=load_all_methods,
-                                gamma2s=tuple(gamma2s),
-                                controller=build_controller(controller if controller is not None else models.controller,
-                                                            cfg))
-        return dec
+        engines). A controller named by a policy or a directory is built with the run's pricing
+        plan (:mod:`lrtune.pricing`); a controller object handed in is used as it is."""
+        spec = controller if controller is not None else models.controller
+        return cls._from_configs(models, cfg, verifier=verifier, progress=progress, load_all_methods=load_all_methods,
+                                 gamma2s=tuple(gamma2s), controller=build_controller(spec, cfg),
+                                 price_controller=isinstance(spec, str))
 
     @classmethod
     def _from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier, progress: bool,
-                      load_all_methods: bool, controller, gamma2s: tuple[int, ...] = ()) -> Decoder:
+                      load_all_methods: bool, controller, gamma2s: tuple[int, ...] = (),
+                      price_controller: bool = True) -> Decoder:
         paths = check_configs(models, cfg, verifier=verifier, load_all_methods=load_all_methods, progress=progress,
                               gamma2s=gamma2s,
                               controller_gamma2_max=controller.bounds.gamma2_max if controller is not None else 0)
         target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
+        from lrtune import pricing
+
+        def priced(ver, drafts: int = 0):  # the pricing plan, decided once: engine drafts, verifier's needs
+            return pricing.priced(controller, pricing.plan(engine_drafts=drafts, verifier=ver)) if price_controller \
+                else controller
+
         if models.backend == "transformers":
-            dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir)
-            dec.decoder.controller = price_for_verifier(controller, dec.decoder.verifier)
-            return dec
+            return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir, priced)
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
         from lrtune.memory import engine_share
 
@@ -435,13 +386,13 @@ class Decoder:
         ver = _build_verifier(models, cfg, verifier, target, judge_dir,
                               lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"),
                                                                         **common), name="judge"))
-        return cls(LookaheadDecoder(target, draft_backend, ver, cfg,
-                                    controller=price_for_verifier(price_on_engine(controller, target), ver)), models)
+        return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)
 
     @classmethod
     def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,
-                         verifier, judge_dir: str | None) -> Decoder:
-        """The transformers backend: one draft model serves LR drafting and SD."""
+                         verifier, judge_dir: str | None, controller_for) -> Decoder:
+        """The transformers backend: one draft model serves LR drafting and SD; the controller
+        is ``controller_for(verifier)``."""
         from lrtune.backends.hf import HFBackend, HFConfig
 
         if models.sd_method != "draft":
@@ -450,7 +401,7 @@ class Decoder:
         draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
         target = HFBackend(target_path, hcfg, name="target", spec=draft)
         ver = _build_verifier(models, cfg, verifier, target, judge_dir, lambda path: HFBackend(path, hcfg, name="judge"))
-        return cls(LookaheadDecoder(target, draft, ver, cfg), models)
+        return cls(LookaheadDecoder(target, draft, ver, cfg, controller=controller_for(ver)), models)
 
     @property
     def target(self) -> Backend:

@@ -75,6 +75,16 @@ def read_profile_sd_curve(path: str) -> tuple[int, dict[int, float]] | None:
     return _from_profile(path, sd_curve_of)
 
 
+def read_profile_json(path: str) -> dict:
+    """The ``lrtune profile`` JSON object at ``path``; ConfigError naming the file otherwise."""
+    def an_object(data):
+        if not isinstance(data, Mapping):
+            raise TypeError("a JSON object is expected")
+        return dict(data)
+
+    return _from_profile(path, an_object)
+
+
 def _from_profile(path: str, read):
     """``read(data)`` of the profile JSON at ``path``; a ConfigError names the file when it is
     unreadable or ``read`` finds it malformed (KeyError, TypeError, ValueError)."""

@@ -9,13 +9,14 @@ the bandit's prior; see :mod:`lrtune.policies.learned`).
 
 from __future__ import annotations
 
-from lrtune.control import DEFAULT_COST_RATIO, Bounds
+from lrtune.control import Bounds
 from lrtune.errors import ConfigError
 
 from lrtune.policies.bandit import BanditController
 from lrtune.policies.fixed import FixedController
 from lrtune.policies.grid_ucb import GridUCBController
 from lrtune.policies.heuristic import HeuristicController
+from lrtune.pricing import Pricing
 
 POLICIES = ("fixed", "heuristic", "bandit", "bandit-pooled", "grid-ucb")
 
@@ -24,14 +25,15 @@ __all__ = ["BanditController", "FixedController", "GridUCBController", "Heuristi
 
 
 def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Bounds | None = None,
-                    c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO, batch_cost=None, seed: int = 0):
-    """A controller by policy name (``learned`` ones load from a directory instead)."""
+                    pricing: Pricing | None = None, seed: int = 0, **legacy):
+    """A controller by policy name (``learned`` ones load from a directory instead); the bandits
+    are priced by ``pricing`` (the others price nothing). ``legacy``: the deprecated c1/c2/batch_cost."""
     if name == "fixed":
         return FixedController(gamma1, gamma2, bounds)
     if name == "heuristic":
         return HeuristicController(gamma1, gamma2, bounds)
     if name in ("bandit", "bandit-pooled"):
-        return BanditController(bounds, c1=c1, c2=c2, batch_cost=batch_cost, seed=seed, pooled=name == "bandit-pooled")
+        return BanditController(bounds, pricing, seed=seed, pooled=name == "bandit-pooled", **legacy)
     if name == "grid-ucb":
         return GridUCBController(bounds)
     raise ConfigError(f"unknown controller policy {name!r}; choose from {', '.join(POLICIES)} or a controller directory")

@@ -34,48 +34,62 @@ from __future__ import annotations
 import math
 import random
 
-from lrtune.control import DEFAULT_COST_RATIO, Bounds, ControlState, ProblemInfo, RoundOutcome
+from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
-from lrtune.speedup import h, h_score, score_prefill
+from lrtune.pricing import ROUND_KINDS, Prefill, Pricing
 
-ROUND_KINDS = ("lr", "score")
-# a score round's prefill where no profile measured it (lrtune profile, default pair with the int8
-# draft, AVX-512 CPU: benchmarks/score_rounds/profile_int8.json)
-DEFAULT_PREFILL = {"overhead_tokens": 1.7, "per_token": 0.11, "step_tokens": 40.0}
+_LEGACY_PRICES = ("c1", "c2", "batch_cost", "prefill")
 
 
 class BanditController:
+    """Hyperparameters are fixed here; the costs come in one :class:`~lrtune.pricing.Pricing`
+    (``pricing``), and :meth:`derive` builds a new controller with other settings."""
+
     name = "bandit"
 
-    def __init__(self, bounds: Bounds | None = None, c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO,
-                 batch_cost=None,
+    def __init__(self, bounds: Bounds | None = None, pricing: Pricing | None = None,
                  prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
                  seed: int = 0, horizon_tokens: int = 64, round_kinds: tuple[str, ...] = ("lr",),
-                 prefill: dict | None = None, pooled: bool = False, pool_strength: float = 16.0) -> None:
+                 pooled: bool = False, pool_strength: float = 16.0, **legacy) -> None:
+        pricing = _legacy_pricing(pricing, legacy)
         if mode not in ("thompson", "ucb"):
             raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
-        self.bounds = bounds or Bounds()
-        self.c1, self.c2, self.batch_cost = c1, c2, batch_cost
+        if horizon_tokens < 1:
+            raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
+        kinds = tuple(round_kinds)
+        if not kinds or set(kinds) - set(ROUND_KINDS):
+            raise ConfigError(f"round kinds must be some of {', '.join(ROUND_KINDS)}, got {kinds!r}")
+        self.pricing = pricing
+        # a γ2 above the shared SD engine's would start another engine mid-decode: stop there
+        self.bounds = pricing.cap(bounds or Bounds())
         self.prior = prior
         self.mode = mode
         self.seed = seed
-        if horizon_tokens < 1:
-            raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
         self.horizon_tokens = horizon_tokens
         self.pooled, self.pool_strength = pooled, float(pool_strength)
-        self.round_kinds = round_kinds
-        self.prefill = dict(prefill or DEFAULT_PREFILL)
-        self._kind = round_kinds[0]  # the kind of the arm chosen last
+        self.round_kinds = kinds
+        self._given = {"bounds": bounds, "pricing": pricing, "prior": prior, "mode": mode, "seed": seed,
+                       "horizon_tokens": horizon_tokens, "round_kinds": kinds, "pooled": pooled,
+                       "pool_strength": pool_strength}
+        self._kind = kinds[0]  # the kind of the arm chosen last
         self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
-        # draft tokens the SD engine proposes per pass whatever γ2 a round asks for (a shared
-        # engine cut per request: a smaller γ2 verifies fewer but pays for all); 0: γ2 itself
-        self.engine_drafts = 0
         self._rng = random.Random(seed)
         self._problem: str | None = None
         self.post = list(prior)
         self.rounds = 0
         if not self._arms:
             raise ConfigError(f"no (γ1, γ2) satisfies {self.bounds}")
+
+    def derive(self, **changes):
+        """A new controller of this class with these settings and ``changes`` (e.g. ``pricing``,
+        ``round_kinds``); this one is left as it is."""
+        return type(self)(**{**self._given, **changes})
+
+    # the plan's costs, read where a caller used to read the controller's own attributes
+    c1 = property(lambda self: self.pricing.c1)
+    c2 = property(lambda self: self.pricing.c2)
+    batch_cost = property(lambda self: self.pricing.batch_cost)
+    engine_drafts = property(lambda self: self.pricing.engine_drafts)
 
     @property
     def _arms(self) -> list[tuple[int, int]]:
@@ -87,33 +101,14 @@ class BanditController:
         self.rounds = 0
         self.sd_rounds = 0
 
-    @property
-    def round_kinds(self) -> tuple[str, ...]:
-        return self._round_kinds
-
-    @round_kinds.setter
-    def round_kinds(self, kinds) -> None:
-        kinds = tuple(kinds)
-        if not kinds or set(kinds) - set(ROUND_KINDS):
-            raise ConfigError(f"round kinds must be some of {', '.join(ROUND_KINDS)}, got {kinds!r}")
-        self._round_kinds = kinds
-
     def prefill_cost(self, g1: int) -> float:
-        """P(γ1) = (o + π·γ1·L) / L: a score round's prefill of γ1 draft steps, in target steps."""
-        p = self.prefill
-        return score_prefill(g1, p["overhead_tokens"], p["per_token"], p["step_tokens"])
+        """P(γ1): a score round's prefill of γ1 draft steps, in target steps (the plan's)."""
+        return self.pricing.score_prefill(g1)
 
     def _priced(self, g1: int, g2: int, a1: float, a2: float) -> tuple[float, str]:
         """(modelled speedup, round kind) of (γ1, γ2) at (α1, α2) on this controller's engine:
         the best of the allowed kinds (γ1 = 0 is SD alone, the same for every kind)."""
-        drafted = self.engine_drafts or None
-        best = (-math.inf, self.round_kinds[0])
-        for kind in self.round_kinds:
-            v = (h_score(g1, g2, a1, self.c1, self.prefill_cost(g1), a2, self.c2, drafted) if kind == "score"
-                 else h(g1, g2, a1, self.c1, a2, self.c2, self.batch_cost, drafted))
-            if v > best[0] * (1 + 1e-12):
-                best = (v, kind)
-        return best
+        return self.pricing.best(g1, g2, a1, a2, self.round_kinds)
 
     def _h(self, g1: int, g2: int, a1: float, a2: float) -> float:
         """The modelled speedup of (γ1, γ2) at (α1, α2) on this controller's engine (best kind)."""
@@ -191,3 +186,26 @@ def _beta_quantile(a: float, b: float, q: float) -> float:
     from scipy.special import betaincinv
 
     return float(betaincinv(a, b, q))
+
+
+def _legacy_pricing(pricing: Pricing | None, legacy: dict) -> Pricing:
+    """``pricing``, or one built from the keyword costs of lrtune 0.1 (``c1``, ``c2``,
+    ``batch_cost``, ``prefill``; deprecated, removed in 0.3.0)."""
+    unknown = set(legacy) - set(_LEGACY_PRICES)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    if not legacy:
+        return pricing or Pricing()
+    import warnings
+    from dataclasses import replace
+
+    from lrtune.decodeconfig import LEGACY_REMOVED_IN
+
+    warnings.warn(f"{', '.join(sorted(legacy))}= on a controller is deprecated and will be removed in "
+                  f"{LEGACY_REMOVED_IN}: pass pricing=lrtune.pricing.Pricing(...)", DeprecationWarning, stacklevel=3)
+    if pricing is not None:
+        raise ConfigError("give the costs either in pricing= or as c1/c2/batch_cost/prefill, not both")
+    kw = dict(legacy)
+    if kw.get("prefill") is not None:
+        kw["prefill"] = Prefill(**kw["prefill"])
+    return replace(Pricing(), **{k: v for k, v in kw.items() if v is not None})

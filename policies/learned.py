@@ -24,10 +24,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
+from lrtune.control import Bounds, ProblemInfo
 from lrtune.errors import ConfigError
 
 from lrtune.policies.bandit import BanditController
+from lrtune.pricing import Pricing
 
 META = "lrtune_controller.json"
 FORMAT = "lrtune-controller"
@@ -126,14 +127,22 @@ class LearnedController(BanditController):
     name = "learned"
 
     def __init__(self, predictor: AlphaPredictor, featurizer: ProblemFeaturizer, bounds: Bounds | None = None,
-                 c1: float = DEFAULT_COST_RATIO, c2: float = DEFAULT_COST_RATIO, batch_cost=None,
-                 prior_strength: float = 8.0,
-                 mode: str = "thompson", seed: int = 0) -> None:
-        super().__init__(bounds, c1=c1, c2=c2, batch_cost=batch_cost, mode=mode, seed=seed)
+                 pricing: Pricing | None = None, prior_strength: float = 8.0, mode: str = "thompson", seed: int = 0,
+                 best_fixed: tuple[int, int] | None = None, **options) -> None:
+        super().__init__(bounds, pricing, mode=mode, seed=seed, **options)
         self.predictor, self.featurizer = predictor, featurizer
         self.prior_strength = prior_strength
+        self.best_fixed = best_fixed  # the best fixed (γ1, γ2) on the training data
         self.last_prediction: tuple[float, float] | None = None
-        self.best_fixed: tuple[int, int] | None = None
+        self._given = {**self._given, "predictor": predictor, "featurizer": featurizer,
+                       "prior_strength": prior_strength, "best_fixed": best_fixed}
+
+    def derive(self, **changes):
+        """As :meth:`BanditController.derive`; a new ``pricing`` keeps this controller's machine
+        costs (c1, c2, b(n) of the profile it was trained with) and takes the rest."""
+        if changes.get("pricing") is not None:
+            changes["pricing"] = changes["pricing"].with_costs_of(self.pricing)
+        return super().derive(**changes)
 
     def predict_alphas(self, problem: ProblemInfo) -> tuple[float, float]:
         y = np.asarray(self.predictor.predict(self.featurizer.transform([problem]))).reshape(-1)
@@ -230,9 +239,10 @@ def _best_fixed(metrics: dict) -> tuple[int, int] | None:
     return tuple(bf) if bf else None
 
 
-def load(path: str | Path, *, seed: int = 0, mode: str = "thompson") -> LearnedController:
-    """A :class:`LearnedController` from a directory written by :func:`save`; ConfigError (one
-    line) when its metadata is incomplete or mistyped."""
+def load(path: str | Path, *, seed: int = 0, mode: str = "thompson", pricing: Pricing | None = None) -> LearnedController:
+    """A :class:`LearnedController` from a directory written by :func:`save`, priced by ``pricing``
+    (the run's plan) with the machine costs it was trained with; ConfigError (one line) when its
+    metadata is incomplete or mistyped."""
     from lrtune.speedup import f_sync
 
     meta = read_meta(path)
@@ -244,12 +254,12 @@ def load(path: str | Path, *, seed: int = 0, mode: str = "thompson") -> LearnedC
         _check_model(predictor, feats)
         _numbers(prof.get("batch_cost"), "profile.batch_cost")
         _numbers(prof.get("step_tokens"), "profile.step_tokens", empty=True)  # [] when collect had no lengths
-        ctl = LearnedController(predictor, feats, b, c1=_positive(prof["c1"], "profile.c1"),
-                                c2=_positive(prof["c2"], "profile.c2"), batch_cost=priced_batch_cost(prof),
+        costs = Pricing(c1=_positive(prof["c1"], "profile.c1"), c2=_positive(prof["c2"], "profile.c2"),
+                        batch_cost=priced_batch_cost(prof))
+        f_sync(0.5, 0.5, 0, costs.batch_cost)  # prices the target alone: checks the curve holds b(1) = 1
+        ctl = LearnedController(predictor, feats, b, (pricing or Pricing()).with_costs_of(costs),
                                 prior_strength=_positive(meta["prior_strength"], "prior_strength"),
-                                mode=mode, seed=seed)
-        f_sync(0.5, 0.5, 0, ctl.batch_cost)  # prices the target alone: checks the curve holds b(1) = 1
-        ctl.best_fixed = _best_fixed(meta.get("metrics", {}))  # the best fixed (γ1, γ2) on the training data
+                                mode=mode, seed=seed, best_fixed=_best_fixed(meta.get("metrics", {})))
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:

@@ -257,16 +257,18 @@ def test_a_controller_without_round_kinds_is_refused_for_score_rows_and_copies_k
 def test_a_profile_prices_the_bandits_costs_and_its_score_round_prefill(tmp_path):
     import json
 
-    from lrtune.api import price_from_profile
-    from lrtune.policies import make_controller
+    from lrtune.api import build_controller
+    from lrtune.decodeconfig import DecodeConfig
+    from lrtune.pricing import plan
 
     prof = tmp_path / "profile.json"
     prof.write_text(json.dumps({"c1": 0.3, "c2": 0.25, "batch_cost": [1.0, 1.5, 2.0],
                                 "prefill": {"overhead_tokens": 2.0, "ratio_per_token": {"16": 0.02, "32": 0.04}}}))
-    ctl = price_from_profile(make_controller("bandit"), str(prof))
-    assert (ctl.c1, ctl.c2, ctl.batch_cost) == (0.3, 0.25, [1.0, 1.5, 2.0])
-    assert ctl.prefill["overhead_tokens"] == 2.0 and ctl.prefill["per_token"] == pytest.approx(0.03)
-    assert price_from_profile(None, str(prof)) is None
+    pricing = plan(profile=str(prof))
+    ctl = build_controller("bandit", DecodeConfig(), pricing)
+    assert ctl.pricing is pricing and (ctl.c1, ctl.c2, ctl.batch_cost) == (0.3, 0.25, (1.0, 1.5, 2.0))
+    assert pricing.prefill.overhead_tokens == 2.0 and pricing.prefill.per_token == pytest.approx(0.03)
+    assert build_controller(None, DecodeConfig(), pricing) is None
 
 
 def test_the_summary_splits_rounds_by_kind_and_the_target_time_into_prefills_and_steps():
@@ -298,15 +300,15 @@ def test_an_adaptive_row_that_picks_round_kinds_keeps_one_controller_for_the_who
 
 
 def test_a_controller_on_a_shared_sd_engine_never_picks_a_gamma2_that_would_start_another_engine():
-    from types import SimpleNamespace
+    from lrtune.api import build_controller
+    from lrtune.decodeconfig import DecodeConfig
+    from lrtune.pricing import plan
 
-    from lrtune.api import price_on_engine
-    from lrtune.policies import make_controller
-
-    target = SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=4))
-    ctl = price_on_engine(make_controller("bandit"), target)  # default bounds allow γ2 up to 8
-    assert ctl.engine_drafts == 4 and ctl.bounds.gamma2_max == 4 and max(g2 for _, g2 in ctl.bounds.arms()) == 4
-    free = price_on_engine(make_controller("bandit"), SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=0)))
+    for name in ("bandit", "fixed", "heuristic", "grid-ucb"):  # default bounds allow γ2 up to 8
+        ctl = build_controller(name, DecodeConfig(), plan(engine_drafts=4))
+        assert ctl.bounds.gamma2_max == 4 and max(g2 for _, g2 in ctl.bounds.arms()) == 4, name
+    assert build_controller("bandit", DecodeConfig(), plan(engine_drafts=4)).engine_drafts == 4
+    free = build_controller("bandit", DecodeConfig(), plan(engine_drafts=0))
     assert free.bounds.gamma2_max == 8  # an engine per γ2 (no shared one): the bounds stay
 
 

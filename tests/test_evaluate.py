@@ -366,7 +366,9 @@ def test_an_adaptive_row_whose_verifier_reads_no_target_score_prices_score_round
     class Reading(DraftOnly):
         uses_target_scores = True
 
-    bandit = BanditController(prefill={"overhead_tokens": 2.0, "per_token": 0.1, "step_tokens": 40.0})
+    from lrtune.pricing import Prefill, Pricing
+
+    bandit = BanditController(pricing=Pricing(prefill=Prefill(overhead_tokens=2.0, per_token=0.1, step_tokens=40.0)))
     eng = _Engines(dec=None, controller=bandit, verifiers={"a": DraftOnly(), "b": Reading()})
     free = eng.controller_for(parse_method("adaptive/score/v=a", 3, 4))
     paid = eng.controller_for(parse_method("adaptive/score/v=b", 3, 4))
@@ -375,17 +377,17 @@ def test_an_adaptive_row_whose_verifier_reads_no_target_score_prices_score_round
     assert eng.controller_for(parse_method("adaptive/score/v=a", 3, 4)) is free  # one copy per row for the run
 
 
-def test_the_api_prices_a_controller_for_its_verifier_and_leaves_lr_only_controllers_alone():
-    from lrtune.api import price_for_verifier
+def test_the_plan_prices_a_score_round_without_a_scoring_call_for_a_verifier_that_reads_no_target_score():
     from lrtune.eval.loops import with_round_kinds
     from lrtune.policies.bandit import BanditController
+    from lrtune.pricing import needs_scoring_call, plan, priced
 
     class DraftOnly:
         name, threshold, one_sided, uses_draft_scores, uses_target_scores = "draft-only", 0.5, True, True, False
 
-    lr_only = BanditController()
-    assert price_for_verifier(lr_only, DraftOnly()) is lr_only  # no score rounds to price
+    assert not needs_scoring_call(DraftOnly()) and needs_scoring_call(None)
     score = with_round_kinds(BanditController(), ("lr", "score"))
-    free = price_for_verifier(score, DraftOnly())
+    free = priced(score, plan(verifier=DraftOnly()))
     assert free is not score and free.prefill_cost(2) == 0.0 and score.prefill_cost(2) > 0
-    assert price_for_verifier(score, None) is score
+    assert priced(score, plan()).prefill_cost(2) == score.prefill_cost(2)
+    assert priced(None, plan()) is None

@@ -30,11 +30,14 @@ def test_fit_returns_self_and_learned_attributes_end_in_underscore():
     assert np.abs(m.predict(X) - y).max() < 0.02
 
 
+from lrtune.pricing import Pricing  # noqa: E402
+
+
 def _controller(alpha1, alpha2, bounds=Bounds(gamma1_max=6, gamma2_max=8, M=24)):
     feats = ProblemFeaturizer(["gsm"], encoder=None)  # length + task only (no encoder in this test)
     X = feats.transform([ProblemInfo("a", "x" * 10, task="gsm"), ProblemInfo("b", "x" * 1000, task="gsm")])
     pred = AlphaPredictor(alpha=0.0).fit(X, np.array([[alpha1[0], alpha2[0]], [alpha1[1], alpha2[1]]]))
-    return LearnedController(pred, feats, bounds, c1=0.3, c2=0.2, prior_strength=1000.0, mode="ucb"), feats, pred
+    return LearnedController(pred, feats, bounds, Pricing(c1=0.3, c2=0.2), prior_strength=1000.0, mode="ucb"), feats, pred
 
 
 def test_first_round_uses_the_best_gammas_for_the_predicted_alphas():

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lrtune.pricing import Prefill, Pricing
 from lrtune.backends.base import SDCounters
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome, method_for_depths
 from lrtune.errors import ConfigError
@@ -90,7 +91,7 @@ def test_bandit_converges_to_the_best_arm_of_a_bernoulli_process(a1, a2, mode):
     c1, c2 = 0.3, 0.2
     best = max(bounds.arms(), key=lambda a: h(a[0], a[1], a1, c1, a2, c2))
     best_h = h(best[0], best[1], a1, c1, a2, c2)
-    ctl = BanditController(bounds, c1=c1, c2=c2, mode=mode, seed=1)
+    ctl = BanditController(bounds, Pricing(c1=c1, c2=c2), mode=mode, seed=1)
     rng = random.Random(7)
     late = []
     for r in range(400):
@@ -208,8 +209,8 @@ def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_ho
 def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_after_lr():
     from lrtune.control import RoundOutcome
 
-    b = BanditController(Bounds(gamma1_max=2, gamma2_max=4, M=8), horizon_tokens=10, c1=0.3, c2=0.3,
-                         batch_cost=[1.0, 1.05, 1.1])  # uniform prior on α1: LR may still win
+    b = BanditController(Bounds(gamma1_max=2, gamma2_max=4, M=8), Pricing(c1=0.3, c2=0.3, batch_cost=(1.0, 1.05, 1.1)),
+                         horizon_tokens=10)  # uniform prior on α1: LR may still win
     hs = []
     for g1 in (0, 0, 0, 2, 0):
         hs.append(b.horizon())
@@ -242,9 +243,10 @@ def test_grid_ucb_tries_every_arm_then_plays_the_highest_throughput_arm_most():
 
 def test_the_bandit_runs_sd_to_the_end_when_even_an_optimistic_alpha1_cannot_make_lr_win():
     bounds = Bounds(gamma1_max=3, gamma2_max=4, M=12)
-    hopeless = BanditController(bounds, prior=(2.0, 200.0, 80.0, 20.0), c1=0.4, c2=0.3, batch_cost=[1.0, 1.3, 1.6, 1.9])
+    cpu = Pricing(c1=0.4, c2=0.3, batch_cost=(1.0, 1.3, 1.6, 1.9))
+    hopeless = BanditController(bounds, cpu, prior=(2.0, 200.0, 80.0, 20.0))
     assert hopeless.horizon() is None  # α1 ≈ 0.01 even at its 95% quantile: nothing to learn
-    unsure = BanditController(bounds, prior=(1.0, 1.0, 80.0, 20.0), c1=0.4, c2=0.3, batch_cost=[1.0, 1.3, 1.6, 1.9])
+    unsure = BanditController(bounds, cpu, prior=(1.0, 1.0, 80.0, 20.0))
     assert unsure.horizon() == 64
 
 
@@ -254,49 +256,77 @@ def test_bandit_prices_each_gamma2_on_an_engine_that_drafts_its_own_number():
     from lrtune.control import Bounds
     from lrtune.policies.bandit import BanditController
 
-    ctl = BanditController(Bounds(gamma1_min=0, gamma1_max=0, gamma2_min=0, gamma2_max=4), c1=0.4, c2=0.4)
+    ctl = BanditController(Bounds(gamma1_min=0, gamma1_max=0, gamma2_min=0, gamma2_max=4), Pricing(c1=0.4, c2=0.4))
     assert ctl._value(0.1, 0.5) == (0, 1)
-    ctl.engine_drafts = 4
-    assert ctl._value(0.1, 0.5) == (0, 0)
-    assert ctl._value(0.1, 0.95) == (0, 4)
+    shared = ctl.derive(pricing=Pricing(c1=0.4, c2=0.4, engine_drafts=4))
+    assert shared._value(0.1, 0.5) == (0, 0)
+    assert shared._value(0.1, 0.95) == (0, 4)
+    assert ctl.engine_drafts == 0 and ctl._value(0.1, 0.5) == (0, 1)  # deriving left the first as it was
 
 
-def test_price_on_engine_tells_a_controller_the_engines_draft_count():
-    from types import SimpleNamespace
+def test_a_controller_built_with_a_plan_stops_its_gamma2_at_the_shared_engines_and_is_never_changed_after():
+    from dataclasses import FrozenInstanceError
 
-    from lrtune.api import price_on_engine
     from lrtune.policies.bandit import BanditController
 
-    ctl = price_on_engine(BanditController(), SimpleNamespace(config=SimpleNamespace(shared_spec_tokens=6)))
-    assert ctl.engine_drafts == 6
-    assert price_on_engine(BanditController(), SimpleNamespace()).engine_drafts == 0
-    assert price_on_engine(None, SimpleNamespace()) is None
+    plan = Pricing(engine_drafts=6)
+    ctl = BanditController(Bounds(gamma2_max=8), plan)
+    assert ctl.engine_drafts == 6 and ctl.bounds.gamma2_max == 6
+    assert BanditController(Bounds(gamma2_max=8)).bounds.gamma2_max == 8  # no shared engine: no cap
+    assert ctl.derive(pricing=Pricing()).bounds.gamma2_max == 8  # derived from the bounds it was given
+    with pytest.raises(FrozenInstanceError):
+        plan.engine_drafts = 4
+    for name in ("c1", "c2", "batch_cost", "engine_drafts"):
+        with pytest.raises(AttributeError):
+            setattr(ctl, name, 1)
+
+
+def test_a_pricing_plan_is_validated_when_built():
+    for bad in ({"c1": 0.0}, {"c2": float("nan")}, {"batch_cost": ()}, {"batch_cost": (1.0, -1.0)},
+                {"batch_cost": "1.0"}, {"engine_drafts": -1}, {"engine_drafts": 2.0}, {"scoring_call": 1}):
+        with pytest.raises(ConfigError):
+            Pricing(**bad)
+    with pytest.raises(ConfigError, match="prefill.step_tokens"):
+        Prefill(step_tokens=0.0)
+    assert Pricing(batch_cost=[1, 1.5]).batch_cost == (1.0, 1.5)
+
+
+def test_the_old_cost_keywords_still_price_a_controller_with_a_warning_naming_the_removal_version():
+    from lrtune.policies.bandit import BanditController
+
+    with pytest.warns(DeprecationWarning, match="0.3.0"):
+        ctl = BanditController(c1=0.3, c2=0.2, batch_cost=[1.0, 1.2])
+    assert ctl.pricing == Pricing(c1=0.3, c2=0.2, batch_cost=(1.0, 1.2))
+    with pytest.raises(TypeError, match="c3"):
+        BanditController(c3=0.3)
 
 
 def test_the_bandit_runs_each_arm_as_the_round_kind_the_speedup_model_prices_higher():
     from lrtune.policies.bandit import BanditController
     from lrtune.speedup import h, h_score
 
-    cheap = {"overhead_tokens": 1.0, "per_token": 0.02, "step_tokens": 40.0}
-    b = [1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4]  # b(n) = b[n - 1]: a batch of rows is far from free (CPU)
-    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), c1=0.4, c2=0.4, batch_cost=b,
-                           round_kinds=("lr", "score"), prefill=cheap)
+    cheap = Prefill(overhead_tokens=1.0, per_token=0.02, step_tokens=40.0)
+    b = (1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4)  # b(n) = b[n - 1]: a batch of rows is far from free (CPU)
+    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), Pricing(c1=0.4, c2=0.4, batch_cost=b, prefill=cheap),
+                           round_kinds=("lr", "score"))
     a1, a2 = 0.9, 0.8
     g1, g2 = ctl._value(a1, a2)
     assert ctl.round_kind() == "score" and g1 > 0
     assert h_score(g1, g2, a1, 0.4, ctl.prefill_cost(g1), a2, 0.4) > h(g1, g2, a1, 0.4, a2, 0.4, b)
-    ctl.round_kinds = ("lr",)  # LR only: never score
-    ctl._value(a1, a2)
-    assert ctl.round_kind() == "lr"
+    lr_only = ctl.derive(round_kinds=("lr",))  # LR only: never score
+    lr_only._value(a1, a2)
+    assert lr_only.round_kind() == "lr"
     assert ctl.prefill_cost(2) == pytest.approx((1.0 + 0.02 * 2 * 40) / 40)  # P(γ1) = (o + π·γ1·L) / L
+    free = ctl.derive(pricing=Pricing(c1=0.4, c2=0.4, batch_cost=b, prefill=cheap, scoring_call=False))
+    assert free.prefill_cost(2) == 0.0  # a verifier that reads no target score: no scoring call
     with pytest.raises(ConfigError, match="round kinds"):
-        ctl.round_kinds = ("tree",)
+        ctl.derive(round_kinds=("tree",))
 
 
 def test_with_a_low_step_acceptance_the_bandit_falls_back_to_sd_alone_whatever_the_round_kinds():
     from lrtune.policies.bandit import BanditController
 
-    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), c1=0.4, c2=0.4, round_kinds=("lr", "score"))
+    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), Pricing(c1=0.4, c2=0.4), round_kinds=("lr", "score"))
     assert ctl._value(0.05, 0.8)[0] == 0
 
 
@@ -313,3 +343,17 @@ def test_bandit_pooled_starts_a_new_problem_from_the_shrunk_posterior_of_the_one
     a1, b1 = pooled.post[:2]
     assert a1 + b1 == pytest.approx(16.0) and a1 / (a1 + b1) == pytest.approx(1 / 62)  # Beta(1, 61) shrunk to 16
     assert pooled.post[2:] == [1.0, 1.0]  # no SD evidence: α2 keeps its prior
+
+
+def test_a_profile_whose_costs_cannot_price_a_round_is_refused_naming_the_file(tmp_path):
+    import json
+
+    from lrtune.pricing import plan
+
+    bad = tmp_path / "profile.json"
+    bad.write_text(json.dumps({"c1": -0.3, "c2": 0.25, "batch_cost": [1.0]}))
+    with pytest.raises(ConfigError, match=r"^--profile .*profile.json: not an lrtune profile \(c1 must be"):
+        plan(profile=str(bad))
+    bad.write_text("[]")
+    with pytest.raises(ConfigError, match="not an lrtune profile"):
+        plan(profile=str(bad))

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lrtune.pricing import Pricing
 from lrtune.api import build_controller
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.decoder import DecodeConfig
@@ -91,8 +92,7 @@ def test_learned_controller_directory_driving_lr_pins_gamma2_to_zero(tmp_path):
 
 # ---- defect 4: training and the oracle price γ2 on the engine, as run time does ----------
 def test_best_gammas_with_the_engines_drafts_picks_what_the_run_time_controller_picks():
-    ctl = BanditController(ENGINE, c1=C1, c2=C2)
-    ctl.engine_drafts = 4  # as api.price_on_engine sets it on a shared SD engine
+    ctl = BanditController(ENGINE, Pricing(c1=C1, c2=C2, engine_drafts=4))  # the plan on a shared SD engine
     for a1 in np.linspace(0.05, 0.95, 10):
         for a2 in np.linspace(0.05, 0.95, 10):
             best = best_gammas(a1, C1, a2, C2, ENGINE.M, ENGINE.gamma1_max, ENGINE.gamma2_max, None, 4)
@@ -103,10 +103,11 @@ def test_best_gammas_with_the_engines_drafts_picks_what_the_run_time_controller_
 def test_training_prices_gamma2_on_an_engine_drafting_gamma2_max():
     """α1 = 0.05, α2 = 0.3: on an engine drafting 4 tokens per pass γ2 = 1 pays for 4
     (h = 0.69 < 1), so neither the learned choice nor the oracle is worth more than plain decoding."""
-    from lrtune.train.controller import TrainControllerConfig, cross_validate, engine_drafts
+    from lrtune.train.controller import TrainControllerConfig, cross_validate, training_pricing
 
     cfg = TrainControllerConfig(gamma1_max=6, gamma2_max=4, folds=2)
-    assert engine_drafts(ENGINE) == 4 and engine_drafts(Bounds(gamma2_max=0)) is None
+    prof = {"c1": C1, "c2": C2, "batch_cost": None}
+    assert training_pricing(prof, ENGINE).engine_drafts == 4 and training_pricing(prof, Bounds(gamma2_max=0)).engine_drafts == 0
     X = np.random.default_rng(0).normal(size=(8, 2))
     Y = np.tile([0.05, 0.3], (8, 1))
     cv = cross_validate(X, Y, 1.0, cfg, ENGINE, {"c1": C1, "c2": C2, "batch_cost": None})
@@ -119,8 +120,7 @@ def test_oracle_prices_gamma2_on_the_engine_of_its_controller(engine_drafts, exp
     from lrtune.eval.evaluate import EvalConfig, parse_method
     from lrtune.eval.loops import _controlled
 
-    ctl = BanditController(ENGINE, c1=C1, c2=C2)
-    ctl.engine_drafts = engine_drafts  # 0: each γ2 drafts its own (no shared engine)
+    ctl = BanditController(ENGINE, Pricing(c1=C1, c2=C2, engine_drafts=engine_drafts))  # 0: each γ2 drafts its own
     dcfg, _ = _controlled(ctl, EvalConfig(), parse_method("oracle", 3, 4), None, None, {"alpha1": 0.05, "alpha2": 0.3})
     assert dcfg.method == expected  # (0, 0) plain target on the shared engine, else (0, 1) SD
 
@@ -129,11 +129,14 @@ def test_oracle_without_a_priced_controller_prices_on_the_runs_shared_sd_engine(
     """No controller: default c1 = c2 = 0.4 on the run's shared vLLM SD engine (drafting
     --gamma2 = 4): at α1 = 0.6, α2 = 0.5, γ2 = 1 would pay for 4 drafts, so LR alone wins."""
     from lrtune.eval.evaluate import EvalConfig, parse_method
-    from lrtune.eval.loops import _controlled
+    from lrtune.eval.loops import _controlled, run_pricing
 
     cfg = EvalConfig()
     assert cfg.decode.gamma2 == 4 and cfg.models.backend == "vllm" and cfg.models.shared_engine
-    dcfg, _ = _controlled(None, cfg, parse_method("oracle", 3, 4), None, None, {"alpha1": 0.6, "alpha2": 0.5})
+    spec = parse_method("oracle", 3, 4)
+    plan = run_pricing(cfg, [spec, parse_method("lr+sd", 3, 4)])
+    assert plan.engine_drafts == 4  # the shared engine drafts --gamma2, decided by the rule the decoder uses
+    dcfg, _ = _controlled(None, cfg, spec, None, None, {"alpha1": 0.6, "alpha2": 0.5}, plan)
     assert (dcfg.method, dcfg.gamma1) == ("lr", 1)  # each γ2 drafting its own: (1, 1), lr+sd
 
 

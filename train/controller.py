@@ -43,7 +43,7 @@ from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
 from lrtune.errors import ConfigError
 from lrtune import outdir
 from lrtune.runfiles import backup_path, log, read_json
-from lrtune.speedup import best_gammas, h
+from lrtune.pricing import Pricing
 
 from lrtune.policies import learned
 
@@ -204,10 +204,12 @@ def _keep_backup(out: Path) -> None:
     log(f"the previous controller is kept in {backup}")
 
 
-def engine_drafts(bounds: Bounds) -> int | None:
-    """Draft tokens per SD pass of the engine the controller will run on: ``gamma2_max`` (the
-    shared engine drafts the controller's largest γ2 and cuts per request); None without SD."""
-    return bounds.gamma2_max or None
+def training_pricing(prof: dict, bounds: Bounds) -> Pricing:
+    """The plan a controller is trained and judged with: the profile's c1, c2 and b(n) (priced by
+    the longest of n steps), on the engine it will run on, which drafts ``gamma2_max`` tokens per
+    pass (the shared engine drafts the controller's largest γ2 and cuts per request; 0 without SD)."""
+    return Pricing(c1=prof["c1"], c2=prof["c2"], batch_cost=learned.priced_batch_cost(prof),
+                   engine_drafts=bounds.gamma2_max)
 
 
 def _folds(n: int, k: int, seed: int) -> list[np.ndarray]:
@@ -219,11 +221,10 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
                    prof: dict) -> dict:
     """Held-out α errors and speedup-model decision quality (see module docstring)."""
     arms = bounds.arms()
-    c1, c2, b = prof["c1"], prof["c2"], learned.priced_batch_cost(prof)
-    drafted = engine_drafts(bounds)
+    pricing = training_pricing(prof, bounds)
 
     def hv(arm, a1, a2):
-        return h(arm[0], arm[1], min(a1, 0.999), c1, min(a2, 0.999), c2, b, drafted)
+        return pricing.speedup("lr", arm[0], arm[1], min(a1, 0.999), min(a2, 0.999))
 
     err, err_mean, h_learned, h_fixed, h_oracle = [], [], [], [], []
     for test in _folds(len(X), min(cfg.folds, len(X)), cfg.seed):
@@ -234,7 +235,7 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
         err_mean.append(np.abs(Y[train].mean(axis=0) - Y[test]))
         fixed = max(arms, key=lambda a: float(np.mean([hv(a, *Y[i]) for i in train])))
         for i, p in zip(test, pred):
-            chosen = best_gammas(p[0], c1, p[1], c2, bounds.M, bounds.gamma1_max, bounds.gamma2_max, b, drafted)
+            chosen = pricing.best_gammas(p[0], p[1], bounds)
             arm = bounds.clip(chosen.gamma1, chosen.gamma2)
             h_learned.append(hv(arm, *Y[i]))
             h_fixed.append(hv(fixed, *Y[i]))
@@ -277,10 +278,9 @@ def run(cfg: TrainControllerConfig) -> dict:
     scores = {r: cross_validate(X, Y, r, cfg, bounds, prof) for r in (0.1, 1.0, 10.0, 100.0, 1000.0)}
     ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
     model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
-    c1, c2, b = prof["c1"], prof["c2"], learned.priced_batch_cost(prof)
-    drafted = engine_drafts(bounds)
+    pricing = training_pricing(prof, bounds)
     best_fixed = max(bounds.arms(), key=lambda a: float(np.mean(
-        [h(a[0], a[1], min(y[0], 0.999), c1, min(y[1], 0.999), c2, b, drafted) for y in Y])))
+        [pricing.speedup("lr", a[0], a[1], min(y[0], 0.999), min(y[1], 0.999)) for y in Y])))
     metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
                "folds": cfg.folds}
     metrics["best_fixed"] = list(best_fixed)
