@@ -36,7 +36,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from lrtune.api import Decoder, ModelConfig
+    from lrtune.decoding import Decoder
+    from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.tasks import get_task
 

@@ -54,7 +54,8 @@ def _same_mixed(one, grouped, mixed) -> bool:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from lrtune.api import Decoder, ModelConfig
+    from lrtune.decoding import Decoder
+    from lrtune.modelconfig import ModelConfig
     from lrtune.backends.base import GenParams
     from lrtune.batchcost import measure_batch_cost
     from lrtune.eval.metrics import answer_counts

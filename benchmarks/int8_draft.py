@@ -48,7 +48,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    from lrtune.api import ModelConfig
+    from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.eval import metrics
     from lrtune.eval.config import EvalConfig, EvalOptions

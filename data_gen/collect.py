@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune import schema
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.configs import ArgumentParser, Command, Section
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
@@ -129,9 +129,7 @@ def validate_run(cfg: CollectConfig) -> _Plan:
     dcfg = dataclasses.replace(cfg.decode, record="logprobs+draft_scores").validate()
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
-    from lrtune.data_gen.rollout import parse_teacher
-
-    spec = parse_teacher(opts.teacher.spec)
+    spec = opts.teacher.parsed
     if opts.rollout.samples and spec.kind == "verifier":
         raise ConfigError(f"--rollout-samples needs a rollout teacher, got {opts.rollout.samples} with --teacher "
                           f"{opts.teacher.spec}")
@@ -145,7 +143,7 @@ def validate_run(cfg: CollectConfig) -> _Plan:
         raise ConfigError("no problems to collect")
     mine = [(i, p) for i, p in enumerate(problems) if i % opts.shards.num_shards == opts.shards.shard_id]
     backup = check_collect_out(cfg)  # cheap: before the models, which may be built on first use
-    from lrtune.api import check_configs, require_a_prompt_that_fits
+    from lrtune.build import check_configs, require_a_prompt_that_fits
 
     models = _decode_models(cfg, spec)
     check_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
@@ -186,9 +184,7 @@ def _decode_models(cfg: CollectConfig, spec) -> ModelConfig:
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
     """Decode ``todo`` (batched, ``--max-concurrent`` in flight) and store each problem's
     labelled pairs and problem row as it ends (:class:`_Collector`)."""
-    from lrtune.data_gen.rollout import parse_teacher
-
-    spec = parse_teacher(cfg.options.teacher.spec)
+    spec = cfg.options.teacher.parsed
     models = _decode_models(cfg, spec)
     _Collector(cfg, dcfg, models, spec, models.verifier, task, todo, store).run()
 

@@ -88,7 +88,7 @@ class _Collector:
 
     def __init__(self, cfg: CollectConfig, dcfg: DecodeConfig, models, spec, live: str, task, todo,
                  store: ShardStore) -> None:
-        from lrtune.api import Decoder
+        from lrtune.decoding import Decoder
         from lrtune.verifiers.simple import ExactVerifier
 
         self.cfg, self.dcfg, self.opts, self.spec, self.live = cfg, dcfg, cfg.options, spec, live

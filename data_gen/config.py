@@ -4,17 +4,18 @@ with the models and decoding (:class:`CollectConfig`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.decoder import DecodeConfig
-from lrtune.schema import STRICT, Count, Fraction, Problems, Seed, Text
+from lrtune.schema import STRICT, Checked, Count, Fraction, Problems, Seed, Text
 
 
 @dataclass
-class TeacherOptions:
+class TeacherOptions(Checked):
     """Who labels the pairs (flat options ``--teacher``, ``--teacher-threshold``)."""
 
     __pydantic_config__ = STRICT
@@ -23,9 +24,16 @@ class TeacherOptions:
     threshold: Fraction | None = field(default=None, metadata={"help": "the teacher accepts when its score >= this "
                                                                      "(default: the verifier's own)"})
 
+    @cached_property
+    def parsed(self):
+        """``spec`` parsed once (:func:`lrtune.data_gen.rollout.parse_teacher`); every step reads it."""
+        from lrtune.data_gen.rollout import parse_teacher
+
+        return parse_teacher(self.spec)
+
 
 @dataclass
-class RolloutOptions:
+class RolloutOptions(Checked):
     """How a rollout teacher labels (``--rollout-*``)."""
 
     __pydantic_config__ = STRICT
@@ -37,7 +45,7 @@ class RolloutOptions:
 
 
 @dataclass
-class ShardOptions:
+class ShardOptions(Checked):
     """Which problems this process collects (``--num-shards``, ``--shard-id``)."""
 
     __pydantic_config__ = STRICT
@@ -47,7 +55,7 @@ class ShardOptions:
 
 
 @dataclass
-class FeatureOptions:
+class FeatureOptions(Checked):
     """Feature columns recorded beside the teacher's label."""
 
     __pydantic_config__ = STRICT
@@ -58,7 +66,7 @@ class FeatureOptions:
 
 
 @dataclass
-class RayOptions:
+class RayOptions(Checked):
     """Running the shards as Ray tasks (``--ray``, ``--ray-*``)."""
 
     __pydantic_config__ = STRICT
@@ -71,7 +79,7 @@ class RayOptions:
 
 
 @dataclass
-class CollectOptions:
+class CollectOptions(Checked):
     """What to collect and where; the teacher, rollouts, shards, features and Ray are typed
     sub-configs whose flags keep their flat names."""
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
-from lrtune.schema import STRICT, Positive, Seed, Size, Text
+from lrtune.schema import STRICT, Checked, Positive, Seed, Size, Text
 
 
 @dataclass
-class JudgeProbeConfig:
+class JudgeProbeConfig(Checked):
     """Settings of ``lrtune labels judge-probe``."""
 
     __pydantic_config__ = STRICT

@@ -35,13 +35,13 @@ from pathlib import Path
 
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
-from lrtune.schema import STRICT, Count, NonNegative, Seed, Size, Text
+from lrtune.schema import STRICT, Checked, Count, NonNegative, Seed, Size, Text
 
 EDITS = ("space", "bold")
 
 
 @dataclass
-class LabelNoiseConfig:
+class LabelNoiseConfig(Checked):
     """Settings of ``lrtune labels noise`` (models and engine: the collect's own)."""
 
     __pydantic_config__ = STRICT
@@ -107,7 +107,7 @@ def collect_settings(data: Path):
     """(ModelConfig, DecodeConfig, CollectOptions) a collect directory was made with, from its
     ``collect_config.json`` (keys this lrtune does not know are ignored)."""
     from lrtune.data_gen.collect import CollectOptions
-    from lrtune.api import ModelConfig
+    from lrtune.modelconfig import ModelConfig
     from lrtune.dataset import read_config
     from lrtune.decoder import DecodeConfig
 
@@ -139,7 +139,7 @@ def flip_rates(rows: list[dict], seed: int) -> dict:
 def main(args: LabelNoiseConfig) -> int:
     """Probe the rollout teacher (phase 1 -- every input checked -- before any model loads)."""
     from lrtune.data_gen.rollout import RolloutItem, rollout_labels
-    from lrtune.api import Decoder
+    from lrtune.decoding import Decoder
     from lrtune.dataset import load_tables
     from lrtune.runfiles import json_out_file, write_json_file
     from lrtune.tasks import get_task

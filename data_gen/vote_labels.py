@@ -33,11 +33,11 @@ from pathlib import Path
 
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
-from lrtune.schema import STRICT, Count, Positive, Seed, Size, Text
+from lrtune.schema import STRICT, Checked, Count, Positive, Seed, Size, Text
 
 
 @dataclass
-class VoteLabelsConfig:
+class VoteLabelsConfig(Checked):
     """Settings of ``lrtune labels vote`` (models and engine: the collect's own)."""
 
     __pydantic_config__ = STRICT
@@ -139,7 +139,7 @@ def main(args: VoteLabelsConfig) -> int:
     from lrtune import outdir
     from lrtune.data_gen.label_noise import collect_settings, rebuild_prefix
     from lrtune.data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
-    from lrtune.api import Decoder
+    from lrtune.decoding import Decoder
     from lrtune.dataset import load_tables
     from lrtune.runfiles import json_out_file
     from lrtune.tasks import get_task

@@ -8,15 +8,15 @@ from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.decoder import DecodeConfig
-from lrtune.schema import STRICT, Problems, Seed, Size, Text
+from lrtune.schema import STRICT, Checked, Problems, Seed, Size, Text
 
 MODES = ("latency", "throughput")
 
 
 @dataclass
-class EvalOptions:
+class EvalOptions(Checked):
     """What to evaluate and where to write it (models/decoding: ModelConfig, DecodeConfig)."""
 
     __pydantic_config__ = STRICT

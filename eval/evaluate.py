@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune import schema
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.batchcost import interpolate, read_profile_curve, read_profile_sd_curve
 from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
 from lrtune.configs import Command, Section
@@ -101,7 +101,7 @@ def run(cfg: EvalConfig) -> Summary:
 
     for s in specs:
         dcfg = s.decode_config(cfg.decode).validate()
-        parsed = check_verifier_spec(s.verifier or cfg.models.verifier)
+        parsed = check_verifier_spec(s.verifier or cfg.models.verifier_spec)
         if dcfg.uses_lr and (dcfg.score_rounds or "score" in (s.round_kinds or ())):
             require_one_sided(parsed)  # before --out is claimed
     pricing = run_pricing(cfg, specs)  # the plan every controller and the oracle price with
@@ -126,7 +126,7 @@ def run(cfg: EvalConfig) -> Summary:
     if opts.profile:
         profile_curve, profile_sd = read_profile_curve(opts.profile), read_profile_sd_curve(opts.profile)
     check_resume(cfg)  # cheap: before the models, which may be built on first use
-    from lrtune.api import check_configs, require_a_prompt_that_fits
+    from lrtune.build import check_configs, require_a_prompt_that_fits
 
     resolved = check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
                              load_all_methods=_uses_draft(cfg, specs),

@@ -78,7 +78,7 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
     """The run's pricing plan, decided once before any model loads: ``--profile``'s costs and
     the shared SD engine's draft count (the engine the decoder will start,
     :func:`lrtune.api.shared_spec_tokens`; 0 without one)."""
-    from lrtune.api import shared_spec_tokens
+    from lrtune.build import shared_spec_tokens
     from lrtune.pricing import plan
 
     # the decoder is built for lr+sd (so it always loads the draft) and loads every method's engines
@@ -91,7 +91,7 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
 def _check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
     """The run's controller and each method's own (``adaptive/c=``), built with the run's plan
     (cheap: no model loads) so that a bad name or directory fails before ``--out`` is touched."""
-    from lrtune.api import build_controller
+    from lrtune.build import build_controller
 
     ctl = build_controller(cfg.models.controller, cfg.decode, pricing)
     own = {s.controller: build_controller(s.controller, cfg.decode, pricing) for s in specs if s.controller}
@@ -119,7 +119,7 @@ def asked_gamma2s(cfg: EvalConfig, specs, controllers=(), pricing: Pricing | Non
 
 
 def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
-    from lrtune.api import Decoder
+    from lrtune.decoding import Decoder
 
     t0 = time.perf_counter()
     uses_draft = _uses_draft(cfg, specs)

@@ -27,7 +27,7 @@ import dataclasses
 import time
 from dataclasses import replace
 
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.configs import Command, Section
 from lrtune.decoder import DecodeConfig
 from lrtune import schema
@@ -37,7 +37,7 @@ from lrtune.runfiles import json_out_file, write_json_file
 
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.eval.evaluate import machine_info
-    from lrtune.api import Decoder
+    from lrtune.decoding import Decoder
     from lrtune.tasks import get_task
 
     schema.check(opts)

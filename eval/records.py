@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError
 from lrtune.outdir import check_out, claim_out

@@ -17,9 +17,9 @@ __all__ = ["Decoder", "DecodeOutput", "DecodeConfig", "DecodeStats", "LookaheadD
 
 def __getattr__(name: str):
     if name in ("Decoder", "DecodeOutput"):
-        from lrtune import api
+        from lrtune import decoding
 
-        return getattr(api, name)
+        return getattr(decoding, name)
     if name in ("DecodeConfig", "LookaheadDecoder"):
         from lrtune import decoder
 

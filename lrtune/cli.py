@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
 from lrtune.boundary import run_guarded, split_debug
-from lrtune.schema import STRICT, ProblemIndex, Seed, Text
+from lrtune.schema import STRICT, Checked, ProblemIndex, Seed, Text
 
 
 @dataclass
-class DecodeOptions:
+class DecodeOptions(Checked):
     """What ``lrtune decode`` decodes and prints (models: ModelConfig; decoding: DecodeConfig)."""
 
     __pydantic_config__ = STRICT
@@ -47,7 +47,7 @@ class DecodeOptions:
 
 
 def make_parser() -> ArgumentParser:
-    from lrtune.api import ModelConfig
+    from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
 
     parser = ArgumentParser(prog="lrtune", description="Lookahead Reasoning + speculative decoding")
@@ -171,7 +171,7 @@ def _dispatch(args) -> int:
 
 
 def cmd_pipeline(args) -> int:
-    from lrtune.api import ModelConfig
+    from lrtune.modelconfig import ModelConfig
     from lrtune.errors import ConfigError
     from lrtune.pipeline import PipelineOptions, run
 
@@ -208,7 +208,8 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_decode(args) -> int:
-    from lrtune.api import Decoder, ModelConfig
+    from lrtune.decoding import Decoder
+    from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.errors import ConfigError
 

@@ -116,6 +116,9 @@ def from_flat(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
     if hasattr(cls, "legacy_values"):
         extra = {k: values[k] for k in legacy_flags(cls) if k in values}
         kwargs = cls.legacy_values({**kwargs, **extra})
+    if prefix:  # a sub-config: its parent checks the whole tree, naming each option by its flat flag
+        with schema.deferred():
+            return cls(**kwargs)
     return cls(**kwargs)
 
 

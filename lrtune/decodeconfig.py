@@ -11,8 +11,8 @@ draft step that the target would write itself, and each target row starts after 
 and a one-sided verifier judges each draft step from that prefill, without generating the
 target's own steps; then the target writes the step after the accepted prefix:
 :mod:`lrtune.score_round`). Every field's type states its range
-(:mod:`lrtune.schema`); :meth:`DecodeConfig.validate` checks them and the few rules that
-remain between options (width, temperature).
+(:mod:`lrtune.schema`); both they and the few rules that remain between options (width,
+temperature) are checked when a config is built.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import StringConstraints
 
 from lrtune import schema
 from lrtune.errors import ConfigError
-from lrtune.schema import STRICT, Count, Gamma, Seed, Size
+from lrtune.schema import STRICT, Checked, Count, Gamma, Seed, Size
 from lrtune.steps import DEFAULT_DELIMITER
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
@@ -81,7 +81,7 @@ class ScheduleFlags:
 
 
 @dataclass
-class DecodeConfig(ScheduleFlags):
+class DecodeConfig(Checked, ScheduleFlags):
     """How to decode one prompt (module docstring)."""
 
     __pydantic_config__ = STRICT
@@ -122,6 +122,17 @@ class DecodeConfig(ScheduleFlags):
     def score_drafts(self) -> bool:
         return self.record in ("draft_scores", "logprobs+draft_scores")
 
+    def for_round(self, gamma1: int, gamma2: int, schedule: str) -> DecodeConfig:
+        """One round's config at a controller's (γ1, γ2) and round kind (``schedule``): a copy,
+        not a new user config, so 0 is allowed (γ1 = 0: the target alone or SD; γ2 = 0: no SD
+        inside the step) where a user's depths start at 1. The controller's bounds and the
+        decoder checked the values."""
+        import copy
+
+        out = copy.copy(self)
+        out.gamma1, out.gamma2, out.schedule = int(gamma1), int(gamma2), schedule
+        return out
+
     @staticmethod
     def legacy_values(values: dict) -> dict:
         """``values`` (flags or YAML keys) with the old switches (``async_lr``, ``early_abort``,
@@ -147,8 +158,14 @@ class DecodeConfig(ScheduleFlags):
         return values
 
     def validate(self) -> DecodeConfig:
-        """The schema (types, ranges, choices) and the rules between options; returns self."""
+        """The schema (types, ranges, choices) and the rules between options, again (both ran when
+        this config was built; this catches a change since); returns self."""
         schema.check(self)
+        self.check_rules()
+        return self
+
+    def check_rules(self) -> None:
+        """The rules between options; ConfigError on the first one broken."""
         if self.width > 1 and self.schedule != "sync":
             raise ConfigError(f"--schedule {self.schedule} runs one branch: drop --width {self.width}")
         if self.reuse_drafts and self.temperature > 0:
@@ -160,4 +177,3 @@ class DecodeConfig(ScheduleFlags):
             raise ConfigError("--draft-stop ends the chains of sync rounds: use --schedule sync, abort or score (not async)")
         if self.score_drafts and self.async_lr:
             raise ConfigError("draft-step scores come from sync LR's target rows: use --schedule sync (not async)")
-        return self

@@ -300,13 +300,13 @@ class LookaheadDecoder(RoundVerification):
             if not s.controller.bounds.allows(g1, g2):
                 raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
                                   f"{s.controller.bounds}")
-            cfg = replace(base_cfg, gamma1=g1, gamma2=g2 if base_cfg.uses_sd else base_cfg.gamma2)
             kind = s.controller.round_kind() if g1 > 0 and callable(getattr(s.controller, "round_kind", None)) else None
+            schedule = base_cfg.schedule
             if kind is not None:  # lr: the target generates its own steps; score: a prefill judges them
                 if kind not in ("lr", "score"):
                     raise ConfigError(f"controller chose round kind {kind!r}; expected lr or score")
-                cfg = replace(cfg, schedule="score" if kind == "score" else
-                              "sync" if base_cfg.score_rounds else base_cfg.schedule)
+                schedule = "score" if kind == "score" else "sync" if base_cfg.score_rounds else base_cfg.schedule
+            cfg = base_cfg.for_round(g1, g2 if base_cfg.uses_sd else base_cfg.gamma2, schedule)
             if g1 == 0:
                 h = s.controller.horizon()
                 horizon = budget if h is None else max(1, min(h, budget))

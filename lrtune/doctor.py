@@ -51,11 +51,11 @@ from pydantic import StringConstraints
 
 from lrtune import schema
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.schema import STRICT, Share, Text
+from lrtune.schema import STRICT, Checked, Share, Text
 
 
 @dataclass
-class DoctorOptions:
+class DoctorOptions(Checked):
     __pydantic_config__ = STRICT
 
     models: Literal["tiny", "random", "default"] = field(default="tiny", metadata={"help": "tiny (trained on the spot, ~20 s on a CPU) | random (random weights shaped like the default pair; a GPU with no network) | default (the offline default pair)"})

@@ -17,7 +17,7 @@ Like ``cli.py`` this is a face of the library: it is the one module of ``lrtune`
 from __future__ import annotations
 
 from lrtune import schema
-from lrtune.schema import STRICT, Count, Gamma, Problems, Seed, Text
+from lrtune.schema import STRICT, Checked, Count, Gamma, Problems, Seed, Text
 
 import dataclasses
 import json
@@ -26,7 +26,7 @@ from typing import Literal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrtune.api import ModelConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.configs import flat_dict
@@ -75,7 +75,7 @@ SizeName = Literal["tiny", "default", "medium", "large"]  # the keys of SIZES (a
 
 
 @dataclass
-class PipelineOptions:
+class PipelineOptions(Checked):
     """The loop's settings (models and engine: ModelConfig; see also ``--size``)."""
 
     __pydantic_config__ = STRICT
@@ -142,7 +142,7 @@ def run_stage(name: str, argv: list[str]) -> None:
 def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig) -> None:
     """Phase 1 of the loop, before any stage starts or ``--out`` is touched: every option
     (schema), the task, teacher and student, the models and the output root."""
-    from lrtune.api import check_configs
+    from lrtune.build import check_configs
     from lrtune.tasks import get_task
     from lrtune.verifiers.distilled import STUDENT_KINDS
 

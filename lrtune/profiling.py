@@ -10,7 +10,7 @@ from typing import Annotated
 
 from annotated_types import Interval
 
-from lrtune.schema import STRICT, Text
+from lrtune.schema import STRICT, Checked, Text
 
 from dataclasses import dataclass, field, replace
 
@@ -19,7 +19,7 @@ from lrtune.runfiles import log
 
 
 @dataclass
-class ProfileOptions:
+class ProfileOptions(Checked):
     __pydantic_config__ = STRICT
 
     out: Text = field(default="results/profile.json", metadata={"help": "JSON file to write"})

@@ -7,8 +7,9 @@ Interval(ge=1, le=16)]``), finiteness (no NaN or infinity anywhere), its allowed
 characters. :func:`check` validates a config instance against its class with pydantic (the
 library vLLM validates its own config dataclasses with), whether the values came from flags,
 a YAML file or Python, and turns the first violation into one :class:`ConfigError` line
-that names the option. Rules between options (this one excludes that one) stay in each
-config's ``validate()``, which calls :func:`check` first.
+that names the option. Configs derive from :class:`Checked`, so the check runs when an
+instance is built; rules between options (this one excludes that one) live in each config's
+``check_rules()``, run right after, and ``validate()`` runs both again (after a change).
 
 The aliases below are the vocabulary the configs use.
 """
@@ -16,6 +17,8 @@ The aliases below are the vocabulary the configs use.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -70,6 +73,42 @@ def _flag_at(cls: type, loc: list[str]) -> str:
 @lru_cache(maxsize=None)
 def _adapter(cls: type) -> TypeAdapter:
     return TypeAdapter(cls)
+
+
+_CHECKING: ContextVar[bool] = ContextVar("lrtune_schema_checking", default=False)
+
+
+@contextmanager
+def deferred():
+    """Configs built inside this block skip their check: a sub-config assembled for its parent,
+    which checks the whole tree when it is built (and names each option by its flat flag)."""
+    token = _CHECKING.set(True)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
+
+
+class Checked:
+    """Base of the config dataclasses: the schema is checked when an instance is built, whatever
+    builds it (flags, a YAML file, Python, ``dataclasses.replace``), and the checked values are
+    kept (ints given for float options become floats); then :meth:`check_rules`, the rules
+    between options. A bad value raises :class:`ConfigError` at once, naming the option."""
+
+    def __post_init__(self) -> None:
+        if _CHECKING.get():  # the copy pydantic builds while checking this instance
+            return
+        token = _CHECKING.set(True)
+        try:
+            ok = check(self)
+        finally:
+            _CHECKING.reset(token)
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, getattr(ok, f.name))
+        self.check_rules()
+
+    def check_rules(self) -> None:
+        """The rules between options (none here); ConfigError on the first one broken."""
 
 
 def check(obj: Any) -> Any:

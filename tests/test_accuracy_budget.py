@@ -94,8 +94,8 @@ def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_sa
 
         verifier = None
 
-    monkeypatch.setattr("lrtune.api.Decoder.from_configs", lambda *a, **k: Dec())
-    monkeypatch.setattr("lrtune.api.check_configs", lambda *a, **k: None)
+    monkeypatch.setattr("lrtune.decoding.Decoder.from_configs", lambda *a, **k: Dec())
+    monkeypatch.setattr("lrtune.build.check_configs", lambda *a, **k: None)
     monkeypatch.setattr(accuracy_budget, "run_ladder", lambda *a, **k: dict(evidence))
     before = distilled.read_meta(tmp_path / "ckpt")
     got = recalibrate.run(recalibrate.CalibrateConfig(verifier=str(tmp_path / "ckpt"), max_accuracy_loss=0.05,

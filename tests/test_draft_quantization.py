@@ -67,7 +67,10 @@ def test_copy_is_built_once_and_rebuilt_when_a_weight_file_changes(pair, int8_dr
 
 
 def test_int8_on_transformers_is_refused_before_any_model_resolves(tmp_path):
-    models = ModelConfig(target=str(tmp_path / "missing"), backend="transformers", draft_quantization="int8")
+    with pytest.raises(ConfigError, match="--draft-quantization int8 needs --backend vllm"):  # when it is built
+        ModelConfig(target=str(tmp_path / "missing"), backend="transformers", draft_quantization="int8")
+    models = ModelConfig(target=str(tmp_path / "missing"), backend="transformers")
+    models.draft_quantization = "int8"  # changed after it was built: check_configs checks again
     with pytest.raises(ConfigError, match="--draft-quantization int8 needs --backend vllm"):
         check_configs(models, DecodeConfig(method="lr+sd"), progress=False)
 

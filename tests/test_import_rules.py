@@ -8,8 +8,9 @@ as one of the stage ``train``.
   files and the core (the step-pair dataset's schema, reader and card are ``lrtune.dataset``).
 - ``policies`` (the controllers) imports only the core.
 - The core ``lrtune`` imports a stage only in its faces: ``cli.py`` and ``pipeline.py`` (every
-  stage) and ``api.py`` (``policies``, the controllers a decoder runs); ``doctor.py`` and
+  stage) and ``build.py`` (``policies``, the controllers a decoder runs); ``doctor.py`` and
   ``doctor_checks.py`` none.
+- ``api.py`` is a face with no code of its own: nothing in the core or the stages imports it.
 - Nothing imports a stage by its folder name (``import train``): installed, there is none.
 """
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("data_gen", "train", "eval")
 PACKAGES = ("lrtune", "policies", *STAGES)
 FACES = {"lrtune/cli.py": set(STAGES) | {"policies"}, "lrtune/pipeline.py": set(STAGES) | {"policies"},
-         "lrtune/api.py": {"policies"}}
+         "lrtune/build.py": {"policies"}}
 
 
 def package_of(module: str) -> str:
@@ -181,6 +182,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_of_lrtune_sits_in_an_import_cycle():
     assert cycles(import_graph(module_files())) == []
+
+
+def test_nothing_in_the_core_or_the_stages_imports_the_python_api_face():
+    graph = import_graph(module_files())
+    assert sorted(m for m, targets in graph.items() if "lrtune.api" in targets) == []
 
 
 def test_the_core_never_imports_the_command_line():

@@ -169,10 +169,10 @@ def test_collect_refuses_vote_settings_that_cannot_vote(tmp_path, opts, match):
     from lrtune.errors import ConfigError
 
     kw = {"teacher": "rollout", **opts}
-    cfg = CollectConfig(options=collect_options(task="gsm_symbolic", limit=1, out=str(tmp_path / "o"), **kw),
-                        models=ModelConfig(), decode=DecodeConfig(method="lr"))
-    with pytest.raises(ConfigError, match=match):
-        run(cfg)
+    with pytest.raises(ConfigError, match=match):  # a bad value when the options are built, a rule at the run
+        run(CollectConfig(options=collect_options(task="gsm_symbolic", limit=1, out=str(tmp_path / "o"), **kw),
+                          models=ModelConfig(), decode=DecodeConfig(method="lr")))
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_merge_treats_vote_options_that_are_off_as_absent():

@@ -20,11 +20,11 @@ from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune.schema import STRICT, Fraction
+from lrtune.schema import STRICT, Checked, Fraction
 
 
 @dataclass
-class Budget:
+class Budget(Checked):
     """A guarantee's two numbers, shared by every command that sets a threshold by one
     (``lrtune train verifier``'s calibration, ``lrtune calibrate``)."""
 

@@ -25,7 +25,7 @@ from typing import Annotated
 from annotated_types import Interval
 
 from lrtune import schema
-from lrtune.schema import STRICT, Seed, Text
+from lrtune.schema import STRICT, Checked, Seed, Text
 
 import hashlib
 import json
@@ -52,7 +52,7 @@ TRAIN_CONFIG = "train_config.json"
 
 
 @dataclass
-class TrainControllerConfig:
+class TrainControllerConfig(Checked):
     """Fitting of the learned controller (see module docstring)."""
 
     __pydantic_config__ = STRICT

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -69,6 +70,13 @@ class CalibrateConfig(Budget):
                                                              "verifier; a checkpoint is updated in place)"})
     dry_run: bool = field(default=False, metadata={"help": "print the result, write nothing"})
 
+    @cached_property
+    def verifier_spec(self):
+        """``verifier`` parsed once (:class:`lrtune.verifiers.VerifierSpec`); every step reads it."""
+        from lrtune.verifiers import VerifierSpec
+
+        return VerifierSpec.parse(self.verifier)
+
     def validate(self) -> "CalibrateConfig":
         from lrtune import schema
         from lrtune.verifiers import MODEL_VERIFIERS, check_verifier_spec
@@ -79,7 +87,7 @@ class CalibrateConfig(Budget):
         if self.max_accuracy_loss is None and not self.data:
             raise ConfigError("lrtune calibrate needs --data COLLECT_DIR (labelled pairs), or --max-accuracy-loss Δ "
                               "to calibrate on decoded answers")
-        spec = check_verifier_spec(self.verifier)
+        spec = check_verifier_spec(self.verifier_spec)
         if spec.threshold is not None:
             raise ConfigError(f"--verifier: give it without @T ({self.verifier!r}): calibrate chooses the threshold")
         if spec.kind in MODEL_VERIFIERS:
@@ -113,7 +121,7 @@ def _scored(cfg: CalibrateConfig, examples):
     from lrtune.train.verifier import one_sided_view
     from lrtune.verifiers import make_verifier
 
-    v = make_verifier(cfg.verifier)
+    v = make_verifier(cfg.verifier_spec)
     view = cfg.rounds if cfg.rounds != "auto" else ("score" if getattr(v, "name", "") == "distilled:router" else "lr")
     pairs = [one_sided_view(e.pair) if view == "score" else e.pair for e in examples]
     return score_pairs(v, pairs), [e.label for e in examples], view
@@ -139,10 +147,9 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
         return run_accuracy(cfg, models, decode)
     from lrtune.train.calibrate import agreement, bound_threshold, uncertified_warning
     from lrtune.train.data import fingerprint
-    from lrtune.verifiers import VerifierSpec
 
     cfg.validate()
-    spec = VerifierSpec.parse(cfg.verifier)
+    spec = cfg.verifier_spec
     out = None
     if cfg.out and not cfg.dry_run:
         from lrtune.runfiles import json_out_file
@@ -179,16 +186,17 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     import dataclasses
     import hashlib
 
-    from lrtune.api import Decoder, ModelConfig, check_configs
+    from lrtune.decoding import Decoder
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.build import check_configs
     from lrtune.configs import flat_dict
     from lrtune.decoder import DecodeConfig
     from lrtune.dataset import unseen_problems
     from lrtune.tasks import get_task
     from lrtune.train.accuracy_budget import budget_story, parse_ladder, run_ladder
-    from lrtune.verifiers import VerifierSpec
 
     cfg.validate()
-    spec = VerifierSpec.parse(cfg.verifier)
+    spec = cfg.verifier_spec
     models = dataclasses.replace(models or ModelConfig(), verifier=cfg.verifier, verifier_threshold=None,
                                  controller=None).validate()
     dcfg = dataclasses.replace(decode or DecodeConfig(), method="lr+sd").validate()
@@ -268,7 +276,7 @@ def summary_lines(calib: dict) -> list[str]:
 
 
 def _sections():
-    from lrtune.api import ModelConfig
+    from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
 
     return (Section(CalibrateConfig),

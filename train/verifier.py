@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 from annotated_types import Interval
 
 from lrtune import schema
-from lrtune.schema import STRICT, Count, Seed, Text
+from lrtune.schema import STRICT, Checked, Count, Seed, Text
 from pydantic import StringConstraints
 
 import contextlib
@@ -52,7 +52,7 @@ STOPPING_RULES = ("epochs", "patience")  # decide only where training stops: a r
 
 
 @dataclass
-class SplitOptions:
+class SplitOptions(Checked):
     """The train / validation / test split by template (all students; a template's problems stay together)."""
 
     __pydantic_config__ = STRICT
@@ -62,7 +62,7 @@ class SplitOptions:
     seed: Seed = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
 
 @dataclass
-class NeuralOptions:
+class NeuralOptions(Checked):
     """The cross-encoder and lm-judge students: base model, LoRA and the training loop."""
 
     __pydantic_config__ = STRICT
@@ -85,7 +85,7 @@ class NeuralOptions:
     keep_train_state: bool = field(default=False, metadata={"help": "keep OUT.train-state after a successful export"})
 
 @dataclass
-class FeatureOptions:
+class FeatureOptions(Checked):
     """The features and forest students."""
 
     __pydantic_config__ = STRICT
@@ -113,7 +113,7 @@ StudentKind = Literal["cross-encoder", "lm-judge", "features", "forest", "router
 
 
 @dataclass
-class TrainVerifierConfig:
+class TrainVerifierConfig(Checked):
     """Distillation of a teacher verifier (see module docstring); options of one student kind
     or one step are typed sub-configs whose flags keep their flat names."""
 

@@ -70,6 +70,11 @@ class VerifierSpec:
         kind, arg = parse_spec(base)
         return cls(kind, arg=arg, threshold=thr)
 
+    @classmethod
+    def of(cls, spec: str | VerifierSpec) -> VerifierSpec:
+        """``spec`` itself when it is parsed already, else :meth:`parse` of it."""
+        return spec if isinstance(spec, VerifierSpec) else cls.parse(spec)
+
     @property
     def one_sided(self) -> bool | None:
         """Whether this verifier judges a draft step alone (what a score round needs), known
@@ -112,12 +117,12 @@ def split_threshold(spec: str) -> tuple[str, float | None]:
     return base, thr
 
 
-def check_verifier_spec(spec: str) -> VerifierSpec:
+def check_verifier_spec(spec: str | VerifierSpec) -> VerifierSpec:
     """The parsed spec; ConfigError when ``spec`` names no verifier (nothing is built; a
     checkpoint's metadata is read and checked)."""
     from lrtune.verifiers.distilled import read_meta
 
-    parsed = VerifierSpec.parse(spec)
+    parsed = VerifierSpec.of(spec)
     if parsed.kind == "checkpoint":
         read_meta(parsed.path)
     return parsed
@@ -156,14 +161,15 @@ def parse_spec(spec: str) -> tuple[str, float | str | None]:
     return kind, None
 
 
-def make_verifier(spec: str | Verifier, *, threshold: float | None = None, seed: int = 0,
+def make_verifier(spec: str | VerifierSpec | Verifier, *, threshold: float | None = None, seed: int = 0,
                   model: str | None = None, backend=None, device: str = "cpu") -> Verifier:
-    """Build a verifier from ``spec`` (see module docstring); a Verifier passes through."""
-    if not isinstance(spec, str):
+    """Build a verifier from ``spec`` (a spec text, or one parsed already; see module
+    docstring); a Verifier passes through."""
+    if not isinstance(spec, (str, VerifierSpec)):
         if not isinstance(spec, Verifier):
             raise ConfigError(f"not a verifier: {spec!r}")
         return spec
-    parsed = VerifierSpec.parse(spec)
+    parsed = VerifierSpec.of(spec)
     threshold = threshold if threshold is not None else parsed.threshold
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"verifier threshold must be in [0, 1], got {threshold}")

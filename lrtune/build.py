@@ -1,0 +1,213 @@
+"""Building a decoder, phase 1 (no engine started): every option, the verifier spec, the model
+directories, the GPU memory plan (:func:`check_configs`), and the parts a decoder is built
+from: its verifier, its controller (priced by the run's plan, :mod:`lrtune.pricing`), the
+prompts it will take. Commands call these before they claim an output directory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from lrtune.decodeconfig import DecodeConfig
+from lrtune.errors import ConfigError, ConfigTypeError
+from lrtune.modelconfig import ModelConfig
+from lrtune.verifiers import MODEL_VERIFIERS, Verifier, VerifierSpec, make_verifier
+
+def verifier_of(models: ModelConfig, verifier=None) -> VerifierSpec | Verifier:
+    """The verifier a decoder is built with, parsed once: ``verifier`` (a spec text is parsed,
+    a parsed spec or a built Verifier is kept) or else ``models.verifier_spec``."""
+    if verifier is None:
+        return models.verifier_spec
+    return VerifierSpec.of(verifier) if isinstance(verifier, (str, VerifierSpec)) else verifier
+
+
+def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
+    """The ``--judge-model`` directory when the verifier is a model verifier that uses it
+    (``llm_judge``/``target_score``), else None (the target judges itself)."""
+    from lrtune.models import resolve_model
+
+    spec = verifier_of(models, verifier)
+    if models.judge_model and isinstance(spec, VerifierSpec) and spec.kind in MODEL_VERIFIERS:
+        # role "target": "default" names the default target model
+        return resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress)
+    return None
+
+
+def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, judge_dir: str | None,
+                    load_judge) -> Verifier:
+    """The verifier; model verifiers judge with the target, or with ``judge_dir``
+    (:func:`judge_path`) loaded by ``load_judge(path)`` on the same backend."""
+    judge = load_judge(judge_dir) if judge_dir else target
+    return make_verifier(verifier_of(models, verifier), threshold=models.verifier_threshold, seed=cfg.seed, backend=judge,
+                         device=verifier_device(models.device))
+
+
+def build_controller(spec, cfg: DecodeConfig, pricing=None):
+    """A controller from a policy name, a learned-controller directory, or an object with
+    ``choose``/``update`` (passed through, unchanged); None stays None (fixed depths from ``cfg``).
+    Built ones are priced by ``pricing`` (a :class:`lrtune.pricing.Pricing`, the run's plan;
+    default costs when None), their bounds stopped at its engine's γ2. Without token-level SD
+    in ``cfg.method`` the decoder runs γ2 = 0 whatever is chosen, so a built controller's bounds
+    pin γ2 to 0 (it never picks, prices or waits on a γ2 > 0)."""
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        from lrtune.control import checked_controller
+
+        return checked_controller(spec)
+    from pathlib import Path
+
+    from lrtune.pricing import Pricing
+
+    pricing = pricing or Pricing()
+    if Path(spec).expanduser().is_dir():
+        from lrtune.policies.learned import load
+
+        ctl = load(spec, seed=cfg.seed, pricing=pricing)
+        return ctl if cfg.uses_sd else ctl.derive(bounds=replace(ctl.bounds, gamma2_max=0, gamma2_min=0))
+    from lrtune.control import Bounds
+    from lrtune.policies import make_controller
+
+    gamma2 = cfg.gamma2 if cfg.uses_sd else 0
+    bounds = Bounds.covering(cfg.gamma1, gamma2)
+    if not cfg.uses_sd:
+        bounds = replace(bounds, gamma2_max=0)
+    return make_controller(spec, gamma1=cfg.gamma1, gamma2=gamma2, bounds=pricing.cap(bounds), pricing=pricing,
+                           seed=cfg.seed)
+
+
+def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
+    """Token ids of ``prompts`` as the target will see them (chat template applied), from
+    the target's tokenizer alone: lengths can be checked before any model loads."""
+    from lrtune.backends.tokenizer import TokenizerMixin
+    from lrtune.models import resolve_model
+
+    tok = TokenizerMixin()
+    tok.model = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
+    tok._load_tokenizer()
+    return [tok.encode_prompt(p) for p in prompts]
+
+
+def require_a_prompt_that_fits(models: ModelConfig, cfg: DecodeConfig, prompts: Sequence[str], *,
+                               progress: bool = True) -> None:
+    """ConfigError unless at least one prompt fits ``max_model_len`` with its budget
+    (``max_new_tokens + max_step_tokens``); checked from the tokenizer, before any model loads."""
+    need = cfg.max_new_tokens + cfg.max_step_tokens
+    if not any(len(ids) + need <= models.max_model_len for ids in encode_prompts(models, prompts, progress=progress)):
+        raise ConfigError(f"no problem fits max_model_len {models.max_model_len} with --max-new-tokens "
+                          f"{cfg.max_new_tokens} and --max-step-tokens {cfg.max_step_tokens}; raise --max-model-len "
+                          "or lower them")
+
+
+def prompt_list(prompts) -> list:
+    """``generate``'s ``prompts`` as a list of prompts, each a text or a list of token ids (one
+    text or one list of ids is one prompt); :class:`ConfigTypeError` / :class:`ConfigError`
+    naming the argument otherwise (ids themselves are checked against the vocabulary later)."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if not isinstance(prompts, (list, tuple)):
+        raise ConfigTypeError(f"prompts: a text, a list of token ids, or a list of those; got {type(prompts).__name__}")
+    if not prompts:
+        raise ConfigError("prompts: an empty list; give at least one prompt")
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompts):
+        return [list(prompts)]  # one prompt of token ids
+    for i, p in enumerate(prompts):
+        if not isinstance(p, (str, list, tuple)):
+            raise ConfigTypeError(f"prompts[{i}]: a text or a list of token ids, got {type(p).__name__}")
+    return list(prompts)
+
+
+def verifier_device(device: str) -> str:
+    """Where a distilled verifier runs: ``auto`` is CUDA when present, else CPU."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass(frozen=True)
+class ResolvedModels:
+    """What :func:`check_configs` found: model directories and the GPU memory plan."""
+
+    target: str
+    draft: str | None
+    judge: str | None
+    memory: object | None = None  # lrtune.memory.MemoryPlan on a GPU with vLLM
+    draft_quantization: str = "none"  # what the draft engines run: "none" (as saved) or "int8"
+    heterogeneous_vocab: bool = False  # one tokenizer, padded vocab sizes that differ (vllm_platform rule B)
+    shared_spec_tokens: int = 0  # γ2 of the shared SD engine (0: one target engine per γ2)
+    target_engines: tuple[int, ...] = (0,)  # γ2 keys of every target engine the memory plan counts
+
+
+def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load_all_methods: bool = False,
+                  progress: bool = True, gamma2s: Iterable[int] = (), controller_gamma2_max: int = 0) -> ResolvedModels:
+    """Phase 1 of building a decoder, with no engine started: every option (schema and rules),
+    the verifier spec, the model directories (config and weight headers readable; the default
+    pair is built once if missing), tokenizer compatibility and vocab sizes, the judge model
+    and the GPU memory plan, which counts every target engine: the γ2 values a run asks for
+    besides ``cfg.gamma2`` (``gamma2s``: an evaluate sweep) and a controller's range up to
+    ``controller_gamma2_max``. Commands call it before they claim an output directory;
+    ``Decoder.from_configs`` calls it too."""
+    from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
+
+    cfg.validate()
+    models.validate()
+    spec = verifier_of(models, verifier)
+    if isinstance(spec, VerifierSpec):
+        from lrtune.verifiers import check_verifier_spec
+
+        parsed = check_verifier_spec(spec)
+        if cfg.uses_lr and cfg.score_rounds:
+            from lrtune.score_round import require_one_sided
+
+            require_one_sided(parsed)
+    if models.max_model_len < cfg.max_step_tokens + 2:
+        raise ConfigError("max_model_len is too small for one step")
+    if models.draft_quantization == "int8":
+        from lrtune.quantize import check_int8_runs
+
+        check_int8_runs(models.backend)
+    needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
+    target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
+    draft_path = None
+    if needs_draft:
+        draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
+        check_tokenizers_compatible(target_path, draft_path)
+    padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
+    quant = "none"
+    if models.draft_quantization != "none":
+        from lrtune.quantize import draft_for_engines
+
+        if draft_path:
+            draft_path, quant = draft_for_engines(models.draft_quantization, draft_path, backend=models.backend,
+                                                  dtype=models.dtype, cache_dir=models.cache_dir, progress=progress,
+                                                  gpu_cap=models.gpu_memory_utilization)
+    judge_dir = judge_path(models, spec, progress)
+    plan, shared, keys = None, 0, (0,)
+    if models.backend == "vllm":
+        from lrtune.backends.vllm import gpu_memory_plan
+        from lrtune.memory import target_engine_keys
+
+        shared = shared_spec_tokens(models, cfg, has_draft=bool(draft_path), load_all_methods=load_all_methods,
+                                    controller_gamma2_max=controller_gamma2_max)
+        sd = cfg.uses_sd or load_all_methods
+        # a controller on the shared engine picks within its γ2 (Pricing.cap); without one, any γ2 of its range
+        ranged = range(1, controller_gamma2_max + 1) if sd and not shared else ()
+        asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
+        keys = target_engine_keys(asked, shared=shared)
+        spec_model = draft_path if models.sd_method == "draft" else None
+        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model,
+                               engines={"target": len(keys)})
+    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys)
+
+
+def shared_spec_tokens(models: ModelConfig, cfg: DecodeConfig, *, has_draft: bool, load_all_methods: bool,
+                       controller_gamma2_max: int = 0) -> int:
+    """γ2 of the one vLLM SD engine that serves every γ2 up to it (drafts cut per request),
+    or 0 when each γ2 gets its own engine (no draft model, ngram SD, ``shared_engine=False``).
+    With a controller it drafts the controller's largest γ2."""
+    if not (models.shared_engine and has_draft and models.sd_method == "draft" and cfg.gamma2 > 0
+            and (cfg.uses_sd or load_all_methods)):
+        return 0
+    return max(cfg.gamma2, controller_gamma2_max)
