@@ -1,4 +1,4 @@
-"""How a revision's code is put together, by the measures issue 54 names, before and after.
+"""How a revision's code is put together: import cycles, controller pricing, the API face; before and after.
 
 For each revision (``git archive`` into a temporary folder, nothing run): the modules that sit
 in an import cycle (imports inside functions counted), the longest modules, the places that
