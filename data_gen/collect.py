@@ -74,12 +74,13 @@ def check_collect_out(cfg: CollectConfig) -> bool:
     return not same
 
 
-def prepare_out(cfg: CollectConfig, backup: bool) -> Path:
-    """Phase 2 (after :func:`check_collect_out`): claim ``--out``, move an old dataset of
-    another config to a backup folder when ``backup``, record this config."""
+def prepare_out(cfg: CollectConfig, backup: bool, lock: str | None = None) -> Path:
+    """Phase 2 (after :func:`check_collect_out`): claim ``--out`` (``lock``: default this
+    shard's, so shards of one dataset run side by side), move an old dataset of another config
+    to a backup folder when ``backup``, record this config."""
     if backup:  # the old dataset, its owner record included, moves aside first
         move_to_backup(Path(cfg.options.out).expanduser())
-    out = claim_out(cfg.options.out, "collect")
+    out = claim_out(cfg.options.out, "collect", lock=lock or f".lrtune-lock-s{cfg.options.shards.shard_id:03d}")
     key = collect_key(cfg)
     path = out / CONFIG
     if not path.is_file() or _recorded_key(path) != key:
@@ -212,7 +213,7 @@ def run_ray(cfg: CollectConfig) -> dict:
         raise ConfigError("--ray needs Ray: pip install 'lrtune[ray]'") from None
     opts = cfg.options
     plan = validate_run(dataclasses.replace(cfg, options=_shard_options(opts, 0)))
-    prepare_out(cfg, plan.backup)  # config check and the config file, before any task starts
+    prepare_out(cfg, plan.backup, lock=".lrtune-lock-ray")  # before any task starts; the tasks lock their shards
     env = ray_env(os.environ)
     started_here = not ray.is_initialized()
     if started_here:

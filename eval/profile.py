@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from lrtune.modelconfig import ModelConfig
 from lrtune.configs import Command, Section
+from lrtune.errors import ConfigError
 from lrtune.decoder import DecodeConfig
 from lrtune import schema
 from lrtune.profiling import ProfileOptions, curve_sizes, measure
@@ -46,11 +47,13 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     # measurement, as in evaluate: a second copy of the target would not fit beside it in float32
     dcfg = (DecodeConfig(method="lr+sd", gamma1=opts.gamma1_max, gamma2=opts.sd_gamma2) if opts.sd_gamma2 > 0
             else DecodeConfig(method="lr", gamma1=opts.gamma1_max))
-    task = get_task(opts.task)  # an unknown task fails before any model loads
+    task = get_task(opts.task)  # an unknown task, or a file task's missing file, fails before any model loads
+    big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
+    probs = task.load(limit=max([opts.gamma1_max + 1, opts.sd_prompts, *big]), seed=0, path=opts.data)
+    if not probs:
+        raise ConfigError(f"no problems to profile with in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
     dec = Decoder.from_configs(replace(models, controller=None), dcfg, progress=True)
     dec.start_engines(dcfg)
-    big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
-    probs = task.load(limit=max([opts.gamma1_max + 1, opts.sd_prompts, *big]), seed=0)
     prompts = [dec.encode(task.prompt(p)) for p in probs]
     prof = {**measure(dec.target, dec.draft, prompts, opts), "backend": models.backend, "target": models.target,
             "draft": models.draft, "dtype": models.dtype, "machine": machine_info(), "options": dataclasses.asdict(opts),

@@ -7,8 +7,9 @@ Errors become exit statuses here and nowhere else, one line on stderr each:
   (with ``debug`` the traceback is shown instead);
 * Ctrl-C, at any point, start-up included: ``lrtune: interrupted``, exit 130.
 
-A leaf of the core (it imports only :mod:`lrtune.errors`), so the command line and the
-stages' own entry points share it without importing each other.
+A leaf of the core (it imports only :mod:`lrtune.errors` and :mod:`lrtune.locks`, whose
+output-directory locks it releases when a command ends), so the command line and the stages'
+own entry points share it without importing each other.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def run_guarded(command: Callable[[], int], debug: bool = False) -> int:
     # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read
     # from the environment when torch loads, which the commands do; a user value wins
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    from lrtune import locks
+
     with _one_line_warnings(debug):
         try:
             return command()
@@ -56,6 +59,8 @@ def run_guarded(command: Callable[[], int], debug: bool = False) -> int:
                 raise
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             return _fail(f"unexpected {type(e).__name__}: {first} (rerun with --debug for the traceback)", 1)
+        finally:
+            locks.release_all()  # the command's output directories are free again
 
 
 def _caused_by_interrupt(e: BaseException) -> bool:

@@ -20,6 +20,7 @@ from lrtune.errors import ConfigError, os_error_message
 from lrtune.runfiles import unwritable_ancestor
 
 OWNER = ".lrtune-owner.json"
+LOCK = ".lrtune-lock"  # held while a command writes the folder (lrtune.locks)
 # files (globs) that only one command writes into its output directory
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "collect": ("manifest-s*.json", "pairs", "problems"),
@@ -91,14 +92,19 @@ def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
     return d
 
 
-def claim_out(path: str | Path, command: str, flag: str = "--out") -> Path:
-    """Phase 2: create ``path`` (checked by :func:`check_out`) and record ``command`` as its
-    owner; returns it. Idempotent for the same command."""
+def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str = LOCK) -> Path:
+    """Phase 2: create ``path`` (checked by :func:`check_out`), take its ``lock`` for the rest of
+    the command (:mod:`lrtune.locks`: ConfigError when another lrtune command writes there now)
+    and record ``command`` as its owner; returns it. Idempotent for the same command."""
+    from lrtune import locks
     from lrtune.runfiles import write_atomic
 
     d = check_out(path, command, flag)
     try:
         d.mkdir(parents=True, exist_ok=True)
+        if not locks.hold(d / lock):
+            raise ConfigError(f"{flag} {path} is being written by another lrtune command now; wait for it to end "
+                              f"or pick another {flag}")
         if owner(d) != command or not (d / OWNER).is_file():
             write_atomic(d / OWNER, json.dumps({"command": command}) + "\n")
     except OSError as e:

@@ -109,16 +109,16 @@ def _sized(opts: PipelineOptions) -> DemoSize:
     return dataclasses.replace(size, **{k: v for k, v in over.items() if v is not None})
 
 
-def to_flags(cfg) -> list[str]:
-    """Command-line flags that rebuild dataclass ``cfg`` (every option that is not None;
-    sub-configs by their flat flags)."""
+def to_flags(cfg, drop: tuple[str, ...] = ()) -> list[str]:
+    """Command-line flags that rebuild dataclass ``cfg`` (every option that is not None and not
+    named in ``drop``, whose stage sets or defaults it itself; sub-configs by their flat flags)."""
     from lrtune.configs import flat_fields
 
     values = flat_dict(cfg)
     out: list[str] = []
     for name, f, _ in flat_fields(type(cfg)):
         v = values[name]
-        if v is None:
+        if v is None or name in drop:
             continue
         flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
         if isinstance(v, bool):
@@ -139,9 +139,10 @@ def run_stage(name: str, argv: list[str]) -> None:
                           "re-run the same command: finished stages are skipped")
 
 
-def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig) -> None:
+def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, size: DemoSize | None = None) -> None:
     """Phase 1 of the loop, before any stage starts or ``--out`` is touched: every option
-    (schema), the task, teacher and student, the models and the output root."""
+    (schema), the task, teacher and student, the sizes every stage needs, the models and the
+    output root."""
     from lrtune.build import check_configs
     from lrtune.tasks import get_task
     from lrtune.verifiers.distilled import STUDENT_KINDS
@@ -153,6 +154,9 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig) -
     parse_teacher(opts.teacher)
     if opts.student not in STUDENT_KINDS:
         raise ConfigError(f"--student: must be one of {', '.join(STUDENT_KINDS)}, got {opts.student!r}")
+    if size is not None and size.collect_problems < 3:  # train verifier splits templates into train/val/test
+        raise ConfigError(f"--collect-problems: the verifier is trained, validated and tested on problems of "
+                          f"different templates, so it needs at least 3; got {size.collect_problems}")
     check_out(opts.out, "pipeline")
     check_configs(models, decode, load_all_methods=True)
 
@@ -172,11 +176,11 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     models = dataclasses.replace(models, controller=None)
     decode = DecodeConfig(method="lr+sd", gamma1=opts.gamma1, gamma2=opts.gamma2, max_new_tokens=size.eval_tokens,
                           max_step_tokens=opts.max_step_tokens)
-    validate(opts, models, decode)
+    validate(opts, models, decode, size)
     root = claim_out(opts.out, "pipeline")  # phase 2: every input checked
-    model_flags = to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None))
-    collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens, record=None,
-                                                 schedule=None))
+    model_flags = to_flags(models, drop=("verifier", "verifier_threshold"))
+    collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens),
+                             drop=("record", "schedule"))
     timings: dict[str, float] = {}
 
     def stage(name: str, argv: list[str]) -> None:
@@ -190,13 +194,13 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     profile_path = root / "profile.json"
     # b(n) up to the rows of every collected problem in flight at once (caps collect's concurrency)
     prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=size.profile_tokens, repeats=size.profile_repeats,
-                          task=opts.task, batch_max=min(size.profile_rows, size.collect_problems * (opts.gamma1 + 1)),
+                          task=opts.task, data=opts.data,
+                          batch_max=min(size.profile_rows, size.collect_problems * (opts.gamma1 + 1)),
                           sd_gamma2=opts.gamma2 if size.sd_tokens else 0, sd_tokens=size.sd_tokens or ProfileOptions.sd_tokens,
                           sd_prompts=size.sd_prompts)
     if not _profile_matches(profile_path, prof, models):
         stage("profile", ["profile", *to_flags(prof),
-                          *to_flags(dataclasses.replace(models, verifier=None, verifier_threshold=None,
-                                                        judge_model=None))])
+                          *to_flags(models, drop=("verifier", "verifier_threshold", "judge_model"))])
     stage("collect", ["collect", *to_flags(collect_options(
         task=opts.task, data=opts.data, limit=size.collect_problems, teacher=opts.teacher, out=str(collect_dir),
         progress=opts.progress, profile=str(profile_path))), *model_flags, *collect_flags])
@@ -216,7 +220,7 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
                      profile=str(profile_path))  # b(n) as measured by the profile stage
     stage("evaluate", ["evaluate", *to_flags(ev),
                        *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
-                       *to_flags(dataclasses.replace(decode, method=None, record=None, schedule=None))])
+                       *to_flags(decode, drop=("method", "record", "schedule"))])
     summary = json.loads((root / "eval" / "summary.json").read_text())
     write_atomic(root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)},
                                                     indent=1))

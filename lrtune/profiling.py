@@ -28,6 +28,7 @@ class ProfileOptions(Checked):
     repeats: Annotated[int, Interval(ge=1, le=1000)] = field(default=2, metadata={"help": "timed tries per size (the fastest counts)"})
     batch_max: Annotated[int, Interval(ge=0, le=4096)] = field(default=0, metadata={"help": "also measure b(n) at n = 8, 12, 16, 24, 32, ... up to this (0: only up to gamma1_max + 1)"})
     task: Text = field(default="gsm_symbolic", metadata={"help": "task whose prompts are decoded"})
+    data: Text | None = field(default=None, metadata={"help": "the problems file of a file task (as evaluate's --data)"})
     sd_gamma2: Annotated[int, Interval(ge=0, le=16)] = field(default=4, metadata={"help": "measure c2 from token-level SD runs at this gamma2 (0: c2 = c1)"})
     sd_tokens: Annotated[int, Interval(ge=2, le=100_000)] = field(default=128, metadata={"help": "tokens per SD (and matching plain) run for c2"})
     sd_prompts: Annotated[int, Interval(ge=1, le=1000)] = field(default=3, metadata={"help": "prompts the c2 runs decode (their totals count)"})

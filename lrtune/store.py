@@ -13,7 +13,9 @@ Protocol per problem: write both parquet files under hidden *staged* names
 manifest (temp, fsync, rename: the commit point), then rename the staged files to their
 final names. So ``pairs/*.parquet`` only ever shows files of committed problems: a reader
 never sees rows of a problem an interrupted run did not finish. On restart a committed
-problem whose staged files were not yet renamed is rolled forward (checksums verified);
+problem whose staged files were not yet renamed is rolled forward by the writer (checksums
+verified; a reader such as ``train`` or ``collect --stats`` reads them where they lie and changes
+nothing);
 staged or temp files of uncommitted problems (and stale manifest temp files) are deleted;
 a listed file whose checksum does not match is reported and its problem redone. So a run
 killed at any moment and restarted with the same command ends with every row exactly once.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -61,7 +64,10 @@ class ShardStore:
             (out / sub).mkdir(parents=True, exist_ok=True)
         self.finished: dict[str, dict] = self._load_manifest()
 
-    def _load_manifest(self) -> dict[str, dict]:
+    def _load_manifest(self, roll_forward: bool = True) -> dict[str, dict]:
+        """The manifest's finished problems whose parts check out. ``roll_forward``: the writer
+        (collect, resuming) renames the staged parts of a problem committed before a crash into
+        place; a reader leaves them where they lie and reads them there (reading never writes)."""
         if not self.manifest_path.is_file():
             return {}
         try:
@@ -71,8 +77,9 @@ class ShardStore:
                 if not isinstance(entry["index"], int) or isinstance(entry["index"], bool):
                     raise TypeError("index")
                 for kind in ("pairs", "problems"):
-                    if not (isinstance(entry[kind]["file"], str) and isinstance(entry[kind]["sha256"], str)):
-                        raise TypeError(kind)
+                    if not (isinstance(entry[kind]["file"], str) and isinstance(entry[kind]["sha256"], str)
+                            and _PART.fullmatch(entry[kind]["file"]) and entry[kind]["file"].startswith(kind + "/")):
+                        raise TypeError(kind)  # a part file of its own kind in this dataset, nothing else
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             raise ConfigError(f"{self.manifest_path} is corrupt or not an lrtune manifest; move it away to redo "
                               f"shard {self.shard_id}") from None
@@ -83,6 +90,9 @@ class ShardStore:
                 f = self.out / entry[kind]["file"]
                 staged = _staged(f)
                 if not f.is_file() and staged.is_file() and sha256(staged) == entry[kind]["sha256"]:
+                    if not roll_forward:  # read the committed part where it lies
+                        entry = {**entry, kind: {**entry[kind], "file": str(staged.relative_to(self.out))}}
+                        continue
                     try:
                         os.replace(staged, f)  # committed before the crash: roll forward
                     except OSError:
@@ -133,6 +143,9 @@ class ShardStore:
         _fsync_dirs(self.out / "pairs", self.out / "problems")
 
 
+_PART = re.compile(r"(pairs|problems)/part-s\d{3}-p\d{6}\.parquet")  # what add() writes, and all a manifest may name
+
+
 def _staged(final: Path) -> Path:
     """Where a part is written before its problem commits (hidden from ``*.parquet``)."""
     return final.with_name(f".{final.name}.staged")
@@ -158,13 +171,14 @@ def _fault_point(name: str, problem_number: int) -> None:
 
 
 def all_entries(out: Path) -> dict[str, dict]:
-    """Finished problems of every shard manifest in ``out`` (checksums verified)."""
+    """Finished problems of every shard manifest in ``out`` (checksums verified), read without
+    changing anything (a part a crash left staged is read under its staged name)."""
     entries: dict[str, dict] = {}
     for m in sorted(out.glob("manifest-s*.json")):
         shard = _shard_of(m)
         store = ShardStore.__new__(ShardStore)
         store.out, store.shard_id, store.manifest_path = out, shard, m
-        for pid, e in store._load_manifest().items():
+        for pid, e in store._load_manifest(roll_forward=False).items():
             if pid in entries:
                 raise ConfigError(f"problem {pid} appears in two shard manifests of {out}")
             entries[pid] = e

@@ -41,3 +41,50 @@ def test_evaluate_refuses_a_score_method_with_a_two_sided_verifier_before_claimi
 def test_a_memory_cap_that_leaves_nothing_is_one_line_naming_the_flag():
     with pytest.raises(ConfigError, match="--gpu-memory-utilization is 0.01 of device 0 for target, draft; raise"):
         plan_gpu_memory({"target": 2**30, "draft": 2**29}, cap=0.01)
+
+
+def test_a_demo_collecting_too_few_problems_to_split_by_template_is_refused_before_any_stage(tmp_path):
+    out = tmp_path / "demo"
+    got = subprocess.run([sys.executable, "-m", "lrtune", "demo", "--collect-problems", "2", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert got.returncode == 2 and len(got.stderr.strip().splitlines()) == 1, got.stderr
+    assert "--collect-problems" in got.stderr and "at least 3; got 2" in got.stderr
+    assert not out.exists()  # no profile, no collect: nothing ran
+
+
+def test_profile_reads_a_file_tasks_problems_before_any_model_loads(tmp_path):
+    from lrtune.eval.profile import run
+    from lrtune.profiling import ProfileOptions
+
+    missing = tmp_path / "none.jsonl"
+    models = ModelConfig(target="/nonexistent/target", draft="/nonexistent/draft")
+    with pytest.raises(ConfigError) as e:  # the file's error, not "model path not found"
+        run(ProfileOptions(out=str(tmp_path / "p.json"), task="custom", data=str(missing)), models)
+    assert "none.jsonl" in str(e.value)
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_the_pipeline_hands_a_file_tasks_data_to_its_profile_stage(tmp_path, monkeypatch):
+    import json
+
+    from lrtune import pipeline
+    from tiny_models import get_tiny_pair
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "question": f"{i} + 1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(4)))
+    seen = []
+
+    def first_stage_only(name, argv):
+        seen.append(argv)
+        raise KeyboardInterrupt  # stop the loop after the first stage's command line is built
+
+    monkeypatch.setattr(pipeline, "run_stage", first_stage_only)
+    pair = get_tiny_pair()
+    opts = pipeline.PipelineOptions(out=str(tmp_path / "out"), size="tiny", task="custom", data=str(data),
+                                    progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(opts, ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers"))
+    argv = seen[0]
+    assert argv[0] == "profile" and argv[argv.index("--task") + 1] == "custom"
+    assert argv[argv.index("--data") + 1] == str(data)

@@ -81,6 +81,7 @@ def test_demo_refuses_to_train_a_student_on_too_few_pairs_in_one_line(demo_dir, 
     out.mkdir()
     shutil.copytree(demo_dir / "collect", out / "collect")
     shutil.copy(demo_dir / "profile.json", out / "profile.json")
+    shutil.copy(demo_dir / ".lrtune-owner.json", out / ".lrtune-owner.json")  # a demo's folder, stopped early
     proc = demo(out, "--min-train-pairs", "1000")
     assert proc.returncode != 0
     assert "fewer than --min-train-pairs 1000" in proc.stderr and "Traceback" not in proc.stderr
