@@ -124,7 +124,42 @@ def workspace(root: Path) -> dict:
     ver.mkdir()
     (ver / distilled.META).write_text(json.dumps({"format": distilled.FORMAT, "version": distilled.VERSION,
                                                   "kind": "features", "threshold": "high", "features": ["len_ratio"]}))
+    _datasets_to_read(root)
+    (root / "nul.yaml").write_bytes(b'delimiter: "\\0"\n')
+    (root / "record.yaml").write_bytes(b"record: logprobs\n")
     return w
+
+
+def _datasets_to_read(root: Path) -> None:
+    """Two real datasets (two problems each, written by the store) that a reader must not change:
+    one a crash left with a committed problem's parts still staged, one whose manifest names a
+    file in a folder beside it (``victim``)."""
+    import os
+
+    from lrtune.dataset import CONFIG, PAIR_FIELDS, PROBLEM_FIELDS, schema
+    from lrtune.store import ShardStore, _staged
+
+    for name in ("ds_staged", "ds_escape"):
+        d = root / name
+        d.mkdir()
+        (d / CONFIG).write_text(json.dumps({"options": {"task": "gsm8k", "limit": 2, "teacher": "exact"},
+                                            "models": {"target": "t"}, "decode": {"gamma1": 2}}))
+        store = ShardStore(d, 0)
+        for i, pid in enumerate(("a", "b")):
+            pair = {"problem_id": pid, "task": "gsm8k", "round": 0, "position": 0, "branch": 0, "draft_step": "x",
+                    "target_step": "y", "label": i == 0, "exact_match": False, "teacher": "exact", "judge_s": 0.0}
+            prob = {"problem_id": pid, "index": i, "task": "gsm8k", "correct": True, "finished": True, "wall_s": 1.0,
+                    "tokens": 10, "alpha2": None}
+            store.add(pid, i, [pair], prob, schema(PAIR_FIELDS), schema(PROBLEM_FIELDS))
+    part = root / "ds_staged" / "pairs" / "part-s000-p000001.parquet"
+    os.replace(part, _staged(part))  # the crash window: committed in the manifest, not yet renamed
+    victim = root / "victim"
+    victim.mkdir()
+    (victim / ".part-s000-p000000.parquet.staged").write_bytes(b"someone else's file")
+    m = root / "ds_escape" / "manifest-s000.json"
+    data = json.loads(m.read_text())
+    data["finished"]["a"]["pairs"]["file"] = "../victim/part-s000-p000000.parquet"
+    m.write_text(json.dumps(data))
 
 
 def cases(w: dict) -> list[tuple[str, str, list[str]]]:
@@ -248,6 +283,18 @@ def cases(w: dict) -> list[tuple[str, str, list[str]]]:
         [*ev, "--out", str(r / "owned_evaluate"), "--overwrite", "--methods", "lr/v=llm_judge(fancy)"])
     add("early failures", "collect, no prompt fits",
         [*co, "--max-model-len", "40", "--max-new-tokens", "16", "--max-step-tokens", "16"])
+    add("reading", "train verifier on a crash-staged dataset, too few pairs",
+        ["train", "verifier", "--data", str(r / "ds_staged"), "--out", out, "--no-progress"])
+    add("reading", "collect --stats, manifest names a file beside the dataset",
+        ["collect", "--stats", str(r / "ds_escape")])
+    add("reading", "train verifier, manifest names a file beside the dataset",
+        ["train", "verifier", "--data", str(r / "ds_escape"), "--out", out, "--no-progress"])
+    add("late checks", "demo --collect-problems 2", ["demo", "--collect-problems", "2", "--out", out, *tiny])
+    add("late checks", "profile of a file task without its file",
+        ["profile", "--task", "custom", "--data", str(r / "missing.jsonl"), "--out", str(r / "p.json"), *tiny])
+    add("late checks", "collect --config with a record it would replace", [*co, "--config", str(r / "record.yaml")])
+    add("numbers", "profile --prefill-max 15", ["profile", "--prefill-max", "15", "--out", str(r / "p.json"), *tiny])
+    add("config files", "a NUL delimiter", [*dec, "--max-new-tokens", "16", "--config", str(r / "nul.yaml")])
     for delay in INTERRUPT_DELAYS:
         add("interrupt", f"Ctrl-C {delay} s into a decode", ["decode", "hi", *tiny, "--method", "lr",
                                                              "--max-new-tokens", "300", "--max-step-tokens", "16"])
@@ -276,7 +323,7 @@ def run_case(argv: list[str], env: dict, interrupt_after: float | None = None) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/reliability/bad_input_catalogue.json")
-    ap.add_argument("--only", default=None, help="run only cases whose name contains this")
+    ap.add_argument("--only", default=None, help="run only cases whose name contains this ('|' between alternatives)")
     args = ap.parse_args()
     from lrtune.machine import machine_info
 
@@ -285,7 +332,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lrtune-bad-") as tmp:
         root = Path(tmp)
         w = workspace(root)
-        todo = [c for c in cases(w) if args.only is None or args.only in c[1]]
+        todo = [c for c in cases(w) if args.only is None or any(o in c[1] for o in args.only.split("|"))]
         for kind, name, argv in todo:
             before = snapshot(root)
             delay = float(name.split()[1]) if kind == "interrupt" else None

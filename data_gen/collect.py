@@ -127,6 +127,9 @@ def validate_run(cfg: CollectConfig) -> _Plan:
     if why:
         raise ConfigError(f"collect records every draft/target step pair of sync LR rounds; --schedule "
                           f"{cfg.decode.schedule}: {why}. Use --schedule sync")
+    if cfg.decode.record not in ("steps", "logprobs+draft_scores"):  # "steps" is the default: not set
+        raise ConfigError(f"--record {cfg.decode.record}: collect records logprobs and draft scores itself "
+                          "(logprobs+draft_scores); drop --record")
     dcfg = dataclasses.replace(cfg.decode, record="logprobs+draft_scores").validate()
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")

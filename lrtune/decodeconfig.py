@@ -25,7 +25,7 @@ from pydantic import StringConstraints
 
 from lrtune import schema
 from lrtune.errors import ConfigError
-from lrtune.schema import STRICT, Checked, Count, Gamma, Seed, Size
+from lrtune.schema import NO_NUL, STRICT, Checked, Count, Gamma, Seed, Size
 from lrtune.steps import DEFAULT_DELIMITER
 
 Method = Literal["target", "sd", "lr", "lr+sd"]
@@ -97,7 +97,7 @@ class DecodeConfig(Checked, ScheduleFlags):
     temperature: Annotated[float, Interval(ge=0, le=100)] = field(default=0.0, metadata={"help": "0 = greedy"})
     top_p: Annotated[float, Interval(gt=0, le=1)] = field(default=1.0, metadata={"help": "nucleus sampling mass (temperature > 0)"})
     seed: Seed = field(default=0, metadata={"help": "seed of all sampling (per round and position)"})
-    delimiter: Annotated[str, StringConstraints(min_length=1, max_length=64)] = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
+    delimiter: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)] = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
     context_tokens: Size = field(default=256, metadata={"help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"})
     width: Annotated[int, Interval(ge=1, le=8)] = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps; sync schedule)"})
     branch_temperature: Annotated[float, Interval(gt=0, le=100)] = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})

@@ -34,6 +34,10 @@ class ProfileOptions(Checked):
     sd_prompts: Annotated[int, Interval(ge=1, le=1000)] = field(default=3, metadata={"help": "prompts the c2 runs decode (their totals count)"})
     prefill_max: Annotated[int, Interval(ge=0, le=4096)] = field(default=128, metadata={"help": "measure the target's prefill of a draft chain of 16, 32, 64, ... tokens up to this many (score rounds; 0: skip)"})
 
+    def check_rules(self) -> None:
+        if 0 < self.prefill_max < 16:  # the timed chain lengths are 16, 32, 64, ...: below 16 none is timed
+            raise ConfigError(f"--prefill-max: 0 (skip) or at least 16 (the shortest chain timed), got {self.prefill_max}")
+
 
 def _time(backend, prefixes, tokens: int, repeats: int, gamma2: int = 0) -> float:
     from lrtune.backends.base import GenParams

@@ -88,3 +88,23 @@ def test_the_pipeline_hands_a_file_tasks_data_to_its_profile_stage(tmp_path, mon
     argv = seen[0]
     assert argv[0] == "profile" and argv[argv.index("--task") + 1] == "custom"
     assert argv[argv.index("--data") + 1] == str(data)
+
+
+@pytest.mark.parametrize("build,words", [
+    (lambda: DecodeConfig(delimiter="\x00"), "--delimiter: must not contain a NUL byte"),
+    (lambda: __import__("lrtune.profiling", fromlist=["x"]).ProfileOptions(prefill_max=15),
+     "--prefill-max: 0 (skip) or at least 16"),
+])
+def test_values_that_would_be_silently_useless_are_refused_when_the_config_is_built(build, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        build()
+
+
+def test_collect_refuses_a_record_setting_it_would_silently_replace(tmp_path):
+    from lrtune.data_gen.collect import CollectConfig, collect_options, run
+
+    cfg = CollectConfig(options=collect_options(task="gsm_symbolic", limit=1, out=str(tmp_path / "o")),
+                        models=ModelConfig(), decode=DecodeConfig(method="lr", record="logprobs"))
+    with pytest.raises(ConfigError, match="--record logprobs: collect records logprobs and draft scores itself"):
+        run(cfg)
+    assert not (tmp_path / "o").exists()
