@@ -122,3 +122,13 @@ def test_cli_train_controller_reports_missing_data_in_one_line(tmp_path, capsys)
     rc = main(["train", "controller", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "training data not found" in err[0]
+
+
+def test_a_learned_controller_derived_with_the_runs_plan_keeps_its_trained_costs_and_everything_it_learned():
+    ctl, _, _ = _controller((0.5, 0.7), (0.6, 0.8))
+    run = ctl.derive(round_kinds=("lr", "score"), pricing=Pricing(c1=0.9, c2=0.9, engine_drafts=4))
+    assert type(run) is LearnedController and run is not ctl
+    assert (run.pricing.c1, run.pricing.c2) == (0.3, 0.2)  # the costs it was trained with
+    assert run.pricing.engine_drafts == 4 and run.bounds.gamma2_max == 4  # the run's engine
+    assert run.round_kinds == ("lr", "score") and run.prior_strength == ctl.prior_strength
+    assert run.predictor is ctl.predictor and ctl.round_kinds == ("lr",) and ctl.bounds.gamma2_max == 8
