@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.test_import_rules import cycles, import_graph  # the test's rule, applied to any revision's tree
+
 PACKAGES = {"lrtune": "lrtune", "data_gen": "lrtune.data_gen", "train": "lrtune.train", "eval": "lrtune.eval",
             "policies": "lrtune.policies"}
 PRICING = ("prefill", "engine_drafts", "round_kinds", "c1", "c2", "batch_cost")
@@ -37,74 +39,6 @@ def module_files(root: Path) -> dict[str, Path]:
             rel = f.relative_to(root / folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             out[".".join([dotted, *parts])] = f
-    return out
-
-
-def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the project modules it imports anywhere in its file (``from a import b`` counts
-    ``a.b`` when that is a module, else ``a``: the rule of ``tests/test_import_rules.py``)."""
-    def known(name: str) -> str | None:
-        while name and name not in files:
-            if "." not in name:
-                return None
-            name = name.rsplit(".", 1)[0]
-        return name
-
-    graph: dict[str, set[str]] = {m: set() for m in files}
-    for mod, f in files.items():
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [f"{node.module}.{a.name}" for a in node.names]
-            else:
-                continue
-            graph[mod] |= {t for t in map(known, names) if t is not None and t != mod}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
     return out
 
 

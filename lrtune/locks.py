@@ -1,10 +1,12 @@
 """Exclusive locks on output directories, so two lrtune commands never write one at once.
 
-A command that claims an output directory takes ``fcntl.flock`` on a lock file in it (non
-blocking) and holds it until the command ends (:func:`release_all`, called by the error
-boundary) or the process exits (the kernel drops it even after SIGKILL, so a killed run never
-leaves a stale lock). The lock file is created once, empty, and never written: a rerun that
-finds nothing to do changes nothing in the folder. A leaf of the core (standard library only).
+A command that claims an output directory takes ``fcntl.flock`` (non blocking) on the directory
+itself, so it leaves no file behind (a checkpoint folder holds only the checkpoint), or, where
+several writers share one folder by design (collect's shards), on a lock file of its own part.
+It holds the lock until the command ends (:func:`release_all`, called by the error boundary) or
+the process exits (the kernel drops it even after SIGKILL, so a killed run never leaves a stale
+lock). A lock file is created once, empty, and never written: a rerun that finds nothing to do
+changes nothing in the folder. A leaf of the core (standard library only).
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from pathlib import Path
 _HELD: dict[str, int] = {}  # resolved lock file -> its open descriptor, held by this process
 
 
-def hold(lock_file: Path) -> bool:
-    """Take the lock on ``lock_file`` (created empty if missing) for this process; True when
-    taken (or already held here), False when another process holds it."""
-    key = str(Path(lock_file).resolve())
+def hold(target: Path) -> bool:
+    """Take the lock on ``target``, a directory or a lock file (created empty if missing), for
+    this process; True when taken (or already held here), False when another process holds it."""
+    key = str(Path(target).resolve())
     if key in _HELD:
         return True
-    fd = os.open(key, os.O_RDONLY | os.O_CREAT, 0o644)
+    fd = os.open(key, os.O_RDONLY) if os.path.isdir(key) else os.open(key, os.O_RDONLY | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -20,7 +20,6 @@ from lrtune.errors import ConfigError, os_error_message
 from lrtune.runfiles import unwritable_ancestor
 
 OWNER = ".lrtune-owner.json"
-LOCK = ".lrtune-lock"  # held while a command writes the folder (lrtune.locks)
 # files (globs) that only one command writes into its output directory
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "collect": ("manifest-s*.json", "pairs", "problems"),
@@ -92,9 +91,10 @@ def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
     return d
 
 
-def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str = LOCK) -> Path:
-    """Phase 2: create ``path`` (checked by :func:`check_out`), take its ``lock`` for the rest of
-    the command (:mod:`lrtune.locks`: ConfigError when another lrtune command writes there now)
+def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str | None = None) -> Path:
+    """Phase 2: create ``path`` (checked by :func:`check_out`), lock it for the rest of the
+    command (:mod:`lrtune.locks`: the directory itself, or the lock file ``lock`` in it where
+    several writers share the folder; ConfigError when another lrtune command writes there now)
     and record ``command`` as its owner; returns it. Idempotent for the same command."""
     from lrtune import locks
     from lrtune.runfiles import write_atomic
@@ -102,7 +102,7 @@ def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str = L
     d = check_out(path, command, flag)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        if not locks.hold(d / lock):
+        if not locks.hold(d / lock if lock else d):
             raise ConfigError(f"{flag} {path} is being written by another lrtune command now; wait for it to end "
                               f"or pick another {flag}")
         if owner(d) != command or not (d / OWNER).is_file():

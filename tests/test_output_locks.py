@@ -3,7 +3,6 @@ line, and the directory is free again when the first ends (or dies)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -12,10 +11,12 @@ import pytest
 from lrtune.errors import ConfigError
 
 
-def _hold_in_child(path, lock=".lrtune-lock"):
-    """A child process that holds ``path``'s lock until its stdin closes; returns it once it holds."""
+def _hold_in_child(path, lock=None):
+    """A child process that holds ``path``'s lock (the folder, or its lock file ``lock``) until
+    its stdin closes; returns it once it holds."""
+    target = path / lock if lock else path
     code = ("import sys; from lrtune import locks; from pathlib import Path; "
-            f"assert locks.hold(Path({str(path)!r}) / {lock!r}); print('held', flush=True); sys.stdin.read()")
+            f"assert locks.hold(Path({str(target)!r})); print('held', flush=True); sys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"  # readiness, not a sleep
     return child
@@ -38,6 +39,7 @@ def test_a_second_command_on_an_output_directory_in_use_is_refused_and_changes_n
         child.wait()
     assert claim_out(out, "evaluate") == out  # free once the holder ended
     assert claim_out(out, "evaluate") == out  # and taken again by the same command: no refusal
+    assert sorted(p.name for p in out.iterdir()) == [".lrtune-owner.json"]  # the lock leaves no file
     locks.release_all()
 
 
@@ -76,7 +78,7 @@ def test_the_command_line_frees_its_locks_when_a_command_ends(tmp_path):
     from lrtune.boundary import run_guarded
 
     def command() -> int:
-        assert locks.hold(tmp_path / ".lrtune-lock")
+        assert locks.hold(tmp_path)
         return 0
 
     assert run_guarded(command) == 0
@@ -84,4 +86,3 @@ def test_the_command_line_frees_its_locks_when_a_command_ends(tmp_path):
     child = _hold_in_child(tmp_path)  # another process can take it now
     child.stdin.close()
     assert child.wait() == 0
-    assert os.path.exists(tmp_path / ".lrtune-lock")
