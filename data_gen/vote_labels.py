@@ -134,6 +134,24 @@ def write_dataset(src: Path, out: Path, votes: dict[str, dict], teacher: str | N
     return len(rows)
 
 
+def read_votes(log: Path, vote_cfg: dict) -> dict[str, dict]:
+    """The votes already in ``log`` (``votes.jsonl``, appended as each call ends), by pair key. A
+    torn last line (a kill mid-append) is dropped with a warning and its pair voted again; a log
+    of other settings, or a line that is neither the settings nor a vote, is a ConfigError."""
+    from lrtune.runfiles import load_jsonl
+
+    done: dict[str, dict] = {}
+    for v in load_jsonl(log, keys=(), what="vote"):
+        if v.get("config") is not None:
+            if v["config"] != vote_cfg:
+                raise ConfigError(f"{log} holds votes of other settings ({v['config']}): pick another --out")
+            continue
+        if not isinstance(v.get("key"), str):
+            raise ConfigError(f"{log}: a line that is no vote (no key); move the file away or pick another --out")
+        done[v["key"]] = v
+    return done
+
+
 def main(args: VoteLabelsConfig) -> int:
     """Relabel a rollout-labelled collect with the vote teacher (resumable; phase 1 first)."""
     from lrtune import outdir
@@ -174,17 +192,8 @@ def main(args: VoteLabelsConfig) -> int:
     log = out / "votes.jsonl"
     vote_cfg = {"source": str(data), "samples": args.samples, "temperature": args.temperature, "seed": args.seed,
                 "rollout_tokens": opts.rollout.tokens}
-    done: dict[str, dict] = {}
-    if log.is_file():
-        for line in log.read_text().splitlines():
-            if line.strip():
-                v = json.loads(line)
-                if v.get("config") is not None:
-                    if v["config"] != vote_cfg:
-                        raise ConfigError(f"{log} holds votes of other settings ({v['config']}): pick another --out")
-                    continue
-                done[v["key"]] = v
-    else:
+    done = read_votes(log, vote_cfg)
+    if not log.is_file():
         log.write_text(json.dumps({"config": vote_cfg}) + "\n")
     todo = [p for p in order if any(pair_key(r) not in done for r in by_problem[p])]
     print(f"{len(order)} problems, {len(order) - len(todo)} already voted; {args.samples} sampled rollouts per "

@@ -195,6 +195,11 @@ def record_measurement(model_dir: str | Path, plain_tok_s: float, int8_tok_s: fl
     try:
         data = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):  # lrtune's own cache file, unreadable or not an object: start it again
+        from lrtune.runfiles import log
+
+        log(f"warning: {path} was not a measurement record (a JSON object); it is written anew")
         data = {}
     entry = {"model": str(Path(model_dir).resolve()), "dtype": dtype, "cpu": cpu_model(), "cpu_flags": cpu_flags(),
              "plain_tok_s": plain_tok_s, "int8_tok_s": int8_tok_s, "int8_faster": int8_tok_s > plain_tok_s}

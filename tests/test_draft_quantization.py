@@ -130,3 +130,15 @@ def test_int8_draft_decodes_lossless_sd_and_lr_on_vllm(pair, tmp_path):
         lr = dec.generate([prompt], method="lr+sd")[0]
     assert sd.token_ids == ref.token_ids and lr.token_ids == ref.token_ids
     assert sd.stats.sd.accepted_tokens > 0
+
+
+@pytest.mark.parametrize("content", ["[]", "{not json", '"text"'])
+def test_a_measurement_file_that_is_no_record_is_written_anew_and_the_timing_is_kept(pair, tmp_path, content, capsys):
+    draft = str(pair.draft)
+    path = quantize.measurement_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    assert quantize.measured_faster(draft, tmp_path) is None  # unreadable: never measured
+    entry = quantize.record_measurement(draft, plain_tok_s=100.0, int8_tok_s=120.0, cache_dir=tmp_path)
+    assert entry["int8_faster"] and quantize.measured_faster(draft, tmp_path) is True  # kept, not a crash
+    assert "was not a measurement record" in capsys.readouterr().err

@@ -183,3 +183,25 @@ def test_a_merge_treats_vote_options_that_are_off_as_absent():
            "models": {}}
     assert _settings(old) == _settings(new)
     assert _settings(old) != _settings({**new, "options": {**new["options"], "rollout_samples": 2}})
+
+
+def test_a_votes_log_torn_by_a_kill_mid_append_resumes_without_its_last_line(tmp_path):
+    import json
+
+    from lrtune.data_gen.vote_labels import read_votes
+    from lrtune.errors import ConfigError
+
+    cfg = {"samples": 4, "temperature": 0.7}
+    log = tmp_path / "votes.jsonl"
+    lines = [json.dumps({"config": cfg}), json.dumps({"key": "a", "vote_label": True}),
+             json.dumps({"key": "b", "vote_label": False})]
+    log.write_text("\n".join(lines) + "\n" + lines[2][:17])  # the kill cut the next append short
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert set(read_votes(log, cfg)) == {"a", "b"}
+    assert read_votes(log, cfg).keys() == {"a", "b"}  # the torn line is gone: appending can continue
+    with pytest.raises(ConfigError, match="holds votes of other settings"):
+        read_votes(log, {**cfg, "samples": 8})
+    log.write_text(lines[0] + "\n" + json.dumps({"vote_label": True}) + "\n" + lines[1] + "\n")
+    with pytest.raises(ConfigError, match="no vote"):
+        read_votes(log, cfg)
+    assert read_votes(tmp_path / "none.jsonl", cfg) == {}
