@@ -43,6 +43,7 @@ def validate_model_dir(path: str | Path) -> Path:
             read_json_object(p / "config.json", "model config")
         except ConfigError as e:
             raise ModelError(str(e)) from None
+        generation_eos_ids(p)  # a side file the backends read for the stop tokens
         for f in sorted(p.glob("*.safetensors")):
             why = safetensors_header_problem(f)
             if why:
@@ -50,6 +51,25 @@ def validate_model_dir(path: str | Path) -> Path:
     except OSError as e:
         raise ModelError(f"model path {path}: {os_error_message(e)}") from None
     return p.resolve()
+
+
+def generation_eos_ids(model_dir: str | Path) -> frozenset[int]:
+    """The end-of-sequence ids a model's ``generation_config.json`` names (``eos_token_id``: an
+    id or a list of ids; none without the file or the key); :class:`ModelError` naming the file
+    when it is not a JSON object or the ids are not non-negative integers."""
+    f = Path(model_dir) / "generation_config.json"
+    if not f.is_file():
+        return frozenset()
+    from lrtune.inputs import read_json_object
+
+    try:
+        ids = read_json_object(f, "generation config").get("eos_token_id")
+    except ConfigError as e:
+        raise ModelError(str(e)) from None
+    ids = [] if ids is None else ids if isinstance(ids, list) else [ids]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ModelError(f"{f}: eos_token_id must be a token id or a list of token ids, got {ids!r:.60}")
+    return frozenset(ids)
 
 
 def safetensors_header_problem(path: Path) -> str | None:

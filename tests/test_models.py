@@ -477,3 +477,24 @@ def test_weights_whose_safetensors_header_does_not_read_are_refused_before_loadi
     (d / "model.safetensors").write_bytes(blob)
     with pytest.raises(ModelError, match=words):
         models.resolve_model(str(d), "target")
+
+
+@pytest.mark.parametrize("content,words", [("[2]", "must hold a JSON object, not list"), ("{oops", "not valid JSON"),
+                                           ('{"eos_token_id": [[2]]}', "eos_token_id must be a token id"),
+                                           ('{"eos_token_id": "2"}', "eos_token_id must be a token id"),
+                                           ('{"eos_token_id": -1}', "eos_token_id must be a token id")])
+def test_a_generation_config_that_names_no_stop_ids_is_refused_before_the_model_loads(tmp_path, content, words):
+    d = _hf_dir(tmp_path / "m")
+    (d / "generation_config.json").write_text(content)
+    with pytest.raises(ModelError, match=words):
+        models.resolve_model(str(d), "target")
+
+
+@pytest.mark.parametrize("content,ids", [('{"eos_token_id": 2}', {2}), ('{"eos_token_id": [2, 7]}', {2, 7}),
+                                         ('{"bos_token_id": 1}', set())])
+def test_a_generation_configs_stop_ids_are_an_id_a_list_or_none(tmp_path, content, ids):
+    from lrtune.modeldir import generation_eos_ids
+
+    assert generation_eos_ids(tmp_path) == frozenset()  # no file: none
+    (tmp_path / "generation_config.json").write_text(content)
+    assert generation_eos_ids(tmp_path) == frozenset(ids)

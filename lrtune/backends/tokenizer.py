@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 
 from lrtune.errors import ModelError
 
@@ -21,11 +19,9 @@ class TokenizerMixin:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model)
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load tokenizer of {self.model}: {str(e).splitlines()[0]}") from None
-        eos = {self.tokenizer.eos_token_id}
-        gen_cfg = Path(self.model) / "generation_config.json"
-        if gen_cfg.is_file():
-            ids = json.loads(gen_cfg.read_text()).get("eos_token_id")
-            eos.update(ids if isinstance(ids, list) else [ids])
+        from lrtune.modeldir import generation_eos_ids
+
+        eos = {self.tokenizer.eos_token_id, *generation_eos_ids(self.model)}
         self.eos_ids = frozenset(i for i in eos if i is not None)
 
     def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
