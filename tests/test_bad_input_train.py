@@ -173,6 +173,9 @@ FOREST = {"mean": np.zeros(1), "roots": np.array([0]), "left": np.array([1, -1, 
 
 @pytest.mark.parametrize("tensors,weights,meta,message", [
     ({**LOGISTIC, "intercept": np.zeros(0)}, "features", {}, "holds 0 intercepts, not 1"),
+    ({**LOGISTIC, "intercept": np.array([np.inf])}, "features", {}, "weights that are not finite"),
+    ({**LOGISTIC, "coef": np.array([np.nan])}, "features", {}, "weights that are not finite"),
+    ({**LOGISTIC, "scale": np.zeros(1)}, "features", {}, r"a scale <= 0"),
     (LOGISTIC, "features", {"kind": "cross-encoder"}, "base_model is required for kind 'cross-encoder'"),
     (LOGISTIC, "features", {"kind": "lm-judge"}, "base_model is required for kind 'lm-judge'"),
     (LOGISTIC, "features", {"encoder": 123}, "encoder must be a sentence-encoder name"),
@@ -377,3 +380,11 @@ def test_write_atomic_removes_its_temp_file_when_the_write_fails(tmp_path):
     with pytest.raises(OSError):
         write_atomic(tmp_path / "target", "{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_a_features_student_with_a_huge_intercept_scores_0_or_1_and_never_overflows(tmp_path):
+    pair = StepPair("ctx", "a 1", "b 2")
+    for b, want in ((1e308, 1.0), (-1e308, 0.0), (800.0, 1.0), (-800.0, 0.0)):  # math.exp(800) overflows
+        v = distilled.load(_checkpoint(tmp_path, f"b{b:g}", {**LOGISTIC, "intercept": np.array([b])}, "features",
+                                       kind="features"))
+        assert v.score([pair]) == [want]

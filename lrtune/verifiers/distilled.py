@@ -368,11 +368,19 @@ class FeatureVerifier(_FeatureStudent):
         self.intercept = float(intercept[0])
         if not len(mean) == len(self.scale) == len(self.coef):
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
+        import numpy as np
+
+        if not (np.isfinite(mean).all() and np.isfinite(self.coef).all() and math.isfinite(self.intercept)
+                and np.isfinite(self.scale).all() and (self.scale > 0).all()):
+            raise ConfigError(f"{root}: {self.WEIGHTS} holds weights that are not finite (or a scale <= 0)")
         return mean
 
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
+        import numpy as np
+        from scipy.special import expit  # σ without overflow at any |z|
+
         z = ((self.features(pairs) - self.mean) / self.scale) @ self.coef + self.intercept
-        return [1.0 / (1.0 + math.exp(-float(v))) for v in z]
+        return [float(v) for v in expit(np.asarray(z, dtype=np.float64))]
 
 
 class RouterVerifier(FeatureVerifier):
