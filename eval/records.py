@@ -27,7 +27,8 @@ RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile", "rec
 def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
     """Records of ``records.jsonl`` (:func:`lrtune.runfiles.load_jsonl`: a torn last line is
     dropped and the file rewritten without it, so appending can continue)."""
-    return load_jsonl(path, keys, what="lrtune evaluate record")
+    return load_jsonl(path, keys, what="lrtune evaluate record",
+                      text_keys=tuple(k for k in ("problem", "method") if k in keys))
 
 
 def resume_key(cfg: EvalConfig) -> dict:

@@ -216,10 +216,11 @@ def write_json_file(path: Path, data: object) -> None:
     write_atomic(path, json.dumps(data, indent=1))
 
 
-def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record") -> list[dict]:
-    """The JSON objects of a JSONL file lrtune appends to (each must hold ``keys``); a torn last
-    line (a crash mid-append) is dropped with a warning and the file rewritten without it, so
-    appending can continue; any other bad line is a ConfigError naming the file and line."""
+def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record", text_keys: tuple[str, ...] = ()) -> list[dict]:
+    """The JSON objects of a JSONL file lrtune appends to (each must hold ``keys``, and text at
+    ``text_keys``); a torn last line (a crash mid-append) is dropped with a warning and the file
+    rewritten without it, so appending can continue; any other bad line is a ConfigError naming
+    the file and line."""
     import warnings
 
     if not path.is_file():
@@ -238,6 +239,10 @@ def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record") -> list[
             raise ConfigError(f"{path}:{i + 1}: corrupt line; move the file away to start over") from None
         if not isinstance(rec, dict) or not set(keys) <= set(rec):
             raise ConfigError(f"{path}:{i + 1}: not an {what} (no {'/'.join(keys)}); move the file away or use "
+                              "another --out")
+        bad = next((k for k in text_keys if not isinstance(rec.get(k), str)), None)
+        if bad is not None:
+            raise ConfigError(f"{path}:{i + 1}: not an {what} ({bad} is not text); move the file away or use "
                               "another --out")
         good.append(rec)
     if bad_tail:

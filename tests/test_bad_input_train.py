@@ -388,3 +388,18 @@ def test_a_features_student_with_a_huge_intercept_scores_0_or_1_and_never_overfl
         v = distilled.load(_checkpoint(tmp_path, f"b{b:g}", {**LOGISTIC, "intercept": np.array([b])}, "features",
                                        kind="features"))
         assert v.score([pair]) == [want]
+
+
+@pytest.mark.parametrize("record", [{"options": []}, {"options": "x"}, {"format": 1}])
+def test_a_train_config_that_is_no_training_record_is_refused_in_one_line_and_kept(tmp_path, record):
+    from lrtune.train.verifier import run
+
+    data = write_pairs(tmp_path / "a", _synthetic_rows())
+    cfg = _features_cfg(tmp_path, data)
+    out = Path(cfg.out)
+    out.mkdir(parents=True)
+    (out / "train_config.json").write_text(json.dumps(record))
+    before = snapshot(out)
+    with pytest.raises(ConfigError, match="is not a verifier's training record"):
+        run(cfg)
+    assert snapshot(out) == before

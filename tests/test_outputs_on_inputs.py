@@ -79,3 +79,19 @@ def test_an_error_about_ids_read_from_a_file_names_lines_never_the_files_content
     typed = SimpleNamespace(**{**vars(opts), "problem_ids": "no-such-id"})
     with pytest.raises(ConfigError, match="no-such-id"):  # what the user typed may be quoted back
         listed_problems(get_task("gsm_symbolic"), typed)
+
+
+@pytest.mark.parametrize("problem", [["p1"], 3, None, {"id": "p1"}])
+def test_an_evaluate_record_whose_problem_or_method_is_not_text_is_refused_naming_its_line(tmp_path, problem):
+    import json
+
+    from lrtune.errors import ConfigError
+    from lrtune.eval.records import load_records
+
+    f = tmp_path / "records.jsonl"
+    f.write_text(json.dumps({"problem": "p0", "method": "target"}) + "\n"
+                 + json.dumps({"problem": problem, "method": "target"}) + "\n")
+    before = f.read_bytes()
+    with pytest.raises(ConfigError, match=r"records.jsonl:2: not an lrtune evaluate record \(problem is not text\)"):
+        load_records(f)
+    assert f.read_bytes() == before

@@ -183,6 +183,9 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
     out = check_out(cfg.out, "train verifier")  # phase 1: reads only, up to claim_out below
     key = config_key({"options": cfg}, free=RESUME_FREE)
     old = read_json(out / TRAIN_CONFIG)
+    if old is not None and not isinstance(old.get("options"), dict):
+        raise ConfigError(f"{out / TRAIN_CONFIG} is not a verifier's training record (no options object); use "
+                          "another --out or delete it")
     if old is not None and old != key:
         changed = sorted(k for k in key["options"] if old.get("options", {}).get(k) != key["options"][k])
         old_rest = {**old, "options": {k: v for k, v in old.get("options", {}).items() if k not in STOPPING_RULES}}
