@@ -36,6 +36,23 @@ from lrtune.profiling import ProfileOptions, curve_sizes, measure
 from lrtune.runfiles import json_out_file, write_json_file
 
 
+def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list[str]) -> None:
+    """ConfigError unless the longest timed draft chain fits after the prompts it follows in
+    ``--max-model-len`` (from the tokenizer alone, before any model loads): a chain cut short
+    by the context would time too little and report a cost below zero."""
+    from lrtune.build import encode_prompts
+    from lrtune.profiling import prefill_lengths
+
+    lengths = prefill_lengths(opts.prefill_max)
+    if not lengths:
+        return
+    longest = max(len(ids) for ids in encode_prompts(models, prompts, progress=True))
+    if longest + max(lengths) + 1 > models.max_model_len:
+        raise ConfigError(f"--prefill-max {opts.prefill_max}: a draft chain of {max(lengths)} tokens after a prompt of "
+                          f"{longest} does not fit --max-model-len {models.max_model_len}; lower --prefill-max or raise "
+                          "--max-model-len")
+
+
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.eval.evaluate import machine_info
     from lrtune.decoding import Decoder
@@ -52,6 +69,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     probs = task.load(limit=max([opts.gamma1_max + 1, opts.sd_prompts, *big]), seed=0, path=opts.data)
     if not probs:
         raise ConfigError(f"no problems to profile with in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
+    _check_prefill_fits(opts, models, [task.prompt(p) for p in probs[:max(1, opts.repeats)]])
     dec = Decoder.from_configs(replace(models, controller=None), dcfg, progress=True)
     dec.start_engines(dcfg)
     prompts = [dec.encode(task.prompt(p)) for p in probs]

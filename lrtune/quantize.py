@@ -85,7 +85,11 @@ def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head
 def _complete(d: Path) -> bool:
     try:
         meta = json.loads((d / MARKER).read_text())
-        return meta.get("format") == FORMAT and all(sha256(d / name) == digest for name, digest in meta["sha256"].items())
+        digests = meta["sha256"]
+        # every weight file of the copy is listed and matches: an empty or partial list proves nothing
+        weights = {f.name for f in d.glob("*.safetensors")}
+        return bool(meta.get("format") == FORMAT and isinstance(digests, dict) and weights and set(digests) >= weights
+                    and all(isinstance(v, str) and sha256(d / name) == v for name, v in digests.items()))
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -215,7 +219,8 @@ def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, 
     except (OSError, ValueError):
         return None
     entry = data.get(_measure_key(model_dir, dtype)) if isinstance(data, dict) else None
-    return bool(entry["int8_faster"]) if isinstance(entry, dict) and "int8_faster" in entry else None
+    faster = entry.get("int8_faster") if isinstance(entry, dict) else None
+    return faster if isinstance(faster, bool) else None  # "no" or 0 is no answer: measure again
 
 
 def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int = 64, repeats: int = 3,

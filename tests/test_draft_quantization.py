@@ -142,3 +142,28 @@ def test_a_measurement_file_that_is_no_record_is_written_anew_and_the_timing_is_
     entry = quantize.record_measurement(draft, plain_tok_s=100.0, int8_tok_s=120.0, cache_dir=tmp_path)
     assert entry["int8_faster"] and quantize.measured_faster(draft, tmp_path) is True  # kept, not a crash
     assert "was not a measurement record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("digests", [{}, [], {"model.safetensors": {}}, {"other.safetensors": "0" * 64}])
+def test_a_copy_whose_marker_proves_nothing_about_its_weights_is_not_complete(int8_draft, tmp_path, digests):
+    import shutil
+
+    _, d = int8_draft
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy)
+    marker = json.loads((copy / quantize.MARKER).read_text())
+    assert quantize._complete(copy)
+    (copy / quantize.MARKER).write_text(json.dumps({**marker, "sha256": digests}))
+    assert not quantize._complete(copy)  # rebuilt, not trusted
+
+
+@pytest.mark.parametrize("answer", ["no", 0, None, "yes"])
+def test_a_measurement_that_is_no_yes_or_no_counts_as_never_measured(pair, tmp_path, answer):
+    draft = str(pair.draft)
+    quantize.record_measurement(draft, plain_tok_s=100.0, int8_tok_s=120.0, cache_dir=tmp_path)
+    path = quantize.measurement_file(tmp_path)
+    data = json.loads(path.read_text())
+    for entry in data.values():
+        entry["int8_faster"] = answer
+    path.write_text(json.dumps(data))
+    assert quantize.measured_faster(draft, tmp_path) is None

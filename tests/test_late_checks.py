@@ -108,3 +108,20 @@ def test_collect_refuses_a_record_setting_it_would_silently_replace(tmp_path):
     with pytest.raises(ConfigError, match="--record logprobs: collect records logprobs and draft scores itself"):
         run(cfg)
     assert not (tmp_path / "o").exists()
+
+
+def test_profile_refuses_a_prefill_chain_that_cannot_fit_the_context_before_any_model_loads(tmp_path, monkeypatch):
+    from lrtune.eval import profile
+    from lrtune.profiling import ProfileOptions
+    from tiny_models import get_tiny_pair
+
+    pair = get_tiny_pair()
+
+    def no_engine(*a, **k):
+        raise AssertionError("a model loaded before the refusal")
+
+    monkeypatch.setattr("lrtune.decoding.Decoder.from_configs", no_engine)
+    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", max_model_len=512)
+    with pytest.raises(ConfigError, match="--prefill-max 4096: a draft chain of 4096 tokens after a prompt of"):
+        profile.run(ProfileOptions(out=str(tmp_path / "p.json"), prefill_max=4096), models)
+    assert not (tmp_path / "p.json").exists()
