@@ -113,9 +113,16 @@ def collect_settings(data: Path):
 
     from lrtune.configs import from_flat
 
-    conf = read_config(data / "collect_config.json")
-    return (from_flat(ModelConfig, conf["models"]), from_flat(DecodeConfig, conf["decode"]),
-            from_flat(CollectOptions, conf["options"]))
+    path = data / "collect_config.json"
+    conf = read_config(path)
+    missing = [k for k in ("options", "models", "decode") if k not in conf]
+    if missing:
+        raise ConfigError(f"{path}: not a collect config (no {', '.join(missing)})")
+    try:  # each value through the config's own schema, so a bad one names its option
+        return (from_flat(ModelConfig, conf["models"]), from_flat(DecodeConfig, conf["decode"]),
+                from_flat(CollectOptions, conf["options"]))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def flip_rates(rows: list[dict], seed: int) -> dict:

@@ -125,3 +125,17 @@ def test_profile_refuses_a_prefill_chain_that_cannot_fit_the_context_before_any_
     with pytest.raises(ConfigError, match="--prefill-max 4096: a draft chain of 4096 tokens after a prompt of"):
         profile.run(ProfileOptions(out=str(tmp_path / "p.json"), prefill_max=4096), models)
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("conf,words", [({}, r"not a collect config \(no options, models, decode\)"),
+                                        ({"options": {"task": 3}, "models": {}, "decode": {}}, "--task: must be text"),
+                                        ({"options": {}, "models": {}, "decode": {"gamma1": "2"}}, "--gamma1")])
+def test_the_labels_tools_read_a_collect_config_through_its_schema_naming_the_file(tmp_path, conf, words):
+    import json
+
+    from lrtune.data_gen.label_noise import collect_settings
+
+    (tmp_path / "collect_config.json").write_text(json.dumps(conf))
+    with pytest.raises(ConfigError, match=words) as e:
+        collect_settings(tmp_path)
+    assert str(e.value).startswith(str(tmp_path / "collect_config.json"))
