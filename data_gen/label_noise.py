@@ -160,7 +160,7 @@ def main(args: LabelNoiseConfig) -> int:
         raise ConfigError(f"{data} is labelled by {opts.teacher.spec!r}: the noise probe asks the rollout teacher")
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
-    pairs, _ = load_tables(data)
+    pairs, _ = load_tables(data, pair_columns=("problem_id", "position", "target_step"))
     rows = [r for r in pairs.to_pylist() if r["position"] == 0 and r.get("label") is not None
             and r.get("rollout_target_answer") is not None and r["problem_id"] in problems]
     random.Random(args.seed).shuffle(rows)

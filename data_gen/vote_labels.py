@@ -174,7 +174,8 @@ def main(args: VoteLabelsConfig) -> int:
         raise ConfigError(f"{data} is labelled by {opts.teacher.spec!r}: the vote teacher extends a rollout-labelled collect")
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
-    pairs, _ = load_tables(data)
+    pairs, _ = load_tables(data, pair_columns=("problem_id", "task", "round", "branch", "position", "draft_step",
+                                                "target_step"))
     tasks = {t.strip() for t in args.tasks.split(",") if t.strip()}
     rows = [r for r in pairs.to_pylist() if r.get("label") is not None and r["problem_id"] in problems
             and (not tasks or r["task"] in tasks)]

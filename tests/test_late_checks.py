@@ -139,3 +139,29 @@ def test_the_labels_tools_read_a_collect_config_through_its_schema_naming_the_fi
     with pytest.raises(ConfigError, match=words) as e:
         collect_settings(tmp_path)
     assert str(e.value).startswith(str(tmp_path / "collect_config.json"))
+
+
+def test_the_labels_tools_refuse_pairs_without_the_columns_they_read_before_any_model_loads(tmp_path, monkeypatch):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lrtune.data_gen import label_noise, vote_labels
+
+    def no_engine(*a, **k):
+        raise AssertionError("a model loaded before the refusal")
+
+    monkeypatch.setattr("lrtune.decoding.Decoder.from_configs", no_engine)
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.table({"problem_id": ["gsm_symbolic-0"], "task": ["gsm_symbolic"], "draft_step": ["a"],
+                             "target_step": ["b"], "label": [True]}), data / "pairs.parquet")
+    pq.write_table(pa.table({"problem_id": ["gsm_symbolic-0"], "index": [0]}), data / "problems.parquet")
+    (data / "collect_config.json").write_text(json.dumps({"options": {"teacher": "rollout", "task": "gsm_symbolic"},
+                                                          "models": {}, "decode": {"method": "lr"}}))
+    with pytest.raises(ConfigError, match=r"pairs.parquet: no column 'position'"):
+        label_noise.main(label_noise.LabelNoiseConfig(data=str(data), out=str(tmp_path / "noise.json"), problems=2))
+    with pytest.raises(ConfigError, match=r"pairs.parquet: no column 'round'"):
+        vote_labels.main(vote_labels.VoteLabelsConfig(data=str(data), out=str(tmp_path / "vote"), problems=2))
+    assert not (tmp_path / "noise.json").exists() and not (tmp_path / "vote").exists()
