@@ -151,7 +151,7 @@ def run(cfg: EvalConfig) -> Summary:
             log(f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
                 "plain b(n), which SD rows exceed; rerun lrtune profile")
     if todo:
-        eng, measured, measured_sd = _start(cfg, specs, task, problems, timing)
+        eng, measured, measured_sd = _start(cfg, specs, task, problems, timing, pricing, ctl, own)
         if not opts.profile:
             batch_cost, batch_cost_sd = measured, measured_sd
         if opts.mode == "throughput":

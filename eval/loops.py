@@ -118,13 +118,14 @@ def asked_gamma2s(cfg: EvalConfig, specs, controllers=(), pricing: Pricing | Non
     return out
 
 
-def _start(cfg: EvalConfig, specs, task, problems, timing) -> tuple[_Engines, dict | None, dict | None]:
+def _start(cfg: EvalConfig, specs, task, problems, timing, pricing: Pricing, ctl, own: dict
+           ) -> tuple[_Engines, dict | None, dict | None]:
+    """Start the engines; ``pricing``, ``ctl`` and ``own``: the run's plan and controllers, decided
+    and built before any model loaded (:func:`run_pricing`, :func:`_check_controllers`)."""
     from lrtune.decoding import Decoder
 
     t0 = time.perf_counter()
     uses_draft = _uses_draft(cfg, specs)
-    pricing = run_pricing(cfg, specs)
-    ctl, own = _check_controllers(cfg, specs, pricing)
     dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
                                dataclasses.replace(cfg.decode, method="lr+sd"),
                                progress=cfg.options.progress, load_all_methods=uses_draft,

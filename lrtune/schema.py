@@ -96,13 +96,10 @@ class Checked:
     between options. A bad value raises :class:`ConfigError` at once, naming the option."""
 
     def __post_init__(self) -> None:
-        if _CHECKING.get():  # the copy pydantic builds while checking this instance
+        if _CHECKING.get():  # the copy pydantic builds while checking this instance, or a deferred sub-config
             return
-        token = _CHECKING.set(True)
-        try:
+        with deferred():  # the copies pydantic builds while checking this one are not checked again
             ok = check(self)
-        finally:
-            _CHECKING.reset(token)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, getattr(ok, f.name))
         self.check_rules()
