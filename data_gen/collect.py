@@ -179,10 +179,10 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
 
 def _decode_models(cfg: CollectConfig, spec) -> ModelConfig:
     """The models the collect decoder runs: the teacher decodes (a rollout teacher: --verifier)."""
-    live = spec.live if spec.live is not None else cfg.models.verifier  # what decodes (rollout: --verifier)
+    live = spec.live if spec.live is not None else cfg.models.verification.spec  # what decodes (rollout: --verifier)
     return dataclasses.replace(cfg.models, verifier=live,
                                verifier_threshold=cfg.options.teacher.threshold if spec.kind != "rollout"
-                               else cfg.models.verifier_threshold)
+                               else cfg.models.verification.threshold)
 
 
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
@@ -190,7 +190,7 @@ def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardSto
     labelled pairs and problem row as it ends (:class:`_Collector`)."""
     spec = cfg.options.teacher.parsed
     models = _decode_models(cfg, spec)
-    _Collector(cfg, dcfg, models, spec, models.verifier, task, todo, store).run()
+    _Collector(cfg, dcfg, models, spec, models.verification.spec, task, todo, store).run()
 
 
 # ---- Ray --------------------------------------------------------------------------------

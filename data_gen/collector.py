@@ -125,7 +125,7 @@ class _Collector:
         self.bar = ProgressBar("collect", len(self.todo), self.opts.progress)
         try:
             self.dec.decoder.decode_many(
-                self.encoded, self.dcfg, max_concurrent=self.n_conc, max_len=self.cfg.models.max_model_len,
+                self.encoded, self.dcfg, max_concurrent=self.n_conc, max_len=self.cfg.models.engine.max_model_len,
                 problems=[ProblemInfo(prob.id, self.task.prompt(prob), len(ids), self.opts.task)
                           for (_, prob), ids in zip(self.todo, self.encoded)],
                 on_round=lambda k, r: self.rounds[k].append(r), on_done=self.finish)
@@ -178,7 +178,7 @@ class _Collector:
                 if on_path and self.dcfg.temperature == 0:
                     branch = "draft" if pos < r.committed_drafts else "target"
                     start = len(pre) - len(ids) + len(getattr(item, branch))
-                    room = min(opts.rollout.tokens, self.cfg.models.max_model_len - len(ids) - start - 1)
+                    room = min(opts.rollout.tokens, self.cfg.models.engine.max_model_len - len(ids) - start - 1)
                     known = trajectory_continuation(res.token_ids, res.finish, start, room=room,
                                                     divergent_starts=divergent)
                     if known is not None:
@@ -194,13 +194,13 @@ class _Collector:
         batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
         outcomes, secs = rollout_labels(self.dec.target, self.task, items, max_tokens=self.opts.rollout.tokens,
-                                        max_len=self.cfg.models.max_model_len,
+                                        max_len=self.cfg.models.engine.max_model_len,
                                         gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0)
         votes = [None] * len(items)
         if self.opts.rollout.samples:  # the vote teacher: sampled rollouts beside the greedy ones
             votes, vsecs = sampled_outcomes(self.dec.target, self.task, items, samples=self.opts.rollout.samples,
                                             temperature=self.opts.rollout.temperature, seed=self.dcfg.seed,
-                                            max_tokens=self.opts.rollout.tokens, max_len=self.cfg.models.max_model_len)
+                                            max_tokens=self.opts.rollout.tokens, max_len=self.cfg.models.engine.max_model_len)
             secs += vsecs
         at = 0
         for k, res, st, rows, _ in batch:

@@ -187,14 +187,14 @@ def main(args: LabelNoiseConfig) -> int:
                          "recorded_target_answer": r["rollout_target_answer"], "recorded_label": bool(r["label"])})
     print(f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
           "(rebuilt prefix differs from the recorded one)", flush=True)
-    outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout.tokens, max_len=models.max_model_len,
+    outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout.tokens, max_len=models.engine.max_model_len,
                                     gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
     votes = [None] * len(items)
     if args.samples > 0:
         from lrtune.data_gen.rollout import sampled_outcomes, vote_on
 
         got, vsecs = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
-                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.max_model_len)
+                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.engine.max_model_len)
         secs += vsecs
         for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
             greedy = o["rollout_draft_answer"], o["rollout_target_answer"]

@@ -225,7 +225,7 @@ def main(args: VoteLabelsConfig) -> int:
                     meta.append(r)
             t0 = time.perf_counter()
             got, _ = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
-                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.max_model_len)
+                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.engine.max_model_len)
             secs = time.perf_counter() - t0
             lines = []
             for r, g in zip(meta, got):

@@ -101,7 +101,7 @@ def run(cfg: EvalConfig) -> Summary:
 
     for s in specs:
         dcfg = s.decode_config(cfg.decode).validate()
-        parsed = check_verifier_spec(s.verifier or cfg.models.verifier_spec)
+        parsed = check_verifier_spec(s.verifier or cfg.models.verification.parsed)
         if dcfg.uses_lr and (dcfg.score_rounds or "score" in (s.round_kinds or ())):
             require_one_sided(parsed)  # before --out is claimed
     pricing = run_pricing(cfg, specs)  # the plan every controller and the oracle price with
@@ -225,7 +225,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
     labels = [s.label for s in specs]
     rows = metrics.summarize(recs, labels)
     latency = cfg.options.mode == "latency"  # the model predicts one decode alone; throughput: latencies under load
-    c = predict_rows(specs, rows, recs, batch_cost, latency, cfg.models.verifier, batch_cost_sd)
+    c = predict_rows(specs, rows, recs, batch_cost, latency, cfg.models.verification.spec, batch_cost_sd)
     steps = metrics.committed_step_tokens(recs)
     loop = timing.get("loop_s", 0.0)
     task_of = {p.id: p.meta["task"] for p in problems if p.meta.get("task")}  # set by a task mix
@@ -240,7 +240,7 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         # a task mix: every method's accuracy, finished answers, α1 and speedup on each task's problems
         "by_task": metrics.summarize_by_group(recs, labels, task_of) if len(set(task_of.values())) > 1 else None,
         # the share of draft steps each verifier accepted while decoding beside its test split's
-        "verifier_parity": parity(recs, labels, {s.label: s.verifier or cfg.models.verifier for s in specs}),
+        "verifier_parity": parity(recs, labels, {s.label: s.verifier or cfg.models.verification.spec for s in specs}),
         "c_measured": c,
         "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
                                 if steps else None),

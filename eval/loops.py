@@ -93,7 +93,7 @@ def _check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
     (cheap: no model loads) so that a bad name or directory fails before ``--out`` is touched."""
     from lrtune.build import build_controller
 
-    ctl = build_controller(cfg.models.controller, cfg.decode, pricing)
+    ctl = build_controller(cfg.models.control.controller, cfg.decode, pricing)
     own = {s.controller: build_controller(s.controller, cfg.decode, pricing) for s in specs if s.controller}
     if any(s.control in ("adaptive", "best-fixed") and not s.controller for s in specs) and ctl is None:
         raise ConfigError("methods adaptive and best-fixed need --controller (a policy or a controller directory)")
@@ -140,7 +140,7 @@ def _start(cfg: EvalConfig, specs, task, problems, timing, pricing: Pricing, ctl
     timing["load_s"] = time.perf_counter() - t0
     log(f"engines ready in {timing['load_s']:.1f} s")
     t0 = time.perf_counter()
-    limit = cfg.models.max_model_len
+    limit = cfg.models.engine.max_model_len
     need = cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
     # never decode (not even warm up on) a prompt that does not fit; run() checked that one does
     warm = next(ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit)
@@ -206,9 +206,9 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
                 progress.advance(len(pending))
                 continue
             need = len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
-            if need > cfg.models.max_model_len:
+            if need > cfg.models.engine.max_model_len:
                 log(f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
-                     f"{cfg.models.max_model_len}")
+                     f"{cfg.models.engine.max_model_len}")
                 progress.advance(len(pending))
                 continue
             order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
@@ -271,7 +271,7 @@ def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, st
             "control": spec.control, "decode_method": dcfg.method,
             "schedule": spec.schedule, "async_lr": spec.async_lr, "width": spec.width,
             "early_abort": spec.early_abort, "reuse_drafts": spec.reuse_drafts,
-            "verifier": spec.verifier or cfg.models.verifier, "answer": answer, "expected": prob.answer,
+            "verifier": spec.verifier or cfg.models.verification.spec, "answer": answer, "expected": prob.answer,
             "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
             "finish": res.finish, "text": res.text, "stats": stats.to_dict(),
             "step_tokens": [len(ids) for _, ids in res.steps] if dcfg.uses_lr else None}
@@ -316,7 +316,7 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
                 progress.advance(1, f"{spec.label}: acc {n_ok[0]}")
 
             _, batch = dec.decoder.decode_many(ids, dcfg, max_concurrent=opts.max_concurrent,
-                                               max_len=cfg.models.max_model_len, controller=kwargs.get("controller"),
+                                               max_len=cfg.models.engine.max_model_len, controller=kwargs.get("controller"),
                                                verifier=eng.verifier(spec),
                                                problems=problems_info, on_done=on_done, on_round=on_round)
             timing["decode_s"] += batch.wall_s

@@ -47,9 +47,9 @@ def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list
     if not lengths:
         return
     longest = max(len(ids) for ids in encode_prompts(models, prompts, progress=True))
-    if longest + max(lengths) + 1 > models.max_model_len:
+    if longest + max(lengths) + 1 > models.engine.max_model_len:
         raise ConfigError(f"--prefill-max {opts.prefill_max}: a draft chain of {max(lengths)} tokens after a prompt of "
-                          f"{longest} does not fit --max-model-len {models.max_model_len}; lower --prefill-max or raise "
+                          f"{longest} does not fit --max-model-len {models.engine.max_model_len}; lower --prefill-max or raise "
                           "--max-model-len")
 
 

@@ -15,11 +15,12 @@ from lrtune.build import (ResolvedModels, build_controller, check_configs, encod
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.decoding import Decoder, DecodeOutput, Outputs
 from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError
-from lrtune.modelconfig import BACKENDS, ModelConfig
+from lrtune.modelconfig import BACKENDS, ControlConfig, EngineConfig, GpuMemoryConfig, ModelConfig, VerifierConfig
 from lrtune.pricing import Pricing
 from lrtune.stats import BatchStats, DecodeStats
 
-__all__ = ["BACKENDS", "BatchStats", "ConfigError", "ConfigTypeError", "DecodeConfig", "DecodeOutput", "DecodeStats",
-           "Decoder", "LrtuneError", "ModelConfig", "Outputs", "Pricing", "ResolvedModels", "build_controller",
+__all__ = ["BACKENDS", "BatchStats", "ConfigError", "ConfigTypeError", "ControlConfig", "DecodeConfig", "DecodeOutput",
+           "DecodeStats", "Decoder", "EngineConfig", "GpuMemoryConfig", "LrtuneError", "ModelConfig", "Outputs", "Pricing",
+           "ResolvedModels", "VerifierConfig", "build_controller",
            "check_configs", "encode_prompts", "judge_path", "prompt_list", "require_a_prompt_that_fits",
            "shared_spec_tokens", "verifier_device"]

@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.errors import ConfigError, ConfigTypeError
-from lrtune.modelconfig import ModelConfig
+from lrtune.modelconfig import ModelConfig, VerifierConfig
 from lrtune.verifiers import MODEL_VERIFIERS, Verifier, VerifierSpec, make_verifier
 
 def verifier_of(models: ModelConfig, verifier=None) -> VerifierSpec | Verifier:
     """The verifier a decoder is built with, parsed once: ``verifier`` (a spec text is parsed,
-    a parsed spec or a built Verifier is kept) or else ``models.verifier_spec``."""
+    a parsed spec or a built Verifier is kept) or else ``models.verification.parsed``."""
     if verifier is None:
-        return models.verifier_spec
+        return models.verification.parsed
     return VerifierSpec.of(verifier) if isinstance(verifier, (str, VerifierSpec)) else verifier
 
 
@@ -26,20 +26,21 @@ def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
     (``llm_judge``/``target_score``), else None (the target judges itself)."""
     from lrtune.models import resolve_model
 
-    spec = verifier_of(models, verifier)
-    if models.judge_model and isinstance(spec, VerifierSpec) and spec.kind in MODEL_VERIFIERS:
+    spec, judge = verifier_of(models, verifier), models.verification.judge_model
+    if judge and isinstance(spec, VerifierSpec) and spec.kind in MODEL_VERIFIERS:
         # role "target": "default" names the default target model
-        return resolve_model(models.judge_model, "target", cache_dir=models.cache_dir, progress=progress)
+        return resolve_model(judge, "target", cache_dir=models.cache_dir, progress=progress)
     return None
 
 
-def _build_verifier(models: ModelConfig, cfg: DecodeConfig, verifier, target, judge_dir: str | None,
-                    load_judge) -> Verifier:
-    """The verifier; model verifiers judge with the target, or with ``judge_dir``
-    (:func:`judge_path`) loaded by ``load_judge(path)`` on the same backend."""
+def _build_verifier(verification: VerifierConfig, device: str, cfg: DecodeConfig, verifier, target,
+                    judge_dir: str | None, load_judge) -> Verifier:
+    """The verifier: ``verifier`` (parsed, :func:`verifier_of`) at ``verification``'s threshold;
+    model verifiers judge with the target, or with ``judge_dir`` (:func:`judge_path`) loaded
+    by ``load_judge(path)`` on the same backend."""
     judge = load_judge(judge_dir) if judge_dir else target
-    return make_verifier(verifier_of(models, verifier), threshold=models.verifier_threshold, seed=cfg.seed, backend=judge,
-                         device=verifier_device(models.device))
+    return make_verifier(verifier, threshold=verification.threshold, seed=cfg.seed, backend=judge,
+                         device=verifier_device(device))
 
 
 def build_controller(spec, cfg: DecodeConfig, pricing=None):
@@ -93,8 +94,8 @@ def require_a_prompt_that_fits(models: ModelConfig, cfg: DecodeConfig, prompts: 
     """ConfigError unless at least one prompt fits ``max_model_len`` with its budget
     (``max_new_tokens + max_step_tokens``); checked from the tokenizer, before any model loads."""
     need = cfg.max_new_tokens + cfg.max_step_tokens
-    if not any(len(ids) + need <= models.max_model_len for ids in encode_prompts(models, prompts, progress=progress)):
-        raise ConfigError(f"no problem fits max_model_len {models.max_model_len} with --max-new-tokens "
+    if not any(len(ids) + need <= models.engine.max_model_len for ids in encode_prompts(models, prompts, progress=progress)):
+        raise ConfigError(f"no problem fits max_model_len {models.engine.max_model_len} with --max-new-tokens "
                           f"{cfg.max_new_tokens} and --max-step-tokens {cfg.max_step_tokens}; raise --max-model-len "
                           "or lower them")
 
@@ -162,7 +163,7 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
             from lrtune.score_round import require_one_sided
 
             require_one_sided(parsed)
-    if models.max_model_len < cfg.max_step_tokens + 2:
+    if models.engine.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
     if models.draft_quantization == "int8":
         from lrtune.quantize import check_int8_runs
@@ -182,7 +183,7 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
         if draft_path:
             draft_path, quant = draft_for_engines(models.draft_quantization, draft_path, backend=models.backend,
                                                   dtype=models.dtype, cache_dir=models.cache_dir, progress=progress,
-                                                  gpu_cap=models.gpu_memory_utilization)
+                                                  gpu_cap=models.engine.gpu.utilization)
     judge_dir = judge_path(models, spec, progress)
     plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
@@ -197,7 +198,7 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
         asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
         keys = target_engine_keys(asked, shared=shared)
         spec_model = draft_path if models.sd_method == "draft" else None
-        plan = gpu_memory_plan(models, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model,
+        plan = gpu_memory_plan(models.engine, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model,
                                engines={"target": len(keys)})
     return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys)
 
@@ -207,7 +208,7 @@ def shared_spec_tokens(models: ModelConfig, cfg: DecodeConfig, *, has_draft: boo
     """γ2 of the one vLLM SD engine that serves every γ2 up to it (drafts cut per request),
     or 0 when each γ2 gets its own engine (no draft model, ngram SD, ``shared_engine=False``).
     With a controller it drafts the controller's largest γ2."""
-    if not (models.shared_engine and has_draft and models.sd_method == "draft" and cfg.gamma2 > 0
+    if not (models.engine.shared_engine and has_draft and models.sd_method == "draft" and cfg.gamma2 > 0
             and (cfg.uses_sd or load_all_methods)):
         return 0
     return max(cfg.gamma2, controller_gamma2_max)

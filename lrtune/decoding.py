@@ -71,10 +71,10 @@ class Decoder:
         ``model_kwargs`` are :class:`ModelConfig` fields (``sd_method``, ``dtype``,
         ``max_model_len``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``cache_dir``).
         """
-        unknown = sorted(set(model_kwargs) - set(ModelConfig.__dataclass_fields__))
+        unknown = sorted(set(model_kwargs) - set(ModelConfig.option_names()))
         if unknown:
             raise ConfigTypeError(f"Decoder.from_pretrained() has no option {', '.join(map(repr, unknown))} (model "
-                                  f"options are ModelConfig's fields: {', '.join(ModelConfig.__dataclass_fields__)})")
+                                  f"options are ModelConfig's: {', '.join(ModelConfig.option_names())})")
         models = ModelConfig(target=target, draft=draft, backend=backend,
                              verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
                              verifier_threshold=verifier_threshold,
@@ -91,7 +91,7 @@ class Decoder:
         ``gamma2s`` are the other γ2 values the run will ask for (its memory plan counts their
         engines). A controller named by a policy or a directory is built with the run's pricing
         plan (:mod:`lrtune.pricing`); a controller object handed in is used as it is."""
-        spec = controller if controller is not None else models.controller
+        spec = controller if controller is not None else models.control.controller
         return cls._from_configs(models, cfg, verifier=verifier, progress=progress, load_all_methods=load_all_methods,
                                  gamma2s=tuple(gamma2s), controller=build_controller(spec, cfg),
                                  price_controller=isinstance(spec, str))
@@ -117,8 +117,9 @@ class Decoder:
         from lrtune.memory import engine_share
 
         plan = paths.memory
-        common = dict(dtype=models.dtype, max_model_len=models.max_model_len, seed=cfg.seed, kv_cache_gib=models.kv_cache_gib,
-                      max_num_batched_tokens=models.max_num_batched_tokens, enforce_eager=models.enforce_eager)
+        eng = models.engine
+        common = dict(dtype=models.dtype, max_model_len=eng.max_model_len, seed=cfg.seed, kv_cache_gib=eng.kv_cache_gib,
+                      max_num_batched_tokens=eng.max_num_batched_tokens, enforce_eager=eng.enforce_eager)
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
         # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
         shared = paths.shared_spec_tokens
@@ -128,7 +129,7 @@ class Decoder:
             log(f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
                 f"γ2 = {cfg.gamma2} verify only their first {cfg.gamma2} but pay for all {shared} drafts "
                 "(train the controller with --gamma2-max to match)")
-        target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=models.tensor_parallel_size,
+        target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=eng.tensor_parallel_size,
                                                      spec_method=models.sd_method, spec_model=draft_path,
                                                      shared_spec_tokens=shared,
                                                      heterogeneous_vocab=paths.heterogeneous_vocab,
@@ -138,7 +139,7 @@ class Decoder:
                              name="target")
         draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "draft"), **common),
                                      name="draft") if draft_path else None)
-        ver = _build_verifier(models, cfg, verifier, target, judge_dir,
+        ver = _build_verifier(models.verification, models.device, cfg, verifier, target, judge_dir,
                               lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"),
                                                                         **common), name="judge"))
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)
@@ -155,7 +156,7 @@ class Decoder:
         hcfg = HFConfig(device=models.device, dtype=models.dtype, seed=cfg.seed)
         draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
         target = HFBackend(target_path, hcfg, name="target", spec=draft)
-        ver = _build_verifier(models, cfg, verifier, target, judge_dir, lambda path: HFBackend(path, hcfg, name="judge"))
+        ver = _build_verifier(models.verification, models.device, cfg, verifier, target, judge_dir, lambda path: HFBackend(path, hcfg, name="judge"))
         return cls(LookaheadDecoder(target, draft, ver, cfg, controller=controller_for(ver)), models)
 
     @property
@@ -226,7 +227,7 @@ class Decoder:
                                 text=p if isinstance(p, str) else self.decoder.target.decode(ids, skip_special_tokens=True))
                     for i, (p, ids) in enumerate(zip(prompts, encoded))]
         results, batch = self.decoder.decode_many(
-            encoded, cfg, max_concurrent=max_concurrent, max_len=self.models.max_model_len, problems=problems,
+            encoded, cfg, max_concurrent=max_concurrent, max_len=self.models.engine.max_model_len, problems=problems,
             on_commit=cb)
         if all(isinstance(r, Failed) for r in results):
             raise results[0].error

@@ -224,7 +224,7 @@ def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_pat
     cfg = make_cfg(data_file, tmp_path / "adaptive")
     cfg.options.limit = 2
     cfg.options.methods = "lr+sd,adaptive,oracle,best-fixed,adaptive/c=grid-ucb"
-    cfg.models.controller = "bandit"
+    cfg.models.control.controller = "bandit"
     profile = tmp_path / "profile.json"  # b(n) from a profile instead of measuring it
     profile.write_text(json.dumps({"c1": 0.3, "c2": 0.3, "batch_cost": [1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5]}))
     cfg.options.profile = str(profile)
@@ -251,8 +251,8 @@ def test_adaptive_rows_over_round_kinds_report_each_kinds_share_and_the_prefill_
     cfg = make_cfg(data_file, tmp_path / "kinds")
     cfg.options.limit = 2
     cfg.options.methods = "score+sd,adaptive/score,adaptive/lr+score"
-    cfg.models.controller = "bandit"
-    cfg.models.verifier = "target_logprob"
+    cfg.models.control.controller = "bandit"
+    cfg.models.verification.spec = "target_logprob"
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"c1": 0.1, "c2": 0.3, "batch_cost": [1.0, 1.9, 2.8, 3.7, 4.6, 5.5, 6.4],
                                    "prefill": {"overhead_tokens": 0.5, "ratio_per_token": {"16": 0.01}}}))
@@ -266,7 +266,7 @@ def test_adaptive_rows_over_round_kinds_report_each_kinds_share_and_the_prefill_
     assert rows["score+sd"]["round_kinds"]["score"]["share"] == 1.0 and rows["score+sd"]["target_split_s"]["prefill"] > 0
     assert "## Round kinds" in (tmp_path / "kinds" / "report.md").read_text()
     with pytest.raises(ConfigError, match="cannot pick the kind of a round"):
-        cfg.models.controller = "grid-ucb"
+        cfg.models.control.controller = "grid-ucb"
         cfg.options.out = str(tmp_path / "kinds2")
         run(cfg)
 
@@ -285,7 +285,7 @@ def test_throughput_mode_batches_problems_matches_latency_outputs_and_checks_no_
     cfg = make_cfg(data_file, tmp_path / "tp", mode="throughput", max_concurrent=3)
     lat_cfg = make_cfg(data_file, tmp_path / "lat")
     for c in (cfg, lat_cfg):  # transformers: vLLM engines stay alive for the whole test process
-        c.models.verifier, c.models.backend, c.models.device = "never", "transformers", "cpu"
+        c.models.verification.spec, c.models.backend, c.models.device = "never", "transformers", "cpu"
     run(lat_cfg)
     summary = run(cfg)
     recs, lat = load_records(tmp_path / "tp" / "records.jsonl"), load_records(tmp_path / "lat" / "records.jsonl")
@@ -309,7 +309,7 @@ def test_throughput_run_takes_more_methods_later_and_decodes_only_the_new_ones(d
     out = tmp_path / "grow"
     cfg = make_cfg(data_file, out, mode="throughput", max_concurrent=3)
     cfg.options.methods = "target"
-    cfg.models.verifier, cfg.models.backend, cfg.models.device = "never", "transformers", "cpu"
+    cfg.models.verification.spec, cfg.models.backend, cfg.models.device = "never", "transformers", "cpu"
     run(cfg)
     before = (out / "records.jsonl").read_text()
     cfg.options.methods = "target,lr"
@@ -322,7 +322,7 @@ def test_throughput_run_takes_more_methods_later_and_decodes_only_the_new_ones(d
     # latency mode interleaves methods per problem: there a new --methods list is a new run
     lat = make_cfg(data_file, tmp_path / "lat")
     lat.options.methods = "target"
-    lat.models.verifier, lat.models.backend, lat.models.device = "never", "transformers", "cpu"
+    lat.models.verification.spec, lat.models.backend, lat.models.device = "never", "transformers", "cpu"
     run(lat)
     lat.options.methods = "target,lr"
     with pytest.raises(ConfigError, match="different config.*methods"):

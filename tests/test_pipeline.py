@@ -110,8 +110,8 @@ def test_the_example_gpu_pipeline_config_names_only_known_options():
     values = load_config_file(str(path))
     check_unknown_keys(values, PipelineOptions, ModelConfig)
     opts = PipelineOptions(**{k: v for k, v in values.items() if k in PipelineOptions.__dataclass_fields__})
-    models = ModelConfig(**{k: v for k, v in values.items() if k in ModelConfig.__dataclass_fields__})
-    assert opts.size in SIZES and models.tensor_parallel_size == 4 and models.judge_model
+    models = ModelConfig(**{k: v for k, v in values.items() if k in ModelConfig.option_names()})
+    assert opts.size in SIZES and models.engine.tensor_parallel_size == 4 and models.verification.judge_model
 
 
 def test_pipeline_without_a_config_file_is_a_one_line_error(capsys):

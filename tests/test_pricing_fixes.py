@@ -132,7 +132,7 @@ def test_oracle_without_a_priced_controller_prices_on_the_runs_shared_sd_engine(
     from lrtune.eval.loops import _controlled, run_pricing
 
     cfg = EvalConfig()
-    assert cfg.decode.gamma2 == 4 and cfg.models.backend == "vllm" and cfg.models.shared_engine
+    assert cfg.decode.gamma2 == 4 and cfg.models.backend == "vllm" and cfg.models.engine.shared_engine
     spec = parse_method("oracle", 3, 4)
     plan = run_pricing(cfg, [spec, parse_method("lr+sd", 3, 4)])
     assert plan.engine_drafts == 4  # the shared engine drafts --gamma2, decided by the rule the decoder uses

@@ -34,16 +34,16 @@ def test_building_a_decoder_parses_the_verifier_spec_once(monkeypatch):
     spec = verifier_of(models)
     check_configs(models, DecodeConfig(), verifier=spec, progress=False)
     assert judge_path(models, spec, progress=False) == "/models/X"
-    assert _build_verifier(models, DecodeConfig(), spec, target=object(), judge_dir=None,
+    assert _build_verifier(models.verification, models.device, DecodeConfig(), spec, target=object(), judge_dir=None,
                            load_judge=lambda p: None).threshold == 0.85
-    assert calls == ["llm_judge@0.85"] and verifier_of(models) is models.verifier_spec
+    assert calls == ["llm_judge@0.85"] and verifier_of(models) is models.verification.parsed
 
 
 def test_a_config_parses_its_verifier_when_first_read_so_a_checkpoint_may_be_written_by_an_earlier_stage(tmp_path):
     later = ModelConfig(verifier=str(tmp_path / "verifier"))  # no checkpoint there yet: building is fine
     with pytest.raises(ConfigError, match="unknown verifier"):
-        later.verifier_spec
-    assert ModelConfig(verifier="random(0.3)@0.5").verifier_spec == VerifierSpec("random", arg=0.3, threshold=0.5)
+        later.verification.parsed
+    assert ModelConfig(verifier="random(0.3)@0.5").verification.parsed == VerifierSpec("random", arg=0.3, threshold=0.5)
 
 
 @pytest.mark.parametrize("text", ["rollout", "consensus(rollout,llm_judge)", "consensus(rollout, embedding@0.9)",

@@ -433,11 +433,11 @@ def gpu_device_bytes() -> int | None:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
-def gpu_memory_plan(models, paths: dict[str, str | None], spec_model: str | None,
+def gpu_memory_plan(engine, paths: dict[str, str | None], spec_model: str | None,
                     engines: dict[str, int] | None = None):
     """The :class:`lrtune.memory.MemoryPlan` of the engines ``paths`` names (role -> model
-    directory or None; ``engines``: how many each role starts, default 1) under ``models``
-    (a :class:`lrtune.api.ModelConfig`: its cap, fixed shares and TP), checked before any
+    directory or None; ``engines``: how many each role starts, default 1) under ``engine``
+    (a :class:`lrtune.modelconfig.EngineConfig`: its GPU cap, fixed shares and TP), checked before any
     engine starts (on CPU too, where the plan is then dropped: each engine gets
     ``kv_cache_gib`` of KV cache instead, and None is returned). The target's weights
     include its SD drafter's."""
@@ -446,9 +446,8 @@ def gpu_memory_plan(models, paths: dict[str, str | None], spec_model: str | None
     device = gpu_device_bytes()
     sizes = {role: weight_bytes(path) for role, path in paths.items() if path}
     sizes["target"] = sizes.get("target", 0) + weight_bytes(spec_model)
-    fixed = {"target": models.target_gpu_share, "draft": models.draft_gpu_share, "judge": models.judge_gpu_share}
-    plan = plan_gpu_memory(sizes, cap=models.gpu_memory_utilization, fixed=fixed,
-                           tensor_parallel_size=models.tensor_parallel_size, device_bytes=device,
+    plan = plan_gpu_memory(sizes, cap=engine.gpu.utilization, fixed=engine.gpu.fixed(),
+                           tensor_parallel_size=engine.tensor_parallel_size, device_bytes=device,
                            engines={r: n for r, n in (engines or {}).items() if r in sizes})
     return plan if device is not None else None
 
