@@ -47,7 +47,7 @@ def workspace(root: Path) -> dict:
     good = "".join(json.dumps({"id": f"q{i}", "question": q, "answer": "1"}) + "\n" for i, q in enumerate(qs))
     files = {
         "good.jsonl": good.encode(),
-        "latin1.jsonl": json.dumps({"id": "a", "question": "caf", "answer": "1"}).encode()[:-2] + b"\xe9\"}\n",
+        "latin1.jsonl": json.dumps({"id": "a", "question": "caf", "answer": "1"}).encode()[:-2] + b'\xe9"}\n',
         "dupes.jsonl": (json.dumps({"id": "d", "question": "x?", "answer": "1"}) + "\n").encode() * 2,
         "long_line.jsonl": (json.dumps({"id": "l", "question": "x" * (3 << 20), "answer": "1"}) + "\n").encode(),
         "empty.jsonl": b"",
@@ -57,7 +57,7 @@ def workspace(root: Path) -> dict:
         "bad.parquet": b"PAR1 nonsense PAR1",
         "twice.yaml": b"gamma1: 2\ngamma1: 4\n",
         "alias.yaml": b"a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-                      b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
+        b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
         "deep.yaml": b"gamma1: " + b"[" * 4000 + b"]" * 4000 + b"\n",
         "huge.yaml": b"# " + b"x" * (2 << 20) + b"\n",
         "latin1.yaml": b"method: caf\xe9\n",
@@ -78,11 +78,12 @@ def workspace(root: Path) -> dict:
         (root / name).write_bytes(blob)
     (root / "empty_dir").mkdir()
     # model directories that cannot load
-    for name, change in (("empty_weights", lambda d: (d / "model.safetensors").write_bytes(b"")),
-                         ("truncated", lambda d: (d / "model.safetensors").write_bytes(
-                             (d / "model.safetensors").read_bytes()[:200])),
-                         ("bad_config", lambda d: (d / "config.json").write_text("{oops")),
-                         ("no_weights", lambda d: (d / "model.safetensors").unlink())):
+    for name, change in (
+        ("empty_weights", lambda d: (d / "model.safetensors").write_bytes(b"")),
+        ("truncated", lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:200])),
+        ("bad_config", lambda d: (d / "config.json").write_text("{oops")),
+        ("no_weights", lambda d: (d / "model.safetensors").unlink()),
+    ):
         d = root / name
         shutil.copytree(pair.target, d)
         change(d)
@@ -118,12 +119,29 @@ def workspace(root: Path) -> dict:
     (typed / "manifest-s000.json").write_text(json.dumps({"finished": {"p": {"index": "zero"}}}))
     meta = root / "ctl_no_bounds"
     meta.mkdir()
-    (meta / learned.META).write_text(json.dumps({"format": learned.FORMAT, "version": learned.VERSION,
-                                                 "policy": "learned", "profile": {"c1": 0.4, "c2": 0.4}}))
+    (meta / learned.META).write_text(
+        json.dumps(
+            {
+                "format": learned.FORMAT,
+                "version": learned.VERSION,
+                "policy": "learned",
+                "profile": {"c1": 0.4, "c2": 0.4},
+            }
+        )
+    )
     ver = root / "ver_typed"
     ver.mkdir()
-    (ver / distilled.META).write_text(json.dumps({"format": distilled.FORMAT, "version": distilled.VERSION,
-                                                  "kind": "features", "threshold": "high", "features": ["len_ratio"]}))
+    (ver / distilled.META).write_text(
+        json.dumps(
+            {
+                "format": distilled.FORMAT,
+                "version": distilled.VERSION,
+                "kind": "features",
+                "threshold": "high",
+                "features": ["len_ratio"],
+            }
+        )
+    )
     _datasets_to_read(root)
     (root / "nul.yaml").write_bytes(b'delimiter: "\\0"\n')
     (root / "record.yaml").write_bytes(b"record: logprobs\n")
@@ -142,14 +160,40 @@ def _datasets_to_read(root: Path) -> None:
     for name in ("ds_staged", "ds_escape"):
         d = root / name
         d.mkdir()
-        (d / CONFIG).write_text(json.dumps({"options": {"task": "gsm8k", "limit": 2, "teacher": "exact"},
-                                            "models": {"target": "t"}, "decode": {"gamma1": 2}}))
+        (d / CONFIG).write_text(
+            json.dumps(
+                {
+                    "options": {"task": "gsm8k", "limit": 2, "teacher": "exact"},
+                    "models": {"target": "t"},
+                    "decode": {"gamma1": 2},
+                }
+            )
+        )
         store = ShardStore(d, 0)
         for i, pid in enumerate(("a", "b")):
-            pair = {"problem_id": pid, "task": "gsm8k", "round": 0, "position": 0, "branch": 0, "draft_step": "x",
-                    "target_step": "y", "label": i == 0, "exact_match": False, "teacher": "exact", "judge_s": 0.0}
-            prob = {"problem_id": pid, "index": i, "task": "gsm8k", "correct": True, "finished": True, "wall_s": 1.0,
-                    "tokens": 10, "alpha2": None}
+            pair = {
+                "problem_id": pid,
+                "task": "gsm8k",
+                "round": 0,
+                "position": 0,
+                "branch": 0,
+                "draft_step": "x",
+                "target_step": "y",
+                "label": i == 0,
+                "exact_match": False,
+                "teacher": "exact",
+                "judge_s": 0.0,
+            }
+            prob = {
+                "problem_id": pid,
+                "index": i,
+                "task": "gsm8k",
+                "correct": True,
+                "finished": True,
+                "wall_s": 1.0,
+                "tokens": 10,
+                "alpha2": None,
+            }
             store.add(pid, i, [pair], prob, schema(PAIR_FIELDS), schema(PROBLEM_FIELDS))
     part = root / "ds_staged" / "pairs" / "part-s000-p000001.parquet"
     os.replace(part, _staged(part))  # the crash window: committed in the manifest, not yet renamed
@@ -165,13 +209,54 @@ def _datasets_to_read(root: Path) -> None:
 def cases(w: dict) -> list[tuple[str, str, list[str]]]:
     """(kind, name, argv) of every case."""
     r = w["root"]
-    tiny = ["--target", w["target"], "--draft", w["draft"], "--backend", "transformers", "--device", "cpu",
-            "--max-model-len", "512"]
+    tiny = [
+        "--target",
+        w["target"],
+        "--draft",
+        w["draft"],
+        "--backend",
+        "transformers",
+        "--device",
+        "cpu",
+        "--max-model-len",
+        "512",
+    ]
     out = str(r / "new_out")
-    ev = ["evaluate", "--task", "custom", "--data", str(r / "good.jsonl"), "--limit", "2", "--methods", "target",
-          "--max-new-tokens", "16", "--no-progress", "--no-plots", "--out", out, *tiny]
-    co = ["collect", "--task", "custom", "--data", str(r / "good.jsonl"), "--limit", "2", "--teacher", "exact",
-          "--max-new-tokens", "16", "--no-progress", "--out", out, *tiny]
+    ev = [
+        "evaluate",
+        "--task",
+        "custom",
+        "--data",
+        str(r / "good.jsonl"),
+        "--limit",
+        "2",
+        "--methods",
+        "target",
+        "--max-new-tokens",
+        "16",
+        "--no-progress",
+        "--no-plots",
+        "--out",
+        out,
+        *tiny,
+    ]
+    co = [
+        "collect",
+        "--task",
+        "custom",
+        "--data",
+        str(r / "good.jsonl"),
+        "--limit",
+        "2",
+        "--teacher",
+        "exact",
+        "--max-new-tokens",
+        "16",
+        "--no-progress",
+        "--out",
+        out,
+        *tiny,
+    ]
     dec = ["decode", "hello", *tiny]
     tv = ["train", "verifier", "--data", str(r / "legacy_collect"), "--out", out, "--no-progress"]
     tc = ["train", "controller", "--data", str(r / "legacy_collect"), "--out", out]
@@ -180,60 +265,99 @@ def cases(w: dict) -> list[tuple[str, str, list[str]]]:
     def add(kind, name, argv):
         c.append((kind, name, argv))
 
-    for flag, value in (("--temperature", "nan"), ("--temperature", "-inf"), ("--temperature", "-0.5"),
-                        ("--top-p", "0"), ("--top-p", "1.5"), ("--gamma1", "0"), ("--gamma1", "17"),
-                        ("--gamma2", "99"), ("--max-new-tokens", "0"), ("--max-new-tokens", "100000000000"),
-                        ("--max-step-tokens", "-3"), ("--verifier-threshold", "nan"),
-                        ("--verifier-threshold", "1.5"), ("--kv-cache-gib", "0"), ("--kv-cache-gib", "inf"),
-                        ("--tensor-parallel-size", "-1"), ("--gpu-memory-utilization", "0"),
-                        ("--target-gpu-share", "2"), ("--context-tokens", "-1"), ("--width", "9"),
-                        ("--seed", "-7"), ("--max-model-len", "3"), ("--branch-temperature", "0")):
+    for flag, value in (
+        ("--temperature", "nan"),
+        ("--temperature", "-inf"),
+        ("--temperature", "-0.5"),
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--gamma1", "0"),
+        ("--gamma1", "17"),
+        ("--gamma2", "99"),
+        ("--max-new-tokens", "0"),
+        ("--max-new-tokens", "100000000000"),
+        ("--max-step-tokens", "-3"),
+        ("--verifier-threshold", "nan"),
+        ("--verifier-threshold", "1.5"),
+        ("--kv-cache-gib", "0"),
+        ("--kv-cache-gib", "inf"),
+        ("--tensor-parallel-size", "-1"),
+        ("--gpu-memory-utilization", "0"),
+        ("--target-gpu-share", "2"),
+        ("--context-tokens", "-1"),
+        ("--width", "9"),
+        ("--seed", "-7"),
+        ("--max-model-len", "3"),
+        ("--branch-temperature", "0"),
+    ):
         add("numbers", f"decode {flag} {value}", [*dec, flag, value])
-    for argv, name in ((ev + ["--limit", "0"], "evaluate --limit 0"),
-                       (ev + ["--max-concurrent", "0", "--mode", "throughput"], "evaluate --max-concurrent 0"),
-                       (ev + ["--warmup-tokens", "-1"], "evaluate --warmup-tokens -1"),
-                       (co + ["--rollout-samples", "-1"], "collect --rollout-samples -1"),
-                       (co + ["--rollout-temperature", "0"], "collect --rollout-temperature 0"),
-                       (co + ["--num-shards", "0"], "collect --num-shards 0"),
-                       (co + ["--shard-id", "5", "--num-shards", "2"], "collect --shard-id 5 of 2"),
-                       (tv + ["--learning-rate", "0"], "train verifier --learning-rate 0"),
-                       (tv + ["--epochs", "0"], "train verifier --epochs 0"),
-                       (tv + ["--val-fraction", "1.5"], "train verifier --val-fraction 1.5"),
-                       (tc + ["--prior-strength", "-inf"], "train controller --prior-strength -inf"),
-                       (tc + ["--folds", "1"], "train controller --folds 1"),
-                       (tc + ["--budget", "-1"], "train controller --budget -1"),
-                       (["profile", "--tokens", "1", "--out", str(r / "p.json"), *tiny], "profile --tokens 1"),
-                       (["doctor", "--gamma2", "0"], "doctor --gamma2 0"),
-                       (["demo", "--gamma2", "0", "--out", out, *tiny], "demo --gamma2 0"),
-                       (["decode", "--task-problem", "-1", *tiny], "decode --task-problem -1")):
+    for argv, name in (
+        (ev + ["--limit", "0"], "evaluate --limit 0"),
+        (ev + ["--max-concurrent", "0", "--mode", "throughput"], "evaluate --max-concurrent 0"),
+        (ev + ["--warmup-tokens", "-1"], "evaluate --warmup-tokens -1"),
+        (co + ["--rollout-samples", "-1"], "collect --rollout-samples -1"),
+        (co + ["--rollout-temperature", "0"], "collect --rollout-temperature 0"),
+        (co + ["--num-shards", "0"], "collect --num-shards 0"),
+        (co + ["--shard-id", "5", "--num-shards", "2"], "collect --shard-id 5 of 2"),
+        (tv + ["--learning-rate", "0"], "train verifier --learning-rate 0"),
+        (tv + ["--epochs", "0"], "train verifier --epochs 0"),
+        (tv + ["--val-fraction", "1.5"], "train verifier --val-fraction 1.5"),
+        (tc + ["--prior-strength", "-inf"], "train controller --prior-strength -inf"),
+        (tc + ["--folds", "1"], "train controller --folds 1"),
+        (tc + ["--budget", "-1"], "train controller --budget -1"),
+        (["profile", "--tokens", "1", "--out", str(r / "p.json"), *tiny], "profile --tokens 1"),
+        (["doctor", "--gamma2", "0"], "doctor --gamma2 0"),
+        (["demo", "--gamma2", "0", "--out", out, *tiny], "demo --gamma2 0"),
+        (["decode", "--task-problem", "-1", *tiny], "decode --task-problem -1"),
+    ):
         add("numbers", name, argv)
-    for argv, name in (([*dec, "--dtype", "fp8"], "--dtype fp8"), ([*dec, "--device", "gpu0"], "--device gpu0"),
-                       ([*dec, "--backend", "tensorrt"], "--backend tensorrt"),
-                       ([*dec, "--method", "fast"], "--method fast"), (ev + ["--mode", "batch"], "--mode batch"),
-                       ([*dec, "--sd-method", "eagle"], "--sd-method eagle"),
-                       (tv + ["--student", "svm"], "--student svm"),
-                       (tv + ["--threshold-rule", "best"], "--threshold-rule best"),
-                       (co + ["--rollout-pairs", "some"], "--rollout-pairs some"),
-                       (["demo", "--size", "huge", "--out", out], "--size huge"),
-                       (["doctor", "--models", "big"], "doctor --models big"),
-                       ([*dec, "--verifier", "bogus"], "--verifier bogus"),
-                       ([*dec, "--controller", "nope"], "--controller nope"),
-                       (co + ["--teacher", "consensus(exact)"], "--teacher consensus(exact)")):
+    for argv, name in (
+        ([*dec, "--dtype", "fp8"], "--dtype fp8"),
+        ([*dec, "--device", "gpu0"], "--device gpu0"),
+        ([*dec, "--backend", "tensorrt"], "--backend tensorrt"),
+        ([*dec, "--method", "fast"], "--method fast"),
+        (ev + ["--mode", "batch"], "--mode batch"),
+        ([*dec, "--sd-method", "eagle"], "--sd-method eagle"),
+        (tv + ["--student", "svm"], "--student svm"),
+        (tv + ["--threshold-rule", "best"], "--threshold-rule best"),
+        (co + ["--rollout-pairs", "some"], "--rollout-pairs some"),
+        (["demo", "--size", "huge", "--out", out], "--size huge"),
+        (["doctor", "--models", "big"], "doctor --models big"),
+        ([*dec, "--verifier", "bogus"], "--verifier bogus"),
+        ([*dec, "--controller", "nope"], "--controller nope"),
+        (co + ["--teacher", "consensus(exact)"], "--teacher consensus(exact)"),
+    ):
         add("choices", name, argv)
     for name in ("float.yaml", "text.yaml", "list_temp.yaml", "null_dtype.yaml", "str_bool.yaml"):
         add("types", f"--config {name}", ["decode", "hi", "--config", str(r / name), *tiny])
     add("types", "--config list_prompt.yaml", ["decode", "--config", str(r / "list_prompt.yaml"), *tiny])
-    for name in ("twice.yaml", "alias.yaml", "deep.yaml", "huge.yaml", "latin1.yaml", "top_list.yaml", "unknown.yaml",
-                 "binary.yaml", "missing.yaml"):
+    for name in (
+        "twice.yaml",
+        "alias.yaml",
+        "deep.yaml",
+        "huge.yaml",
+        "latin1.yaml",
+        "top_list.yaml",
+        "unknown.yaml",
+        "binary.yaml",
+        "missing.yaml",
+    ):
         add("config files", f"--config {name}", ["decode", "hi", "--config", str(r / name), *tiny])
     add("config files", "--config a directory", ["decode", "hi", "--config", str(r / "empty_dir"), *tiny])
     add("config files", "pipeline without --config", ["pipeline", "--out", out])
-    for data, name in (("missing.jsonl", "missing"), ("x" * 300 + ".jsonl", "name too long"),
-                       ("empty_dir", "a directory of no problem files"), ("latin1.jsonl", "not UTF-8"),
-                       ("deep.json", "JSON nested 5000 deep"), ("big_row.json", "a .json row over 1 MiB"),
-                       ("not_list.json", ".json not a list"), ("bad.parquet", "corrupt parquet"),
-                       ("long_line.jsonl", "a 3 MiB JSONL line"), ("empty.jsonl", "no problems"),
-                       ("dupes.jsonl", "duplicate ids")):
+    for data, name in (
+        ("missing.jsonl", "missing"),
+        ("x" * 300 + ".jsonl", "name too long"),
+        ("empty_dir", "a directory of no problem files"),
+        ("latin1.jsonl", "not UTF-8"),
+        ("deep.json", "JSON nested 5000 deep"),
+        ("big_row.json", "a .json row over 1 MiB"),
+        ("not_list.json", ".json not a list"),
+        ("bad.parquet", "corrupt parquet"),
+        ("long_line.jsonl", "a 3 MiB JSONL line"),
+        ("empty.jsonl", "no problems"),
+        ("dupes.jsonl", "duplicate ids"),
+    ):
         add("files", f"evaluate --data {name}", [*ev, "--data", str(r / data)])
     add("files", "collect --data latin1", [*co, "--data", str(r / "latin1.jsonl")])
     add("files", "evaluate --problem-ids @missing", [*ev, "--problem-ids", "@" + str(r / "nope.txt")])
@@ -242,62 +366,123 @@ def cases(w: dict) -> list[tuple[str, str, list[str]]]:
     add("files", "evaluate --heldout-from missing", [*ev, "--heldout-from", str(r / "nope")])
     add("files", "train controller --profile bad", [*tc, "--profile", str(r / "profile_bad.json")])
     add("files", "collect --stats of a file", ["collect", "--stats", str(r / "good.jsonl")])
-    add("metadata", "train verifier on pairs without labels", [*tv[:-3], "--data", str(r / "ds_no_label"), "--out",
-                                                               out])
-    add("metadata", "collect --stats of a manifest with a mistyped index", ["collect", "--stats", str(r / "ds_typed_manifest")])
-    add("metadata", "--controller whose metadata lacks bounds", ["decode", "hi", "--method", "lr+sd", *tiny,
-                                                                  "--controller", str(r / "ctl_no_bounds")])
-    add("metadata", "--verifier checkpoint with a text threshold", ["decode", "hi", "--method", "lr", *tiny,
-                                                                     "--verifier", str(r / "ver_typed")])
+    add(
+        "metadata", "train verifier on pairs without labels", [*tv[:-3], "--data", str(r / "ds_no_label"), "--out", out]
+    )
+    add(
+        "metadata",
+        "collect --stats of a manifest with a mistyped index",
+        ["collect", "--stats", str(r / "ds_typed_manifest")],
+    )
+    add(
+        "metadata",
+        "--controller whose metadata lacks bounds",
+        ["decode", "hi", "--method", "lr+sd", *tiny, "--controller", str(r / "ctl_no_bounds")],
+    )
+    add(
+        "metadata",
+        "--verifier checkpoint with a text threshold",
+        ["decode", "hi", "--method", "lr", *tiny, "--verifier", str(r / "ver_typed")],
+    )
     for name in ("empty_weights", "truncated", "bad_config", "no_weights"):
         add("models", f"--target {name}", ["decode", "hi", *tiny, "--target", w[name]])
     add("models", "--target missing", ["decode", "hi", *tiny, "--target", str(r / "nope")])
     add("models", "--target a file", ["decode", "hi", *tiny, "--target", str(r / "good.jsonl")])
     add("models", "--draft of another vocabulary", ["decode", "hi", "--method", "lr", *tiny, "--draft", w["other"]])
-    add("models", "--judge-model missing", ["decode", "hi", "--method", "lr", "--verifier", "llm_judge", *tiny,
-                                            "--judge-model", str(r / "nope")])
-    add("models", "--verifier missing checkpoint dir", ["decode", "hi", "--method", "lr", *tiny, "--verifier",
-                                                        str(r / "empty_dir")])
-    add("models", "--controller dir that is not one", ["decode", "hi", "--method", "lr+sd", *tiny, "--controller",
-                                                       str(r / "ctl_dir")])
+    add(
+        "models",
+        "--judge-model missing",
+        ["decode", "hi", "--method", "lr", "--verifier", "llm_judge", *tiny, "--judge-model", str(r / "nope")],
+    )
+    add(
+        "models",
+        "--verifier missing checkpoint dir",
+        ["decode", "hi", "--method", "lr", *tiny, "--verifier", str(r / "empty_dir")],
+    )
+    add(
+        "models",
+        "--controller dir that is not one",
+        ["decode", "hi", "--method", "lr+sd", *tiny, "--controller", str(r / "ctl_dir")],
+    )
     for owned in ("collect", "train_verifier", "train_controller"):
         add("output dirs", f"evaluate --out owned by {owned}", [*ev, "--out", str(r / f"owned_{owned}")])
     add("output dirs", "evaluate --out an old collect dataset", [*ev, "--out", str(r / "legacy_collect")])
     add("output dirs", "train verifier --out a collect dataset", [*tv[:-3], "--out", str(r / "owned_collect")])
     add("output dirs", "train controller --out an evaluate run", [*tc[:-2], "--out", str(r / "owned_evaluate")])
-    add("output dirs", "collect --merge --out a controller", ["collect", "--merge", str(r / "legacy_collect"),
-                                                              "--out", str(r / "owned_train_controller")])
+    add(
+        "output dirs",
+        "collect --merge --out a controller",
+        ["collect", "--merge", str(r / "legacy_collect"), "--out", str(r / "owned_train_controller")],
+    )
     add("output dirs", "collect --out owned by evaluate", [*co, "--out", str(r / "owned_evaluate")])
     add("output dirs", "--out is a file", [*ev, "--out", str(r / "good.jsonl")])
     add("output dirs", "--out under a file", [*ev, "--out", str(r / "good.jsonl" / "sub")])
     add("output dirs", "profile --out a directory", ["profile", "--out", str(r / "empty_dir"), *tiny])
     add("output dirs", "doctor --json a directory", ["doctor", "--json", str(r / "empty_dir")])
-    add("early failures", "collect resumes an interrupted run, bad draft path",
-        [*co, "--out", str(r / "interrupted"), "--draft", str(r / "nope")])
-    add("early failures", "collect --force-new, bad target path",
-        [*co, "--out", str(r / "interrupted"), "--force-new", "--target", str(r / "nope")])
-    add("early failures", "evaluate --overwrite, unknown controller",
-        [*ev, "--out", str(r / "owned_evaluate"), "--overwrite", "--methods", "target,adaptive",
-         "--controller", "nope"])
-    add("early failures", "evaluate --overwrite, bad verifier spec",
-        [*ev, "--out", str(r / "owned_evaluate"), "--overwrite", "--methods", "lr/v=llm_judge(fancy)"])
-    add("early failures", "collect, no prompt fits",
-        [*co, "--max-model-len", "40", "--max-new-tokens", "16", "--max-step-tokens", "16"])
-    add("reading", "train verifier on a crash-staged dataset, too few pairs",
-        ["train", "verifier", "--data", str(r / "ds_staged"), "--out", out, "--no-progress"])
-    add("reading", "collect --stats, manifest names a file beside the dataset",
-        ["collect", "--stats", str(r / "ds_escape")])
-    add("reading", "train verifier, manifest names a file beside the dataset",
-        ["train", "verifier", "--data", str(r / "ds_escape"), "--out", out, "--no-progress"])
+    add(
+        "early failures",
+        "collect resumes an interrupted run, bad draft path",
+        [*co, "--out", str(r / "interrupted"), "--draft", str(r / "nope")],
+    )
+    add(
+        "early failures",
+        "collect --force-new, bad target path",
+        [*co, "--out", str(r / "interrupted"), "--force-new", "--target", str(r / "nope")],
+    )
+    add(
+        "early failures",
+        "evaluate --overwrite, unknown controller",
+        [
+            *ev,
+            "--out",
+            str(r / "owned_evaluate"),
+            "--overwrite",
+            "--methods",
+            "target,adaptive",
+            "--controller",
+            "nope",
+        ],
+    )
+    add(
+        "early failures",
+        "evaluate --overwrite, bad verifier spec",
+        [*ev, "--out", str(r / "owned_evaluate"), "--overwrite", "--methods", "lr/v=llm_judge(fancy)"],
+    )
+    add(
+        "early failures",
+        "collect, no prompt fits",
+        [*co, "--max-model-len", "40", "--max-new-tokens", "16", "--max-step-tokens", "16"],
+    )
+    add(
+        "reading",
+        "train verifier on a crash-staged dataset, too few pairs",
+        ["train", "verifier", "--data", str(r / "ds_staged"), "--out", out, "--no-progress"],
+    )
+    add(
+        "reading",
+        "collect --stats, manifest names a file beside the dataset",
+        ["collect", "--stats", str(r / "ds_escape")],
+    )
+    add(
+        "reading",
+        "train verifier, manifest names a file beside the dataset",
+        ["train", "verifier", "--data", str(r / "ds_escape"), "--out", out, "--no-progress"],
+    )
     add("late checks", "demo --collect-problems 2", ["demo", "--collect-problems", "2", "--out", out, *tiny])
-    add("late checks", "profile of a file task without its file",
-        ["profile", "--task", "custom", "--data", str(r / "missing.jsonl"), "--out", str(r / "p.json"), *tiny])
+    add(
+        "late checks",
+        "profile of a file task without its file",
+        ["profile", "--task", "custom", "--data", str(r / "missing.jsonl"), "--out", str(r / "p.json"), *tiny],
+    )
     add("late checks", "collect --config with a record it would replace", [*co, "--config", str(r / "record.yaml")])
     add("numbers", "profile --prefill-max 15", ["profile", "--prefill-max", "15", "--out", str(r / "p.json"), *tiny])
     add("config files", "a NUL delimiter", [*dec, "--max-new-tokens", "16", "--config", str(r / "nul.yaml")])
     for delay in INTERRUPT_DELAYS:
-        add("interrupt", f"Ctrl-C {delay} s into a decode", ["decode", "hi", *tiny, "--method", "lr",
-                                                             "--max-new-tokens", "300", "--max-step-tokens", "16"])
+        add(
+            "interrupt",
+            f"Ctrl-C {delay} s into a decode",
+            ["decode", "hi", *tiny, "--method", "lr", "--max-new-tokens", "300", "--max-step-tokens", "16"],
+        )
     return c
 
 
@@ -306,8 +491,9 @@ INTERRUPT_DELAYS = (0.1, 0.4, 1.0, 2.0, 4.0)  # import, parse, model load, decod
 
 def run_case(argv: list[str], env: dict, interrupt_after: float | None = None) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "lrtune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lrtune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
     if interrupt_after is not None:
         time.sleep(interrupt_after)
         proc.send_signal(signal.SIGINT)
@@ -341,24 +527,50 @@ def main() -> int:
             changed = sorted(k for k in set(before) | set(snapshot(root)) if before.get(k) != snapshot(root).get(k))
             want_rc, prefix = (130, "lrtune: interrupted") if kind == "interrupt" else (2, "lrtune: error:")
             clean = rc == want_rc and len(lines) == 1 and lines[0].startswith(prefix) and not changed
-            rows.append({"kind": kind, "case": name, "rc": rc, "stderr": lines[-3:], "changed": changed[:5],
-                         "clean": clean, "seconds": round(secs, 2)})
-            print(f"{'clean' if clean else 'NOT CLEAN':9} {kind:15} {name:55} rc={rc} {lines[-1][:100] if lines else ''}",
-                  flush=True)
+            rows.append(
+                {
+                    "kind": kind,
+                    "case": name,
+                    "rc": rc,
+                    "stderr": lines[-3:],
+                    "changed": changed[:5],
+                    "clean": clean,
+                    "seconds": round(secs, 2),
+                }
+            )
+            print(
+                f"{'clean' if clean else 'NOT CLEAN':9} {kind:15} {name:55} rc={rc} {lines[-1][:100] if lines else ''}",
+                flush=True,
+            )
     by_kind: dict[str, list[int]] = {}
     for row in rows:
         k = by_kind.setdefault(row["kind"], [0, 0])
         k[0] += row["clean"]
         k[1] += 1
-    summary = {"clean": sum(r["clean"] for r in rows), "cases": len(rows),
-               "by_kind": {k: {"clean": v[0], "cases": v[1]} for k, v in by_kind.items()}}
-    print(f"{summary['clean']} of {summary['cases']} clean; " +
-          ", ".join(f"{k} {v['clean']}/{v['cases']}" for k, v in summary["by_kind"].items()))
+    summary = {
+        "clean": sum(r["clean"] for r in rows),
+        "cases": len(rows),
+        "by_kind": {k: {"clean": v[0], "cases": v[1]} for k, v in by_kind.items()},
+    }
+    print(
+        f"{summary['clean']} of {summary['cases']} clean; "
+        + ", ".join(f"{k} {v['clean']}/{v['cases']}" for k, v in summary["by_kind"].items())
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summary": summary, "cases": rows, "machine": machine_info(),
-                               "command": "python -m benchmarks.bad_input_catalogue",
-                               "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "summary": summary,
+                "cases": rows,
+                "machine": machine_info(),
+                "command": "python -m benchmarks.bad_input_catalogue",
+                "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     return 0
 

@@ -31,8 +31,10 @@ def main(args: argparse.Namespace) -> dict:
     res: dict = {"target": args.target, "tokens": args.tokens}
     for name, onednn in (("mkl", False), ("onednn", True)):
         be = HFBackend(path, HFConfig(device="cpu", onednn_linear=onednn))
-        prompt = be.encode_prompt("A farmer has 12 cows and buys 7 more. Each cow gives 9 litres of milk "
-                                  "a day. How many litres a day does he get?")
+        prompt = be.encode_prompt(
+            "A farmer has 12 cows and buys 7 more. Each cow gives 9 litres of milk "
+            "a day. How many litres a day does he get?"
+        )
         runs = batch_runs(be, [prompt], [3], args.tokens)
         secs = {n: r.seconds for n, r in runs.items()}
         toks = {n: [o.token_ids for o in r.outputs] for n, r in runs.items()}

@@ -63,14 +63,19 @@ def metrics(files: dict[str, str], top: int) -> dict:
 def main(args: argparse.Namespace) -> dict:
     out = {}
     for key, rev, suite in (("before", args.before, args.suite_before), ("after", args.after, args.suite_after)):
-        sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True
+        ).stdout.strip()
         out[key] = {"revision": sha, **metrics(python_files(rev), args.top), "suite_s": suite}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     for key in ("before", "after"):
         m = out[key]
-        print(f"{key} {m['revision']}: " + ", ".join(f"{p} {n}" for p, n in m["lines"].items())
-              + (f"; suite {m['suite_s']:.0f} s" if m["suite_s"] else ""))
+        print(
+            f"{key} {m['revision']}: "
+            + ", ".join(f"{p} {n}" for p, n in m["lines"].items())
+            + (f"; suite {m['suite_s']:.0f} s" if m["suite_s"] else "")
+        )
         for f in m["longest_functions"]:
             print(f"  {f['lines']:4d}  {f['function']}")
     return out

@@ -18,8 +18,13 @@ from pathlib import Path
 
 from benchmarks import parse
 
-BASELINE = {"source": "benchmarks/teacher_labels/llmjudge_50/README.md", "decode_wall_s": 8189.0, "pairs": 480,
-            "judge_s_per_pair_median": 4.25, "max_concurrent": 1}
+BASELINE = {
+    "source": "benchmarks/teacher_labels/llmjudge_50/README.md",
+    "decode_wall_s": 8189.0,
+    "pairs": 480,
+    "judge_s_per_pair_median": 4.25,
+    "max_concurrent": 1,
+}
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -37,17 +42,25 @@ def main(args: argparse.Namespace) -> dict:
     judge = [x for x in pairs.column("judge_s").to_pylist() if x is not None]
     wall = json.loads(Path(args.wall).read_text())
     rows = probs.to_pylist()
-    out = {"problems": len(rows), "pairs": pairs.num_rows, "max_concurrent": wall["max_concurrent"],
-           "job_wall_s": wall["collect_wall_s"], "judge_s_total": sum(judge),
-           "judge_s_per_pair_median": statistics.median(judge) if judge else None,
-           "per_problem_decode_s_summed": sum(r["wall_s"] or 0.0 for r in rows),
-           "finished": sum(bool(r.get("finished")) for r in rows), "baseline": BASELINE}
+    out = {
+        "problems": len(rows),
+        "pairs": pairs.num_rows,
+        "max_concurrent": wall["max_concurrent"],
+        "job_wall_s": wall["collect_wall_s"],
+        "judge_s_total": sum(judge),
+        "judge_s_per_pair_median": statistics.median(judge) if judge else None,
+        "per_problem_decode_s_summed": sum(r["wall_s"] or 0.0 for r in rows),
+        "finished": sum(bool(r.get("finished")) for r in rows),
+        "baseline": BASELINE,
+    }
     out["baseline_decode_over_job_wall"] = BASELINE["decode_wall_s"] / out["job_wall_s"]
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"{out['problems']} problems, {out['pairs']} pairs with {out['max_concurrent']} in flight: job wall "
-          f"{out['job_wall_s']:.0f} s (model loading and the teacher's {out['judge_s_total']:.0f} s included) vs "
-          f"{BASELINE['decode_wall_s']:.0f} s of decoding alone one at a time: "
-          f"{out['baseline_decode_over_job_wall']:.2f}x")
+    print(
+        f"{out['problems']} problems, {out['pairs']} pairs with {out['max_concurrent']} in flight: job wall "
+        f"{out['job_wall_s']:.0f} s (model loading and the teacher's {out['judge_s_total']:.0f} s included) vs "
+        f"{BASELINE['decode_wall_s']:.0f} s of decoding alone one at a time: "
+        f"{out['baseline_decode_over_job_wall']:.2f}x"
+    )
     return out
 
 

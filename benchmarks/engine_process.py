@@ -54,12 +54,13 @@ print("RESULT " + json.dumps(row), flush=True)
 def run_child(mode: str, args) -> dict:
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": mode, "HF_HUB_OFFLINE": "1"}
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(vars(args))], capture_output=True, text=True,
-                          env=env, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(vars(args))], capture_output=True, text=True, env=env, timeout=1800
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
         raise SystemExit(f"child ({mode}) failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
-    row = json.loads(line[len("RESULT "):])
+    row = json.loads(line[len("RESULT ") :])
     row["process_s"] = time.perf_counter() - t  # start-up, work and shut-down, as a command sees it
     return row
 
@@ -84,9 +85,13 @@ def main(argv=None) -> int:
             row = run_child(mode, args)
             rows[name].append(row)
             t, d = row["target"], row["draft"]
-            print(f"round {r + 1} {name:<12} start {row['start_s']:.1f} s, target "
-                  f"{t['s_per_token'] * 1000:.1f} ms/token, {t['s_per_one_token_call'] * 1000:.1f} ms/call; draft {d['s_per_token'] * 1000:.1f} ms/token, "
-                  f"{d['s_per_one_token_call'] * 1000:.1f} ms/call", flush=True)
+            print(
+                f"round {r + 1} {name:<12} start {row['start_s']:.1f} s, target "
+                f"{t['s_per_token'] * 1000:.1f} ms/token, {t['s_per_one_token_call'] * 1000:.1f} ms/call; draft "
+                f"{d['s_per_token'] * 1000:.1f} ms/token, "
+                f"{d['s_per_one_token_call'] * 1000:.1f} ms/call",
+                flush=True,
+            )
 
     def med(name: str, *keys: str) -> float:
         vals = []
@@ -98,17 +103,31 @@ def main(argv=None) -> int:
         return statistics.median(vals)
 
     summary = {}
-    for keys in (("start_s",), ("process_s",), ("target", "s_per_token"), ("target", "s_per_one_token_call"),
-                 ("draft", "s_per_token"), ("draft", "s_per_one_token_call")):
+    for keys in (
+        ("start_s",),
+        ("process_s",),
+        ("target", "s_per_token"),
+        ("target", "s_per_one_token_call"),
+        ("draft", "s_per_token"),
+        ("draft", "s_per_one_token_call"),
+    ):
         a, b = med("in-process", *keys), med("own process", *keys)
         summary[".".join(keys)] = {"in_process": a, "own_process": b, "own_over_in": b / a}
-    report = {"benchmark": "engine_process", "args": vars(args), "machine": machine_info(),
-              "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "rows": rows, "median": summary}
+    report = {
+        "benchmark": "engine_process",
+        "args": vars(args),
+        "machine": machine_info(),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "rows": rows,
+        "median": summary,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     for k, v in summary.items():
-        print(f"{k:<28} in-process {v['in_process']:.4g}  own process {v['own_process']:.4g}  "
-              f"ratio {v['own_over_in']:.2f}")
+        print(
+            f"{k:<28} in-process {v['in_process']:.4g}  own process {v['own_process']:.4g}  "
+            f"ratio {v['own_over_in']:.2f}"
+        )
     print(f"wrote {out}")
     return 0
 

@@ -64,13 +64,19 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     task = get_task(a.task)
     problems = task.load(limit=a.problems, seed=a.task_seed)
-    decode = DecodeConfig(method="lr+sd", gamma1=a.gamma1, gamma2=a.gamma2, max_new_tokens=a.max_new_tokens,
-                          max_step_tokens=a.max_step_tokens)
+    decode = DecodeConfig(
+        method="lr+sd",
+        gamma1=a.gamma1,
+        gamma2=a.gamma2,
+        max_new_tokens=a.max_new_tokens,
+        max_step_tokens=a.max_step_tokens,
+    )
     specs = parse_methods(a.methods, None, a.gamma1, a.gamma2)
     variants = {}
     for name, quant in (("as saved", "none"), ("int8", "int8")):
-        models = ModelConfig(verifier=a.verifier, max_model_len=2048, kv_cache_gib=a.kv_cache_gib,
-                             draft_quantization=quant)
+        models = ModelConfig(
+            verifier=a.verifier, max_model_len=2048, kv_cache_gib=a.kv_cache_gib, draft_quantization=quant
+        )
         cfg = EvalConfig(EvalOptions(task=a.task, methods=a.methods, warmup_tokens=32, progress=False), models, decode)
         timing = {"load_s": 0.0, "warmup_s": 0.0}
         eng, batch_cost, _ = _start(cfg, specs, task, problems, timing)
@@ -86,12 +92,16 @@ def main(argv=None) -> int:
             profiles[name].append(measure(eng.dec.target, eng.dec.draft, prompts, popts))
     cost = {}
     for name, runs in profiles.items():
-        cost[name] = {k: sum(r[k] for r in runs) / len(runs) for k in ("c1", "c2", "draft_s_per_token",
-                                                                       "target_s_per_token")}
+        cost[name] = {
+            k: sum(r[k] for r in runs) / len(runs) for k in ("c1", "c2", "draft_s_per_token", "target_s_per_token")
+        }
         cost[name]["alpha2_profile"] = sum(r["sd"]["alpha2"] for r in runs) / len(runs)
         cost[name]["runs"] = runs
-        log(f"{name}: c1 {cost[name]['c1']:.3f}, c2 {cost[name]['c2']:.3f}, draft "
-            f"{cost[name]['draft_s_per_token'] * 1000:.1f} ms/token, target {cost[name]['target_s_per_token'] * 1000:.1f}")
+        log(
+            f"{name}: c1 {cost[name]['c1']:.3f}, c2 {cost[name]['c2']:.3f}, draft "
+            f"{cost[name]['draft_s_per_token'] * 1000:.1f} ms/token, "
+            f"target {cost[name]['target_s_per_token'] * 1000:.1f}"
+        )
 
     # 2. every method with each draft, interleaved per problem
     records = []
@@ -118,22 +128,42 @@ def main(argv=None) -> int:
         r = rows[n]
         st = [x["stats"] for x in records if x["method"] == n]
         wall = sum(x["wall_s"] for x in st) or 1.0
-        table[n] = {"accuracy": r["accuracy"], "finished": r["finished"], "n": r["n"], "alpha1": r["alpha1"],
-                    "alpha2": r["alpha2"], "speedup_total": r["speedup_total"],
-                    "draft_share": sum(x["draft_s"] for x in st) / wall, "wall_s": wall}
-    data = {"machine": machine_info(), "task": a.task, "task_seed": a.task_seed, "problems": len(problems),
-            "decode": dataclasses.asdict(decode), "verifier": a.verifier,
-            "drafts": {name: eng.dec.draft.model for name, (_, eng, _) in variants.items()},
-            "cost": cost, "methods": table, "records": records,
-            "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv)}
+        table[n] = {
+            "accuracy": r["accuracy"],
+            "finished": r["finished"],
+            "n": r["n"],
+            "alpha1": r["alpha1"],
+            "alpha2": r["alpha2"],
+            "speedup_total": r["speedup_total"],
+            "draft_share": sum(x["draft_s"] for x in st) / wall,
+            "wall_s": wall,
+        }
+    data = {
+        "machine": machine_info(),
+        "task": a.task,
+        "task_seed": a.task_seed,
+        "problems": len(problems),
+        "decode": dataclasses.asdict(decode),
+        "verifier": a.verifier,
+        "drafts": {name: eng.dec.draft.model for name, (_, eng, _) in variants.items()},
+        "cost": cost,
+        "methods": table,
+        "records": records,
+        "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": " ".join(sys.argv),
+    }
     write_atomic(out, json.dumps(data, indent=1))
     print(f"{'method':<34}{'acc':>6}{'fin':>7}{'α1':>7}{'α2':>7}{'speedup':>9}{'draft%':>8}")
     for n, r in table.items():
         f = lambda v, p=2: "—" if v is None else f"{v:.{p}f}"  # noqa: E731
-        print(f"{n:<34}{f(r['accuracy']):>6}{r['finished']:>4}/{r['n']:<2}{f(r['alpha1']):>7}{f(r['alpha2']):>7}"
-              f"{f(r['speedup_total']):>9}{r['draft_share'] * 100:>7.0f}%")
-    print(f"c1: as saved {cost['as saved']['c1']:.3f}, int8 {cost['int8']['c1']:.3f} "
-          f"({(1 - cost['int8']['c1'] / cost['as saved']['c1']) * 100:.0f}% lower); wrote {out}")
+        print(
+            f"{n:<34}{f(r['accuracy']):>6}{r['finished']:>4}/{r['n']:<2}{f(r['alpha1']):>7}{f(r['alpha2']):>7}"
+            f"{f(r['speedup_total']):>9}{r['draft_share'] * 100:>7.0f}%"
+        )
+    print(
+        f"c1: as saved {cost['as saved']['c1']:.3f}, int8 {cost['int8']['c1']:.3f} "
+        f"({(1 - cost['int8']['c1'] / cost['as saved']['c1']) * 100:.0f}% lower); wrote {out}"
+    )
     sys.stdout.flush()
     os._exit(0)  # vLLM engines cannot be torn down cleanly in-process
 

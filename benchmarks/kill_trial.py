@@ -36,24 +36,30 @@ def rows_multiset(out: Path) -> Counter:
 
 def visible_parts_are_committed(out: Path) -> bool:
     """What a reader of ``pairs/*.parquet`` sees belongs to problems a manifest lists."""
-    listed = {e["pairs"]["file"] for m in out.glob("manifest-*.json")
-              for e in json.loads(m.read_text())["finished"].values()}
+    listed = {
+        e["pairs"]["file"] for m in out.glob("manifest-*.json") for e in json.loads(m.read_text())["finished"].values()
+    }
     return {f"pairs/{f.name}" for f in (out / "pairs").glob("*.parquet")} <= listed
 
 
 def _files(out: Path) -> int:
     if not out.is_dir():
         return 0
-    return sum(len(os.listdir(out / d)) for d in ("pairs", "problems") if (out / d).is_dir()) + \
-        sum(1 for _ in out.glob(".manifest*"))
+    return sum(len(os.listdir(out / d)) for d in ("pairs", "problems") if (out / d).is_dir()) + sum(
+        1 for _ in out.glob(".manifest*")
+    )
 
 
 def kill_after_files(args: list[str], out: Path, n_new: int, timeout: float = 300.0) -> bool:
     """Run ``lrtune collect ARGS`` and SIGKILL it as soon as ``n_new`` more files have
     appeared under ``out``; False when it finished first."""
     seen = _files(out)
-    proc = subprocess.Popen([sys.executable, "-m", "lrtune", "collect", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lrtune", "collect", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     t0 = time.time()
     while proc.poll() is None and time.time() - t0 < timeout:
         if _files(out) - seen >= n_new:
@@ -82,22 +88,53 @@ def main(args: argparse.Namespace) -> dict:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     data = work / "problems.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": str(i)}) + "\n"
-                            for i, q in enumerate(sample_questions(args.problems, seed=99))))
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "question": q, "answer": str(i)}) + "\n"
+            for i, q in enumerate(sample_questions(args.problems, seed=99))
+        )
+    )
     pair = get_tiny_pair()
 
     def cli(out: Path) -> list[str]:
-        return ["--task", "custom", "--data", str(data), "--limit", str(args.problems), "--out", str(out),
-                "--teacher", "exact", "--backend", "transformers", "--target", str(pair.target), "--draft",
-                str(pair.draft), "--gamma1", "2", "--max-new-tokens", "48", "--max-step-tokens", "12",
-                "--max-model-len", "512", "--no-embedding-feature", "--no-progress", "--max-concurrent", "1"]
+        return [
+            "--task",
+            "custom",
+            "--data",
+            str(data),
+            "--limit",
+            str(args.problems),
+            "--out",
+            str(out),
+            "--teacher",
+            "exact",
+            "--backend",
+            "transformers",
+            "--target",
+            str(pair.target),
+            "--draft",
+            str(pair.draft),
+            "--gamma1",
+            "2",
+            "--max-new-tokens",
+            "48",
+            "--max-step-tokens",
+            "12",
+            "--max-model-len",
+            "512",
+            "--no-embedding-feature",
+            "--no-progress",
+            "--max-concurrent",
+            "1",
+        ]
 
     import shutil
 
     for d in ("reference", "killed"):
         shutil.rmtree(work / d, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "lrtune", "collect", *cli(work / "reference")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "lrtune", "collect", *cli(work / "reference")], check=True, capture_output=True
+    )
     want = rows_multiset(work / "reference")
     rng = random.Random(args.seed)
     out = work / "killed"
@@ -106,16 +143,29 @@ def main(args: argparse.Namespace) -> dict:
         n = rng.randint(1, 6)
         if not kill_after_files(cli(out), out, n):
             break  # it finished before the kill point
-        kills.append({"after_new_files": n, "visible_parts_committed": visible_parts_are_committed(out),
-                      "finished_problems": sum(len(json.loads(m.read_text())["finished"])
-                                               for m in out.glob("manifest-*.json"))})
+        kills.append(
+            {
+                "after_new_files": n,
+                "visible_parts_committed": visible_parts_are_committed(out),
+                "finished_problems": sum(
+                    len(json.loads(m.read_text())["finished"]) for m in out.glob("manifest-*.json")
+                ),
+            }
+        )
     subprocess.run([sys.executable, "-m", "lrtune", "collect", *cli(out)], check=True, capture_output=True)
     got = rows_multiset(out)
-    res = {"problems": args.problems, "reference_rows": sum(want.values()), "kills": kills,
-           "rows_after_resume": sum(got.values()),
-           "rows_lost": sum((want - got).values()), "rows_duplicated": sum((got - want).values()),
-           "leftover_hidden_files": sorted(f.name for d in ("pairs", "problems") for f in (out / d).iterdir()
-                                           if f.name.startswith(".")) + sorted(f.name for f in out.glob(".manifest*"))}
+    res = {
+        "problems": args.problems,
+        "reference_rows": sum(want.values()),
+        "kills": kills,
+        "rows_after_resume": sum(got.values()),
+        "rows_lost": sum((want - got).values()),
+        "rows_duplicated": sum((got - want).values()),
+        "leftover_hidden_files": sorted(
+            f.name for d in ("pairs", "problems") for f in (out / d).iterdir() if f.name.startswith(".")
+        )
+        + sorted(f.name for f in out.glob(".manifest*")),
+    }
     print(json.dumps(res, indent=1))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))

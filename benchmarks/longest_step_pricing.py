@@ -28,7 +28,9 @@ from benchmarks import parse
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--eval", required=True, help="an lrtune evaluate output folder (records.jsonl, summary.json, config.json)")
+    p.add_argument(
+        "--eval", required=True, help="an lrtune evaluate output folder (records.jsonl, summary.json, config.json)"
+    )
     p.add_argument("--tokenizer", default="default", help="the target's tokenizer: 'default' or a local model dir")
     p.add_argument("--out", default="benchmarks/adaptive_depths/longest_step_pricing.json", help="result JSON")
     return p
@@ -84,31 +86,54 @@ def main(args: argparse.Namespace) -> dict:
         gg = g(m["alpha2"], c, int(m["gamma2"])) if m["kind"] == "lr+sd" else 1.0
         spr = m.get("mean_accepted_steps_per_round")
         both = gg * spr / (c * gg * g1 + priced(g1 + 1)) if spr else None
-        rows[label] = {"kind": m["kind"], "gamma1": g1, "gamma2": m["gamma2"], "alpha1": m["alpha1"],
-                       "alpha2": m["alpha2"], "measured_speedup": meas, "b": curve[-1], "b_longest": priced(g1 + 1),
-                       "predicted_equal_rows": old, "predicted_longest_step": new,
-                       "measured_over_predicted_equal_rows": meas / old if old else None,
-                       "measured_over_predicted_longest_step": meas / new if new else None,
-                       "measured_steps_per_round": spr, "iid_steps_per_round": sum(m["alpha1"] ** j for j in range(g1 + 1)),
-                       "predicted_longest_step_measured_acceptance": both,
-                       "measured_over_predicted_longest_step_measured_acceptance": meas / both if both else None}
-    out = {"eval": str(folder), "tokenizer": str(tok_path), "delimiter": delimiter, "max_step_tokens": cap,
-           "c": c, "steps": len(lengths), "step_tokens_mean": statistics.fmean(lengths),
-           "step_tokens_median": statistics.median(lengths),
-           "expected_longest_over_mean": {n: expected_longest(lengths, n) / expected_longest(lengths, 1)
-                                          for n in range(1, 6)},
-           "rows": rows}
+        rows[label] = {
+            "kind": m["kind"],
+            "gamma1": g1,
+            "gamma2": m["gamma2"],
+            "alpha1": m["alpha1"],
+            "alpha2": m["alpha2"],
+            "measured_speedup": meas,
+            "b": curve[-1],
+            "b_longest": priced(g1 + 1),
+            "predicted_equal_rows": old,
+            "predicted_longest_step": new,
+            "measured_over_predicted_equal_rows": meas / old if old else None,
+            "measured_over_predicted_longest_step": meas / new if new else None,
+            "measured_steps_per_round": spr,
+            "iid_steps_per_round": sum(m["alpha1"] ** j for j in range(g1 + 1)),
+            "predicted_longest_step_measured_acceptance": both,
+            "measured_over_predicted_longest_step_measured_acceptance": meas / both if both else None,
+        }
+    out = {
+        "eval": str(folder),
+        "tokenizer": str(tok_path),
+        "delimiter": delimiter,
+        "max_step_tokens": cap,
+        "c": c,
+        "steps": len(lengths),
+        "step_tokens_mean": statistics.fmean(lengths),
+        "step_tokens_median": statistics.median(lengths),
+        "expected_longest_over_mean": {
+            n: expected_longest(lengths, n) / expected_longest(lengths, 1) for n in range(1, 6)
+        },
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"{len(lengths)} target steps: mean {out['step_tokens_mean']:.1f} tokens, median {out['step_tokens_median']}; "
-          + ", ".join(f"E[max of {n}]/E = {v:.2f}" for n, v in out["expected_longest_over_mean"].items() if n > 1))
+    print(
+        f"{len(lengths)} target steps: mean {out['step_tokens_mean']:.1f} tokens, median {out['step_tokens_median']}; "
+        + ", ".join(f"E[max of {n}]/E = {v:.2f}" for n, v in out["expected_longest_over_mean"].items() if n > 1)
+    )
     for label, r in rows.items():
-        print(f"{label}: measured {r['measured_speedup']:.3f}x; predicted {r['predicted_equal_rows']:.3f}x "
-              f"(meas/pred {r['measured_over_predicted_equal_rows']:.2f}) -> longest-step {r['predicted_longest_step']:.3f}x "
-              f"(meas/pred {r['measured_over_predicted_longest_step']:.2f}) -> with measured steps/round "
-              f"{r['measured_steps_per_round']:.2f} (i.i.d. {r['iid_steps_per_round']:.2f}): "
-              f"{r['predicted_longest_step_measured_acceptance']:.3f}x "
-              f"(meas/pred {r['measured_over_predicted_longest_step_measured_acceptance']:.2f})")
+        print(
+            f"{label}: measured {r['measured_speedup']:.3f}x; predicted {r['predicted_equal_rows']:.3f}x "
+            f"(meas/pred {r['measured_over_predicted_equal_rows']:.2f}) -> longest-step "
+            f"{r['predicted_longest_step']:.3f}x "
+            f"(meas/pred {r['measured_over_predicted_longest_step']:.2f}) -> with measured steps/round "
+            f"{r['measured_steps_per_round']:.2f} (i.i.d. {r['iid_steps_per_round']:.2f}): "
+            f"{r['predicted_longest_step_measured_acceptance']:.3f}x "
+            f"(meas/pred {r['measured_over_predicted_longest_step_measured_acceptance']:.2f})"
+        )
     return out
 
 

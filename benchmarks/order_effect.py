@@ -33,8 +33,10 @@ def predecessor_ratios(records: list[dict], same: list[str]) -> dict[str, list[f
     for p, rows in by.items():
         if not all(m in rows for m in same):
             continue
-        work = {(rows[m]["tokens"], (rows[m]["stats"] or {}).get("sd_drafts"),
-                 (rows[m]["stats"] or {}).get("draft_calls")) for m in same}
+        work = {
+            (rows[m]["tokens"], (rows[m]["stats"] or {}).get("sd_drafts"), (rows[m]["stats"] or {}).get("draft_calls"))
+            for m in same
+        }
         if len(work) != 1 or next(iter(work))[2]:  # not identical work, or an LR round ran
             continue
         mean = statistics.fmean(rows[m]["wall_s"] for m in same)
@@ -42,8 +44,7 @@ def predecessor_ratios(records: list[dict], same: list[str]) -> dict[str, list[f
         for m in same:
             i = order.index(m)
             prev = "first" if i == 0 else order[i - 1]
-            kind = ("first" if prev == "first" else "sd" if prev in same else "lr" if prev.startswith("lr")
-                    else prev)
+            kind = "first" if prev == "first" else "sd" if prev in same else "lr" if prev.startswith("lr") else prev
             out.setdefault(kind, []).append(rows[m]["wall_s"] / mean)
     return out
 
@@ -53,16 +54,20 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", help="an evaluate output folder (holds records.jsonl)")
-    p.add_argument("--same", default="sd,adaptive,best-fixed",
-                   help="rows whose identical decodes are compared (comma list)")
+    p.add_argument(
+        "--same", default="sd,adaptive,best-fixed", help="rows whose identical decodes are compared (comma list)"
+    )
     args = p.parse_args(argv)
     run = Path(args.run)
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
     labels = list(dict.fromkeys(r["method"] for r in records))
     ratios = predecessor_ratios(records, [m for m in args.same.split(",") if m])
-    res = {"run": str(run), "same_work_rows": args.same,
-           "by_predecessor": {k: {"decodes": len(v), "mean_ratio": statistics.fmean(v)} for k, v in ratios.items()},
-           "paired": paired_comparisons(records, labels)}
+    res = {
+        "run": str(run),
+        "same_work_rows": args.same,
+        "by_predecessor": {k: {"decodes": len(v), "mean_ratio": statistics.fmean(v)} for k, v in ratios.items()},
+        "paired": paired_comparisons(records, labels),
+    }
     (run / "order_effect.json").write_text(json.dumps(res, indent=1) + "\n")
     for k, v in res["by_predecessor"].items():
         print(f"after {k}: {v['decodes']} decodes, wall / mean of the identical decodes {v['mean_ratio']:.3f}")

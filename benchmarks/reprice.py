@@ -31,8 +31,11 @@ def reprice(run: Path, sd_profile: str | None = None) -> dict:
     cfg = json.loads((run / "config.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
     opts, dec = cfg["options"], cfg["decode"]
-    specs = [s for s in parse_methods(opts["methods"], opts.get("sweep"), dec["gamma1"], dec["gamma2"])
-             if s.label in summary["methods"]]
+    specs = [
+        s
+        for s in parse_methods(opts["methods"], opts.get("sweep"), dec["gamma1"], dec["gamma2"])
+        if s.label in summary["methods"]
+    ]
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
     labels = [s.label for s in specs]
     problems = {r["problem"] for r in records if r["method"] == "target"}
@@ -49,8 +52,10 @@ def reprice(run: Path, sd_profile: str | None = None) -> dict:
         old, new = summary["methods"][s.label], rows[s.label]
         out[s.label] = {
             "speedup_total": new.get("speedup_total"),
-            "alpha2_summary": old.get("alpha2"), "alpha2": new.get("alpha2"),
-            "predicted_summary": old.get("predicted_speedup"), "predicted": new.get("predicted_speedup"),
+            "alpha2_summary": old.get("alpha2"),
+            "alpha2": new.get("alpha2"),
+            "predicted_summary": old.get("predicted_speedup"),
+            "predicted": new.get("predicted_speedup"),
             "measured_over_predicted_summary": old.get("measured_over_predicted"),
             "measured_over_predicted": new.get("measured_over_predicted"),
         }
@@ -60,7 +65,9 @@ def reprice(run: Path, sd_profile: str | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="evaluate output folders (records.jsonl, summary.json, config.json)")
-    p.add_argument("--sd-profile", help="an lrtune profile JSON whose batch_cost_sd prices the lr+sd rows' target batches")
+    p.add_argument(
+        "--sd-profile", help="an lrtune profile JSON whose batch_cost_sd prices the lr+sd rows' target batches"
+    )
     p.add_argument("--out", required=True, help="result JSON")
     args = p.parse_args(argv)
     res = [reprice(Path(r), args.sd_profile) for r in args.runs]
@@ -69,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in res:
         print(f"{r['run']} ({r['problems']} problems)")
         for m, v in r["methods"].items():
-            print(f"  {m}: α2 {f(v['alpha2_summary'])} -> {f(v['alpha2'])}; predicted {f(v['predicted_summary'])} -> "
-                  f"{f(v['predicted'])}; measured {f(v['speedup_total'])}; measured/predicted "
-                  f"{f(v['measured_over_predicted_summary'])} -> {f(v['measured_over_predicted'])}")
+            print(
+                f"  {m}: α2 {f(v['alpha2_summary'])} -> {f(v['alpha2'])}; predicted {f(v['predicted_summary'])} -> "
+                f"{f(v['predicted'])}; measured {f(v['speedup_total'])}; measured/predicted "
+                f"{f(v['measured_over_predicted_summary'])} -> {f(v['measured_over_predicted'])}"
+            )
     return 0
 
 

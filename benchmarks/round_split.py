@@ -33,8 +33,19 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-KEYS = ("rounds", "draft_s", "target_s", "verify_s", "wall_s", "aborted_target_rows", "target_step_tokens",
-        "draft_step_tokens", "committed_draft_steps", "drafted_steps", "reused_target_tokens")
+KEYS = (
+    "rounds",
+    "draft_s",
+    "target_s",
+    "verify_s",
+    "wall_s",
+    "aborted_target_rows",
+    "target_step_tokens",
+    "draft_step_tokens",
+    "committed_draft_steps",
+    "drafted_steps",
+    "reused_target_tokens",
+)
 
 
 def split(records: list[dict]) -> dict[str, dict]:
@@ -51,8 +62,11 @@ def split(records: list[dict]) -> dict[str, dict]:
     out = {}
     for m, s in sums.items():
         n = s["rounds"] or 1.0
-        out[m] = {"problems": problems[m], **{k: round(v, 3) for k, v in s.items()},
-                  "per_round": {k: round(s[k] / n, 3) for k in KEYS if k != "rounds"}}
+        out[m] = {
+            "problems": problems[m],
+            **{k: round(v, 3) for k, v in s.items()},
+            "per_round": {k: round(s[k] / n, 3) for k in KEYS if k != "rounds"},
+        }
     return out
 
 
@@ -74,17 +88,30 @@ def vs_reference(records: list[dict], reference: str = "lr+sd", n_boot: int = 20
             if (a.get("rounds"), a.get("draft_step_tokens")) != (b.get("rounds"), b.get("draft_step_tokens")):
                 continue  # not the same drafts: no equalising
             share = a.get("drafted_steps", 0) / b["drafted_steps"] if b.get("drafted_steps") else 1.0
-            pairs.append((ref["wall_s"], r["wall_s"], r["wall_s"] - a["draft_s"] + b["draft_s"],
-                          r["wall_s"] - a["draft_s"] + b["draft_s"] * share))
+            pairs.append(
+                (
+                    ref["wall_s"],
+                    r["wall_s"],
+                    r["wall_s"] - a["draft_s"] + b["draft_s"],
+                    r["wall_s"] - a["draft_s"] + b["draft_s"] * share,
+                )
+            )
         if not pairs:
             continue
         raw = lambda ps: sum(p[0] for p in ps) / sum(p[1] for p in ps)  # noqa: E731
         eq = lambda ps: sum(p[0] for p in ps) / sum(p[2] for p in ps)  # noqa: E731
         oracle = lambda ps: sum(p[0] for p in ps) / sum(p[3] for p in ps)  # noqa: E731
-        ci = (lambda f: bootstrap_ci(pairs, f, n_boot=n_boot, seed=0) if len(pairs) > 1 else (f(pairs), f(pairs)))  # noqa: E731
-        out[m] = {"reference": reference, "problems": len(pairs), "ratio": raw(pairs), "ratio_ci95": ci(raw),
-                  "ratio_equal_drafts": eq(pairs), "ratio_equal_drafts_ci95": ci(eq),
-                  "ratio_oracle_draft_stop": oracle(pairs), "ratio_oracle_draft_stop_ci95": ci(oracle)}
+        ci = lambda f: bootstrap_ci(pairs, f, n_boot=n_boot, seed=0) if len(pairs) > 1 else (f(pairs), f(pairs))  # noqa: E731
+        out[m] = {
+            "reference": reference,
+            "problems": len(pairs),
+            "ratio": raw(pairs),
+            "ratio_ci95": ci(raw),
+            "ratio_equal_drafts": eq(pairs),
+            "ratio_equal_drafts_ci95": ci(eq),
+            "ratio_oracle_draft_stop": oracle(pairs),
+            "ratio_oracle_draft_stop_ci95": ci(oracle),
+        }
     return out
 
 
@@ -104,18 +131,22 @@ def main(argv: list[str] | None = None) -> int:
         if m == "vs_reference":
             continue
         pr = s["per_round"]
-        print(f"{m}: {s['problems']} problems, {s['rounds']:.0f} rounds; per round draft {pr['draft_s']:.2f} s, "
-              f"target {pr['target_s']:.2f} s, verify {pr['verify_s']:.2f} s, wall {pr['wall_s']:.2f} s; "
-              f"aborted rows {pr['aborted_target_rows']:.2f}, target step tokens {pr['target_step_tokens']:.1f}, "
-              f"committed drafts {pr['committed_draft_steps']:.2f} of {pr['drafted_steps']:.2f}")
+        print(
+            f"{m}: {s['problems']} problems, {s['rounds']:.0f} rounds; per round draft {pr['draft_s']:.2f} s, "
+            f"target {pr['target_s']:.2f} s, verify {pr['verify_s']:.2f} s, wall {pr['wall_s']:.2f} s; "
+            f"aborted rows {pr['aborted_target_rows']:.2f}, target step tokens {pr['target_step_tokens']:.1f}, "
+            f"committed drafts {pr['committed_draft_steps']:.2f} of {pr['drafted_steps']:.2f}"
+        )
     for m, v in ref.items():
         lo, hi = v["ratio_ci95"]
         elo, ehi = v["ratio_equal_drafts_ci95"]
         olo, ohi = v["ratio_oracle_draft_stop_ci95"]
-        print(f"{m} over {v['reference']} ({v['problems']} problems): {v['ratio']:.3f} [{lo:.3f}, {hi:.3f}]; "
-              f"drafting equalised {v['ratio_equal_drafts']:.3f} [{elo:.3f}, {ehi:.3f}]; "
-              f"drafting stopped at the first rejection (oracle) {v['ratio_oracle_draft_stop']:.3f} "
-              f"[{olo:.3f}, {ohi:.3f}]")
+        print(
+            f"{m} over {v['reference']} ({v['problems']} problems): {v['ratio']:.3f} [{lo:.3f}, {hi:.3f}]; "
+            f"drafting equalised {v['ratio_equal_drafts']:.3f} [{elo:.3f}, {ehi:.3f}]; "
+            f"drafting stopped at the first rejection (oracle) {v['ratio_oracle_draft_stop']:.3f} "
+            f"[{olo:.3f}, {ohi:.3f}]"
+        )
     return 0
 
 

@@ -37,7 +37,9 @@ def main(args) -> int:
     try:  # bad input: one line and exit 2, before anything is written
         prof = read_json_object(args.profile, "profile")
         if not {"c1", "c2"} <= set(prof) or not isinstance(prof.get("prefill"), dict):
-            raise ConfigError(f"profile {args.profile} has no c1, c2 and prefill: run lrtune profile (--prefill-max > 0)")
+            raise ConfigError(
+                f"profile {args.profile} has no c1, c2 and prefill: run lrtune profile (--prefill-max > 0)"
+            )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -46,16 +48,36 @@ def main(args) -> int:
     sd = g(args.alpha2, c2, 4)
     rows = []
     for a1 in [x / 100 for x in range(50, 100, 2)]:
-        best = max((h_score(k, 4, a1, c1, score_prefill(k, pre["overhead_tokens"], pi, args.step_tokens),
-                            args.alpha2, c2), k) for k in range(1, 7))
+        best = max(
+            (h_score(k, 4, a1, c1, score_prefill(k, pre["overhead_tokens"], pi, args.step_tokens), args.alpha2, c2), k)
+            for k in range(1, 7)
+        )
         free = max((h_score(k, 4, a1, c1, 0.0, args.alpha2, c2), k) for k in range(1, 7))
-        rows.append({"alpha1": a1, "best_gamma1": best[1], "score_speedup": best[0], "over_sd": best[0] / sd,
-                     "best_gamma1_no_prefill": free[1], "over_sd_no_prefill": free[0] / sd})
+        rows.append(
+            {
+                "alpha1": a1,
+                "best_gamma1": best[1],
+                "score_speedup": best[0],
+                "over_sd": best[0] / sd,
+                "best_gamma1_no_prefill": free[1],
+                "over_sd_no_prefill": free[0] / sd,
+            }
+        )
     need = next((r["alpha1"] for r in rows if r["over_sd"] >= 1.10), None)
     need_free = next((r["alpha1"] for r in rows if r["over_sd_no_prefill"] >= 1.10), None)
-    out = {"profile": args.profile, "c1": c1, "c2": c2, "alpha2": args.alpha2, "sd_speedup": sd,
-           "prefill_overhead_tokens": pre["overhead_tokens"], "prefill_per_token": pi, "step_tokens": args.step_tokens,
-           "alpha1_for_1.10x_sd": need, "alpha1_for_1.10x_sd_no_prefill": need_free, "rows": rows}
+    out = {
+        "profile": args.profile,
+        "c1": c1,
+        "c2": c2,
+        "alpha2": args.alpha2,
+        "sd_speedup": sd,
+        "prefill_overhead_tokens": pre["overhead_tokens"],
+        "prefill_per_token": pi,
+        "step_tokens": args.step_tokens,
+        "alpha1_for_1.10x_sd": need,
+        "alpha1_for_1.10x_sd_no_prefill": need_free,
+        "rows": rows,
+    }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"a score round beats SD by 10% from α1 = {need} (without the scoring call: {need_free}); wrote {args.out}")
     return 0

@@ -58,22 +58,37 @@ def main(args) -> int:
     from lrtune.machine import machine_info
     from lrtune.tasks import get_task
 
-    dec = Decoder.from_pretrained(method="lr+sd", verifier="target_logprob", gamma1=3, gamma2=args.gamma2,
-                                  max_step_tokens=96, max_model_len=1536, progress=False,
-                                  draft_quantization=args.draft_quantization,
-                                  max_num_batched_tokens=args.max_num_batched_tokens)
+    dec = Decoder.from_pretrained(
+        method="lr+sd",
+        verifier="target_logprob",
+        gamma1=3,
+        gamma2=args.gamma2,
+        max_step_tokens=96,
+        max_model_len=1536,
+        progress=False,
+        draft_quantization=args.draft_quantization,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    )
     target, draft = dec.decoder.target, dec.decoder.draft
     task = get_task("gsm_symbolic")
-    prompts = encode_prompts(dec.models, [task.prompt(p) for p in task.load(limit=args.problems, seed=args.task_seed)],
-                             progress=False)
+    prompts = encode_prompts(
+        dec.models, [task.prompt(p) for p in task.load(limit=args.problems, seed=args.task_seed)], progress=False
+    )
     llm = target.engine(args.gamma2)
 
     def call(ids, spec: bool, scores: bool, max_tokens: int = 1):
-        sp = SamplingParams(temperature=0, max_tokens=max_tokens,
-                            prompt_logprobs=0 if scores else None, skip_reading_prefix_cache=False if scores else None,
-                            extra_args=None if spec else {NO_SPEC_KEY: True})
-        prompt = TokensPrompt(prompt_token_ids=list(ids)) if spec else TokensPrompt(prompt_token_ids=list(ids),
-                                                                                    cache_salt=NO_SPEC_KEY)
+        sp = SamplingParams(
+            temperature=0,
+            max_tokens=max_tokens,
+            prompt_logprobs=0 if scores else None,
+            skip_reading_prefix_cache=False if scores else None,
+            extra_args=None if spec else {NO_SPEC_KEY: True},
+        )
+        prompt = (
+            TokensPrompt(prompt_token_ids=list(ids))
+            if spec
+            else TokensPrompt(prompt_token_ids=list(ids), cache_salt=NO_SPEC_KEY)
+        )
         t = time.perf_counter()
         res = llm.generate([prompt], [sp], use_tqdm=False)[0]
         return time.perf_counter() - t, res
@@ -91,28 +106,55 @@ def main(args) -> int:
             base += list(res.outputs[0].token_ids)
         call(base, True, False)  # the context in both prefix-cache namespaces, as a round finds it
         call(base, False, False)
-        order = WAYS[i % 4:] + WAYS[:i % 4]
+        order = WAYS[i % 4 :] + WAYS[: i % 4]
         for k, way in enumerate(order):
             first = 11 + 2 * k
-            chain = [first] + list(draft.generate([base + [first]], GenParams(max_tokens=args.chain - 1,
-                                                                              stop_at_delimiter=False)).outputs[0].token_ids)
+            chain = [first] + list(
+                draft.generate([base + [first]], GenParams(max_tokens=args.chain - 1, stop_at_delimiter=False))
+                .outputs[0]
+                .token_ids
+            )
             s, r = call(base + chain, spec=way.startswith("spec"), scores=way.endswith("scores"))
             new = len(base) + len(chain) - (r.num_cached_tokens or 0)
-            rows.append({"problem": i, "written": ctx, "way": way, "context": len(base), "chain": len(chain),
-                         "cached": r.num_cached_tokens, "new_tokens": new, "seconds": s})
+            rows.append(
+                {
+                    "problem": i,
+                    "written": ctx,
+                    "way": way,
+                    "context": len(base),
+                    "chain": len(chain),
+                    "cached": r.num_cached_tokens,
+                    "new_tokens": new,
+                    "seconds": s,
+                }
+            )
             print(f"problem {i} context +{ctx} {way:14s} {s:.3f} s ({new} new tokens)", flush=True)
     by_context = []
     for ctx in contexts:
         mine = [r for r in rows if r["written"] == ctx]
         means = {w: statistics.mean(r["seconds"] for r in mine if r["way"] == w) for w in WAYS}
-        by_context.append({
-            "written": ctx, "mean_context": statistics.mean(r["context"] for r in mine), "mean_seconds": means,
-            "pi": {w: statistics.mean(r["seconds"] / r["new_tokens"] for r in mine if r["way"] == w) / t_token
-                   for w in WAYS},
-            "spec_scores_over_nospec_scores": means["spec+scores"] / means["nospec+scores"]})
+        by_context.append(
+            {
+                "written": ctx,
+                "mean_context": statistics.mean(r["context"] for r in mine),
+                "mean_seconds": means,
+                "pi": {
+                    w: statistics.mean(r["seconds"] / r["new_tokens"] for r in mine if r["way"] == w) / t_token
+                    for w in WAYS
+                },
+                "spec_scores_over_nospec_scores": means["spec+scores"] / means["nospec+scores"],
+            }
+        )
         print(f"context +{ctx}: " + ", ".join(f"{w} {v:.3f} s" for w, v in means.items()), flush=True)
-    out = {"machine": machine_info(), "draft_quantization": args.draft_quantization, "gamma2": args.gamma2,
-           "chain_tokens": args.chain, "target_s_per_token": t_token, "by_context": by_context, "calls": rows}
+    out = {
+        "machine": machine_info(),
+        "draft_quantization": args.draft_quantization,
+        "gamma2": args.gamma2,
+        "chain_tokens": args.chain,
+        "target_s_per_token": t_token,
+        "by_context": by_context,
+        "calls": rows,
+    }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
     dec.close()

@@ -54,25 +54,46 @@ def split(summary: dict, records: list[dict]) -> dict:
         bonus_s = total("target_s") - total("prefill_s")
         a1, a2, g1, g2 = row["alpha1"], row["alpha2"], row["gamma1"], row["gamma2"]
         gg = g(a2, c, g2) if g2 and a2 is not None else 1.0
-        model = {"output_steps": sum(a1 ** j for j in range(g1 + 1)), "draft": c * g1,
-                 "prefill": (row["prefill_ratio"] or 0.0) / gg, "bonus": 1.0 / gg}
-        measured = {"output_steps": tokens / rounds / L, "draft": total("draft_s") / rounds / T,
-                    "prefill": total("prefill_s") / rounds / T, "bonus": bonus_s / rounds / T}
-        cost = {k: sum(v for kk, v in d.items() if kk != "output_steps") for k, d in (("model", model), ("measured", measured))}
+        model = {
+            "output_steps": sum(a1**j for j in range(g1 + 1)),
+            "draft": c * g1,
+            "prefill": (row["prefill_ratio"] or 0.0) / gg,
+            "bonus": 1.0 / gg,
+        }
+        measured = {
+            "output_steps": tokens / rounds / L,
+            "draft": total("draft_s") / rounds / T,
+            "prefill": total("prefill_s") / rounds / T,
+            "bonus": bonus_s / rounds / T,
+        }
+        cost = {
+            k: sum(v for kk, v in d.items() if kk != "output_steps")
+            for k, d in (("model", model), ("measured", measured))
+        }
         out[label] = {
             "rounds": int(rounds),
-            "per_round_s": {"draft": total("draft_s") / rounds, "prefill": total("prefill_s") / rounds,
-                            "bonus_step": bonus_s / rounds, "verify": total("verify_s") / rounds},
-            "per_round": {"drafted_steps": drafted_steps / rounds, "drafted_tokens": drafted_tokens / rounds,
-                          "committed_draft_steps": total("committed_draft_steps") / rounds,
-                          "committed_draft_tokens": (tokens - total("target_step_tokens")) / rounds,
-                          "bonus_steps": total("committed_target_steps") / rounds,
-                          "bonus_tokens": total("target_step_tokens") / rounds},
-            "step_tokens_L": L, "t0_s_per_token": t0,
-            "model_T": model, "measured_T": measured,
+            "per_round_s": {
+                "draft": total("draft_s") / rounds,
+                "prefill": total("prefill_s") / rounds,
+                "bonus_step": bonus_s / rounds,
+                "verify": total("verify_s") / rounds,
+            },
+            "per_round": {
+                "drafted_steps": drafted_steps / rounds,
+                "drafted_tokens": drafted_tokens / rounds,
+                "committed_draft_steps": total("committed_draft_steps") / rounds,
+                "committed_draft_tokens": (tokens - total("target_step_tokens")) / rounds,
+                "bonus_steps": total("committed_target_steps") / rounds,
+                "bonus_tokens": total("target_step_tokens") / rounds,
+            },
+            "step_tokens_L": L,
+            "t0_s_per_token": t0,
+            "model_T": model,
+            "measured_T": measured,
             "output_ratio": measured["output_steps"] / model["output_steps"],
             "cost_ratio": cost["measured"] / cost["model"],
-            "speedup_total": row["speedup_total"], "predicted_speedup": row["predicted_speedup"],
+            "speedup_total": row["speedup_total"],
+            "predicted_speedup": row["predicted_speedup"],
             "measured_over_predicted": row["measured_over_predicted"],
         }
     return out
@@ -89,7 +110,9 @@ def main(argv=None) -> int:
     try:  # bad input: one line and exit 2, before anything is written
         summary = read_json_object(run / "summary.json", "evaluate summary")
         if not (run / "records.jsonl").is_file() or "methods" not in summary:
-            raise ConfigError(f"{run} is not an lrtune evaluate output directory (summary.json with methods, records.jsonl)")
+            raise ConfigError(
+                f"{run} is not an lrtune evaluate output directory (summary.json with methods, records.jsonl)"
+            )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -97,11 +120,13 @@ def main(argv=None) -> int:
     rows = split(summary, records)
     for label, r in rows.items():
         s, m, x = r["per_round_s"], r["model_T"], r["measured_T"]
-        print(f"{label}: {r['rounds']} rounds; per round draft {s['draft']:.2f} s, prefill {s['prefill']:.2f} s, "
-              f"bonus step {s['bonus_step']:.2f} s, verify {s['verify']:.3f} s; output {x['output_steps']:.2f} steps "
-              f"(model {m['output_steps']:.2f}), cost {sum(v for k, v in x.items() if k != 'output_steps'):.2f} T "
-              f"(model {sum(v for k, v in m.items() if k != 'output_steps'):.2f}); measured/predicted "
-              f"{r['measured_over_predicted']:.2f} = {r['output_ratio']:.2f} / {r['cost_ratio']:.2f}")
+        print(
+            f"{label}: {r['rounds']} rounds; per round draft {s['draft']:.2f} s, prefill {s['prefill']:.2f} s, "
+            f"bonus step {s['bonus_step']:.2f} s, verify {s['verify']:.3f} s; output {x['output_steps']:.2f} steps "
+            f"(model {m['output_steps']:.2f}), cost {sum(v for k, v in x.items() if k != 'output_steps'):.2f} T "
+            f"(model {sum(v for k, v in m.items() if k != 'output_steps'):.2f}); measured/predicted "
+            f"{r['measured_over_predicted']:.2f} = {r['output_ratio']:.2f} / {r['cost_ratio']:.2f}"
+        )
     out = run / "score_split.json"
     out.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {out}")

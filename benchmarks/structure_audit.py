@@ -25,8 +25,13 @@ from pathlib import Path
 
 from tests.test_import_rules import cycles, import_graph  # the test's rule, applied to any revision's tree
 
-PACKAGES = {"lrtune": "lrtune", "data_gen": "lrtune.data_gen", "train": "lrtune.train", "eval": "lrtune.eval",
-            "policies": "lrtune.policies"}
+PACKAGES = {
+    "lrtune": "lrtune",
+    "data_gen": "lrtune.data_gen",
+    "train": "lrtune.train",
+    "eval": "lrtune.eval",
+    "policies": "lrtune.policies",
+}
 PRICING = ("prefill", "engine_drafts", "round_kinds", "c1", "c2", "batch_cost")
 CONTROLLER_NAMES = ("ctl", "controller", "c", "out", "own", "run_ctl")
 
@@ -60,14 +65,22 @@ def controller_sites(files: dict[str, Path], root: Path) -> dict[str, list[str]]
                         mutations.append(f"{rel}:{node.lineno} {t.value.id}.{t.attr}")
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 fn = node.func.id
-                if fn in ("hasattr", "getattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
-                        and node.args[1].value in PRICING:
+                if (
+                    fn in ("hasattr", "getattr")
+                    and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value in PRICING
+                ):
                     probes.append(f"{rel}:{node.lineno} {fn}(…, {node.args[1].value!r})")
                 if fn in ("h_score", "score_prefill") and not rel.endswith("speedup.py"):
                     priced.append(f"{rel}:{node.lineno} {fn}")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in ("h_score", "score_prefill") and isinstance(node.func.value, ast.Name) and \
-                    node.func.value.id == "speedup":  # speedup.h_score(...); a plan's own method delegates
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("h_score", "score_prefill")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "speedup"
+            ):  # speedup.h_score(...); a plan's own method delegates
                 priced.append(f"{rel}:{node.lineno} {node.func.attr}")
     return {"post_build_mutations": mutations, "pricing_probes": probes, "score_round_priced_at": priced}
 
@@ -77,19 +90,37 @@ def audit(root: Path) -> dict:
     graph = import_graph(files)
     comps = cycles(graph)
     lines = {str(f.relative_to(root)): len(f.read_text(encoding="utf-8").splitlines()) for f in files.values()}
-    long_lines = sum(1 for f in files.values() for line in f.read_text(encoding="utf-8").splitlines() if len(line) > 120)
+    long_lines = sum(
+        1 for f in files.values() for line in f.read_text(encoding="utf-8").splitlines() if len(line) > 120
+    )
     api_users = sorted(m for m, ts in graph.items() if "lrtune.api" in ts and m != "lrtune")
-    price_fns = sorted(f"{m}.{n.name}" for m, f in files.items() for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
-                       if isinstance(n, ast.FunctionDef) and n.name.startswith("price_"))
-    ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "--statistics", "--exit-zero", "."], cwd=root,
-                          capture_output=True, text=True)
-    findings = sum(int(line.split()[0]) for line in ruff.stdout.splitlines() if line.split() and line.split()[0].isdigit())
-    return {"modules": len(files), "modules_in_cycles": sum(len(c) for c in comps), "cycles": comps,
-            "modules_over_600_lines": {k: v for k, v in lines.items() if v > 600},
-            "largest_modules": sorted(lines.items(), key=lambda kv: -kv[1])[:5],
-            **controller_sites(files, root), "price_functions": price_fns,
-            "core_and_stage_modules_importing_lrtune_api": api_users,
-            "lines_over_120_chars": long_lines, "ruff_findings": findings}
+    price_fns = sorted(
+        f"{m}.{n.name}"
+        for m, f in files.items()
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("price_")
+    )
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--statistics", "--exit-zero", "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    findings = sum(
+        int(line.split()[0]) for line in ruff.stdout.splitlines() if line.split() and line.split()[0].isdigit()
+    )
+    return {
+        "modules": len(files),
+        "modules_in_cycles": sum(len(c) for c in comps),
+        "cycles": comps,
+        "modules_over_600_lines": {k: v for k, v in lines.items() if v > 600},
+        "largest_modules": sorted(lines.items(), key=lambda kv: -kv[1])[:5],
+        **controller_sites(files, root),
+        "price_functions": price_fns,
+        "core_and_stage_modules_importing_lrtune_api": api_users,
+        "lines_over_120_chars": long_lines,
+        "ruff_findings": findings,
+    }
 
 
 def at_revision(rev: str) -> dict:
@@ -97,7 +128,9 @@ def at_revision(rev: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", rev], capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True
+        ).stdout.strip()
         found = audit(Path(tmp))
         counts = {k: len(v) for k, v in found.items() if isinstance(v, list) and k not in ("cycles", "largest_modules")}
         return {"revision": sha, **found, "counts": counts}
@@ -109,11 +142,21 @@ def main(argv=None) -> int:
     p.add_argument("--after", default="HEAD", help="git revision after the change")
     p.add_argument("--out", required=True, help="JSON file to write")
     args = p.parse_args(argv)
-    result = {"before": at_revision(args.before), "after": at_revision(args.after),
-              "command": "python -m benchmarks.structure_audit (git archive of each revision; nothing run)"}
-    for key in ("modules_in_cycles", "post_build_mutations", "pricing_probes", "score_round_priced_at",
-                "price_functions", "core_and_stage_modules_importing_lrtune_api", "lines_over_120_chars",
-                "ruff_findings"):
+    result = {
+        "before": at_revision(args.before),
+        "after": at_revision(args.after),
+        "command": "python -m benchmarks.structure_audit (git archive of each revision; nothing run)",
+    }
+    for key in (
+        "modules_in_cycles",
+        "post_build_mutations",
+        "pricing_probes",
+        "score_round_priced_at",
+        "price_functions",
+        "core_and_stage_modules_importing_lrtune_api",
+        "lines_over_120_chars",
+        "ruff_findings",
+    ):
         b, a = result["before"][key], result["after"][key]
         print(f"{key}: {len(b) if isinstance(b, list) else b} -> {len(a) if isinstance(a, list) else a}")
     out = Path(args.out)

@@ -42,9 +42,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="a collect (or merged) directory with teacher labels")
     p.add_argument("--folds", type=int, default=5, help="folds of templates (>= 3: train, validation, test)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment and of the students")
-    p.add_argument("--variants", default="forest;features",
-                   help="';'-separated NAME[:STUDENT[:DROPPED,FEATURES]] (STUDENT defaults to NAME; a verifier spec "
-                        "that is not a student kind, e.g. target_logprob(min), is rated without training)")
+    p.add_argument(
+        "--variants",
+        default="forest;features",
+        help="';'-separated NAME[:STUDENT[:DROPPED,FEATURES]] (STUDENT defaults to NAME; a verifier spec "
+        "that is not a student kind, e.g. target_logprob(min), is rated without training)",
+    )
     p.add_argument("--max-false-accept", type=float, default=0.05, help="FAR cap of the calibrated rule")
     p.add_argument("--work", required=True, help="directory for the fold checkpoints")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -86,13 +89,27 @@ def pooled(rows: list[dict], seed: int) -> dict:
     ci = agreement_intervals(m, y, 0.0, [r["problem"] for r in rows], seed=seed)
     by_task = {}
     for task in sorted({r["problem"].split("/")[0] for r in rows}):
-        t = agreement([x for x, r in zip(m, rows) if r["problem"].split("/")[0] == task],
-                      [r["label"] for r in rows if r["problem"].split("/")[0] == task], 0.0)
-        by_task[task] = {"agreement": t["accuracy"], "false_accept_rate": t["false_accept_rate"],
-                         "acceptance": t["acceptance"], "teacher_acceptance": t["teacher_acceptance"], "n": t["n"]}
-    return {"agreement": a["accuracy"], "agreement_ci95": list(ci["accuracy"]), "false_accept_rate":
-            a["false_accept_rate"], "acceptance": a["acceptance"], "teacher_acceptance": a["teacher_acceptance"],
-            "n": a["n"], "by_task": by_task}
+        t = agreement(
+            [x for x, r in zip(m, rows) if r["problem"].split("/")[0] == task],
+            [r["label"] for r in rows if r["problem"].split("/")[0] == task],
+            0.0,
+        )
+        by_task[task] = {
+            "agreement": t["accuracy"],
+            "false_accept_rate": t["false_accept_rate"],
+            "acceptance": t["acceptance"],
+            "teacher_acceptance": t["teacher_acceptance"],
+            "n": t["n"],
+        }
+    return {
+        "agreement": a["accuracy"],
+        "agreement_ci95": list(ci["accuracy"]),
+        "false_accept_rate": a["false_accept_rate"],
+        "acceptance": a["acceptance"],
+        "teacher_acceptance": a["teacher_acceptance"],
+        "n": a["n"],
+        "by_task": by_task,
+    }
 
 
 def run_variant(examples, teacher: str, folds: dict, name: str, student: str, drop: str, args) -> dict:
@@ -113,9 +130,15 @@ def run_variant(examples, teacher: str, folds: dict, name: str, student: str, dr
             split["test" if f == k else "val" if f == val_k else "train"].append(e)
         out = Path(args.work) / f"{name}-f{k}"
         out.mkdir(parents=True, exist_ok=True)
-        cfg = TrainVerifierConfig.of(data=args.data, out=str(out), student=student if student in students.FITTERS
-                                     else "features", seed=args.seed, drop_features=drop, progress=False,
-                                     max_false_accept=args.max_false_accept)
+        cfg = TrainVerifierConfig.of(
+            data=args.data,
+            out=str(out),
+            student=student if student in students.FITTERS else "features",
+            seed=args.seed,
+            drop_features=drop,
+            progress=False,
+            max_false_accept=args.max_false_accept,
+        )
         if student in students.FITTERS:
             v, _, _ = fit_and_load(cfg, out, split["train"], split["val"], teacher)
         else:  # a training-free verifier spec: only its threshold is chosen on the validation fold
@@ -125,27 +148,50 @@ def run_variant(examples, teacher: str, folds: dict, name: str, student: str, dr
         vl = [e.label for e in split["val"]]
         ts = students.score_pairs(v, [view(e.pair) for e in split["test"]])
         tl = [e.label for e in split["test"]]
-        thresholds = {"calibrated": calibrate_threshold(vs, vl, args.max_false_accept)["threshold"],
-                      "val_best_accuracy": best_agreement_threshold(vs, vl), "half": 0.5,
-                      "test_oracle": best_agreement_threshold(ts, tl)}
+        thresholds = {
+            "calibrated": calibrate_threshold(vs, vl, args.max_false_accept)["threshold"],
+            "val_best_accuracy": best_agreement_threshold(vs, vl),
+            "half": 0.5,
+            "test_oracle": best_agreement_threshold(ts, tl),
+        }
         for rule, t in thresholds.items():
-            decided[rule] += [{"margin": s - t, "label": y, "problem": e.problem_id}
-                              for s, y, e in zip(ts, tl, split["test"])]
+            decided[rule] += [
+                {"margin": s - t, "label": y, "problem": e.problem_id} for s, y, e in zip(ts, tl, split["test"])
+            ]
         a = auroc(ts, tl)
         fold_auroc.append(a)
         scores += ts
         labels += tl
         problems += [e.problem_id for e in split["test"]]
-        per_fold.append({"fold": k, "train_pairs": len(split["train"]), "val_pairs": len(vs), "test_pairs": len(ts),
-                         "test_auroc": a, "thresholds": thresholds, "test_scores": [round(x, 6) for x in ts],
-                         "test_labels": tl, "test_problems": [e.problem_id for e in split["test"]]})
-        print(f"{name} fold {k}: train {len(split['train'])}, val {len(vs)}, test {len(ts)} pairs; test AUROC "
-              f"{a:.3f}; thresholds " + ", ".join(f"{r} {t:.3f}" for r, t in thresholds.items()), flush=True)
+        per_fold.append(
+            {
+                "fold": k,
+                "train_pairs": len(split["train"]),
+                "val_pairs": len(vs),
+                "test_pairs": len(ts),
+                "test_auroc": a,
+                "thresholds": thresholds,
+                "test_scores": [round(x, 6) for x in ts],
+                "test_labels": tl,
+                "test_problems": [e.problem_id for e in split["test"]],
+            }
+        )
+        print(
+            f"{name} fold {k}: train {len(split['train'])}, val {len(vs)}, test {len(ts)} pairs; test AUROC "
+            f"{a:.3f}; thresholds " + ", ".join(f"{r} {t:.3f}" for r, t in thresholds.items()),
+            flush=True,
+        )
     ci = agreement_intervals(scores, labels, 0.5, problems, seed=args.seed)
-    return {"variant": name, "student": student, "dropped": drop, "folds": per_fold,
-            "auroc_fold_mean": statistics.fmean(a for a in fold_auroc if a is not None),
-            "auroc_pooled": auroc(scores, labels), "auroc_pooled_ci95": list(ci["auroc"]),
-            **{rule: pooled(rows, args.seed) for rule, rows in decided.items()}}
+    return {
+        "variant": name,
+        "student": student,
+        "dropped": drop,
+        "folds": per_fold,
+        "auroc_fold_mean": statistics.fmean(a for a in fold_auroc if a is not None),
+        "auroc_pooled": auroc(scores, labels),
+        "auroc_pooled_ci95": list(ci["auroc"]),
+        **{rule: pooled(rows, args.seed) for rule, rows in decided.items()},
+    }
 
 
 def main(args) -> int:
@@ -157,15 +203,34 @@ def main(args) -> int:
     for name, student, drop in parse_variants(args.variants):
         r = run_variant(examples, teacher, folds, name, student, drop, args)
         results.append(r)
-        print(f"{name}: AUROC pooled {r['auroc_pooled']:.3f} [{r['auroc_pooled_ci95'][0]:.3f}, "
-              f"{r['auroc_pooled_ci95'][1]:.3f}], fold mean {r['auroc_fold_mean']:.3f}; " + "; ".join(
-                  f"{rule} agreement {r[rule]['agreement']:.3f} [{r[rule]['agreement_ci95'][0]:.3f}, "
-                  f"{r[rule]['agreement_ci95'][1]:.3f}] FAR {r[rule]['false_accept_rate']:.2f} "
-                  f"acceptance {r[rule]['acceptance']:.2f}" for rule in RULES), flush=True)
+        print(
+            f"{name}: AUROC pooled {r['auroc_pooled']:.3f} [{r['auroc_pooled_ci95'][0]:.3f}, "
+            f"{r['auroc_pooled_ci95'][1]:.3f}], fold mean {r['auroc_fold_mean']:.3f}; "
+            + "; ".join(
+                f"{rule} agreement {r[rule]['agreement']:.3f} [{r[rule]['agreement_ci95'][0]:.3f}, "
+                f"{r[rule]['agreement_ci95'][1]:.3f}] FAR {r[rule]['false_accept_rate']:.2f} "
+                f"acceptance {r[rule]['acceptance']:.2f}"
+                for rule in RULES
+            ),
+            flush=True,
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({
-        "data": args.data, "teacher": teacher, "pairs": len(examples), "folds": args.folds, "seed": args.seed,
-        "max_false_accept": args.max_false_accept, "groups": len(folds), "results": results}, indent=1) + "\n")
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "data": args.data,
+                "teacher": teacher,
+                "pairs": len(examples),
+                "folds": args.folds,
+                "seed": args.seed,
+                "max_false_accept": args.max_false_accept,
+                "groups": len(folds),
+                "results": results,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -39,8 +39,14 @@ def summarize(rows: list[dict]) -> dict:
     out: dict = {}
     for name in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == name]
-        out[name] = {k: {"mean": statistics.fmean(r[k] for r in mine), "min": min(r[k] for r in mine),
-                         "max": max(r[k] for r in mine)} for k in ("auroc", "accuracy", "acceptance")}
+        out[name] = {
+            k: {
+                "mean": statistics.fmean(r[k] for r in mine),
+                "min": min(r[k] for r in mine),
+                "max": max(r[k] for r in mine),
+            }
+            for k in ("auroc", "accuracy", "acceptance")
+        }
         out[name]["seeds"] = len(mine)
     return out
 
@@ -52,20 +58,40 @@ def main(args) -> int:
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
         for student, drop in VARIANTS:
             name = variant_name(student, drop)
-            cfg = TrainVerifierConfig.of(data=args.data, out=str(Path(args.work) / f"{name}-s{seed}"), student=student,
-                                      seed=seed, drop_features=drop, progress=False, latency_pairs=4)
+            cfg = TrainVerifierConfig.of(
+                data=args.data,
+                out=str(Path(args.work) / f"{name}-s{seed}"),
+                student=student,
+                seed=seed,
+                drop_features=drop,
+                progress=False,
+                latency_pairs=4,
+            )
             test = run(cfg)["metrics"]["test"]
-            rows.append({"seed": seed, "variant": name, "auroc": test["auroc"], "auroc_ci95": test["auroc_ci95"],
-                         "accuracy": test["accuracy"], "acceptance": test["acceptance"],
-                         "teacher_acceptance": test["teacher_acceptance"], "test_pairs": test["n"]})
+            rows.append(
+                {
+                    "seed": seed,
+                    "variant": name,
+                    "auroc": test["auroc"],
+                    "auroc_ci95": test["auroc_ci95"],
+                    "accuracy": test["accuracy"],
+                    "acceptance": test["acceptance"],
+                    "teacher_acceptance": test["teacher_acceptance"],
+                    "test_pairs": test["n"],
+                }
+            )
             r = rows[-1]
-            print(f"seed {seed} {name:28s} AUROC {r['auroc']:.3f} [{r['auroc_ci95'][0]:.2f}, {r['auroc_ci95'][1]:.2f}] "
-                  f"agreement {r['accuracy']:.3f} acceptance {r['acceptance']:.2f} ({r['test_pairs']} test pairs)",
-                  flush=True)
+            print(
+                f"seed {seed} {name:28s} AUROC {r['auroc']:.3f} [{r['auroc_ci95'][0]:.2f}, {r['auroc_ci95'][1]:.2f}] "
+                f"agreement {r['accuracy']:.3f} acceptance {r['acceptance']:.2f} ({r['test_pairs']} test pairs)",
+                flush=True,
+            )
     summary = summarize(rows)
     for name, s in summary.items():
-        print(f"{name:28s} AUROC mean {s['auroc']['mean']:.3f} (min {s['auroc']['min']:.3f}, max "
-              f"{s['auroc']['max']:.3f}); agreement mean {s['accuracy']['mean']:.3f} over {s['seeds']} seeds")
+        print(
+            f"{name:28s} AUROC mean {s['auroc']['mean']:.3f} (min {s['auroc']['min']:.3f}, max "
+            f"{s['auroc']['max']:.3f}); agreement mean {s['accuracy']['mean']:.3f} over {s['seeds']} seeds"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"data": args.data, "runs": rows, "summary": summary}, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -50,30 +50,44 @@ def main(args) -> int:
     examples, teacher = load_pairs([d for d in opts["data"].split(",") if d])
     splits = split_examples(examples, opts["val_fraction"], opts["test_fraction"], opts["seed"])
     v = verifiers.load(str(ckpt))
-    scored = {s: (students.score_pairs(v, [e.pair for e in splits[s]]), [e.label for e in splits[s]])
-              for s in ("val", "test")}
+    scored = {
+        s: (students.score_pairs(v, [e.pair for e in splits[s]]), [e.label for e in splits[s]]) for s in ("val", "test")
+    }
     (vs, vl), (ts, tl) = scored["val"], scored["test"]
 
     def keep(m: dict) -> dict:
         keys = ("threshold", "accuracy", "false_accept_rate", "acceptance", "teacher_acceptance", "auroc")
         return {k: m[k] for k in keys}
 
-    rows = {"calibrated": keep(agreement(ts, tl, v.threshold)),
-            "val_best_accuracy": keep(agreement(ts, tl, best_accuracy_threshold(vs, vl))),
-            "test_oracle": keep(agreement(ts, tl, best_accuracy_threshold(ts, tl)))}
+    rows = {
+        "calibrated": keep(agreement(ts, tl, v.threshold)),
+        "val_best_accuracy": keep(agreement(ts, tl, best_accuracy_threshold(vs, vl))),
+        "test_oracle": keep(agreement(ts, tl, best_accuracy_threshold(ts, tl))),
+    }
     sweep = []
     for cap in (float(c) for c in args.caps.split(",")):
         t = calibrate_threshold(vs, vl, cap)["threshold"]
         sweep.append({"val_far_cap": cap, **keep(agreement(ts, tl, t))})
-    out = {"student": str(ckpt), "teacher": teacher, "data": opts["data"], "test_pairs": len(ts), "val_pairs": len(vs),
-           "thresholds": rows, "far_cap_sweep": sweep}
+    out = {
+        "student": str(ckpt),
+        "teacher": teacher,
+        "data": opts["data"],
+        "test_pairs": len(ts),
+        "val_pairs": len(vs),
+        "thresholds": rows,
+        "far_cap_sweep": sweep,
+    }
     Path(args.out).write_text(json.dumps(out, indent=1))
     for name, m in rows.items():
-        print(f"{name:18s} t={m['threshold']:.3f} agreement {m['accuracy']:.3f} FAR {m['false_accept_rate']:.3f} "
-              f"acceptance {m['acceptance']:.3f} (teacher {m['teacher_acceptance']:.3f})")
+        print(
+            f"{name:18s} t={m['threshold']:.3f} agreement {m['accuracy']:.3f} FAR {m['false_accept_rate']:.3f} "
+            f"acceptance {m['acceptance']:.3f} (teacher {m['teacher_acceptance']:.3f})"
+        )
     for m in sweep:
-        print(f"val FAR cap {m['val_far_cap']:.2f}: t={m['threshold']:.3f} agreement {m['accuracy']:.3f} "
-              f"FAR {m['false_accept_rate']:.3f} acceptance {m['acceptance']:.3f}")
+        print(
+            f"val FAR cap {m['val_far_cap']:.2f}: t={m['threshold']:.3f} agreement {m['accuracy']:.3f} "
+            f"FAR {m['false_accept_rate']:.3f} acceptance {m['acceptance']:.3f}"
+        )
     print(f"wrote {args.out}")
     return 0
 

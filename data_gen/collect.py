@@ -11,7 +11,8 @@ with the teacher's score and label, cheap features (lengths, draft/target mean a
 token logprob, embedding cosine, exact match, the target's own 0–9 score) and timings.
 One row per problem holds measured α1, α2, c1, c2, lengths, time, the answer and its
 correctness (and a target-only reference with ``--with-baseline``). Storage and crash
-safety: :mod:`lrtune.store`; schema, reader and card: :mod:`lrtune.dataset`. Problem i belongs to shard ``i % num_shards``.
+safety: :mod:`lrtune.store`; schema, reader and card: :mod:`lrtune.dataset`. Problem i belongs to
+shard ``i % num_shards``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from lrtune.modelconfig import ModelConfig
 from lrtune.configs import ArgumentParser, Command, Section
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.dataset import (CONFIG, merge, move_to_backup, num, overview_lines,
-                            read_config, summarize_pairs, write_card)
+from lrtune.dataset import CONFIG, merge, move_to_backup, num, overview_lines, read_config, summarize_pairs, write_card
 from lrtune.outdir import check_out, claim_out
 from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, write_atomic
 from lrtune.store import ShardStore
@@ -37,12 +37,37 @@ from lrtune.store import ShardStore
 from lrtune.data_gen.collector import JUDGE_FEATURES, _Collector, divergent_starts, pair_rows
 from lrtune.data_gen.config import CollectConfig, CollectOptions, collect_options, teacher_name
 
-__all__ = ["JUDGE_FEATURES", "CollectConfig", "CollectOptions", "collect_options", "check_collect_out", "collect_key", "config_from_args",
-           "divergent_starts", "main_from_args", "pair_rows", "prepare_out", "run", "run_ray", "teacher_name",
-           "validate_run"]
+__all__ = [
+    "JUDGE_FEATURES",
+    "CollectConfig",
+    "CollectOptions",
+    "collect_options",
+    "check_collect_out",
+    "collect_key",
+    "config_from_args",
+    "divergent_starts",
+    "main_from_args",
+    "pair_rows",
+    "prepare_out",
+    "run",
+    "run_ray",
+    "teacher_name",
+    "validate_run",
+]
 
-RESUME_FREE = ("limit", "progress", "shard_id", "out", "force_new", "ray", "ray_address", "ray_cpus_per_shard",
-               "ray_gpus_per_shard", "max_concurrent", "profile")  # batching never changes a problem's tokens
+RESUME_FREE = (
+    "limit",
+    "progress",
+    "shard_id",
+    "out",
+    "force_new",
+    "ray",
+    "ray_address",
+    "ray_cpus_per_shard",
+    "ray_gpus_per_shard",
+    "max_concurrent",
+    "profile",
+)  # batching never changes a problem's tokens
 
 
 # ---- rows ------------------------------------------------------------------------------
@@ -69,8 +94,10 @@ def check_collect_out(cfg: CollectConfig) -> bool:
     same = old == key or (old is not None and not changed_keys(old, key, collect_key(CollectConfig())))
     if not same and not cfg.options.force_new:  # same despite old != key: only options a newer lrtune added
         what = "another config" if old is not None else f"a config that is not readable ({path.name})"
-        raise ConfigError(f"{out} holds a dataset collected with {what}; use another --out or "
-                          "--force-new (the old files move to a backup folder)")
+        raise ConfigError(
+            f"{out} holds a dataset collected with {what}; use another --out or "
+            "--force-new (the old files move to a backup folder)"
+        )
     return not same
 
 
@@ -114,29 +141,38 @@ def validate_run(cfg: CollectConfig) -> _Plan:
     opts = schema.check(cfg.options)
     cfg.models.validate()
     if not opts.shards.shard_id < opts.shards.num_shards:
-        raise ConfigError(f"--shard-id must be in 0..{opts.shards.num_shards - 1} (--num-shards {opts.shards.num_shards})")
+        raise ConfigError(
+            f"--shard-id must be in 0..{opts.shards.num_shards - 1} (--num-shards {opts.shards.num_shards})"
+        )
     if opts.profile is not None:
         from lrtune.batchcost import read_profile_curve
 
         read_profile_curve(opts.profile)  # a bad file fails now, before any model loads
-    why = {"async": "async LR keeps no rounds",
-           "abort": "early abort stops the target rows after a rejection, so those pairs would be missing",
-           "reuse+abort": "early abort stops the target rows after a rejection, so those pairs would be missing",
-           "reuse": "reused rows start mid-step, so the target's per-token features of a step would be partial",
-           "score": "score rounds generate no target step to pair with a draft step"}.get(cfg.decode.schedule)
+    why = {
+        "async": "async LR keeps no rounds",
+        "abort": "early abort stops the target rows after a rejection, so those pairs would be missing",
+        "reuse+abort": "early abort stops the target rows after a rejection, so those pairs would be missing",
+        "reuse": "reused rows start mid-step, so the target's per-token features of a step would be partial",
+        "score": "score rounds generate no target step to pair with a draft step",
+    }.get(cfg.decode.schedule)
     if why:
-        raise ConfigError(f"collect records every draft/target step pair of sync LR rounds; --schedule "
-                          f"{cfg.decode.schedule}: {why}. Use --schedule sync")
+        raise ConfigError(
+            f"collect records every draft/target step pair of sync LR rounds; --schedule "
+            f"{cfg.decode.schedule}: {why}. Use --schedule sync"
+        )
     if cfg.decode.record not in ("steps", "logprobs+draft_scores"):  # "steps" is the default: not set
-        raise ConfigError(f"--record {cfg.decode.record}: collect records logprobs and draft scores itself "
-                          "(logprobs+draft_scores); drop --record")
+        raise ConfigError(
+            f"--record {cfg.decode.record}: collect records logprobs and draft scores itself "
+            "(logprobs+draft_scores); drop --record"
+        )
     dcfg = dataclasses.replace(cfg.decode, record="logprobs+draft_scores").validate()
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
     spec = opts.teacher.parsed
     if opts.rollout.samples and spec.kind == "verifier":
-        raise ConfigError(f"--rollout-samples needs a rollout teacher, got {opts.rollout.samples} with --teacher "
-                          f"{opts.teacher.spec}")
+        raise ConfigError(
+            f"--rollout-samples needs a rollout teacher, got {opts.rollout.samples} with --teacher {opts.teacher.spec}"
+        )
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
         from lrtune.sandbox import require_isolation
@@ -180,9 +216,13 @@ def run(cfg: CollectConfig, *, card: bool = True) -> dict:
 def _decode_models(cfg: CollectConfig, spec) -> ModelConfig:
     """The models the collect decoder runs: the teacher decodes (a rollout teacher: --verifier)."""
     live = spec.live if spec.live is not None else cfg.models.verification.spec  # what decodes (rollout: --verifier)
-    return dataclasses.replace(cfg.models, verifier=live,
-                               verifier_threshold=cfg.options.teacher.threshold if spec.kind != "rollout"
-                               else cfg.models.verification.threshold)
+    return dataclasses.replace(
+        cfg.models,
+        verifier=live,
+        verifier_threshold=cfg.options.teacher.threshold
+        if spec.kind != "rollout"
+        else cfg.models.verification.threshold,
+    )
 
 
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
@@ -202,8 +242,9 @@ def ray_env(environ) -> dict[str, str]:
     """The variables a Ray shard needs (hub, cache, engine and thread settings), never
     secrets: a name with TOKEN, SECRET, PASSWORD, KEY or CREDENTIAL in it (e.g. ``HF_TOKEN``)
     stays here, also with ``--ray-address`` (a remote cluster)."""
-    return {k: v for k, v in environ.items()
-            if k.startswith(RAY_ENV_PREFIXES) and not any(w in k.upper() for w in _SECRET)}
+    return {
+        k: v for k, v in environ.items() if k.startswith(RAY_ENV_PREFIXES) and not any(w in k.upper() for w in _SECRET)
+    }
 
 
 def run_ray(cfg: CollectConfig) -> dict:
@@ -220,12 +261,19 @@ def run_ray(cfg: CollectConfig) -> dict:
     env = ray_env(os.environ)
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=opts.ray.address, runtime_env={"env_vars": env}, include_dashboard=False,
-                 log_to_driver=opts.progress, logging_level="ERROR")
+        ray.init(
+            address=opts.ray.address,
+            runtime_env={"env_vars": env},
+            include_dashboard=False,
+            log_to_driver=opts.progress,
+            logging_level="ERROR",
+        )
     try:
         task = ray.remote(num_cpus=opts.ray.cpus_per_shard, num_gpus=opts.ray.gpus_per_shard, max_retries=0)(_ray_shard)
-        shard_cfgs = [dataclasses.replace(cfg, options=dataclasses.replace(_shard_options(opts, i), progress=False))
-                      for i in range(opts.shards.num_shards)]
+        shard_cfgs = [
+            dataclasses.replace(cfg, options=dataclasses.replace(_shard_options(opts, i), progress=False))
+            for i in range(opts.shards.num_shards)
+        ]
         refs = {task.remote(c): c.options.shards.shard_id for c in shard_cfgs}
         bar = ProgressBar("ray shards", len(refs), opts.progress)
         failed = []
@@ -245,15 +293,20 @@ def run_ray(cfg: CollectConfig) -> dict:
             ray.shutdown()
     counts = write_card(Path(opts.out).expanduser())
     if failed:
-        raise LrtuneError(f"{len(failed)} of {opts.shards.num_shards} shard(s) failed ({'; '.join(failed)}); "
-                          "finished problems are kept: re-run the same command to resume")
+        raise LrtuneError(
+            f"{len(failed)} of {opts.shards.num_shards} shard(s) failed ({'; '.join(failed)}); "
+            "finished problems are kept: re-run the same command to resume"
+        )
     return counts
 
 
 def _shard_options(opts: CollectOptions, shard_id: int) -> CollectOptions:
     """``opts`` for shard ``shard_id`` run as one task (not as Ray tasks again)."""
-    return dataclasses.replace(opts, shards=dataclasses.replace(opts.shards, shard_id=shard_id),
-                               ray=dataclasses.replace(opts.ray, enabled=False))
+    return dataclasses.replace(
+        opts,
+        shards=dataclasses.replace(opts.shards, shard_id=shard_id),
+        ray=dataclasses.replace(opts.ray, enabled=False),
+    )
 
 
 def _ray_shard(cfg: CollectConfig) -> dict:
@@ -291,14 +344,29 @@ def _merge_and_stats_flags(p: ArgumentParser) -> None:
     p.add_argument("--stats", metavar="DIR", help="print counts and verifier agreement of a collect dir and exit")
 
 
-COMMAND = Command(("collect",), __doc__.splitlines()[0], (
-    Section(CollectOptions),
-    Section(ModelConfig, skip=("verifier_threshold",),
-            help={"verifier": "the verifier that decodes under a rollout teacher (a verifier or consensus teacher "
-                              "decodes with itself)"}),
-    Section(DecodeConfig, skip=("record", "logprobs", "score_drafts"), defaults={k: getattr(CollectConfig().decode, k) for k in
-                                                         ("method", "gamma1", "max_new_tokens", "max_step_tokens")})),
-    extra=_merge_and_stats_flags)
+COMMAND = Command(
+    ("collect",),
+    __doc__.splitlines()[0],
+    (
+        Section(CollectOptions),
+        Section(
+            ModelConfig,
+            skip=("verifier_threshold",),
+            help={
+                "verifier": "the verifier that decodes under a rollout teacher (a verifier or consensus teacher "
+                "decodes with itself)"
+            },
+        ),
+        Section(
+            DecodeConfig,
+            skip=("record", "logprobs", "score_drafts"),
+            defaults={
+                k: getattr(CollectConfig().decode, k) for k in ("method", "gamma1", "max_new_tokens", "max_step_tokens")
+            },
+        ),
+    ),
+    extra=_merge_and_stats_flags,
+)
 add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 

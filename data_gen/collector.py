@@ -44,22 +44,37 @@ def pair_rows(problem_id: str, task: str, teacher: str, rnd) -> list[dict]:
             tm, tmin = _lp_stats(t)
             seen = rnd.pairs[w][k] if rnd.pairs else None  # exactly what the teacher judged
             cols = pair_columns(seen) if seen else {"draft_step": d.text, "target_step": t.text, "context": None}
-            rows.append({
-                "problem_id": problem_id, "task": task, "round": rnd.index, "position": k, "branch": w,
-                "chosen_branch": w == rnd.branch, "committed": w == rnd.branch and k < rnd.committed_drafts,
-                "prefix_len": rnd.prefix_len + sum(len(x.token_ids) for x in chain[:k]),
-                "draft_step": cols["draft_step"], "target_step": cols["target_step"],
-                "context": cols["context"], "teacher": teacher,
-                "teacher_score": float(b_scores[w][k]), "label": bool(b_accepted[w][k]),
-                "draft_len": len(d.token_ids), "target_len": len(t.token_ids),
-                "draft_mean_logprob": dm, "draft_min_logprob": dmin, "target_mean_logprob": tm, "target_min_logprob": tmin,
-                **{c: cols.get(c) for c in (*TARGET_SCORE_COLUMNS, "draft_target_scored_tokens")},
-                "draft_entropy": mean_topk_entropy(getattr(d, "top_logprobs", None)),
-                "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
-                if k < len(rnd.draft_seconds) else None,
-                "target_s": rnd.target_seconds / n_targets,
-                "judge_s": rnd.verify_seconds / n_pairs,
-            })
+            rows.append(
+                {
+                    "problem_id": problem_id,
+                    "task": task,
+                    "round": rnd.index,
+                    "position": k,
+                    "branch": w,
+                    "chosen_branch": w == rnd.branch,
+                    "committed": w == rnd.branch and k < rnd.committed_drafts,
+                    "prefix_len": rnd.prefix_len + sum(len(x.token_ids) for x in chain[:k]),
+                    "draft_step": cols["draft_step"],
+                    "target_step": cols["target_step"],
+                    "context": cols["context"],
+                    "teacher": teacher,
+                    "teacher_score": float(b_scores[w][k]),
+                    "label": bool(b_accepted[w][k]),
+                    "draft_len": len(d.token_ids),
+                    "target_len": len(t.token_ids),
+                    "draft_mean_logprob": dm,
+                    "draft_min_logprob": dmin,
+                    "target_mean_logprob": tm,
+                    "target_min_logprob": tmin,
+                    **{c: cols.get(c) for c in (*TARGET_SCORE_COLUMNS, "draft_target_scored_tokens")},
+                    "draft_entropy": mean_topk_entropy(getattr(d, "top_logprobs", None)),
+                    "draft_s": (rnd.draft_seconds[k] / max(1, sum(1 for c in branches if len(c) > k)))
+                    if k < len(rnd.draft_seconds)
+                    else None,
+                    "target_s": rnd.target_seconds / n_targets,
+                    "judge_s": rnd.verify_seconds / n_pairs,
+                }
+            )
     return rows
 
 
@@ -71,7 +86,7 @@ def divergent_starts(rounds, prompt_len: int) -> list[int]:
         chain = (r.branches or [r.drafts])[r.branch]
         targets = (r.branch_targets or [r.targets])[r.branch]
         at = r.prefix_len - prompt_len
-        for d, t in zip(chain[:r.committed_drafts], targets):
+        for d, t in zip(chain[: r.committed_drafts], targets):
             if list(d.token_ids) != list(t.token_ids):
                 out.append(at)
             at += len(d.token_ids)
@@ -86,8 +101,9 @@ class _Collector:
     """One collect run: the decoder and feature verifiers, and what happens as problems end
     (rows, rollout labels for outcome teachers, features, the store)."""
 
-    def __init__(self, cfg: CollectConfig, dcfg: DecodeConfig, models, spec, live: str, task, todo,
-                 store: ShardStore) -> None:
+    def __init__(
+        self, cfg: CollectConfig, dcfg: DecodeConfig, models, spec, live: str, task, todo, store: ShardStore
+    ) -> None:
         from lrtune.decoding import Decoder
         from lrtune.verifiers.simple import ExactVerifier
 
@@ -125,10 +141,17 @@ class _Collector:
         self.bar = ProgressBar("collect", len(self.todo), self.opts.progress)
         try:
             self.dec.decoder.decode_many(
-                self.encoded, self.dcfg, max_concurrent=self.n_conc, max_len=self.cfg.models.engine.max_model_len,
-                problems=[ProblemInfo(prob.id, self.task.prompt(prob), len(ids), self.opts.task)
-                          for (_, prob), ids in zip(self.todo, self.encoded)],
-                on_round=lambda k, r: self.rounds[k].append(r), on_done=self.finish)
+                self.encoded,
+                self.dcfg,
+                max_concurrent=self.n_conc,
+                max_len=self.cfg.models.engine.max_model_len,
+                problems=[
+                    ProblemInfo(prob.id, self.task.prompt(prob), len(ids), self.opts.task)
+                    for (_, prob), ids in zip(self.todo, self.encoded)
+                ],
+                on_round=lambda k, r: self.rounds[k].append(r),
+                on_done=self.finish,
+            )
             if self.pending:
                 self.flush()
         finally:
@@ -162,15 +185,20 @@ class _Collector:
         done_rounds = self.rounds.pop(k)
         divergent = divergent_starts(done_rounds, len(ids))
         for r in done_rounds:
-            prefix = ids + res.token_ids[:max(0, r.prefix_len - len(ids))]
+            prefix = ids + res.token_ids[: max(0, r.prefix_len - len(ids))]
             prefix_text = self.dec.target.decode(prefix, skip_special_tokens=True)
             for row in pair_rows(prob.id, prob.meta.get("task", opts.task), self.teacher, r):
                 chain = (r.branches or [r.drafts])[row["branch"]]
                 targets = (r.branch_targets or [r.targets])[row["branch"]]
                 pos = row["position"]
                 pre = prefix + [t for d in chain[:pos] for t in d.token_ids]
-                row.update(prefix_sha=hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16], prefix_text=prefix_text,
-                           decode_verifier=self.live, verifier_score=row["teacher_score"], verifier_label=row["label"])
+                row.update(
+                    prefix_sha=hashlib.sha256(json.dumps(pre).encode()).hexdigest()[:16],
+                    prefix_text=prefix_text,
+                    decode_verifier=self.live,
+                    verifier_score=row["teacher_score"],
+                    verifier_label=row["label"],
+                )
                 on_path = row["chosen_branch"] and pos <= r.committed_drafts
                 if self.spec.kind != "verifier" and opts.rollout.pairs == "committed" and not on_path:
                     continue
@@ -179,8 +207,9 @@ class _Collector:
                     branch = "draft" if pos < r.committed_drafts else "target"
                     start = len(pre) - len(ids) + len(getattr(item, branch))
                     room = min(opts.rollout.tokens, self.cfg.models.engine.max_model_len - len(ids) - start - 1)
-                    known = trajectory_continuation(res.token_ids, res.finish, start, room=room,
-                                                    divergent_starts=divergent)
+                    known = trajectory_continuation(
+                        res.token_ids, res.finish, start, room=room, divergent_starts=divergent
+                    )
                     if known is not None:
                         item.known[branch] = known
                 items.append(item)
@@ -193,26 +222,40 @@ class _Collector:
 
         batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
-        outcomes, secs = rollout_labels(self.dec.target, self.task, items, max_tokens=self.opts.rollout.tokens,
-                                        max_len=self.cfg.models.engine.max_model_len,
-                                        gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0)
+        outcomes, secs = rollout_labels(
+            self.dec.target,
+            self.task,
+            items,
+            max_tokens=self.opts.rollout.tokens,
+            max_len=self.cfg.models.engine.max_model_len,
+            gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0,
+        )
         votes = [None] * len(items)
         if self.opts.rollout.samples:  # the vote teacher: sampled rollouts beside the greedy ones
-            votes, vsecs = sampled_outcomes(self.dec.target, self.task, items, samples=self.opts.rollout.samples,
-                                            temperature=self.opts.rollout.temperature, seed=self.dcfg.seed,
-                                            max_tokens=self.opts.rollout.tokens, max_len=self.cfg.models.engine.max_model_len)
+            votes, vsecs = sampled_outcomes(
+                self.dec.target,
+                self.task,
+                items,
+                samples=self.opts.rollout.samples,
+                temperature=self.opts.rollout.temperature,
+                seed=self.dcfg.seed,
+                max_tokens=self.opts.rollout.tokens,
+                max_len=self.cfg.models.engine.max_model_len,
+            )
             secs += vsecs
         at = 0
         for k, res, st, rows, _ in batch:
-            for row, lab, vote, it in zip(rows, outcomes[at:at + len(rows)], votes[at:at + len(rows)],
-                                          items[at:at + len(rows)]):
+            for row, lab, vote, it in zip(
+                rows, outcomes[at : at + len(rows)], votes[at : at + len(rows)], items[at : at + len(rows)]
+            ):
                 row.update(lab)
                 row["label"] = row["rollout_greedy_label"] = bool(row.pop("rollout_label"))
                 row["teacher_score"] = float(row["label"])
                 if vote is not None:
                     greedy = lab["rollout_draft_answer"], lab["rollout_target_answer"]
-                    row["label"], row["teacher_score"], d, t = vote_on(self.task, it.problem, greedy, vote,
-                                                                       identical=it.draft == it.target)
+                    row["label"], row["teacher_score"], d, t = vote_on(
+                        self.task, it.problem, greedy, vote, identical=it.draft == it.target
+                    )
                     row["rollout_votes"] = json.dumps({"draft": d, "target": t})
                 row["judge_s"] = secs / len(items) + (row["judge_s"] if self.spec.kind == "consensus" else 0.0)
             at += len(rows)
@@ -243,18 +286,41 @@ class _Collector:
         t_tok = st.target_s / st.target_step_tokens if st.target_step_tokens else None
         d_tok = st.draft_s / st.draft_step_tokens if st.draft_step_tokens else None
         c1 = d_tok / t_tok if d_tok and t_tok else None
-        prow = {"problem_id": prob.id, "index": i, "task": prob.meta.get("task", opts.task), "method": dcfg.method,
-                "gamma1": dcfg.gamma1, "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
-                "alpha1": st.alpha1, "alpha2": st.alpha2, "c1": c1, "c2": c1, "rounds": st.rounds,
-                "steps": len(res.steps), "tokens": len(res.token_ids), "wall_s": st.wall_s,
-                "answer": None if answer is None else str(answer), "expected": prob.answer, "correct": bool(ok),
-                "pairs": len(rows), "baseline_answer": None, "baseline_correct": None, "baseline_wall_s": None,
-                "baseline_tokens": None, "finished": res.finish == "eos", "teacher_disagreements": disagreements}
+        prow = {
+            "problem_id": prob.id,
+            "index": i,
+            "task": prob.meta.get("task", opts.task),
+            "method": dcfg.method,
+            "gamma1": dcfg.gamma1,
+            "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
+            "alpha1": st.alpha1,
+            "alpha2": st.alpha2,
+            "c1": c1,
+            "c2": c1,
+            "rounds": st.rounds,
+            "steps": len(res.steps),
+            "tokens": len(res.token_ids),
+            "wall_s": st.wall_s,
+            "answer": None if answer is None else str(answer),
+            "expected": prob.answer,
+            "correct": bool(ok),
+            "pairs": len(rows),
+            "baseline_answer": None,
+            "baseline_correct": None,
+            "baseline_wall_s": None,
+            "baseline_tokens": None,
+            "finished": res.finish == "eos",
+            "teacher_disagreements": disagreements,
+        }
         if opts.with_baseline:
             bres, bst = self.dec.decoder.decode(ids, dataclasses.replace(dcfg, method="target"))
             banswer, bok = self.task.check(prob, bres.text)
-            prow.update(baseline_answer=None if banswer is None else str(banswer), baseline_correct=bool(bok),
-                        baseline_wall_s=bst.wall_s, baseline_tokens=len(bres.token_ids))
+            prow.update(
+                baseline_answer=None if banswer is None else str(banswer),
+                baseline_correct=bool(bok),
+                baseline_wall_s=bst.wall_s,
+                baseline_tokens=len(bres.token_ids),
+            )
         self.store.add(prob.id, i, [{c: _finite(v) for c, v in r.items()} for r in rows], prow, *self.schemas)
         for r in rows:
             self.labels[r["label"]] += 1
@@ -278,6 +344,9 @@ def _default_concurrency(dec, dcfg: DecodeConfig, opts: CollectOptions, prompts:
         sizes = sorted({rows * n for n in (1, 2, 4, 8, 16) if n <= cap})
         curve, source = measure_batch_cost(dec.target, prompts[:cap], sizes, tokens=16, repeats=1), "measured"
     n = min(cap, choose_concurrency(curve, rows, max_concurrent=cap))
-    log(f"collect: {n} problem(s) in flight (b(n) {source}: " + ", ".join(f"b({k})={v:.2f}" for k, v in curve.items())
-        + "; --max-concurrent overrides)")
+    log(
+        f"collect: {n} problem(s) in flight (b(n) {source}: "
+        + ", ".join(f"b({k})={v:.2f}" for k, v in curve.items())
+        + "; --max-concurrent overrides)"
+    )
     return n

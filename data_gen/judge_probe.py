@@ -35,7 +35,9 @@ class JudgeProbeConfig(Checked):
     limit: Size = field(default=0, metadata={"help": "score at most this many pairs (0 = all)"})
     sample: Size = field(default=0, metadata={"help": "score a seeded uniform sample of this many pairs (0 = all)"})
     seed: Seed = field(default=0, metadata={"help": "seed of --sample"})
-    target: Text = field(default="default", metadata={"help": "the judge model: default, or a local HF model directory"})
+    target: Text = field(
+        default="default", metadata={"help": "the judge model: default, or a local HF model directory"}
+    )
     backend: Text = field(default="vllm", metadata={"help": "vllm | transformers"})
     max_model_len: Size = field(default=4096, metadata={"help": "engine context length (tokens)"})
     kv_cache_gib: Positive = field(default=1.0, metadata={"help": "vLLM-CPU KV cache (GiB)"})
@@ -87,15 +89,23 @@ def main(args: JudgeProbeConfig) -> dict:
 
         index = sorted(random.Random(args.seed).sample(index, args.sample))
     if args.limit:
-        index = index[:args.limit]
+        index = index[: args.limit]
     rows = [rows[i] for i in index]
     pairs = [StepPair(r["context"] or "", r["draft_step"], r["target_step"]) for r in rows]
     labels = [bool(r["label"]) for r in rows]
     same = [same_step(p.draft, p.target) for p in pairs]
     backend = _backend(args)
-    res: dict = {"data": args.data, "pairs": len(pairs), "dataset_pairs": n_all, "row_index": index,
-                 "positives": sum(labels), "identical_pairs": sum(same),
-                 "teacher": rows[0]["teacher"] if rows else None, "judge": args.target, "specs": {}}
+    res: dict = {
+        "data": args.data,
+        "pairs": len(pairs),
+        "dataset_pairs": n_all,
+        "row_index": index,
+        "positives": sum(labels),
+        "identical_pairs": sum(same),
+        "teacher": rows[0]["teacher"] if rows else None,
+        "judge": args.target,
+        "specs": {},
+    }
     for spec in [x.strip() for x in args.specs.split(",") if x.strip()]:
         ver = make_verifier(spec.strip(), backend=backend)
         sample = next((p for p, s in zip(pairs, same) if not s), None)
@@ -103,22 +113,31 @@ def main(args: JudgeProbeConfig) -> dict:
         if sample is not None:
             ids = ver.prompts([sample])[0]
             example = {"token_ids": ids, "text": backend.decode(ids, skip_special_tokens=False)}
-            print(f"--- {spec}: one production prompt, {len(ids)} token ids ---\n{ids}\n{example['text']}\n---",
-                  flush=True)
+            print(
+                f"--- {spec}: one production prompt, {len(ids)} token ids ---\n{ids}\n{example['text']}\n---",
+                flush=True,
+            )
         t0 = time.perf_counter()
         scores = ver.score(pairs)
         secs = time.perf_counter() - t0
         accept = [s >= ver.threshold for s in scores]
         ident = [a for a, s in zip(accept, same) if s]
         res["specs"][spec] = {
-            "threshold": ver.threshold, "auroc": auroc(scores, labels),
+            "threshold": ver.threshold,
+            "auroc": auroc(scores, labels),
             "agreement": sum(a == y for a, y in zip(accept, labels)) / len(labels) if labels else None,
             "accept_rate": sum(accept) / len(accept) if accept else None,
             "identical_acceptance": sum(ident) / len(ident) if ident else None,
-            "seconds_per_pair": secs / len(pairs) if pairs else None, "example_prompt": example, "scores": scores}
+            "seconds_per_pair": secs / len(pairs) if pairs else None,
+            "example_prompt": example,
+            "scores": scores,
+        }
         r = res["specs"][spec]
-        print(f"{spec}: AUROC {r['auroc']}, agreement {r['agreement']}, accept rate {r['accept_rate']}, "
-              f"accepts identical {r['identical_acceptance']}, {r['seconds_per_pair']} s/pair", flush=True)
+        print(
+            f"{spec}: AUROC {r['auroc']}, agreement {r['agreement']}, accept rate {r['accept_rate']}, "
+            f"accepts identical {r['identical_acceptance']}, {r['seconds_per_pair']} s/pair",
+            flush=True,
+        )
         write_json_file(out, res)  # after every spec: a long probe keeps what it has
     return res
 

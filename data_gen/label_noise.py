@@ -51,10 +51,17 @@ class LabelNoiseConfig(Checked):
     sample: Count = field(default=80, metadata={"help": "pairs probed (a seeded sample of the position-0 pairs)"})
     seed: Seed = field(default=0, metadata={"help": "seed of the sample and the bootstrap"})
     edits: Text = field(default=",".join(EDITS), metadata={"help": f"comma list of {', '.join(EDITS)}"})
-    problems: Count = field(default=200, metadata={"help": "problems of the task loaded to find the pairs' problems "
-                                                           "(at least the collect's --limit)"})
-    samples: Size = field(default=0, metadata={"help": "also ask the vote teacher (lrtune labels vote): this many "
-                                                       "sampled rollouts per branch beside the greedy one (0: none)"})
+    problems: Count = field(
+        default=200,
+        metadata={"help": "problems of the task loaded to find the pairs' problems (at least the collect's --limit)"},
+    )
+    samples: Size = field(
+        default=0,
+        metadata={
+            "help": "also ask the vote teacher (lrtune labels vote): this many "
+            "sampled rollouts per branch beside the greedy one (0: none)"
+        },
+    )
     temperature: NonNegative = field(default=0.7, metadata={"help": "temperature of the vote teacher's samples"})
 
     def validate(self) -> "LabelNoiseConfig":
@@ -97,7 +104,7 @@ def rebuild_prefix(row: dict, prompt_ids: list[int], target, earlier_steps: tupl
     text = row.get("prefix_text") or ""
     if not text.startswith(head):
         return None
-    gen = text[len(head):]
+    gen = text[len(head) :]
     enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False)) if s else []  # noqa: E731
     ids = prompt_ids + enc(gen) + [t for s in earlier_steps for t in enc(s)]
     return ids if prefix_sha(ids) == row.get("prefix_sha") else None
@@ -119,8 +126,11 @@ def collect_settings(data: Path):
     if missing:
         raise ConfigError(f"{path}: not a collect config (no {', '.join(missing)})")
     try:  # each value through the config's own schema, so a bad one names its option
-        return (from_flat(ModelConfig, conf["models"]), from_flat(DecodeConfig, conf["decode"]),
-                from_flat(CollectOptions, conf["options"]))
+        return (
+            from_flat(ModelConfig, conf["models"]),
+            from_flat(DecodeConfig, conf["decode"]),
+            from_flat(CollectOptions, conf["options"]),
+        )
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
 
@@ -138,8 +148,12 @@ def flip_rates(rows: list[dict], seed: int) -> dict:
             return sum(not mine[i]["accept"] for i in idx) / len(idx) if idx else None
 
         everyone = list(range(len(mine)))
-        out[edit] = {"pairs": len(mine), "problems": len({r["problem"] for r in mine}), "flip_rate": flip(everyone),
-                     "flip_rate_ci95": list(bootstrap_interval(flip, [r["problem"] for r in mine], seed=seed))}
+        out[edit] = {
+            "pairs": len(mine),
+            "problems": len({r["problem"] for r in mine}),
+            "flip_rate": flip(everyone),
+            "flip_rate_ci95": list(bootstrap_interval(flip, [r["problem"] for r in mine], seed=seed)),
+        }
     return out
 
 
@@ -161,8 +175,14 @@ def main(args: LabelNoiseConfig) -> int:
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
     pairs, _ = load_tables(data, pair_columns=("problem_id", "position", "target_step"))
-    rows = [r for r in pairs.to_pylist() if r["position"] == 0 and r.get("label") is not None
-            and r.get("rollout_target_answer") is not None and r["problem_id"] in problems]
+    rows = [
+        r
+        for r in pairs.to_pylist()
+        if r["position"] == 0
+        and r.get("label") is not None
+        and r.get("rollout_target_answer") is not None
+        and r["problem_id"] in problems
+    ]
     random.Random(args.seed).shuffle(rows)
 
     dec = Decoder.from_configs(models, dcfg, progress=True, load_all_methods=dcfg.uses_sd)
@@ -179,22 +199,49 @@ def main(args: LabelNoiseConfig) -> int:
             skipped += 1
             continue
         step = list(target.tokenizer.encode(r["target_step"], add_special_tokens=False))
-        variants = [("none", step)] + [(e, list(target.tokenizer.encode(t, add_special_tokens=False)))
-                                       for e in edits if (t := edit_step(r["target_step"], e)) is not None]
+        variants = [("none", step)] + [
+            (e, list(target.tokenizer.encode(t, add_special_tokens=False)))
+            for e in edits
+            if (t := edit_step(r["target_step"], e)) is not None
+        ]
         for edit, ids in variants:
             items.append(RolloutItem(prob, len(prompt), pre, ids, step))
-            meta.append({"row": id(r), "edit": edit, "problem": r["problem_id"],
-                         "recorded_target_answer": r["rollout_target_answer"], "recorded_label": bool(r["label"])})
-    print(f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
-          "(rebuilt prefix differs from the recorded one)", flush=True)
-    outcomes, secs = rollout_labels(target, task, items, max_tokens=opts.rollout.tokens, max_len=models.engine.max_model_len,
-                                    gamma2=dcfg.gamma2 if dcfg.uses_sd else 0)
+            meta.append(
+                {
+                    "row": id(r),
+                    "edit": edit,
+                    "problem": r["problem_id"],
+                    "recorded_target_answer": r["rollout_target_answer"],
+                    "recorded_label": bool(r["label"]),
+                }
+            )
+    print(
+        f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
+        "(rebuilt prefix differs from the recorded one)",
+        flush=True,
+    )
+    outcomes, secs = rollout_labels(
+        target,
+        task,
+        items,
+        max_tokens=opts.rollout.tokens,
+        max_len=models.engine.max_model_len,
+        gamma2=dcfg.gamma2 if dcfg.uses_sd else 0,
+    )
     votes = [None] * len(items)
     if args.samples > 0:
         from lrtune.data_gen.rollout import sampled_outcomes, vote_on
 
-        got, vsecs = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
-                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.engine.max_model_len)
+        got, vsecs = sampled_outcomes(
+            target,
+            task,
+            items,
+            samples=args.samples,
+            temperature=args.temperature,
+            seed=args.seed,
+            max_tokens=opts.rollout.tokens,
+            max_len=models.engine.max_model_len,
+        )
         secs += vsecs
         for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
             greedy = o["rollout_draft_answer"], o["rollout_target_answer"]
@@ -204,28 +251,54 @@ def main(args: LabelNoiseConfig) -> int:
         if m["edit"] == "none":  # identical steps: the teacher accepts by construction; is the answer the recorded one?
             m["reproduced"] = o["rollout_target_answer"] == m["recorded_target_answer"]
         else:
-            probed.append({"edit": m["edit"], "problem": m["problem"], "accept": bool(o["rollout_label"]),
-                           "answers": [o["rollout_draft_answer"], o["rollout_target_answer"]],
-                           "recorded_label": m["recorded_label"], "vote_accept": vote})
+            probed.append(
+                {
+                    "edit": m["edit"],
+                    "problem": m["problem"],
+                    "accept": bool(o["rollout_label"]),
+                    "answers": [o["rollout_draft_answer"], o["rollout_target_answer"]],
+                    "recorded_label": m["recorded_label"],
+                    "vote_accept": vote,
+                }
+            )
     base = [m for m in meta if m["edit"] == "none"]
-    res = {"data": str(data), "task": opts.task, "teacher": "rollout", "rollout_tokens": opts.rollout.tokens,
-           "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0, "sample": args.sample, "seed": args.seed,
-           "pairs_probed": len(base), "skipped_prefix_mismatch": skipped, "rollout_seconds": secs,
-           "reproduced": sum(m["reproduced"] for m in base) / max(1, len(base)),
-           "recorded_accept_rate": sum(m["recorded_label"] for m in base) / max(1, len(base)),
-           "edits": flip_rates(probed, args.seed), "pairs": probed}
+    res = {
+        "data": str(data),
+        "task": opts.task,
+        "teacher": "rollout",
+        "rollout_tokens": opts.rollout.tokens,
+        "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
+        "sample": args.sample,
+        "seed": args.seed,
+        "pairs_probed": len(base),
+        "skipped_prefix_mismatch": skipped,
+        "rollout_seconds": secs,
+        "reproduced": sum(m["reproduced"] for m in base) / max(1, len(base)),
+        "recorded_accept_rate": sum(m["recorded_label"] for m in base) / max(1, len(base)),
+        "edits": flip_rates(probed, args.seed),
+        "pairs": probed,
+    }
     if args.samples > 0:
-        res["vote"] = {"samples": args.samples, "temperature": args.temperature,
-                       "edits": flip_rates([{**r, "accept": r["vote_accept"]} for r in probed], args.seed)}
+        res["vote"] = {
+            "samples": args.samples,
+            "temperature": args.temperature,
+            "edits": flip_rates([{**r, "accept": r["vote_accept"]} for r in probed], args.seed),
+        }
     write_json_file(out, res)
-    print(f"{opts.task}: {len(base)} pairs; the unedited step reproduced the recorded answer on "
-          f"{res['reproduced']:.2f}; recorded accept rate {res['recorded_accept_rate']:.2f}")
+    print(
+        f"{opts.task}: {len(base)} pairs; the unedited step reproduced the recorded answer on "
+        f"{res['reproduced']:.2f}; recorded accept rate {res['recorded_accept_rate']:.2f}"
+    )
     for e, f in res["edits"].items():
-        print(f"  edit {e:6s}: {f['pairs']} pairs, teacher rejects {f['flip_rate']:.3f} "
-              f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]")
+        print(
+            f"  edit {e:6s}: {f['pairs']} pairs, teacher rejects {f['flip_rate']:.3f} "
+            f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]"
+        )
     for e, f in res.get("vote", {}).get("edits", {}).items():
-        print(f"  edit {e:6s}: the vote teacher (greedy + {args.samples} samples) rejects {f['flip_rate']:.3f} "
-              f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]")
+        print(
+            f"  edit {e:6s}: the vote teacher (greedy + {args.samples} samples) rejects {f['flip_rate']:.3f} "
+            f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]"
+        )
     print(f"wrote {args.out} ({secs:.0f} s of rollouts)")
     return 0
 

@@ -68,8 +68,9 @@ class RolloutItem:
     known: dict = field(default_factory=dict)
 
 
-def rollout_labels(backend, task, items: list[RolloutItem], *, max_tokens: int, max_len: int,
-                   gamma2: int = 0) -> tuple[list[dict], float]:
+def rollout_labels(
+    backend, task, items: list[RolloutItem], *, max_tokens: int, max_len: int, gamma2: int = 0
+) -> tuple[list[dict], float]:
     """Roll out every item's two branches and label it; one engine call for all rows (of all
     the items' problems). Returns
     per item ``{rollout_label, rollout_draft_answer, rollout_target_answer, rollout_draft_text,
@@ -115,11 +116,19 @@ def rollout_labels(backend, task, items: list[RolloutItem], *, max_tokens: int, 
             else:
                 cont, end = [], True
             ended.append(end)
-            texts.append(backend.decode(it.prefix[it.prompt_len:] + step + cont, skip_special_tokens=True))
+            texts.append(backend.decode(it.prefix[it.prompt_len :] + step + cont, skip_special_tokens=True))
         same, a_draft, a_target = same_outcome(task, it.problem, texts[0], texts[1])
-        labels.append({"rollout_label": same, "rollout_draft_answer": a_draft, "rollout_target_answer": a_target,
-                       "rollout_draft_text": texts[0], "rollout_target_text": texts[1],
-                       "rollout_finished": all(ended), "rollout_reused": any(w[0] == "known" for w in ways)})
+        labels.append(
+            {
+                "rollout_label": same,
+                "rollout_draft_answer": a_draft,
+                "rollout_target_answer": a_target,
+                "rollout_draft_text": texts[0],
+                "rollout_target_text": texts[1],
+                "rollout_finished": all(ended),
+                "rollout_reused": any(w[0] == "known" for w in ways),
+            }
+        )
     return labels, seconds
 
 
@@ -130,8 +139,9 @@ def _timed_generate(backend, rows: list[list[int]], params: list) -> tuple[list,
     return outs, time.perf_counter() - t0
 
 
-def trajectory_continuation(generated: list[int], finish: str, start: int, *, room: int,
-                            divergent_starts: list[int]) -> tuple[list[int], bool] | None:
+def trajectory_continuation(
+    generated: list[int], finish: str, start: int, *, room: int, divergent_starts: list[int]
+) -> tuple[list[int], bool] | None:
     """The committed trajectory as a rollout from offset ``start`` of ``generated`` (the
     answer's ids, prompt excluded): the next ``room`` tokens at most and whether they end the
     answer, or ``None`` when that is not what a greedy rollout would decode. It is when no
@@ -167,8 +177,9 @@ def modal_outcome(outcomes: list[str | None], same) -> str | None:
     return None if best is None or counts[best] == 0 else outcomes[best]
 
 
-def vote_label(draft_outcomes: list[str | None], target_outcomes: list[str | None], same,
-               identical: bool = False) -> tuple[bool, float]:
+def vote_label(
+    draft_outcomes: list[str | None], target_outcomes: list[str | None], same, identical: bool = False
+) -> tuple[bool, float]:
     """The vote teacher's verdict on one pair from its branches' rollout outcomes:
     ``accept`` when the two branches' modal outcomes are the same (``same``; None never is),
     and the soft score ``P(d ≡ t)`` = the share of (draft rollout, target rollout) couples
@@ -195,16 +206,26 @@ def outcome_equality(task, problem=None):
     return lambda a, b: a == b or math_equal(a, b)
 
 
-def vote_on(task, problem, greedy: tuple[str | None, str | None], sampled: dict,
-            identical: bool) -> tuple[bool, float, list, list]:
+def vote_on(
+    task, problem, greedy: tuple[str | None, str | None], sampled: dict, identical: bool
+) -> tuple[bool, float, list, list]:
     """:func:`vote_label` of one pair whose votes are its greedy rollout's (draft, target)
     outcomes, then its :func:`sampled_outcomes`; returns (accept, score, draft votes, target votes)."""
     d, t = [greedy[0], *sampled["draft"]], [greedy[1], *sampled["target"]]
     return (*vote_label(d, t, outcome_equality(task, problem), identical=identical), d, t)
 
 
-def sampled_outcomes(backend, task, items: list[RolloutItem], *, samples: int, temperature: float, seed: int,
-                     max_tokens: int, max_len: int) -> tuple[list[dict], float]:
+def sampled_outcomes(
+    backend,
+    task,
+    items: list[RolloutItem],
+    *,
+    samples: int,
+    temperature: float,
+    seed: int,
+    max_tokens: int,
+    max_len: int,
+) -> tuple[list[dict], float]:
     """``samples`` sampled rollouts (``temperature``, seeds ``seed + i``) of each item's two
     branches, in one engine call; returns per item ``{"draft": [outcome]*samples, "target":
     [...]}`` (:func:`branch_outcome`) and the call's seconds. A branch whose step ended the
@@ -227,8 +248,9 @@ def sampled_outcomes(backend, task, items: list[RolloutItem], *, samples: int, t
                 seen[tuple(ids), room] = len(rows)
                 for i in range(samples):
                     rows.append(ids)
-                    params.append(GenParams(max_tokens=room, stop_at_delimiter=False, temperature=temperature,
-                                            seeds=(seed + i,)))
+                    params.append(
+                        GenParams(max_tokens=room, stop_at_delimiter=False, temperature=temperature, seeds=(seed + i,))
+                    )
             ways.append(seen[tuple(ids), room])
         plan.append(ways)
     outs, seconds = _timed_generate(backend, rows, params)
@@ -236,9 +258,10 @@ def sampled_outcomes(backend, task, items: list[RolloutItem], *, samples: int, t
     for it, ways in zip(items, plan):
         got = {}
         for b, step, first in (("draft", it.draft, ways[0]), ("target", it.target, ways[1])):
-            head = it.prefix[it.prompt_len:] + step
+            head = it.prefix[it.prompt_len :] + step
             conts = [[]] * samples if first is None else [list(outs[first + i].token_ids) for i in range(samples)]
-            got[b] = [branch_outcome(task, it.problem, backend.decode(head + c, skip_special_tokens=True))
-                      for c in conts]
+            got[b] = [
+                branch_outcome(task, it.problem, backend.decode(head + c, skip_special_tokens=True)) for c in conts
+            ]
         result.append(got)
     return result, seconds

@@ -50,11 +50,17 @@ class VoteLabelsConfig(Checked):
     chunk: Count = field(default=4, metadata={"help": "problems per engine call"})
     max_problems: Size = field(default=0, metadata={"help": "stop after this many problems (0: all)"})
     tasks: Text = field(default="", metadata={"help": "comma list of the tasks whose pairs are voted (default: all)"})
-    greedy_out: Text | None = field(default=None, metadata={"help": "also write the voted pairs with their greedy "
-                                                                    "labels here (a like-for-like dataset)"})
-    problems: Count = field(default=200, metadata={"help": "problems of the task loaded to find the pairs' problems "
-                                                           "(at least the collect's --limit)"})
-    summary: Text | None = field(default=None, metadata={"help": "JSON file for the summary (default OUT/summary.json)"})
+    greedy_out: Text | None = field(
+        default=None,
+        metadata={"help": "also write the voted pairs with their greedy labels here (a like-for-like dataset)"},
+    )
+    problems: Count = field(
+        default=200,
+        metadata={"help": "problems of the task loaded to find the pairs' problems (at least the collect's --limit)"},
+    )
+    summary: Text | None = field(
+        default=None, metadata={"help": "JSON file for the summary (default OUT/summary.json)"}
+    )
 
     def validate(self) -> "VoteLabelsConfig":
         if not self.data or not self.out:
@@ -87,12 +93,16 @@ def summarize(votes: list[dict], seed: int) -> dict:
             return lambda idx: sum(bool(key(rows[i])) for i in idx) / len(idx) if idx else None
 
         out = {"pairs": len(rows), "problems": len(set(groups))}
-        for name, key in (("greedy_accept", lambda r: r["greedy_label"]), ("vote_accept", lambda r: r["vote_label"]),
-                          ("agreement", lambda r: r["greedy_label"] == r["vote_label"])):
+        for name, key in (
+            ("greedy_accept", lambda r: r["greedy_label"]),
+            ("vote_accept", lambda r: r["vote_label"]),
+            ("agreement", lambda r: r["greedy_label"] == r["vote_label"]),
+        ):
             out[name] = rate(key)(list(range(len(rows))))
             out[name + "_ci95"] = list(bootstrap_interval(rate(key), groups, seed=seed))
-        out["greedy_is_mode"] = (sum(r["greedy_is_mode"][0] + r["greedy_is_mode"][1] for r in rows)
-                                 / max(1, 2 * len(rows)))
+        out["greedy_is_mode"] = sum(r["greedy_is_mode"][0] + r["greedy_is_mode"][1] for r in rows) / max(
+            1, 2 * len(rows)
+        )
         return out
 
     res = {"all": block(votes)}
@@ -171,14 +181,20 @@ def main(args: VoteLabelsConfig) -> int:
     data, out = Path(args.data), Path(args.out)
     models, dcfg, opts = collect_settings(data)
     if opts.teacher.spec != "rollout":
-        raise ConfigError(f"{data} is labelled by {opts.teacher.spec!r}: the vote teacher extends a rollout-labelled collect")
+        raise ConfigError(
+            f"{data} is labelled by {opts.teacher.spec!r}: the vote teacher extends a rollout-labelled collect"
+        )
     task = get_task(opts.task)
     problems = {p.id: p for p in task.load(limit=args.problems, seed=opts.task_seed, path=opts.data)}
-    pairs, _ = load_tables(data, pair_columns=("problem_id", "task", "round", "branch", "position", "draft_step",
-                                                "target_step"))
+    pairs, _ = load_tables(
+        data, pair_columns=("problem_id", "task", "round", "branch", "position", "draft_step", "target_step")
+    )
     tasks = {t.strip() for t in args.tasks.split(",") if t.strip()}
-    rows = [r for r in pairs.to_pylist() if r.get("label") is not None and r["problem_id"] in problems
-            and (not tasks or r["task"] in tasks)]
+    rows = [
+        r
+        for r in pairs.to_pylist()
+        if r.get("label") is not None and r["problem_id"] in problems and (not tasks or r["task"] in tasks)
+    ]
     if not rows:
         raise ConfigError(f"no labelled pairs of {', '.join(sorted(tasks)) or 'any task'} in {data}")
     by_problem: dict[str, list[dict]] = {}
@@ -187,18 +203,26 @@ def main(args: VoteLabelsConfig) -> int:
     order = sorted(by_problem)
     random.Random(args.seed).shuffle(order)
     if args.max_problems:
-        order = order[:args.max_problems]
+        order = order[: args.max_problems]
 
     outdir.claim_out(out, "labels vote")  # phase 2: every input checked
     log = out / "votes.jsonl"
-    vote_cfg = {"source": str(data), "samples": args.samples, "temperature": args.temperature, "seed": args.seed,
-                "rollout_tokens": opts.rollout.tokens}
+    vote_cfg = {
+        "source": str(data),
+        "samples": args.samples,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "rollout_tokens": opts.rollout.tokens,
+    }
     done = read_votes(log, vote_cfg)
     if not log.is_file():
         log.write_text(json.dumps({"config": vote_cfg}) + "\n")
     todo = [p for p in order if any(pair_key(r) not in done for r in by_problem[p])]
-    print(f"{len(order)} problems, {len(order) - len(todo)} already voted; {args.samples} sampled rollouts per "
-          f"branch at temperature {args.temperature}", flush=True)
+    print(
+        f"{len(order)} problems, {len(order) - len(todo)} already voted; {args.samples} sampled rollouts per "
+        f"branch at temperature {args.temperature}",
+        flush=True,
+    )
 
     skipped = 0
     if todo:
@@ -211,7 +235,7 @@ def main(args: VoteLabelsConfig) -> int:
         enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
         for c in range(0, len(todo), args.chunk):
             items, meta = [], []
-            for pid in todo[c:c + args.chunk]:
+            for pid in todo[c : c + args.chunk]:
                 prob = problems[pid]
                 prompt = target.encode_prompt(task.prompt(prob))
                 steps = {(r["round"], r["branch"], r["position"]): r["draft_step"] for r in by_problem[pid]}
@@ -224,27 +248,46 @@ def main(args: VoteLabelsConfig) -> int:
                     items.append(RolloutItem(prob, len(prompt), pre, enc(r["draft_step"]), enc(r["target_step"])))
                     meta.append(r)
             t0 = time.perf_counter()
-            got, _ = sampled_outcomes(target, task, items, samples=args.samples, temperature=args.temperature,
-                                      seed=args.seed, max_tokens=opts.rollout.tokens, max_len=models.engine.max_model_len)
+            got, _ = sampled_outcomes(
+                target,
+                task,
+                items,
+                samples=args.samples,
+                temperature=args.temperature,
+                seed=args.seed,
+                max_tokens=opts.rollout.tokens,
+                max_len=models.engine.max_model_len,
+            )
             secs = time.perf_counter() - t0
             lines = []
             for r, g in zip(meta, got):
                 prob = problems[r["problem_id"]]
                 gd, gt = recorded_outcomes(r)
-                label, score, d_votes, t_votes = vote_on(task, prob, (gd, gt), g,
-                                                         identical=r["draft_step"] == r["target_step"])
+                label, score, d_votes, t_votes = vote_on(
+                    task, prob, (gd, gt), g, identical=r["draft_step"] == r["target_step"]
+                )
                 eq = outcome_equality(task, prob)
-                v = {"key": pair_key(r), "task": r["task"], "problem": f"{r['task']}/{r['problem_id']}",
-                     "position": r["position"], "greedy_label": bool(r["label"]), "vote_label": label,
-                     "vote_score": score, "draft_votes": d_votes, "target_votes": t_votes,
-                     "greedy_is_mode": [gd is not None and modal_outcome(d_votes, eq) == gd,
-                                        gt is not None and modal_outcome(t_votes, eq) == gt],
-                     "seconds": secs / max(1, len(items))}
+                v = {
+                    "key": pair_key(r),
+                    "task": r["task"],
+                    "problem": f"{r['task']}/{r['problem_id']}",
+                    "position": r["position"],
+                    "greedy_label": bool(r["label"]),
+                    "vote_label": label,
+                    "vote_score": score,
+                    "draft_votes": d_votes,
+                    "target_votes": t_votes,
+                    "greedy_is_mode": [
+                        gd is not None and modal_outcome(d_votes, eq) == gd,
+                        gt is not None and modal_outcome(t_votes, eq) == gt,
+                    ],
+                    "seconds": secs / max(1, len(items)),
+                }
                 done[v["key"]] = v
                 lines.append(json.dumps(v))
             with log.open("a") as f:  # appended whole, after the call: a stop loses at most this chunk
                 f.write("".join(line + "\n" for line in lines))
-            bar.update(len(todo[c:c + args.chunk]))
+            bar.update(len(todo[c : c + args.chunk]))
         bar.close()
     from lrtune.dataset import vote_teacher
 
@@ -253,19 +296,29 @@ def main(args: VoteLabelsConfig) -> int:
     if args.greedy_out:
         write_dataset(data, outdir.claim_out(args.greedy_out, "labels vote", "--greedy-out"), done, None, vote_cfg)
     votes = list(done.values())
-    res = {"data": str(data), "out": str(out), "teacher": teacher, **vote_cfg, "problems": len(order),
-           "pairs_voted": len(votes), "pairs_written": n, "skipped_prefix_mismatch_this_run": skipped,
-           "seconds_per_pair_mean": sum(v["seconds"] for v in votes) / max(1, len(votes)),
-           "summary": summarize(votes, args.seed)}
+    res = {
+        "data": str(data),
+        "out": str(out),
+        "teacher": teacher,
+        **vote_cfg,
+        "problems": len(order),
+        "pairs_voted": len(votes),
+        "pairs_written": n,
+        "skipped_prefix_mismatch_this_run": skipped,
+        "seconds_per_pair_mean": sum(v["seconds"] for v in votes) / max(1, len(votes)),
+        "summary": summarize(votes, args.seed),
+    }
     from lrtune.runfiles import write_json_file
 
     dest = Path(args.summary) if args.summary else out / "summary.json"
     write_json_file(dest, res)
     for name, s in res["summary"].items():
-        print(f"{name}: {s['pairs']} pairs of {s['problems']} problems; greedy accepts {s['greedy_accept']:.3f}, "
-              f"vote accepts {s['vote_accept']:.3f}; they agree on {s['agreement']:.3f} "
-              f"[{s['agreement_ci95'][0]:.3f}, {s['agreement_ci95'][1]:.3f}]; greedy outcome is the mode on "
-              f"{s['greedy_is_mode']:.3f} of branches")
+        print(
+            f"{name}: {s['pairs']} pairs of {s['problems']} problems; greedy accepts {s['greedy_accept']:.3f}, "
+            f"vote accepts {s['vote_accept']:.3f}; they agree on {s['agreement']:.3f} "
+            f"[{s['agreement_ci95'][0]:.3f}, {s['agreement_ci95'][1]:.3f}]; greedy outcome is the mode on "
+            f"{s['greedy_is_mode']:.3f} of branches"
+        )
     print(f"wrote {out} ({n} pairs) and {dest}")
     return 0
 

@@ -46,21 +46,67 @@ from lrtune.runfiles import log, write_atomic
 
 from lrtune.eval import metrics
 from lrtune.eval.config import MODES, EvalConfig, EvalOptions
-from lrtune.eval.loops import (_check_controllers, _decode_all, _decode_throughput, _reuse_keep, _start, _uses_draft,
-                               asked_gamma2s, run_pricing)
+from lrtune.eval.loops import (
+    _check_controllers,
+    _decode_all,
+    _decode_throughput,
+    _reuse_keep,
+    _start,
+    _uses_draft,
+    asked_gamma2s,
+    run_pricing,
+)
 from lrtune.score_round import require_one_sided
 from lrtune.eval.methods import CONTROLLED, MethodSpec, parse_method, parse_methods, parse_sweep
 from lrtune.eval.problems import heldout_problems, listed_problems, seen_templates
-from lrtune.eval.records import (CONFIG, RECORDS, REPORT, RESUME_FREE, SUMMARY, THROUGHPUT, _previous_summary,
-                                 append_record, check_resume, load_records, prepare_out_dir, resume_key,
-                                 throughput_rows)
+from lrtune.eval.records import (
+    CONFIG,
+    RECORDS,
+    REPORT,
+    RESUME_FREE,
+    SUMMARY,
+    THROUGHPUT,
+    _previous_summary,
+    append_record,
+    check_resume,
+    load_records,
+    prepare_out_dir,
+    resume_key,
+    throughput_rows,
+)
 
-__all__ = ["CONFIG", "CONTROLLED", "MODES", "RECORDS", "REPORT", "RESUME_FREE", "SUMMARY", "THROUGHPUT", "EvalConfig",
-           "EvalOptions", "MethodSpec", "Summary", "append_record", "check_resume", "config_from_args",
-           "heldout_problems", "listed_problems", "load_records", "machine_info", "main", "parse_method",
-           "parse_methods", "parse_sweep", "predict_rows", "prepare_out_dir", "resume_key", "run", "seen_templates",
-           "throughput_rows", "write_reports"]
-
+__all__ = [
+    "CONFIG",
+    "CONTROLLED",
+    "MODES",
+    "RECORDS",
+    "REPORT",
+    "RESUME_FREE",
+    "SUMMARY",
+    "THROUGHPUT",
+    "EvalConfig",
+    "EvalOptions",
+    "MethodSpec",
+    "Summary",
+    "append_record",
+    "check_resume",
+    "config_from_args",
+    "heldout_problems",
+    "listed_problems",
+    "load_records",
+    "machine_info",
+    "main",
+    "parse_method",
+    "parse_methods",
+    "parse_sweep",
+    "predict_rows",
+    "prepare_out_dir",
+    "resume_key",
+    "run",
+    "seen_templates",
+    "throughput_rows",
+    "write_reports",
+]
 
 
 @dataclass
@@ -93,8 +139,10 @@ def run(cfg: EvalConfig) -> Summary:
     if opts.mode == "throughput":
         bad = [s.label for s in specs if s.async_lr or s.control == "oracle"]
         if bad:
-            raise ConfigError(f"--mode throughput decodes many problems at once; {', '.join(bad)} cannot "
-                              "(async LR and oracle run one problem at a time): use --mode latency")
+            raise ConfigError(
+                f"--mode throughput decodes many problems at once; {', '.join(bad)} cannot "
+                "(async LR and oracle run one problem at a time): use --mode latency"
+            )
     if any(s.control == "oracle" for s in specs) and not any(s.label == "lr+sd" for s in specs):
         raise ConfigError("method oracle needs lr+sd in --methods (it reads each problem's α from it)")
     from lrtune.verifiers import check_verifier_spec
@@ -113,9 +161,13 @@ def run(cfg: EvalConfig) -> Summary:
         require_isolation(opts.unsafe_exec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        problems = (listed_problems(task, opts) if opts.problem_ids
-                    else heldout_problems(task, opts) if opts.heldout_from
-                    else task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data))
+        problems = (
+            listed_problems(task, opts)
+            if opts.problem_ids
+            else heldout_problems(task, opts)
+            if opts.heldout_from
+            else task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
+        )
     for w in caught:
         log(f"warning: {w.message}")
     if not problems:
@@ -128,9 +180,13 @@ def run(cfg: EvalConfig) -> Summary:
     check_resume(cfg)  # cheap: before the models, which may be built on first use
     from lrtune.build import check_configs, require_a_prompt_that_fits
 
-    resolved = check_configs(cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), progress=opts.progress,
-                             load_all_methods=_uses_draft(cfg, specs),
-                             gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None], pricing))
+    resolved = check_configs(
+        cfg.models,
+        dataclasses.replace(cfg.decode, method="lr+sd"),
+        progress=opts.progress,
+        load_all_methods=_uses_draft(cfg, specs),
+        gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None], pricing),
+    )
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)
@@ -148,8 +204,10 @@ def run(cfg: EvalConfig) -> Summary:
         log(f"batch cost b(n) from {opts.profile}: " + ", ".join(f"b({n})={v:.2f}" for n, v in batch_cost.items()))
         batch_cost_sd = None if profile_sd is None else {"gamma2": profile_sd[0], "curve": profile_sd[1]}
         if profile_sd is None and any(s.kind == "lr+sd" for s in specs):
-            log(f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
-                "plain b(n), which SD rows exceed; rerun lrtune profile")
+            log(
+                f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
+                "plain b(n), which SD rows exceed; rerun lrtune profile"
+            )
     if todo:
         eng, measured, measured_sd = _start(cfg, specs, task, problems, timing, pricing, ctl, own)
         if not opts.profile:
@@ -160,9 +218,18 @@ def run(cfg: EvalConfig) -> Summary:
             _decode_all(eng, cfg, specs, task, problems, done, out, timing)
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
-    data = write_reports(cfg, specs, problems, records, out, total, batch_cost, this_run=timing,
-                         batch_cost_sd=batch_cost_sd,
-                         draft={"path": resolved.draft, "quantization": resolved.draft_quantization})
+    data = write_reports(
+        cfg,
+        specs,
+        problems,
+        records,
+        out,
+        total,
+        batch_cost,
+        this_run=timing,
+        batch_cost_sd=batch_cost_sd,
+        draft={"path": resolved.draft, "quantization": resolved.draft_quantization},
+    )
     return Summary(methods=data["methods"], out_dir=out, data=data)
 
 
@@ -174,8 +241,9 @@ def sd_curve(saved) -> dict | None:
     return {"gamma2": int(saved["gamma2"]), "curve": {int(n): float(v) for n, v in saved["curve"].items()}}
 
 
-def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool, verifier: str,
-                 batch_cost_sd: dict | None = None) -> float | None:
+def predict_rows(
+    specs, rows: dict, recs: list[dict], batch_cost, latency: bool, verifier: str, batch_cost_sd: dict | None = None
+) -> float | None:
     """Add each method's model prediction to its summary row (``predicted_speedup``, and in
     latency mode ``measured_over_predicted``) from the run's own α1, α2, c and committed step
     lengths, with b(n) from ``batch_cost``, or for lr+sd rows at its γ2 from ``batch_cost_sd``
@@ -184,37 +252,68 @@ def predict_rows(specs, rows: dict, recs: list[dict], batch_cost, latency: bool,
     steps = metrics.committed_step_tokens(recs)
     for s in specs:
         row = rows[s.label]
-        row.update(kind=s.kind, control=s.control, gamma1=s.gamma1, gamma2=s.gamma2, async_lr=s.async_lr, width=s.width,
-                   schedule=s.schedule, verifier=s.verifier or verifier)
+        row.update(
+            kind=s.kind,
+            control=s.control,
+            gamma1=s.gamma1,
+            gamma2=s.gamma2,
+            async_lr=s.async_lr,
+            width=s.width,
+            schedule=s.schedule,
+            verifier=s.verifier or verifier,
+        )
         if s.kind not in ("sd", "lr+sd"):
             # no token-level SD in this method (records written before the vLLM backend
             # stopped reporting the shared engine's late-counted drafts may still hold some)
             row["alpha2"] = None
         # b(n) between measured sizes interpolated, beyond the largest the last measured (never 1 by default)
-        bc = (batch_cost_sd["curve"] if batch_cost_sd and s.kind == "lr+sd" and s.gamma2 == batch_cost_sd["gamma2"]
-              else batch_cost)
+        bc = (
+            batch_cost_sd["curve"]
+            if batch_cost_sd and s.kind == "lr+sd" and s.gamma2 == batch_cost_sd["gamma2"]
+            else batch_cost
+        )
         b = [interpolate(bc, min(max(n, min(bc)), max(bc))) for n in range(1, s.gamma1 + 2)] if bc else None
         keep = _reuse_keep(recs, s.label) if s.reuse_drafts else None
         if steps and s.kind in ("lr", "lr+sd"):  # a batch of steps lasts as long as its longest step
             abort = s.early_abort and row["alpha1"] is not None  # early abort: of the rows up to the first rejection
-            b = (reuse_batch_cost(b, steps, keep, row["alpha1"] if abort else None) if keep is not None
-                 else early_abort_batch_cost(b, steps, row["alpha1"]) if abort
-                 else longest_step_batch_cost(b, steps))
+            b = (
+                reuse_batch_cost(b, steps, keep, row["alpha1"] if abort else None)
+                if keep is not None
+                else early_abort_batch_cost(b, steps, row["alpha1"])
+                if abort
+                else longest_step_batch_cost(b, steps)
+            )
         row["reuse_keep"] = keep
         # score rounds: no prefill seconds is a ratio of 0 (a verifier that reads no target
         # score makes no scoring call), not an LR row to price with b(n)
         ratio = (metrics.prefill_ratio(recs, s.label) or 0.0) if s.schedule == "score" else None
         row["prefill_ratio"] = ratio
-        pred = (None if s.control or s.width > 1  # per-round depths, or several branches: outside the model
-                else metrics.predicted_speedup(s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b,
-                                               async_lr=s.async_lr, prefill_ratio=ratio))
+        pred = (
+            None
+            if s.control or s.width > 1  # per-round depths, or several branches: outside the model
+            else metrics.predicted_speedup(
+                s.kind, s.gamma1, s.gamma2, row["alpha1"], row["alpha2"], c, b, async_lr=s.async_lr, prefill_ratio=ratio
+            )
+        )
         row["predicted_speedup"] = pred
-        row["measured_over_predicted"] = (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
+        row["measured_over_predicted"] = (
+            (row["speedup_total"] / pred) if latency and pred and row["speedup_total"] else None
+        )
     return c
 
 
-def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: dict, batch_cost,
-                  this_run: dict | None = None, batch_cost_sd: dict | None = None, draft: dict | None = None) -> dict:
+def write_reports(
+    cfg: EvalConfig,
+    specs,
+    problems,
+    records,
+    out: Path,
+    timing: dict,
+    batch_cost,
+    this_run: dict | None = None,
+    batch_cost_sd: dict | None = None,
+    draft: dict | None = None,
+) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
     from lrtune.eval.parity import alarming, parity, parity_lines
@@ -235,15 +334,17 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "decoded_problems": len({r["problem"] for r in recs}),
         "methods": rows,
         "paired": metrics.paired_comparisons(recs, labels),
-        "accuracy_vs_target": [r for r in (metrics.paired_accuracy(recs, lab) for lab in labels if lab != "target")
-                               if r is not None],
+        "accuracy_vs_target": [
+            r for r in (metrics.paired_accuracy(recs, lab) for lab in labels if lab != "target") if r is not None
+        ],
         # a task mix: every method's accuracy, finished answers, α1 and speedup on each task's problems
         "by_task": metrics.summarize_by_group(recs, labels, task_of) if len(set(task_of.values())) > 1 else None,
         # the share of draft steps each verifier accepted while decoding beside its test split's
         "verifier_parity": parity(recs, labels, {s.label: s.verifier or cfg.models.verification.spec for s in specs}),
         "c_measured": c,
-        "longest_step_factor": ({n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)}
-                                if steps else None),
+        "longest_step_factor": (
+            {n: expected_longest(steps, n) / expected_longest(steps, 1) for n in range(2, 6)} if steps else None
+        ),
         "batch_cost": batch_cost,
         "batch_cost_sd": batch_cost_sd,
         "timing": timing,
@@ -253,7 +354,8 @@ def write_reports(cfg: EvalConfig, specs, problems, records, out: Path, timing: 
         "throughput": throughput_rows(out / THROUGHPUT, labels) if cfg.options.mode == "throughput" else None,
         # loop time outside decoding and outside the untimed per-problem prompt prefill
         "evaluator_overhead": ((loop - timing.get("decode_s", 0.0) - timing.get("prompt_cache_s", 0.0)) / loop)
-        if loop > 0 else None,
+        if loop > 0
+        else None,
         "machine": machine_info(),
         "draft": draft,
         "config": resume_key(cfg),
@@ -278,10 +380,19 @@ def machine_info() -> dict:
 
 
 # ---- CLI -------------------------------------------------------------------------------
-COMMAND = Command(("evaluate",), __doc__.splitlines()[0], (
-    Section(EvalOptions), Section(ModelConfig),
-    Section(DecodeConfig, skip=("method",), defaults={k: getattr(EvalConfig().decode, k)
-                                                     for k in ("gamma1", "max_new_tokens", "max_step_tokens")})))
+COMMAND = Command(
+    ("evaluate",),
+    __doc__.splitlines()[0],
+    (
+        Section(EvalOptions),
+        Section(ModelConfig),
+        Section(
+            DecodeConfig,
+            skip=("method",),
+            defaults={k: getattr(EvalConfig().decode, k) for k in ("gamma1", "max_new_tokens", "max_step_tokens")},
+        ),
+    ),
+)
 add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 

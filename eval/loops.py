@@ -60,7 +60,8 @@ class _Engines:
 
 def _uses_draft(cfg: EvalConfig, specs) -> bool:
     return any(s.kind in ("lr", "lr+sd") for s in specs) or (
-        any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft")
+        any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft"
+    )
 
 
 def with_round_kinds(ctl, kinds: tuple[str, ...]):
@@ -69,8 +70,10 @@ def with_round_kinds(ctl, kinds: tuple[str, ...]):
     if tuple(kinds) == ("lr",) and tuple(getattr(ctl, "round_kinds", ("lr",))) == ("lr",):
         return ctl
     if not hasattr(ctl, "round_kinds") or not callable(getattr(ctl, "derive", None)):
-        raise ConfigError(f"controller {getattr(ctl, 'name', type(ctl).__name__)!r} cannot pick the kind of a round "
-                          "(adaptive/score, adaptive/lr+score): use --controller bandit or a learned controller")
+        raise ConfigError(
+            f"controller {getattr(ctl, 'name', type(ctl).__name__)!r} cannot pick the kind of a round "
+            "(adaptive/score, adaptive/lr+score): use --controller bandit or a learned controller"
+        )
     return ctl.derive(round_kinds=tuple(kinds))
 
 
@@ -83,8 +86,11 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
 
     # the decoder is built for lr+sd (so it always loads the draft) and loads every method's engines
     shared = cfg.models.backend == "vllm" and shared_spec_tokens(
-        cfg.models, dataclasses.replace(cfg.decode, method="lr+sd"), has_draft=True,
-        load_all_methods=_uses_draft(cfg, specs))
+        cfg.models,
+        dataclasses.replace(cfg.decode, method="lr+sd"),
+        has_draft=True,
+        load_all_methods=_uses_draft(cfg, specs),
+    )
     return plan(profile=cfg.options.profile, engine_drafts=int(shared or 0))
 
 
@@ -118,19 +124,22 @@ def asked_gamma2s(cfg: EvalConfig, specs, controllers=(), pricing: Pricing | Non
     return out
 
 
-def _start(cfg: EvalConfig, specs, task, problems, timing, pricing: Pricing, ctl, own: dict
-           ) -> tuple[_Engines, dict | None, dict | None]:
+def _start(
+    cfg: EvalConfig, specs, task, problems, timing, pricing: Pricing, ctl, own: dict
+) -> tuple[_Engines, dict | None, dict | None]:
     """Start the engines; ``pricing``, ``ctl`` and ``own``: the run's plan and controllers, decided
     and built before any model loaded (:func:`run_pricing`, :func:`_check_controllers`)."""
     from lrtune.decoding import Decoder
 
     t0 = time.perf_counter()
     uses_draft = _uses_draft(cfg, specs)
-    dec = Decoder.from_configs(dataclasses.replace(cfg.models, controller=None),
-                               dataclasses.replace(cfg.decode, method="lr+sd"),
-                               progress=cfg.options.progress, load_all_methods=uses_draft,
-                               gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None],
-                                                     pricing))
+    dec = Decoder.from_configs(
+        dataclasses.replace(cfg.models, controller=None),
+        dataclasses.replace(cfg.decode, method="lr+sd"),
+        progress=cfg.options.progress,
+        load_all_methods=uses_draft,
+        gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None], pricing),
+    )
     drafts = getattr(getattr(dec.target, "config", None), "shared_spec_tokens", 0) or 0
     if drafts != pricing.engine_drafts:  # the plan was decided from the same rule the decoder used
         raise RuntimeError(f"the SD engine drafts {drafts} tokens per pass, the pricing plan {pricing.engine_drafts}")
@@ -146,9 +155,11 @@ def _start(cfg: EvalConfig, specs, task, problems, timing, pricing: Pricing, ctl
     warm = next(ids for ids in (dec.encode(task.prompt(p)) for p in problems) if len(ids) + need <= limit)
     if cfg.options.warmup_tokens > 0:
         for s in specs:
-            dec.decoder.decode(warm, dataclasses.replace(s.decode_config(cfg.decode),
-                                                         max_new_tokens=cfg.options.warmup_tokens),
-                               verifier=eng.verifier(s))
+            dec.decoder.decode(
+                warm,
+                dataclasses.replace(s.decode_config(cfg.decode), max_new_tokens=cfg.options.warmup_tokens),
+                verifier=eng.verifier(s),
+            )
     batch_cost = batch_cost_sd = None
     lr_specs = [s for s in specs if s.kind in ("lr", "lr+sd")]
     if lr_specs and cfg.options.warmup_tokens > 0 and not cfg.options.profile:  # --profile: run() has b(n)
@@ -183,8 +194,9 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
 
     dec = eng.dec
 
-    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
-                           cfg.options.progress)
+    progress = ProgressBar(
+        "evaluate", sum((p.id, s.label) not in done for p in problems for s in specs), cfg.options.progress
+    )
     live: dict[str, dict] = {s.label: {"k": 0, "n": 0, "wall": 0.0, "base": 0.0} for s in specs}
     base_wall: dict[str, float] = {}
     lrsd_stats: dict[str, dict] = {}  # problem -> the lr+sd row's stats (the oracle's α)
@@ -207,21 +219,30 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
                 continue
             need = len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
             if need > cfg.models.engine.max_model_len:
-                log(f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
-                     f"{cfg.models.engine.max_model_len}")
+                log(
+                    f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
+                    f"{cfg.models.engine.max_model_len}"
+                )
                 progress.advance(len(pending))
                 continue
             order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
-                dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id), eng.pricing)
+                dcfg, kwargs = _controlled(
+                    eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id), eng.pricing
+                )
                 kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
                 t_warm = time.perf_counter()
                 _fresh_cache(dec, ids)
                 timing["prompt_cache_s"] += time.perf_counter() - t_warm
                 judged, on_round = _pair_recorder(cfg, dcfg, dec)
-                res, stats = dec.decoder.decode(ids, dcfg, verifier=eng.verifier(spec), **kwargs,
-                                                on_round=None if on_round is None else (lambda r: on_round(0, r)))
+                res, stats = dec.decoder.decode(
+                    ids,
+                    dcfg,
+                    verifier=eng.verifier(spec),
+                    **kwargs,
+                    on_round=None if on_round is None else (lambda r: on_round(0, r)),
+                )
                 timing["decode_s"] += stats.wall_s
                 rec = _record(prob, i, spec, dcfg, cfg, task, res, stats, judged.get(0))
                 ok = rec["correct"]
@@ -259,22 +280,39 @@ def _pair_recorder(cfg: EvalConfig, dcfg, dec):
     return judged, on_round
 
 
-def _record(prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats,
-            pairs: list[dict] | None = None) -> dict:
+def _record(
+    prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats, pairs: list[dict] | None = None
+) -> dict:
     """One problem x method line of records.jsonl; ``pairs``: the pairs its verifier judged."""
     answer, ok = task.check(prob, res.text)
     extra = {} if pairs is None else {"pairs": pairs}
-    return {**extra, "problem": prob.id, "index": i, "method": spec.label, "kind": spec.kind,
-            # depths actually run (0 = not used); adaptive rows change them per round
-            "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
-            "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
-            "control": spec.control, "decode_method": dcfg.method,
-            "schedule": spec.schedule, "async_lr": spec.async_lr, "width": spec.width,
-            "early_abort": spec.early_abort, "reuse_drafts": spec.reuse_drafts,
-            "verifier": spec.verifier or cfg.models.verification.spec, "answer": answer, "expected": prob.answer,
-            "correct": bool(ok), "tokens": len(res.token_ids), "wall_s": stats.wall_s,
-            "finish": res.finish, "text": res.text, "stats": stats.to_dict(),
-            "step_tokens": [len(ids) for _, ids in res.steps] if dcfg.uses_lr else None}
+    return {
+        **extra,
+        "problem": prob.id,
+        "index": i,
+        "method": spec.label,
+        "kind": spec.kind,
+        # depths actually run (0 = not used); adaptive rows change them per round
+        "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
+        "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
+        "control": spec.control,
+        "decode_method": dcfg.method,
+        "schedule": spec.schedule,
+        "async_lr": spec.async_lr,
+        "width": spec.width,
+        "early_abort": spec.early_abort,
+        "reuse_drafts": spec.reuse_drafts,
+        "verifier": spec.verifier or cfg.models.verification.spec,
+        "answer": answer,
+        "expected": prob.answer,
+        "correct": bool(ok),
+        "tokens": len(res.token_ids),
+        "wall_s": stats.wall_s,
+        "finish": res.finish,
+        "text": res.text,
+        "stats": stats.to_dict(),
+        "step_tokens": [len(ids) for _, ids in res.steps] if dcfg.uses_lr else None,
+    }
 
 
 def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
@@ -285,8 +323,7 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
 
     dec = eng.dec
     opts = cfg.options
-    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs),
-                           opts.progress)
+    progress = ProgressBar("evaluate", sum((p.id, s.label) not in done for p in problems for s in specs), opts.progress)
     t_loop = time.perf_counter()
     try:
         for spec in specs:
@@ -303,8 +340,9 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
 
             judged, on_round = _pair_recorder(cfg, dcfg, dec)
 
-            def on_done(k: int, result, spec=spec, dcfg=dcfg, todo=todo, n_ok=n_ok, judged=judged,
-                        on_round=on_round) -> None:
+            def on_done(
+                k: int, result, spec=spec, dcfg=dcfg, todo=todo, n_ok=n_ok, judged=judged, on_round=on_round
+            ) -> None:
                 i, prob = todo[k]
                 if isinstance(result, Failed):
                     log(f"skipping {prob.id}: {result.message}")
@@ -315,10 +353,17 @@ def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, do
                     n_ok[0] += rec["correct"]
                 progress.advance(1, f"{spec.label}: acc {n_ok[0]}")
 
-            _, batch = dec.decoder.decode_many(ids, dcfg, max_concurrent=opts.max_concurrent,
-                                               max_len=cfg.models.engine.max_model_len, controller=kwargs.get("controller"),
-                                               verifier=eng.verifier(spec),
-                                               problems=problems_info, on_done=on_done, on_round=on_round)
+            _, batch = dec.decoder.decode_many(
+                ids,
+                dcfg,
+                max_concurrent=opts.max_concurrent,
+                max_len=cfg.models.engine.max_model_len,
+                controller=kwargs.get("controller"),
+                verifier=eng.verifier(spec),
+                problems=problems_info,
+                on_done=on_done,
+                on_round=on_round,
+            )
             timing["decode_s"] += batch.wall_s
             append_record(out / THROUGHPUT, {"method": spec.label, **batch.to_dict()})
     finally:
@@ -357,8 +402,9 @@ def _fresh_cache(dec, ids: list[int]) -> None:
     _cache_prompt(dec, ids)
 
 
-def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None,
-                pricing: Pricing | None = None):
+def _controlled(
+    ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: dict | None, pricing: Pricing | None = None
+):
     """(decode config, decode kwargs) of one decode; controlled methods get their depths
     from ``ctl`` (the run's controller). ``ref_stats``: the lr+sd row's DecodeStats of this
     problem (the oracle reads its α); ``pricing``: the run's plan (the oracle's prices
@@ -380,7 +426,8 @@ def _controlled(ctl, cfg: EvalConfig, spec: MethodSpec, prob, task, ref_stats: d
             return dcfg, {}
         # priced as the controller prices (its plan), or by the run's plan without one
         best = (getattr(ctl, "pricing", None) or pricing).best_gammas(
-            min(a1, 0.999), min(a2, 0.999), ctl.bounds if ctl is not None else Bounds())
+            min(a1, 0.999), min(a2, 0.999), ctl.bounds if ctl is not None else Bounds()
+        )
         return _fixed_depths(dcfg, best.gamma1, best.gamma2), {}
     return dcfg, {}
 
@@ -389,8 +436,9 @@ def _fixed_depths(dcfg, gamma1: int, gamma2: int):
     """``dcfg`` running fixed (γ1, γ2); a zero depth switches the method (γ1 = 0 → sd, ...)."""
     from lrtune.control import method_for_depths
 
-    return dataclasses.replace(dcfg, method=method_for_depths(gamma1, gamma2),
-                               gamma1=max(1, gamma1), gamma2=max(1, gamma2))
+    return dataclasses.replace(
+        dcfg, method=method_for_depths(gamma1, gamma2), gamma1=max(1, gamma1), gamma2=max(1, gamma2)
+    )
 
 
 def _reuse_keep(records: list[dict], label: str) -> float | None:

@@ -17,7 +17,13 @@ CONTROLLED = ("adaptive", "oracle", "best-fixed")
 
 
 # method options in a label and the schedule each names (lrtune.decodeconfig)
-SCHEDULE_OPTIONS = {"async": "async", "abort": "abort", "reuse": "reuse", "reuse+abort": "reuse+abort", "score": "score"}
+SCHEDULE_OPTIONS = {
+    "async": "async",
+    "abort": "abort",
+    "reuse": "reuse",
+    "reuse+abort": "reuse+abort",
+    "score": "score",
+}
 # adaptive options naming the rounds its controller may pick per round (SD alone, γ1 = 0, always)
 ADAPTIVE_KINDS = {"lr": ("lr",), "score": ("score",), "lr+score": ("lr", "score")}
 # kinds that name an LR kind with the score schedule (lrtune.score_round)
@@ -65,18 +71,31 @@ class MethodSpec(ScheduleFlags):
         """``base`` with this method's kind, depths and width; the schedule is the method's,
         with the run's early abort and reuse added (``--schedule abort`` makes every sync
         method abort early; ``lr/reuse`` then runs ``reuse+abort``)."""
-        schedule = "score" if self.schedule == "score" else schedule_of(
-            async_lr=self.async_lr, early_abort=self.early_abort or base.early_abort,
-            reuse_drafts=self.reuse_drafts or base.reuse_drafts)
-        return dataclasses.replace(base, method=self.kind, gamma1=max(1, self.gamma1), gamma2=max(1, self.gamma2),
-                                   width=self.width, schedule=schedule)
+        schedule = (
+            "score"
+            if self.schedule == "score"
+            else schedule_of(
+                async_lr=self.async_lr,
+                early_abort=self.early_abort or base.early_abort,
+                reuse_drafts=self.reuse_drafts or base.reuse_drafts,
+            )
+        )
+        return dataclasses.replace(
+            base,
+            method=self.kind,
+            gamma1=max(1, self.gamma1),
+            gamma2=max(1, self.gamma2),
+            width=self.width,
+            schedule=schedule,
+        )
 
 
 def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
     """``"lr+sd/async/w=2/v=llm_judge"`` -> :class:`MethodSpec` (its grammar there)."""
-    if label.startswith("adaptive/c=") and label[len("adaptive/c="):].strip():
-        return MethodSpec(label, "lr+sd", gamma1, gamma2, control="adaptive",
-                          controller=label[len("adaptive/c="):].strip())
+    if label.startswith("adaptive/c=") and label[len("adaptive/c=") :].strip():
+        return MethodSpec(
+            label, "lr+sd", gamma1, gamma2, control="adaptive", controller=label[len("adaptive/c=") :].strip()
+        )
     head, sep, vspec = label.partition("/v=")
     kind, *opts = [x.strip() for x in head.split("/")]
     if sep:
@@ -92,12 +111,22 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
                 verifier = opt[2:]
             else:
                 raise ConfigError(f"bad adaptive option {opt!r} in {label!r} (score | lr+score | v=VERIFIER)")
-        return MethodSpec(label, "lr+sd", gamma1, gamma2, schedule="score" if kinds == ("score",) else "sync",
-                          verifier=verifier, control="adaptive", round_kinds=kinds)
+        return MethodSpec(
+            label,
+            "lr+sd",
+            gamma1,
+            gamma2,
+            schedule="score" if kinds == ("score",) else "sync",
+            verifier=verifier,
+            control="adaptive",
+            round_kinds=kinds,
+        )
     if kind in SCORE_KINDS:  # "score+sd/v=..." reads as "lr+sd/score/v=..."
         kind, opts = SCORE_KINDS[kind], ["score", *opts]
     if kind not in METHODS:
-        raise ConfigError(f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *SCORE_KINDS, *CONTROLLED))}")
+        raise ConfigError(
+            f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *SCORE_KINDS, *CONTROLLED))}"
+        )
     extra: dict = {}
     for opt in opts:
         key, _, val = opt.partition("=")
@@ -110,8 +139,10 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         elif key == "v" and val:
             extra["verifier"] = val
         else:
-            raise ConfigError(f"bad method option {opt!r} in {label!r} (async | abort | reuse | reuse+abort | score | "
-                              "w=N | v=VERIFIER)")
+            raise ConfigError(
+                f"bad method option {opt!r} in {label!r} (async | abort | reuse | reuse+abort | score | "
+                "w=N | v=VERIFIER)"
+            )
     if extra and kind not in ("lr", "lr+sd"):
         raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
     return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)

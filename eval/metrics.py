@@ -32,8 +32,13 @@ def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     return lo, hi
 
 
-def bootstrap_ci(values: Sequence[float], stat: Callable[[Sequence[float]], float] = statistics.fmean,
-                 n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+def bootstrap_ci(
+    values: Sequence[float],
+    stat: Callable[[Sequence[float]], float] = statistics.fmean,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float] | None:
     """Percentile bootstrap interval of ``stat`` over ``values`` (seeded, reproducible)."""
     if not values:
         return None
@@ -74,8 +79,11 @@ def balanced_order(n: int, i: int) -> list[int]:
 def answer_counts(records: Sequence[dict]) -> dict[str, int]:
     """Answers ``n``, ``correct`` and ``finished`` (ended by EOS within the token budget, not
     cut off by it) of some records."""
-    return {"n": len(records), "correct": sum(bool(r["correct"]) for r in records),
-            "finished": sum(r.get("finish") == "eos" for r in records)}
+    return {
+        "n": len(records),
+        "correct": sum(bool(r["correct"]) for r in records),
+        "finished": sum(r.get("finish") == "eos" for r in records),
+    }
 
 
 def round_kinds(stats: DecodeStats) -> dict | None:
@@ -86,9 +94,15 @@ def round_kinds(stats: DecodeStats) -> dict | None:
     secs = stats.lr_round_s + stats.score_round_s + stats.sd_round_s
     if not n:
         return None
-    return {k: {"rounds": getattr(stats, f"{k}_rounds"), "share": getattr(stats, f"{k}_rounds") / n,
-                "seconds": getattr(stats, f"{k}_round_s"),
-                "time_share": getattr(stats, f"{k}_round_s") / secs if secs else None} for k in ("lr", "score", "sd")}
+    return {
+        k: {
+            "rounds": getattr(stats, f"{k}_rounds"),
+            "share": getattr(stats, f"{k}_rounds") / n,
+            "seconds": getattr(stats, f"{k}_round_s"),
+            "time_share": getattr(stats, f"{k}_round_s") / secs if secs else None,
+        }
+        for k in ("lr", "score", "sd")
+    }
 
 
 def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) -> dict:
@@ -113,8 +127,12 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         "alpha2": total.alpha2,
         "mean_accepted_steps_per_round": total.mean_accepted_steps_per_round,
         "mean_accepted_tokens_per_draft": total.mean_accepted_tokens_per_draft,
-        "time_split_s": {"draft": total.draft_s, "target": total.target_s, "verify": total.verify_s,
-                         "other": total.other_s},
+        "time_split_s": {
+            "draft": total.draft_s,
+            "target": total.target_s,
+            "verify": total.verify_s,
+            "other": total.other_s,
+        },
         # the target's part split: chain prefills (score rounds, reuse) and the steps it generated
         "target_split_s": {"prefill": total.prefill_s, "steps": max(0.0, total.target_s - total.prefill_s)},
         "round_kinds": round_kinds(total),
@@ -122,8 +140,11 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         "draft_step_tokens": total.draft_step_tokens,
         "draft_s": total.draft_s,
     }
-    ratios = [baseline[r["problem"]]["wall_s"] / r["wall_s"] for r in records
-              if baseline and r["problem"] in baseline and r["wall_s"] > 0]
+    ratios = [
+        baseline[r["problem"]]["wall_s"] / r["wall_s"]
+        for r in records
+        if baseline and r["problem"] in baseline and r["wall_s"] > 0
+    ]
     if ratios:
         paired = [r for r in records if r["problem"] in baseline]  # Σ baseline / Σ method over the same problems
         base_wall = sum(baseline[r["problem"]]["wall_s"] for r in paired)
@@ -136,8 +157,9 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
             speedup_median_ci95=bootstrap_ci(ratios, statistics.median),
         )
     else:
-        row.update(speedup_total=None, speedup_mean=None, speedup_mean_ci95=None, speedup_median=None,
-                   speedup_median_ci95=None)
+        row.update(
+            speedup_total=None, speedup_mean=None, speedup_mean_ci95=None, speedup_median=None, speedup_median_ci95=None
+        )
     return row
 
 
@@ -147,16 +169,20 @@ def summarize(records: Sequence[dict], methods: Sequence[str], baseline_method: 
     return {m: summarize_method([r for r in records if r["method"] == m], base or None) for m in methods}
 
 
-def summarize_by_group(records: Sequence[dict], methods: Sequence[str], group_of: dict[str, str],
-                       baseline_method: str = "target") -> dict[str, dict[str, dict]]:
+def summarize_by_group(
+    records: Sequence[dict], methods: Sequence[str], group_of: dict[str, str], baseline_method: str = "target"
+) -> dict[str, dict[str, dict]]:
     """Per group (e.g. each task of a task mix), per method: n, accuracy, answers finished,
     α1 and total speedup over ``baseline_method`` on that group's problems. ``group_of``
     maps problem -> group; records of problems it does not name are left out."""
     out: dict[str, dict[str, dict]] = {}
     for g in dict.fromkeys(group_of[r["problem"]] for r in records if r["problem"] in group_of):
         rows = summarize([r for r in records if group_of.get(r["problem"]) == g], methods, baseline_method)
-        out[g] = {m: {k: row[k] for k in ("n", "accuracy", "finished", "alpha1", "speedup_total")}
-                  for m, row in rows.items() if row["n"]}
+        out[g] = {
+            m: {k: row[k] for k in ("n", "accuracy", "finished", "alpha1", "speedup_total")}
+            for m, row in rows.items()
+            if row["n"]
+        }
     return out
 
 
@@ -220,8 +246,17 @@ def paired_accuracy(records: Sequence[dict], a: str, b: str = "target") -> dict 
     only_a = sum(ca[p] and not cb[p] for p in common)
     only_b = sum(cb[p] and not ca[p] for p in common)
     acc_a, acc_b = (sum(c[p] for p in common) / len(common) for c in (ca, cb))
-    return {"a": a, "b": b, "problems": len(common), "accuracy_a": acc_a, "accuracy_b": acc_b,
-            "difference": acc_a - acc_b, "only_a": only_a, "only_b": only_b, "mcnemar_p": mcnemar_p(only_a, only_b)}
+    return {
+        "a": a,
+        "b": b,
+        "problems": len(common),
+        "accuracy_a": acc_a,
+        "accuracy_b": acc_b,
+        "difference": acc_a - acc_b,
+        "only_a": only_a,
+        "only_b": only_b,
+        "mcnemar_p": mcnemar_p(only_a, only_b),
+    }
 
 
 def measured_c(summary: dict[str, dict], records: Sequence[dict], baseline_method: str = "target") -> float | None:
@@ -249,9 +284,17 @@ def prefill_ratio(records: list[dict], label: str) -> float | None:
     return pre / (tgt - pre) if pre > 0 and tgt > pre else None
 
 
-def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None, alpha2: float | None,
-                      c: float | None, batch_cost: Sequence[float] | Callable[[int], float] | None = None,
-                      async_lr: bool = False, prefill_ratio: float | None = None) -> float | None:
+def predicted_speedup(
+    kind: str,
+    gamma1: int,
+    gamma2: int,
+    alpha1: float | None,
+    alpha2: float | None,
+    c: float | None,
+    batch_cost: Sequence[float] | Callable[[int], float] | None = None,
+    async_lr: bool = False,
+    prefill_ratio: float | None = None,
+) -> float | None:
     """The speedup model's prediction (lrtune.speedup) from measured α and c; ``batch_cost``
     a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps);
     ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n));
@@ -276,6 +319,9 @@ def predicted_speedup(kind: str, gamma1: int, gamma2: int, alpha1: float | None,
     if kind == "lr" and alpha1 is not None:
         return h_async(gamma1, 0, alpha1, c, 0.0, c) if async_lr else f_sync(alpha1, c, gamma1, batch_cost=batch_cost)
     if kind == "lr+sd" and alpha1 is not None and alpha2 is not None:
-        return (h_async(gamma1, gamma2, alpha1, c, alpha2, c) if async_lr
-                else h(gamma1, gamma2, alpha1, c, alpha2, c, batch_cost=batch_cost))
+        return (
+            h_async(gamma1, gamma2, alpha1, c, alpha2, c)
+            if async_lr
+            else h(gamma1, gamma2, alpha1, c, alpha2, c, batch_cost=batch_cost)
+        )
     return None

@@ -32,8 +32,12 @@ def decode_acceptance(records: Sequence[dict], seed: int = 0) -> dict | None:
         return sum(flat[i][1] for i in rows) / len(rows) if rows else None
 
     lo, hi = bootstrap_interval(rate, groups, seed=seed)
-    return {"acceptance": rate(list(range(len(flat)))), "ci95": [lo, hi], "pairs": len(flat),
-            "problems": len(set(groups))}
+    return {
+        "acceptance": rate(list(range(len(flat)))),
+        "ci95": [lo, hi],
+        "pairs": len(flat),
+        "problems": len(set(groups)),
+    }
 
 
 def checkpoint_meta(verifier: str | None) -> dict | None:
@@ -59,10 +63,17 @@ def promised_acceptance(meta: dict | None) -> dict | None:
         return None
     ci = test.get("acceptance_ci95") or list(wilson_ci(round(a * n), n) or (None, None))
     calib = meta.get("calibration") or {}
-    return {"acceptance": float(a), "ci95": ci, "pairs": n, "teacher_acceptance": test.get("teacher_acceptance"),
-            "false_accept_rate": test.get("false_accept_rate"), "threshold_rule": calib.get("method"),
-            "max_false_accept": calib.get("max_false_accept"), "confidence": calib.get("confidence"),
-            "certified": calib.get("certified")}
+    return {
+        "acceptance": float(a),
+        "ci95": ci,
+        "pairs": n,
+        "teacher_acceptance": test.get("teacher_acceptance"),
+        "false_accept_rate": test.get("false_accept_rate"),
+        "threshold_rule": calib.get("method"),
+        "max_false_accept": calib.get("max_false_accept"),
+        "confidence": calib.get("confidence"),
+        "certified": calib.get("certified"),
+    }
 
 
 def changed_answers(records: Sequence[dict], label: str, baseline: str = "target") -> dict | None:
@@ -71,8 +82,11 @@ def changed_answers(records: Sequence[dict], label: str, baseline: str = "target
     from scipy.stats import beta
 
     base = {r["problem"]: r.get("answer") for r in records if r["method"] == baseline}
-    pairs = [(r["problem"], r.get("answer") != base[r["problem"]]) for r in records
-             if r["method"] == label and r["problem"] in base]
+    pairs = [
+        (r["problem"], r.get("answer") != base[r["problem"]])
+        for r in records
+        if r["method"] == label and r["problem"] in base
+    ]
     if not pairs:
         return None
     n, k = len(pairs), sum(c for _, c in pairs)
@@ -86,8 +100,12 @@ def promised_accuracy(meta: dict | None) -> dict | None:
     b = (meta or {}).get("accuracy_budget")
     if not isinstance(b, dict) or not b.get("certified"):
         return None
-    return {"max_accuracy_loss": b.get("max_accuracy_loss"), "confidence": b.get("confidence"),
-            "threshold": b.get("threshold"), "problems": b.get("problems")}
+    return {
+        "max_accuracy_loss": b.get("max_accuracy_loss"),
+        "confidence": b.get("confidence"),
+        "threshold": b.get("threshold"),
+        "problems": b.get("problems"),
+    }
 
 
 def overlap(a: Sequence[float | None], b: Sequence[float | None]) -> bool | None:
@@ -112,8 +130,13 @@ def parity(records: Sequence[dict], labels: Sequence[str], verifier_of: dict[str
         changed = changed_answers(records, lab)
         if budget and changed:
             budget = {**budget, "measured": changed, "held": changed["rate"] <= budget["max_accuracy_loss"]}
-        out[lab] = {"verifier": verifier_of.get(lab), "decode": dec, "test_split": promised,
-                    "gap": None if ov is None else not ov, "accuracy_budget": budget}
+        out[lab] = {
+            "verifier": verifier_of.get(lab),
+            "decode": dec,
+            "test_split": promised,
+            "gap": None if ov is None else not ov,
+            "accuracy_budget": budget,
+        }
     return out
 
 
@@ -125,6 +148,7 @@ def alarming(row: dict) -> bool:
 
 def parity_lines(rows: dict[str, dict]) -> list[str]:
     """One plain line per row: decode-time beside test-split acceptance, and the flag."""
+
     def ci(c) -> str:
         return "" if not c or None in c else f" [{c[0]:.2f}, {c[1]:.2f}]"
 
@@ -139,7 +163,9 @@ def parity_lines(rows: dict[str, dict]) -> list[str]:
         b = r.get("accuracy_budget")
         if b and b.get("measured"):
             m = b["measured"]
-            lines.append(f"{lab}: promised <= {b['max_accuracy_loss']:g} changed answers at {b['confidence']:g}: "
-                         f"measured {m['rate']:.2f}{ci(m['ci95'])} ({m['changed']} of {m['problems']}) — "
-                         + ("held" if b["held"] else "NOT held"))
+            lines.append(
+                f"{lab}: promised <= {b['max_accuracy_loss']:g} changed answers at {b['confidence']:g}: "
+                f"measured {m['rate']:.2f}{ci(m['ci95'])} ({m['changed']} of {m['problems']}) — "
+                + ("held" if b["held"] else "NOT held")
+            )
     return lines

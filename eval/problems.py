@@ -48,15 +48,20 @@ def listed_problems(task, opts: EvalOptions) -> list:
         lines = [(n, x.strip()) for n, x in enumerate(text.splitlines(), 1) if x.strip()]
     else:
         lines = [(None, x.strip()) for x in spec.split(",") if x.strip()]
-    lines = lines[:opts.limit]
+    lines = lines[: opts.limit]
     ids = [i for _, i in lines]
     pool = {p.id: p for p in task.load(limit=20 * opts.limit + 100, seed=opts.task_seed, path=opts.data)}
     missing = [(n, i) for n, i in lines if i not in pool]
     if missing:
         # ids typed on the command line are quoted; ids read from a file are not (the file may
         # hold anything, a token included): an error names their lines instead
-        where = (", ".join(i for _, i in missing[:5]) if missing[0][0] is None
-                 else f"line(s) {', '.join(str(n) for n, _ in missing[:5])} of {spec[1:]}")
-        raise ConfigError(f"--problem-ids: {len(missing)} id(s) not among the task's first {len(pool)} problems "
-                          f"(task {opts.task!r}, seed {opts.task_seed}): {where}")
+        where = (
+            ", ".join(i for _, i in missing[:5])
+            if missing[0][0] is None
+            else f"line(s) {', '.join(str(n) for n, _ in missing[:5])} of {spec[1:]}"
+        )
+        raise ConfigError(
+            f"--problem-ids: {len(missing)} id(s) not among the task's first {len(pool)} problems "
+            f"(task {opts.task!r}, seed {opts.task_seed}): {where}"
+        )
     return [pool[i] for i in ids]

@@ -48,9 +48,11 @@ def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list
         return
     longest = max(len(ids) for ids in encode_prompts(models, prompts, progress=True))
     if longest + max(lengths) + 1 > models.engine.max_model_len:
-        raise ConfigError(f"--prefill-max {opts.prefill_max}: a draft chain of {max(lengths)} tokens after a prompt of "
-                          f"{longest} does not fit --max-model-len {models.engine.max_model_len}; lower --prefill-max or raise "
-                          "--max-model-len")
+        raise ConfigError(
+            f"--prefill-max {opts.prefill_max}: a draft chain of {max(lengths)} tokens after a prompt of "
+            f"{longest} does not fit --max-model-len {models.engine.max_model_len}; lower --prefill-max or raise "
+            "--max-model-len"
+        )
 
 
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
@@ -62,36 +64,57 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     out = json_out_file(opts.out)
     # with SD, one engine (vLLM: the shared SD engine, its drafter off for plain calls) serves every
     # measurement, as in evaluate: a second copy of the target would not fit beside it in float32
-    dcfg = (DecodeConfig(method="lr+sd", gamma1=opts.gamma1_max, gamma2=opts.sd_gamma2) if opts.sd_gamma2 > 0
-            else DecodeConfig(method="lr", gamma1=opts.gamma1_max))
+    dcfg = (
+        DecodeConfig(method="lr+sd", gamma1=opts.gamma1_max, gamma2=opts.sd_gamma2)
+        if opts.sd_gamma2 > 0
+        else DecodeConfig(method="lr", gamma1=opts.gamma1_max)
+    )
     task = get_task(opts.task)  # an unknown task, or a file task's missing file, fails before any model loads
     big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
     probs = task.load(limit=max([opts.gamma1_max + 1, opts.sd_prompts, *big]), seed=0, path=opts.data)
     if not probs:
-        raise ConfigError(f"no problems to profile with in task {opts.task!r}" + (f" ({opts.data})" if opts.data else ""))
-    _check_prefill_fits(opts, models, [task.prompt(p) for p in probs[:max(1, opts.repeats)]])
+        raise ConfigError(
+            f"no problems to profile with in task {opts.task!r}" + (f" ({opts.data})" if opts.data else "")
+        )
+    _check_prefill_fits(opts, models, [task.prompt(p) for p in probs[: max(1, opts.repeats)]])
     dec = Decoder.from_configs(replace(models, controller=None), dcfg, progress=True)
     dec.start_engines(dcfg)
     prompts = [dec.encode(task.prompt(p)) for p in probs]
-    prof = {**measure(dec.target, dec.draft, prompts, opts), "backend": models.backend, "target": models.target,
-            "draft": models.draft, "dtype": models.dtype, "machine": machine_info(), "options": dataclasses.asdict(opts),
-            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    prof = {
+        **measure(dec.target, dec.draft, prompts, opts),
+        "backend": models.backend,
+        "target": models.target,
+        "draft": models.draft,
+        "dtype": models.dtype,
+        "machine": machine_info(),
+        "options": dataclasses.asdict(opts),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     write_json_file(out, prof)
     dec.close()
     return prof
 
 
-COMMAND = Command(("profile",), __doc__.splitlines()[0], (
-    Section(ProfileOptions), Section(ModelConfig, skip=("verifier", "verifier_threshold", "judge_model", "controller"))))
+COMMAND = Command(
+    ("profile",),
+    __doc__.splitlines()[0],
+    (
+        Section(ProfileOptions),
+        Section(ModelConfig, skip=("verifier", "verifier_threshold", "judge_model", "controller")),
+    ),
+)
 add_arguments, make_parser = COMMAND.add_arguments, COMMAND.make_parser
 
 
 def main_from_args(args) -> int:
     opts, models = COMMAND.configs(args)
     prof = run(opts, models)
-    print(f"c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}; b(n) = " + ", ".join(f"{v:.2f}" for v in prof["batch_cost"])
-          + f"; target {prof['target_s_per_token'] * 1000:.0f} ms/token, draft {prof['draft_s_per_token'] * 1000:.0f}"
-          + f" ms/token -> {opts.out}")
+    print(
+        f"c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}; b(n) = "
+        + ", ".join(f"{v:.2f}" for v in prof["batch_cost"])
+        + f"; target {prof['target_s_per_token'] * 1000:.0f} ms/token, draft {prof['draft_s_per_token'] * 1000:.0f}"
+        + f" ms/token -> {opts.out}"
+    )
     return 0
 
 

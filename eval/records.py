@@ -21,14 +21,23 @@ THROUGHPUT = "throughput.jsonl"  # one line per (method, invocation) in throughp
 
 
 # Options that may change between runs into the same --out (they do not change results).
-RESUME_FREE = ("limit", "progress", "plots", "overwrite", "out", "profile", "record_pairs")  # profile: only the predicted column
+RESUME_FREE = (
+    "limit",
+    "progress",
+    "plots",
+    "overwrite",
+    "out",
+    "profile",
+    "record_pairs",
+)  # profile: only the predicted column
 
 
 def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
     """Records of ``records.jsonl`` (:func:`lrtune.runfiles.load_jsonl`: a torn last line is
     dropped and the file rewritten without it, so appending can continue)."""
-    return load_jsonl(path, keys, what="lrtune evaluate record",
-                      text_keys=tuple(k for k in ("problem", "method") if k in keys))
+    return load_jsonl(
+        path, keys, what="lrtune evaluate record", text_keys=tuple(k for k in ("problem", "method") if k in keys)
+    )
 
 
 def resume_key(cfg: EvalConfig) -> dict:
@@ -51,8 +60,10 @@ def check_resume(cfg: EvalConfig) -> None:
         diff.remove("options.methods")
         log(f"{out}: --methods changed; finished decodes are reused, new methods decoded")
     if diff and not cfg.options.overwrite:
-        raise ConfigError(f"{out} holds a run with a different config ({', '.join(diff)}); "
-                          "use another --out, or --overwrite to start over (old records are kept)")
+        raise ConfigError(
+            f"{out} holds a run with a different config ({', '.join(diff)}); "
+            "use another --out, or --overwrite to start over (old records are kept)"
+        )
 
 
 def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
@@ -70,8 +81,9 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
 
 def _changed(old: dict, new: dict) -> list[str]:
     """Config keys whose value changed (see :func:`lrtune.runfiles.changed_keys`)."""
-    return changed_keys(old, new, resume_key(EvalConfig(options=EvalOptions(), models=ModelConfig(),
-                                                        decode=DecodeConfig())))
+    return changed_keys(
+        old, new, resume_key(EvalConfig(options=EvalOptions(), models=ModelConfig(), decode=DecodeConfig()))
+    )
 
 
 def throughput_rows(path: Path, labels) -> dict[str, dict]:
@@ -79,8 +91,17 @@ def throughput_rows(path: Path, labels) -> dict[str, dict]:
     problems, wall seconds, tokens, problems/hour, tokens/s and rows per engine call."""
     out: dict[str, dict] = {}
     for line in load_records(path, keys=("method", "prompts", "wall_s")) if path.is_file() else []:
-        m = out.setdefault(line["method"], {"prompts": 0, "wall_s": 0.0, "generated_tokens": 0, "calls": {},
-                                            "rows": {}, "max_concurrent": line["max_concurrent"]})
+        m = out.setdefault(
+            line["method"],
+            {
+                "prompts": 0,
+                "wall_s": 0.0,
+                "generated_tokens": 0,
+                "calls": {},
+                "rows": {},
+                "max_concurrent": line["max_concurrent"],
+            },
+        )
         m["prompts"] += line["prompts"]
         m["wall_s"] += line["wall_s"]
         m["generated_tokens"] += line["generated_tokens"]

@@ -57,8 +57,10 @@ def _budget_cell(b: dict | None) -> str:
     if not b or not b.get("measured"):
         return "—"
     m = b["measured"]
-    return (f"≤ {b['max_accuracy_loss']:g} at {b['confidence']:g} / {m['rate']:.2f}{_ci(m['ci95'])} "
-            f"({'held' if b['held'] else '**not held**'})")
+    return (
+        f"≤ {b['max_accuracy_loss']:g} at {b['confidence']:g} / {m['rate']:.2f}{_ci(m['ci95'])} "
+        f"({'held' if b['held'] else '**not held**'})"
+    )
 
 
 def render_markdown(data: dict) -> str:
@@ -68,111 +70,244 @@ def render_markdown(data: dict) -> str:
         f"# lrtune evaluate — {data['task']}",
         "",
         f"{data['decoded_problems']} of {data['problems']} problems decoded; every method on the same problems, "
-        + ("interleaved, in one process. Speedup = target-only wall time / method wall time on the same problem."
-           if data.get("mode", "latency") == "latency" else
-           f"in one process, method after method, each with up to {_tp_n(data)} problems in flight (throughput "
-           "mode). Speedup = target-only latency / method latency on the same problem under that load. "
-           "Finished = answers that ended within the token budget."),
+        + (
+            "interleaved, in one process. Speedup = target-only wall time / method wall time on the same problem."
+            if data.get("mode", "latency") == "latency"
+            else f"in one process, method after method, each with up to {_tp_n(data)} problems in flight (throughput "
+            "mode). Speedup = target-only latency / method latency on the same problem under that load. "
+            "Finished = answers that ended within the token budget."
+        ),
         "",
         f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs; torch {m.get('torch', '?')}, "
         f"vLLM {m.get('vllm', '—')}. Generated {data['generated_at']}."
         + (" Draft: the W8A8 (int8) copy." if (data.get("draft") or {}).get("quantization") == "int8" else ""),
         "",
-        *_table(["method", "accuracy [95% CI]", "finished", "speedup (total)", "mean speedup [95% CI]", "median",
-                 "predicted", "meas/pred", "α1", "α2", "steps/round", "tok/s", "time % draft/target/verify/other"],
-                [[label, f"{_f(r['accuracy'])}{_ci(r['accuracy_ci95'])}",
-                  f"{r['finished']}/{r['n']}" if r.get("finished") is not None else "—", _f(r["speedup_total"]),
-                  f"{_f(r['speedup_mean'])}{_ci(r['speedup_mean_ci95'])}", _f(r["speedup_median"]),
-                  _f(r["predicted_speedup"]), _f(r["measured_over_predicted"]), _f(r["alpha1"]), _f(r["alpha2"]),
-                  _f(r["mean_accepted_steps_per_round"]), _f(r["tokens_per_s"]), _split(r)]
-                 for label, r in data["methods"].items()]),
+        *_table(
+            [
+                "method",
+                "accuracy [95% CI]",
+                "finished",
+                "speedup (total)",
+                "mean speedup [95% CI]",
+                "median",
+                "predicted",
+                "meas/pred",
+                "α1",
+                "α2",
+                "steps/round",
+                "tok/s",
+                "time % draft/target/verify/other",
+            ],
+            [
+                [
+                    label,
+                    f"{_f(r['accuracy'])}{_ci(r['accuracy_ci95'])}",
+                    f"{r['finished']}/{r['n']}" if r.get("finished") is not None else "—",
+                    _f(r["speedup_total"]),
+                    f"{_f(r['speedup_mean'])}{_ci(r['speedup_mean_ci95'])}",
+                    _f(r["speedup_median"]),
+                    _f(r["predicted_speedup"]),
+                    _f(r["measured_over_predicted"]),
+                    _f(r["alpha1"]),
+                    _f(r["alpha2"]),
+                    _f(r["mean_accepted_steps_per_round"]),
+                    _f(r["tokens_per_s"]),
+                    _split(r),
+                ]
+                for label, r in data["methods"].items()
+            ],
+        ),
     ]
     if data.get("throughput"):
         lines += _section(
-            "Throughput", "Each method over the whole set with up to N problems in flight (one engine call per round "
+            "Throughput",
+            "Each method over the whole set with up to N problems in flight (one engine call per round "
             "for all of them); the per-problem speedup above then compares latencies under that load.",
-            ["method", "N", "problems", "wall s", "problems/hour", "tok/s", "rows per target call",
-             "rows per draft call"],
-            [[k, t["max_concurrent"], t["prompts"], _f(t["wall_s"], ".1f"), _f(t["problems_per_hour"], ".1f"),
-              _f(t["tokens_per_s"]), _f(t.get("rows_per_call", {}).get("target")),
-              _f(t.get("rows_per_call", {}).get("draft"))] for k, t in data["throughput"].items()])
+            [
+                "method",
+                "N",
+                "problems",
+                "wall s",
+                "problems/hour",
+                "tok/s",
+                "rows per target call",
+                "rows per draft call",
+            ],
+            [
+                [
+                    k,
+                    t["max_concurrent"],
+                    t["prompts"],
+                    _f(t["wall_s"], ".1f"),
+                    _f(t["problems_per_hour"], ".1f"),
+                    _f(t["tokens_per_s"]),
+                    _f(t.get("rows_per_call", {}).get("target")),
+                    _f(t.get("rows_per_call", {}).get("draft")),
+                ]
+                for k, t in data["throughput"].items()
+            ],
+        )
     if data.get("paired"):
         lines += _section(
-            "Paired comparisons", "Speedup of A over B on the same problems (Σ wall B / Σ wall A), with a 95% "
-            "bootstrap interval over problems.", ["A", "B", "problems", "A over B [95% CI]"],
-            [[p["a"], p["b"], p["problems"], f"{_f(p['ratio'], '.3f')}{_ci(p['ratio_ci95'], '.3f')}"]
-             for p in data["paired"]])
+            "Paired comparisons",
+            "Speedup of A over B on the same problems (Σ wall B / Σ wall A), with a 95% "
+            "bootstrap interval over problems.",
+            ["A", "B", "problems", "A over B [95% CI]"],
+            [
+                [p["a"], p["b"], p["problems"], f"{_f(p['ratio'], '.3f')}{_ci(p['ratio_ci95'], '.3f')}"]
+                for p in data["paired"]
+            ],
+        )
     if data.get("accuracy_vs_target"):
         lines += _section(
-            "Accuracy against target-only (paired)", "On the problems both decoded: the difference in accuracy, the "
+            "Accuracy against target-only (paired)",
+            "On the problems both decoded: the difference in accuracy, the "
             "problems only one of the two solved, and the two-sided exact McNemar p-value.",
             ["A", "problems", "accuracy A", "target", "A − target", "only A", "only target", "McNemar p"],
-            [[p["a"], p["problems"], _f(p["accuracy_a"]), _f(p["accuracy_b"]), f"{p['difference']:+.3f}",
-              p["only_a"], p["only_b"], _f(p["mcnemar_p"], ".3f")] for p in data["accuracy_vs_target"]])
+            [
+                [
+                    p["a"],
+                    p["problems"],
+                    _f(p["accuracy_a"]),
+                    _f(p["accuracy_b"]),
+                    f"{p['difference']:+.3f}",
+                    p["only_a"],
+                    p["only_b"],
+                    _f(p["mcnemar_p"], ".3f"),
+                ]
+                for p in data["accuracy_vs_target"]
+            ],
+        )
     if data.get("by_task"):
         lines += _section(
-            "By task", "Each task of the mix on its own problems: accuracy, answers finished within the budget, α1 "
+            "By task",
+            "Each task of the mix on its own problems: accuracy, answers finished within the budget, α1 "
             "and speedup (total) over target-only.",
             ["task", "method", "problems", "accuracy", "finished", "α1", "speedup (total)"],
-            [[task, k, r["n"], _f(r["accuracy"]), f"{r['finished']}/{r['n']}", _f(r["alpha1"]), _f(r["speedup_total"])]
-             for task, rows in data["by_task"].items() for k, r in rows.items()])
+            [
+                [
+                    task,
+                    k,
+                    r["n"],
+                    _f(r["accuracy"]),
+                    f"{r['finished']}/{r['n']}",
+                    _f(r["alpha1"]),
+                    _f(r["speedup_total"]),
+                ]
+                for task, rows in data["by_task"].items()
+                for k, r in rows.items()
+            ],
+        )
     lr = {k: r for k, r in data["methods"].items() if r["alpha1_by_pos"]}
     if lr:
         width = max(len(r["alpha1_by_pos"]) for r in lr.values())
-        lines += ["", "## Step acceptance α1 by draft position", "",
-                  *_table(["method", *(f"pos {i + 1}" for i in range(width))],
-                          [[k, *(_f(v) for v in list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"])))]
-                           for k, r in lr.items()])]
+        lines += [
+            "",
+            "## Step acceptance α1 by draft position",
+            "",
+            *_table(
+                ["method", *(f"pos {i + 1}" for i in range(width))],
+                [
+                    [k, *(_f(v) for v in list(r["alpha1_by_pos"]) + [None] * (width - len(r["alpha1_by_pos"])))]
+                    for k, r in lr.items()
+                ],
+            ),
+        ]
     if data.get("verifier_parity"):
         lines += _section(
             "Verifier acceptance: decoding against its test split",
             "The share of draft steps each row's verifier accepted while decoding (pairs it was asked; 95% bootstrap "
             "interval over problems) beside the share its checkpoint accepted on its test split (templates it never "
             "trained on); a gap is flagged when the intervals do not overlap.",
-            ["method", "verifier", "decoding [95% CI]", "pairs", "test split [95% CI]", "test pairs", "threshold rule",
-             "gap", "accuracy budget: promised / measured changed answers"],
-            [[k, Path(str(r["verifier"])).name, f"{_f(r['decode']['acceptance'])}{_ci(r['decode']['ci95'])}",
-              r["decode"]["pairs"],
-              f"{_f(r['test_split']['acceptance'])}{_ci(r['test_split']['ci95'])}" if r["test_split"] else "—",
-              r["test_split"]["pairs"] if r["test_split"] else "—",
-              (r["test_split"] or {}).get("threshold_rule") or "—",
-              "—" if r["gap"] is None else ("**yes**" if r["gap"] else "no"), _budget_cell(r.get("accuracy_budget"))]
-             for k, r in data["verifier_parity"].items()])
+            [
+                "method",
+                "verifier",
+                "decoding [95% CI]",
+                "pairs",
+                "test split [95% CI]",
+                "test pairs",
+                "threshold rule",
+                "gap",
+                "accuracy budget: promised / measured changed answers",
+            ],
+            [
+                [
+                    k,
+                    Path(str(r["verifier"])).name,
+                    f"{_f(r['decode']['acceptance'])}{_ci(r['decode']['ci95'])}",
+                    r["decode"]["pairs"],
+                    f"{_f(r['test_split']['acceptance'])}{_ci(r['test_split']['ci95'])}" if r["test_split"] else "—",
+                    r["test_split"]["pairs"] if r["test_split"] else "—",
+                    (r["test_split"] or {}).get("threshold_rule") or "—",
+                    "—" if r["gap"] is None else ("**yes**" if r["gap"] else "no"),
+                    _budget_cell(r.get("accuracy_budget")),
+                ]
+                for k, r in data["verifier_parity"].items()
+            ],
+        )
     kinds = {k: r for k, r in data["methods"].items() if r.get("round_kinds")}
     if kinds:
-        lines += _section("Round kinds and the time of a round",
-                          "Share of the rounds (and of the round seconds) of each kind: lr (the target generated "
-                          "its own steps), score (a prefill judged the draft steps), sd (γ1 = 0: no draft steps); "
-                          "then the decode time split: draft, the target's prefills of draft chains, the target's "
-                          "own steps (bonus and regenerated), verifier, in %.",
-                          ["method", "lr rounds", "score rounds", "sd rounds", "draft / prefill / steps / verify %"],
-                          [[k, *(_kind_share(r["round_kinds"][x]) for x in ("lr", "score", "sd")), _split4(r)]
-                           for k, r in kinds.items()])
-    flags = [(k, r["measured_over_predicted"]) for k, r in data["methods"].items()
-             if r["measured_over_predicted"] is not None and abs(r["measured_over_predicted"] - 1) > FLAG_GAP]
-    lines += ["", "## Speedup model check", "",
-              f"Prediction from the measured α and c = {_f(data['c_measured'], '.3f')} (draft/target time per token)"
-              + (", batch cost " + ", ".join(f"b({n})={_f(v)}" for n, v in data["batch_cost"].items())
-                 if data.get("batch_cost") else "")
-              + ("; a batch of n steps is priced by its longest step, E[max of n]/E[step] = "
-                 + ", ".join(f"{_f(v)} (n={n})" for n, v in data["longest_step_factor"].items())
-                 if data.get("longest_step_factor") else "") + "."]
+        lines += _section(
+            "Round kinds and the time of a round",
+            "Share of the rounds (and of the round seconds) of each kind: lr (the target generated "
+            "its own steps), score (a prefill judged the draft steps), sd (γ1 = 0: no draft steps); "
+            "then the decode time split: draft, the target's prefills of draft chains, the target's "
+            "own steps (bonus and regenerated), verifier, in %.",
+            ["method", "lr rounds", "score rounds", "sd rounds", "draft / prefill / steps / verify %"],
+            [
+                [k, *(_kind_share(r["round_kinds"][x]) for x in ("lr", "score", "sd")), _split4(r)]
+                for k, r in kinds.items()
+            ],
+        )
+    flags = [
+        (k, r["measured_over_predicted"])
+        for k, r in data["methods"].items()
+        if r["measured_over_predicted"] is not None and abs(r["measured_over_predicted"] - 1) > FLAG_GAP
+    ]
+    lines += [
+        "",
+        "## Speedup model check",
+        "",
+        f"Prediction from the measured α and c = {_f(data['c_measured'], '.3f')} (draft/target time per token)"
+        + (
+            ", batch cost " + ", ".join(f"b({n})={_f(v)}" for n, v in data["batch_cost"].items())
+            if data.get("batch_cost")
+            else ""
+        )
+        + (
+            "; a batch of n steps is priced by its longest step, E[max of n]/E[step] = "
+            + ", ".join(f"{_f(v)} (n={n})" for n, v in data["longest_step_factor"].items())
+            if data.get("longest_step_factor")
+            else ""
+        )
+        + ".",
+    ]
     if data.get("mode", "latency") != "latency":
-        lines += ["", "The model predicts a decode running alone (latency mode); the speedups of this run are "
-                  "latencies under throughput load, so no measured/predicted ratio is given."]
+        lines += [
+            "",
+            "The model predicts a decode running alone (latency mode); the speedups of this run are "
+            "latencies under throughput load, so no measured/predicted ratio is given.",
+        ]
     elif flags:
-        lines += ["", "Measured and predicted speedup disagree by more than "
-                  f"{FLAG_GAP:.0%} for: " + ", ".join(f"**{k}** ({v:.2f}x of predicted)" for k, v in flags) + "."]
+        lines += [
+            "",
+            "Measured and predicted speedup disagree by more than "
+            f"{FLAG_GAP:.0%} for: " + ", ".join(f"**{k}** ({v:.2f}x of predicted)" for k, v in flags) + ".",
+        ]
     else:
         lines += ["", f"All methods with a prediction are within {FLAG_GAP:.0%} of it."]
     t = data["timing"]
-    lines += ["", "## Run", "",
-              f"Engine start {_f(t.get('load_s'), '.1f')} s, warm-up {_f(t.get('warmup_s'), '.1f')} s, "
-              f"decode loop {_f(t.get('loop_s'), '.1f')} s (all invocations of this run), of which "
-              f"{_f(t.get('prompt_cache_s'), '.1f')} s untimed prompt prefill (latency mode: before each decode, after "
-              "every engine forgot its cached prefixes, so each decode starts from the same cache); "
-              "evaluator overhead (loop time outside both) "
-              f"{_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.3f')}%."]
+    lines += [
+        "",
+        "## Run",
+        "",
+        f"Engine start {_f(t.get('load_s'), '.1f')} s, warm-up {_f(t.get('warmup_s'), '.1f')} s, "
+        f"decode loop {_f(t.get('loop_s'), '.1f')} s (all invocations of this run), of which "
+        f"{_f(t.get('prompt_cache_s'), '.1f')} s untimed prompt prefill (latency mode: before each decode, after "
+        "every engine forgot its cached prefixes, so each decode starts from the same cache); "
+        "evaluator overhead (loop time outside both) "
+        f"{_f(100 * data['evaluator_overhead'] if data['evaluator_overhead'] is not None else None, '.3f')}%.",
+    ]
     if data.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in data["plots"]]
     return "\n".join(lines) + "\n"
@@ -188,9 +323,18 @@ def print_table(data: dict) -> None:
     for col in ("method", "acc", "finished", "speedup", "mean [95% CI]", "pred", "α1", "α2", "steps/rnd", "tok/s"):
         t.add_column(col, justify="left" if col == "method" else "right", no_wrap=True)
     for k, r in data["methods"].items():
-        t.add_row(k, _f(r["accuracy"]), f"{r.get('finished', 0)}/{r['n']}", _f(r["speedup_total"]), _f(r["speedup_mean"]) + _ci(r["speedup_mean_ci95"]),
-                  _f(r["predicted_speedup"]), _f(r["alpha1"]), _f(r["alpha2"]),
-                  _f(r["mean_accepted_steps_per_round"]), _f(r["tokens_per_s"]))
+        t.add_row(
+            k,
+            _f(r["accuracy"]),
+            f"{r.get('finished', 0)}/{r['n']}",
+            _f(r["speedup_total"]),
+            _f(r["speedup_mean"]) + _ci(r["speedup_mean_ci95"]),
+            _f(r["predicted_speedup"]),
+            _f(r["alpha1"]),
+            _f(r["alpha2"]),
+            _f(r["mean_accepted_steps_per_round"]),
+            _f(r["tokens_per_s"]),
+        )
     console().print(t)
 
 

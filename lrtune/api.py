@@ -10,8 +10,17 @@ the core and the stages import the modules below.
 
 from __future__ import annotations
 
-from lrtune.build import (ResolvedModels, build_controller, check_configs, encode_prompts, judge_path, prompt_list,
-                          require_a_prompt_that_fits, shared_spec_tokens, verifier_device)
+from lrtune.build import (
+    ResolvedModels,
+    build_controller,
+    check_configs,
+    encode_prompts,
+    judge_path,
+    prompt_list,
+    require_a_prompt_that_fits,
+    shared_spec_tokens,
+    verifier_device,
+)
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.decoding import Decoder, DecodeOutput, Outputs
 from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError
@@ -19,8 +28,30 @@ from lrtune.modelconfig import BACKENDS, ControlConfig, EngineConfig, GpuMemoryC
 from lrtune.pricing import Pricing
 from lrtune.stats import BatchStats, DecodeStats
 
-__all__ = ["BACKENDS", "BatchStats", "ConfigError", "ConfigTypeError", "ControlConfig", "DecodeConfig", "DecodeOutput",
-           "DecodeStats", "Decoder", "EngineConfig", "GpuMemoryConfig", "LrtuneError", "ModelConfig", "Outputs", "Pricing",
-           "ResolvedModels", "VerifierConfig", "build_controller",
-           "check_configs", "encode_prompts", "judge_path", "prompt_list", "require_a_prompt_that_fits",
-           "shared_spec_tokens", "verifier_device"]
+__all__ = [
+    "BACKENDS",
+    "BatchStats",
+    "ConfigError",
+    "ConfigTypeError",
+    "ControlConfig",
+    "DecodeConfig",
+    "DecodeOutput",
+    "DecodeStats",
+    "Decoder",
+    "EngineConfig",
+    "GpuMemoryConfig",
+    "LrtuneError",
+    "ModelConfig",
+    "Outputs",
+    "Pricing",
+    "ResolvedModels",
+    "VerifierConfig",
+    "build_controller",
+    "check_configs",
+    "encode_prompts",
+    "judge_path",
+    "prompt_list",
+    "require_a_prompt_that_fits",
+    "shared_spec_tokens",
+    "verifier_device",
+]

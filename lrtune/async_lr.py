@@ -181,8 +181,13 @@ class _AsyncRun:
         drafted = sum(len(s.token_ids) for s in chain)
         answer_ended = bool(chain) and chain[-1].token_ids[-1] in self.eos
         chain_ended = answer_ended or (bool(chain) and chain[-1].finish == "eos")  # a draft-only EOS ends the chain
-        if (self.draft_job is None and len(chain) < cfg.gamma1 and drafted < budget
-                and not chain_ended and not self.draft_dead):
+        if (
+            self.draft_job is None
+            and len(chain) < cfg.gamma1
+            and drafted < budget
+            and not chain_ended
+            and not self.draft_dead
+        ):
             prefix = base + _ids(chain)
             self.draft_job = self.draft_w.submit(_Job(self.epoch, prefix, self._params(1, len(prefix), budget, True)))
         for i in range(1, min(len(chain) + 1, cfg.gamma1 + 1) + 1):
@@ -218,8 +223,9 @@ class _AsyncRun:
         if ends_apart(self.chain[0].token_ids, s1.token_ids, self.eos):
             self.verdicts.append(False)
             return False
-        pair = step_pair(self.dec.target, self.problem_text, self.gen, self.cfg.context_tokens,
-                         self.chain[0].token_ids, s1.token_ids)
+        pair = step_pair(
+            self.dec.target, self.problem_text, self.gen, self.cfg.context_tokens, self.chain[0].token_ids, s1.token_ids
+        )
         tv = time.perf_counter()
         (ok,), _ = accept(self.verifier, [pair])
         self.stats.verify_s += time.perf_counter() - tv

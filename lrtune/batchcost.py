@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from lrtune.errors import ConfigError
 
 
-def batch_runs(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], tokens: int = 32,
-               repeats: int = 2, gamma2: int = 0) -> dict:
+def batch_runs(
+    backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], tokens: int = 32, repeats: int = 2, gamma2: int = 0
+) -> dict:
     """Per batch size n (1 and ``sizes``): the fastest of ``repeats`` calls decoding n distinct
     prefixes, ``tokens`` tokens each, plain or, with ``gamma2`` > 0, with token-level SD at
     that γ2 (LR+SD's target rows: a batch of SD rows verifies n·(γ2 + 1) tokens per forward
@@ -28,15 +29,18 @@ def batch_runs(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], 
     prefill = GenParams(max_tokens=1, stop_at_delimiter=False)
     runs = {}
     for n in sorted({1, *sizes}):
-        prefixes = [list(prompts[i % len(prompts)]) + [prompts[i % len(prompts)][-1]] * (i // len(prompts) + 1)
-                    for i in range(n)]
+        prefixes = [
+            list(prompts[i % len(prompts)]) + [prompts[i % len(prompts)][-1]] * (i // len(prompts) + 1)
+            for i in range(n)
+        ]
         backend.generate(prefixes, prefill)
         runs[n] = min((backend.generate(prefixes, params) for _ in range(repeats)), key=lambda r: r.seconds)
     return runs
 
 
-def measure_batch_cost(backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], tokens: int = 32,
-                       repeats: int = 2, gamma2: int = 0) -> dict[int, float]:
+def measure_batch_cost(
+    backend, prompts: Sequence[Sequence[int]], sizes: Sequence[int], tokens: int = 32, repeats: int = 2, gamma2: int = 0
+) -> dict[int, float]:
     """{n: b(n)} on ``backend`` (see :func:`batch_runs`; ``gamma2`` > 0: rows decoded with SD,
     b(n) relative to one SD row); b(1) = 1."""
     runs = batch_runs(backend, prompts, sizes, tokens, repeats, gamma2)
@@ -46,6 +50,7 @@ def measure_batch_cost(backend, prompts: Sequence[Sequence[int]], sizes: Sequenc
 def read_profile_curve(path: str) -> dict[int, float]:
     """{n: b(n)} from an ``lrtune profile`` JSON: its ``batch_cost`` list (n = 1, 2, ...) and,
     where measured, its ``batch_cost_curve`` ({n: b(n)} at larger n)."""
+
     def curve_of(data: dict) -> dict[int, float]:
         curve = _sizes(data["batch_cost"], "batch_cost")
         extra = data.get("batch_cost_curve") or {}
@@ -63,6 +68,7 @@ def read_profile_curve(path: str) -> dict[int, float]:
 def read_profile_sd_curve(path: str) -> tuple[int, dict[int, float]] | None:
     """(γ2, {n: b_SD(n)}) from an ``lrtune profile`` JSON's ``batch_cost_sd`` (rows decoded
     with SD at the profile's ``sd.gamma2``), or None when the profile has none."""
+
     def sd_curve_of(data: dict) -> tuple[int, dict[int, float]] | None:
         b, sd = data.get("batch_cost_sd"), data.get("sd")
         if b is None:
@@ -77,6 +83,7 @@ def read_profile_sd_curve(path: str) -> tuple[int, dict[int, float]] | None:
 
 def read_profile_json(path: str) -> dict:
     """The ``lrtune profile`` JSON object at ``path``; ConfigError naming the file otherwise."""
+
     def an_object(data):
         if not isinstance(data, Mapping):
             raise TypeError("a JSON object is expected")
@@ -114,14 +121,19 @@ def profile_c2(prof: Mapping) -> tuple[float, str | None]:
     from lrtune.speedup import alpha_from_rate, c_from_sd
 
     sd = prof.get("sd")
-    if not isinstance(sd, Mapping) or "acceptance_rate" in sd or not all(
-            isinstance(sd.get(k), (int, float)) for k in ("speedup", "alpha2", "gamma2")):
+    if (
+        not isinstance(sd, Mapping)
+        or "acceptance_rate" in sd
+        or not all(isinstance(sd.get(k), (int, float)) for k in ("speedup", "alpha2", "gamma2"))
+    ):
         return float(prof["c2"]), None
     alpha = min(alpha_from_rate(sd["alpha2"], int(sd["gamma2"])), 0.999)
     c2 = max(c_from_sd(sd["speedup"], alpha, int(sd["gamma2"])), 1e-3)
-    return c2, (f"the profile's SD run predates the per-token α2: c2 refitted from its speedup "
-                f"{sd['speedup']:.3f} and α2 {alpha:.3f} (from its accepted/drafted rate {sd['alpha2']:.3f}): "
-                f"{prof['c2']:.3f} -> {c2:.3f}")
+    return c2, (
+        f"the profile's SD run predates the per-token α2: c2 refitted from its speedup "
+        f"{sd['speedup']:.3f} and α2 {alpha:.3f} (from its accepted/drafted rate {sd['alpha2']:.3f}): "
+        f"{prof['c2']:.3f} -> {c2:.3f}"
+    )
 
 
 def interpolate(curve: Mapping[int, float], n: float) -> float:
@@ -135,8 +147,9 @@ def interpolate(curve: Mapping[int, float], n: float) -> float:
     return curve[xs[0]]
 
 
-def choose_concurrency(curve: Mapping[int, float], rows_per_prompt: int, max_concurrent: int = 32,
-                       within: float = 0.95) -> int:
+def choose_concurrency(
+    curve: Mapping[int, float], rows_per_prompt: int, max_concurrent: int = 32, within: float = 0.95
+) -> int:
     """The smallest N whose throughput N / b(N·r) is at least ``within`` of the best over
     N = 1..``max_concurrent`` with N·r inside the measured curve (r = rows per prompt per
     round, γ1 + 1 for LR). More prompts in flight hold more KV cache and raise each

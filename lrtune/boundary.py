@@ -86,8 +86,9 @@ def _one_line_warnings(debug: bool):
     if debug:
         yield
         return
-    mine = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in ("lrtune", "eval", "data_gen", "train",
-                                                                          "policies"))
+    mine = tuple(
+        str(Path(__file__).resolve().parents[1] / pkg) for pkg in ("lrtune", "eval", "data_gen", "train", "policies")
+    )
 
     def show(message, category, filename, lineno, file=None, line=None):
         if str(filename).startswith(mine):

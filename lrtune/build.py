@@ -13,6 +13,7 @@ from lrtune.errors import ConfigError, ConfigTypeError
 from lrtune.modelconfig import ModelConfig, VerifierConfig
 from lrtune.verifiers import MODEL_VERIFIERS, Verifier, VerifierSpec, make_verifier
 
+
 def verifier_of(models: ModelConfig, verifier=None) -> VerifierSpec | Verifier:
     """The verifier a decoder is built with, parsed once: ``verifier`` (a spec text is parsed,
     a parsed spec or a built Verifier is kept) or else ``models.verification.parsed``."""
@@ -33,14 +34,16 @@ def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
     return None
 
 
-def _build_verifier(verification: VerifierConfig, device: str, cfg: DecodeConfig, verifier, target,
-                    judge_dir: str | None, load_judge) -> Verifier:
+def _build_verifier(
+    verification: VerifierConfig, device: str, cfg: DecodeConfig, verifier, target, judge_dir: str | None, load_judge
+) -> Verifier:
     """The verifier: ``verifier`` (parsed, :func:`verifier_of`) at ``verification``'s threshold;
     model verifiers judge with the target, or with ``judge_dir`` (:func:`judge_path`) loaded
     by ``load_judge(path)`` on the same backend."""
     judge = load_judge(judge_dir) if judge_dir else target
-    return make_verifier(verifier, threshold=verification.threshold, seed=cfg.seed, backend=judge,
-                         device=verifier_device(device))
+    return make_verifier(
+        verifier, threshold=verification.threshold, seed=cfg.seed, backend=judge, device=verifier_device(device)
+    )
 
 
 def build_controller(spec, cfg: DecodeConfig, pricing=None):
@@ -73,8 +76,9 @@ def build_controller(spec, cfg: DecodeConfig, pricing=None):
     bounds = Bounds.covering(cfg.gamma1, gamma2)
     if not cfg.uses_sd:
         bounds = replace(bounds, gamma2_max=0)
-    return make_controller(spec, gamma1=cfg.gamma1, gamma2=gamma2, bounds=pricing.cap(bounds), pricing=pricing,
-                           seed=cfg.seed)
+    return make_controller(
+        spec, gamma1=cfg.gamma1, gamma2=gamma2, bounds=pricing.cap(bounds), pricing=pricing, seed=cfg.seed
+    )
 
 
 def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
@@ -89,15 +93,20 @@ def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: boo
     return [tok.encode_prompt(p) for p in prompts]
 
 
-def require_a_prompt_that_fits(models: ModelConfig, cfg: DecodeConfig, prompts: Sequence[str], *,
-                               progress: bool = True) -> None:
+def require_a_prompt_that_fits(
+    models: ModelConfig, cfg: DecodeConfig, prompts: Sequence[str], *, progress: bool = True
+) -> None:
     """ConfigError unless at least one prompt fits ``max_model_len`` with its budget
     (``max_new_tokens + max_step_tokens``); checked from the tokenizer, before any model loads."""
     need = cfg.max_new_tokens + cfg.max_step_tokens
-    if not any(len(ids) + need <= models.engine.max_model_len for ids in encode_prompts(models, prompts, progress=progress)):
-        raise ConfigError(f"no problem fits max_model_len {models.engine.max_model_len} with --max-new-tokens "
-                          f"{cfg.max_new_tokens} and --max-step-tokens {cfg.max_step_tokens}; raise --max-model-len "
-                          "or lower them")
+    if not any(
+        len(ids) + need <= models.engine.max_model_len for ids in encode_prompts(models, prompts, progress=progress)
+    ):
+        raise ConfigError(
+            f"no problem fits max_model_len {models.engine.max_model_len} with --max-new-tokens "
+            f"{cfg.max_new_tokens} and --max-step-tokens {cfg.max_step_tokens}; raise --max-model-len "
+            "or lower them"
+        )
 
 
 def prompt_list(prompts) -> list:
@@ -141,8 +150,16 @@ class ResolvedModels:
     target_engines: tuple[int, ...] = (0,)  # γ2 keys of every target engine the memory plan counts
 
 
-def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load_all_methods: bool = False,
-                  progress: bool = True, gamma2s: Iterable[int] = (), controller_gamma2_max: int = 0) -> ResolvedModels:
+def check_configs(
+    models: ModelConfig,
+    cfg: DecodeConfig,
+    *,
+    verifier=None,
+    load_all_methods: bool = False,
+    progress: bool = True,
+    gamma2s: Iterable[int] = (),
+    controller_gamma2_max: int = 0,
+) -> ResolvedModels:
     """Phase 1 of building a decoder, with no engine started: every option (schema and rules),
     the verifier spec, the model directories (config and weight headers readable; the default
     pair is built once if missing), tokenizer compatibility and vocab sizes, the judge model
@@ -181,34 +198,55 @@ def check_configs(models: ModelConfig, cfg: DecodeConfig, *, verifier=None, load
         from lrtune.quantize import draft_for_engines
 
         if draft_path:
-            draft_path, quant = draft_for_engines(models.draft_quantization, draft_path, backend=models.backend,
-                                                  dtype=models.dtype, cache_dir=models.cache_dir, progress=progress,
-                                                  gpu_cap=models.engine.gpu.utilization)
+            draft_path, quant = draft_for_engines(
+                models.draft_quantization,
+                draft_path,
+                backend=models.backend,
+                dtype=models.dtype,
+                cache_dir=models.cache_dir,
+                progress=progress,
+                gpu_cap=models.engine.gpu.utilization,
+            )
     judge_dir = judge_path(models, spec, progress)
     plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
         from lrtune.backends.vllm import gpu_memory_plan
         from lrtune.memory import target_engine_keys
 
-        shared = shared_spec_tokens(models, cfg, has_draft=bool(draft_path), load_all_methods=load_all_methods,
-                                    controller_gamma2_max=controller_gamma2_max)
+        shared = shared_spec_tokens(
+            models,
+            cfg,
+            has_draft=bool(draft_path),
+            load_all_methods=load_all_methods,
+            controller_gamma2_max=controller_gamma2_max,
+        )
         sd = cfg.uses_sd or load_all_methods
         # a controller on the shared engine picks within its γ2 (Pricing.cap); without one, any γ2 of its range
         ranged = range(1, controller_gamma2_max + 1) if sd and not shared else ()
         asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
         keys = target_engine_keys(asked, shared=shared)
         spec_model = draft_path if models.sd_method == "draft" else None
-        plan = gpu_memory_plan(models.engine, {"target": target_path, "draft": draft_path, "judge": judge_dir}, spec_model,
-                               engines={"target": len(keys)})
+        plan = gpu_memory_plan(
+            models.engine,
+            {"target": target_path, "draft": draft_path, "judge": judge_dir},
+            spec_model,
+            engines={"target": len(keys)},
+        )
     return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys)
 
 
-def shared_spec_tokens(models: ModelConfig, cfg: DecodeConfig, *, has_draft: bool, load_all_methods: bool,
-                       controller_gamma2_max: int = 0) -> int:
+def shared_spec_tokens(
+    models: ModelConfig, cfg: DecodeConfig, *, has_draft: bool, load_all_methods: bool, controller_gamma2_max: int = 0
+) -> int:
     """γ2 of the one vLLM SD engine that serves every γ2 up to it (drafts cut per request),
     or 0 when each γ2 gets its own engine (no draft model, ngram SD, ``shared_engine=False``).
     With a controller it drafts the controller's largest γ2."""
-    if not (models.engine.shared_engine and has_draft and models.sd_method == "draft" and cfg.gamma2 > 0
-            and (cfg.uses_sd or load_all_methods)):
+    if not (
+        models.engine.shared_engine
+        and has_draft
+        and models.sd_method == "draft"
+        and cfg.gamma2 > 0
+        and (cfg.uses_sd or load_all_methods)
+    ):
         return 0
     return max(cfg.gamma2, controller_gamma2_max)

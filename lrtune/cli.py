@@ -38,8 +38,12 @@ class DecodeOptions(Checked):
 
     __pydantic_config__ = STRICT
 
-    prompt: Text | None = field(default=None, metadata={"help": "the user prompt (chat template applied)", "flag": "PROMPT"})
-    task_problem: ProblemIndex | None = field(default=None, metadata={"help": "decode problem N of --task instead of PROMPT"})
+    prompt: Text | None = field(
+        default=None, metadata={"help": "the user prompt (chat template applied)", "flag": "PROMPT"}
+    )
+    task_problem: ProblemIndex | None = field(
+        default=None, metadata={"help": "decode problem N of --task instead of PROMPT"}
+    )
     task: Text = field(default="gsm_symbolic", metadata={"help": "task for --task-problem"})
     task_seed: Seed = field(default=0, metadata={"help": "task generator seed"})
     chat: bool = field(default=True, metadata={"help": "apply the chat template to PROMPT (--no-chat: feed it raw)"})
@@ -83,8 +87,11 @@ def make_parser() -> ArgumentParser:
 
     from lrtune.train.recalibrate import add_arguments as add_calibrate_arguments
 
-    cal = sub.add_parser("calibrate", help="set a verifier's threshold by a false-accept budget with a guarantee "
-                                           "(ε at confidence 1-δ) on labelled pairs it never trained on")
+    cal = sub.add_parser(
+        "calibrate",
+        help="set a verifier's threshold by a false-accept budget with a guarantee "
+        "(ε at confidence 1-δ) on labelled pairs it never trained on",
+    )
     add_calibrate_arguments(cal)
 
     from lrtune.data_gen import judge_probe, label_noise, vote_labels
@@ -92,9 +99,10 @@ def make_parser() -> ArgumentParser:
     lab = sub.add_parser("labels", help="probe and relabel a collected dataset: judge forms, label noise, vote teacher")
     lab_sub = lab.add_subparsers(dest="labels_command", required=True, parser_class=ArgumentParser)
     for word, mod, help_ in (
-            ("judge-probe", judge_probe, "score a dataset's pairs with model-judge forms and compare with its labels"),
-            ("noise", label_noise, "the rollout teacher on meaning-preserving edits of target steps: its flip rate"),
-            ("vote", vote_labels, "relabel a rollout-labelled dataset with the vote teacher (greedy + K sampled)")):
+        ("judge-probe", judge_probe, "score a dataset's pairs with model-judge forms and compare with its labels"),
+        ("noise", label_noise, "the rollout teacher on meaning-preserving edits of target steps: its flip rate"),
+        ("vote", vote_labels, "relabel a rollout-labelled dataset with the vote teacher (greedy + K sampled)"),
+    ):
         mod.add_arguments(lab_sub.add_parser(word, help=help_))
 
     from lrtune.eval.profile import add_arguments as add_profile_arguments
@@ -104,8 +112,10 @@ def make_parser() -> ArgumentParser:
 
     from lrtune.pipeline import PipelineOptions
 
-    for name, help_ in (("demo", "the whole loop on the offline default: collect, train verifier + controller, evaluate"),
-                        ("pipeline", "the whole loop from a config file (any models/tasks): --config pipeline.yaml")):
+    for name, help_ in (
+        ("demo", "the whole loop on the offline default: collect, train verifier + controller, evaluate"),
+        ("pipeline", "the whole loop from a config file (any models/tasks): --config pipeline.yaml"),
+    ):
         pp = sub.add_parser(name, help=help_)
         pp.add_argument("--config", help="YAML file with any of these options")
         add_dataclass_args(pp, PipelineOptions)
@@ -113,8 +123,11 @@ def make_parser() -> ArgumentParser:
 
     from lrtune.doctor import DoctorOptions
 
-    doc = sub.add_parser("doctor", help="check this machine end to end on a small pair: versions, device, vLLM code "
-                                        "path, per-request speculation, prompt scores, greedy equality (--timing)")
+    doc = sub.add_parser(
+        "doctor",
+        help="check this machine end to end on a small pair: versions, device, vLLM code "
+        "path, per-request speculation, prompt scores, greedy equality (--timing)",
+    )
     add_dataclass_args(doc, DoctorOptions)
 
     prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
@@ -253,11 +266,16 @@ def print_stats(record: dict) -> None:
 
     s = record["stats"]
     t = Table(title=f"lrtune decode — {record['method']}", show_header=False)
+
     def fmt(v, spec=".3f"):
         return "—" if v is None else format(v, spec)
+
     rows = [
         ("wall (s)", fmt(s["wall_s"], ".2f")),
-        ("  draft / target / verify / other", " / ".join(fmt(s[k], ".2f") for k in ("draft_s", "target_s", "verify_s", "other_s"))),
+        (
+            "  draft / target / verify / other",
+            " / ".join(fmt(s[k], ".2f") for k in ("draft_s", "target_s", "verify_s", "other_s")),
+        ),
         ("generated tokens", str(s["generated_tokens"])),
         ("tokens/s", fmt(s["tokens_per_s"], ".2f")),
         ("rounds", str(s["rounds"])),
@@ -265,11 +283,19 @@ def print_stats(record: dict) -> None:
         ("α1 by position", ", ".join(fmt(a, ".2f") for a in s["alpha1_by_pos"]) or "—"),
         ("mean accepted steps / round (incl. target step)", fmt(s["mean_accepted_steps_per_round"], ".2f")),
         ("α2 (token acceptance)", fmt(s["alpha2"])),
-        ("target calls / draft calls / verifier calls", f"{s['target_calls']} / {s['draft_calls']} / {s['verifier_calls']}"),
+        (
+            "target calls / draft calls / verifier calls",
+            f"{s['target_calls']} / {s['draft_calls']} / {s['verifier_calls']}",
+        ),
         ("finish", record["finish"]),
     ]
     if "correct" in record:
-        rows.append(("answer (expected)", f"{record['answer']} ({record['expected']}) — {'correct' if record['correct'] else 'wrong'}"))
+        rows.append(
+            (
+                "answer (expected)",
+                f"{record['answer']} ({record['expected']}) — {'correct' if record['correct'] else 'wrong'}",
+            )
+        )
     for k, v in rows:
         t.add_row(k, v)
     console().print(t)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-HEADER = ("# lrtune command-line reference\n\n"
-          "Generated from the config dataclasses by `python -m lrtune.clidoc > docs/cli.md`; "
-          "do not edit by hand. Every option can also be given in a YAML file (`--config FILE`, "
-          "keys are the option names with `_`); flags override the file.\n")
+HEADER = (
+    "# lrtune command-line reference\n\n"
+    "Generated from the config dataclasses by `python -m lrtune.clidoc > docs/cli.md`; "
+    "do not edit by hand. Every option can also be given in a YAML file (`--config FILE`, "
+    "keys are the option names with `_`); flags override the file.\n"
+)
 
 
 def _cell(text: object) -> str:
@@ -31,7 +33,7 @@ def _split_help(action: argparse.Action) -> tuple[str, str]:
     text = (action.help or "").replace("%%", "%")
     cut = text.rfind(" (default: ")
     if cut >= 0 and text.endswith(")"):
-        text, value = text[:cut], text[cut + len(" (default: "):-1]
+        text, value = text[:cut], text[cut + len(" (default: ") : -1]
         value = {"True": "on", "False": "off", "None": ""}.get(value, value)
         default = value if value in ("on", "off", "") else f"`{value.strip(chr(39))}`"
     elif isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
@@ -67,8 +69,9 @@ def command_section(path: str, help_: str, parser: argparse.ArgumentParser) -> l
     """Markdown for one (sub)command: its help, then one table per argument group."""
     lines = [f"## `{path}`", "", help_ or parser.description or "", ""]
     for group in parser._action_groups:
-        acts = [a for a in group._group_actions
-                if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+        acts = [
+            a for a in group._group_actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        ]
         if not acts:
             continue
         title = {"options": "options", "positional arguments": "arguments"}.get(group.title, group.title)

@@ -32,8 +32,9 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = (),
-                       help: dict[str, str] | None = None) -> None:
+def add_dataclass_args(
+    parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = (), help: dict[str, str] | None = None
+) -> None:
     """Add one ``--flag`` per option of the dataclass, sub-configs flattened (bool options
     get ``--flag/--no-flag``); ``help`` replaces the help text of the named options (flat
     names)."""
@@ -41,8 +42,13 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
     removed = getattr(cls, "LEGACY_REMOVED_IN", "a later version")
     for name, (flag, value) in legacy_flags(cls).items():  # old switches, still accepted
         if name not in skip:
-            group.add_argument(flag, dest=name, action="store_true", default=None,
-                               help=f"deprecated (removed in lrtune {removed}): {value}")
+            group.add_argument(
+                flag,
+                dest=name,
+                action="store_true",
+                default=None,
+                help=f"deprecated (removed in lrtune {removed}): {value}",
+            )
     for name, f, typ in flat_fields(cls):
         if name in skip:
             continue
@@ -50,12 +56,24 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
         help_ = (help or {}).get(name, f.metadata.get("help", "")).replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
         if typ is bool or str(typ) in ("bool | None", "typing.Optional[bool]"):
-            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{help_} (default: {default})")
+            group.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{help_} (default: {default})",
+            )
             continue
         conv = _converter(typ)
-        group.add_argument(flag, dest=name, type=conv, default=None, metavar=name.upper(),
-                           choices=_choices(f, typ), help=f"{help_} (default: {default!r})")
+        group.add_argument(
+            flag,
+            dest=name,
+            type=conv,
+            default=None,
+            metavar=name.upper(),
+            choices=_choices(f, typ),
+            help=f"{help_} (default: {default!r})",
+        )
 
 
 def _converter(typ: Any):
@@ -92,9 +110,11 @@ def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> A
     old = sorted(flag for name, (flag, _) in legacy_flags(cls).items() if values.get(name))
     if old:  # once per command, with the new spelling and the version that removes the old
         removed = getattr(cls, "LEGACY_REMOVED_IN", "a later version")
-        sys.stderr.write(f"lrtune: warning: {', '.join(old)} {'is' if len(old) == 1 else 'are'} deprecated and will be "
-                         f"removed in lrtune {removed}; use --schedule {getattr(obj, 'schedule', '')} --record "
-                         f"{getattr(obj, 'record', '')}\n")
+        sys.stderr.write(
+            f"lrtune: warning: {', '.join(old)} {'is' if len(old) == 1 else 'are'} deprecated and will be "
+            f"removed in lrtune {removed}; use --schedule {getattr(obj, 'schedule', '')} --record "
+            f"{getattr(obj, 'record', '')}\n"
+        )
     return schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
 
 
@@ -158,8 +178,10 @@ def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple
                 if not isinstance(given, dict) and name in flat:  # also a flat option (teacher: SPEC)
                     continue
                 if not isinstance(given, dict):
-                    raise ConfigError(f"option {name!r} must be a mapping of its options "
-                                      f"({', '.join(f.name for f in dataclasses.fields(sub))})")
+                    raise ConfigError(
+                        f"option {name!r} must be a mapping of its options "
+                        f"({', '.join(f.name for f in dataclasses.fields(sub))})"
+                    )
                 bad = sorted(set(map(str, given)) - {f.name for f in dataclasses.fields(sub)})
                 if bad:
                     raise ConfigError(f"unknown option(s) under {name!r} in config file: {', '.join(bad)}")

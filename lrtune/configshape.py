@@ -16,8 +16,11 @@ def nested(cls: type) -> dict[str, tuple[type, str]]:
     ``prefix + x`` (``--rollout-tokens`` for ``rollout.tokens``); its ``flat`` metadata names it
     otherwise (``--ray`` for ``ray.enabled``)."""
     hints = get_type_hints(cls)
-    return {f.name: (hints[f.name], f.metadata.get("prefix", f.name + "_")) for f in dataclasses.fields(cls)
-            if dataclasses.is_dataclass(hints[f.name])}
+    return {
+        f.name: (hints[f.name], f.metadata.get("prefix", f.name + "_"))
+        for f in dataclasses.fields(cls)
+        if dataclasses.is_dataclass(hints[f.name])
+    }
 
 
 def flat_name(f: dataclasses.Field, prefix: str = "") -> str:

@@ -50,17 +50,29 @@ class Bounds:
     def covering(cls, gamma1: int, gamma2: int) -> Bounds:
         """The default bounds, widened to allow the configured (γ1, γ2)."""
         d = cls()
-        return cls(gamma1_min=0, gamma1_max=max(d.gamma1_max, gamma1), gamma2_min=0,
-                   gamma2_max=max(d.gamma2_max, gamma2), M=float(max(d.M, gamma1 * gamma2)))
+        return cls(
+            gamma1_min=0,
+            gamma1_max=max(d.gamma1_max, gamma1),
+            gamma2_min=0,
+            gamma2_max=max(d.gamma2_max, gamma2),
+            M=float(max(d.M, gamma1 * gamma2)),
+        )
 
     def allows(self, gamma1: int, gamma2: int) -> bool:
-        return (self.gamma1_min <= gamma1 <= self.gamma1_max and self.gamma2_min <= gamma2 <= self.gamma2_max
-                and gamma1 * gamma2 <= self.M)
+        return (
+            self.gamma1_min <= gamma1 <= self.gamma1_max
+            and self.gamma2_min <= gamma2 <= self.gamma2_max
+            and gamma1 * gamma2 <= self.M
+        )
 
     def arms(self) -> list[tuple[int, int]]:
         """Every allowed (γ1, γ2)."""
-        return [(a, b) for a in range(self.gamma1_min, self.gamma1_max + 1)
-                for b in range(self.gamma2_min, self.gamma2_max + 1) if a * b <= self.M]
+        return [
+            (a, b)
+            for a in range(self.gamma1_min, self.gamma1_max + 1)
+            for b in range(self.gamma2_min, self.gamma2_max + 1)
+            if a * b <= self.M
+        ]
 
     def clip(self, gamma1: int, gamma2: int) -> tuple[int, int]:
         """The nearest allowed pair: clamp each depth, then shrink the larger factor
@@ -144,8 +156,9 @@ class RoundOutcome:
 def method_for_depths(gamma1: int, gamma2: int) -> str:
     """The decode method that runs fixed depths (γ1, γ2): γ1 = 0 drafts no steps and γ2 = 0
     drafts no tokens, so (0, 0) → target, (0, γ2) → sd, (γ1, 0) → lr, else lr+sd."""
-    return {(False, False): "target", (False, True): "sd", (True, False): "lr",
-            (True, True): "lr+sd"}[(gamma1 > 0, gamma2 > 0)]
+    return {(False, False): "target", (False, True): "sd", (True, False): "lr", (True, True): "lr+sd"}[
+        (gamma1 > 0, gamma2 > 0)
+    ]
 
 
 @runtime_checkable

@@ -22,39 +22,93 @@ from lrtune.verifiers.judge import JUDGE_FORMS, default_threshold
 CONFIG = "collect_config.json"  # the config a dataset was collected with, beside its rows
 # (decider name, column, threshold) of the optional judge feature columns (collect --judge-features),
 # each at its form's default threshold
-JUDGE_DECIDERS = tuple((f"llm_judge({form})@{default_threshold('llm_judge', form):g}", f"llm_judge_{form}_score",
-                        default_threshold("llm_judge", form)) for form in JUDGE_FORMS)
+JUDGE_DECIDERS = tuple(
+    (
+        f"llm_judge({form})@{default_threshold('llm_judge', form):g}",
+        f"llm_judge_{form}_score",
+        default_threshold("llm_judge", form),
+    )
+    for form in JUDGE_FORMS
+)
 
 PAIR_FIELDS = [
-    ("problem_id", "string"), ("task", "string"), ("round", "int32"), ("position", "int32"), ("branch", "int32"),
-    ("chosen_branch", "bool_"), ("committed", "bool_"), ("prefix_len", "int32"), ("prefix_sha", "string"),
-    ("prefix_text", "string"), ("context", "string"), ("draft_step", "string"), ("target_step", "string"),
-    ("teacher", "string"), ("teacher_score", "float64"), ("label", "bool_"),
-    ("draft_len", "int32"), ("target_len", "int32"), ("draft_mean_logprob", "float64"),
-    ("draft_min_logprob", "float64"), ("target_mean_logprob", "float64"), ("target_min_logprob", "float64"),
+    ("problem_id", "string"),
+    ("task", "string"),
+    ("round", "int32"),
+    ("position", "int32"),
+    ("branch", "int32"),
+    ("chosen_branch", "bool_"),
+    ("committed", "bool_"),
+    ("prefix_len", "int32"),
+    ("prefix_sha", "string"),
+    ("prefix_text", "string"),
+    ("context", "string"),
+    ("draft_step", "string"),
+    ("target_step", "string"),
+    ("teacher", "string"),
+    ("teacher_score", "float64"),
+    ("label", "bool_"),
+    ("draft_len", "int32"),
+    ("target_len", "int32"),
+    ("draft_mean_logprob", "float64"),
+    ("draft_min_logprob", "float64"),
+    ("target_mean_logprob", "float64"),
+    ("target_min_logprob", "float64"),
     # the target's likelihood of the draft step, from the row that prefilled it (DraftScores)
-    ("draft_target_mean_logprob", "float64"), ("draft_target_min_logprob", "float64"),
-    ("draft_target_argmax_share", "float64"), ("draft_target_scored_tokens", "int32"),
+    ("draft_target_mean_logprob", "float64"),
+    ("draft_target_min_logprob", "float64"),
+    ("draft_target_argmax_share", "float64"),
+    ("draft_target_scored_tokens", "int32"),
     ("draft_entropy", "float64"),  # the draft's mean top-k next-token entropy over its step (nats)
-    ("embedding_cosine", "float64"), ("exact_match", "bool_"), ("target_score", "float64"),
-    ("llm_judge_context_score", "float64"), ("llm_judge_paper_score", "float64"),  # collect --judge-features
-    ("draft_s", "float64"), ("target_s", "float64"), ("judge_s", "float64"),
+    ("embedding_cosine", "float64"),
+    ("exact_match", "bool_"),
+    ("target_score", "float64"),
+    ("llm_judge_context_score", "float64"),
+    ("llm_judge_paper_score", "float64"),  # collect --judge-features
+    ("draft_s", "float64"),
+    ("target_s", "float64"),
+    ("judge_s", "float64"),
     # the live verifier's decision during decoding (= the teacher's for a verifier teacher)
-    ("decode_verifier", "string"), ("verifier_score", "float64"), ("verifier_label", "bool_"),
+    ("decode_verifier", "string"),
+    ("verifier_score", "float64"),
+    ("verifier_label", "bool_"),
     # rollout / consensus teachers: both continuations and their outcomes (lrtune.data_gen.rollout)
-    ("rollout_draft_answer", "string"), ("rollout_target_answer", "string"), ("rollout_draft_text", "string"),
-    ("rollout_target_text", "string"), ("rollout_finished", "bool_"), ("rollout_reused", "bool_"),
+    ("rollout_draft_answer", "string"),
+    ("rollout_target_answer", "string"),
+    ("rollout_draft_text", "string"),
+    ("rollout_target_text", "string"),
+    ("rollout_finished", "bool_"),
+    ("rollout_reused", "bool_"),
     # the vote teacher (collect --rollout-samples K): the greedy rollout's own label, and every
     # rollout's outcome per branch as JSON {"draft": [greedy, sample 1..K], "target": [...]}
-    ("rollout_greedy_label", "bool_"), ("rollout_votes", "string"),
+    ("rollout_greedy_label", "bool_"),
+    ("rollout_votes", "string"),
 ]
 PROBLEM_FIELDS = [
-    ("problem_id", "string"), ("index", "int32"), ("task", "string"), ("method", "string"), ("gamma1", "int32"),
-    ("gamma2", "int32"), ("alpha1", "float64"), ("alpha2", "float64"), ("c1", "float64"), ("c2", "float64"),
-    ("rounds", "int32"), ("steps", "int32"), ("tokens", "int32"), ("wall_s", "float64"), ("answer", "string"),
-    ("expected", "string"), ("correct", "bool_"), ("pairs", "int32"), ("baseline_answer", "string"),
-    ("baseline_correct", "bool_"), ("baseline_wall_s", "float64"), ("baseline_tokens", "int32"),
-    ("finished", "bool_"), ("teacher_disagreements", "int32"),
+    ("problem_id", "string"),
+    ("index", "int32"),
+    ("task", "string"),
+    ("method", "string"),
+    ("gamma1", "int32"),
+    ("gamma2", "int32"),
+    ("alpha1", "float64"),
+    ("alpha2", "float64"),
+    ("c1", "float64"),
+    ("c2", "float64"),
+    ("rounds", "int32"),
+    ("steps", "int32"),
+    ("tokens", "int32"),
+    ("wall_s", "float64"),
+    ("answer", "string"),
+    ("expected", "string"),
+    ("correct", "bool_"),
+    ("pairs", "int32"),
+    ("baseline_answer", "string"),
+    ("baseline_correct", "bool_"),
+    ("baseline_wall_s", "float64"),
+    ("baseline_tokens", "int32"),
+    ("finished", "bool_"),
+    ("teacher_disagreements", "int32"),
 ]
 
 
@@ -66,11 +120,23 @@ def schema(fields):
 
 # Arrow type checks a column of each schema type passes (all-null columns pass too); float columns
 # take integers (tables written without the schema), int columns never take floats or text
-_COMPATIBLE = {"string": ("is_string", "is_large_string"), "int32": ("is_integer",),
-               "float64": ("is_floating", "is_integer"), "bool_": ("is_boolean",)}
+_COMPATIBLE = {
+    "string": ("is_string", "is_large_string"),
+    "int32": ("is_integer",),
+    "float64": ("is_floating", "is_integer"),
+    "bool_": ("is_boolean",),
+}
 # the columns summarize_pairs (collect --stats) reads from every row
-STATS_PAIR_COLUMNS = ("label", "position", "exact_match", "embedding_cosine", "target_score", "draft_step",
-                      "target_step", "judge_s")
+STATS_PAIR_COLUMNS = (
+    "label",
+    "position",
+    "exact_match",
+    "embedding_cosine",
+    "target_score",
+    "draft_step",
+    "target_step",
+    "judge_s",
+)
 STATS_PROBLEM_COLUMNS = ("correct", "wall_s", "alpha2")
 
 
@@ -88,16 +154,21 @@ def load_tables(src: Path, pair_columns: tuple[str, ...] = (), problem_columns: 
 
 def _load_tables(src: Path, pair_columns: tuple[str, ...], problem_columns: tuple[str, ...]):
     if (src / "pairs.parquet").is_file():
-        return (read_checked(src / "pairs.parquet", PAIR_FIELDS, pair_columns),
-                read_checked(src / "problems.parquet", PROBLEM_FIELDS, problem_columns))
+        return (
+            read_checked(src / "pairs.parquet", PAIR_FIELDS, pair_columns),
+            read_checked(src / "problems.parquet", PROBLEM_FIELDS, problem_columns),
+        )
     entries = all_entries(src)
     if not entries:
         raise ConfigError(f"no collected problems in {src}")
     return _concat_parts([(src, e) for e in entries.values()], pair_columns, problem_columns)
 
 
-def _concat_parts(found: list[tuple[Path, dict]], pair_columns: tuple[str, ...] = ("problem_id",),
-                  problem_columns: tuple[str, ...] = ("problem_id",)):
+def _concat_parts(
+    found: list[tuple[Path, dict]],
+    pair_columns: tuple[str, ...] = ("problem_id",),
+    problem_columns: tuple[str, ...] = ("problem_id",),
+):
     """(pairs, problems) of the manifest entries ``(dir, entry)``, in problem-index order."""
     import pyarrow as pa
 
@@ -128,8 +199,9 @@ def read_checked(path: Path, fields, required: tuple[str, ...] = ("problem_id",)
         raise ConfigError(f"{path}: no column {missing[0]!r} (not a file of an lrtune step-pair dataset)")
     for name, kind in fields:
         if name in names and not _fits(table.schema.field(name).type, kind):
-            raise ConfigError(f"{path}: column {name!r} holds {table.schema.field(name).type}, "
-                              f"expected {kind.rstrip('_')}")
+            raise ConfigError(
+                f"{path}: column {name!r} holds {table.schema.field(name).type}, expected {kind.rstrip('_')}"
+            )
     return table
 
 
@@ -184,8 +256,10 @@ def merge(dirs: list[str], out: str, force_new: bool = False, defaults: dict | N
     srcs = [checked_dir(d, "--merge") for d in dirs]
     found = [read_config(s / CONFIG) for s in srcs if (s / CONFIG).is_file()]
     if any(not same_settings(found[0], c, defaults or {}) for c in found[1:]):
-        raise ConfigError("the directories were collected with different settings (only the problems -- task, "
-                          "data, limit, seed -- and run options may differ)")
+        raise ConfigError(
+            "the directories were collected with different settings (only the problems -- task, "
+            "data, limit, seed -- and run options may differ)"
+        )
     merged = _merged_config(found) if found else None
     by_id: dict[str, tuple[Path, dict]] = {}
     for s in srcs:
@@ -213,8 +287,9 @@ def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool,
         raise ConfigError(f"--out {dest} is a file, not a directory: pick another --out")
     why = _merge_conflict(dest, merged, ids, defaults) if dest.is_dir() else None
     if why and not force_new:
-        raise ConfigError(f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a "
-                          "backup folder)")
+        raise ConfigError(
+            f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a backup folder)"
+        )
     from lrtune.outdir import claim_out
 
     if why:
@@ -243,8 +318,19 @@ def _merge_conflict(dest: Path, merged: dict | None, ids: set[str], defaults: di
 
 # options that say which problems a directory holds or how the run went, not how its rows were made
 _PROBLEM_KEYS = ("task", "data", "limit", "task_seed")
-_RUN_KEYS = ("progress", "shard_id", "num_shards", "out", "force_new", "ray", "ray_address", "ray_cpus_per_shard",
-             "ray_gpus_per_shard", "max_concurrent", "profile")
+_RUN_KEYS = (
+    "progress",
+    "shard_id",
+    "num_shards",
+    "out",
+    "force_new",
+    "ray",
+    "ray_address",
+    "ray_cpus_per_shard",
+    "ray_gpus_per_shard",
+    "max_concurrent",
+    "profile",
+)
 
 
 def _how(cfg: dict) -> dict:
@@ -290,9 +376,13 @@ def summarize_pairs(src: Path) -> dict:
     pairs, probs = load_tables(src, STATS_PAIR_COLUMNS, STATS_PROBLEM_COLUMNS)
     d = pairs.to_pydict()
     labels = d["label"]
-    out = {"problems": probs.num_rows, "rows": pairs.num_rows, "accepted": sum(labels),
-           "label_balance": sum(labels) / len(labels) if labels else None,
-           "alpha1_by_position": pairstats.acceptance_by_position(d["position"], labels)}
+    out = {
+        "problems": probs.num_rows,
+        "rows": pairs.num_rows,
+        "accepted": sum(labels),
+        "label_balance": sum(labels) / len(labels) if labels else None,
+        "alpha1_by_position": pairstats.acceptance_by_position(d["position"], labels),
+    }
     agree = {"exact": pairstats.agreement([float(x) for x in d["exact_match"]], labels, 0.5)}
     if any(x is not None for x in d["embedding_cosine"]):
         agree["embedding@0.95"] = pairstats.agreement(d["embedding_cosine"], labels, 0.95)
@@ -315,8 +405,11 @@ def summarize_pairs(src: Path) -> dict:
     if any(x is not None for x in live) and any(a != b for a, b in zip(live, labels) if a is not None):
         decide["live verifier"] = live
     decide["exact"] = [bool(x) for x in d["exact_match"]]
-    for name, col, thr in (("embedding@0.95", "embedding_cosine", 0.95), ("target_score@7/9", "target_score", 7 / 9),
-                           *JUDGE_DECIDERS):
+    for name, col, thr in (
+        ("embedding@0.95", "embedding_cosine", 0.95),
+        ("target_score@7/9", "target_score", 7 / 9),
+        *JUDGE_DECIDERS,
+    ):
         if any(x is not None for x in d.get(col, ())):
             decide[name] = [None if x is None else x >= thr for x in d[col]]
     if likely is not None:
@@ -371,14 +464,16 @@ def num(v, spec: str = ".3f") -> str:
 def overview_lines(s: dict) -> list[str]:
     """Counts, accuracy and time of a summary, as markdown/console lines."""
     f = num  # short, inside the f-strings
-    return [f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}, "
-            f"identical pairs {s.get('identical_pairs', '—')} (teacher accepts "
-            f"{f((s.get('identical_acceptance') or {}).get('teacher'))} of them), answers finished within the "
-            f"budget {f(s.get('finish_rate'))}",
-            "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
-            f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
-            f"per-problem decode time {f(s.get('wall_s'), '.0f')} s summed (batched problems overlap), "
-            f"judge {f(s.get('judge_s_median'), '.2f')} s per pair (median)"]
+    return [
+        f"problems {s['problems']}, step pairs {s['rows']}, teacher accept rate {f(s['label_balance'])}, "
+        f"identical pairs {s.get('identical_pairs', '—')} (teacher accepts "
+        f"{f((s.get('identical_acceptance') or {}).get('teacher'))} of them), answers finished within the "
+        f"budget {f(s.get('finish_rate'))}",
+        "α1 by position: " + ", ".join("—" if a is None else f"{a:.2f}" for a in s["alpha1_by_position"]),
+        f"accuracy of the collect method {f(s.get('accuracy'))}, α2 {f(s.get('alpha2_mean'))}, "
+        f"per-problem decode time {f(s.get('wall_s'), '.0f')} s summed (batched problems overlap), "
+        f"judge {f(s.get('judge_s_median'), '.2f')} s per pair (median)",
+    ]
 
 
 def write_card(out: Path) -> dict:
@@ -391,22 +486,43 @@ def write_card(out: Path) -> dict:
     o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
     agree = s.get("agreement_with_teacher", {})
     lines = [
-        "# lrtune step-pair dataset", "",
+        "# lrtune step-pair dataset",
+        "",
         f"Collected by `lrtune collect`: task `{o.get('task')}`, teacher `{teacher_spec(o)}`, target "
         f"`{m.get('target')}`, draft `{m.get('draft')}`, method `{dc.get('method')}` (γ1={dc.get('gamma1')}, "
-        f"γ2={dc.get('gamma2')}), temperature {dc.get('temperature')}.", "",
+        f"γ2={dc.get('gamma2')}), temperature {dc.get('temperature')}.",
+        "",
         *([f"- {line}" for line in overview_lines(s)] if s["problems"] else ["- no finished problems yet"]),
-        *(["", "Agreement of cheap verifiers with the teacher (`lrtune collect --stats`):", "",
-           "| verifier | n | accuracy | AUROC | accept rate |", "|---|---|---|---|---|",
-           *(f"| {k} | {a['n']} | {num(a['accuracy'])} | {num(a['auroc'])} | {num(a['accept_rate'])} |"
-             for k, a in agree.items())] if agree else []),
+        *(
+            [
+                "",
+                "Agreement of cheap verifiers with the teacher (`lrtune collect --stats`):",
+                "",
+                "| verifier | n | accuracy | AUROC | accept rate |",
+                "|---|---|---|---|---|",
+                *(
+                    f"| {k} | {a['n']} | {num(a['accuracy'])} | {num(a['auroc'])} | {num(a['accept_rate'])} |"
+                    for k, a in agree.items()
+                ),
+            ]
+            if agree
+            else []
+        ),
         *matrix_lines(s),
-        "", "Load it:", "", "```python", "import datasets",
+        "",
+        "Load it:",
+        "",
+        "```python",
+        "import datasets",
         'pairs = datasets.load_dataset("parquet", data_files="pairs/*.parquet", split="train")'
-        if not (out / "pairs.parquet").is_file() else
-        'pairs = datasets.load_dataset("parquet", data_files="pairs.parquet", split="train")',
-        "```", "", "Columns: " + ", ".join(n for n, _ in PAIR_FIELDS) + ".", "",
-        "Per-problem rows (`problems`): " + ", ".join(n for n, _ in PROBLEM_FIELDS) + ".", "",
+        if not (out / "pairs.parquet").is_file()
+        else 'pairs = datasets.load_dataset("parquet", data_files="pairs.parquet", split="train")',
+        "```",
+        "",
+        "Columns: " + ", ".join(n for n, _ in PAIR_FIELDS) + ".",
+        "",
+        "Per-problem rows (`problems`): " + ", ".join(n for n, _ in PROBLEM_FIELDS) + ".",
+        "",
         "Config: `collect_config.json`. The shard manifests (`manifest-s*.json`) list the finished problems "
         "with sha256 checksums of their files.",
     ]
@@ -421,11 +537,18 @@ def matrix_lines(s: dict) -> list[str]:
         return []
     names = list(m)
     ident = s.get("identical_acceptance") or {}
-    return ["", "Agreement matrix (share of pairs on which two deciders agree) and each one's acceptance of the "
-            f"{s.get('identical_pairs', 0)} pairs whose steps are identical up to whitespace and case:", "",
-            "| | " + " | ".join(names) + " | accepts identical |", "|---" * (len(names) + 2) + "|",
-            *(f"| {a} | " + " | ".join(num(m[a][b], ".2f") for b in names) + f" | {num(ident.get(a), '.2f')} |"
-              for a in names)]
+    return [
+        "",
+        "Agreement matrix (share of pairs on which two deciders agree) and each one's acceptance of the "
+        f"{s.get('identical_pairs', 0)} pairs whose steps are identical up to whitespace and case:",
+        "",
+        "| | " + " | ".join(names) + " | accepts identical |",
+        "|---" * (len(names) + 2) + "|",
+        *(
+            f"| {a} | " + " | ".join(num(m[a][b], ".2f") for b in names) + f" | {num(ident.get(a), '.2f')} |"
+            for a in names
+        ),
+    ]
 
 
 def seen_templates(task_name: str, dirs: str, flag: str = "--heldout-from") -> set[str]:
@@ -443,8 +566,9 @@ def seen_templates(task_name: str, dirs: str, flag: str = "--heldout-from") -> s
     return seen
 
 
-def unseen_problems(task, task_name: str, dirs: str, limit: int, seed: int, path: str | None,
-                    flag: str = "--heldout-from") -> tuple[list, int]:
+def unseen_problems(
+    task, task_name: str, dirs: str, limit: int, seed: int, path: str | None, flag: str = "--heldout-from"
+) -> tuple[list, int]:
     """(the first ``limit`` problems of ``task`` whose template no collect dir of ``dirs``
     holds, the size of the pool searched). In a task mix each problem is grouped under its own
     task and the tasks keep equal shares (unseen problems of one task may come much later)."""

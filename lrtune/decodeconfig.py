@@ -38,8 +38,11 @@ GAMMA_MAX = 16
 # the flags and YAML keys of the switches a schedule replaced: they still work, with a
 # warning naming the lrtune version that removes them
 LEGACY_REMOVED_IN = "0.3.0"
-LEGACY_SWITCHES = {"async_lr": ("--async", "async"), "early_abort": ("--early-abort", "abort"),
-                   "reuse_drafts": ("--reuse-drafts", "reuse")}
+LEGACY_SWITCHES = {
+    "async_lr": ("--async", "async"),
+    "early_abort": ("--early-abort", "abort"),
+    "reuse_drafts": ("--reuse-drafts", "reuse"),
+}
 LEGACY_RECORDING = {"logprobs": ("--logprobs", "logprobs"), "score_drafts": ("--score-drafts", "draft_scores")}
 
 
@@ -49,13 +52,18 @@ def schedule_of(*, async_lr: bool = False, early_abort: bool = False, reuse_draf
         raise ConfigError("async LR does not combine with early abort or draft-prefix reuse: pick one --schedule")
     if async_lr:
         return "async"
-    return {(False, False): "sync", (True, False): "abort", (False, True): "reuse",
-            (True, True): "reuse+abort"}[(bool(early_abort), bool(reuse_drafts))]
+    return {(False, False): "sync", (True, False): "abort", (False, True): "reuse", (True, True): "reuse+abort"}[
+        (bool(early_abort), bool(reuse_drafts))
+    ]
 
 
 def recording_of(*, logprobs: bool = False, score_drafts: bool = False) -> str:
-    return {(False, False): "steps", (True, False): "logprobs", (False, True): "draft_scores",
-            (True, True): "logprobs+draft_scores"}[(bool(logprobs), bool(score_drafts))]
+    return {
+        (False, False): "steps",
+        (True, False): "logprobs",
+        (False, True): "draft_scores",
+        (True, True): "logprobs+draft_scores",
+    }[(bool(logprobs), bool(score_drafts))]
 
 
 class ScheduleFlags:
@@ -86,8 +94,10 @@ class DecodeConfig(Checked, ScheduleFlags):
 
     __pydantic_config__ = STRICT
     LEGACY_REMOVED_IN = LEGACY_REMOVED_IN
-    LEGACY_FLAGS = {**{k: (flag, f"--schedule {v}") for k, (flag, v) in LEGACY_SWITCHES.items()},
-                    **{k: (flag, f"--record {v}") for k, (flag, v) in LEGACY_RECORDING.items()}}
+    LEGACY_FLAGS = {
+        **{k: (flag, f"--schedule {v}") for k, (flag, v) in LEGACY_SWITCHES.items()},
+        **{k: (flag, f"--record {v}") for k, (flag, v) in LEGACY_RECORDING.items()},
+    }
 
     method: Method = field(default="lr+sd", metadata={"help": "target | sd | lr | lr+sd"})
     gamma1: Gamma = field(default=3, metadata={"help": f"draft steps per LR round (1..{GAMMA_MAX})"})
@@ -95,15 +105,51 @@ class DecodeConfig(Checked, ScheduleFlags):
     max_new_tokens: Count = field(default=512, metadata={"help": "generated-token budget per prompt"})
     max_step_tokens: Count = field(default=128, metadata={"help": "a step ends after this many tokens at the latest"})
     temperature: Annotated[float, Interval(ge=0, le=100)] = field(default=0.0, metadata={"help": "0 = greedy"})
-    top_p: Annotated[float, Interval(gt=0, le=1)] = field(default=1.0, metadata={"help": "nucleus sampling mass (temperature > 0)"})
+    top_p: Annotated[float, Interval(gt=0, le=1)] = field(
+        default=1.0, metadata={"help": "nucleus sampling mass (temperature > 0)"}
+    )
     seed: Seed = field(default=0, metadata={"help": "seed of all sampling (per round and position)"})
-    delimiter: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)] = field(default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"})
-    context_tokens: Size = field(default=256, metadata={"help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"})
-    width: Annotated[int, Interval(ge=1, le=8)] = field(default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps; sync schedule)"})
-    branch_temperature: Annotated[float, Interval(gt=0, le=100)] = field(default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"})
-    schedule: Schedule = field(default="sync", metadata={"help": "how LR rounds run: sync | async (pipelined) | abort (sync; judge each position as its target row ends, stop the rows a rejection makes useless) | reuse (sync, greedy; target rows start after the draft tokens the target would write itself) | reuse+abort | score (the target prefills the draft chain and a one-sided verifier judges each draft step from it; then the target writes its own next step). Old flags --async, --early-abort, --reuse-drafts still work"})
-    draft_stop: Annotated[float, Interval(le=0)] | None = field(default=None, metadata={"help": "draft-side early stop: a draft chain ends after a step whose mean log-probability under the draft is below this (nats), so no time goes into steps after one the draft doubts (sync, abort and score schedules; default: off)"})
-    record: Recording = field(default="steps", metadata={"help": "what LR rounds keep besides the steps: logprobs (per-token, for collect features), draft_scores (the target's log-probabilities of each draft step, read off the prefill of the row that follows it; on whenever the verifier reads them), or both. Old flags --logprobs, --score-drafts still work"})
+    delimiter: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)] = field(
+        default=DEFAULT_DELIMITER, metadata={"help": "step delimiter"}
+    )
+    context_tokens: Size = field(
+        default=256,
+        metadata={
+            "help": "tokens of the solution so far shown to the verifier (the problem statement is always shown whole)"
+        },
+    )
+    width: Annotated[int, Interval(ge=1, le=8)] = field(
+        default=1, metadata={"help": "W: draft branches per LR round (each up to gamma1 steps; sync schedule)"}
+    )
+    branch_temperature: Annotated[float, Interval(gt=0, le=100)] = field(
+        default=0.8, metadata={"help": "sampling temperature of branches >= 1 when temperature is 0"}
+    )
+    schedule: Schedule = field(
+        default="sync",
+        metadata={
+            "help": "how LR rounds run: sync | async (pipelined) | abort (sync; judge each position as its target row "
+            "ends, stop the rows a rejection makes useless) | reuse (sync, greedy; target rows start after the "
+            "draft tokens the target would write itself) | reuse+abort | score (the target prefills the draft "
+            "chain and a one-sided verifier judges each draft step from it; then the target writes its own "
+            "next step). Old flags --async, --early-abort, --reuse-drafts still work"
+        },
+    )
+    draft_stop: Annotated[float, Interval(le=0)] | None = field(
+        default=None,
+        metadata={
+            "help": "draft-side early stop: a draft chain ends after a step whose mean log-probability under the draft "
+            "is below this (nats), so no time goes into steps after one the draft doubts (sync, abort and "
+            "score schedules; default: off)"
+        },
+    )
+    record: Recording = field(
+        default="steps",
+        metadata={
+            "help": "what LR rounds keep besides the steps: logprobs (per-token, for collect features), draft_scores "
+            "(the target's log-probabilities of each draft step, read off the prefill of the row that follows "
+            "it; on whenever the verifier reads them), or both. Old flags --logprobs, --score-drafts still work"
+        },
+    )
 
     @property
     def uses_lr(self) -> bool:
@@ -146,14 +192,18 @@ class DecodeConfig(Checked, ScheduleFlags):
         if on & set(LEGACY_SWITCHES):
             sched = schedule_of(**{k: True for k in on & set(LEGACY_SWITCHES)})
             if values.get("schedule", sched) != sched:
-                raise ConfigError(f"--schedule {values['schedule']} contradicts "
-                                  + " ".join(LEGACY_SWITCHES[k][0] for k in sorted(on & set(LEGACY_SWITCHES))))
+                raise ConfigError(
+                    f"--schedule {values['schedule']} contradicts "
+                    + " ".join(LEGACY_SWITCHES[k][0] for k in sorted(on & set(LEGACY_SWITCHES)))
+                )
             values["schedule"] = sched
         if on & set(LEGACY_RECORDING):
             rec = recording_of(**{k: True for k in on & set(LEGACY_RECORDING)})
             if values.get("record", rec) != rec:
-                raise ConfigError(f"--record {values['record']} contradicts "
-                                  + " ".join(LEGACY_RECORDING[k][0] for k in sorted(on & set(LEGACY_RECORDING))))
+                raise ConfigError(
+                    f"--record {values['record']} contradicts "
+                    + " ".join(LEGACY_RECORDING[k][0] for k in sorted(on & set(LEGACY_RECORDING)))
+                )
             values["record"] = rec
         return values
 
@@ -171,9 +221,13 @@ class DecodeConfig(Checked, ScheduleFlags):
         if self.reuse_drafts and self.temperature > 0:
             raise ConfigError("draft-prefix reuse needs greedy decoding (temperature 0): --schedule sync or abort")
         if self.reuse_drafts and self.logprobs:
-            raise ConfigError("draft-prefix reuse keeps no per-token logprobs of the reused target tokens: "
-                              "--record steps or draft_scores, or --schedule sync")
+            raise ConfigError(
+                "draft-prefix reuse keeps no per-token logprobs of the reused target tokens: "
+                "--record steps or draft_scores, or --schedule sync"
+            )
         if self.draft_stop is not None and self.async_lr:
-            raise ConfigError("--draft-stop ends the chains of sync rounds: use --schedule sync, abort or score (not async)")
+            raise ConfigError(
+                "--draft-stop ends the chains of sync rounds: use --schedule sync, abort or score (not async)"
+            )
         if self.score_drafts and self.async_lr:
             raise ConfigError("draft-step scores come from sync LR's target rows: use --schedule sync (not async)")

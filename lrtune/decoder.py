@@ -33,8 +33,23 @@ from typing import Literal
 from lrtune import score_round
 from lrtune.backends.base import Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row
 from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, Method  # noqa: F401  (re-exported)
-from lrtune.roundstate import (Decoded, DecodeResult, Failed, PromptResult, PromptState, RoundRecord, RoundState, _branch_temperature, _concat,  # noqa: F401
-                               _refuse_async_extras, _reusable, _row_counters, _target_rows, _time_shares, stable_digest)
+from lrtune.roundstate import (
+    Decoded,
+    DecodeResult,
+    Failed,
+    PromptResult,
+    PromptState,
+    RoundRecord,
+    RoundState,
+    _branch_temperature,
+    _concat,  # noqa: F401
+    _refuse_async_extras,
+    _reusable,
+    _row_counters,
+    _target_rows,
+    _time_shares,
+    stable_digest,
+)
 from lrtune.reuse import joined_step, matched_tokens, row_params, split_scores, whole_draft
 from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome, checked_choice, checked_controller
 from lrtune.errors import ConfigError, ConfigTypeError
@@ -56,15 +71,23 @@ class LookaheadDecoder(RoundVerification):
     prompts together (DESIGN §3.7); :meth:`decode` is that with one prompt.
     """
 
-    def __init__(self, target: Backend, draft: Backend | None, verifier: Verifier,
-                 config: DecodeConfig | None = None, controller: Controller | None = None) -> None:
+    def __init__(
+        self,
+        target: Backend,
+        draft: Backend | None,
+        verifier: Verifier,
+        config: DecodeConfig | None = None,
+        controller: Controller | None = None,
+    ) -> None:
         for role, backend in (("target", target), ("draft", draft)):
             if backend is not None and not isinstance(backend, Backend):
-                raise ConfigError(f"the {role} is not a backend: {type(backend).__name__} lacks part of "
-                                  "lrtune.backends.base.Backend")
+                raise ConfigError(
+                    f"the {role} is not a backend: {type(backend).__name__} lacks part of lrtune.backends.base.Backend"
+                )
         if not isinstance(verifier, Verifier):
-            raise ConfigError(f"not a verifier: {type(verifier).__name__} lacks name, threshold or score "
-                              "(lrtune.verifiers.Verifier)")
+            raise ConfigError(
+                f"not a verifier: {type(verifier).__name__} lacks name, threshold or score (lrtune.verifiers.Verifier)"
+            )
         self.target = target
         self.draft = draft
         self.verifier = verifier
@@ -72,12 +95,16 @@ class LookaheadDecoder(RoundVerification):
         # picks (γ1, γ2) per round for sync LR (None: the config's)
         self.controller = checked_controller(controller) if controller is not None else None
 
-    def decode(self, prompt_ids: Sequence[int], config: DecodeConfig | None = None,
-               on_round: Callable[[RoundRecord], None] | None = None,
-               on_commit: Callable[[str, list[int]], None] | None = None,
-               controller: Controller | None = None,
-               problem: ProblemInfo | None = None,
-               verifier: Verifier | None = None) -> tuple[DecodeResult, DecodeStats]:
+    def decode(
+        self,
+        prompt_ids: Sequence[int],
+        config: DecodeConfig | None = None,
+        on_round: Callable[[RoundRecord], None] | None = None,
+        on_commit: Callable[[str, list[int]], None] | None = None,
+        controller: Controller | None = None,
+        problem: ProblemInfo | None = None,
+        verifier: Verifier | None = None,
+    ) -> tuple[DecodeResult, DecodeStats]:
         """Decode one prompt; ``on_round`` sees every LR round, ``on_commit`` every committed
         step; ``controller`` (default ``self.controller``) picks (γ1, γ2) before each round;
         ``verifier`` (default ``self.verifier``) judges this call's pairs."""
@@ -87,8 +114,10 @@ class LookaheadDecoder(RoundVerification):
         if cfg.uses_lr and cfg.async_lr:
             _refuse_async_extras(on_round, controller if controller is not None else self.controller)
             if wants_draft_scores(verifier if verifier is not None else self.verifier):
-                raise ConfigError("this verifier reads the target's scores of each draft step, which sync LR's "
-                                  "target rows provide: use --schedule sync (not async)")
+                raise ConfigError(
+                    "this verifier reads the target's scores of each draft step, which sync LR's "
+                    "target rows provide: use --schedule sync (not async)"
+                )
             if self.draft is None:
                 raise ConfigError(f"method {cfg.method!r} needs a draft model")
             from lrtune.async_lr import decode_async
@@ -96,28 +125,45 @@ class LookaheadDecoder(RoundVerification):
             stats = DecodeStats(prompt_tokens=len(prompt_ids))
             t0 = time.perf_counter()
             text = problem.text if problem is not None else self.target.decode(prompt_ids, skip_special_tokens=True)
-            gen, steps, _ = decode_async(self, list(prompt_ids), cfg, stats, on_commit,
-                                         verifier if verifier is not None else self.verifier, text)
-            result = DecodeResult(token_ids=gen, text=self.target.decode(gen, skip_special_tokens=True),
-                                  finish="eos" if gen and gen[-1] in self.target.eos_ids else "length", steps=steps)
+            gen, steps, _ = decode_async(
+                self, list(prompt_ids), cfg, stats, on_commit, verifier if verifier is not None else self.verifier, text
+            )
+            result = DecodeResult(
+                token_ids=gen,
+                text=self.target.decode(gen, skip_special_tokens=True),
+                finish="eos" if gen and gen[-1] in self.target.eos_ids else "length",
+                steps=steps,
+            )
             stats.wall_s = time.perf_counter() - t0
             stats.generated_tokens = len(gen)
             return result, stats
         outs, _ = self.decode_many(
-            [prompt_ids], cfg, controller=controller, verifier=verifier, problems=None if problem is None else [problem],
+            [prompt_ids],
+            cfg,
+            controller=controller,
+            verifier=verifier,
+            problems=None if problem is None else [problem],
             on_round=None if on_round is None else (lambda _i, r: on_round(r)),
-            on_commit=None if on_commit is None else (lambda _i, src, ids: on_commit(src, ids)))
+            on_commit=None if on_commit is None else (lambda _i, src, ids: on_commit(src, ids)),
+        )
         if isinstance(outs[0], Failed):
             raise outs[0].error
         return outs[0]
 
-    def decode_many(self, prompts: Sequence[Sequence[int]], config: DecodeConfig | None = None, *,
-                    max_concurrent: int = 1, max_len: int | None = None,
-                    controller: Controller | None = None, problems: Sequence[ProblemInfo] | None = None,
-                    verifier: Verifier | None = None, on_round: Callable[[int, RoundRecord], None] | None = None,
-                    on_commit: Callable[[int, str, list[int]], None] | None = None,
-                    on_done: Callable[[int, PromptResult], None] | None = None,
-                    ) -> tuple[list[PromptResult], BatchStats]:
+    def decode_many(
+        self,
+        prompts: Sequence[Sequence[int]],
+        config: DecodeConfig | None = None,
+        *,
+        max_concurrent: int = 1,
+        max_len: int | None = None,
+        controller: Controller | None = None,
+        problems: Sequence[ProblemInfo] | None = None,
+        verifier: Verifier | None = None,
+        on_round: Callable[[int, RoundRecord], None] | None = None,
+        on_commit: Callable[[int, str, list[int]], None] | None = None,
+        on_done: Callable[[int, PromptResult], None] | None = None,
+    ) -> tuple[list[PromptResult], BatchStats]:
         """Decode ``prompts`` with up to ``max_concurrent`` in flight (DESIGN §3.7).
 
         Sync LR: each round, the draft steps at position j of every in-flight prompt are one
@@ -158,9 +204,13 @@ class LookaheadDecoder(RoundVerification):
             if not ids:
                 results[i] = Failed(ConfigError(f"prompt {i} is empty"))
             elif max_len is not None and need > max_len:
-                results[i] = Failed(ConfigError(
-                    f"prompt {i} ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit max_model_len "
-                    f"{max_len}; lower --max-new-tokens or raise --max-model-len"))
+                results[i] = Failed(
+                    ConfigError(
+                        f"prompt {i} ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
+                        f"max_model_len "
+                        f"{max_len}; lower --max-new-tokens or raise --max-model-len"
+                    )
+                )
             else:
                 runnable.append(i)
                 continue
@@ -169,8 +219,20 @@ class LookaheadDecoder(RoundVerification):
         batch = BatchStats(prompts=len(runnable), failed=len(prompts) - len(runnable), max_concurrent=max_concurrent)
         t0 = time.perf_counter()
         if cfg.uses_lr:
-            self._lookahead_many(prompts, runnable, cfg, max_concurrent, controller, verifier, problems, on_round,
-                                 on_commit, on_done, results, batch)
+            self._lookahead_many(
+                prompts,
+                runnable,
+                cfg,
+                max_concurrent,
+                controller,
+                verifier,
+                problems,
+                on_round,
+                on_commit,
+                on_done,
+                results,
+                batch,
+            )
         else:
             self._plain_many(prompts, runnable, cfg, max_concurrent, on_commit, on_done, results, batch)
         batch.wall_s = time.perf_counter() - t0
@@ -183,9 +245,13 @@ class LookaheadDecoder(RoundVerification):
         t0 = time.perf_counter()
         for i, ids in enumerate(prompts):
             try:
-                r = self.decode(ids, cfg, verifier=verifier, problem=problems[i] if problems is not None else None,
-                                on_commit=None if on_commit is None else (
-                                    lambda src, step, _i=i: on_commit(_i, src, step)))
+                r = self.decode(
+                    ids,
+                    cfg,
+                    verifier=verifier,
+                    problem=problems[i] if problems is not None else None,
+                    on_commit=None if on_commit is None else (lambda src, step, _i=i: on_commit(_i, src, step)),
+                )
             except ConfigError as e:
                 r = Failed(e)
             else:
@@ -201,19 +267,35 @@ class LookaheadDecoder(RoundVerification):
 
     # ---- baselines: target alone / target + token-level SD --------------------------
     def _plain_params(self, cfg: DecodeConfig) -> GenParams:
-        return GenParams(max_tokens=cfg.max_new_tokens, stop_at_delimiter=False, delimiter=cfg.delimiter,
-                         temperature=cfg.temperature, top_p=cfg.top_p, seeds=(cfg.seed,),
-                         num_speculative_tokens=cfg.gamma2 if cfg.uses_sd else 0)
+        return GenParams(
+            max_tokens=cfg.max_new_tokens,
+            stop_at_delimiter=False,
+            delimiter=cfg.delimiter,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            seeds=(cfg.seed,),
+            num_speculative_tokens=cfg.gamma2 if cfg.uses_sd else 0,
+        )
 
-    def _plain_many(self, prompts, runnable: list[int], cfg: DecodeConfig, max_concurrent: int, on_commit, on_done,
-                    results: list, batch: BatchStats) -> None:
+    def _plain_many(
+        self,
+        prompts,
+        runnable: list[int],
+        cfg: DecodeConfig,
+        max_concurrent: int,
+        on_commit,
+        on_done,
+        results: list,
+        batch: BatchStats,
+    ) -> None:
         """target / sd: every runnable prompt in one engine call (``max_concurrent`` in
         flight), or, with one in flight, one call per prompt (exact per-prompt times)."""
         groups = [[i] for i in runnable] if max_concurrent == 1 else ([runnable] if runnable else [])
         for group in groups:
             t0 = time.perf_counter()
-            call = self.target.generate([list(prompts[i]) for i in group], [self._plain_params(cfg)] * len(group),
-                                        max_concurrent=max_concurrent)
+            call = self.target.generate(
+                [list(prompts[i]) for i in group], [self._plain_params(cfg)] * len(group), max_concurrent=max_concurrent
+            )
             batch.observe_call("target", len(group))
             shares = _time_shares(call, [[k] for k in range(len(group))])
             row_sd = _row_counters(call)
@@ -226,15 +308,34 @@ class LookaheadDecoder(RoundVerification):
                     on_commit(i, "target", ids)
                 stats.wall_s = call.row_seconds[k] if call.row_seconds else time.perf_counter() - t0
                 stats.generated_tokens = len(ids)
-                results[i] = Decoded(DecodeResult(token_ids=ids, text=self.target.decode(ids, skip_special_tokens=True),
-                                           finish="eos" if out.finish == "eos" else "length", steps=[("target", ids)]),
-                              stats)
+                results[i] = Decoded(
+                    DecodeResult(
+                        token_ids=ids,
+                        text=self.target.decode(ids, skip_special_tokens=True),
+                        finish="eos" if out.finish == "eos" else "length",
+                        steps=[("target", ids)],
+                    ),
+                    stats,
+                )
                 if on_done:
                     on_done(i, results[i])
 
     # ---- Lookahead Reasoning ---------------------------------------------------------
-    def _lookahead_many(self, prompts, runnable: list[int], cfg: DecodeConfig, max_concurrent: int, controller,
-                        verifier: Verifier, problems, on_round, on_commit, on_done, results: list, batch: BatchStats) -> None:
+    def _lookahead_many(
+        self,
+        prompts,
+        runnable: list[int],
+        cfg: DecodeConfig,
+        max_concurrent: int,
+        controller,
+        verifier: Verifier,
+        problems,
+        on_round,
+        on_commit,
+        on_done,
+        results: list,
+        batch: BatchStats,
+    ) -> None:
         eos = self.target.eos_ids  # the answer ends on the target's EOS only (a draft-only one just ends a chain)
         waiting = list(runnable)
         active: list[PromptState] = []
@@ -247,10 +348,21 @@ class LookaheadDecoder(RoundVerification):
                     ctl = copy.copy(controller)  # per-prompt state; fitted parts are shared
                 prob = problems[i] if problems is not None else None
                 if prob is None:
-                    prob = ProblemInfo(id=f"prompt-{stable_digest(ids)}",
-                                       text=self.target.decode(ids, skip_special_tokens=True), prompt_tokens=len(ids))
-                active.append(PromptState(index=i, prompt=ids, stats=DecodeStats(prompt_tokens=len(ids)), controller=ctl,
-                                    problem=prob, started=time.perf_counter()))
+                    prob = ProblemInfo(
+                        id=f"prompt-{stable_digest(ids)}",
+                        text=self.target.decode(ids, skip_special_tokens=True),
+                        prompt_tokens=len(ids),
+                    )
+                active.append(
+                    PromptState(
+                        index=i,
+                        prompt=ids,
+                        stats=DecodeStats(prompt_tokens=len(ids)),
+                        controller=ctl,
+                        problem=prob,
+                        started=time.perf_counter(),
+                    )
+                )
             self._round(active, cfg, verifier, eos, on_round, on_commit, batch)
             for slot in [s for s in active if s.done]:
                 active.remove(slot)
@@ -258,13 +370,22 @@ class LookaheadDecoder(RoundVerification):
                 slot.stats.generated_tokens = len(slot.gen)
                 text = self.target.decode(slot.gen, skip_special_tokens=True)
                 finish: Literal["eos", "length"] = "eos" if slot.gen and slot.gen[-1] in eos else "length"
-                results[slot.index] = Decoded(DecodeResult(token_ids=slot.gen, text=text, finish=finish, steps=slot.steps),
-                                       slot.stats)
+                results[slot.index] = Decoded(
+                    DecodeResult(token_ids=slot.gen, text=text, finish=finish, steps=slot.steps), slot.stats
+                )
                 if on_done:
                     on_done(slot.index, results[slot.index])
 
-    def _round(self, slots: list[PromptState], base_cfg: DecodeConfig, verifier: Verifier, eos: frozenset[int], on_round,
-               on_commit, batch: BatchStats) -> None:
+    def _round(
+        self,
+        slots: list[PromptState],
+        base_cfg: DecodeConfig,
+        verifier: Verifier,
+        eos: frozenset[int],
+        on_round,
+        on_commit,
+        batch: BatchStats,
+    ) -> None:
         """One LR round for every slot: batched drafts per position, one target call, one
         verifier call, then each slot commits its accepted prefix and the target's step."""
         for s in slots:  # 0. this round's depths (γ1 = 0: no drafts, the target runs to the horizon)
@@ -275,8 +396,9 @@ class LookaheadDecoder(RoundVerification):
         if scored:  # 2'. one prefill scores every chain; judge one-sided; the target's own step
             # (a verifier that reads no target score of a draft step, e.g. a draft-only router,
             # needs no prefill: the target's own step then prefills the accepted steps itself)
-            self._reuse_prefill(scored if wants_target_scores(verifier) else
-                                [s for s in scored if s.round.cfg.reuse_drafts], batch)
+            self._reuse_prefill(
+                scored if wants_target_scores(verifier) else [s for s in scored if s.round.cfg.reuse_drafts], batch
+            )
             score_round.judge_and_continue(self, scored, verifier, eos, batch)
         generated = [s for s in slots if not s.round.cfg.score_rounds]
         if generated:
@@ -295,11 +417,14 @@ class LookaheadDecoder(RoundVerification):
         budget = base_cfg.max_new_tokens - len(s.gen)
         cfg, horizon = base_cfg, None
         if s.controller is not None:
-            g1, g2 = checked_choice(s.controller, s.controller.choose(
-                s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen), budget_left=budget)))
+            g1, g2 = checked_choice(
+                s.controller,
+                s.controller.choose(
+                    s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen), budget_left=budget)
+                ),
+            )
             if not s.controller.bounds.allows(g1, g2):
-                raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds "
-                                  f"{s.controller.bounds}")
+                raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds {s.controller.bounds}")
             kind = s.controller.round_kind() if g1 > 0 and callable(getattr(s.controller, "round_kind", None)) else None
             schedule = base_cfg.schedule
             if kind is not None:  # lr: the target generates its own steps; score: a prefill judges them
@@ -312,8 +437,9 @@ class LookaheadDecoder(RoundVerification):
                 horizon = budget if h is None else max(1, min(h, budget))
         s.round = RoundState.start(cfg, budget, s.prompt + s.gen, horizon)
 
-    def _target_call(self, slots: list[PromptState], eos: frozenset[int], verifier: Verifier,
-                     batch: BatchStats) -> dict[int, PromptState]:
+    def _target_call(
+        self, slots: list[PromptState], eos: frozenset[int], verifier: Verifier, batch: BatchStats
+    ) -> dict[int, PromptState]:
         """Every slot's target rows in one call; returns the slots judged during it (early abort).
         With draft-prefix reuse, one prefill call first finds the target's own draft tokens
         (:meth:`_reuse_prefill`) and the rows start after them."""
@@ -326,7 +452,9 @@ class LookaheadDecoder(RoundVerification):
         early = {id(s): s for s in slots if s.round.cfg.early_abort and s.round.chains[0]}
         for s in slots:
             last = self._prejudge(s, verifier, batch) if id(s) in early and s.round.matched else None
-            srows, where, froms, reused = _target_rows(s.round.base, s.round.chains, s.round.budget, eos, s.round.matched or None, last)
+            srows, where, froms, reused = _target_rows(
+                s.round.base, s.round.chains, s.round.budget, eos, s.round.matched or None, last
+            )
             owner.append(list(range(len(rows), len(rows) + len(srows))))
             p = step_params(s.round.cfg, s.round.budget, s.rnd, 0, len(srows), draft=False)
             if s.round.horizon is not None:  # γ1 = 0: one uninterrupted SD run, not one call per step
@@ -362,35 +490,58 @@ class LookaheadDecoder(RoundVerification):
                 s.stats.observe_target_call(share, s.round.round_sd)
             s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
             s.stats.aborted_target_rows += sum(tb.outputs[r].finish == "aborted" for r in mine)
-            s.round.targets = [[joined(mine[where[w, k]], tb.outputs[mine[where[w, k]]]) if (w, k) in where
-                          else whole_draft(c[k]) if (s.round.matched and k < len(c) and s.round.matched[k] == len(c[k].token_ids))
-                          else None for k in range(len(c) + 1)]
-                         for w, c in enumerate(s.round.chains)]
+            s.round.targets = [
+                [
+                    joined(mine[where[w, k]], tb.outputs[mine[where[w, k]]])
+                    if (w, k) in where
+                    else whole_draft(c[k])
+                    if (s.round.matched and k < len(c) and s.round.matched[k] == len(c[k].token_ids))
+                    else None
+                    for k in range(len(c) + 1)
+                ]
+                for w, c in enumerate(s.round.chains)
+            ]
             if s.round.chains and s.round.chains[0]:
-                s.stats.target_tokens_at_drafts += sum(len(t.token_ids) for t in s.round.targets[0][:len(s.round.chains[0])]
-                                                       if t is not None)
+                s.stats.target_tokens_at_drafts += sum(
+                    len(t.token_ids) for t in s.round.targets[0][: len(s.round.chains[0])] if t is not None
+                )
             if s.round.matched:
                 s.stats.reused_target_tokens += sum(
-                    min(m, len(t.token_ids)) for m, t in zip(s.round.matched, s.round.targets[0]) if t is not None)
+                    min(m, len(t.token_ids)) for m, t in zip(s.round.matched, s.round.targets[0]) if t is not None
+                )
         return early
 
     def _reuse_prefill(self, slots: list[PromptState], batch: BatchStats) -> None:
         """Draft-prefix reuse (:mod:`lrtune.reuse`): one target row per slot prefills its
         chain ``P ŝ1..ŝd`` and scores every draft token; sets each slot's ``matched[k]``
         (leading tokens of ŝk that are the target's argmax), ``chain_scores`` and ``prefill_s``."""
-        todo = [s for s in slots if (s.round.cfg.reuse_drafts or s.round.cfg.score_rounds) and s.round.chains
-                and s.round.chains[0]]
+        todo = [
+            s
+            for s in slots
+            if (s.round.cfg.reuse_drafts or s.round.cfg.score_rounds) and s.round.chains and s.round.chains[0]
+        ]
         if not todo:
             return
-        params = [replace(step_params(s.round.cfg, s.round.budget, s.rnd, 0, 1, draft=False), max_tokens=1,
-                          stop_at_delimiter=False, score_from=len(s.round.base)) for s in todo]
+        params = [
+            replace(
+                step_params(s.round.cfg, s.round.budget, s.rnd, 0, 1, draft=False),
+                max_tokens=1,
+                stop_at_delimiter=False,
+                score_from=len(s.round.base),
+            )
+            for s in todo
+        ]
         tb = self.target.generate([s.round.base + _concat(s.round.chains[0]) for s in todo], params)
         batch.observe_call("target", len(todo))
         row_sd = _row_counters(tb)
         for i, (s, share) in enumerate(zip(todo, _time_shares(tb, [[i] for i in range(len(todo))]))):
-            s.round.chain_scores = split_scores(tb.outputs[i].prompt_scores or [], [len(c.token_ids) for c in s.round.chains[0]])
-            s.round.matched = [_reusable(matched_tokens(x), c, self.target.eos_ids)
-                         for x, c in zip(s.round.chain_scores, s.round.chains[0])]
+            s.round.chain_scores = split_scores(
+                tb.outputs[i].prompt_scores or [], [len(c.token_ids) for c in s.round.chains[0]]
+            )
+            s.round.matched = [
+                _reusable(matched_tokens(x), c, self.target.eos_ids)
+                for x, c in zip(s.round.chain_scores, s.round.chains[0])
+            ]
             s.round.prefill_s = share
             s.stats.prefill_s += share
             s.stats.observe_target_call(share, row_sd[i] if row_sd is not None else None)
@@ -399,8 +550,14 @@ class LookaheadDecoder(RoundVerification):
         """Keep the branch with the longest accepted prefix (ties: the higher score sum over
         it, then the lower index); commit it and the target's next step."""
         cfg = s.round.cfg
-        best = max(range(len(s.round.chains)),
-                   key=lambda w: (leading_accepts(s.round.verdicts[w]), sum(s.round.scores[w][:leading_accepts(s.round.verdicts[w])]), -w))
+        best = max(
+            range(len(s.round.chains)),
+            key=lambda w: (
+                leading_accepts(s.round.verdicts[w]),
+                sum(s.round.scores[w][: leading_accepts(s.round.verdicts[w])]),
+                -w,
+            ),
+        )
         j = leading_accepts(s.round.verdicts[best])
         drafts = s.round.chains[best]
         commit: list[tuple[str, list[int]]] = [("draft", list(d.token_ids)) for d in drafts[:j]]
@@ -408,23 +565,46 @@ class LookaheadDecoder(RoundVerification):
         if nxt is not None:
             pieces = [list(nxt.token_ids)]
             if s.round.horizon is not None:  # a γ1 = 0 run: commit (and stream) it step by step
-                pieces = split_steps(nxt.token_ids, self.target.decode, delimiter=cfg.delimiter, eos_ids=eos,
-                                     max_step_tokens=cfg.max_step_tokens) or pieces
+                pieces = (
+                    split_steps(
+                        nxt.token_ids,
+                        self.target.decode,
+                        delimiter=cfg.delimiter,
+                        eos_ids=eos,
+                        max_step_tokens=cfg.max_step_tokens,
+                    )
+                    or pieces
+                )
             commit += [("target", ids) for ids in pieces]
         s.stats.observe_round(s.round.verdicts[best], committed_target_steps=len(commit) - j)
         kind = "sd" if cfg.gamma1 == 0 or not any(s.round.chains) else "score" if cfg.score_rounds else "lr"
         s.stats.observe_round_kind(kind, sum(s.round.draft_secs) + s.round.target_s + s.round.verify_s)
         if on_round:
-            on_round(s.index, RoundRecord(
-                index=s.rnd, prefix_len=len(s.round.base), drafts=drafts,
-                targets=[t for t in s.round.targets[best] if t is not None], scores=s.round.scores[best],
-                accepted=s.round.verdicts[best], committed_drafts=j, draft_seconds=s.round.draft_secs, target_seconds=s.round.target_s,
-                verify_seconds=s.round.verify_s, branch=best, branches=s.round.chains,
-                branch_targets=[[t for t in ts if t is not None] for ts in s.round.targets], branch_scores=s.round.scores,
-                branch_accepted=s.round.verdicts, pairs=s.round.pairs, unasked=frozenset(s.round.unasked)))
+            on_round(
+                s.index,
+                RoundRecord(
+                    index=s.rnd,
+                    prefix_len=len(s.round.base),
+                    drafts=drafts,
+                    targets=[t for t in s.round.targets[best] if t is not None],
+                    scores=s.round.scores[best],
+                    accepted=s.round.verdicts[best],
+                    committed_drafts=j,
+                    draft_seconds=s.round.draft_secs,
+                    target_seconds=s.round.target_s,
+                    verify_seconds=s.round.verify_s,
+                    branch=best,
+                    branches=s.round.chains,
+                    branch_targets=[[t for t in ts if t is not None] for ts in s.round.targets],
+                    branch_scores=s.round.scores,
+                    branch_accepted=s.round.verdicts,
+                    pairs=s.round.pairs,
+                    unasked=frozenset(s.round.unasked),
+                ),
+            )
         progressed = False
         for source, ids in commit:
-            ids = ids[:cfg.max_new_tokens - len(s.gen)]
+            ids = ids[: cfg.max_new_tokens - len(s.gen)]
             if not ids:
                 break
             progressed = True
@@ -436,11 +616,20 @@ class LookaheadDecoder(RoundVerification):
                 s.done = True
                 break
         if s.controller is not None:
-            s.controller.update(RoundOutcome(
-                gamma1=cfg.gamma1, gamma2=cfg.gamma2 if cfg.uses_sd else 0, verdicts=tuple(s.round.verdicts[best]),
-                accepted_steps=j, committed_tokens=sum(len(ids) for _, ids in commit),
-                sd=s.round.round_sd or SDCounters(), draft_s=sum(s.round.draft_secs), target_s=s.round.target_s, verify_s=s.round.verify_s,
-                extra={"kind": kind}))
+            s.controller.update(
+                RoundOutcome(
+                    gamma1=cfg.gamma1,
+                    gamma2=cfg.gamma2 if cfg.uses_sd else 0,
+                    verdicts=tuple(s.round.verdicts[best]),
+                    accepted_steps=j,
+                    committed_tokens=sum(len(ids) for _, ids in commit),
+                    sd=s.round.round_sd or SDCounters(),
+                    draft_s=sum(s.round.draft_secs),
+                    target_s=s.round.target_s,
+                    verify_s=s.round.verify_s,
+                    extra={"kind": kind},
+                )
+            )
         if not progressed or len(s.gen) >= cfg.max_new_tokens:  # context full: stop, never spin
             s.done = True
         s.rnd += 1
@@ -466,8 +655,14 @@ class LookaheadDecoder(RoundVerification):
                 temp = _branch_temperature(w, s.round.cfg)
                 seeds = None
                 if temp > 0:
-                    seeds = (mix_seed(s.round.cfg.seed, s.rnd, j, DRAFT) if w == 0 else mix_seed(s.round.cfg.seed, s.rnd, j, DRAFT, w),)
-                q = replace(step_params(s.round.cfg, s.round.budget, s.rnd, j, 1, draft=True), temperature=temp, seeds=seeds)
+                    seeds = (
+                        mix_seed(s.round.cfg.seed, s.rnd, j, DRAFT)
+                        if w == 0
+                        else mix_seed(s.round.cfg.seed, s.rnd, j, DRAFT, w),
+                    )
+                q = replace(
+                    step_params(s.round.cfg, s.round.budget, s.rnd, j, 1, draft=True), temperature=temp, seeds=seeds
+                )
                 if s.round.cfg.score_drafts or wants_draft_scores(verifier):
                     q = replace(q, top_logprobs=DRAFT_TOP_K)
                 if s.round.cfg.draft_stop is not None:

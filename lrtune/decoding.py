@@ -16,6 +16,7 @@ from lrtune.roundstate import Failed
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.verifiers import Verifier
 
+
 @dataclass
 class DecodeOutput:
     """One prompt's result: text (special tokens removed), generated ids, stats; or, when the
@@ -59,11 +60,23 @@ class Decoder:
         self.close()
 
     @classmethod
-    def from_pretrained(cls, target: str = "default", draft: str = "default", *, method: str = "lr+sd",
-                        verifier: str | Verifier = "embedding", backend: str = "vllm", gamma1: int = 3,
-                        gamma2: int = 4, max_step_tokens: int = 128, seed: int = 0,
-                        verifier_threshold: float | None = None, controller=None, progress: bool = True,
-                        **model_kwargs) -> Decoder:
+    def from_pretrained(
+        cls,
+        target: str = "default",
+        draft: str = "default",
+        *,
+        method: str = "lr+sd",
+        verifier: str | Verifier = "embedding",
+        backend: str = "vllm",
+        gamma1: int = 3,
+        gamma2: int = 4,
+        max_step_tokens: int = 128,
+        seed: int = 0,
+        verifier_threshold: float | None = None,
+        controller=None,
+        progress: bool = True,
+        **model_kwargs,
+    ) -> Decoder:
         """Resolve and load target/draft, build the verifier (a kind or a distilled
         checkpoint directory) and the controller (a policy name, a learned controller
         directory, or an object with ``choose``/``update``), return a ready decoder.
@@ -73,43 +86,84 @@ class Decoder:
         """
         unknown = sorted(set(model_kwargs) - set(ModelConfig.option_names()))
         if unknown:
-            raise ConfigTypeError(f"Decoder.from_pretrained() has no option {', '.join(map(repr, unknown))} (model "
-                                  f"options are ModelConfig's: {', '.join(ModelConfig.option_names())})")
-        models = ModelConfig(target=target, draft=draft, backend=backend,
-                             verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
-                             verifier_threshold=verifier_threshold,
-                             controller=controller if isinstance(controller, str) else None, **model_kwargs)
-        cfg = DecodeConfig(method=method, gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens,
-                           seed=seed).validate()
+            raise ConfigTypeError(
+                f"Decoder.from_pretrained() has no option {', '.join(map(repr, unknown))} (model "
+                f"options are ModelConfig's: {', '.join(ModelConfig.option_names())})"
+            )
+        models = ModelConfig(
+            target=target,
+            draft=draft,
+            backend=backend,
+            verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
+            verifier_threshold=verifier_threshold,
+            controller=controller if isinstance(controller, str) else None,
+            **model_kwargs,
+        )
+        cfg = DecodeConfig(
+            method=method, gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens, seed=seed
+        ).validate()
         return cls.from_configs(models, cfg, verifier=verifier, controller=controller, progress=progress)
 
     @classmethod
-    def from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier: str | Verifier | None = None,
-                     controller=None, progress: bool = True, load_all_methods: bool = False,
-                     gamma2s: Iterable[int] = ()) -> Decoder:
+    def from_configs(
+        cls,
+        models: ModelConfig,
+        cfg: DecodeConfig,
+        *,
+        verifier: str | Verifier | None = None,
+        controller=None,
+        progress: bool = True,
+        load_all_methods: bool = False,
+        gamma2s: Iterable[int] = (),
+    ) -> Decoder:
         """Build from configs. ``load_all_methods`` loads the draft even for ``target``;
         ``gamma2s`` are the other γ2 values the run will ask for (its memory plan counts their
         engines). A controller named by a policy or a directory is built with the run's pricing
         plan (:mod:`lrtune.pricing`); a controller object handed in is used as it is."""
         spec = controller if controller is not None else models.control.controller
-        return cls._from_configs(models, cfg, verifier=verifier, progress=progress, load_all_methods=load_all_methods,
-                                 gamma2s=tuple(gamma2s), controller=build_controller(spec, cfg),
-                                 price_controller=isinstance(spec, str))
+        return cls._from_configs(
+            models,
+            cfg,
+            verifier=verifier,
+            progress=progress,
+            load_all_methods=load_all_methods,
+            gamma2s=tuple(gamma2s),
+            controller=build_controller(spec, cfg),
+            price_controller=isinstance(spec, str),
+        )
 
     @classmethod
-    def _from_configs(cls, models: ModelConfig, cfg: DecodeConfig, *, verifier, progress: bool,
-                      load_all_methods: bool, controller, gamma2s: tuple[int, ...] = (),
-                      price_controller: bool = True) -> Decoder:
+    def _from_configs(
+        cls,
+        models: ModelConfig,
+        cfg: DecodeConfig,
+        *,
+        verifier,
+        progress: bool,
+        load_all_methods: bool,
+        controller,
+        gamma2s: tuple[int, ...] = (),
+        price_controller: bool = True,
+    ) -> Decoder:
         verifier = verifier_of(models, verifier)  # parsed once for every part built below
-        paths = check_configs(models, cfg, verifier=verifier, load_all_methods=load_all_methods, progress=progress,
-                              gamma2s=gamma2s,
-                              controller_gamma2_max=controller.bounds.gamma2_max if controller is not None else 0)
+        paths = check_configs(
+            models,
+            cfg,
+            verifier=verifier,
+            load_all_methods=load_all_methods,
+            progress=progress,
+            gamma2s=gamma2s,
+            controller_gamma2_max=controller.bounds.gamma2_max if controller is not None else 0,
+        )
         target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
         from lrtune import pricing
 
         def priced(ver, drafts: int = 0):  # the pricing plan, decided once: engine drafts, verifier's needs
-            return pricing.priced(controller, pricing.plan(engine_drafts=drafts, verifier=ver)) if price_controller \
+            return (
+                pricing.priced(controller, pricing.plan(engine_drafts=drafts, verifier=ver))
+                if price_controller
                 else controller
+            )
 
         if models.backend == "transformers":
             return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir, priced)
@@ -118,45 +172,90 @@ class Decoder:
 
         plan = paths.memory
         eng = models.engine
-        common = dict(dtype=models.dtype, max_model_len=eng.max_model_len, seed=cfg.seed, kv_cache_gib=eng.kv_cache_gib,
-                      max_num_batched_tokens=eng.max_num_batched_tokens, enforce_eager=eng.enforce_eager)
+        common = dict(
+            dtype=models.dtype,
+            max_model_len=eng.max_model_len,
+            seed=cfg.seed,
+            kv_cache_gib=eng.kv_cache_gib,
+            max_num_batched_tokens=eng.max_num_batched_tokens,
+            enforce_eager=eng.enforce_eager,
+        )
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
         # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
         shared = paths.shared_spec_tokens
         if shared > cfg.gamma2 and cfg.uses_sd:
             from lrtune.runfiles import log
 
-            log(f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
+            log(
+                f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
                 f"γ2 = {cfg.gamma2} verify only their first {cfg.gamma2} but pay for all {shared} drafts "
-                "(train the controller with --gamma2-max to match)")
-        target = VLLMBackend(target_path, VLLMConfig(tensor_parallel_size=eng.tensor_parallel_size,
-                                                     spec_method=models.sd_method, spec_model=draft_path,
-                                                     shared_spec_tokens=shared,
-                                                     heterogeneous_vocab=paths.heterogeneous_vocab,
-                                                     gpu_memory_utilization=engine_share(plan, "target"),
-                                                     max_engines=len(paths.target_engines) if plan else None,
-                                                     **common),
-                             name="target")
-        draft_backend = (VLLMBackend(draft_path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "draft"), **common),
-                                     name="draft") if draft_path else None)
-        ver = _build_verifier(models.verification, models.device, cfg, verifier, target, judge_dir,
-                              lambda path: VLLMBackend(path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"),
-                                                                        **common), name="judge"))
+                "(train the controller with --gamma2-max to match)"
+            )
+        target = VLLMBackend(
+            target_path,
+            VLLMConfig(
+                tensor_parallel_size=eng.tensor_parallel_size,
+                spec_method=models.sd_method,
+                spec_model=draft_path,
+                shared_spec_tokens=shared,
+                heterogeneous_vocab=paths.heterogeneous_vocab,
+                gpu_memory_utilization=engine_share(plan, "target"),
+                max_engines=len(paths.target_engines) if plan else None,
+                **common,
+            ),
+            name="target",
+        )
+        draft_backend = (
+            VLLMBackend(
+                draft_path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "draft"), **common), name="draft"
+            )
+            if draft_path
+            else None
+        )
+        ver = _build_verifier(
+            models.verification,
+            models.device,
+            cfg,
+            verifier,
+            target,
+            judge_dir,
+            lambda path: VLLMBackend(
+                path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"), **common), name="judge"
+            ),
+        )
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)
 
     @classmethod
-    def _from_configs_hf(cls, models: ModelConfig, cfg: DecodeConfig, target_path: str, draft_path: str | None,
-                         verifier, judge_dir: str | None, controller_for) -> Decoder:
+    def _from_configs_hf(
+        cls,
+        models: ModelConfig,
+        cfg: DecodeConfig,
+        target_path: str,
+        draft_path: str | None,
+        verifier,
+        judge_dir: str | None,
+        controller_for,
+    ) -> Decoder:
         """The transformers backend: one draft model serves LR drafting and SD; the controller
         is ``controller_for(verifier)``."""
         from lrtune.backends.hf import HFBackend, HFConfig
 
         if models.sd_method != "draft":
-            raise ConfigError("the transformers backend does token-level SD with the draft model only (--sd-method draft)")
+            raise ConfigError(
+                "the transformers backend does token-level SD with the draft model only (--sd-method draft)"
+            )
         hcfg = HFConfig(device=models.device, dtype=models.dtype, seed=cfg.seed)
         draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
         target = HFBackend(target_path, hcfg, name="target", spec=draft)
-        ver = _build_verifier(models.verification, models.device, cfg, verifier, target, judge_dir, lambda path: HFBackend(path, hcfg, name="judge"))
+        ver = _build_verifier(
+            models.verification,
+            models.device,
+            cfg,
+            verifier,
+            target,
+            judge_dir,
+            lambda path: HFBackend(path, hcfg, name="judge"),
+        )
         return cls(LookaheadDecoder(target, draft, ver, cfg, controller=controller_for(ver)), models)
 
     @property
@@ -181,17 +280,26 @@ class Decoder:
         if not isinstance(prompt, str):
             ids = list(prompt)
             vocab = getattr(self.decoder.target, "vocab_size", None)
-            if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids) or (
-                    vocab is not None and max(ids) >= vocab):
+            if (
+                not ids
+                or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+                or (vocab is not None and max(ids) >= vocab)
+            ):
                 raise ConfigError("a token-id prompt must be a non-empty list of ids the target's vocabulary holds")
             return ids
         if not prompt or not prompt.strip():
             raise ConfigError("empty prompt")
         return self.decoder.target.encode_prompt(prompt, chat=chat)
 
-    def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]], *, chat: bool = True,
-                 on_step: Callable[[int, str, str], None] | None = None, max_concurrent: int = 1,
-                 **overrides) -> Outputs:
+    def generate(
+        self,
+        prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
+        *,
+        chat: bool = True,
+        on_step: Callable[[int, str, str], None] | None = None,
+        max_concurrent: int = 1,
+        **overrides,
+    ) -> Outputs:
         """Decode prompts, ``max_concurrent`` at a time (batched: one engine call per round for
         all of them; greedy outputs equal decoding each alone). A prompt is a text or a list of
         token ids (one prompt of ids: ``generate([ids])``). ``overrides`` are
@@ -221,25 +329,49 @@ class Decoder:
         self.start_engines(cfg)
         cb = None
         if on_step is not None:
+
             def cb(i: int, source: str, step_ids: list[int]) -> None:
                 on_step(i, source, self.decoder.target.decode(step_ids, skip_special_tokens=True))
-        problems = [ProblemInfo(id=f"prompt-{i}-{stable_digest(p)}", prompt_tokens=len(ids),
-                                text=p if isinstance(p, str) else self.decoder.target.decode(ids, skip_special_tokens=True))
-                    for i, (p, ids) in enumerate(zip(prompts, encoded))]
+
+        problems = [
+            ProblemInfo(
+                id=f"prompt-{i}-{stable_digest(p)}",
+                prompt_tokens=len(ids),
+                text=p if isinstance(p, str) else self.decoder.target.decode(ids, skip_special_tokens=True),
+            )
+            for i, (p, ids) in enumerate(zip(prompts, encoded))
+        ]
         results, batch = self.decoder.decode_many(
-            encoded, cfg, max_concurrent=max_concurrent, max_len=self.models.engine.max_model_len, problems=problems,
-            on_commit=cb)
+            encoded,
+            cfg,
+            max_concurrent=max_concurrent,
+            max_len=self.models.engine.max_model_len,
+            problems=problems,
+            on_commit=cb,
+        )
         if all(isinstance(r, Failed) for r in results):
             raise results[0].error
         outs = []
         for prompt, ids, res in zip(prompts, encoded, results):
             if isinstance(res, Failed):
-                outs.append(DecodeOutput(prompt=prompt, text="", token_ids=[], finish="error",
-                                         stats=DecodeStats(prompt_tokens=len(ids)), steps=[], error=res.message))
+                outs.append(
+                    DecodeOutput(
+                        prompt=prompt,
+                        text="",
+                        token_ids=[],
+                        finish="error",
+                        stats=DecodeStats(prompt_tokens=len(ids)),
+                        steps=[],
+                        error=res.message,
+                    )
+                )
             else:
                 r, stats = res
-                outs.append(DecodeOutput(prompt=prompt, text=r.text, token_ids=r.token_ids, finish=r.finish,
-                                         stats=stats, steps=r.steps))
+                outs.append(
+                    DecodeOutput(
+                        prompt=prompt, text=r.text, token_ids=r.token_ids, finish=r.finish, stats=stats, steps=r.steps
+                    )
+                )
         self.last_batch = batch
         return Outputs(outs, batch)
 

@@ -255,16 +255,19 @@ def _assemble(model: DefaultModel, parts: list[Path], dest: Path, progress: bool
     from tqdm.auto import tqdm
 
     h = hashlib.sha256()
-    with open(dest, "wb") as out, tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=f"assembling {model.name}",
-        disable=not progress,
-        file=sys.stderr,
-        leave=True,
-    ) as bar:
+    with (
+        open(dest, "wb") as out,
+        tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=f"assembling {model.name}",
+            disable=not progress,
+            file=sys.stderr,
+            leave=True,
+        ) as bar,
+    ):
         for part in parts:
             with open(part, "rb") as fh:
                 while chunk := fh.read(_CHUNK):

@@ -58,19 +58,43 @@ from lrtune.schema import STRICT, Checked, Share, Text
 class DoctorOptions(Checked):
     __pydantic_config__ = STRICT
 
-    models: Literal["tiny", "random", "default"] = field(default="tiny", metadata={"help": "tiny (trained on the spot, ~20 s on a CPU) | random (random weights shaped like the default pair; a GPU with no network) | default (the offline default pair)"})
-    target: Text | None = field(default=None, metadata={"help": "a target model directory (with --draft; overrides --models)"})
+    models: Literal["tiny", "random", "default"] = field(
+        default="tiny",
+        metadata={
+            "help": "tiny (trained on the spot, ~20 s on a CPU) | random (random weights shaped like the default pair; "
+            "a GPU with no network) | default (the offline default pair)"
+        },
+    )
+    target: Text | None = field(
+        default=None, metadata={"help": "a target model directory (with --draft; overrides --models)"}
+    )
     draft: Text | None = field(default=None, metadata={"help": "the draft model directory for --target"})
-    backend: Literal["auto", "vllm", "transformers"] = field(default="auto", metadata={"help": "auto (vllm where installed, else transformers) | vllm | transformers"})
-    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata={"help": "model dtype (auto: as lrtune would choose)"})
-    gamma2: Annotated[int, Interval(ge=1, le=8)] = field(default=3, metadata={"help": "draft tokens per SD pass of the shared SD engine"})
-    max_new_tokens: Annotated[int, Interval(ge=4, le=4096)] = field(default=48, metadata={"help": "tokens per greedy-equality decode"})
+    backend: Literal["auto", "vllm", "transformers"] = field(
+        default="auto", metadata={"help": "auto (vllm where installed, else transformers) | vllm | transformers"}
+    )
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(
+        default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"}
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
+        default="auto", metadata={"help": "model dtype (auto: as lrtune would choose)"}
+    )
+    gamma2: Annotated[int, Interval(ge=1, le=8)] = field(
+        default=3, metadata={"help": "draft tokens per SD pass of the shared SD engine"}
+    )
+    max_new_tokens: Annotated[int, Interval(ge=4, le=4096)] = field(
+        default=48, metadata={"help": "tokens per greedy-equality decode"}
+    )
     timing: bool = field(default=False, metadata={"help": "also measure ms/token, c1, c2 and b(n)"})
-    timing_tokens: Annotated[int, Interval(ge=4, le=4096)] = field(default=32, metadata={"help": "tokens per timed generation"})
+    timing_tokens: Annotated[int, Interval(ge=4, le=4096)] = field(
+        default=32, metadata={"help": "tokens per timed generation"}
+    )
     json: Text | None = field(default=None, metadata={"help": "write every check as JSON to this file (- = stdout)"})
-    kv_cache_gib: Annotated[float, Interval(gt=0, le=1024)] = field(default=0.5, metadata={"help": "KV cache per engine on CPU, GiB"})
-    gpu_memory_utilization: Share = field(default=0.5, metadata={"help": "share of the GPU the doctor's engines use together"})
+    kv_cache_gib: Annotated[float, Interval(gt=0, le=1024)] = field(
+        default=0.5, metadata={"help": "KV cache per engine on CPU, GiB"}
+    )
+    gpu_memory_utilization: Share = field(
+        default=0.5, metadata={"help": "share of the GPU the doctor's engines use together"}
+    )
     cache_dir: Text | None = field(default=None, metadata={"help": "model cache root (default ~/.cache/lrtune)"})
 
     def validate(self) -> DoctorOptions:
@@ -143,9 +167,11 @@ def run(opts: DoctorOptions, echo: Callable[[Check], None] = lambda c: None) -> 
         r.check("plugin", dc.plugin)
     ready = r.check("models", lambda: dc.models(r)) and r.check("memory", lambda: dc.memory(r))
     ready = ready and r.check("engines", lambda: dc.engines(r)) and r.check("dtype", lambda: dc.dtype(r))
-    steps = [("per-request speculation", dc.per_request_speculation), ("greedy equality", dc.greedy_equality),
-             ("prompt scores", dc.prompt_scores)] + (
-                 [("timing", dc.timing), ("draft int8", dc.draft_int8)] if opts.timing else [])
+    steps = [
+        ("per-request speculation", dc.per_request_speculation),
+        ("greedy equality", dc.greedy_equality),
+        ("prompt scores", dc.prompt_scores),
+    ] + ([("timing", dc.timing), ("draft int8", dc.draft_int8)] if opts.timing else [])
     for name, fn in steps:
         if ready:
             r.check(name, lambda fn=fn: fn(r))
@@ -153,8 +179,13 @@ def run(opts: DoctorOptions, echo: Callable[[Check], None] = lambda c: None) -> 
             r.check(name, lambda: ("skip", "needs the engines", {}))
     from lrtune.machine import machine_info
 
-    return {"ok": all(c.status != "fail" for c in r.checks), "options": asdict(opts), "machine": machine_info(),
-            "checks": [asdict(c) for c in r.checks], "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    return {
+        "ok": all(c.status != "fail" for c in r.checks),
+        "options": asdict(opts),
+        "machine": machine_info(),
+        "checks": [asdict(c) for c in r.checks],
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
 
 
 def print_check(c: Check) -> None:

@@ -13,8 +13,10 @@ from lrtune.errors import ConfigError
 # differ by kernel order only; bf16/fp16 engines by their rounding
 SCORE_TOL = {"exact": 2e-3, "half": 0.25}
 # prompts for a real pair (the tiny and random pairs take their own corpus's questions)
-QUESTIONS = ("A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a 50 dollar bill. How much change "
-             "does he get?", "Anna reads 12 pages a day. How many days does she need for a 150-page book?")
+QUESTIONS = (
+    "A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a 50 dollar bill. How much change does he get?",
+    "Anna reads 12 pages a day. How many days does she need for a 150-page book?",
+)
 
 
 def versions():
@@ -33,13 +35,23 @@ def device():
     from lrtune.machine import cpu_flags, cpu_model, gpus, int8_dot, native_bf16
 
     flags = cpu_flags()
-    data = {"cpu": cpu_model(), "cpus": os.cpu_count(), "cpu_flags": flags, "native_bf16": native_bf16(flags),
-            "int8_dot": int8_dot(flags), "gpus": gpus()}
-    detail = (f"CPU {data['cpu']}, {data['cpus']} cores, flags {' '.join(flags) or 'none of note'}; native bf16 "
-              f"{'yes' if data['native_bf16'] else 'no'}, int8 dot products {'yes' if data['int8_dot'] else 'no'}")
+    data = {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "cpu_flags": flags,
+        "native_bf16": native_bf16(flags),
+        "int8_dot": int8_dot(flags),
+        "gpus": gpus(),
+    }
+    detail = (
+        f"CPU {data['cpu']}, {data['cpus']} cores, flags {' '.join(flags) or 'none of note'}; native bf16 "
+        f"{'yes' if data['native_bf16'] else 'no'}, int8 dot products {'yes' if data['int8_dot'] else 'no'}"
+    )
     for g in data["gpus"]:
-        detail += (f"; GPU {g['index']} {g['name']} (capability {g['capability']}, {g['memory_gib']} GiB, "
-                   f"bf16 {'yes' if g['bf16'] else 'no'})")
+        detail += (
+            f"; GPU {g['index']} {g['name']} (capability {g['capability']}, {g['memory_gib']} GiB, "
+            f"bf16 {'yes' if g['bf16'] else 'no'})"
+        )
     return "ok", detail, data
 
 
@@ -59,8 +71,11 @@ def choose_backend(r):
     if r.opts.backend == "vllm" and not supported:
         raise ConfigError(f"--backend vllm needs vLLM {SUPPORTED_VLLM}; installed: {installed or 'none'}")
     r.backend = r.opts.backend if r.opts.backend != "auto" else ("vllm" if supported else "transformers")
-    why = "" if r.opts.backend != "auto" else (f" (vLLM {installed})" if supported else
-                                                f" (no supported vLLM: {installed or 'not installed'})")
+    why = (
+        ""
+        if r.opts.backend != "auto"
+        else (f" (vLLM {installed})" if supported else f" (no supported vLLM: {installed or 'not installed'})")
+    )
     status = "warn" if installed and not supported else "ok"
     return status, f"{r.backend}{why}", {"backend": r.backend, "vllm": installed}
 
@@ -72,8 +87,14 @@ def plugin():
 
     found = [e for e in entry_points(group="vllm.general_plugins") if e.name == PLUGIN_NAME]
     if not found:
-        return "fail", (f"no vllm.general_plugins entry point {PLUGIN_NAME!r}: install lrtune as a package (pip "
-                        "install -e .) so processes vLLM spawns are patched"), {}
+        return (
+            "fail",
+            (
+                f"no vllm.general_plugins entry point {PLUGIN_NAME!r}: install lrtune as a package (pip "
+                "install -e .) so processes vLLM spawns are patched"
+            ),
+            {},
+        )
     ok = found[0].load() is register_plugin
     allowed = os.environ.get("VLLM_PLUGINS")
     data = {"entry_point": found[0].value, "VLLM_PLUGINS": allowed}
@@ -117,17 +138,25 @@ def models(r):
         r.draft_dir = resolve_model("default", "draft", cache_dir=o.cache_dir, progress=True)
         check_tokenizers_compatible(r.target_dir, r.draft_dir)
         kind = "the offline default pair"
-    sizes = {"target_gib": round(weight_bytes(r.target_dir) / 2**30, 3), "draft_gib": round(weight_bytes(r.draft_dir) / 2**30, 3)}
-    return "ok", f"{kind}: target {r.target_dir} ({sizes['target_gib']} GiB), draft ({sizes['draft_gib']} GiB)", {
-        "kind": kind, "target": r.target_dir, "draft": r.draft_dir, **sizes}
+    sizes = {
+        "target_gib": round(weight_bytes(r.target_dir) / 2**30, 3),
+        "draft_gib": round(weight_bytes(r.draft_dir) / 2**30, 3),
+    }
+    return (
+        "ok",
+        f"{kind}: target {r.target_dir} ({sizes['target_gib']} GiB), draft ({sizes['draft_gib']} GiB)",
+        {"kind": kind, "target": r.target_dir, "draft": r.draft_dir, **sizes},
+    )
 
 
 def dtype(r):
     """The dtype the started engines really compute in (vLLM's "auto" turns a float32
     checkpoint into bf16, for one), which sets how exact the later checks must be."""
     if r.backend == "vllm":
-        chosen = {role: str(b.engine(k).llm_engine.vllm_config.model_config.dtype).replace("torch.", "")
-                  for role, b, k in (("target", r.target, r.opts.gamma2), ("draft", r.draft, 0))}
+        chosen = {
+            role: str(b.engine(k).llm_engine.vllm_config.model_config.dtype).replace("torch.", "")
+            for role, b, k in (("target", r.target, r.opts.gamma2), ("draft", r.draft, 0))
+        }
     else:
         chosen = {role: str(b.lm.dtype).replace("torch.", "") for role, b in (("target", r.target), ("draft", r.draft))}
     r.exact = all(v == "float32" for v in chosen.values())
@@ -171,8 +200,12 @@ def memory(r):
     half = _saved_dtype(r.target_dir) in ("bfloat16", "float16")
     factor = 2 if half and (r.backend == "transformers" or not native_bf16(cpu_flags())) else 1
     need = sum(sizes.values()) / GiB * factor + kv
-    data = {"weights_gib": round(sum(sizes.values()) / GiB, 2), "kv_cache_gib_per_engine": r.opts.kv_cache_gib
-            if r.backend == "vllm" else None, "need_gib": round(need, 2), "available_gib": avail}
+    data = {
+        "weights_gib": round(sum(sizes.values()) / GiB, 2),
+        "kv_cache_gib_per_engine": r.opts.kv_cache_gib if r.backend == "vllm" else None,
+        "need_gib": round(need, 2),
+        "available_gib": avail,
+    }
     status = "warn" if avail is not None and need > avail else "ok"
     return status, f"CPU: about {need:.1f} GiB for weights and KV caches, {avail} GiB available", data
 
@@ -197,11 +230,20 @@ def engines(r):
 
         common = dict(dtype=o.dtype, max_model_len=1024, kv_cache_gib=o.kv_cache_gib, seed=0)
         padded = needs_heterogeneous_vocab(r.target_dir, r.draft_dir)
-        r.target = VLLMBackend(r.target_dir, VLLMConfig(spec_model=r.draft_dir, shared_spec_tokens=o.gamma2,
-                                                        heterogeneous_vocab=padded,
-                                                        gpu_memory_utilization=_share(r, "target"), **common),
-                               name="target")
-        r.draft = VLLMBackend(r.draft_dir, VLLMConfig(gpu_memory_utilization=_share(r, "draft"), **common), name="draft")
+        r.target = VLLMBackend(
+            r.target_dir,
+            VLLMConfig(
+                spec_model=r.draft_dir,
+                shared_spec_tokens=o.gamma2,
+                heterogeneous_vocab=padded,
+                gpu_memory_utilization=_share(r, "target"),
+                **common,
+            ),
+            name="target",
+        )
+        r.draft = VLLMBackend(
+            r.draft_dir, VLLMConfig(gpu_memory_utilization=_share(r, "draft"), **common), name="draft"
+        )
         r.target.start(o.gamma2)
         r.draft.start(0)
         data = {role: engine_facts(b, k) for role, b, k in (("target", r.target, o.gamma2), ("draft", r.draft, 0))}
@@ -229,12 +271,15 @@ def engine_facts(backend, k: int) -> dict:
     cfg = backend.engine(k).llm_engine.vllm_config
     probes = backend.probes[k]
     spec = cfg.speculative_config
-    return {"workers": probes, "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
-            "engine_process": "in-process" if probes and probes[0].get("pid") == os.getpid() else "own process",
-            "enforce_eager": bool(cfg.model_config.enforce_eager),
-            "cudagraph_mode": str(getattr(cfg.compilation_config, "cudagraph_mode", None)),
-            "speculative": spec is not None,
-            "heterogeneous_vocab": bool(getattr(spec, "use_heterogeneous_vocab", False))}
+    return {
+        "workers": probes,
+        "async_scheduling": bool(cfg.scheduler_config.async_scheduling),
+        "engine_process": "in-process" if probes and probes[0].get("pid") == os.getpid() else "own process",
+        "enforce_eager": bool(cfg.model_config.enforce_eager),
+        "cudagraph_mode": str(getattr(cfg.compilation_config, "cudagraph_mode", None)),
+        "speculative": spec is not None,
+        "heterogeneous_vocab": bool(getattr(spec, "use_heterogeneous_vocab", False)),
+    }
 
 
 def describe_engine(d: dict) -> str:
@@ -242,8 +287,10 @@ def describe_engine(d: dict) -> str:
     w = d["workers"][0]
     graphs = "eager" if d["enforce_eager"] else "CUDA graphs " + d["cudagraph_mode"].rsplit(".", 1)[-1]
     vocab = ", padded vocab mapped" if d["heterogeneous_vocab"] else ""
-    return (f"{w['runner'].rsplit('.', 1)[-1]}×{len(d['workers'])}, {d['engine_process']}, sync scheduling, "
-            f"patches by {w['patches']['applied_by']}, {graphs}{vocab}")
+    return (
+        f"{w['runner'].rsplit('.', 1)[-1]}×{len(d['workers'])}, {d['engine_process']}, sync scheduling, "
+        f"patches by {w['patches']['applied_by']}, {graphs}{vocab}"
+    )
 
 
 def _prompts(r, n: int) -> list[list[int]]:
@@ -275,8 +322,12 @@ def per_request_speculation(r):
             from lrtune.backends.base import SDCounters
 
             d = out.sd or SDCounters()
-        rows[gamma2] = {"tokens": len(out.outputs[0].token_ids), "passes": d.drafts, "drafted": d.drafted_tokens,
-                        "accepted": d.accepted_tokens}
+        rows[gamma2] = {
+            "tokens": len(out.outputs[0].token_ids),
+            "passes": d.drafts,
+            "drafted": d.drafted_tokens,
+            "accepted": d.accepted_tokens,
+        }
     problems = []
     if rows[0]["drafted"] or rows[0]["passes"]:
         problems.append(f"a γ2 = 0 request drafted {rows[0]['drafted']} tokens")
@@ -284,8 +335,10 @@ def per_request_speculation(r):
         problems.append(f"a γ2 = 1 request drafted {rows[1]['drafted']} tokens in {rows[1]['passes']} passes")
     if not rows[k]["passes"] or rows[k]["drafted"] > k * rows[k]["passes"]:
         problems.append(f"a γ2 = {k} request drafted {rows[k]['drafted']} tokens in {rows[k]['passes']} passes")
-    detail = (f"γ2 = 0: {rows[0]['drafted']} drafted; γ2 = 1: {rows[1]['drafted']} in {rows[1]['passes']} passes; "
-              f"γ2 = {k}: {rows[k]['drafted']} in {rows[k]['passes']} passes (engine counters)")
+    detail = (
+        f"γ2 = 0: {rows[0]['drafted']} drafted; γ2 = 1: {rows[1]['drafted']} in {rows[1]['passes']} passes; "
+        f"γ2 = {k}: {rows[k]['drafted']} in {rows[k]['passes']} passes (engine counters)"
+    )
     return ("fail", "; ".join(problems), rows) if problems else ("ok", detail, {str(g): v for g, v in rows.items()})
 
 
@@ -332,9 +385,16 @@ def prompt_scores(r):
     shifted = [abs(a[0] - b[0]) for a, b in zip(first[1:], ref[:-1]) if a is not None]
     agree = sum(a[1] == b[1] for a, b in scored) / max(1, len(scored))
     repeat = [abs(a[0] - b[0]) for a, b in zip(again, first) if a is not None and b is not None]
-    data = {"tokens": len(ref), "scored_fresh": len(scored), "scored_cached": len(repeat),
-            "max_abs_diff": max(diff, default=None), "mean_abs_diff_shifted_by_one": sum(shifted) / max(1, len(shifted)),
-            "argmax_agreement": agree, "max_abs_diff_cached_vs_fresh": max(repeat, default=None), "tolerance": tol}
+    data = {
+        "tokens": len(ref),
+        "scored_fresh": len(scored),
+        "scored_cached": len(repeat),
+        "max_abs_diff": max(diff, default=None),
+        "mean_abs_diff_shifted_by_one": sum(shifted) / max(1, len(shifted)),
+        "argmax_agreement": agree,
+        "max_abs_diff_cached_vs_fresh": max(repeat, default=None),
+        "tolerance": tol,
+    }
     problems = []
     if len(scored) < len(ref):
         problems.append(f"only {len(scored)} of {len(ref)} tokens scored from a fresh prefix")
@@ -344,9 +404,15 @@ def prompt_scores(r):
         problems.append(f"scores read beside the prefix cache differ by up to {max(repeat):.3g} nats")
     if problems:
         return "fail", "; ".join(problems), data
-    return "ok", (f"{len(scored)} tokens within {max(diff, default=0):.2g} nats of a plain forward (shifted by one: "
-                  f"{data['mean_abs_diff_shifted_by_one']:.2g}); argmax agreement {agree:.2f}; "
-                  f"{len(repeat)} re-scored beside the prefix cache"), data
+    return (
+        "ok",
+        (
+            f"{len(scored)} tokens within {max(diff, default=0):.2g} nats of a plain forward (shifted by one: "
+            f"{data['mean_abs_diff_shifted_by_one']:.2g}); argmax agreement {agree:.2f}; "
+            f"{len(repeat)} re-scored beside the prefix cache"
+        ),
+        data,
+    )
 
 
 def reference_prompt_scores(model_dir, prefix: list[int], score_from: int) -> list[tuple[float, bool]]:
@@ -362,21 +428,30 @@ def reference_prompt_scores(model_dir, prefix: list[int], score_from: int) -> li
     with torch.inference_mode():
         logits = lm(input_ids=torch.tensor([prefix])).logits[0].float()
     lps = torch.log_softmax(logits, dim=-1)
-    return [(float(lps[t - 1, prefix[t]]), int(logits[t - 1].argmax()) == prefix[t])
-            for t in range(score_from, len(prefix))]
+    return [
+        (float(lps[t - 1, prefix[t]]), int(logits[t - 1].argmax()) == prefix[t]) for t in range(score_from, len(prefix))
+    ]
 
 
 def timing(r):
     from lrtune.profiling import ProfileOptions, measure
 
-    opts = ProfileOptions(gamma1_max=3, tokens=r.opts.timing_tokens, repeats=2, sd_gamma2=r.opts.gamma2,
-                          sd_tokens=r.opts.timing_tokens, sd_prompts=2)
+    opts = ProfileOptions(
+        gamma1_max=3,
+        tokens=r.opts.timing_tokens,
+        repeats=2,
+        sd_gamma2=r.opts.gamma2,
+        sd_tokens=r.opts.timing_tokens,
+        sd_prompts=2,
+    )
     prompts = _prompts(r, 4)
     prof = measure(r.target, r.draft, prompts, opts)
     b = ", ".join(f"{v:.2f}" for v in prof["batch_cost"])
-    detail = (f"target {prof['target_s_per_token'] * 1000:.1f} ms/token ({1 / prof['target_s_per_token']:.0f} tok/s), "
-              f"draft {prof['draft_s_per_token'] * 1000:.1f} ms/token; c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}, "
-              f"α2 {prof['sd']['alpha2']:.2f}; b(1..4) {b}")
+    detail = (
+        f"target {prof['target_s_per_token'] * 1000:.1f} ms/token ({1 / prof['target_s_per_token']:.0f} tok/s), "
+        f"draft {prof['draft_s_per_token'] * 1000:.1f} ms/token; c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}, "
+        f"α2 {prof['sd']['alpha2']:.2f}; b(1..4) {b}"
+    )
     status = "ok"
     if r.backend == "vllm":
         prof["baseline"] = shared_vs_plain(r, prompts[0])
@@ -384,10 +459,15 @@ def timing(r):
         detail += f"; γ2 = 0 on the shared SD engine {ratio:.2f}× a plain vLLM engine's time per token"
         if ratio > BASELINE_SLOWER:
             status = "warn"
-            why = ("cause D: CUDA-graph kinds" if _on_gpu(r) else
-                   "no graphs on a CPU: the SD engine's per-step bookkeeping, largest where a step is cheapest")
-            detail += (f" (over {BASELINE_SLOWER}: the target-only baseline runs slower than plain vLLM, so speedups "
-                       f"against it are larger than against plain vLLM; {why})")
+            why = (
+                "cause D: CUDA-graph kinds"
+                if _on_gpu(r)
+                else "no graphs on a CPU: the SD engine's per-step bookkeeping, largest where a step is cheapest"
+            )
+            detail += (
+                f" (over {BASELINE_SLOWER}: the target-only baseline runs slower than plain vLLM, so speedups "
+                f"against it are larger than against plain vLLM; {why})"
+            )
     return status, detail, prof
 
 
@@ -403,23 +483,42 @@ def shared_vs_plain(r, prompt: list[int], tokens: int = 64, repeats: int = 3) ->
     from lrtune.profiling import time_alternately
 
     o = r.opts
-    plain = VLLMBackend(r.target_dir, VLLMConfig(dtype=o.dtype, max_model_len=1024, kv_cache_gib=o.kv_cache_gib, seed=0,
-                                                 plain_graphs=True, gpu_memory_utilization=_share(r, "plain_target")),
-                        name="plain target")
+    plain = VLLMBackend(
+        r.target_dir,
+        VLLMConfig(
+            dtype=o.dtype,
+            max_model_len=1024,
+            kv_cache_gib=o.kv_cache_gib,
+            seed=0,
+            plain_graphs=True,
+            gpu_memory_utilization=_share(r, "plain_target"),
+        ),
+        name="plain target",
+    )
     best = time_alternately({"shared": r.target, "plain": plain}, prompt, tokens, repeats)
     (shared_s, shared_n), (plain_s, plain_n) = best["shared"], best["plain"]
     facts = engine_facts(plain, 0)
-    return {"shared_s_per_token": shared_s, "plain_s_per_token": plain_s,
-            "ratio": shared_s / plain_s, "tokens": {"shared": shared_n, "plain": plain_n},
-            "plain_cudagraph_mode": facts["cudagraph_mode"], "plain_enforce_eager": facts["enforce_eager"]}
+    return {
+        "shared_s_per_token": shared_s,
+        "plain_s_per_token": plain_s,
+        "ratio": shared_s / plain_s,
+        "tokens": {"shared": shared_n, "plain": plain_n},
+        "plain_cudagraph_mode": facts["cudagraph_mode"],
+        "plain_enforce_eager": facts["enforce_eager"],
+    }
 
 
 def draft_int8(r):
     """The draft as saved against its W8A8 copy (``--draft-quantization``), timed alternately
     in a child process; the result is what ``--draft-quantization auto`` reads on this machine."""
     from lrtune.machine import cpu_flags, int8_dot
-    from lrtune.quantize import (check_int8_runs, ensure_w8a8, measure_in_subprocess, quantized_source,
-                                 record_measurement)
+    from lrtune.quantize import (
+        check_int8_runs,
+        ensure_w8a8,
+        measure_in_subprocess,
+        quantized_source,
+        record_measurement,
+    )
 
     if r.backend != "vllm":
         return "skip", "int8 drafts need vLLM", {}
@@ -431,7 +530,9 @@ def draft_int8(r):
     entry = record_measurement(r.draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], r.opts.cache_dir, r.opts.dtype)
     ratio = speeds["int8_tok_s"] / speeds["plain_tok_s"]
     units = "int8 dot-product units" if int8_dot(cpu_flags()) else "no int8 dot-product units"
-    detail = (f"draft {speeds['plain_tok_s']:.1f} tok/s, int8 copy {speeds['int8_tok_s']:.1f} tok/s ({ratio:.2f}x; "
-              f"{units if not _on_gpu(r) else 'GPU'}): --draft-quantization auto "
-              f"{'uses int8' if entry['int8_faster'] else 'keeps the draft as saved'}")
+    detail = (
+        f"draft {speeds['plain_tok_s']:.1f} tok/s, int8 copy {speeds['int8_tok_s']:.1f} tok/s ({ratio:.2f}x; "
+        f"{units if not _on_gpu(r) else 'GPU'}): --draft-quantization auto "
+        f"{'uses int8' if entry['int8_faster'] else 'keeps the draft as saved'}"
+    )
     return "ok", detail, {**speeds, "int8_faster": entry["int8_faster"], "int8_dir": str(q)}

@@ -60,8 +60,10 @@ def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
     try:
         size = p.stat().st_size
         if size > max_bytes:
-            raise ConfigError(f"{what} {_short(p)} is {size / MiB:.1f} MiB, larger than the {max_bytes / MiB:g} MiB "
-                              "such a file may be")
+            raise ConfigError(
+                f"{what} {_short(p)} is {size / MiB:.1f} MiB, larger than the {max_bytes / MiB:g} MiB "
+                "such a file may be"
+            )
         with open(p, "rb") as f:
             return f.read(max_bytes + 1)[:max_bytes]
     except OSError as e:

@@ -55,16 +55,30 @@ def gpus() -> list[dict]:
     out = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
-        out.append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
-                    "memory_gib": round(p.total_memory / 2**30, 1), "bf16": p.major >= 8})
+        out.append(
+            {
+                "index": i,
+                "name": p.name,
+                "capability": f"{p.major}.{p.minor}",
+                "memory_gib": round(p.total_memory / 2**30, 1),
+                "bf16": p.major >= 8,
+            }
+        )
     return out
 
 
 def machine_info() -> dict:
     """Versions, CPU model and flags, cores and GPUs: what every result file records."""
     flags = cpu_flags()
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-            "cpu": cpu_model(), "cpu_flags": flags, "native_bf16": native_bf16(flags), "int8_dot": int8_dot(flags)}
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+        "cpu_flags": flags,
+        "native_bf16": native_bf16(flags),
+        "int8_dot": int8_dot(flags),
+    }
     for mod in ("torch", "vllm", "transformers"):
         try:
             info[mod] = __import__(mod).__version__

@@ -63,15 +63,21 @@ class MemoryPlan:
         return [first] + [self.shares.get("target", 0.0)] * (self.tensor_parallel_size - 1)
 
     def as_dict(self) -> dict:
-        return {"shares": dict(self.shares), "engines": {r: self.engines.get(r, 1) for r in self.shares},
-                "cap": self.cap, "tensor_parallel_size": self.tensor_parallel_size,
-                "device_sums": self.device_sums(), "weight_gib_per_device":
-                    {r: round(b / GiB, 3) for r, b in self.weight_bytes_per_device.items()},
-                "device_gib": None if self.device_bytes is None else round(self.device_bytes / GiB, 2)}
+        return {
+            "shares": dict(self.shares),
+            "engines": {r: self.engines.get(r, 1) for r in self.shares},
+            "cap": self.cap,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "device_sums": self.device_sums(),
+            "weight_gib_per_device": {r: round(b / GiB, 3) for r, b in self.weight_bytes_per_device.items()},
+            "device_gib": None if self.device_bytes is None else round(self.device_bytes / GiB, 2),
+        }
 
     def describe(self) -> str:
-        parts = [f"{r} {s:.3f}" if self.engines.get(r, 1) == 1 else f"{r} {s:.3f} ({self.engines[r]} engines)"
-                 for r, s in self.shares.items()]
+        parts = [
+            f"{r} {s:.3f}" if self.engines.get(r, 1) == 1 else f"{r} {s:.3f} ({self.engines[r]} engines)"
+            for r, s in self.shares.items()
+        ]
         return f"GPU memory shares: {', '.join(parts)} (device 0 sum {self.device_sums()[0]:.3f} of cap {self.cap})"
 
 
@@ -86,9 +92,15 @@ def _check_share(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be in (0, 1], got {value!r}")
 
 
-def plan_gpu_memory(weight_bytes: dict[str, int], *, cap: float = DEFAULT_CAP,
-                    fixed: dict[str, float | None] | None = None, tensor_parallel_size: int = 1,
-                    device_bytes: int | None = None, engines: dict[str, int] | None = None) -> MemoryPlan:
+def plan_gpu_memory(
+    weight_bytes: dict[str, int],
+    *,
+    cap: float = DEFAULT_CAP,
+    fixed: dict[str, float | None] | None = None,
+    tensor_parallel_size: int = 1,
+    device_bytes: int | None = None,
+    engines: dict[str, int] | None = None,
+) -> MemoryPlan:
     """The plan for the roles in ``weight_bytes`` (role -> one engine's weight bytes; the
     target's includes its SD drafter's) starting ``engines`` engines each (default 1), see
     the module docstring. ``fixed`` shares win; the others split the rest by weight bytes
@@ -113,40 +125,53 @@ def plan_gpu_memory(weight_bytes: dict[str, int], *, cap: float = DEFAULT_CAP,
     if taken > cap + 1e-9:
         big = max(fixed, key=fixed.get)
         spelled = " + ".join(f"{r} {s:g}" for r, s in fixed.items())
-        raise ConfigError(f"GPU memory plan: {spelled} = {taken:.2f} of device 0 exceeds --gpu-memory-utilization "
-                          f"{cap:g}; lower --{big}-gpu-share")
+        raise ConfigError(
+            f"GPU memory plan: {spelled} = {taken:.2f} of device 0 exceeds --gpu-memory-utilization "
+            f"{cap:g}; lower --{big}-gpu-share"
+        )
     free_roles = [r for r in weight_bytes if r not in fixed]
     shares = dict(fixed)
     if free_roles:
         rest = cap - taken
         if rest <= 0.01:
-            fix = (f"lower --{max(fixed, key=fixed.get)}-gpu-share" if fixed else "raise --gpu-memory-utilization")
-            raise ConfigError(f"GPU memory plan: {'the fixed shares leave' if fixed else '--gpu-memory-utilization is'} "
-                              f"{max(rest, 0):.2f} of device 0 for {', '.join(free_roles)}; {fix}")
+            fix = f"lower --{max(fixed, key=fixed.get)}-gpu-share" if fixed else "raise --gpu-memory-utilization"
+            raise ConfigError(
+                f"GPU memory plan: {'the fixed shares leave' if fixed else '--gpu-memory-utilization is'} "
+                f"{max(rest, 0):.2f} of device 0 for {', '.join(free_roles)}; {fix}"
+            )
         total = sum(counts[r] * max(per_device[r], 1) for r in free_roles)
         for r in free_roles:
             shares[r] = rest * counts[r] * max(per_device[r], 1) / total
     shares = {r: shares[r] for r in ROLES if r in shares}
-    plan = MemoryPlan(shares=shares, cap=cap, tensor_parallel_size=tensor_parallel_size,
-                      weight_bytes_per_device=per_device, device_bytes=device_bytes,
-                      engines={r: n for r, n in counts.items() if n != 1})
+    plan = MemoryPlan(
+        shares=shares,
+        cap=cap,
+        tensor_parallel_size=tensor_parallel_size,
+        weight_bytes_per_device=per_device,
+        device_bytes=device_bytes,
+        engines={r: n for r, n in counts.items() if n != 1},
+    )
     if device_bytes:
         for r in shares:
             s, n = plan.engine_share(r), counts[r]
             need = per_device[r] * WEIGHT_HEADROOM
             if s * device_bytes < need:
                 which = f"the {r} engine's share" if n == 1 else f"each of the {n} {r} engines' share"
-                raise ConfigError(f"GPU memory plan: {which} {s:.3f} ({s * device_bytes / GiB:.1f} GiB) does not hold "
-                                  f"its weights ({per_device[r] / GiB:.1f} GiB per device, +{WEIGHT_HEADROOM - 1:.0%} "
-                                  f"headroom); {_remedy(r, n)}")
+                raise ConfigError(
+                    f"GPU memory plan: {which} {s:.3f} ({s * device_bytes / GiB:.1f} GiB) does not hold "
+                    f"its weights ({per_device[r] / GiB:.1f} GiB per device, +{WEIGHT_HEADROOM - 1:.0%} "
+                    f"headroom); {_remedy(r, n)}"
+                )
     return plan
 
 
 def _remedy(role: str, engines: int) -> str:
     """What lowers a role's need, for the plan's one-line refusal."""
     if role == "target" and engines > 1:
-        return (f"the target starts one engine per γ2 ({engines}) without a shared SD engine: use --sd-method draft "
-                "with the shared engine, fewer γ2 values, or more memory")
+        return (
+            f"the target starts one engine per γ2 ({engines}) without a shared SD engine: use --sd-method draft "
+            "with the shared engine, fewer γ2 values, or more memory"
+        )
     flag = {"plain_target": "the doctor's --gpu-memory-utilization", "int8_timing": "--gpu-memory-utilization"}
     if role in flag:
         return f"raise {flag[role]}, or skip the check (--draft-quantization none / no --timing)"

@@ -34,10 +34,36 @@ class GpuMemoryConfig(Checked):
 
     __pydantic_config__ = STRICT
 
-    utilization: Share = field(default=0.9, metadata={"flat": "gpu_memory_utilization", "help": "share of each GPU that lrtune's vLLM engines use together; target, draft and judge split it by weight size unless --*-gpu-share fixes theirs (GPU only)"})
-    target_share: Share | None = field(default=None, metadata={"flat": "target_gpu_share", "help": "GPU memory share of the target engine (with its SD drafter); default: its part of --gpu-memory-utilization by weight size"})
-    draft_share: Share | None = field(default=None, metadata={"flat": "draft_gpu_share", "help": "GPU memory share of the LR draft engine (default: by weight size)"})
-    judge_share: Share | None = field(default=None, metadata={"flat": "judge_gpu_share", "help": "GPU memory share of the --judge-model engine (default: by weight size)"})
+    utilization: Share = field(
+        default=0.9,
+        metadata={
+            "flat": "gpu_memory_utilization",
+            "help": "share of each GPU that lrtune's vLLM engines use together; target, draft and judge split it by "
+            "weight size unless --*-gpu-share fixes theirs (GPU only)",
+        },
+    )
+    target_share: Share | None = field(
+        default=None,
+        metadata={
+            "flat": "target_gpu_share",
+            "help": "GPU memory share of the target engine (with its SD drafter); default: its part of "
+            "--gpu-memory-utilization by weight size",
+        },
+    )
+    draft_share: Share | None = field(
+        default=None,
+        metadata={
+            "flat": "draft_gpu_share",
+            "help": "GPU memory share of the LR draft engine (default: by weight size)",
+        },
+    )
+    judge_share: Share | None = field(
+        default=None,
+        metadata={
+            "flat": "judge_gpu_share",
+            "help": "GPU memory share of the --judge-model engine (default: by weight size)",
+        },
+    )
 
     def fixed(self) -> dict[str, float | None]:
         """Role -> its fixed share (None: planned by weight size)."""
@@ -51,13 +77,33 @@ class EngineConfig(Checked):
 
     __pydantic_config__ = STRICT
 
-    kv_cache_gib: Annotated[float, Interval(gt=0, le=4096)] = field(default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"})
-    max_model_len: Annotated[int, Interval(ge=16, le=10_000_000)] = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
-    tensor_parallel_size: Annotated[int, Interval(ge=1, le=1024)] = field(default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"})
+    kv_cache_gib: Annotated[float, Interval(gt=0, le=4096)] = field(
+        default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"}
+    )
+    max_model_len: Annotated[int, Interval(ge=16, le=10_000_000)] = field(
+        default=4096, metadata={"help": "engine context length (prompt + generation)"}
+    )
+    tensor_parallel_size: Annotated[int, Interval(ge=1, le=1024)] = field(
+        default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"}
+    )
     gpu: GpuMemoryConfig = field(default_factory=GpuMemoryConfig, metadata=FLAT)
-    enforce_eager: bool | None = field(default=None, metadata={"help": "vLLM eager mode (no CUDA graphs); default: on for CPU, off for GPU"})
-    max_num_batched_tokens: Annotated[int, Interval(ge=16, le=10_000_000)] | None = field(default=None, metadata={"help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on chunked prefills)"})
-    shared_engine: bool = field(default=True, metadata={"help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of the target (saves the target's weights in RAM; vLLM, draft-model SD)"})
+    enforce_eager: bool | None = field(
+        default=None, metadata={"help": "vLLM eager mode (no CUDA graphs); default: on for CPU, off for GPU"}
+    )
+    max_num_batched_tokens: Annotated[int, Interval(ge=16, le=10_000_000)] | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on "
+            "chunked prefills)"
+        },
+    )
+    shared_engine: bool = field(
+        default=True,
+        metadata={
+            "help": "serve gamma2=0 target calls on the SD engine with its drafter off, instead of a second copy of "
+            "the target (saves the target's weights in RAM; vLLM, draft-model SD)"
+        },
+    )
 
 
 @dataclass
@@ -66,9 +112,19 @@ class VerifierConfig(Checked):
 
     __pydantic_config__ = STRICT
 
-    spec: Text = field(default="embedding", metadata={"flat": "verifier", "help": "exact | never | always | random(p) | embedding | llm_judge | target_score | target_logprob"})
-    judge_model: Text | None = field(default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"})
-    threshold: Fraction | None = field(default=None, metadata={"flat": "verifier_threshold", "help": "accept when score >= this (embedding: 0.95)"})
+    spec: Text = field(
+        default="embedding",
+        metadata={
+            "flat": "verifier",
+            "help": "exact | never | always | random(p) | embedding | llm_judge | target_score | target_logprob",
+        },
+    )
+    judge_model: Text | None = field(
+        default=None, metadata={"help": "model of llm_judge/target_score (default: the target itself)"}
+    )
+    threshold: Fraction | None = field(
+        default=None, metadata={"flat": "verifier_threshold", "help": "accept when score >= this (embedding: 0.95)"}
+    )
 
     @cached_property
     def parsed(self) -> VerifierSpec:
@@ -86,8 +142,13 @@ class ControlConfig(Checked):
 
     __pydantic_config__ = STRICT
 
-    controller: Text | None = field(default=None, metadata={"help": "γ1/γ2 per round: fixed | heuristic | bandit | bandit-pooled | grid-ucb | a "
-                                                                    "directory from lrtune train controller (sync LR)"})
+    controller: Text | None = field(
+        default=None,
+        metadata={
+            "help": "γ1/γ2 per round: fixed | heuristic | bandit | bandit-pooled | grid-ucb | a "
+            "directory from lrtune train controller (sync LR)"
+        },
+    )
 
 
 @dataclass(init=False)
@@ -102,15 +163,31 @@ class ModelConfig(Checked):
 
     target: Text = field(default="default", metadata={"help": "target model: 'default', a local HF dir, or a hub id"})
     draft: Text = field(default="default", metadata={"help": "draft model (same tokenizer as the target)"})
-    backend: Literal["vllm", "transformers"] = field(default="vllm", metadata={"help": "inference engine: vllm | transformers"})
-    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"})
+    backend: Literal["vllm", "transformers"] = field(
+        default="vllm", metadata={"help": "inference engine: vllm | transformers"}
+    )
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(
+        default="auto", metadata={"help": "transformers backend: auto | cpu | cuda[:i]"}
+    )
     verification: VerifierConfig = field(default_factory=VerifierConfig, metadata=FLAT)
-    sd_method: Literal["draft", "ngram"] = field(default="draft", metadata={"help": "token-level SD drafter: draft | ngram"})
-    draft_quantization: Literal["none", "int8", "auto"] = field(default="none", metadata={"help": "the draft's weights for LR drafting and SD (vLLM): none (as saved) | int8 (a W8A8 copy built once into the model cache) | auto (int8 only where it timed faster on this machine; timed once)"})
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"})
+    sd_method: Literal["draft", "ngram"] = field(
+        default="draft", metadata={"help": "token-level SD drafter: draft | ngram"}
+    )
+    draft_quantization: Literal["none", "int8", "auto"] = field(
+        default="none",
+        metadata={
+            "help": "the draft's weights for LR drafting and SD (vLLM): none (as saved) | int8 (a W8A8 copy built once "
+            "into the model cache) | auto (int8 only where it timed faster on this machine; timed once)"
+        },
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
+        default="auto", metadata={"help": "model dtype (auto = as saved; float32 on CPUs without native bf16)"}
+    )
     engine: EngineConfig = field(default_factory=EngineConfig, metadata=FLAT)
     control: ControlConfig = field(default_factory=ControlConfig, metadata=FLAT)
-    cache_dir: Text | None = field(default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"})
+    cache_dir: Text | None = field(
+        default=None, metadata={"help": "where the default pair is built (default ~/.cache/lrtune)"}
+    )
 
     def __init__(self, **options: Any) -> None:
         for name, value in gathered(type(self), options).items():
@@ -130,12 +207,15 @@ class ModelConfig(Checked):
 
     def check_rules(self) -> None:
         if self.draft_quantization == "int8" and self.backend != "vllm":
-            raise ConfigError("--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
-                              "int8 weights and run no faster)")
+            raise ConfigError(
+                "--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
+                "int8 weights and run no faster)"
+            )
 
 
-def gathered(cls: type, options: dict[str, Any], base: Any = None, prefix: str = "", *,
-             top: bool = True) -> dict[str, Any]:
+def gathered(
+    cls: type, options: dict[str, Any], base: Any = None, prefix: str = "", *, top: bool = True
+) -> dict[str, Any]:
     """The fields of ``cls`` from ``options`` (flat option names, or a sub-config's field name
     holding a whole instance), else from ``base`` (an instance being replaced), else the
     defaults; sub-configs are built from theirs. :class:`ConfigTypeError` naming an option

@@ -34,9 +34,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lrtune.default_pair import (_CHUNK, DEFAULT_MODELS, INSTALL_HINT, MARKER_FILE, ROLES, DefaultModel,
-                                 PartPackage, _check_role, _env_flag, _file_lock, convert_gguf_to_hf,
-                                 default_cache_dir, default_model_requirements, ensure_default_model)
+from lrtune.default_pair import (
+    _CHUNK,
+    DEFAULT_MODELS,
+    INSTALL_HINT,
+    MARKER_FILE,
+    ROLES,
+    DefaultModel,
+    PartPackage,
+    _check_role,
+    _env_flag,
+    _file_lock,
+    convert_gguf_to_hf,
+    default_cache_dir,
+    default_model_requirements,
+    ensure_default_model,
+)
 from lrtune.errors import ConfigError, ModelError
 from lrtune.inputs import probe
 from lrtune.modeldir import safetensors_header_problem, validate_model_dir  # noqa: F401 - re-exported
@@ -101,7 +114,9 @@ def _resolve_hub_offline(repo_id: str) -> str:
     try:
         return str(validate_model_dir(snap))
     except ModelError as exc:
-        raise ModelError(f"cached hub model {repo_id!r} is incomplete ({exc}); re-download it with the hub online") from None
+        raise ModelError(
+            f"cached hub model {repo_id!r} is incomplete ({exc}); re-download it with the hub online"
+        ) from None
 
 
 def resolve_model(
@@ -209,8 +224,10 @@ def needs_heterogeneous_vocab(target_path: str | Path, draft_path: str | Path) -
     from lrtune.backends.vllm_platform import config_vocab_size, vocab_plan
     from lrtune.inputs import read_json_object
 
-    sizes = [config_vocab_size(read_json_object(Path(str(p)) / "config.json", f"{role} model config"))
-             for p, role in ((target_path, "target"), (draft_path, "draft"))]
+    sizes = [
+        config_vocab_size(read_json_object(Path(str(p)) / "config.json", f"{role} model config"))
+        for p, role in ((target_path, "target"), (draft_path, "draft"))
+    ]
     if None in sizes or sizes[0] == sizes[1]:
         return False
     return vocab_plan(sizes[0], sizes[1], len(_load_tokenizer(target_path, "target")))

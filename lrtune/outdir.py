@@ -76,13 +76,19 @@ def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
             raise ConfigError(f"{flag} {path} is a file, not a directory: pick another {flag}")
         held = owner(d)
         if held is not None and held != command:
-            raise ConfigError(f"{flag} {path} holds the output of `lrtune {held}`; `lrtune {command}` will not write "
-                              f"into it: pick another {flag}")
-        foreign = (next((f for f in sorted(d.iterdir()) if not lrtune_written(f.name)), None)
-                   if held is None and d.is_dir() else None)
+            raise ConfigError(
+                f"{flag} {path} holds the output of `lrtune {held}`; `lrtune {command}` will not write "
+                f"into it: pick another {flag}"
+            )
+        foreign = (
+            next((f for f in sorted(d.iterdir()) if not lrtune_written(f.name)), None)
+            if held is None and d.is_dir()
+            else None
+        )
         if foreign is not None:  # a model, a dataset, someone's files: never lrtune's to rename or replace
-            raise ConfigError(f"{flag} {path} holds files lrtune did not write (e.g. {foreign.name}); pick a new or "
-                              f"empty {flag}")
+            raise ConfigError(
+                f"{flag} {path} holds files lrtune did not write (e.g. {foreign.name}); pick a new or empty {flag}"
+            )
         blocker = unwritable_ancestor(d)
         if blocker is not None:
             raise ConfigError(f"{flag} {path}: {blocker} is not a writable directory")
@@ -103,8 +109,10 @@ def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str | N
     try:
         d.mkdir(parents=True, exist_ok=True)
         if not locks.hold(d / lock if lock else d):
-            raise ConfigError(f"{flag} {path} is being written by another lrtune command now; wait for it to end "
-                              f"or pick another {flag}")
+            raise ConfigError(
+                f"{flag} {path} is being written by another lrtune command now; wait for it to end "
+                f"or pick another {flag}"
+            )
         if owner(d) != command or not (d / OWNER).is_file():
             write_atomic(d / OWNER, json.dumps({"command": command}) + "\n")
     except OSError as e:

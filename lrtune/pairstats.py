@@ -25,8 +25,12 @@ def agreement(scores: Sequence[float | None], labels: Sequence[bool], threshold:
     if not kept:
         return {"n": 0, "accuracy": None, "auroc": None, "accept_rate": None}
     acc = sum((s >= threshold) == bool(y) for s, y in kept) / len(kept)
-    return {"n": len(kept), "accuracy": acc, "auroc": auroc([s for s, _ in kept], [y for _, y in kept]),
-            "accept_rate": sum(s >= threshold for s, _ in kept) / len(kept)}
+    return {
+        "n": len(kept),
+        "accuracy": acc,
+        "auroc": auroc([s for s, _ in kept], [y for _, y in kept]),
+        "accept_rate": sum(s >= threshold for s, _ in kept) / len(kept),
+    }
 
 
 def acceptance_by_position(positions: Sequence[int], labels: Sequence[bool]) -> list[float | None]:
@@ -62,8 +66,13 @@ def acceptance_on(mask: Sequence[bool], decisions: dict[str, Sequence[bool | Non
     return out
 
 
-def bootstrap_interval(metric: Callable[[list[int]], float | None], groups: Sequence[str], reps: int = 1000,
-                       seed: int = 0, level: float = 0.95) -> tuple[float | None, float | None]:
+def bootstrap_interval(
+    metric: Callable[[list[int]], float | None],
+    groups: Sequence[str],
+    reps: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float | None, float | None]:
     """Percentile ``level`` interval of ``metric(rows)`` over ``reps`` resamples of whole
     groups (problems) with replacement; ``rows`` are indices into ``groups``. Resamples on
     which the metric is undefined (None) are skipped; (None, None) if all are."""
@@ -82,10 +91,17 @@ def bootstrap_interval(metric: Callable[[list[int]], float | None], groups: Sequ
     return vals[int(tail * (len(vals) - 1))], vals[int((1.0 - tail) * (len(vals) - 1))]
 
 
-def agreement_intervals(scores: Sequence[float], labels: Sequence[bool], threshold: float, groups: Sequence[str],
-                        reps: int = 1000, seed: int = 0) -> dict[str, tuple[float | None, float | None]]:
+def agreement_intervals(
+    scores: Sequence[float],
+    labels: Sequence[bool],
+    threshold: float,
+    groups: Sequence[str],
+    reps: int = 1000,
+    seed: int = 0,
+) -> dict[str, tuple[float | None, float | None]]:
     """95% bootstrap intervals (over problems) of the accuracy of ``score >= threshold``
     against ``labels``, of the AUROC and of the acceptance (share with ``score >= threshold``)."""
+
     def acc(rows: list[int]) -> float | None:
         return sum((scores[i] >= threshold) == bool(labels[i]) for i in rows) / len(rows) if rows else None
 
@@ -95,5 +111,8 @@ def agreement_intervals(scores: Sequence[float], labels: Sequence[bool], thresho
     def accepts(rows: list[int]) -> float | None:
         return sum(scores[i] >= threshold for i in rows) / len(rows) if rows else None
 
-    return {"accuracy": bootstrap_interval(acc, groups, reps, seed), "auroc": bootstrap_interval(roc, groups, reps, seed),
-            "acceptance": bootstrap_interval(accepts, groups, reps, seed)}
+    return {
+        "accuracy": bootstrap_interval(acc, groups, reps, seed),
+        "auroc": bootstrap_interval(roc, groups, reps, seed),
+        "acceptance": bootstrap_interval(accepts, groups, reps, seed),
+    }

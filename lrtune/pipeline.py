@@ -33,6 +33,7 @@ from lrtune.configs import flat_dict
 from lrtune.outdir import check_out, claim_out
 from lrtune.runfiles import log, write_atomic
 
+
 @dataclass(frozen=True)
 class DemoSize:
     """How much work one ``--size`` does. Pairs per problem grow with ``collect_tokens`` (about
@@ -42,30 +43,43 @@ class DemoSize:
 
     collect_problems: int
     eval_problems: int
-    collect_tokens: int            # token budget of each collected problem
-    eval_tokens: int               # token budget of each held-out problem (every method decodes it)
-    epochs: int                    # verifier training epochs
-    test_fraction: float = 0.2     # share of collected templates the student is tested on
-    val_fraction: float = 0.2      # share it is calibrated on
-    min_train_pairs: int = 20      # train verifier refuses fewer training pairs (or one class)
-    profile_rows: int = 16         # b(n) measured up to this many rows (caps collect's concurrency)
-    teacher_row: bool = True       # evaluate lr+sd with the teacher too (the judge is slow on a CPU)
-    profile_tokens: int = 32       # tokens per timed profile generation
+    collect_tokens: int  # token budget of each collected problem
+    eval_tokens: int  # token budget of each held-out problem (every method decodes it)
+    epochs: int  # verifier training epochs
+    test_fraction: float = 0.2  # share of collected templates the student is tested on
+    val_fraction: float = 0.2  # share it is calibrated on
+    min_train_pairs: int = 20  # train verifier refuses fewer training pairs (or one class)
+    profile_rows: int = 16  # b(n) measured up to this many rows (caps collect's concurrency)
+    teacher_row: bool = True  # evaluate lr+sd with the teacher too (the judge is slow on a CPU)
+    profile_tokens: int = 32  # tokens per timed profile generation
     profile_repeats: int = 2
-    sd_tokens: int = 128           # tokens of each profile SD run that measures c2 (0: none, c2 = c1)
-    sd_prompts: int = 3            # prompts of those runs
-    warmup_tokens: int = 32        # evaluation warm-up tokens
+    sd_tokens: int = 128  # tokens of each profile SD run that measures c2 (0: none, c2 = c1)
+    sd_prompts: int = 3  # prompts of those runs
+    warmup_tokens: int = 32  # evaluation warm-up tokens
 
 
 SIZES = {
     # CI, with tiny models: a smoke run of every stage, not a meaningful student
     # (the tiny random models stop early, so they cannot time an SD run of fixed length: c2 = c1)
-    "tiny": DemoSize(4, 2, 48, 48, 2, min_train_pairs=2, profile_tokens=16, profile_repeats=1, warmup_tokens=8,
-                     sd_tokens=0),
+    "tiny": DemoSize(
+        4, 2, 48, 48, 2, min_train_pairs=2, profile_tokens=16, profile_repeats=1, warmup_tokens=8, sd_tokens=0
+    ),
     # the README's demo on the default pair (2 CPU cores, <= 20 min): the student is tested on >= 30 pairs
     # (held-out answers get 512 tokens: the target finishes nearly every gsm_symbolic answer within it)
-    "default": DemoSize(9, 4, 192, 512, 4, test_fraction=0.4, teacher_row=False, profile_rows=32, profile_tokens=16,
-                        warmup_tokens=16, sd_tokens=64, sd_prompts=2),
+    "default": DemoSize(
+        9,
+        4,
+        192,
+        512,
+        4,
+        test_fraction=0.4,
+        teacher_row=False,
+        profile_rows=32,
+        profile_tokens=16,
+        warmup_tokens=16,
+        sd_tokens=64,
+        sd_prompts=2,
+    ),
     "medium": DemoSize(12, 6, 256, 256, 6, profile_rows=48),
     "large": DemoSize(50, 20, 256, 256, 6, profile_rows=64),
 }
@@ -81,21 +95,37 @@ class PipelineOptions(Checked):
     __pydantic_config__ = STRICT
 
     out: Text = field(default="results/demo", metadata={"help": "root of every stage's output"})
-    size: SizeName = field(default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, "
-                                                                "epochs, splits)"})
+    size: SizeName = field(
+        default="default", metadata={"help": "tiny | default | medium | large (problems, tokens, epochs, splits)"}
+    )
     task: Text = field(default="gsm_symbolic", metadata={"help": "task of every stage"})
     data: Text | None = field(default=None, metadata={"help": "problem file for file tasks"})
-    collect_problems: Problems | None = field(default=None, metadata={"help": "problems to collect (default: by --size)"})
-    eval_problems: Problems | None = field(default=None, metadata={"help": "held-out problems to evaluate (default: by --size)"})
-    eval_task_seed: Seed = field(default=1, metadata={"help": "generator seed of the held-out problems (collect uses 0)"})
-    teacher: Text = field(default="llm_judge", metadata={"help": "teacher verifier of collect (and of the judge row where the size has one)"})
+    collect_problems: Problems | None = field(
+        default=None, metadata={"help": "problems to collect (default: by --size)"}
+    )
+    eval_problems: Problems | None = field(
+        default=None, metadata={"help": "held-out problems to evaluate (default: by --size)"}
+    )
+    eval_task_seed: Seed = field(
+        default=1, metadata={"help": "generator seed of the held-out problems (collect uses 0)"}
+    )
+    teacher: Text = field(
+        default="llm_judge",
+        metadata={"help": "teacher verifier of collect (and of the judge row where the size has one)"},
+    )
     student: Text = field(default="cross-encoder", metadata={"help": "distilled verifier kind"})
     gamma1: Gamma = field(default=3, metadata={"help": "γ1 of collect and of the fixed lr+sd rows"})
     gamma2: Gamma = field(default=4, metadata={"help": "γ2 of collect and of the fixed rows"})
-    max_new_tokens: Count | None = field(default=None, metadata={"help": "token budget per held-out problem (default: by --size)"})
-    collect_tokens: Count | None = field(default=None, metadata={"help": "token budget per collected problem (default: by --size)"})
-    min_train_pairs: Count | None = field(default=None, metadata={"help": "refuse to train the student on fewer pairs "
-                                                                        "(default: by --size; 20 but for tiny)"})
+    max_new_tokens: Count | None = field(
+        default=None, metadata={"help": "token budget per held-out problem (default: by --size)"}
+    )
+    collect_tokens: Count | None = field(
+        default=None, metadata={"help": "token budget per collected problem (default: by --size)"}
+    )
+    min_train_pairs: Count | None = field(
+        default=None,
+        metadata={"help": "refuse to train the student on fewer pairs (default: by --size; 20 but for tiny)"},
+    )
     max_step_tokens: Count = field(default=96, metadata={"help": "a step ends after this many tokens at the latest"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
@@ -103,9 +133,13 @@ class PipelineOptions(Checked):
 def _sized(opts: PipelineOptions) -> DemoSize:
     """The size's settings with the options that override them."""
     size = SIZES[opts.size]
-    over = {"collect_problems": opts.collect_problems, "eval_problems": opts.eval_problems,
-            "eval_tokens": opts.max_new_tokens, "collect_tokens": opts.collect_tokens,
-            "min_train_pairs": opts.min_train_pairs}
+    over = {
+        "collect_problems": opts.collect_problems,
+        "eval_problems": opts.eval_problems,
+        "eval_tokens": opts.max_new_tokens,
+        "collect_tokens": opts.collect_tokens,
+        "min_train_pairs": opts.min_train_pairs,
+    }
     return dataclasses.replace(size, **{k: v for k, v in over.items() if v is not None})
 
 
@@ -135,8 +169,10 @@ def run_stage(name: str, argv: list[str]) -> None:
 
     proc = subprocess.run([sys.executable, "-m", "lrtune", *argv])
     if proc.returncode != 0:
-        raise LrtuneError(f"stage {name!r} failed (exit {proc.returncode}); its output is above. Fix it and "
-                          "re-run the same command: finished stages are skipped")
+        raise LrtuneError(
+            f"stage {name!r} failed (exit {proc.returncode}); its output is above. Fix it and "
+            "re-run the same command: finished stages are skipped"
+        )
 
 
 def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, size: DemoSize | None = None) -> None:
@@ -155,8 +191,10 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, s
     if opts.student not in STUDENT_KINDS:
         raise ConfigError(f"--student: must be one of {', '.join(STUDENT_KINDS)}, got {opts.student!r}")
     if size is not None and size.collect_problems < 3:  # train verifier splits templates into train/val/test
-        raise ConfigError(f"--collect-problems: the verifier is trained, validated and tested on problems of "
-                          f"different templates, so it needs at least 3; got {size.collect_problems}")
+        raise ConfigError(
+            f"--collect-problems: the verifier is trained, validated and tested on problems of "
+            f"different templates, so it needs at least 3; got {size.collect_problems}"
+        )
     check_out(opts.out, "pipeline")
     check_configs(models, decode, load_all_methods=True)
 
@@ -174,13 +212,19 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         raise ConfigError(f"unknown --size {opts.size!r}; choose from {', '.join(SIZES)}")
     size = _sized(opts)
     models = dataclasses.replace(models, controller=None)
-    decode = DecodeConfig(method="lr+sd", gamma1=opts.gamma1, gamma2=opts.gamma2, max_new_tokens=size.eval_tokens,
-                          max_step_tokens=opts.max_step_tokens)
+    decode = DecodeConfig(
+        method="lr+sd",
+        gamma1=opts.gamma1,
+        gamma2=opts.gamma2,
+        max_new_tokens=size.eval_tokens,
+        max_step_tokens=opts.max_step_tokens,
+    )
     validate(opts, models, decode, size)
     root = claim_out(opts.out, "pipeline")  # phase 2: every input checked
     model_flags = to_flags(models, drop=("verifier", "verifier_threshold"))
-    collect_flags = to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens),
-                             drop=("record", "schedule"))
+    collect_flags = to_flags(
+        dataclasses.replace(decode, max_new_tokens=size.collect_tokens), drop=("record", "schedule")
+    )
     timings: dict[str, float] = {}
 
     def stage(name: str, argv: list[str]) -> None:
@@ -193,37 +237,105 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     collect_dir, verifier_dir, controller_dir = root / "collect", root / "verifier", root / "controller"
     profile_path = root / "profile.json"
     # b(n) up to the rows of every collected problem in flight at once (caps collect's concurrency)
-    prof = ProfileOptions(out=str(profile_path), gamma1_max=6, tokens=size.profile_tokens, repeats=size.profile_repeats,
-                          task=opts.task, data=opts.data,
-                          batch_max=min(size.profile_rows, size.collect_problems * (opts.gamma1 + 1)),
-                          sd_gamma2=opts.gamma2 if size.sd_tokens else 0, sd_tokens=size.sd_tokens or ProfileOptions.sd_tokens,
-                          sd_prompts=size.sd_prompts)
+    prof = ProfileOptions(
+        out=str(profile_path),
+        gamma1_max=6,
+        tokens=size.profile_tokens,
+        repeats=size.profile_repeats,
+        task=opts.task,
+        data=opts.data,
+        batch_max=min(size.profile_rows, size.collect_problems * (opts.gamma1 + 1)),
+        sd_gamma2=opts.gamma2 if size.sd_tokens else 0,
+        sd_tokens=size.sd_tokens or ProfileOptions.sd_tokens,
+        sd_prompts=size.sd_prompts,
+    )
     if not _profile_matches(profile_path, prof, models):
-        stage("profile", ["profile", *to_flags(prof),
-                          *to_flags(models, drop=("verifier", "verifier_threshold", "judge_model"))])
-    stage("collect", ["collect", *to_flags(collect_options(
-        task=opts.task, data=opts.data, limit=size.collect_problems, teacher=opts.teacher, out=str(collect_dir),
-        progress=opts.progress, profile=str(profile_path))), *model_flags, *collect_flags])
-    stage("train verifier", ["train", "verifier", *to_flags(TrainVerifierConfig.of(
-        data=str(collect_dir), out=str(verifier_dir), student=opts.student, epochs=size.epochs, progress=opts.progress,
-        test_fraction=size.test_fraction, val_fraction=size.val_fraction, min_train_pairs=size.min_train_pairs,
-        device="cpu" if models.device == "auto" else models.device))])
-    stage("train controller", ["train", "controller", *to_flags(TrainControllerConfig(
-        data=str(collect_dir), out=str(controller_dir), profile=str(profile_path), folds=min(5, max(2, size.collect_problems)),
-        # vLLM drafts the engine's γ2 (the controller's γ2 max) every SD pass and cuts per request: a
-        # larger max would slow the fixed rows' SD, so the controller chooses γ2 <= the rows' γ2
-        gamma2_max=opts.gamma2))])
+        stage(
+            "profile",
+            ["profile", *to_flags(prof), *to_flags(models, drop=("verifier", "verifier_threshold", "judge_model"))],
+        )
+    stage(
+        "collect",
+        [
+            "collect",
+            *to_flags(
+                collect_options(
+                    task=opts.task,
+                    data=opts.data,
+                    limit=size.collect_problems,
+                    teacher=opts.teacher,
+                    out=str(collect_dir),
+                    progress=opts.progress,
+                    profile=str(profile_path),
+                )
+            ),
+            *model_flags,
+            *collect_flags,
+        ],
+    )
+    stage(
+        "train verifier",
+        [
+            "train",
+            "verifier",
+            *to_flags(
+                TrainVerifierConfig.of(
+                    data=str(collect_dir),
+                    out=str(verifier_dir),
+                    student=opts.student,
+                    epochs=size.epochs,
+                    progress=opts.progress,
+                    test_fraction=size.test_fraction,
+                    val_fraction=size.val_fraction,
+                    min_train_pairs=size.min_train_pairs,
+                    device="cpu" if models.device == "auto" else models.device,
+                )
+            ),
+        ],
+    )
+    stage(
+        "train controller",
+        [
+            "train",
+            "controller",
+            *to_flags(
+                TrainControllerConfig(
+                    data=str(collect_dir),
+                    out=str(controller_dir),
+                    profile=str(profile_path),
+                    folds=min(5, max(2, size.collect_problems)),
+                    # vLLM drafts the engine's γ2 (the controller's γ2 max) every SD pass and cuts per request: a
+                    # larger max would slow the fixed rows' SD, so the controller chooses γ2 <= the rows' γ2
+                    gamma2_max=opts.gamma2,
+                )
+            ),
+        ],
+    )
     teacher_row = f"lr+sd/v={opts.teacher}," if size.teacher_row else ""
-    ev = EvalOptions(task=opts.task, data=opts.data, limit=size.eval_problems, task_seed=opts.eval_task_seed,
-                     methods=f"target,sd,{teacher_row}lr+sd,adaptive", out=str(root / "eval"),
-                     progress=opts.progress, warmup_tokens=size.warmup_tokens,
-                     profile=str(profile_path))  # b(n) as measured by the profile stage
-    stage("evaluate", ["evaluate", *to_flags(ev),
-                       *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
-                       *to_flags(decode, drop=("method", "record", "schedule"))])
+    ev = EvalOptions(
+        task=opts.task,
+        data=opts.data,
+        limit=size.eval_problems,
+        task_seed=opts.eval_task_seed,
+        methods=f"target,sd,{teacher_row}lr+sd,adaptive",
+        out=str(root / "eval"),
+        progress=opts.progress,
+        warmup_tokens=size.warmup_tokens,
+        profile=str(profile_path),
+    )  # b(n) as measured by the profile stage
+    stage(
+        "evaluate",
+        [
+            "evaluate",
+            *to_flags(ev),
+            *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
+            *to_flags(decode, drop=("method", "record", "schedule")),
+        ],
+    )
     summary = json.loads((root / "eval" / "summary.json").read_text())
-    write_atomic(root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)},
-                                                    indent=1))
+    write_atomic(
+        root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)}, indent=1)
+    )
     student = json.loads((verifier_dir / "lrtune_verifier.json").read_text())
     return {"summary": summary, "timings": timings, "student": student, "eval_tokens": size.eval_tokens}
 
@@ -234,26 +346,31 @@ def closing_lines(res: dict) -> list[str]:
     totals), α1 and α2; the student's test agreement with its teacher; the stage times."""
     s = res["summary"]
     rows = s["methods"]
-    out = [f"Held-out {s['task']} problems: {s['decoded_problems']}, budget {res.get('eval_tokens', '?')} tokens each",
-           f"{'method':<12}{'accuracy':>10}{'finished':>10}{'speedup':>9}{'α1':>7}{'α2':>7}"]
+    out = [
+        f"Held-out {s['task']} problems: {s['decoded_problems']}, budget {res.get('eval_tokens', '?')} tokens each",
+        f"{'method':<12}{'accuracy':>10}{'finished':>10}{'speedup':>9}{'α1':>7}{'α2':>7}",
+    ]
 
     def f(x, spec=".2f"):
         return "—" if x is None else format(x, spec)
 
     for name, r in rows.items():
-        out.append(f"{name[:12]:<12}{f(r['accuracy']):>10}{str(r.get('finished', 0)) + '/' + str(r['n']):>10}"
-                   f"{f(r['speedup_total']):>9}{f(r['alpha1']):>7}{f(r['alpha2']):>7}")
+        out.append(
+            f"{name[:12]:<12}{f(r['accuracy']):>10}{str(r.get('finished', 0)) + '/' + str(r['n']):>10}"
+            f"{f(r['speedup_total']):>9}{f(r['alpha1']):>7}{f(r['alpha2']):>7}"
+        )
     t = rows.get("target")
     if t:
-        out.append(f"The target finished {t.get('finished', 0)} of {t['n']} answers within the budget; "
-                   "accuracy counts")
+        out.append(f"The target finished {t.get('finished', 0)} of {t['n']} answers within the budget; accuracy counts")
         out.append("a cut-off answer as wrong.")
     test = (res.get("student") or {}).get("metrics", {}).get("test") or {}
     if test:
         kind = res["student"].get("kind", "student")
         out.append(f"Student ({kind}) vs its teacher on {test.get('n', 0)} test pairs of unseen templates:")
-        out.append(f"  agreement {f(test.get('accuracy'))}, AUROC {f(test.get('auroc'))}, "
-                   f"accepts {f(test.get('acceptance'))} (teacher {f(test.get('teacher_acceptance'))})")
+        out.append(
+            f"  agreement {f(test.get('accuracy'))}, AUROC {f(test.get('auroc'))}, "
+            f"accepts {f(test.get('acceptance'))} (teacher {f(test.get('teacher_acceptance'))})"
+        )
     out += promise_lines(res)
     times = res["timings"]
     out.append("Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
@@ -270,8 +387,10 @@ def promise_lines(res: dict) -> list[str]:
     s = res["summary"]
     out = []
     if "false_accept_bound" in calib:  # rule bound (an accuracy budget's calibration has none)
-        out.append(f"Promise: the student accepts <= {calib['max_false_accept']:.0%} of teacher-rejected steps "
-                   f"at {calib['confidence']:.0%}")
+        out.append(
+            f"Promise: the student accepts <= {calib['max_false_accept']:.0%} of teacher-rejected steps "
+            f"at {calib['confidence']:.0%}"
+        )
         from lrtune.train.calibrate import evidence_words, needed_words
 
         if calib["certified"]:
@@ -281,8 +400,10 @@ def promise_lines(res: dict) -> list[str]:
             out.append(f"  (needs {needed_words(calib)}):")
             out.append("  threshold 1.0, it accepts only steps identical to the target's")
         if test.get("false_accept_rate") is not None:
-            out.append(f"  test split: accepted {test['fp']} of {test['fp'] + test['tn']} rejected steps "
-                       f"({test['false_accept_rate']:.2f})")
+            out.append(
+                f"  test split: accepted {test['fp']} of {test['fp'] + test['tn']} rejected steps "
+                f"({test['false_accept_rate']:.2f})"
+            )
     for lab, r in (s.get("verifier_parity") or {}).items():
         d, t = r["decode"], r["test_split"]
         out.append(f"{lab[:20]} accepted {d['acceptance']:.2f} of {d['pairs']} draft steps in decoding")
@@ -291,8 +412,10 @@ def promise_lines(res: dict) -> list[str]:
             out.append(f"  vs {t['acceptance']:.2f} on its test split: {verdict}")
     for a in s.get("accuracy_vs_target") or []:
         if a["a"].startswith("lr"):
-            out.append(f"{a['a'][:20]} vs target: {a['only_b']} answer(s) only the target solved, "
-                       f"{a['only_a']} only {a['a'][:12]}")
+            out.append(
+                f"{a['a'][:20]} vs target: {a['only_b']} answer(s) only the target solved, "
+                f"{a['only_a']} only {a['a'][:12]}"
+            )
     return out
 
 
@@ -304,5 +427,9 @@ def _profile_matches(path: Path, prof, models: ModelConfig) -> bool:
         p = json.loads(path.read_text())
     except ValueError:
         return False
-    return (p.get("options") == dataclasses.asdict(prof)
-            and p.get("target") == models.target and p.get("draft") == models.draft and p.get("backend") == models.backend)
+    return (
+        p.get("options") == dataclasses.asdict(prof)
+        and p.get("target") == models.target
+        and p.get("draft") == models.draft
+        and p.get("backend") == models.backend
+    )

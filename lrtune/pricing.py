@@ -95,8 +95,9 @@ class Pricing:
             return h(gamma1, gamma2, alpha1, self.c1, alpha2, self.c2, self.batch_cost, drafted)
         raise ConfigError(f"round kind must be one of {', '.join(ROUND_KINDS)}, got {kind!r}")
 
-    def best(self, gamma1: int, gamma2: int, alpha1: float, alpha2: float,
-             kinds: tuple[str, ...] = ("lr",)) -> tuple[float, str]:
+    def best(
+        self, gamma1: int, gamma2: int, alpha1: float, alpha2: float, kinds: tuple[str, ...] = ("lr",)
+    ) -> tuple[float, str]:
         """(speedup, kind) of the best of ``kinds`` at (γ1, γ2); ties go to the first kind."""
         top = (-math.inf, kinds[0])
         for kind in kinds:
@@ -110,8 +111,17 @@ class Pricing:
         from lrtune.speedup import best_gammas
 
         b = self.cap(bounds)
-        return best_gammas(alpha1, self.c1, alpha2, self.c2, b.M, b.gamma1_max, b.gamma2_max, self.batch_cost,
-                           self.engine_drafts or None)
+        return best_gammas(
+            alpha1,
+            self.c1,
+            alpha2,
+            self.c2,
+            b.M,
+            b.gamma1_max,
+            b.gamma2_max,
+            self.batch_cost,
+            self.engine_drafts or None,
+        )
 
     def cap(self, bounds: Bounds) -> Bounds:
         """``bounds`` stopped at the shared engine's γ2: a larger γ2 would start another engine (a
@@ -128,8 +138,12 @@ class Pricing:
 
 
 def _number(x, what: str, *, low: float, strict: bool = False) -> None:
-    ok = (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-          and (x > low if strict else x >= low))
+    ok = (
+        isinstance(x, (int, float))
+        and not isinstance(x, bool)
+        and math.isfinite(x)
+        and (x > low if strict else x >= low)
+    )
     if not ok:
         raise ConfigError(f"{what} must be a number {'>' if strict else '>='} {low:g}, got {x!r:.40}")
 

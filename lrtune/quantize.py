@@ -52,12 +52,17 @@ def quantization_config(lm_head: bool = False) -> dict:
     (``lm_head``: the output head quantized too)."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
 
-    scheme = QuantizationScheme(targets=["Linear", "re:(.*\\.)?lm_head$"] if lm_head else ["Linear"],
-                                weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
-                                input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True,
-                                                                   strategy="token", dynamic=True))
-    cfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=[] if lm_head else ["re:(.*\\.)?lm_head$"], format="int-quantized",
-                             quantization_status="compressed")
+    scheme = QuantizationScheme(
+        targets=["Linear", "re:(.*\\.)?lm_head$"] if lm_head else ["Linear"],
+        weights=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
+        input_activations=QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True),
+    )
+    cfg = QuantizationConfig(
+        config_groups={"group_0": scheme},
+        ignore=[] if lm_head else ["re:(.*\\.)?lm_head$"],
+        format="int-quantized",
+        quantization_status="compressed",
+    )
     out = cfg.model_dump(mode="json")
     out["quant_method"] = "compressed-tensors"
     return out
@@ -88,8 +93,13 @@ def _complete(d: Path) -> bool:
         digests = meta["sha256"]
         # every weight file of the copy is listed and matches: an empty or partial list proves nothing
         weights = {f.name for f in d.glob("*.safetensors")}
-        return bool(meta.get("format") == FORMAT and isinstance(digests, dict) and weights and set(digests) >= weights
-                    and all(isinstance(v, str) and sha256(d / name) == v for name, v in digests.items()))
+        return bool(
+            meta.get("format") == FORMAT
+            and isinstance(digests, dict)
+            and weights
+            and set(digests) >= weights
+            and all(isinstance(v, str) and sha256(d / name) == v for name, v in digests.items())
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -111,8 +121,9 @@ def untied_head(model_dir: str | Path) -> bool:
     return False
 
 
-def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, progress: bool = True,
-                lm_head: bool | None = None) -> Path:
+def ensure_w8a8(
+    model_dir: str | Path, cache_dir: str | Path | None = None, progress: bool = True, lm_head: bool | None = None
+) -> Path:
     """The W8A8 copy of ``model_dir`` (a Hugging Face directory), built once (module docstring);
     ``lm_head``: quantize the output head as well (None: when the checkpoint has an untied one)."""
     if lm_head is None:
@@ -145,7 +156,7 @@ def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, prog
                 head = lm_head and name == "lm_head.weight"
                 if name.endswith(".weight") and t.dim() == 2 and (head or (len(parts) >= 2 and parts[-2] in LINEARS)):
                     q, s = quantize_rows(t)
-                    out[name], out[name[:-len("weight")] + "weight_scale"] = q, s
+                    out[name], out[name[: -len("weight")] + "weight_scale"] = q, s
                     quantized += 1
                 else:
                     out[name] = t.contiguous()
@@ -159,15 +170,23 @@ def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, prog
         if index.is_file():
             meta = json.loads(index.read_text())
             for name, file in list(meta.get("weight_map", {}).items()):
-                if name.endswith(".weight") and (name.split(".")[-2] in LINEARS or (lm_head and name == "lm_head.weight")):
-                    meta["weight_map"][name[:-len("weight")] + "weight_scale"] = file
+                if name.endswith(".weight") and (
+                    name.split(".")[-2] in LINEARS or (lm_head and name == "lm_head.weight")
+                ):
+                    meta["weight_map"][name[: -len("weight")] + "weight_scale"] = file
             (tmp / index.name).write_text(json.dumps(meta, indent=1))
         cfg = json.loads((src / "config.json").read_text())
         cfg["quantization_config"] = quantization_config(lm_head)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-        marker = {"format": FORMAT, "source": str(src), "scheme": "w8a8-int8-channel-dynamic-token", "linears": quantized, "lm_head": lm_head,
-                  "torch": torch.__version__,
-                  "sha256": {f.name: sha256(f) for f in sorted(tmp.iterdir()) if f.suffix == ".safetensors"}}
+        marker = {
+            "format": FORMAT,
+            "source": str(src),
+            "scheme": "w8a8-int8-channel-dynamic-token",
+            "linears": quantized,
+            "lm_head": lm_head,
+            "torch": torch.__version__,
+            "sha256": {f.name: sha256(f) for f in sorted(tmp.iterdir()) if f.suffix == ".safetensors"},
+        }
         (tmp / MARKER).write_text(json.dumps(marker, indent=1))
     return final
 
@@ -176,8 +195,9 @@ def ensure_w8a8(model_dir: str | Path, cache_dir: str | Path | None = None, prog
 def _measure_key(model_dir: str | Path, dtype: str) -> str:
     from lrtune.machine import cpu_flags, cpu_model, gpus
 
-    where = json.dumps({"cpu": cpu_model(), "flags": cpu_flags(), "gpus": [g["name"] for g in gpus()],
-                        "dtype": dtype}, sort_keys=True)
+    where = json.dumps(
+        {"cpu": cpu_model(), "flags": cpu_flags(), "gpus": [g["name"] for g in gpus()], "dtype": dtype}, sort_keys=True
+    )
     return hashlib.sha256(f"{Path(model_dir).resolve()}|{where}".encode()).hexdigest()[:16]
 
 
@@ -188,8 +208,13 @@ def measurement_file(cache_dir: str | Path | None = None) -> Path:
     return root / "measurements" / MEASURE_FILE
 
 
-def record_measurement(model_dir: str | Path, plain_tok_s: float, int8_tok_s: float,
-                       cache_dir: str | Path | None = None, dtype: str = "auto") -> dict:
+def record_measurement(
+    model_dir: str | Path,
+    plain_tok_s: float,
+    int8_tok_s: float,
+    cache_dir: str | Path | None = None,
+    dtype: str = "auto",
+) -> dict:
     """Record this machine's draft speed with and without int8 (the ``auto`` decision)."""
     from lrtune.machine import cpu_flags, cpu_model
     from lrtune.runfiles import write_atomic
@@ -205,8 +230,15 @@ def record_measurement(model_dir: str | Path, plain_tok_s: float, int8_tok_s: fl
 
         log(f"warning: {path} was not a measurement record (a JSON object); it is written anew")
         data = {}
-    entry = {"model": str(Path(model_dir).resolve()), "dtype": dtype, "cpu": cpu_model(), "cpu_flags": cpu_flags(),
-             "plain_tok_s": plain_tok_s, "int8_tok_s": int8_tok_s, "int8_faster": int8_tok_s > plain_tok_s}
+    entry = {
+        "model": str(Path(model_dir).resolve()),
+        "dtype": dtype,
+        "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "plain_tok_s": plain_tok_s,
+        "int8_tok_s": int8_tok_s,
+        "int8_faster": int8_tok_s > plain_tok_s,
+    }
     data[_measure_key(model_dir, dtype)] = entry
     write_atomic(path, json.dumps(data, indent=1))
     return entry
@@ -223,8 +255,14 @@ def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, 
     return faster if isinstance(faster, bool) else None  # "no" or 0 is no answer: measure again
 
 
-def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int = 64, repeats: int = 3,
-                gpu_share: float | None = None) -> dict:
+def time_drafts(
+    plain_dir: str,
+    int8_dir: str,
+    dtype: str = "auto",
+    tokens: int = 64,
+    repeats: int = 3,
+    gpu_share: float | None = None,
+) -> dict:
     """Tokens/s of greedy batch-1 decoding with the draft as saved and with its W8A8 copy, on
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
     that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
@@ -233,11 +271,18 @@ def time_drafts(plain_dir: str, int8_dir: str, dtype: str = "auto", tokens: int 
     from lrtune.profiling import time_alternately
 
     share = None if _on_cpu() else (gpu_share or 0.2)
-    engines = {name: VLLMBackend(path, VLLMConfig(dtype=dtype, max_model_len=1024, kv_cache_gib=0.25,
-                                                  gpu_memory_utilization=share), name=name)
-               for name, path in (("plain", plain_dir), ("int8", int8_dir))}
-    prompt = engines["plain"].encode_prompt("A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a "
-                                            "50 dollar bill. How much change does he get? Think step by step.")
+    engines = {
+        name: VLLMBackend(
+            path,
+            VLLMConfig(dtype=dtype, max_model_len=1024, kv_cache_gib=0.25, gpu_memory_utilization=share),
+            name=name,
+        )
+        for name, path in (("plain", plain_dir), ("int8", int8_dir))
+    }
+    prompt = engines["plain"].encode_prompt(
+        "A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a "
+        "50 dollar bill. How much change does he get? Think step by step."
+    )
     best = time_alternately(engines, prompt, tokens, repeats)
     return {f"{name}_tok_s": 1.0 / s_per_token for name, (s_per_token, _) in best.items()}
 
@@ -252,43 +297,60 @@ def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None
     device = gpu_device_bytes()
     if device is None:
         return None
-    plan = plan_gpu_memory({"int8_timing": weight_bytes(draft_dir)}, engines={"int8_timing": 2},
-                           cap=max(cap - taken, 1e-6), device_bytes=device)
+    plan = plan_gpu_memory(
+        {"int8_timing": weight_bytes(draft_dir)},
+        engines={"int8_timing": 2},
+        cap=max(cap - taken, 1e-6),
+        device_bytes=device,
+    )
     return plan.engine_share("int8_timing")
 
 
-def measure_in_subprocess(plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900,
-                          gpu_share: float | None = None) -> dict:
+def measure_in_subprocess(
+    plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900, gpu_share: float | None = None
+) -> dict:
     """:func:`time_drafts` in a child process (its engines end with it)."""
     import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "lrtune.quantize", plain_dir, int8_dir, dtype, str(gpu_share or "")]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, "LRTUNE_VLLM_PATCHES": os.environ.get("LRTUNE_VLLM_PATCHES", "1")})
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "LRTUNE_VLLM_PATCHES": os.environ.get("LRTUNE_VLLM_PATCHES", "1")},
+        )
     except subprocess.TimeoutExpired:
-        raise ConfigError(f"--draft-quantization auto: timing the int8 draft took over {timeout_s:.0f} s; "
-                          "choose none or int8") from None
+        raise ConfigError(
+            f"--draft-quantization auto: timing the int8 draft took over {timeout_s:.0f} s; choose none or int8"
+        ) from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"--draft-quantization auto: timing the int8 draft failed ({tail[:300]}); choose none or int8")
+        raise ConfigError(
+            f"--draft-quantization auto: timing the int8 draft failed ({tail[:300]}); choose none or int8"
+        )
     return json.loads(lines[-1])
 
 
 def check_int8_runs(backend: str) -> None:
     """One line when this engine or platform cannot run a W8A8 draft."""
     if backend != "vllm":
-        raise ConfigError("--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
-                          "int8 weights and run no faster)")
+        raise ConfigError(
+            "--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
+            "int8 weights and run no faster)"
+        )
     from lrtune.machine import gpus
 
     for g in gpus():
         major, minor = (int(x) for x in g["capability"].split("."))
         if (major, minor) < (7, 5):
-            raise ConfigError(f"--draft-quantization int8: {g['name']} (compute capability {g['capability']}) "
-                              "has no int8 tensor cores vLLM can use (7.5 or newer)")
+            raise ConfigError(
+                f"--draft-quantization int8: {g['name']} (compute capability {g['capability']}) "
+                "has no int8 tensor cores vLLM can use (7.5 or newer)"
+            )
 
 
 def quantized_source(model_dir: str | Path) -> str | None:
@@ -300,8 +362,16 @@ def quantized_source(model_dir: str | Path) -> str | None:
     return (q.get("quant_method") or "quantized") if isinstance(q, dict) else None
 
 
-def draft_for_engines(mode: str, draft_dir: str, *, backend: str, dtype: str = "auto",
-                      cache_dir: str | None = None, progress: bool = True, gpu_cap: float = 0.9) -> tuple[str, str]:
+def draft_for_engines(
+    mode: str,
+    draft_dir: str,
+    *,
+    backend: str,
+    dtype: str = "auto",
+    cache_dir: str | None = None,
+    progress: bool = True,
+    gpu_cap: float = 0.9,
+) -> tuple[str, str]:
     """(the draft directory the engines load, "int8" or "none") under ``--draft-quantization``
     ``mode``: none keeps ``draft_dir``; int8 builds (once) and uses its W8A8 copy; auto uses the
     copy only where this machine measured it faster (timed once per draft and machine, in a
@@ -333,8 +403,10 @@ def draft_for_engines(mode: str, draft_dir: str, *, backend: str, dtype: str = "
         entry = record_measurement(draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], cache_dir, dtype)
         faster = entry["int8_faster"]
         if progress:
-            log(f"lrtune: draft {speeds['plain_tok_s']:.1f} tok/s, int8 {speeds['int8_tok_s']:.1f} tok/s: "
-                f"{'using int8' if faster else 'keeping ' + dtype}")
+            log(
+                f"lrtune: draft {speeds['plain_tok_s']:.1f} tok/s, int8 {speeds['int8_tok_s']:.1f} tok/s: "
+                f"{'using int8' if faster else 'keeping ' + dtype}"
+            )
     return (str(q), "int8") if faster else (draft_dir, "none")
 
 
@@ -342,6 +414,12 @@ if __name__ == "__main__":  # python -m lrtune.quantize PLAIN_DIR INT8_DIR [DTYP
     import sys
 
     a = sys.argv[1:]
-    print(json.dumps(time_drafts(a[0], a[1], a[2] if len(a) > 2 else "auto",
-                                 gpu_share=float(a[3]) if len(a) > 3 and a[3] else None)), flush=True)
+    print(
+        json.dumps(
+            time_drafts(
+                a[0], a[1], a[2] if len(a) > 2 else "auto", gpu_share=float(a[3]) if len(a) > 3 and a[3] else None
+            )
+        ),
+        flush=True,
+    )
     os._exit(0)

@@ -16,10 +16,12 @@ from lrtune.toymodels import TinyPair, _versions, default_cache_root, get_tiny_p
 
 # Qwen2.5-Coder-Instruct 1.5B / 0.5B as lrtune's default pair has them (untied embeddings)
 DEFAULT_SHAPES: dict[str, dict[str, Any]] = {
-    "target": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                   num_key_value_heads=2),
-    "draft": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                  num_key_value_heads=2),
+    "target": dict(
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2
+    ),
+    "draft": dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2
+    ),
 }
 
 
@@ -36,17 +38,31 @@ def _random_qwen2(shape: dict[str, Any], vocab_size: int, tokens: int, eos_id: i
 
     torch.manual_seed(seed)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    config = Qwen2Config(vocab_size=vocab_size, max_position_embeddings=32768, rms_norm_eps=1e-6,
-                         tie_word_embeddings=False, bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id,
-                         rope_theta=1000000.0, **shape)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        rope_theta=1000000.0,
+        **shape,
+    )
     model = Qwen2ForCausalLM(config).to(torch_dtype)
     with torch.no_grad():
         model.lm_head.weight[tokens:] = 0
     return model.eval()
 
 
-def build_random_pair(root: Path | None = None, *, dtype: str = "bfloat16", vocab_size: int = DEFAULT_VOCAB,
-                      shapes: dict[str, dict[str, Any]] | None = None, seed: int = 0) -> TinyPair:
+def build_random_pair(
+    root: Path | None = None,
+    *,
+    dtype: str = "bfloat16",
+    vocab_size: int = DEFAULT_VOCAB,
+    shapes: dict[str, dict[str, Any]] | None = None,
+    seed: int = 0,
+) -> TinyPair:
     """Random-weight target and draft shaped like the default pair (``shapes``, default
     :data:`DEFAULT_SHAPES`), with the tiny tokenizer, cached under ``root/random-<hash>``
     (``other_vocab`` is the tiny pair's). For engines, code paths and timings on a machine
@@ -54,9 +70,19 @@ def build_random_pair(root: Path | None = None, *, dtype: str = "bfloat16", voca
     minute and 7 GB of RAM in bfloat16."""
     shapes = shapes or DEFAULT_SHAPES
     root = Path(root).expanduser() if root is not None else default_cache_root()
-    key = hashlib.sha256(json.dumps({"shapes": shapes, "vocab": vocab_size, "dtype": dtype, "seed": seed,
-                                     "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-                                     "versions": _versions()}, sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            {
+                "shapes": shapes,
+                "vocab": vocab_size,
+                "dtype": dtype,
+                "seed": seed,
+                "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+                "versions": _versions(),
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:16]
     final = root / f"random-{key}"
     if (final / "manifest.json").is_file():
         return TinyPair(final / "target", final / "draft", final / "other_vocab")
@@ -74,7 +100,17 @@ def build_random_pair(root: Path | None = None, *, dtype: str = "bfloat16", voca
             tok.save_pretrained(str(tmp / role))
             del model
         shutil.copytree(tiny.other_vocab, tmp / "other_vocab")
-        (tmp / "manifest.json").write_text(json.dumps({"kind": "random", "shapes": shapes, "vocab_size": vocab_size,
-                                                       "tokenizer_tokens": len(tok), "dtype": dtype, "seed": seed},
-                                                      indent=2))
+        (tmp / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "kind": "random",
+                    "shapes": shapes,
+                    "vocab_size": vocab_size,
+                    "tokenizer_tokens": len(tok),
+                    "dtype": dtype,
+                    "seed": seed,
+                },
+                indent=2,
+            )
+        )
     return TinyPair(final / "target", final / "draft", final / "other_vocab")

@@ -29,7 +29,7 @@ def split_scores(scores: Sequence[tuple[float, bool] | None], lengths: Sequence[
     (``lengths``: the steps' token counts; missing trailing scores count as None)."""
     out, at = [], 0
     for n in lengths:
-        part = list(scores[at:at + n])
+        part = list(scores[at : at + n])
         out.append(part + [None] * (n - len(part)))
         at += n
     return out
@@ -52,8 +52,13 @@ def row_params(params: GenParams, reused: int) -> GenParams:
     return replace(params, max_tokens=max(1, params.max_tokens - reused))
 
 
-def joined_step(reused: Sequence[int], out: Generation, params: GenParams, decode: Callable[[Sequence[int]], str],
-                eos_ids: frozenset[int]) -> Generation:
+def joined_step(
+    reused: Sequence[int],
+    out: Generation,
+    params: GenParams,
+    decode: Callable[[Sequence[int]], str],
+    eos_ids: frozenset[int],
+) -> Generation:
     """The target's step: ``reused`` draft tokens, then the row's output, cut again at the
     step boundary of the whole (a delimiter may span the join, which the engine, searching
     only its own output, cannot see). ``params``: the step's params before reuse. An

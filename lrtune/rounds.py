@@ -34,21 +34,39 @@ def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, draft: bool) ->
     if cfg.temperature > 0:
         role = DRAFT if draft else TARGET
         seeds = tuple(mix_seed(cfg.seed, rnd, pos + k, role) for k in range(count))
-    return GenParams(max_tokens=min(cfg.max_step_tokens, budget), stop_at_delimiter=True, delimiter=cfg.delimiter,
-                     temperature=cfg.temperature, top_p=cfg.top_p, seeds=seeds, logprobs=cfg.logprobs,
-                     num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0)
+    return GenParams(
+        max_tokens=min(cfg.max_step_tokens, budget),
+        stop_at_delimiter=True,
+        delimiter=cfg.delimiter,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seeds=seeds,
+        logprobs=cfg.logprobs,
+        num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0,
+    )
 
 
-def step_pair(target: Backend, problem: str, solution: Sequence[int], context_tokens: int,
-              draft: Sequence[int], target_step: Sequence[int], draft_scores: DraftScores | None = None) -> StepPair:
+def step_pair(
+    target: Backend,
+    problem: str,
+    solution: Sequence[int],
+    context_tokens: int,
+    draft: Sequence[int],
+    target_step: Sequence[int],
+    draft_scores: DraftScores | None = None,
+) -> StepPair:
     """What the verifier sees at one position (DESIGN §3.6): text without special tokens; the
     context is the problem statement and the last ``context_tokens`` of ``solution``, the
     ids the target was conditioned on there (committed steps, then the drafts before it);
     ``draft_scores``: the target's likelihood of the draft step, where the decoder scored it."""
     tail = list(solution[-context_tokens:]) if context_tokens > 0 else []
     clean = lambda ids: target.decode(list(ids), skip_special_tokens=True)  # noqa: E731
-    return StepPair(context=verifier_context(problem, clean(tail)), draft=clean(draft), target=clean(target_step),
-                    draft_scores=draft_scores)
+    return StepPair(
+        context=verifier_context(problem, clean(tail)),
+        draft=clean(draft),
+        target=clean(target_step),
+        draft_scores=draft_scores,
+    )
 
 
 def ends_apart(draft: Sequence[int], target_step: Sequence[int], eos_ids: frozenset[int]) -> bool:

@@ -67,8 +67,15 @@ class RoundState:
     @classmethod
     def start(cls, cfg: DecodeConfig, budget: int, base: list[int], horizon: int | None) -> RoundState:
         width = cfg.width
-        return cls(cfg=cfg, budget=budget, base=base, horizon=horizon, chains=[[] for _ in range(width)],
-                   verdicts=[[] for _ in range(width)], scores=[[] for _ in range(width)])
+        return cls(
+            cfg=cfg,
+            budget=budget,
+            base=base,
+            horizon=horizon,
+            chains=[[] for _ in range(width)],
+            verdicts=[[] for _ in range(width)],
+            scores=[[] for _ in range(width)],
+        )
 
 
 @dataclass(eq=False)
@@ -152,9 +159,14 @@ def _branch_temperature(w: int, cfg: DecodeConfig) -> float:
     return cfg.temperature if (w == 0 or cfg.temperature > 0) else cfg.branch_temperature
 
 
-def _target_rows(base: list[int], chains: list[list[Generation]], budget: int, eos: frozenset[int],
-                 matched: list[int] | None = None, last: int | None = None,
-                 ) -> tuple[list[list[int]], dict[tuple[int, int], int], list[int | None], list[tuple[int, int]]]:
+def _target_rows(
+    base: list[int],
+    chains: list[list[Generation]],
+    budget: int,
+    eos: frozenset[int],
+    matched: list[int] | None = None,
+    last: int | None = None,
+) -> tuple[list[list[int]], dict[tuple[int, int], int], list[int | None], list[tuple[int, int]]]:
     """Distinct target prefixes ``base + chain_w[:k]``, the row of each (w, k), where each
     row's last draft step starts (None for the row of position 0), and each row's
     ``(k, reused)``.

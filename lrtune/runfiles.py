@@ -93,7 +93,11 @@ def changed_keys(old: dict, new: dict, defaults: dict) -> list[str]:
     out = []
     for name in _diff_keys(old, new):
         section, _, key = name.partition(".")
-        if key and key not in old.get(section, {}) and new.get(section, {}).get(key) == defaults.get(section, {}).get(key):
+        if (
+            key
+            and key not in old.get(section, {})
+            and new.get(section, {}).get(key) == defaults.get(section, {}).get(key)
+        ):
             continue
         if key and key not in new.get(section, {}):
             continue
@@ -127,8 +131,13 @@ class ProgressBar:
         if enabled and total and not self._lines:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                               TextColumn("{task.description}"))
+            self._p = Progress(
+                TextColumn(label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+            )
             self._p.start()
             self._task = self._p.add_task("", total=total)
 
@@ -180,11 +189,14 @@ def json_out_file(spec: str, flag: str = "--out") -> Path:
         if out.is_dir():
             raise ConfigError(f"{flag} {spec} is a directory; give the path of the JSON file to write")
         if out.exists() and not out.is_file():
-            raise ConfigError(f"{flag} {spec} is not a regular file (a pipe, socket or device); lrtune writes a "
-                              "JSON file there: pick another path")
+            raise ConfigError(
+                f"{flag} {spec} is not a regular file (a pipe, socket or device); lrtune writes a "
+                "JSON file there: pick another path"
+            )
         if out.is_file() and not _holds_json(out):
-            raise ConfigError(f"{flag} {spec} holds a file that is not JSON (an input?); lrtune would replace it: "
-                              "pick another path")
+            raise ConfigError(
+                f"{flag} {spec} holds a file that is not JSON (an input?); lrtune would replace it: pick another path"
+            )
         blocker = unwritable_ancestor(out.parent)
         if blocker is not None:
             raise ConfigError(f"{flag} {spec}: its folder cannot be written ({blocker} is not a writable directory)")
@@ -238,12 +250,14 @@ def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record", text_key
                 continue
             raise ConfigError(f"{path}:{i + 1}: corrupt line; move the file away to start over") from None
         if not isinstance(rec, dict) or not set(keys) <= set(rec):
-            raise ConfigError(f"{path}:{i + 1}: not an {what} (no {'/'.join(keys)}); move the file away or use "
-                              "another --out")
+            raise ConfigError(
+                f"{path}:{i + 1}: not an {what} (no {'/'.join(keys)}); move the file away or use another --out"
+            )
         bad = next((k for k in text_keys if not isinstance(rec.get(k), str)), None)
         if bad is not None:
-            raise ConfigError(f"{path}:{i + 1}: not an {what} ({bad} is not text); move the file away or use "
-                              "another --out")
+            raise ConfigError(
+                f"{path}:{i + 1}: not an {what} ({bad} is not text); move the file away or use another --out"
+            )
         good.append(rec)
     if bad_tail:
         warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)

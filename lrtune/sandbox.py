@@ -49,7 +49,7 @@ from lrtune.errors import LrtuneError
 MAX_OUTPUT = 64 * 1024  # bytes of stdout/stderr kept (head + tail)
 MAX_PROCESSES = 64  # processes (and threads) a sandbox may hold at once
 
-_GUARD = r'''
+_GUARD = r"""
 import builtins, os, shutil, socket, subprocess, sys
 def _denied(*a, **k):
     raise PermissionError("disabled in the lrtune sandbox")
@@ -87,12 +87,14 @@ def _guarded_os_open(path, flags, *a, **k):
 builtins.open = io.open = _guarded_open
 os.open = _guarded_os_open
 del _denied, _name, _mod
-'''
+"""
 
 
-_MISSING = ("running generated code needs OS-level isolation, and bubblewrap is missing or cannot build a sandbox "
-            "here: install it (Debian/Ubuntu: apt-get install bubblewrap; scripts/install.sh does), or pass "
-            "--unsafe-exec to run it with the in-process Python guard only")
+_MISSING = (
+    "running generated code needs OS-level isolation, and bubblewrap is missing or cannot build a sandbox "
+    "here: install it (Debian/Ubuntu: apt-get install bubblewrap; scripts/install.sh does), or pass "
+    "--unsafe-exec to run it with the in-process Python guard only"
+)
 
 
 class SandboxUnavailable(LrtuneError):
@@ -156,11 +158,43 @@ def _bwrap_cmd(bwrap: str, program_path: str, extra_args: list[str]) -> list[str
         cmd += ["--ro-bind-try", path, path]
     if not (prefix == "/usr" or prefix.startswith("/usr/")):
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/sandbox",
-            "--ro-bind", program_path, "/sandbox/program.py", "--chdir", "/sandbox", "--clearenv",
-            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "OMP_NUM_THREADS", "1",
-            "--", python, "-I", "-B", "/sandbox/program.py", *extra_args]
+    cmd += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/sandbox",
+        "--ro-bind",
+        program_path,
+        "/sandbox/program.py",
+        "--chdir",
+        "/sandbox",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/sandbox",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "OMP_NUM_THREADS",
+        "1",
+        "--",
+        python,
+        "-I",
+        "-B",
+        "/sandbox/program.py",
+        *extra_args,
+    ]
     return cmd
 
 
@@ -188,8 +222,9 @@ class _PidsCgroup:
     def __init__(self, limit: int) -> None:
         self.path: Path | None = None
         for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-            if not (root / "cgroup.procs").is_file() or (root == Path("/sys/fs/cgroup") and "pids" not in _read(
-                    root / "cgroup.controllers")):
+            if not (root / "cgroup.procs").is_file() or (
+                root == Path("/sys/fs/cgroup") and "pids" not in _read(root / "cgroup.controllers")
+            ):
                 continue
             path = root / f"lrtune-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
             try:
@@ -288,15 +323,21 @@ class _BoundedReader(threading.Thread):
             self.tail += chunk
             if len(self.tail) > self.half:
                 self.dropped += len(self.tail) - self.half
-                del self.tail[:len(self.tail) - self.half]
+                del self.tail[: len(self.tail) - self.half]
 
     def text(self) -> str:
         mid = f"\n[... {self.dropped} bytes dropped ...]\n".encode() if self.dropped else b""
         return (bytes(self.head) + mid + bytes(self.tail)).decode("utf-8", "replace")
 
 
-def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024, max_output: int = MAX_OUTPUT,
-               unsafe_exec: bool | None = None) -> SandboxResult:
+def run_python(
+    program: str,
+    *,
+    timeout_s: float = 10.0,
+    memory_mb: int = 1024,
+    max_output: int = MAX_OUTPUT,
+    unsafe_exec: bool | None = None,
+) -> SandboxResult:
     """Run ``program`` isolated (see module docstring); ``unsafe_exec`` (default: the
     ``--unsafe-exec`` setting) allows the guard-only fallback where ``bwrap`` is missing."""
     bwrap = bwrap_path()
@@ -312,16 +353,28 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024, 
             f.write(_HARNESS_HEAD + _GUARD + "\n" + program + "\n\n__lrtune_done()\n")
         os.chmod(workdir, 0o755)
         os.chmod(path, 0o644)
-        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "OMP_NUM_THREADS": "1"}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": "1",
+        }
         if bwrap is not None:
             cmd, cwd = _bwrap_cmd(bwrap, path, [nonce]), "/"
         else:
             cmd, cwd = [*_netns_prefix(), sys.executable, "-I", "-B", path, nonce], workdir
         nproc = None if os.geteuid() == 0 else _own_process_count() + MAX_PROCESSES
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, preexec_fn=_limits(timeout_s, memory_mb, nproc, cgroup))
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_limits(timeout_s, memory_mb, nproc, cgroup),
+        )
         reader = _BoundedReader(proc.stdout, max_output)
         reader.start()
         try:
@@ -343,8 +396,9 @@ def run_python(program: str, *, timeout_s: float = 10.0, memory_mb: int = 1024, 
         if finished:
             text = lines[0] if len(lines) > 1 else ""
         status = "timeout" if timed_out else "passed" if (proc.returncode == 0 and finished) else "failed"
-        return SandboxResult(status=status, returncode=proc.returncode, seconds=seconds, output=text[-2000:],
-                             isolated=bwrap is not None)
+        return SandboxResult(
+            status=status, returncode=proc.returncode, seconds=seconds, output=text[-2000:], isolated=bwrap is not None
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -55,9 +55,11 @@ def require_one_sided(spec) -> None:
 
 
 def _two_sided(name: str) -> str:
-    return (f"--schedule score judges draft steps without a target step; verifier {name!r} compares two steps: use "
-            "target_logprob (the target's likelihood of the draft step) or a router (lrtune train verifier --student "
-            "router)")
+    return (
+        f"--schedule score judges draft steps without a target step; verifier {name!r} compares two steps: use "
+        "target_logprob (the target's likelihood of the draft step) or a router (lrtune train verifier --student "
+        "router)"
+    )
 
 
 def judge_and_continue(dec, slots, verifier, eos: frozenset[int], batch) -> None:
@@ -66,7 +68,9 @@ def judge_and_continue(dec, slots, verifier, eos: frozenset[int], batch) -> None
     slot's round as ``_commit`` reads it: ``targets[0][J]`` is the target's step."""
     keys = [(s, k) for s in slots for k in range(len(s.round.chains[0]) if s.round.chains else 0)]
     for s in slots:
-        s.round.pairs = [[dec._pair(s, 0, k, _EMPTY) for k in range(len(s.round.chains[0]))]] if s.round.chains else [[]]
+        s.round.pairs = (
+            [[dec._pair(s, 0, k, _EMPTY) for k in range(len(s.round.chains[0]))]] if s.round.chains else [[]]
+        )
     if keys:
         import time
 

@@ -34,9 +34,7 @@ def simulate_sync(
     return float((j + 1).sum()) / (r * (cc * n + _b(batch_cost, n + 1)))
 
 
-def simulate_sd(
-    alpha: float, c: float, gamma: int, iterations: int, rng: np.random.Generator | int | None
-) -> float:
+def simulate_sd(alpha: float, c: float, gamma: int, iterations: int, rng: np.random.Generator | int | None) -> float:
     """Monte-Carlo token-level SD: Σ committed tokens / Σ iteration time [tokens/forward].
 
     Each iteration samples the leading accepts J among γ draft tokens, commits J + 1 tokens
@@ -106,9 +104,7 @@ def simulate_combined(
     return float((j1 + 1).sum()) / time
 
 
-def simulate_async(
-    alpha: float, c: float, gamma: int, n_segments: int, rng: np.random.Generator | int | None
-) -> float:
+def simulate_async(alpha: float, c: float, gamma: int, n_segments: int, rng: np.random.Generator | int | None) -> float:
     """Monte-Carlo async LR: Σ committed steps / Σ segment time over segments [steps/T].
 
     Samples each segment's length K ~ Geometric(1 − α) (K − 1 accepts then a rejection)
@@ -134,8 +130,9 @@ def simulate_async(
     return float(k.sum()) / float(v[k - 1].sum())
 
 
-def simulate_score(alpha: float, c: float, prefill: float, gamma: int, step_time: float = 1.0, *,
-                   rounds: int = 200_000, rng=None) -> float:
+def simulate_score(
+    alpha: float, c: float, prefill: float, gamma: int, step_time: float = 1.0, *, rounds: int = 200_000, rng=None
+) -> float:
     """Monte-Carlo speedup of score rounds (:func:`lrtune.speedup.h_score`): each round drafts
     ``gamma`` steps (``c`` each), prefills them (``prefill``), draws their one-sided verdicts
     (i.i.d. accept with ``alpha``), commits the leading accepts and the target's own step

@@ -114,8 +114,7 @@ def _b(batch_cost: BatchCost, n: int) -> float:
     else:
         if n > len(batch_cost):
             raise ConfigError(
-                f"batch_cost has {len(batch_cost)} entries but b({n}) is needed "
-                f"(batch_cost[n - 1] = b(n))"
+                f"batch_cost has {len(batch_cost)} entries but b({n}) is needed (batch_cost[n - 1] = b(n))"
             )
         value = batch_cost[n - 1]
     try:
@@ -125,9 +124,7 @@ def _b(batch_cost: BatchCost, n: int) -> float:
     if not (v > 0.0 and math.isfinite(v)):
         raise ConfigError(f"batch_cost b({n}) must be finite and > 0, got {value!r}")
     if n == 1 and abs(v - 1.0) > _B1_TOL:
-        raise ConfigError(
-            f"batch_cost must satisfy b(1) = 1 (normalise by the one-step time), got {v}"
-        )
+        raise ConfigError(f"batch_cost must satisfy b(1) = 1 (normalise by the one-step time), got {v}")
     return v
 
 
@@ -241,7 +238,7 @@ def expected_longest(step_tokens: Sequence[float], n: int) -> float:
     n = _check_int(n, "n", 1)
     x = _sorted_steps(step_tokens)
     k = np.arange(1, x.size + 1, dtype=float) / x.size
-    return float(np.sum(x * (k ** n - (k - 1.0 / x.size) ** n)))
+    return float(np.sum(x * (k**n - (k - 1.0 / x.size) ** n)))
 
 
 def _mean_step(step_tokens: Sequence[float]) -> float:
@@ -254,7 +251,7 @@ def _mean_step(step_tokens: Sequence[float]) -> float:
 
 def _first_rejection(a: float, n: int) -> list[float]:
     """P(J = j), j = 0..n−1, J the first rejected of n − 1 drafted positions (n − 1: none)."""
-    return [a ** j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
+    return [a**j * (1 - a) for j in range(n - 1)] + [a ** (n - 1)]
 
 
 def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float]) -> Callable[[int], float]:
@@ -268,8 +265,11 @@ def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float])
     return lambda n: _b(batch_cost, n) * (1.0 if n == 1 else expected_longest(step_tokens, n) / mean)
 
 
-def early_abort_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], alpha: float,
-                           ) -> Callable[[int], float]:
+def early_abort_batch_cost(
+    batch_cost: BatchCost,
+    step_tokens: Sequence[float],
+    alpha: float,
+) -> Callable[[int], float]:
     """b_abort(n) = b(n) · Σ_{j=0}^{n−1} P(J = j) · E[max of j + 1 steps] / E[step]   [T].
 
     A round of n target rows (γ1 = n − 1 drafted positions, then the bonus row) with early
@@ -287,6 +287,7 @@ def early_abort_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], 
             return _b(batch_cost, 1)
         p = _first_rejection(a, n)
         return _b(batch_cost, n) * sum(pj * expected_longest(step_tokens, j + 1) / mean for j, pj in enumerate(p))
+
     return cost
 
 
@@ -307,12 +308,13 @@ def expected_longest_mixed(step_tokens: Sequence[float], full: int, shortened: i
     grid = np.unique(np.concatenate([[0.0], x, keep * x]))
     cdf = np.searchsorted(x, grid, side="right") / x.size
     cdf_short = np.searchsorted(keep * x, grid, side="right") / x.size
-    below = cdf ** full * cdf_short ** shortened
+    below = cdf**full * cdf_short**shortened
     return float(np.sum((1.0 - below[:-1]) * np.diff(grid)))
 
 
-def reuse_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], keep: float,
-                     alpha: float | None = None) -> Callable[[int], float]:
+def reuse_batch_cost(
+    batch_cost: BatchCost, step_tokens: Sequence[float], keep: float, alpha: float | None = None
+) -> Callable[[int], float]:
     """Draft-prefix reuse (:mod:`lrtune.reuse`): b_reuse(n) = b(n) · E[longest row] / E[step]   [T].
 
     Of a round's n target rows, the n − 1 rows of drafted positions generate keep·L tokens
@@ -335,6 +337,7 @@ def reuse_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float], keep: 
         rows = [expected_longest_mixed(step_tokens, 0, j + 1, keep) for j in range(n - 1)]
         rows.append(expected_longest_mixed(step_tokens, 1, n - 1, keep))
         return _b(batch_cost, n) * sum(pj * r / mean for pj, r in zip(p, rows))
+
     return cost
 
 
@@ -390,7 +393,6 @@ def h(
 # ---------------------------------------------------------------------------------------
 
 
-
 def score_prefill(gamma1: int, overhead_tokens: float, per_token: float, step_tokens: float) -> float:
     """A score round's prefill of γ1 draft steps, in target steps   [T].
 
@@ -429,6 +431,7 @@ def h_score(
     if not math.isfinite(prefill) or prefill < 0:
         raise ConfigError(f"prefill must be a number >= 0, got {prefill!r}")
     return _geom_sum(a, n1 + 1) / (cc * n1 + prefill + 1.0 / gg)
+
 
 # ---------------------------------------------------------------------------------------
 # budgeted search
@@ -493,5 +496,3 @@ def best_gammas(
 # ---------------------------------------------------------------------------------------
 # Monte-Carlo estimators
 # ---------------------------------------------------------------------------------------
-
-

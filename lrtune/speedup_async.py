@@ -106,8 +106,9 @@ def speedup_async(alpha: float, c: float, gamma: int) -> float:
     return 1.0 / ((1.0 - a) * max(1.0, cc) + a * cc + stall)
 
 
-def h_async(gamma1: int, gamma2: int, alpha1: float, c1: float, alpha2: float, c2: float,
-            drafted: int | None = None) -> float:
+def h_async(
+    gamma1: int, gamma2: int, alpha1: float, c1: float, alpha2: float, c2: float, drafted: int | None = None
+) -> float:
     """Async LR (lookahead γ1) with SD (γ2 tokens) inside each target step   [speedup].
 
     h_async = g(γ2) · S(α1, c1·g(γ2), γ1)      (S: :func:`speedup_async`)

@@ -174,10 +174,11 @@ class DecodeStats:
                 setattr(out, name, value)
             elif isinstance(value, list):
                 n = max(len(value), len(theirs))
-                setattr(out, name, [
-                    (value[i] if i < len(value) else 0) + (theirs[i] if i < len(theirs) else 0)
-                    for i in range(n)
-                ])
+                setattr(
+                    out,
+                    name,
+                    [(value[i] if i < len(value) else 0) + (theirs[i] if i < len(theirs) else 0) for i in range(n)],
+                )
             else:
                 setattr(out, name, value + theirs)
         return out
@@ -188,9 +189,13 @@ class DecodeStats:
         names = set(cls.__dataclass_fields__) - {"sd"}
         out = cls(**{k: (list(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
         stopped = d.get("sd_stopped")  # records before it was counted: derived from passes of one length
-        out.sd = SDCounters(int(d.get("sd_drafts", 0)), int(d.get("drafted_tokens", 0)),
-                            int(d.get("accepted_tokens", 0)), list(d.get("sd_accepted_by_pos", [])),
-                            None if stopped is None else int(stopped))
+        out.sd = SDCounters(
+            int(d.get("sd_drafts", 0)),
+            int(d.get("drafted_tokens", 0)),
+            int(d.get("accepted_tokens", 0)),
+            list(d.get("sd_accepted_by_pos", [])),
+            None if stopped is None else int(stopped),
+        )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,8 +259,11 @@ class BatchStats:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(tokens_per_s=self.tokens_per_s, problems_per_hour=self.problems_per_hour,
-                 rows_per_call={k: self.rows_per_call(k) for k in self.calls})
+        d.update(
+            tokens_per_s=self.tokens_per_s,
+            problems_per_hour=self.problems_per_hour,
+            rows_per_call={k: self.rows_per_call(k) for k in self.calls},
+        )
         return d
 
 

@@ -74,9 +74,7 @@ def split_steps(
     steps: list[list[int]] = []
     rest = list(token_ids)
     while rest:
-        n, _ = first_step_end(
-            rest, decode, delimiter=delimiter, eos_ids=eos_ids, max_step_tokens=max_step_tokens
-        )
+        n, _ = first_step_end(rest, decode, delimiter=delimiter, eos_ids=eos_ids, max_step_tokens=max_step_tokens)
         steps.append(rest[:n])
         rest = rest[n:]
     return steps

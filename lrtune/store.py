@@ -77,12 +77,17 @@ class ShardStore:
                 if not isinstance(entry["index"], int) or isinstance(entry["index"], bool):
                     raise TypeError("index")
                 for kind in ("pairs", "problems"):
-                    if not (isinstance(entry[kind]["file"], str) and isinstance(entry[kind]["sha256"], str)
-                            and _PART.fullmatch(entry[kind]["file"]) and entry[kind]["file"].startswith(kind + "/")):
+                    if not (
+                        isinstance(entry[kind]["file"], str)
+                        and isinstance(entry[kind]["sha256"], str)
+                        and _PART.fullmatch(entry[kind]["file"])
+                        and entry[kind]["file"].startswith(kind + "/")
+                    ):
                         raise TypeError(kind)  # a part file of its own kind in this dataset, nothing else
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-            raise ConfigError(f"{self.manifest_path} is corrupt or not an lrtune manifest; move it away to redo "
-                              f"shard {self.shard_id}") from None
+            raise ConfigError(
+                f"{self.manifest_path} is corrupt or not an lrtune manifest; move it away to redo shard {self.shard_id}"
+            ) from None
         finished = {}
         for pid, entry in entries.items():
             ok = True
@@ -98,8 +103,9 @@ class ShardStore:
                     except OSError:
                         pass  # a read-only copy: reported below as missing
                 if not f.is_file() or sha256(f) != entry[kind]["sha256"]:
-                    warnings.warn(f"{f}: missing or corrupt (checksum mismatch); problem {pid} will be redone",
-                                  stacklevel=3)
+                    warnings.warn(
+                        f"{f}: missing or corrupt (checksum mismatch); problem {pid} will be redone", stacklevel=3
+                    )
                     ok = False
             if ok:
                 finished[pid] = entry
@@ -111,9 +117,15 @@ class ShardStore:
         listed = {e[k]["file"] for e in self.finished.values() for k in ("pairs", "problems")}
         n = 0
         mine = f"part-s{self.shard_id:03d}-"
-        stale = [*(f for sub in ("pairs", "problems") for f in (self.out / sub).glob(".*")
-                   if f.name.lstrip(".").startswith(mine) and f.name.endswith((".tmp", ".staged"))),
-                 *self.out.glob(f".{self.manifest_path.name}.*.tmp")]
+        stale = [
+            *(
+                f
+                for sub in ("pairs", "problems")
+                for f in (self.out / sub).glob(".*")
+                if f.name.lstrip(".").startswith(mine) and f.name.endswith((".tmp", ".staged"))
+            ),
+            *self.out.glob(f".{self.manifest_path.name}.*.tmp"),
+        ]
         for sub in ("pairs", "problems"):
             for f in (self.out / sub).glob(f"part-s{self.shard_id:03d}-*"):
                 if f"{sub}/{f.name}" not in listed:
@@ -123,8 +135,15 @@ class ShardStore:
             n += 1
         return n
 
-    def add(self, problem_id: str, index: int, pair_rows: list[dict], problem_row: dict, pair_schema=None,
-            problem_schema=None) -> None:
+    def add(
+        self,
+        problem_id: str,
+        index: int,
+        pair_rows: list[dict],
+        problem_row: dict,
+        pair_schema=None,
+        problem_schema=None,
+    ) -> None:
         """Write one problem's rows, then record it as finished."""
         entry = {"index": index}
         for kind, rows, schema in (("pairs", pair_rows, pair_schema), ("problems", [problem_row], problem_schema)):
@@ -187,7 +206,7 @@ def all_entries(out: Path) -> dict[str, dict]:
 
 def _shard_of(manifest: Path) -> int:
     """The shard number in a ``manifest-s{S}.json`` name; a ConfigError naming a file that only looks like one."""
-    digits = manifest.name[len("manifest-s"):-len(".json")]
+    digits = manifest.name[len("manifest-s") : -len(".json")]
     if not (digits.isascii() and digits.isdigit()):
         raise ConfigError(f"{manifest} is not an lrtune shard manifest (manifest-s<number>.json); move it away")
     return int(digits)

@@ -87,8 +87,18 @@ class TinyPair:
 
 _NAMES = ["Tom", "Anna", "Ben", "Lisa", "Sam", "Mia", "Leo", "Nora", "Max", "Ella", "Omar", "Zoe"]
 _PRONOUN = {
-    "Tom": "He", "Ben": "He", "Sam": "He", "Leo": "He", "Max": "He", "Omar": "He",
-    "Anna": "She", "Lisa": "She", "Mia": "She", "Nora": "She", "Ella": "She", "Zoe": "She",
+    "Tom": "He",
+    "Ben": "He",
+    "Sam": "He",
+    "Leo": "He",
+    "Max": "He",
+    "Omar": "He",
+    "Anna": "She",
+    "Lisa": "She",
+    "Mia": "She",
+    "Nora": "She",
+    "Ella": "She",
+    "Zoe": "She",
 }
 _ITEMS = ["apple", "book", "pencil", "coin", "card", "marble", "cookie", "stamp", "shell", "ball"]
 _BOXES = ["box", "bag", "jar", "basket", "pack"]
@@ -166,7 +176,9 @@ def _problem(rng: random.Random) -> tuple[str, list[str], int]:
         ]
         ans = a * p
     if rng.random() < 0.3:
-        steps.insert(0, rng.choice(["Let me think step by step.", "Let me read the problem.", "Okay, let me solve this."]))
+        steps.insert(
+            0, rng.choice(["Let me think step by step.", "Let me read the problem.", "Okay, let me solve this."])
+        )
     if rng.random() < 0.3:
         steps.append(rng.choice(["Let me check the answer.", "That looks right.", "The numbers add up."]))
     return q, steps, ans
@@ -446,8 +458,13 @@ def _build_into(out: Path, params: dict[str, Any], dtype: str) -> dict[str, Any]
 
     t1 = time.perf_counter()
     target, loss = _train_model(
-        ids, vocab_size=tok.get_vocab_size(), eos_id=eos_id, num_layers=p["target_layers"],
-        steps=p["target_steps"], seed=p["target_seed"], **common,
+        ids,
+        vocab_size=tok.get_vocab_size(),
+        eos_id=eos_id,
+        num_layers=p["target_layers"],
+        steps=p["target_steps"],
+        seed=p["target_seed"],
+        **common,
     )
     losses["target"] = _loss_summary(loss)
     draft = _perturbed_copy(target, p["draft_noise"], p["draft_seed"])
@@ -457,8 +474,13 @@ def _build_into(out: Path, params: dict[str, Any], dtype: str) -> dict[str, Any]
 
     t1 = time.perf_counter()
     other, loss = _train_model(
-        other_ids, vocab_size=other_tok.get_vocab_size(), eos_id=other_eos, num_layers=1,
-        steps=p["other_steps"], seed=p["other_seed"], **common,
+        other_ids,
+        vocab_size=other_tok.get_vocab_size(),
+        eos_id=other_eos,
+        num_layers=1,
+        steps=p["other_steps"],
+        seed=p["other_seed"],
+        **common,
     )
     losses["other_vocab"] = _loss_summary(loss)
     _save_model(other, other_tok, out / "other_vocab", dtype, other_eos)
@@ -556,5 +578,3 @@ def get_tiny_pair(*, dtype: str = "float32", root: Path | None = None) -> TinyPa
 
 
 # --------------------------------------------------------------------------- random pair shaped like the default
-
-

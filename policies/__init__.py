@@ -20,12 +20,26 @@ from lrtune.pricing import Pricing
 
 POLICIES = ("fixed", "heuristic", "bandit", "bandit-pooled", "grid-ucb")
 
-__all__ = ["BanditController", "FixedController", "GridUCBController", "HeuristicController", "POLICIES",
-           "make_controller"]
+__all__ = [
+    "BanditController",
+    "FixedController",
+    "GridUCBController",
+    "HeuristicController",
+    "POLICIES",
+    "make_controller",
+]
 
 
-def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Bounds | None = None,
-                    pricing: Pricing | None = None, seed: int = 0, **legacy):
+def make_controller(
+    name: str,
+    *,
+    gamma1: int = 3,
+    gamma2: int = 4,
+    bounds: Bounds | None = None,
+    pricing: Pricing | None = None,
+    seed: int = 0,
+    **legacy,
+):
     """A controller by policy name (``learned`` ones load from a directory instead); the bandits
     are priced by ``pricing`` (the others price nothing). ``legacy``: the deprecated c1/c2/batch_cost."""
     if name == "fixed":
@@ -36,4 +50,6 @@ def make_controller(name: str, *, gamma1: int = 3, gamma2: int = 4, bounds: Boun
         return BanditController(bounds, pricing, seed=seed, pooled=name == "bandit-pooled", **legacy)
     if name == "grid-ucb":
         return GridUCBController(bounds)
-    raise ConfigError(f"unknown controller policy {name!r}; choose from {', '.join(POLICIES)} or a controller directory")
+    raise ConfigError(
+        f"unknown controller policy {name!r}; choose from {', '.join(POLICIES)} or a controller directory"
+    )

@@ -47,10 +47,19 @@ class BanditController:
 
     name = "bandit"
 
-    def __init__(self, bounds: Bounds | None = None, pricing: Pricing | None = None,
-                 prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0), mode: str = "thompson",
-                 seed: int = 0, horizon_tokens: int = 64, round_kinds: tuple[str, ...] = ("lr",),
-                 pooled: bool = False, pool_strength: float = 16.0, **legacy) -> None:
+    def __init__(
+        self,
+        bounds: Bounds | None = None,
+        pricing: Pricing | None = None,
+        prior: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0),
+        mode: str = "thompson",
+        seed: int = 0,
+        horizon_tokens: int = 64,
+        round_kinds: tuple[str, ...] = ("lr",),
+        pooled: bool = False,
+        pool_strength: float = 16.0,
+        **legacy,
+    ) -> None:
         pricing = _legacy_pricing(pricing, legacy)
         if mode not in ("thompson", "ucb"):
             raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
@@ -68,9 +77,17 @@ class BanditController:
         self.horizon_tokens = horizon_tokens
         self.pooled, self.pool_strength = pooled, float(pool_strength)
         self.round_kinds = kinds
-        self._given = {"bounds": bounds, "pricing": pricing, "prior": prior, "mode": mode, "seed": seed,
-                       "horizon_tokens": horizon_tokens, "round_kinds": kinds, "pooled": pooled,
-                       "pool_strength": pool_strength}
+        self._given = {
+            "bounds": bounds,
+            "pricing": pricing,
+            "prior": prior,
+            "mode": mode,
+            "seed": seed,
+            "horizon_tokens": horizon_tokens,
+            "round_kinds": kinds,
+            "pooled": pooled,
+            "pool_strength": pool_strength,
+        }
         self._kind = kinds[0]  # the kind of the arm chosen last
         self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
         self._rng = random.Random(seed)
@@ -201,8 +218,12 @@ def _legacy_pricing(pricing: Pricing | None, legacy: dict) -> Pricing:
 
     from lrtune.decodeconfig import LEGACY_REMOVED_IN
 
-    warnings.warn(f"{', '.join(sorted(legacy))}= on a controller is deprecated and will be removed in "
-                  f"{LEGACY_REMOVED_IN}: pass pricing=lrtune.pricing.Pricing(...)", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{', '.join(sorted(legacy))}= on a controller is deprecated and will be removed in "
+        f"{LEGACY_REMOVED_IN}: pass pricing=lrtune.pricing.Pricing(...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     if pricing is not None:
         raise ConfigError("give the costs either in pricing= or as c1/c2/batch_cost/prefill, not both")
     kw = dict(legacy)

@@ -49,8 +49,12 @@ class GridUCBController:
             if self.pulls[a] == 0:
                 return a
         t = sum(self.pulls.values())
-        return max(self.arms, key=lambda a: self.total[a] / self.pulls[a]
-                   + self.best_reward * math.sqrt(2.0 * math.log(t) / self.pulls[a]))
+        return max(
+            self.arms,
+            key=lambda a: (
+                self.total[a] / self.pulls[a] + self.best_reward * math.sqrt(2.0 * math.log(t) / self.pulls[a])
+            ),
+        )
 
     def horizon(self) -> int | None:
         return self.horizon_tokens

@@ -16,8 +16,9 @@ from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
 class HeuristicController:
     name = "heuristic"
 
-    def __init__(self, gamma1: int = 2, gamma2: int = 4, bounds: Bounds | None = None,
-                 shrink_below: float = 0.5) -> None:
+    def __init__(
+        self, gamma1: int = 2, gamma2: int = 4, bounds: Bounds | None = None, shrink_below: float = 0.5
+    ) -> None:
         self.bounds = bounds or Bounds()
         self.init = self.bounds.clip(gamma1, gamma2)
         self.shrink_below = shrink_below

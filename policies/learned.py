@@ -74,9 +74,14 @@ class AlphaPredictor(RegressorMixin, BaseEstimator):
 
     def to_dict(self) -> dict:
         check_is_fitted(self, "coef_")
-        return {"alpha": self.alpha, "coef": np.asarray(self.coef_).tolist(),
-                "intercept": np.asarray(self.intercept_).tolist(), "x_mean": self.x_mean_.tolist(),
-                "x_scale": self.x_scale_.tolist(), "n_features_in": int(self.n_features_in_)}
+        return {
+            "alpha": self.alpha,
+            "coef": np.asarray(self.coef_).tolist(),
+            "intercept": np.asarray(self.intercept_).tolist(),
+            "x_mean": self.x_mean_.tolist(),
+            "x_scale": self.x_scale_.tolist(),
+            "n_features_in": int(self.n_features_in_),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlphaPredictor":
@@ -126,16 +131,30 @@ class LearnedController(BanditController):
 
     name = "learned"
 
-    def __init__(self, predictor: AlphaPredictor, featurizer: ProblemFeaturizer, bounds: Bounds | None = None,
-                 pricing: Pricing | None = None, prior_strength: float = 8.0, mode: str = "thompson", seed: int = 0,
-                 best_fixed: tuple[int, int] | None = None, **options) -> None:
+    def __init__(
+        self,
+        predictor: AlphaPredictor,
+        featurizer: ProblemFeaturizer,
+        bounds: Bounds | None = None,
+        pricing: Pricing | None = None,
+        prior_strength: float = 8.0,
+        mode: str = "thompson",
+        seed: int = 0,
+        best_fixed: tuple[int, int] | None = None,
+        **options,
+    ) -> None:
         super().__init__(bounds, pricing, mode=mode, seed=seed, **options)
         self.predictor, self.featurizer = predictor, featurizer
         self.prior_strength = prior_strength
         self.best_fixed = best_fixed  # the best fixed (γ1, γ2) on the training data
         self.last_prediction: tuple[float, float] | None = None
-        self._given = {**self._given, "predictor": predictor, "featurizer": featurizer,
-                       "prior_strength": prior_strength, "best_fixed": best_fixed}
+        self._given = {
+            **self._given,
+            "predictor": predictor,
+            "featurizer": featurizer,
+            "prior_strength": prior_strength,
+            "best_fixed": best_fixed,
+        }
 
     def derive(self, **changes):
         """As :meth:`BanditController.derive`; a new ``pricing`` keeps this controller's machine
@@ -156,18 +175,40 @@ class LearnedController(BanditController):
 
 
 # ---- files -------------------------------------------------------------------------------
-def save(path: str | Path, predictor: AlphaPredictor, featurizer: ProblemFeaturizer, *, bounds: Bounds,
-         profile: dict, prior_strength: float, metrics: dict, data: dict) -> Path:
+def save(
+    path: str | Path,
+    predictor: AlphaPredictor,
+    featurizer: ProblemFeaturizer,
+    *,
+    bounds: Bounds,
+    profile: dict,
+    prior_strength: float,
+    metrics: dict,
+    data: dict,
+) -> Path:
     """Write a controller directory (``lrtune_controller.json`` + README)."""
     from lrtune.runfiles import write_atomic
 
     out = Path(path).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"format": FORMAT, "version": VERSION, "policy": "learned", "features": featurizer.to_dict(),
-            "model": predictor.to_dict(), "profile": profile, "prior_strength": prior_strength,
-            "bounds": {"gamma1_min": bounds.gamma1_min, "gamma1_max": bounds.gamma1_max,
-                       "gamma2_min": bounds.gamma2_min, "gamma2_max": bounds.gamma2_max, "M": bounds.M},
-            "metrics": metrics, "data": data}
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "policy": "learned",
+        "features": featurizer.to_dict(),
+        "model": predictor.to_dict(),
+        "profile": profile,
+        "prior_strength": prior_strength,
+        "bounds": {
+            "gamma1_min": bounds.gamma1_min,
+            "gamma1_max": bounds.gamma1_max,
+            "gamma2_min": bounds.gamma2_min,
+            "gamma2_max": bounds.gamma2_max,
+            "M": bounds.M,
+        },
+        "metrics": metrics,
+        "data": data,
+    }
     write_atomic(out / META, json.dumps(meta, indent=1))
     return out
 
@@ -209,16 +250,23 @@ def _positive(x, what: str) -> float:
 
 
 def _numbers(xs, what: str, empty: bool = False) -> None:
-    if xs is not None and not (isinstance(xs, list) and (xs or empty) and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in xs)):
+    if xs is not None and not (
+        isinstance(xs, list)
+        and (xs or empty)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in xs)
+    ):
         raise ValueError(f"{what} must be a list of numbers, got {xs!r:.40}")
 
 
 def _check_model(m: AlphaPredictor, feats: ProblemFeaturizer) -> None:
     """ValueError unless the weights predict (α1, α2) from the featurizer's vectors."""
     n = m.n_features_in_
-    if (m.coef_.shape != (n, 2) or m.intercept_.shape != (2,) or m.x_scale_.shape != (n,)
-            or not all(np.isfinite(a).all() for a in (m.coef_, m.intercept_, m.x_mean_, m.x_scale_))):
+    if (
+        m.coef_.shape != (n, 2)
+        or m.intercept_.shape != (2,)
+        or m.x_scale_.shape != (n,)
+        or not all(np.isfinite(a).all() for a in (m.coef_, m.intercept_, m.x_mean_, m.x_scale_))
+    ):
         raise ValueError("model weights of the wrong shape or not finite")
     if not all(isinstance(t, str) for t in feats.tasks) or not isinstance(feats.encoder, (str, type(None))):
         raise ValueError("features.tasks must be task names and features.encoder a name or null")
@@ -239,7 +287,9 @@ def _best_fixed(metrics: dict) -> tuple[int, int] | None:
     return tuple(bf) if bf else None
 
 
-def load(path: str | Path, *, seed: int = 0, mode: str = "thompson", pricing: Pricing | None = None) -> LearnedController:
+def load(
+    path: str | Path, *, seed: int = 0, mode: str = "thompson", pricing: Pricing | None = None
+) -> LearnedController:
     """A :class:`LearnedController` from a directory written by :func:`save`, priced by ``pricing``
     (the run's plan) with the machine costs it was trained with; ConfigError (one line) when its
     metadata is incomplete or mistyped."""
@@ -254,12 +304,22 @@ def load(path: str | Path, *, seed: int = 0, mode: str = "thompson", pricing: Pr
         _check_model(predictor, feats)
         _numbers(prof.get("batch_cost"), "profile.batch_cost")
         _numbers(prof.get("step_tokens"), "profile.step_tokens", empty=True)  # [] when collect had no lengths
-        costs = Pricing(c1=_positive(prof["c1"], "profile.c1"), c2=_positive(prof["c2"], "profile.c2"),
-                        batch_cost=priced_batch_cost(prof))
+        costs = Pricing(
+            c1=_positive(prof["c1"], "profile.c1"),
+            c2=_positive(prof["c2"], "profile.c2"),
+            batch_cost=priced_batch_cost(prof),
+        )
         f_sync(0.5, 0.5, 0, costs.batch_cost)  # prices the target alone: checks the curve holds b(1) = 1
-        ctl = LearnedController(predictor, feats, b, (pricing or Pricing()).with_costs_of(costs),
-                                prior_strength=_positive(meta["prior_strength"], "prior_strength"),
-                                mode=mode, seed=seed, best_fixed=_best_fixed(meta.get("metrics", {})))
+        ctl = LearnedController(
+            predictor,
+            feats,
+            b,
+            (pricing or Pricing()).with_costs_of(costs),
+            prior_strength=_positive(meta["prior_strength"], "prior_strength"),
+            mode=mode,
+            seed=seed,
+            best_fixed=_best_fixed(meta.get("metrics", {})),
+        )
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:

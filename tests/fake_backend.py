@@ -79,14 +79,23 @@ class FakeBackend:
             ids, finish = finish_step(ids, self.decode, params, self.eos_ids)
             scores = None
             if params.score_from is not None:  # the fake's greedy next token scores 0 nats, any other -2
-                scores = [None if t == 0 else ((0.0, True) if self.table[prefix[t - 1]] == prefix[t] else (-2.0, False))
-                          for t in range(params.score_from, len(prefix))]
+                scores = [
+                    None if t == 0 else ((0.0, True) if self.table[prefix[t - 1]] == prefix[t] else (-2.0, False))
+                    for t in range(params.score_from, len(prefix))
+                ]
             tops = None
             if params.top_logprobs:  # the fake puts 0.8 on its next token, 0.2 on the one after it
                 tops = [{t: math.log(0.8), self.table[t]: math.log(0.2)} for t in ids]
-            outs.append(Generation(token_ids=ids, text=self.decode(ids), finish=finish, prompt_scores=scores,
-                                   logprobs=[math.log(0.8)] * len(ids) if tops or params.logprobs else None,
-                                   top_logprobs=tops))
+            outs.append(
+                Generation(
+                    token_ids=ids,
+                    text=self.decode(ids),
+                    finish=finish,
+                    prompt_scores=scores,
+                    logprobs=[math.log(0.8)] * len(ids) if tops or params.logprobs else None,
+                    top_logprobs=tops,
+                )
+            )
         if on_done is not None:
             stopped: set[int] = set()
             for i in sorted(range(len(outs)), key=lambda i: (len(outs[i].token_ids), i)):

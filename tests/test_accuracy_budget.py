@@ -28,8 +28,12 @@ def test_too_few_problems_certify_nothing_and_the_minimum_is_stated():
 
 
 def test_the_walk_keeps_the_last_certified_step_and_never_looks_past_the_first_failure():
-    steps = [{"threshold": 1.0, "certified": True}, {"threshold": 0.9, "certified": True},
-             {"threshold": 0.8, "certified": False}, {"threshold": 0.7, "certified": True}]
+    steps = [
+        {"threshold": 1.0, "certified": True},
+        {"threshold": 0.9, "certified": True},
+        {"threshold": 0.8, "certified": False},
+        {"threshold": 0.7, "certified": True},
+    ]
     assert choose(steps)["threshold"] == 0.9
     assert choose(steps[2:]) is None
 
@@ -48,14 +52,27 @@ def test_a_real_ladder_on_the_tiny_pair_certifies_the_strict_end_and_resumes_wit
     from lrtune.train.recalibrate import CalibrateConfig, run
 
     data = tmp_path / "problems.jsonl"
-    data.write_text("".join(json.dumps({"id": f"p{i}", "question": q, "answer": str(i)}) + "\n"
-                            for i, q in enumerate(sample_questions(4))))
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "question": q, "answer": str(i)}) + "\n"
+            for i, q in enumerate(sample_questions(4))
+        )
+    )
     pair = get_tiny_pair()
-    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), dtype="float32", max_model_len=512,
-                         kv_cache_gib=0.25)
+    models = ModelConfig(
+        target=str(pair.target), draft=str(pair.draft), dtype="float32", max_model_len=512, kv_cache_gib=0.25
+    )
     decode = DecodeConfig(gamma1=2, gamma2=2, max_new_tokens=32, max_step_tokens=12)
-    cfg = CalibrateConfig(verifier="embedding", max_accuracy_loss=0.5, confidence=0.9, limit=4, task="custom",
-                          task_data=str(data), thresholds="1.0,0.0", out=str(tmp_path / "budget.json"))
+    cfg = CalibrateConfig(
+        verifier="embedding",
+        max_accuracy_loss=0.5,
+        confidence=0.9,
+        limit=4,
+        task="custom",
+        task_data=str(data),
+        thresholds="1.0,0.0",
+        out=str(tmp_path / "budget.json"),
+    )
     budget = run(cfg, models, decode)
     first = budget["steps"][0]
     # threshold 1.0 accepts identical steps only: lr+sd answers as target-only greedy does
@@ -76,14 +93,43 @@ def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_sa
     from tests.test_train_verifier import _synthetic_rows, write_pairs
 
     data = write_pairs(tmp_path / "train", _synthetic_rows())
-    train(TrainVerifierConfig.of(data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False,
-                                 latency_pairs=4, seed=0))
-    steps = [{"threshold": 1.0, "changed": 0, "decoded": 50, "problems": 50, "bound": 0.045, "certified": True,
-              "alpha1": 0.2},
-             {"threshold": 0.9, "changed": 3, "decoded": 4, "problems": 50, "bound": None, "certified": False,
-              "alpha1": 0.5}]
-    evidence = {"max_accuracy_loss": 0.05, "confidence": 0.9, "problems": 50, "max_changed": 0, "steps": steps,
-                "threshold": 1.0, "certified": True, "target_accuracy": 0.6, "problem_ids": [], "ladder": [1.0, 0.9]}
+    train(
+        TrainVerifierConfig.of(
+            data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False, latency_pairs=4, seed=0
+        )
+    )
+    steps = [
+        {
+            "threshold": 1.0,
+            "changed": 0,
+            "decoded": 50,
+            "problems": 50,
+            "bound": 0.045,
+            "certified": True,
+            "alpha1": 0.2,
+        },
+        {
+            "threshold": 0.9,
+            "changed": 3,
+            "decoded": 4,
+            "problems": 50,
+            "bound": None,
+            "certified": False,
+            "alpha1": 0.5,
+        },
+    ]
+    evidence = {
+        "max_accuracy_loss": 0.05,
+        "confidence": 0.9,
+        "problems": 50,
+        "max_changed": 0,
+        "steps": steps,
+        "threshold": 1.0,
+        "certified": True,
+        "target_accuracy": 0.6,
+        "problem_ids": [],
+        "ladder": [1.0, 0.9],
+    }
 
     class Dec:  # the engines are not what this test is about: the ladder walk is tested above
         def __enter__(self):
@@ -98,8 +144,11 @@ def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_sa
     monkeypatch.setattr("lrtune.build.check_configs", lambda *a, **k: None)
     monkeypatch.setattr(accuracy_budget, "run_ladder", lambda *a, **k: dict(evidence))
     before = distilled.read_meta(tmp_path / "ckpt")
-    got = recalibrate.run(recalibrate.CalibrateConfig(verifier=str(tmp_path / "ckpt"), max_accuracy_loss=0.05,
-                                                      limit=50, heldout_from=str(data)))
+    got = recalibrate.run(
+        recalibrate.CalibrateConfig(
+            verifier=str(tmp_path / "ckpt"), max_accuracy_loss=0.05, limit=50, heldout_from=str(data)
+        )
+    )
     meta = distilled.read_meta(tmp_path / "ckpt")
     assert meta["threshold"] == 1.0 and meta["accuracy_budget"]["steps"] == steps and got["certified"]
     assert meta["calibration_history"] == [before["calibration"]]

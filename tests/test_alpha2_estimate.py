@@ -9,7 +9,7 @@ from lrtune.speedup import alpha_from_rate, c_from_sd, g
 
 @pytest.mark.parametrize("alpha,gamma", [(0.0, 1), (0.3, 2), (0.8, 4), (0.95, 8), (1.0, 3)])
 def test_alpha_from_rate_inverts_the_accepted_fraction_of_iid_passes(alpha, gamma):
-    rate = sum(alpha ** j for j in range(1, gamma + 1)) / gamma
+    rate = sum(alpha**j for j in range(1, gamma + 1)) / gamma
     assert alpha_from_rate(rate, gamma) == pytest.approx(alpha, abs=1e-9)
 
 

@@ -17,9 +17,17 @@ from tiny_models import get_tiny_pair, sample_questions
 @pytest.fixture(scope="module")
 def dec():
     pair = get_tiny_pair()
-    with Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), method="lr", verifier="exact",
-                                 gamma1=2, max_step_tokens=16, backend="transformers", dtype="float32",
-                                 progress=False) as d:
+    with Decoder.from_pretrained(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        method="lr",
+        verifier="exact",
+        gamma1=2,
+        max_step_tokens=16,
+        backend="transformers",
+        dtype="float32",
+        progress=False,
+    ) as d:
         yield d
 
 
@@ -46,18 +54,21 @@ class Picks:
         pass
 
 
-@pytest.mark.parametrize("call,kind,words", [
-    (lambda d, q: d.generate([]), ValueError, "prompts: an empty list"),
-    (lambda d, q: d.generate(None), TypeError, "prompts: a text, a list of token ids"),
-    (lambda d, q: d.generate([q, None]), TypeError, "prompts[1]: a text or a list of token ids, got NoneType"),
-    (lambda d, q: d.generate(q, max_concurrent="2"), TypeError, "max_concurrent: an integer"),
-    (lambda d, q: d.generate(q, max_concurrent=True), TypeError, "max_concurrent: an integer"),
-    (lambda d, q: d.generate(q, on_step="x"), TypeError, "on_step: a function"),
-    (lambda d, q: d.generate(q, chat="yes"), TypeError, "chat: True or False"),
-    (lambda d, q: d.generate(q, gamma3=2), ValueError, "unknown decode option(s): gamma3"),
-    (lambda d, q: d.generate([[1, 2, -5]]), ValueError, "token-id prompt"),
-    (lambda d, q: d.decoder.decode_many([d.encode(q)], max_concurrent="2"), TypeError, "max_concurrent"),
-])
+@pytest.mark.parametrize(
+    "call,kind,words",
+    [
+        (lambda d, q: d.generate([]), ValueError, "prompts: an empty list"),
+        (lambda d, q: d.generate(None), TypeError, "prompts: a text, a list of token ids"),
+        (lambda d, q: d.generate([q, None]), TypeError, "prompts[1]: a text or a list of token ids, got NoneType"),
+        (lambda d, q: d.generate(q, max_concurrent="2"), TypeError, "max_concurrent: an integer"),
+        (lambda d, q: d.generate(q, max_concurrent=True), TypeError, "max_concurrent: an integer"),
+        (lambda d, q: d.generate(q, on_step="x"), TypeError, "on_step: a function"),
+        (lambda d, q: d.generate(q, chat="yes"), TypeError, "chat: True or False"),
+        (lambda d, q: d.generate(q, gamma3=2), ValueError, "unknown decode option(s): gamma3"),
+        (lambda d, q: d.generate([[1, 2, -5]]), ValueError, "token-id prompt"),
+        (lambda d, q: d.decoder.decode_many([d.encode(q)], max_concurrent="2"), TypeError, "max_concurrent"),
+    ],
+)
 def test_a_bad_argument_is_one_exception_naming_it_and_the_decoder_still_works(dec, call, kind, words):
     q = sample_questions(1)[0]
     with pytest.raises(kind) as e:
@@ -98,8 +109,16 @@ def test_a_nan_scoring_verifier_stops_the_decode_instead_of_rejecting_every_step
     assert ok == [True] and scores == [1.0]
 
 
-@pytest.mark.parametrize("choice,words", [((1.5, 2), "integers"), ((True, 2), "integers"), (("2", 2), "integers"),
-                                          (3, "expected (γ1, γ2)"), ((1, 2, 3), "expected (γ1, γ2)")])
+@pytest.mark.parametrize(
+    "choice,words",
+    [
+        ((1.5, 2), "integers"),
+        ((True, 2), "integers"),
+        (("2", 2), "integers"),
+        (3, "expected (γ1, γ2)"),
+        ((1, 2, 3), "expected (γ1, γ2)"),
+    ],
+)
 def test_a_controller_choice_that_is_not_two_integers_is_refused_naming_the_controller(choice, words):
     with pytest.raises(ConfigError) as e:
         checked_choice(Picks(choice), choice)
@@ -109,8 +128,15 @@ def test_a_controller_choice_that_is_not_two_integers_is_refused_naming_the_cont
 
 def test_a_controller_returning_a_float_depth_fails_the_prompt_with_that_line():
     pair = get_tiny_pair()
-    with Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), method="lr", verifier="exact",
-                                 backend="transformers", dtype="float32", progress=False,
-                                 controller=Picks((1.5, 2))) as d:
+    with Decoder.from_pretrained(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        method="lr",
+        verifier="exact",
+        backend="transformers",
+        dtype="float32",
+        progress=False,
+        controller=Picks((1.5, 2)),
+    ) as d:
         with pytest.raises(ConfigError, match=r"controller Picks.choose returned \(1.5, 2\)"):
             d.generate(sample_questions(1)[0], max_new_tokens=16)

@@ -16,9 +16,19 @@ from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
 @pytest.fixture(scope="module")
 def dec():
     pair = get_tiny_pair()
-    d = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), method="lr+sd", verifier="exact",
-                                gamma1=2, gamma2=2, max_step_tokens=24, dtype="float32", max_model_len=1024,
-                                kv_cache_gib=0.25, progress=False)
+    d = Decoder.from_pretrained(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        method="lr+sd",
+        verifier="exact",
+        gamma1=2,
+        gamma2=2,
+        max_step_tokens=24,
+        dtype="float32",
+        max_model_len=1024,
+        kv_cache_gib=0.25,
+        progress=False,
+    )
     yield d
     d.close()
 
@@ -42,7 +52,9 @@ def test_sd_through_the_api_equals_target_greedy(dec):
 
 def test_on_step_streams_committed_steps_in_order(dec):
     seen = []
-    out = dec.generate(sample_questions(1), max_new_tokens=48, on_step=lambda i, src, text: seen.append((i, src, text)))[0]
+    out = dec.generate(
+        sample_questions(1), max_new_tokens=48, on_step=lambda i, src, text: seen.append((i, src, text))
+    )[0]
     assert seen and all(i == 0 and src in ("draft", "target") for i, src, _ in seen)
     assert "".join(t for _, _, t in seen) == out.text
 
@@ -62,7 +74,9 @@ def test_generate_fails_a_too_long_prompt_alone_and_decodes_the_others(dec):
     assert [o.finish == "error" for o in outs] == [False, True, False]
     assert "max_model_len" in outs[1].error and outs[1].token_ids == []
     assert all(len(o.token_ids) > 0 and o.error is None for o in (outs[0], outs[2]))
-    assert (dec.last_batch.prompts, dec.last_batch.failed) == (2, 1) and dec.last_batch.generated_tokens == sum(len(o.token_ids) for o in outs)
+    assert (dec.last_batch.prompts, dec.last_batch.failed) == (2, 1) and dec.last_batch.generated_tokens == sum(
+        len(o.token_ids) for o in outs
+    )
     alone = dec.generate(["What is 3+5?"], max_new_tokens=16)[0]
     assert outs[2].token_ids == alone.token_ids
 
@@ -70,10 +84,32 @@ def test_generate_fails_a_too_long_prompt_alone_and_decodes_the_others(dec):
 def test_cli_decode_json_on_the_tiny_pair():
     pair = get_tiny_pair()
     proc = subprocess.run(
-        [sys.executable, "-m", "lrtune", "decode", sample_questions(1)[0], "--target", str(pair.target),
-         "--draft", str(pair.draft), "--method", "lr", "--verifier", "exact", "--dtype", "float32",
-         "--max-model-len", "1024", "--max-new-tokens", "32", "--json"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "decode",
+            sample_questions(1)[0],
+            "--target",
+            str(pair.target),
+            "--draft",
+            str(pair.draft),
+            "--method",
+            "lr",
+            "--verifier",
+            "exact",
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "1024",
+            "--max-new-tokens",
+            "32",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rec["method"] == "lr" and rec["stats"]["generated_tokens"] <= 32 and rec["stats"]["rounds"] >= 1

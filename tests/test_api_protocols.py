@@ -32,8 +32,9 @@ class NoHorizon:
 
 def fake_decoder(**cfg) -> Decoder:
     target, draft = FakeBackend(chain(3), "target"), FakeBackend(chain(4), "draft")
-    dec = LookaheadDecoder(target, draft, make_verifier("never"), DecodeConfig(method="lr", max_new_tokens=30,
-                                                                                max_step_tokens=5, **cfg))
+    dec = LookaheadDecoder(
+        target, draft, make_verifier("never"), DecodeConfig(method="lr", max_new_tokens=30, max_step_tokens=5, **cfg)
+    )
     return Decoder(dec, ModelConfig(max_model_len=4096))
 
 
@@ -47,15 +48,25 @@ def test_a_controller_without_horizon_runs_and_gamma1_0_rounds_go_to_the_end():
     assert build_controller(NoHorizon(), cfg).horizon() is None
 
 
-@pytest.mark.parametrize("obj,words", [(object(), "choose, update, bounds"),
-                                       (type("C", (), {"choose": lambda s, p, st: (1, 0), "update": lambda s, o: None,
-                                                       "bounds": (3, 4)})(), "bounds (a Bounds)")])
+@pytest.mark.parametrize(
+    "obj,words",
+    [
+        (object(), "choose, update, bounds"),
+        (
+            type("C", (), {"choose": lambda s, p, st: (1, 0), "update": lambda s, o: None, "bounds": (3, 4)})(),
+            "bounds (a Bounds)",
+        ),
+    ],
+)
 def test_an_object_that_is_no_controller_is_refused_when_handed_in(obj, words):
-    with pytest.raises(ConfigError, match=r"not a controller: .*lacks " + words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        ConfigError, match=r"not a controller: .*lacks " + words.replace("(", r"\(").replace(")", r"\)")
+    ):
         checked_controller(obj)
     with pytest.raises(ConfigError, match="not a controller"):
-        LookaheadDecoder(FakeBackend(chain(1)), None, make_verifier("never"), DecodeConfig(method="target"),
-                         controller=obj)
+        LookaheadDecoder(
+            FakeBackend(chain(1)), None, make_verifier("never"), DecodeConfig(method="target"), controller=obj
+        )
 
 
 def test_a_backend_or_verifier_that_lacks_its_protocol_is_refused_when_handed_in():

@@ -11,8 +11,9 @@ PROMPTS = [[5, 7, 9], [11], [3, 4, 5, 6, 7, 8], [20, 21]]
 
 
 def target_only(table, prompt, max_new):
-    dec = LookaheadDecoder(FakeBackend(table), None, make_verifier("never"),
-                           DecodeConfig(method="target", max_new_tokens=max_new))
+    dec = LookaheadDecoder(
+        FakeBackend(table), None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=max_new)
+    )
     return dec.decode(prompt)[0].token_ids
 
 
@@ -35,7 +36,8 @@ def test_async_commits_each_step_once_in_order_and_identical_drafts_are_all_acce
         committed = []
         cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=50, max_step_tokens=6, schedule="async")
         res, stats = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode(
-            prompt, on_commit=lambda src, ids: committed.append((src, list(ids))))
+            prompt, on_commit=lambda src, ids: committed.append((src, list(ids)))
+        )
         assert [t for _, ids in committed for t in ids] == res.token_ids  # no step twice, none out of order
         assert res.token_ids == target_only(table, prompt, 50)
         assert stats.alpha1 in (None, 1.0)
@@ -47,7 +49,8 @@ def test_async_with_a_random_verifier_commits_a_consistent_sequence(seed):
     committed = []
     cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=60, max_step_tokens=6, schedule="async")
     res, stats = LookaheadDecoder(target, draft, make_verifier("random(0.6)", seed=seed), cfg).decode(
-        [5, 7, 9], on_commit=lambda src, ids: committed.append((src, list(ids))))
+        [5, 7, 9], on_commit=lambda src, ids: committed.append((src, list(ids)))
+    )
     assert [t for _, ids in committed for t in ids] == res.token_ids and len(res.token_ids) <= 60
     assert stats.committed_target_steps == sum(src == "target" for src, _ in committed)
     assert stats.committed_draft_steps == sum(src == "draft" for src, _ in committed)

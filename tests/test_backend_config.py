@@ -9,12 +9,15 @@ pytest.importorskip("vllm")
 from lrtune.backends import vllm as vb  # noqa: E402
 
 
-@pytest.mark.parametrize("saved, native_bf16, expected", [
-    ("bfloat16", False, "float32"),   # emulated bf16 batches badly: use float32
-    ("float16", False, "float32"),
-    ("float32", False, "auto"),
-    ("bfloat16", True, "auto"),       # native bf16: keep the checkpoint's dtype
-])
+@pytest.mark.parametrize(
+    "saved, native_bf16, expected",
+    [
+        ("bfloat16", False, "float32"),  # emulated bf16 batches badly: use float32
+        ("float16", False, "float32"),
+        ("float32", False, "auto"),
+        ("bfloat16", True, "auto"),  # native bf16: keep the checkpoint's dtype
+    ],
+)
 def test_auto_dtype_avoids_emulated_bf16_on_cpu(tmp_path, monkeypatch, saved, native_bf16, expected):
     (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": saved}))
     monkeypatch.setattr(vb, "_on_cpu", lambda: True)

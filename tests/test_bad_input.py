@@ -16,8 +16,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +29,15 @@ def ws(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
     pair = get_tiny_pair()
     qs = sample_questions(3, seed=21)
-    (root / "good.jsonl").write_text("".join(json.dumps({"id": f"g{i}", "question": q, "answer": "1"}) + "\n"
-                                             for i, q in enumerate(qs)))
-    (root / "latin1.jsonl").write_bytes(json.dumps({"id": "x", "question": "caf", "answer": "1"}).encode()[:-2]
-                                        + b"\xe9\"}\n")
-    (root / "dupes.jsonl").write_text("".join(json.dumps({"id": "same", "question": q, "answer": "1"}) + "\n"
-                                              for q in qs))
+    (root / "good.jsonl").write_text(
+        "".join(json.dumps({"id": f"g{i}", "question": q, "answer": "1"}) + "\n" for i, q in enumerate(qs))
+    )
+    (root / "latin1.jsonl").write_bytes(
+        json.dumps({"id": "x", "question": "caf", "answer": "1"}).encode()[:-2] + b'\xe9"}\n'
+    )
+    (root / "dupes.jsonl").write_text(
+        "".join(json.dumps({"id": "same", "question": q, "answer": "1"}) + "\n" for q in qs)
+    )
     (root / "long_line.jsonl").write_text(json.dumps({"id": "l", "question": "x" * (2 << 20), "answer": "1"}) + "\n")
     (root / "too_long.jsonl").write_text(json.dumps({"id": "t", "question": "word " * 3000, "answer": "1"}) + "\n")
     (root / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
@@ -49,8 +55,11 @@ def ws(tmp_path_factory):
     shutil.copytree(pair.target, empty_weights)
     (empty_weights / "model.safetensors").write_bytes(b"")
     owned = {}
-    for command, marker in (("collect", "manifest-s000.json"), ("train controller", "lrtune_controller.json"),
-                            ("train verifier", "lrtune_verifier.json")):
+    for command, marker in (
+        ("collect", "manifest-s000.json"),
+        ("train controller", "lrtune_controller.json"),
+        ("train verifier", "lrtune_verifier.json"),
+    ):
         d = root / f"owned_{command.replace(' ', '_')}"
         d.mkdir()
         (d / marker).write_text("{}")
@@ -71,8 +80,13 @@ def ws(tmp_path_factory):
     def ckpt(name, weights: bytes | None = None, tensors: dict | None = None, **meta) -> str:
         d = root / name
         d.mkdir()
-        m = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": "features", "threshold": 0.5,
-             "features": ["len_ratio"]}
+        m = {
+            "format": distilled.FORMAT,
+            "version": distilled.VERSION,
+            "kind": "features",
+            "threshold": 0.5,
+            "features": ["len_ratio"],
+        }
         m.update(meta)
         (d / distilled.META).write_text(json.dumps(m))
         if tensors is not None:
@@ -91,31 +105,85 @@ def ws(tmp_path_factory):
     ce = Path(ckpt("ck_pickled_base", kind="cross-encoder", base_model=str(pickled_base)))
     (ce / "adapter_config.json").write_text("{}")
     (ce / "adapter_model.safetensors").write_bytes(b"")
-    ck = {"corrupt": ckpt("ck_corrupt", b"\x00\x01garbage"),
-          "pickled_base": str(ce),
-          "bad_length": ckpt("ck_bad_length", max_length="long"),
-          "missing": ckpt("ck_missing", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0]}),
-          "typed": ckpt("ck_typed", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0], "intercept": [0.0]},
-                        features=3)}
+    ck = {
+        "corrupt": ckpt("ck_corrupt", b"\x00\x01garbage"),
+        "pickled_base": str(ce),
+        "bad_length": ckpt("ck_bad_length", max_length="long"),
+        "missing": ckpt("ck_missing", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0]}),
+        "typed": ckpt(
+            "ck_typed", tensors={"mean": [0.0], "scale": [1.0], "coef": [1.0], "intercept": [0.0]}, features=3
+        ),
+    }
     return {"root": root, "pair": pair, "ck": ck, "owned": owned, "empty_weights": empty_weights}
 
 
 def tiny(ws) -> list[str]:
     p = ws["pair"]
-    return ["--target", str(p.target), "--draft", str(p.draft), "--backend", "transformers", "--device", "cpu",
-            "--max-model-len", "512"]
+    return [
+        "--target",
+        str(p.target),
+        "--draft",
+        str(p.draft),
+        "--backend",
+        "transformers",
+        "--device",
+        "cpu",
+        "--max-model-len",
+        "512",
+    ]
 
 
 def collect_args(ws, data: str, *extra) -> list[str]:
-    return ["collect", "--task", "custom", "--data", str(ws["root"] / data), "--limit", "3", "--out", str(ws["out"]),
-            "--teacher", "exact", "--gamma1", "2", "--max-new-tokens", "24", "--max-step-tokens", "8",
-            "--no-embedding-feature", "--no-target-score-feature", "--no-progress", *tiny(ws), *extra]
+    return [
+        "collect",
+        "--task",
+        "custom",
+        "--data",
+        str(ws["root"] / data),
+        "--limit",
+        "3",
+        "--out",
+        str(ws["out"]),
+        "--teacher",
+        "exact",
+        "--gamma1",
+        "2",
+        "--max-new-tokens",
+        "24",
+        "--max-step-tokens",
+        "8",
+        "--no-embedding-feature",
+        "--no-target-score-feature",
+        "--no-progress",
+        *tiny(ws),
+        *extra,
+    ]
 
 
 def eval_args(ws, data: str, *extra) -> list[str]:
-    return ["evaluate", "--task", "custom", "--data", str(ws["root"] / data), "--limit", "3", "--out", str(ws["out"]),
-            "--methods", "target", "--max-new-tokens", "24", "--max-step-tokens", "8", "--no-progress",
-            "--warmup-tokens", "0", "--no-plots", *tiny(ws), *extra]
+    return [
+        "evaluate",
+        "--task",
+        "custom",
+        "--data",
+        str(ws["root"] / data),
+        "--limit",
+        "3",
+        "--out",
+        str(ws["out"]),
+        "--methods",
+        "target",
+        "--max-new-tokens",
+        "24",
+        "--max-step-tokens",
+        "8",
+        "--no-progress",
+        "--warmup-tokens",
+        "0",
+        "--no-plots",
+        *tiny(ws),
+        *extra,
+    ]
 
 
 CASES = {
@@ -134,86 +202,179 @@ CASES = {
     "collect: no prompt fits": (lambda ws: collect_args(ws, "too_long.jsonl"), "max_model_len"),
     "evaluate: no prompt fits": (lambda ws: eval_args(ws, "too_long.jsonl"), "max_model_len"),
     # datasets and checkpoints
-    "train verifier: corrupt pairs.parquet": (lambda ws: ["train", "verifier", "--data", str(ws["root"] / "bad_ds"),
-                                                          "--out", str(ws["out"] / "v"), "--no-progress"], "parquet"),
+    "train verifier: corrupt pairs.parquet": (
+        lambda ws: [
+            "train",
+            "verifier",
+            "--data",
+            str(ws["root"] / "bad_ds"),
+            "--out",
+            str(ws["out"] / "v"),
+            "--no-progress",
+        ],
+        "parquet",
+    ),
     "collect --stats: corrupt parquet": (lambda ws: ["collect", "--stats", str(ws["root"] / "bad_ds")], "parquet"),
-    "collect --stats: manifest lacks keys": (lambda ws: ["collect", "--stats", str(ws["root"] / "no_keys")], "manifest"),
-    "corrupt features.safetensors": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
-                                                 ws["ck"]["corrupt"]], "features.safetensors"),
-    "features.safetensors lacks a tensor": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
-                                                        ws["ck"]["missing"]], "intercept"),
-    "mistyped checkpoint field": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
-                                              ws["ck"]["typed"]], "features"),
-    "checkpoint names a pickled base model": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
-                                                          ws["ck"]["pickled_base"]], "pickle"),
-    "mistyped max_length": (lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier",
-                                        ws["ck"]["bad_length"]], "max_length"),
+    "collect --stats: manifest lacks keys": (
+        lambda ws: ["collect", "--stats", str(ws["root"] / "no_keys")],
+        "manifest",
+    ),
+    "corrupt features.safetensors": (
+        lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier", ws["ck"]["corrupt"]],
+        "features.safetensors",
+    ),
+    "features.safetensors lacks a tensor": (
+        lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier", ws["ck"]["missing"]],
+        "intercept",
+    ),
+    "mistyped checkpoint field": (
+        lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier", ws["ck"]["typed"]],
+        "features",
+    ),
+    "checkpoint names a pickled base model": (
+        lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier", ws["ck"]["pickled_base"]],
+        "pickle",
+    ),
+    "mistyped max_length": (
+        lambda ws: ["decode", "hi", "--method", "lr", *tiny(ws), "--verifier", ws["ck"]["bad_length"]],
+        "max_length",
+    ),
     # specs and options, all refused before any model loads
     "unknown verifier": (lambda ws: ["decode", "hi", "--verifier", "bogus", *tiny(ws)], "unknown verifier"),
     "bad llm_judge form": (lambda ws: ["decode", "hi", "--verifier", "llm_judge(fancy)", *tiny(ws)], "form"),
     "bad teacher": (lambda ws: collect_args(ws, "good.jsonl", "--teacher", "consensus(llm_judge)"), "consensus"),
-    "collect --max-concurrent 0": (lambda ws: collect_args(ws, "good.jsonl", "--max-concurrent", "0"), "max-concurrent"),
-    "evaluate --max-concurrent 0": (lambda ws: eval_args(ws, "good.jsonl", "--mode", "throughput",
-                                                         "--max-concurrent", "0"), "max-concurrent"),
-    "async in throughput mode": (lambda ws: eval_args(ws, "good.jsonl", "--mode", "throughput", "--methods",
-                                                      "lr/async"), "--mode latency"),
-    "bad profile file": (lambda ws: collect_args(ws, "good.jsonl", "--profile", str(ws["root"] / "float.yaml")),
-                         "not an lrtune profile"),
+    "collect --max-concurrent 0": (
+        lambda ws: collect_args(ws, "good.jsonl", "--max-concurrent", "0"),
+        "max-concurrent",
+    ),
+    "evaluate --max-concurrent 0": (
+        lambda ws: eval_args(ws, "good.jsonl", "--mode", "throughput", "--max-concurrent", "0"),
+        "max-concurrent",
+    ),
+    "async in throughput mode": (
+        lambda ws: eval_args(ws, "good.jsonl", "--mode", "throughput", "--methods", "lr/async"),
+        "--mode latency",
+    ),
+    "bad profile file": (
+        lambda ws: collect_args(ws, "good.jsonl", "--profile", str(ws["root"] / "float.yaml")),
+        "not an lrtune profile",
+    ),
 }
 
 # ---- kinds the schema (lrtune.schema) refuses: non-finite, out of range, unknown choices, wrong types --------
-CASES.update({
-    "decode --temperature nan": (lambda ws: ["decode", "hi", "--temperature", "nan", *tiny(ws)], "finite"),
-    "decode --temperature inf": (lambda ws: ["decode", "hi", "--temperature", "inf", *tiny(ws)], "finite"),
-    "decode --verifier-threshold 5": (lambda ws: ["decode", "hi", "--verifier-threshold", "5", *tiny(ws)], "<= 1"),
-    "decode --verifier-threshold nan": (lambda ws: ["decode", "hi", "--verifier-threshold", "nan", *tiny(ws)],
-                                        "finite"),
-    "decode --kv-cache-gib -1": (lambda ws: ["decode", "hi", "--kv-cache-gib", "-1", *tiny(ws)], "--kv-cache-gib"),
-    "decode --tensor-parallel-size 0": (lambda ws: ["decode", "hi", "--tensor-parallel-size", "0", *tiny(ws)],
-                                        "--tensor-parallel-size"),
-    "decode --gpu-memory-utilization 7": (lambda ws: ["decode", "hi", "--gpu-memory-utilization", "7", *tiny(ws)],
-                                          "--gpu-memory-utilization"),
-    "decode --context-tokens -5": (lambda ws: ["decode", "hi", "--context-tokens", "-5", *tiny(ws)], ">= 0"),
-    "decode --device tpu": (lambda ws: ["decode", "hi", *tiny(ws), "--device", "tpu"], "--device"),
-    "decode --dtype float7": (lambda ws: ["decode", "hi", "--dtype", "float7", *tiny(ws)], "float7"),
-    "decode --task-problem huge": (lambda ws: ["decode", "--task-problem", "99999999999", *tiny(ws)], "<="),
-    "evaluate --limit huge": (lambda ws: eval_args(ws, "good.jsonl", "--limit", "10000000000"), "--limit"),
-    "train verifier --learning-rate nan": (lambda ws: ["train", "verifier", "--data", str(ws["root"] / "bad_ds"),
-                                                       "--learning-rate", "nan", "--out", str(ws["out"] / "v")],
-                                           "finite"),
-    "train controller --prior-strength nan": (lambda ws: ["train", "controller", "--data", str(ws["root"] / "bad_ds"),
-                                                          "--prior-strength", "nan", "--out", str(ws["out"] / "c")],
-                                              "finite"),
-    "demo --gamma1 0": (lambda ws: ["demo", "--gamma1", "0", "--out", str(ws["out"]), *tiny(ws)], "--gamma1"),
-    "profile --task unknown": (lambda ws: ["profile", "--task", "no_such_task", "--out", str(ws["out"] / "p.json"),
-                                           *tiny(ws)], "no_such_task"),
-    # ---- config files, parsed safely (lrtune.inputs.read_yaml_mapping) ---------------------------------------
-    "yaml key given twice": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "twice.yaml")], "twice"),
-    "yaml aliases": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "alias.yaml")], "aliases"),
-    "yaml nested 3000 deep": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "deep.yaml")], "deep"),
-    "yaml list as the prompt": (lambda ws: ["decode", "--config", str(ws["root"] / "list_prompt.yaml"), *tiny(ws)],
-                                "must be text"),
-    # ---- files handed in: names, sizes, encodings, nesting, weights -----------------------------------------
-    "a path name too long": (lambda ws: eval_args(ws, "x" * 300 + ".jsonl"), "File name too long"),
-    "a problem .json nested 3000 deep": (lambda ws: eval_args(ws, "deep.json"), "deep"),
-    "a .json problem row over 1 MiB": (lambda ws: eval_args(ws, "big_row.json"), "longer than"),
-    "a 0-byte model.safetensors": (lambda ws: ["decode", "hi", *tiny(ws), "--target", str(ws["empty_weights"])],
-                                   "model.safetensors"),
-    # ---- output directories another command owns (lrtune.outdir) --------------------------------------------
-    "evaluate --out into a collect dataset": (lambda ws: eval_args(ws, "good.jsonl") + ["--out", str(ws["owned"]["collect"])],
-                                              "lrtune collect"),
-    "collect --merge --out into a controller": (lambda ws: ["collect", "--merge", str(ws["owned"]["collect"]),
-                                                            "--out", str(ws["owned"]["train controller"])],
-                                                "lrtune train controller"),
-    "train verifier --out into a collect dataset": (lambda ws: ["train", "verifier", "--data",
-                                                                str(ws["root"] / "bad_ds"), "--out",
-                                                                str(ws["owned"]["collect"])], "lrtune collect"),
-    "train controller --out into a verifier": (lambda ws: ["train", "controller", "--data", str(ws["root"] / "bad_ds"),
-                                                           "--out", str(ws["owned"]["train verifier"])],
-                                               "lrtune train verifier"),
-    "a file as --out": (lambda ws: eval_args(ws, "good.jsonl") + ["--out", str(ws["root"] / "good.jsonl")],
-                        "is a file"),
-})
+CASES.update(
+    {
+        "decode --temperature nan": (lambda ws: ["decode", "hi", "--temperature", "nan", *tiny(ws)], "finite"),
+        "decode --temperature inf": (lambda ws: ["decode", "hi", "--temperature", "inf", *tiny(ws)], "finite"),
+        "decode --verifier-threshold 5": (lambda ws: ["decode", "hi", "--verifier-threshold", "5", *tiny(ws)], "<= 1"),
+        "decode --verifier-threshold nan": (
+            lambda ws: ["decode", "hi", "--verifier-threshold", "nan", *tiny(ws)],
+            "finite",
+        ),
+        "decode --kv-cache-gib -1": (lambda ws: ["decode", "hi", "--kv-cache-gib", "-1", *tiny(ws)], "--kv-cache-gib"),
+        "decode --tensor-parallel-size 0": (
+            lambda ws: ["decode", "hi", "--tensor-parallel-size", "0", *tiny(ws)],
+            "--tensor-parallel-size",
+        ),
+        "decode --gpu-memory-utilization 7": (
+            lambda ws: ["decode", "hi", "--gpu-memory-utilization", "7", *tiny(ws)],
+            "--gpu-memory-utilization",
+        ),
+        "decode --context-tokens -5": (lambda ws: ["decode", "hi", "--context-tokens", "-5", *tiny(ws)], ">= 0"),
+        "decode --device tpu": (lambda ws: ["decode", "hi", *tiny(ws), "--device", "tpu"], "--device"),
+        "decode --dtype float7": (lambda ws: ["decode", "hi", "--dtype", "float7", *tiny(ws)], "float7"),
+        "decode --task-problem huge": (lambda ws: ["decode", "--task-problem", "99999999999", *tiny(ws)], "<="),
+        "evaluate --limit huge": (lambda ws: eval_args(ws, "good.jsonl", "--limit", "10000000000"), "--limit"),
+        "train verifier --learning-rate nan": (
+            lambda ws: [
+                "train",
+                "verifier",
+                "--data",
+                str(ws["root"] / "bad_ds"),
+                "--learning-rate",
+                "nan",
+                "--out",
+                str(ws["out"] / "v"),
+            ],
+            "finite",
+        ),
+        "train controller --prior-strength nan": (
+            lambda ws: [
+                "train",
+                "controller",
+                "--data",
+                str(ws["root"] / "bad_ds"),
+                "--prior-strength",
+                "nan",
+                "--out",
+                str(ws["out"] / "c"),
+            ],
+            "finite",
+        ),
+        "demo --gamma1 0": (lambda ws: ["demo", "--gamma1", "0", "--out", str(ws["out"]), *tiny(ws)], "--gamma1"),
+        "profile --task unknown": (
+            lambda ws: ["profile", "--task", "no_such_task", "--out", str(ws["out"] / "p.json"), *tiny(ws)],
+            "no_such_task",
+        ),
+        # ---- config files, parsed safely (lrtune.inputs.read_yaml_mapping) ---------------------------------------
+        "yaml key given twice": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "twice.yaml")], "twice"),
+        "yaml aliases": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "alias.yaml")], "aliases"),
+        "yaml nested 3000 deep": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "deep.yaml")], "deep"),
+        "yaml list as the prompt": (
+            lambda ws: ["decode", "--config", str(ws["root"] / "list_prompt.yaml"), *tiny(ws)],
+            "must be text",
+        ),
+        # ---- files handed in: names, sizes, encodings, nesting, weights -----------------------------------------
+        "a path name too long": (lambda ws: eval_args(ws, "x" * 300 + ".jsonl"), "File name too long"),
+        "a problem .json nested 3000 deep": (lambda ws: eval_args(ws, "deep.json"), "deep"),
+        "a .json problem row over 1 MiB": (lambda ws: eval_args(ws, "big_row.json"), "longer than"),
+        "a 0-byte model.safetensors": (
+            lambda ws: ["decode", "hi", *tiny(ws), "--target", str(ws["empty_weights"])],
+            "model.safetensors",
+        ),
+        # ---- output directories another command owns (lrtune.outdir) --------------------------------------------
+        "evaluate --out into a collect dataset": (
+            lambda ws: eval_args(ws, "good.jsonl") + ["--out", str(ws["owned"]["collect"])],
+            "lrtune collect",
+        ),
+        "collect --merge --out into a controller": (
+            lambda ws: [
+                "collect",
+                "--merge",
+                str(ws["owned"]["collect"]),
+                "--out",
+                str(ws["owned"]["train controller"]),
+            ],
+            "lrtune train controller",
+        ),
+        "train verifier --out into a collect dataset": (
+            lambda ws: [
+                "train",
+                "verifier",
+                "--data",
+                str(ws["root"] / "bad_ds"),
+                "--out",
+                str(ws["owned"]["collect"]),
+            ],
+            "lrtune collect",
+        ),
+        "train controller --out into a verifier": (
+            lambda ws: [
+                "train",
+                "controller",
+                "--data",
+                str(ws["root"] / "bad_ds"),
+                "--out",
+                str(ws["owned"]["train verifier"]),
+            ],
+            "lrtune train verifier",
+        ),
+        "a file as --out": (
+            lambda ws: eval_args(ws, "good.jsonl") + ["--out", str(ws["root"] / "good.jsonl")],
+            "is a file",
+        ),
+    }
+)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -222,7 +383,9 @@ def test_bad_input_is_one_line_exit_2_and_loses_nothing(ws, case, capsys, tmp_pa
 
     argv_of, needle = CASES[case]
     out = tmp_path / "out"  # an output directory with files that must survive the bad run (hidden ones: a
-    (out / ".sub").mkdir(parents=True)  # folder with any other file is refused as foreign, tests/test_outputs_on_inputs.py)
+    (out / ".sub").mkdir(
+        parents=True
+    )  # folder with any other file is refused as foreign, tests/test_outputs_on_inputs.py)
     (out / ".sub" / "data.bin").write_bytes(b"\x00\x01")
     (out / ".keep.txt").write_text("precious")
     ws = {**ws, "out": out}

@@ -20,21 +20,38 @@ from lrtune.store import ShardStore
 def collect_dir(root: Path, ids: list[str], task: str = "gsm_symbolic", gamma1: int = 2) -> Path:
     """A collect dir (config, one shard's manifest and parts) with one pair per problem."""
     root.mkdir(parents=True)
-    cfg = {"options": {"task": task, "limit": len(ids), "teacher": "exact"}, "models": {"target": "t"},
-           "decode": {"gamma1": gamma1}}
+    cfg = {
+        "options": {"task": task, "limit": len(ids), "teacher": "exact"},
+        "models": {"target": "t"},
+        "decode": {"gamma1": gamma1},
+    }
     (root / CONFIG).write_text(json.dumps(cfg))
     store = ShardStore(root, 0)
     for i, pid in enumerate(ids):
-        pair = {"problem_id": pid, "task": task, "round": 0, "position": 0, "branch": 0, "draft_step": "a",
-                "target_step": "a", "label": True, "exact_match": True, "teacher": "exact", "judge_s": 1.0}
+        pair = {
+            "problem_id": pid,
+            "task": task,
+            "round": 0,
+            "position": 0,
+            "branch": 0,
+            "draft_step": "a",
+            "target_step": "a",
+            "label": True,
+            "exact_match": True,
+            "teacher": "exact",
+            "judge_s": 1.0,
+        }
         prob = {"problem_id": pid, "index": i, "task": task, "correct": True, "finished": True, "wall_s": 1.0}
         store.add(pid, i, [pair], prob, schema(PAIR_FIELDS), schema(PROBLEM_FIELDS))
     return root
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def cli_error(capsys, *args: str) -> str:
@@ -61,8 +78,11 @@ def write_parquet(path: Path, rows: list[dict]) -> None:
 
 
 # ---- defect 1: collect --merge turns bad sources into one-line errors -------------------------------------
-@pytest.mark.parametrize("blob", [b"{not json", b"[1]", b'{"options": {"task": "caf\xe9"}}', b'{"options": 5}'],
-                         ids=["corrupt", "list", "latin1", "options-not-object"])
+@pytest.mark.parametrize(
+    "blob",
+    [b"{not json", b"[1]", b'{"options": {"task": "caf\xe9"}}', b'{"options": 5}'],
+    ids=["corrupt", "list", "latin1", "options-not-object"],
+)
 def test_merge_of_a_source_with_an_unreadable_config_is_a_one_line_error(tmp_path, capsys, blob):
     src = collect_dir(tmp_path / "a", ["p0"])
     (src / CONFIG).write_bytes(blob)
@@ -74,8 +94,14 @@ def test_merge_of_a_garbage_part_whose_checksum_matches_names_the_file(tmp_path,
     src = collect_dir(tmp_path / "a", ["p0", "p1"])
     part = src / "pairs" / "part-s000-p000001.parquet"
     part.write_bytes(b"garbage")
-    edit_manifest(src, lambda e: e["pairs"].update(sha256=hashlib.sha256(b"garbage").hexdigest())
-                  if e["pairs"]["file"].endswith("p000001.parquet") else None)
+    edit_manifest(
+        src,
+        lambda e: (
+            e["pairs"].update(sha256=hashlib.sha256(b"garbage").hexdigest())
+            if e["pairs"]["file"].endswith("p000001.parquet")
+            else None
+        ),
+    )
     line = cli_error(capsys, "collect", "--merge", str(src), "--out", str(tmp_path / "m"))
     assert "part-s000-p000001.parquet" in line and "parquet" in line and not (tmp_path / "m").exists()
 
@@ -117,12 +143,19 @@ def merged_dir(root: Path, change: dict | None = None, drop: str | None = None) 
     return root
 
 
-@pytest.mark.parametrize("change, drop, column", [(None, "label", "label"), ({"label": "yes"}, None, "label"),
-                                                  ({"position": "zero"}, None, "position"),
-                                                  ({"round": 1.5}, None, "round")],
-                         ids=["no-label", "label-str", "position-str", "round-float"])
-def test_stats_of_pairs_with_a_missing_or_mistyped_column_names_the_file_and_column(tmp_path, capsys, change, drop,
-                                                                                     column):
+@pytest.mark.parametrize(
+    "change, drop, column",
+    [
+        (None, "label", "label"),
+        ({"label": "yes"}, None, "label"),
+        ({"position": "zero"}, None, "position"),
+        ({"round": 1.5}, None, "round"),
+    ],
+    ids=["no-label", "label-str", "position-str", "round-float"],
+)
+def test_stats_of_pairs_with_a_missing_or_mistyped_column_names_the_file_and_column(
+    tmp_path, capsys, change, drop, column
+):
     d = merged_dir(tmp_path / "m", change, drop)
     line = cli_error(capsys, "collect", "--stats", str(d))
     assert "pairs.parquet" in line and repr(column) in line
@@ -134,12 +167,19 @@ def test_a_mistyped_part_file_of_a_collect_dir_is_named(tmp_path, capsys):
     import pyarrow.parquet as pq
 
     write_parquet(part, [{**r, "label": "yes"} for r in pq.read_table(part).to_pylist()])
-    edit_manifest(src, lambda e: e["pairs"].update(sha256=hashlib.sha256(part.read_bytes()).hexdigest())
-                  if e["pairs"]["file"].endswith("p000001.parquet") else None)
+    edit_manifest(
+        src,
+        lambda e: (
+            e["pairs"].update(sha256=hashlib.sha256(part.read_bytes()).hexdigest())
+            if e["pairs"]["file"].endswith("p000001.parquet")
+            else None
+        ),
+    )
     line = cli_error(capsys, "collect", "--stats", str(src))
     assert "part-s000-p000001.parquet" in line and "'label'" in line
-    assert "part-s000-p000001.parquet" in cli_error(capsys, "collect", "--merge", str(src), "--out",
-                                                    str(tmp_path / "m"))
+    assert "part-s000-p000001.parquet" in cli_error(
+        capsys, "collect", "--merge", str(src), "--out", str(tmp_path / "m")
+    )
 
 
 def test_load_tables_still_reads_files_that_hold_only_some_columns(tmp_path):
@@ -189,8 +229,18 @@ def test_a_profile_whose_batch_cost_curve_is_a_list_is_a_one_line_error(tmp_path
     prof.write_text(json.dumps({"batch_cost": [1.0, 1.2], "batch_cost_curve": [1.0, 1.5]}))
     with pytest.raises(ConfigError, match="batch_cost_curve"):
         read_profile_curve(str(prof))
-    line = cli_error(capsys, "collect", "--task", "gsm_symbolic", "--limit", "1", "--profile", str(prof),
-                     "--out", str(tmp_path / "c"))
+    line = cli_error(
+        capsys,
+        "collect",
+        "--task",
+        "gsm_symbolic",
+        "--limit",
+        "1",
+        "--profile",
+        str(prof),
+        "--out",
+        str(tmp_path / "c"),
+    )
     assert "not an lrtune profile" in line
 
 

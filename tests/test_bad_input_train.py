@@ -23,8 +23,11 @@ from lrtune.train.data import PairExample, fingerprint
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
@@ -38,34 +41,56 @@ def one_line_error(capsys, argv: list[str]) -> str:
 
 
 # ---- train controller: the profile and the collect config (defect 3) ------------------------
-@pytest.mark.parametrize("content,message", [
-    (b"{bad\n", "not valid JSON"),
-    (b"[1, 2]\n", "not an lrtune profile"),
-    (b"\xff\xfe", "not UTF-8"),
-    (b'{"c1": 0.2, "c2": 0.3, "batch_cost": {"a": 1}}', "batch_cost must be a list of numbers"),
-    (b'{"c1": 0.2, "c2": 0.3, "batch_cost": "fast"}', "batch_cost must be a list of numbers"),
-    (b'{"c1": 0.2, "c2": 0.3, "batch_cost": [1, "x"]}', "batch_cost must be a list of numbers"),
-    (b'{"c1": true, "c2": 0.3}', "c1 must be a number > 0"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"{bad\n", "not valid JSON"),
+        (b"[1, 2]\n", "not an lrtune profile"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b'{"c1": 0.2, "c2": 0.3, "batch_cost": {"a": 1}}', "batch_cost must be a list of numbers"),
+        (b'{"c1": 0.2, "c2": 0.3, "batch_cost": "fast"}', "batch_cost must be a list of numbers"),
+        (b'{"c1": 0.2, "c2": 0.3, "batch_cost": [1, "x"]}', "batch_cost must be a list of numbers"),
+        (b'{"c1": true, "c2": 0.3}', "c1 must be a number > 0"),
+    ],
+)
 def test_train_controller_checks_the_profile_before_any_work(tmp_path, capsys, content, message):
     prof = tmp_path / "profile.json"
     prof.write_bytes(content)
     out = tmp_path / "ctl"
-    err = one_line_error(capsys, ["train", "controller", "--encoder", "none", "--data", str(tmp_path / "no-data"),
-                                  "--out", str(out), "--profile", str(prof)])
+    err = one_line_error(
+        capsys,
+        [
+            "train",
+            "controller",
+            "--encoder",
+            "none",
+            "--data",
+            str(tmp_path / "no-data"),
+            "--out",
+            str(out),
+            "--profile",
+            str(prof),
+        ],
+    )
     assert message in err  # the profile is read first: the missing data is not even looked at
     assert not out.exists()
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"{not json", "not valid JSON"), (b"[1]", "not a collect config"),
-    (b'{"options": {"task": "caf\xe9"}}', "not UTF-8"), (b'{"options": [1]}', "not a collect config"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1]", "not a collect config"),
+        (b'{"options": {"task": "caf\xe9"}}', "not UTF-8"),
+        (b'{"options": [1]}', "not a collect config"),
+    ],
+)
 def test_train_controller_refuses_a_bad_collect_config_in_one_line(tmp_path, capsys, content, message):
     d = _collect_dir(tmp_path)
     (d / "collect_config.json").write_bytes(content)
-    err = one_line_error(capsys, ["train", "controller", "--encoder", "none", "--data", str(d),
-                                  "--out", str(tmp_path / "ctl")])
+    err = one_line_error(
+        capsys, ["train", "controller", "--encoder", "none", "--data", str(d), "--out", str(tmp_path / "ctl")]
+    )
     assert message in err and "collect_config.json" in err
 
 
@@ -118,26 +143,36 @@ def test_train_controller_refit_on_new_data_keeps_the_previous_controller_as_a_b
 # ---- a learned controller's metadata (defect 4) ------------------------------------------------
 def _good_controller(tmp_path) -> Path:
     ctl, feats, pred = _controller((0.9, 0.2), (0.8, 0.6))
-    return learned.save(tmp_path / "good", pred, feats, bounds=ctl.bounds,
-                        profile={"c1": 0.3, "c2": 0.2, "batch_cost": None, "step_tokens": [10, 20, 30]},
-                        prior_strength=8.0, metrics={"best_fixed": [2, 3]}, data={})
+    return learned.save(
+        tmp_path / "good",
+        pred,
+        feats,
+        bounds=ctl.bounds,
+        profile={"c1": 0.3, "c2": 0.2, "batch_cost": None, "step_tokens": [10, 20, 30]},
+        prior_strength=8.0,
+        metrics={"best_fixed": [2, 3]},
+        data={},
+    )
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda m: m["profile"].pop("c1"),
-    lambda m: m.pop("prior_strength"),
-    lambda m: m["profile"].__setitem__("c1", "fast"),
-    lambda m: m.__setitem__("profile", [1]),
-    lambda m: m["model"].__setitem__("alpha", "abc"),
-    lambda m: m["model"].__setitem__("coef", [[1, 2], [3]]),
-    lambda m: m["model"].__setitem__("intercept", [0.5]),
-    lambda m: m.__setitem__("metrics", [1]),
-    lambda m: m["metrics"].__setitem__("best_fixed", 3),
-    lambda m: m["profile"].__setitem__("step_tokens", "abc"),
-    lambda m: m["profile"].__setitem__("batch_cost", "abc"),
-    lambda m: m["bounds"].__setitem__("gamma1_max", 6.5),
-    lambda m: m["features"].__setitem__("tasks", "gsm"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda m: m["profile"].pop("c1"),
+        lambda m: m.pop("prior_strength"),
+        lambda m: m["profile"].__setitem__("c1", "fast"),
+        lambda m: m.__setitem__("profile", [1]),
+        lambda m: m["model"].__setitem__("alpha", "abc"),
+        lambda m: m["model"].__setitem__("coef", [[1, 2], [3]]),
+        lambda m: m["model"].__setitem__("intercept", [0.5]),
+        lambda m: m.__setitem__("metrics", [1]),
+        lambda m: m["metrics"].__setitem__("best_fixed", 3),
+        lambda m: m["profile"].__setitem__("step_tokens", "abc"),
+        lambda m: m["profile"].__setitem__("batch_cost", "abc"),
+        lambda m: m["bounds"].__setitem__("gamma1_max", 6.5),
+        lambda m: m["features"].__setitem__("tasks", "gsm"),
+    ],
+)
 def test_incomplete_controller_metadata_is_refused_in_one_line(tmp_path, mutate):
     good = _good_controller(tmp_path)
     learned.load(good)  # the unmutated controller loads
@@ -155,8 +190,16 @@ def _checkpoint(root: Path, name: str, tensors: dict, weights: str = "features",
 
     d = root / name
     d.mkdir()
-    m = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": "features", "threshold": 0.5,
-         "features": ["len_ratio"], "base_model": None, "encoder": "all-MiniLM-L6-v2", **meta}
+    m = {
+        "format": distilled.FORMAT,
+        "version": distilled.VERSION,
+        "kind": "features",
+        "threshold": 0.5,
+        "features": ["len_ratio"],
+        "base_model": None,
+        "encoder": "all-MiniLM-L6-v2",
+        **meta,
+    }
     (d / distilled.META).write_text(json.dumps(m))
     save_file({k: np.asarray(v) for k, v in tensors.items()}, str(d / f"{weights}.safetensors"))
     if m["kind"] in ("cross-encoder", "lm-judge"):
@@ -166,24 +209,49 @@ def _checkpoint(root: Path, name: str, tensors: dict, weights: str = "features",
 
 
 LOGISTIC = {"mean": np.zeros(1), "scale": np.ones(1), "coef": np.ones(1), "intercept": np.zeros(1)}
-FOREST = {"mean": np.zeros(1), "roots": np.array([0]), "left": np.array([1, -1, -1]),
-          "right": np.array([2, -1, -1]), "feature": np.array([0, 0, 0]), "threshold": np.array([0.5, 0, 0]),
-          "value": np.array([0.5, 0.2, 0.8])}
+FOREST = {
+    "mean": np.zeros(1),
+    "roots": np.array([0]),
+    "left": np.array([1, -1, -1]),
+    "right": np.array([2, -1, -1]),
+    "feature": np.array([0, 0, 0]),
+    "threshold": np.array([0.5, 0, 0]),
+    "value": np.array([0.5, 0.2, 0.8]),
+}
 
 
-@pytest.mark.parametrize("tensors,weights,meta,message", [
-    ({**LOGISTIC, "intercept": np.zeros(0)}, "features", {}, "holds 0 intercepts, not 1"),
-    ({**LOGISTIC, "intercept": np.array([np.inf])}, "features", {}, "weights that are not finite"),
-    ({**LOGISTIC, "coef": np.array([np.nan])}, "features", {}, "weights that are not finite"),
-    ({**LOGISTIC, "scale": np.zeros(1)}, "features", {}, r"a scale <= 0"),
-    (LOGISTIC, "features", {"kind": "cross-encoder"}, "base_model is required for kind 'cross-encoder'"),
-    (LOGISTIC, "features", {"kind": "lm-judge"}, "base_model is required for kind 'lm-judge'"),
-    (LOGISTIC, "features", {"encoder": 123}, "encoder must be a sentence-encoder name"),
-    ({**FOREST, "roots": np.array(0), "left": np.array(-1), "right": np.array(-1), "feature": np.array(0),
-      "threshold": np.array(0.0), "value": np.array(0.5)}, "forest", {"kind": "forest"}, "is not 1-D"),
-    ({**FOREST, **{k: FOREST[k].astype(np.float64) for k in ("roots", "left", "right", "feature")}}, "forest",
-     {"kind": "forest"}, "index tensor 'roots' is not of an integer type"),
-])
+@pytest.mark.parametrize(
+    "tensors,weights,meta,message",
+    [
+        ({**LOGISTIC, "intercept": np.zeros(0)}, "features", {}, "holds 0 intercepts, not 1"),
+        ({**LOGISTIC, "intercept": np.array([np.inf])}, "features", {}, "weights that are not finite"),
+        ({**LOGISTIC, "coef": np.array([np.nan])}, "features", {}, "weights that are not finite"),
+        ({**LOGISTIC, "scale": np.zeros(1)}, "features", {}, r"a scale <= 0"),
+        (LOGISTIC, "features", {"kind": "cross-encoder"}, "base_model is required for kind 'cross-encoder'"),
+        (LOGISTIC, "features", {"kind": "lm-judge"}, "base_model is required for kind 'lm-judge'"),
+        (LOGISTIC, "features", {"encoder": 123}, "encoder must be a sentence-encoder name"),
+        (
+            {
+                **FOREST,
+                "roots": np.array(0),
+                "left": np.array(-1),
+                "right": np.array(-1),
+                "feature": np.array(0),
+                "threshold": np.array(0.0),
+                "value": np.array(0.5),
+            },
+            "forest",
+            {"kind": "forest"},
+            "is not 1-D",
+        ),
+        (
+            {**FOREST, **{k: FOREST[k].astype(np.float64) for k in ("roots", "left", "right", "feature")}},
+            "forest",
+            {"kind": "forest"},
+            "index tensor 'roots' is not of an integer type",
+        ),
+    ],
+)
 def test_mistyped_checkpoint_fields_are_refused_at_load(tmp_path, tensors, weights, meta, message):
     d = _checkpoint(tmp_path, "bad", tensors, weights, **meta)
     with pytest.raises(ConfigError, match=message):
@@ -246,8 +314,12 @@ def test_a_successful_retrain_keeps_the_previous_checkpoint_as_a_backup(tmp_path
 def _scored_rows(bad_value: float | None = None) -> list[dict]:
     rows = _synthetic_rows()
     for i, r in enumerate(rows):
-        r.update(draft_target_mean_logprob=-0.2 if r["label"] else -1.5, draft_target_min_logprob=-1.0,
-                 draft_target_argmax_share=0.8, draft_target_scored_tokens=6)
+        r.update(
+            draft_target_mean_logprob=-0.2 if r["label"] else -1.5,
+            draft_target_min_logprob=-1.0,
+            draft_target_argmax_share=0.8,
+            draft_target_scored_tokens=6,
+        )
         if bad_value is not None and i < 5:
             r["draft_target_min_logprob"] = bad_value
     return rows
@@ -270,9 +342,14 @@ def test_fingerprint_covers_every_column_the_students_read():
     base = fingerprint([ex()])
     legacy = hashlib.sha256(b"".join(part.encode() + b"\0" for part in ("p", "c", "d", "t", "1", "1.000000")))
     assert base == legacy.hexdigest()  # data without those columns keeps its fingerprint
-    prints = {fingerprint([ex(DraftScores(-0.2, -1.0, 0.8, 6))]), fingerprint([ex(DraftScores(-0.2, -2.0, 0.8, 6))]),
-              fingerprint([ex(DraftScores(-0.2, -1.0, 0.8, 6, draft_entropy=0.3))]), fingerprint([ex(cosine=0.9)]),
-              fingerprint([ex(cosine=0.8)]), base}
+    prints = {
+        fingerprint([ex(DraftScores(-0.2, -1.0, 0.8, 6))]),
+        fingerprint([ex(DraftScores(-0.2, -2.0, 0.8, 6))]),
+        fingerprint([ex(DraftScores(-0.2, -1.0, 0.8, 6, draft_entropy=0.3))]),
+        fingerprint([ex(cosine=0.9)]),
+        fingerprint([ex(cosine=0.8)]),
+        base,
+    }
     assert len(prints) == 6
 
 
@@ -312,8 +389,9 @@ def test_a_state_dir_of_other_settings_is_refused_before_out_is_touched(tmp_path
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "d", _synthetic_rows()), "cross-encoder", lora_r=4)
     sdir = students.state_dir(Path(cfg.out))
     (sdir / "last").mkdir(parents=True)
-    (sdir / "last" / "trainer.json").write_text(json.dumps({"epoch": 1, "best_auroc": 0.5, "bad_epochs": 0,
-                                                            "history": []}))
+    (sdir / "last" / "trainer.json").write_text(
+        json.dumps({"epoch": 1, "best_auroc": 0.5, "bad_epochs": 0, "history": []})
+    )
     (sdir / students.STATE_KEY).write_text(json.dumps({"settings": {"lora_r": 2}, "data": "other"}))
     with pytest.raises(ConfigError, match=r"other settings or data \(.*lora_r.*data differ\); delete it") as e:
         run(cfg)
@@ -348,8 +426,9 @@ def test_an_unusable_resume_state_is_a_one_line_error_saying_to_delete_it(tmp_pa
     last.mkdir(parents=True)
     save_file(get_peft_model_state_dict(old), str(last / "adapter_model.safetensors"))
     students._save_optimizer(opt_old, last)
-    (last / "trainer.json").write_text(trainer_json or json.dumps({"epoch": 1, "best_auroc": 0.5, "bad_epochs": 0,
-                                                                   "history": []}))
+    (last / "trainer.json").write_text(
+        trainer_json or json.dumps({"epoch": 1, "best_auroc": 0.5, "bad_epochs": 0, "history": []})
+    )
     model, opt = _tiny_peft(4)  # None: a well-formed state of another LoRA rank
     with pytest.raises(ConfigError, match="cannot resume from .*; delete .*ce.train-state") as e:
         students._resume_cross_encoder(model, opt, sdir)
@@ -385,8 +464,9 @@ def test_write_atomic_removes_its_temp_file_when_the_write_fails(tmp_path):
 def test_a_features_student_with_a_huge_intercept_scores_0_or_1_and_never_overflows(tmp_path):
     pair = StepPair("ctx", "a 1", "b 2")
     for b, want in ((1e308, 1.0), (-1e308, 0.0), (800.0, 1.0), (-800.0, 0.0)):  # math.exp(800) overflows
-        v = distilled.load(_checkpoint(tmp_path, f"b{b:g}", {**LOGISTIC, "intercept": np.array([b])}, "features",
-                                       kind="features"))
+        v = distilled.load(
+            _checkpoint(tmp_path, f"b{b:g}", {**LOGISTIC, "intercept": np.array([b])}, "features", kind="features")
+        )
         assert v.score([pair]) == [want]
 
 

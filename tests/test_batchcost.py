@@ -18,12 +18,15 @@ def test_interpolate_refuses_sizes_outside_the_curve():
         interpolate({1: 1.0, 4: 2.0}, 5)
 
 
-@pytest.mark.parametrize("curve,rows,expect", [
-    ({1: 1.0, 32: 1.0}, 4, 8),            # free batches: as many as fit the measured curve
-    ({n: float(n) for n in range(1, 33)}, 3, 1),  # rows cost linearly: batching buys nothing
-    ({1: 1.0, 4: 1.2, 8: 1.6, 16: 3.2, 32: 6.4}, 4, 2),  # the curve bends at 8 rows (2 prompts x 4)
-    ({1: 1.0, 4: 1.2}, 8, 1),             # no measurement for even one prompt's rows: 1
-])
+@pytest.mark.parametrize(
+    "curve,rows,expect",
+    [
+        ({1: 1.0, 32: 1.0}, 4, 8),  # free batches: as many as fit the measured curve
+        ({n: float(n) for n in range(1, 33)}, 3, 1),  # rows cost linearly: batching buys nothing
+        ({1: 1.0, 4: 1.2, 8: 1.6, 16: 3.2, 32: 6.4}, 4, 2),  # the curve bends at 8 rows (2 prompts x 4)
+        ({1: 1.0, 4: 1.2}, 8, 1),  # no measurement for even one prompt's rows: 1
+    ],
+)
 def test_choose_concurrency_takes_the_smallest_near_best_throughput(curve, rows, expect):
     assert choose_concurrency(curve, rows) == expect
 

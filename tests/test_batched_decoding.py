@@ -45,8 +45,9 @@ def fake_pair(seed: int = 3):
     """A target and a draft that agrees with it on most tokens (steps are accepted and rejected)."""
     table = chain(seed)
     other = chain(seed + 100)
-    return FakeBackend(table, "target"), FakeBackend([o if i % 4 == 0 else t for i, (t, o) in
-                                                      enumerate(zip(table, other))], "draft")
+    return FakeBackend(table, "target"), FakeBackend(
+        [o if i % 4 == 0 else t for i, (t, o) in enumerate(zip(table, other))], "draft"
+    )
 
 
 def alone(dec, prompts, cfg, **kw):
@@ -62,8 +63,9 @@ def test_every_prompt_gets_the_tokens_it_gets_alone(method, width, verifier):
     ref_dec = LookaheadDecoder(target, draft, make_verifier("never"), cfg)
     ref = alone(ref_dec, PROMPTS, cfg)
     for n in (1, 2, 5):
-        dec = LookaheadDecoder(target, draft, make_verifier(verifier, seed=0) if verifier != "never"
-                               else make_verifier("never"), cfg)
+        dec = LookaheadDecoder(
+            target, draft, make_verifier(verifier, seed=0) if verifier != "never" else make_verifier("never"), cfg
+        )
         outs, batch = dec.decode_many(PROMPTS, cfg, max_concurrent=n)
         if verifier == "never":  # rejections everywhere: every method equals the target greedy
             assert [o[0].token_ids for o in outs] == [r[0].token_ids for r in ref]
@@ -101,9 +103,19 @@ def test_per_prompt_stats_are_exact_counts_and_shared_time_adds_up():
     many, batch = dec.decode_many(PROMPTS, cfg, max_concurrent=4)
     for (r1, s1), (rn, sn) in zip(one, many):
         assert r1.token_ids == rn.token_ids
-        for name in ("rounds", "drafted_by_pos", "accepted_by_pos", "committed_draft_steps",
-                     "committed_target_steps", "target_calls", "draft_calls", "draft_step_tokens",
-                     "target_step_tokens", "generated_tokens", "verifier_calls"):
+        for name in (
+            "rounds",
+            "drafted_by_pos",
+            "accepted_by_pos",
+            "committed_draft_steps",
+            "committed_target_steps",
+            "target_calls",
+            "draft_calls",
+            "draft_step_tokens",
+            "target_step_tokens",
+            "generated_tokens",
+            "verifier_calls",
+        ):
             assert getattr(s1, name) == getattr(sn, name), name
     assert sum(s.committed_draft_steps for _, s in many) > 0
     assert sum(s.drafted_steps - s.accepted_steps for _, s in many) > 0
@@ -154,9 +166,16 @@ def test_async_lr_refuses_more_than_one_prompt_in_flight():
     assert all(len(o[0].token_ids) > 0 for o in outs)
 
 
-@pytest.mark.parametrize("total,weights,expect", [
-    (10, [1, 1], [5, 5]), (7, [3, 0, 1], [5, 0, 2]), (5, [0, 0], [3, 2]), (0, [2, 5], [0, 0]), (3, [], []),
-])
+@pytest.mark.parametrize(
+    "total,weights,expect",
+    [
+        (10, [1, 1], [5, 5]),
+        (7, [3, 0, 1], [5, 0, 2]),
+        (5, [0, 0], [3, 2]),
+        (0, [2, 5], [0, 0]),
+        (3, [], []),
+    ],
+)
 def test_split_counts_is_proportional_and_sums_to_the_total(total, weights, expect):
     assert split_counts(total, weights) == expect
 

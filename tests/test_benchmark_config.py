@@ -28,9 +28,11 @@ def test_a_bad_config_file_is_a_one_line_error(tmp_path, capsys, text, message):
 def test_round_split_sums_counters_per_method_and_divides_by_rounds():
     from benchmarks.round_split import split
 
-    recs = [{"method": "lr+sd", "stats": {"rounds": 2, "draft_s": 4.0, "target_s": 6.0, "aborted_target_rows": 1}},
-            {"method": "lr+sd", "stats": {"rounds": 3, "draft_s": 1.0, "target_s": 4.0}},
-            {"method": "sd", "stats": {"rounds": 0, "target_s": 9.0}}]
+    recs = [
+        {"method": "lr+sd", "stats": {"rounds": 2, "draft_s": 4.0, "target_s": 6.0, "aborted_target_rows": 1}},
+        {"method": "lr+sd", "stats": {"rounds": 3, "draft_s": 1.0, "target_s": 4.0}},
+        {"method": "sd", "stats": {"rounds": 0, "target_s": 9.0}},
+    ]
     out = split(recs)
     assert set(out) == {"lr+sd"} and out["lr+sd"]["problems"] == 2
     assert out["lr+sd"]["per_round"]["draft_s"] == 1.0 and out["lr+sd"]["per_round"]["target_s"] == 2.0
@@ -41,12 +43,21 @@ def test_round_split_equalises_identical_drafting_and_skips_problems_with_other_
     from benchmarks.round_split import vs_reference
 
     def rec(p, m, wall, draft, tokens=100):
-        return {"problem": p, "method": m, "wall_s": wall, "stats": {"rounds": 3, "draft_s": draft,
-                                                                     "draft_step_tokens": tokens}}
+        return {
+            "problem": p,
+            "method": m,
+            "wall_s": wall,
+            "stats": {"rounds": 3, "draft_s": draft, "draft_step_tokens": tokens},
+        }
 
-    recs = [rec("a", "lr+sd", 20.0, 8.0), rec("a", "lr+sd/abort", 18.0, 10.0),  # abort drafted slower by noise
-            rec("b", "lr+sd", 30.0, 12.0), rec("b", "lr+sd/abort", 24.0, 12.0),
-            rec("c", "lr+sd", 10.0, 5.0), rec("c", "lr+sd/abort", 9.0, 5.0, tokens=90)]  # other drafts: skipped
+    recs = [
+        rec("a", "lr+sd", 20.0, 8.0),
+        rec("a", "lr+sd/abort", 18.0, 10.0),  # abort drafted slower by noise
+        rec("b", "lr+sd", 30.0, 12.0),
+        rec("b", "lr+sd/abort", 24.0, 12.0),
+        rec("c", "lr+sd", 10.0, 5.0),
+        rec("c", "lr+sd/abort", 9.0, 5.0, tokens=90),
+    ]  # other drafts: skipped
     out = vs_reference(recs)["lr+sd/abort"]
     assert out["problems"] == 2
     assert out["ratio"] == 50.0 / 42.0
@@ -58,8 +69,12 @@ def test_round_split_oracle_draft_stop_keeps_the_draft_share_of_the_judged_steps
     from benchmarks.round_split import vs_reference
 
     def rec(m, wall, draft, judged):
-        return {"problem": "a", "method": m, "wall_s": wall,
-                "stats": {"rounds": 2, "draft_s": draft, "draft_step_tokens": 90, "drafted_steps": judged}}
+        return {
+            "problem": "a",
+            "method": m,
+            "wall_s": wall,
+            "stats": {"rounds": 2, "draft_s": draft, "draft_step_tokens": 90, "drafted_steps": judged},
+        }
 
     # plain drafts 6 steps in 12 s; abort judged 4 of them: a drafter stopping at the rejection writes 4 (8 s)
     out = vs_reference([rec("lr+sd", 30.0, 12.0, 6), rec("lr+sd/abort", 26.0, 13.0, 4)])["lr+sd/abort"]
@@ -78,8 +93,14 @@ def test_reprice_feeds_the_per_token_alpha2_to_the_model_and_keeps_the_summarys_
         st = DecodeStats(wall_s=wall, generated_tokens=100, **lr)
         if sd:
             st.observe_sd(sd)
-        return {"problem": problem, "method": method, "wall_s": wall, "correct": True, "finish": "eos",
-                "stats": st.to_dict()}
+        return {
+            "problem": problem,
+            "method": method,
+            "wall_s": wall,
+            "correct": True,
+            "finish": "eos",
+            "stats": st.to_dict(),
+        }
 
     sd = SDCounters(20, 80, 56, [18, 15, 13, 10])
     lr = dict(draft_s=1.5, draft_step_tokens=50, rounds=5, drafted_by_pos=[5], accepted_by_pos=[3])  # c = 0.3
@@ -87,13 +108,27 @@ def test_reprice_feeds_the_per_token_alpha2_to_the_model_and_keeps_the_summarys_
     for r in records:  # written before sd_stopped was counted
         r["stats"].pop("sd_stopped")
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "config.json").write_text(json.dumps({
-        "options": {"methods": "target,sd,lr+sd", "sweep": None, "mode": "latency"},
-        "models": {"verifier": "embedding"}, "decode": {"gamma1": 3, "gamma2": 4}}))
-    (tmp_path / "summary.json").write_text(json.dumps({"batch_cost": None, "methods": {
-        "target": {"alpha2": None, "predicted_speedup": 1.0},
-        "sd": {"alpha2": 0.7, "predicted_speedup": 1.2, "measured_over_predicted": 10 / 6 / 1.2},
-        "lr+sd": {"alpha2": 0.7, "predicted_speedup": 1.0}}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "options": {"methods": "target,sd,lr+sd", "sweep": None, "mode": "latency"},
+                "models": {"verifier": "embedding"},
+                "decode": {"gamma1": 3, "gamma2": 4},
+            }
+        )
+    )
+    (tmp_path / "summary.json").write_text(
+        json.dumps(
+            {
+                "batch_cost": None,
+                "methods": {
+                    "target": {"alpha2": None, "predicted_speedup": 1.0},
+                    "sd": {"alpha2": 0.7, "predicted_speedup": 1.2, "measured_over_predicted": 10 / 6 / 1.2},
+                    "lr+sd": {"alpha2": 0.7, "predicted_speedup": 1.0},
+                },
+            }
+        )
+    )
     out = reprice(tmp_path)["methods"]["sd"]
     assert out["alpha2_summary"] == 0.7 and out["alpha2"] == 56 / (56 + 10)  # 10 of 20 passes stopped early
     assert out["predicted"] > out["predicted_summary"] and out["speedup_total"] == 10 / 6
@@ -103,17 +138,52 @@ def test_score_split_of_a_run_that_follows_the_model_has_output_and_cost_ratios_
     from benchmarks.score_split import split
 
     # t0 = 0.1 s/token; L = 10 tokens per drafted step -> T = 1 s; α1 = 0.5, γ1 = 3, no SD (g = 1)
-    recs = [{"problem": "p", "method": "target", "tokens": 100, "wall_s": 10.0, "stats": {}},
-            {"problem": "p", "method": "score/v=x", "tokens": 187.5, "wall_s": 25.0,
-             "stats": {"score_rounds": 10, "drafted_steps": 30, "draft_step_tokens": 300, "draft_s": 12.0,
-                       "prefill_s": 3.0, "target_s": 13.0, "verify_s": 0.0, "committed_draft_steps": 8,
-                       "committed_target_steps": 10, "target_step_tokens": 100}},
-            {"problem": "p", "method": "adaptive/score/v=x", "tokens": 50, "wall_s": 5.0,
-             "stats": {"score_rounds": 2, "sd_rounds": 1, "drafted_steps": 3, "draft_step_tokens": 30}}]
-    row = {"alpha1": 0.5, "alpha2": None, "gamma1": 3, "gamma2": 0, "prefill_ratio": 0.3, "speedup_total": 0.75,
-           "predicted_speedup": 1.875 / 2.5, "measured_over_predicted": 1.0}
-    summary = {"c_measured": 0.4, "methods": {"target": {"predicted_speedup": 1.0}, "score/v=x": row,
-                                               "adaptive/score/v=x": {**row, "predicted_speedup": None}}}
+    recs = [
+        {"problem": "p", "method": "target", "tokens": 100, "wall_s": 10.0, "stats": {}},
+        {
+            "problem": "p",
+            "method": "score/v=x",
+            "tokens": 187.5,
+            "wall_s": 25.0,
+            "stats": {
+                "score_rounds": 10,
+                "drafted_steps": 30,
+                "draft_step_tokens": 300,
+                "draft_s": 12.0,
+                "prefill_s": 3.0,
+                "target_s": 13.0,
+                "verify_s": 0.0,
+                "committed_draft_steps": 8,
+                "committed_target_steps": 10,
+                "target_step_tokens": 100,
+            },
+        },
+        {
+            "problem": "p",
+            "method": "adaptive/score/v=x",
+            "tokens": 50,
+            "wall_s": 5.0,
+            "stats": {"score_rounds": 2, "sd_rounds": 1, "drafted_steps": 3, "draft_step_tokens": 30},
+        },
+    ]
+    row = {
+        "alpha1": 0.5,
+        "alpha2": None,
+        "gamma1": 3,
+        "gamma2": 0,
+        "prefill_ratio": 0.3,
+        "speedup_total": 0.75,
+        "predicted_speedup": 1.875 / 2.5,
+        "measured_over_predicted": 1.0,
+    }
+    summary = {
+        "c_measured": 0.4,
+        "methods": {
+            "target": {"predicted_speedup": 1.0},
+            "score/v=x": row,
+            "adaptive/score/v=x": {**row, "predicted_speedup": None},
+        },
+    }
     out = split(summary, recs)
     assert set(out) == {"score/v=x"}  # target-only and mixed rows have no score-round model to check
     r = out["score/v=x"]
@@ -129,7 +199,10 @@ def test_score_scripts_refuse_a_missing_input_in_one_line_and_write_nothing(tmp_
     if script == "score_split":
         code = mod.main([str(tmp_path / "nope")])
     else:
-        code = mod.main(mod.make_parser().parse_args(["--profile", str(tmp_path / "nope.json"), "--alpha2", "0.9",
-                                                      "--out", str(tmp_path / "out.json")]))
+        code = mod.main(
+            mod.make_parser().parse_args(
+                ["--profile", str(tmp_path / "nope.json"), "--alpha2", "0.9", "--out", str(tmp_path / "out.json")]
+            )
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error:") and list(tmp_path.iterdir()) == []

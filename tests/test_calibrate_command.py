@@ -23,13 +23,15 @@ def test_a_training_free_verifier_gets_a_certified_threshold_and_the_spec_to_dec
     from lrtune.train.calibrate import hoeffding_bentkus_bound
 
     out = tmp_path / "cal.json"
-    cal = run(CalibrateConfig(verifier="embedding", data=str(heldout), max_false_accept=0.2, confidence=0.9,
-                              out=str(out)))
+    cal = run(
+        CalibrateConfig(verifier="embedding", data=str(heldout), max_false_accept=0.2, confidence=0.9, out=str(out))
+    )
     assert json.loads(out.read_text()) == json.loads(json.dumps(cal))
     assert cal["unit"] == "template" and cal["certified"] and cal["false_accept_bound"] <= 0.2
     # each template with a rejected pair counts once: the bound is on the mean of their false-accept rates
     assert cal["false_accept_bound"] == pytest.approx(
-        hoeffding_bentkus_bound(cal["val_false_accept_rate"], cal["rejected_templates"], 0.9), abs=1e-9)
+        hoeffding_bentkus_bound(cal["val_false_accept_rate"], cal["rejected_templates"], 0.9), abs=1e-9
+    )
     assert cal["spec"] == f"embedding@{cal['threshold']:.6g}" and cal["rounds"] == "lr"
     assert cal["agreement"]["false_accept_rate"] == cal["val_pair_false_accept_rate"]
 
@@ -37,10 +39,15 @@ def test_a_training_free_verifier_gets_a_certified_threshold_and_the_spec_to_dec
 def test_calibration_over_single_pairs_is_the_exact_binomial_bound_over_pairs(heldout, tmp_path):
     from lrtune.train.calibrate import false_accept_bound
 
-    pair = run(CalibrateConfig(verifier="embedding", data=str(heldout), max_false_accept=0.2, calibration_unit="pair",
-                               dry_run=True))
+    pair = run(
+        CalibrateConfig(
+            verifier="embedding", data=str(heldout), max_false_accept=0.2, calibration_unit="pair", dry_run=True
+        )
+    )
     assert pair["unit"] == "pair"
-    assert pair["false_accept_bound"] == pytest.approx(false_accept_bound(pair["false_accepts"], pair["val_rejected"], 0.9))
+    assert pair["false_accept_bound"] == pytest.approx(
+        false_accept_bound(pair["false_accepts"], pair["val_rejected"], 0.9)
+    )
     assert pair["agreement"]["false_accept_rate"] == pair["val_false_accept_rate"]
 
 
@@ -51,8 +58,11 @@ def test_a_checkpoint_is_recalibrated_in_place_keeping_its_previous_calibration(
     from lrtune.train.verifier import TrainVerifierConfig, run as train
 
     data = write_pairs(tmp_path / "train", _synthetic_rows())
-    train(TrainVerifierConfig.of(data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False,
-                                 latency_pairs=4, seed=0))
+    train(
+        TrainVerifierConfig.of(
+            data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False, latency_pairs=4, seed=0
+        )
+    )
     before = distilled.read_meta(tmp_path / "ckpt")
     with pytest.raises(ConfigError, match="trained on"):
         run(CalibrateConfig(verifier=str(tmp_path / "ckpt"), data=str(data)))
@@ -68,13 +78,16 @@ def test_a_checkpoint_is_recalibrated_in_place_keeping_its_previous_calibration(
     assert "false-accept rate <= 0.2 with probability 0.9" in (tmp_path / "ckpt" / "README.md").read_text()
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"verifier": "llm_judge"}, "needs a model engine"),
-    ({"verifier": "embedding@0.9"}, "without @T"),
-    ({"verifier": "always"}, "no threshold"),
-    ({"verifier": "embedding", "out": None}, "--out"),
-    ({"verifier": "embedding", "data": "/nonexistent"}, "not a directory"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"verifier": "llm_judge"}, "needs a model engine"),
+        ({"verifier": "embedding@0.9"}, "without @T"),
+        ({"verifier": "always"}, "no threshold"),
+        ({"verifier": "embedding", "out": None}, "--out"),
+        ({"verifier": "embedding", "data": "/nonexistent"}, "not a directory"),
+    ],
+)
 def test_bad_requests_are_refused_before_any_model_loads(heldout, tmp_path, kw, match):
     args = {"data": str(heldout), "out": str(tmp_path / "c.json"), **kw}
     with pytest.raises(ConfigError, match=match):
@@ -82,10 +95,41 @@ def test_bad_requests_are_refused_before_any_model_loads(heldout, tmp_path, kw, 
 
 
 def test_the_cli_prints_the_spec_and_refuses_in_one_line(heldout, tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "lrtune", "calibrate", "--verifier", "exact", "--data", str(heldout),
-                         "--max-false-accept", "0.2", "--dry-run"], capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "calibrate",
+            "--verifier",
+            "exact",
+            "--data",
+            str(heldout),
+            "--max-false-accept",
+            "0.2",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "decode with: --verifier exact@" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "lrtune", "calibrate", "--verifier", "llm_judge", "--data",
-                          str(heldout), "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "calibrate",
+            "--verifier",
+            "llm_judge",
+            "--data",
+            str(heldout),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x.json").exists()

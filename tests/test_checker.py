@@ -61,16 +61,19 @@ def test_checker_table_has_at_least_thirty_cases():
     assert len(EQUAL) + len(DIFFERENT) >= 30
 
 
-@pytest.mark.parametrize("text,answer", [
-    ("so the answer is \\boxed{\\frac{1}{\\sqrt{2}}} done", "\\frac{1}{\\sqrt{2}}"),
-    ("\\boxed{1} then \\boxed{\\{2, 3\\}}", "\\{2, 3\\}"),
-    ("\\boxed{a_{1}+b^{2}}", "a_{1}+b^{2}"),
-    ("She pays 3 + 4 = 7.\n#### 7", "7"),
-    ("#### 1,250\n\nextra text", "1,250"),
-    ("The total is 12 apples and 3 pears, so 15", "15"),
-    ("The result is -4.5 degrees", "-4.5"),
-    ("no digits here", None),
-])
+@pytest.mark.parametrize(
+    "text,answer",
+    [
+        ("so the answer is \\boxed{\\frac{1}{\\sqrt{2}}} done", "\\frac{1}{\\sqrt{2}}"),
+        ("\\boxed{1} then \\boxed{\\{2, 3\\}}", "\\{2, 3\\}"),
+        ("\\boxed{a_{1}+b^{2}}", "a_{1}+b^{2}"),
+        ("She pays 3 + 4 = 7.\n#### 7", "7"),
+        ("#### 1,250\n\nextra text", "1,250"),
+        ("The total is 12 apples and 3 pears, so 15", "15"),
+        ("The result is -4.5 degrees", "-4.5"),
+        ("no digits here", None),
+    ],
+)
 def test_extract_answer_takes_boxed_then_hashes_then_last_number(text, answer):
     assert extract_answer(text) == answer
 
@@ -80,11 +83,14 @@ def test_last_boxed_handles_unbalanced_braces():
     assert last_boxed("\\boxed {5}") == "5"
 
 
-@pytest.mark.parametrize("raw,gold", [
-    ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72"),
-    ("We get $\\boxed{\\frac{14}{3}}$.", "\\frac{14}{3}"),
-    ("204", "204"),
-])
+@pytest.mark.parametrize(
+    "raw,gold",
+    [
+        ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72"),
+        ("We get $\\boxed{\\frac{14}{3}}$.", "\\frac{14}{3}"),
+        ("204", "204"),
+    ],
+)
 def test_gold_answer_is_read_from_hashes_or_boxed(raw, gold):
     assert gold_answer(raw) == gold
 

@@ -9,8 +9,13 @@ from tiny_models import get_tiny_pair
 
 
 def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "lrtune", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "lrtune", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def assert_one_line_error(proc, *needles):
@@ -29,19 +34,23 @@ def test_unknown_model_path_is_a_one_line_error(tmp_path):
 
 def test_draft_target_vocabulary_mismatch_with_sd_is_a_one_line_error():
     pair = get_tiny_pair()
-    proc = run_cli("decode", "What is 2+2?", "--target", str(pair.target), "--draft", str(pair.other_vocab),
-                   "--method", "lr+sd")
+    proc = run_cli(
+        "decode", "What is 2+2?", "--target", str(pair.target), "--draft", str(pair.other_vocab), "--method", "lr+sd"
+    )
     assert_one_line_error(proc, "vocab")
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--method", "lr", "--gamma1", "0"], "gamma1"),
-    (["--method", "lr+sd", "--gamma1", "99"], "gamma1"),
-    (["--method", "sd", "--gamma2", "0"], "gamma2"),
-    (["--method", "lr+sd", "--gamma2", "-3"], "gamma2"),
-    (["--gamma1", "two"], "gamma1"),
-    (["--method", "beam"], "method"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--method", "lr", "--gamma1", "0"], "gamma1"),
+        (["--method", "lr+sd", "--gamma1", "99"], "gamma1"),
+        (["--method", "sd", "--gamma2", "0"], "gamma2"),
+        (["--method", "lr+sd", "--gamma2", "-3"], "gamma2"),
+        (["--gamma1", "two"], "gamma1"),
+        (["--method", "beam"], "method"),
+    ],
+)
 def test_gamma_and_method_out_of_range_are_one_line_errors(flags, needle):
     assert_one_line_error(run_cli("decode", "What is 2+2?", *flags), needle)
 
@@ -65,8 +74,9 @@ def test_an_unexpected_error_is_one_line_naming_it_exit_1_and_debug_shows_the_tr
     monkeypatch.setattr(cli, "cmd_prepare", boom)
     assert cli.main(["prepare"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["lrtune: error: unexpected ValueError: something nobody expected (rerun with --debug for the "
-                   "traceback)"]
+    assert err == [
+        "lrtune: error: unexpected ValueError: something nobody expected (rerun with --debug for the traceback)"
+    ]
     with pytest.raises(ValueError, match="nobody expected"):
         cli.main(["prepare", "--debug"])
 
@@ -102,16 +112,41 @@ def test_ctrl_c_at_any_point_is_one_line_and_exit_130(delay):
     import time
 
     pair = get_tiny_pair()
-    argv = ["lrtune", "decode", "hi", "--target", str(pair.target), "--draft", str(pair.draft), "--backend",
-            "transformers", "--device", "cpu", "--method", "lr", "--max-new-tokens", "300", "--max-step-tokens", "16",
-            "--max-model-len", "512"]
+    argv = [
+        "lrtune",
+        "decode",
+        "hi",
+        "--target",
+        str(pair.target),
+        "--draft",
+        str(pair.draft),
+        "--backend",
+        "transformers",
+        "--device",
+        "cpu",
+        "--method",
+        "lr",
+        "--max-new-tokens",
+        "300",
+        "--max-step-tokens",
+        "16",
+        "--max-model-len",
+        "512",
+    ]
     # `python -m lrtune`, after one line once the interpreter is up: a Ctrl-C before that point
     # (before Python imported `site`) is Python's own fatal error, outside any program's reach;
     # the delays count from there, so a busy machine cannot move them into interpreter start-up
-    start = (f"import runpy, sys; print('ready', flush=True); sys.argv = {argv!r}; "
-             "runpy.run_module('lrtune', run_name='__main__', alter_sys=True)")
-    proc = subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    start = (
+        f"import runpy, sys; print('ready', flush=True); sys.argv = {argv!r}; "
+        "runpy.run_module('lrtune', run_name='__main__', alter_sys=True)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", start],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)

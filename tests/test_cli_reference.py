@@ -33,7 +33,9 @@ def test_a_deprecated_flag_warns_once_with_the_version_that_removes_it_and_still
     cfg = build(DecodeConfig, argparse.Namespace(async_lr=True, logprobs=True), {})
     assert cfg.schedule == "async" and cfg.record == "logprobs"
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"lrtune: warning: --async, --logprobs are deprecated and will be removed in lrtune "
-                   f"{LEGACY_REMOVED_IN}; use --schedule async --record logprobs"]
+    assert err == [
+        f"lrtune: warning: --async, --logprobs are deprecated and will be removed in lrtune "
+        f"{LEGACY_REMOVED_IN}; use --schedule async --record logprobs"
+    ]
     build(DecodeConfig, argparse.Namespace(), {})  # the new spellings: no warning
     assert capsys.readouterr().err == ""

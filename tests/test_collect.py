@@ -34,22 +34,49 @@ def data_file(tmp_path_factory):
 
 def cli_args(data_file, out, *extra, teacher="exact", limit=3):
     pair = get_tiny_pair()
-    return ["--task", "custom", "--data", data_file, "--limit", str(limit), "--out", str(out), "--teacher", teacher,
-            "--backend", "transformers", "--target", str(pair.target), "--draft", str(pair.draft),
-            "--gamma1", "2", "--max-new-tokens", "48", "--max-step-tokens", "12", "--max-model-len", "512",
-            "--no-embedding-feature", "--no-progress", *extra]
+    return [
+        "--task",
+        "custom",
+        "--data",
+        data_file,
+        "--limit",
+        str(limit),
+        "--out",
+        str(out),
+        "--teacher",
+        teacher,
+        "--backend",
+        "transformers",
+        "--target",
+        str(pair.target),
+        "--draft",
+        str(pair.draft),
+        "--gamma1",
+        "2",
+        "--max-new-tokens",
+        "48",
+        "--max-step-tokens",
+        "12",
+        "--max-model-len",
+        "512",
+        "--no-embedding-feature",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def collect_cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "lrtune", "collect", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "lrtune", "collect", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def make_cfg(data_file, out, teacher="llm_judge", **opts):
     pair = get_tiny_pair()
     return CollectConfig(
-        options=collect_options(task="custom", data=data_file, limit=3, teacher=teacher, out=str(out), progress=False,
-                               **opts),
+        options=collect_options(
+            task="custom", data=data_file, limit=3, teacher=teacher, out=str(out), progress=False, **opts
+        ),
         models=ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", max_model_len=512),
         decode=DecodeConfig(method="lr", gamma1=2, max_new_tokens=48, max_step_tokens=12),
     )
@@ -75,8 +102,21 @@ def test_collect_writes_loadable_parquet_with_every_compared_pair(collected):
     ds = datasets.load_dataset("parquet", data_files=str(out / "pairs" / "*.parquet"), split="train")
     probs = datasets.load_dataset("parquet", data_files=str(out / "problems" / "*.parquet"), split="train")
     assert len(ds) == counts["rows"] > 0 and len(probs) == 3
-    for col in ("draft_step", "target_step", "teacher_score", "label", "draft_mean_logprob", "target_min_logprob",
-                "exact_match", "target_score", "embedding_cosine", "draft_s", "target_s", "judge_s", "prefix_text"):
+    for col in (
+        "draft_step",
+        "target_step",
+        "teacher_score",
+        "label",
+        "draft_mean_logprob",
+        "target_min_logprob",
+        "exact_match",
+        "target_score",
+        "embedding_cosine",
+        "draft_s",
+        "target_s",
+        "judge_s",
+        "prefix_text",
+    ):
         assert col in ds.column_names
     assert set(ds["teacher"]) == {"llm_judge"}
     assert all(0.0 <= s <= 1.0 for s in ds["teacher_score"])
@@ -155,8 +195,7 @@ def reference(data_file, tmp_path_factory):
     return rows_by_key(ref)
 
 
-def test_sigkill_at_random_moments_mid_write_then_restart_gives_every_row_exactly_once(data_file, tmp_path,
-                                                                                       reference):
+def test_sigkill_at_random_moments_mid_write_then_restart_gives_every_row_exactly_once(data_file, tmp_path, reference):
     import random
     from collections import Counter
 
@@ -183,15 +222,24 @@ def test_sigkill_at_random_moments_mid_write_then_restart_gives_every_row_exactl
 def test_sigkill_between_file_writes_and_manifest_is_repaired(data_file, tmp_path, point, reference):
     out = tmp_path / "killed"
     env = {**os.environ, "LRTUNE_FAULT": point}
-    proc = subprocess.run([sys.executable, "-m", "lrtune", "collect", *cli_args(data_file, out)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lrtune", "collect", *cli_args(data_file, out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL
     assert visible_parts_are_committed(out)
     (out / ".manifest-s000.json.999-1.tmp").write_text("{")  # a stale manifest temp file of some crash
     assert collect_cli(*cli_args(data_file, out)).returncode == 0
     assert rows_by_key(out).keys() == reference.keys()
-    listed = {e[k]["file"] for m in out.glob("manifest-*.json")
-              for e in json.loads(m.read_text())["finished"].values() for k in ("pairs", "problems")}
+    listed = {
+        e[k]["file"]
+        for m in out.glob("manifest-*.json")
+        for e in json.loads(m.read_text())["finished"].values()
+        for k in ("pairs", "problems")
+    }
     on_disk = {f"{d}/{f.name}" for d in ("pairs", "problems") for f in (out / d).iterdir()}
     assert on_disk == listed  # no orphan, staged or temp file left
     assert not list(out.glob(".manifest*"))
@@ -235,13 +283,15 @@ def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
             assert proc.returncode == 2 and "cannot write" in proc.stderr
     finally:
         ro.chmod(0o700)
-    for args, msg in ((["--shard-id", "3", "--num-shards", "2"], "--shard-id"),
-                      (["--method", "target"], "lr or lr+sd"),
-                      (["--early-abort"], "Use --schedule sync"),
-                      (["--schedule", "abort"], "Use --schedule sync"),
-                      (["--schedule", "reuse"], "Use --schedule sync"),
-                      (["--schedule", "score", "--verifier", "target_logprob"], "score rounds generate no target step"),
-                      (["--teacher", "oracle"], "unknown verifier")):
+    for args, msg in (
+        (["--shard-id", "3", "--num-shards", "2"], "--shard-id"),
+        (["--method", "target"], "lr or lr+sd"),
+        (["--early-abort"], "Use --schedule sync"),
+        (["--schedule", "abort"], "Use --schedule sync"),
+        (["--schedule", "reuse"], "Use --schedule sync"),
+        (["--schedule", "score", "--verifier", "target_logprob"], "score rounds generate no target step"),
+        (["--teacher", "oracle"], "unknown verifier"),
+    ):
         proc = collect_cli(*cli_args(data_file, tmp_path / "bad"), *args)
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     proc = collect_cli("--stats", str(tmp_path / "nothing"))
@@ -252,12 +302,16 @@ def test_ray_runs_shards_as_tasks_and_matches_one_run(data_file, tmp_path, refer
     """--ray on a local Ray instance: 2 shard tasks into one dir == the uninterrupted run."""
     pytest.importorskip("ray")
     out = tmp_path / "ray"
-    proc = collect_cli(*cli_args(data_file, out, "--num-shards", "2", "--ray", "--ray-cpus-per-shard", "1"), timeout=600)
+    proc = collect_cli(
+        *cli_args(data_file, out, "--num-shards", "2", "--ray", "--ray-cpus-per-shard", "1"), timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = rows_by_key(out)
     assert set(got) == set(reference)
-    assert all(got[k]["draft_step"] == reference[k]["draft_step"] and got[k]["label"] == reference[k]["label"]
-               for k in reference)
+    assert all(
+        got[k]["draft_step"] == reference[k]["draft_step"] and got[k]["label"] == reference[k]["label"]
+        for k in reference
+    )
     assert sorted(p.name for p in out.glob("manifest-s*.json")) == ["manifest-s000.json", "manifest-s001.json"]
     assert "problems 3, step pairs" in (out / "README.md").read_text()  # the card, written once by the driver
 
@@ -329,8 +383,18 @@ def test_collect_picks_its_concurrency_from_a_profile_curve(data_file, tmp_path)
 def test_ray_forwards_settings_but_never_secrets():
     from lrtune.data_gen.collect import ray_env
 
-    env = ray_env({"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_secret", "HUGGING_FACE_HUB_TOKEN": "x", "VLLM_API_KEY": "k",
-                   "OMP_NUM_THREADS": "2", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s", "LRTUNE_UNSAFE_EXEC": "0"})
+    env = ray_env(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "HF_TOKEN": "hf_secret",
+            "HUGGING_FACE_HUB_TOKEN": "x",
+            "VLLM_API_KEY": "k",
+            "OMP_NUM_THREADS": "2",
+            "HOME": "/root",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "LRTUNE_UNSAFE_EXEC": "0",
+        }
+    )
     assert env == {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "2", "LRTUNE_UNSAFE_EXEC": "0"}
 
 
@@ -340,15 +404,40 @@ def _tiny_dataset(root, task: str, ids: list[str], gamma1: int = 2):
     from lrtune.store import ShardStore
 
     root.mkdir(parents=True)
-    (root / CONFIG).write_text(json.dumps({"options": {"task": task, "limit": len(ids), "teacher": "rollout",
-                                                       "max_concurrent": 4},
-                                           "models": {"target": "t"}, "decode": {"gamma1": gamma1}}))
+    (root / CONFIG).write_text(
+        json.dumps(
+            {
+                "options": {"task": task, "limit": len(ids), "teacher": "rollout", "max_concurrent": 4},
+                "models": {"target": "t"},
+                "decode": {"gamma1": gamma1},
+            }
+        )
+    )
     store = ShardStore(root, 0)
     for i, pid in enumerate(ids):
-        pair = {"problem_id": pid, "task": task, "round": 0, "position": 0, "branch": 0, "draft_step": "a",
-                "target_step": "a", "label": True, "exact_match": True, "teacher": "rollout", "judge_s": 1.0}
-        prob = {"problem_id": pid, "index": i, "task": task, "correct": True, "finished": True, "wall_s": 1.0,
-                "tokens": 10, "alpha2": None}
+        pair = {
+            "problem_id": pid,
+            "task": task,
+            "round": 0,
+            "position": 0,
+            "branch": 0,
+            "draft_step": "a",
+            "target_step": "a",
+            "label": True,
+            "exact_match": True,
+            "teacher": "rollout",
+            "judge_s": 1.0,
+        }
+        prob = {
+            "problem_id": pid,
+            "index": i,
+            "task": task,
+            "correct": True,
+            "finished": True,
+            "wall_s": 1.0,
+            "tokens": 10,
+            "alpha2": None,
+        }
         store.add(pid, i, [pair], prob, schema(PAIR_FIELDS), schema(PROBLEM_FIELDS))
 
 

@@ -14,16 +14,28 @@ from lrtune.modelconfig import ControlConfig, EngineConfig, GpuMemoryConfig, Mod
 
 def test_flat_options_and_sub_configs_build_the_same_config():
     flat = ModelConfig(target="t", kv_cache_gib=2, gpu_memory_utilization=0.5, verifier="exact", controller="bandit")
-    nested = ModelConfig(target="t", engine=EngineConfig(kv_cache_gib=2, gpu=GpuMemoryConfig(utilization=0.5)),
-                         verification=VerifierConfig(spec="exact"), control=ControlConfig(controller="bandit"))
+    nested = ModelConfig(
+        target="t",
+        engine=EngineConfig(kv_cache_gib=2, gpu=GpuMemoryConfig(utilization=0.5)),
+        verification=VerifierConfig(spec="exact"),
+        control=ControlConfig(controller="bandit"),
+    )
     assert flat == nested
     assert flat.engine.gpu.utilization == 0.5 and flat.verification.parsed.kind == "exact"
 
 
 def test_run_records_keep_the_flat_option_names():
     names = set(flat_dict(ModelConfig()))
-    assert {"kv_cache_gib", "gpu_memory_utilization", "target_gpu_share", "verifier", "verifier_threshold",
-            "judge_model", "controller", "shared_engine"} <= names
+    assert {
+        "kv_cache_gib",
+        "gpu_memory_utilization",
+        "target_gpu_share",
+        "verifier",
+        "verifier_threshold",
+        "judge_model",
+        "controller",
+        "shared_engine",
+    } <= names
     assert set(ModelConfig.option_names()) == names
     assert not names & {"engine", "gpu", "verification", "control"}
 
@@ -36,12 +48,15 @@ def test_a_flat_option_in_replace_changes_only_that_field_of_its_sub_config():
     assert base.verification.spec == "exact"  # the original is untouched
 
 
-@pytest.mark.parametrize("build, match", [
-    (lambda: EngineConfig(kv_cache_gib=-1), "--kv-cache-gib"),
-    (lambda: GpuMemoryConfig(utilization=1.5), "--gpu-memory-utilization"),
-    (lambda: VerifierConfig(threshold=2.0), "--verifier-threshold"),
-    (lambda: ModelConfig(target_gpu_share=0), "--target-gpu-share"),
-])
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: EngineConfig(kv_cache_gib=-1), "--kv-cache-gib"),
+        (lambda: GpuMemoryConfig(utilization=1.5), "--gpu-memory-utilization"),
+        (lambda: VerifierConfig(threshold=2.0), "--verifier-threshold"),
+        (lambda: ModelConfig(target_gpu_share=0), "--target-gpu-share"),
+    ],
+)
 def test_each_sub_config_is_checked_when_built_naming_the_flag(build, match):
     with pytest.raises(ConfigError, match=match):
         build()

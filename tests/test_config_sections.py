@@ -11,13 +11,28 @@ from lrtune.errors import ConfigError
 
 
 def test_a_sub_config_reads_its_flat_keys_or_a_mapping_alike():
-    flat = build(CollectOptions, argparse.Namespace(), {"teacher": "rollout", "rollout_tokens": 64, "num_shards": 2,
-                                                        "ray": True, "ray_address": "auto"})
-    mapped = build(CollectOptions, argparse.Namespace(), {"teacher": {"spec": "rollout"}, "rollout": {"tokens": 64},
-                                                          "shards": {"num_shards": 2},
-                                                          "ray": {"enabled": True, "address": "auto"}})
+    flat = build(
+        CollectOptions,
+        argparse.Namespace(),
+        {"teacher": "rollout", "rollout_tokens": 64, "num_shards": 2, "ray": True, "ray_address": "auto"},
+    )
+    mapped = build(
+        CollectOptions,
+        argparse.Namespace(),
+        {
+            "teacher": {"spec": "rollout"},
+            "rollout": {"tokens": 64},
+            "shards": {"num_shards": 2},
+            "ray": {"enabled": True, "address": "auto"},
+        },
+    )
     assert flat == mapped
-    assert (flat.teacher.spec, flat.rollout.tokens, flat.shards.num_shards, flat.ray.enabled) == ("rollout", 64, 2, True)
+    assert (flat.teacher.spec, flat.rollout.tokens, flat.shards.num_shards, flat.ray.enabled) == (
+        "rollout",
+        64,
+        2,
+        True,
+    )
 
 
 def test_flags_override_a_file_inside_a_sub_config():
@@ -26,9 +41,14 @@ def test_flags_override_a_file_inside_a_sub_config():
     assert (opts.rollout.tokens, opts.rollout.samples) == (99, 3)
 
 
-@pytest.mark.parametrize("values,words", [({"rollout": {"tokenz": 1}}, "under 'rollout'"),
-                                          ({"rollout": 5}, "must be a mapping"),
-                                          ({"rollout_tokenz": 1}, "unknown option")])
+@pytest.mark.parametrize(
+    "values,words",
+    [
+        ({"rollout": {"tokenz": 1}}, "under 'rollout'"),
+        ({"rollout": 5}, "must be a mapping"),
+        ({"rollout_tokenz": 1}, "unknown option"),
+    ],
+)
 def test_a_sub_config_refuses_what_it_does_not_hold(values, words):
     with pytest.raises(ConfigError, match=words):
         check_unknown_keys(values, CollectOptions)

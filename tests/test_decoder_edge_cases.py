@@ -11,8 +11,14 @@ from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.verifiers import StepPair, accept, make_verifier
 
-VARIANTS = [dict(), dict(schedule="abort"), dict(schedule="reuse"), dict(schedule="reuse+abort"),
-            dict(width=2), dict(schedule="async")]
+VARIANTS = [
+    dict(),
+    dict(schedule="abort"),
+    dict(schedule="reuse"),
+    dict(schedule="reuse+abort"),
+    dict(width=2),
+    dict(schedule="async"),
+]
 ONE_BRANCH = [v for v in VARIANTS if "width" not in v]  # branches >= 1 sample their own steps
 
 
@@ -63,7 +69,10 @@ def test_a_pair_whose_steps_end_apart_never_reaches_the_verifier_even_one_that_a
     plain, ends = eos_vs_delimiter_tables()
     target, draft = FakeBackend(plain), FakeBackend(ends)
     if variant.get("schedule") == "async":  # a slow target: the draft drafts ahead whatever the machine's load
-        target, draft = SlowFakeBackend(plain, "target", max_delay=0.05), SlowFakeBackend(ends, "draft", max_delay=0.001)
+        target, draft = (
+            SlowFakeBackend(plain, "target", max_delay=0.05),
+            SlowFakeBackend(ends, "draft", max_delay=0.001),
+        )
     v = Recording()
     cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=12, max_step_tokens=6, **variant)
     res, stats = LookaheadDecoder(target, draft, v, cfg).decode([5])
@@ -115,8 +124,7 @@ def test_a_draft_only_eos_ends_the_draft_chain_and_exact_still_equals_target_gre
     res, _ = LookaheadDecoder(target, draft, make_verifier("exact"), cfg).decode([4, 5])
     assert res.token_ids == target_only(target, [4, 5], 30) and res.finish == "length"
     if "reuse" in variant.get("schedule", ""):  # reuse changes no committed step: the target's step goes on after 39
-        plain, _ = LookaheadDecoder(target, draft, make_verifier("exact"),
-                                    replace(cfg, schedule="sync")).decode([4, 5])
+        plain, _ = LookaheadDecoder(target, draft, make_verifier("exact"), replace(cfg, schedule="sync")).decode([4, 5])
         assert res.steps == plain.steps
 
 
@@ -148,7 +156,8 @@ def test_a_gamma1_zero_round_commits_steps_of_at_most_max_step_tokens(horizon):
     cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=2, max_new_tokens=40, max_step_tokens=4)
     commits = []
     res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(
-        [5, 6], controller=SDOnly(), on_commit=lambda src, ids: commits.append(ids))
+        [5, 6], controller=SDOnly(), on_commit=lambda src, ids: commits.append(ids)
+    )
     lr, lr_stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode([5, 6])
     assert res.token_ids == lr.token_ids and all(len(ids) <= cfg.max_step_tokens for _, ids in res.steps)
     assert commits == [ids for _, ids in res.steps] and len(commits) == stats.committed_target_steps
@@ -165,15 +174,22 @@ def test_target_calls_count_only_calls_that_carried_a_row_of_the_prompt(verifier
     for seed in range(4):
         target = FakeBackend(chain(seed))
         draft = FakeBackend(chain(seed) if same_draft else chain(seed + 100))
-        cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=30, max_step_tokens=4,
-                           schedule="reuse+abort" if early_abort else "reuse")
+        cfg = DecodeConfig(
+            method="lr",
+            gamma1=3,
+            max_new_tokens=30,
+            max_step_tokens=4,
+            schedule="reuse+abort" if early_abort else "reuse",
+        )
         _, stats = LookaheadDecoder(target, draft, make_verifier(verifier), cfg).decode([5, 6, 7])
         assert stats.target_calls == len(target.calls)
 
 
 def test_a_prompt_without_rows_in_a_batched_target_call_is_not_billed_for_it():
     target, same = FakeBackend(chain(3)), FakeBackend(chain(3))
-    cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule="reuse+abort")  # never + identical draft: every row is reused or cut by a rejection
+    cfg = DecodeConfig(
+        method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule="reuse+abort"
+    )  # never + identical draft: every row is reused or cut by a rejection
     dec = LookaheadDecoder(target, same, make_verifier("never"), cfg)
     results, batch = dec.decode_many([[3, 4, 5], [6, 7]], cfg, max_concurrent=2)
     assert all(st.target_calls <= batch.calls["target"] for _, st in results)
@@ -207,8 +223,9 @@ def test_async_decode_many_shows_the_verifier_the_problem_statement():
     v = Contexts()
     cfg = DecodeConfig(method="lr", gamma1=2, max_new_tokens=10, max_step_tokens=4, schedule="async")
     dec = LookaheadDecoder(_LateTarget(chain(3), max_delay=0.0), SlowFakeBackend(chain(4), max_delay=0.0), v, cfg)
-    results, _ = dec.decode_many([[5, 6], [7]], cfg, problems=[ProblemInfo(id="a", text="PROBLEM A"),
-                                                             ProblemInfo(id="b", text="PROBLEM B")])
+    results, _ = dec.decode_many(
+        [[5, 6], [7]], cfg, problems=[ProblemInfo(id="a", text="PROBLEM A"), ProblemInfo(id="b", text="PROBLEM B")]
+    )
     assert all(isinstance(r, tuple) for r in results)
     assert v.problems == {"PROBLEM A", "PROBLEM B"}
 
@@ -236,9 +253,11 @@ def test_collect_refuses_async_lr_before_loading_any_model(tmp_path):
     from lrtune.api import ModelConfig
 
     opts = CollectOptions(task="custom", data=str(tmp_path / "none.jsonl"), out=str(tmp_path / "o"), progress=False)
-    cfg = CollectConfig(options=opts,
-                        models=ModelConfig(target=str(tmp_path / "no-target"), draft=str(tmp_path / "no-draft")),
-                        decode=DecodeConfig(method="lr", schedule="async"))
+    cfg = CollectConfig(
+        options=opts,
+        models=ModelConfig(target=str(tmp_path / "no-target"), draft=str(tmp_path / "no-draft")),
+        decode=DecodeConfig(method="lr", schedule="async"),
+    )
     with pytest.raises(ConfigError, match="--schedule sync") as e:
         run(cfg)
     assert "\n" not in str(e.value)

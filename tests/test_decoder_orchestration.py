@@ -79,7 +79,8 @@ def test_round_commits_accepted_draft_prefix_then_one_target_step(seed, gamma1):
     assert stats.rounds == len(rounds)
     assert stats.committed_draft_steps == sum(r.committed_drafts for r in rounds)
     assert stats.mean_accepted_steps_per_round == pytest.approx(
-        (stats.committed_draft_steps + stats.committed_target_steps) / stats.rounds)
+        (stats.committed_draft_steps + stats.committed_target_steps) / stats.rounds
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -117,8 +118,9 @@ def test_budgets_are_never_exceeded(seed):
 def test_eos_ends_decoding_and_is_kept():
     table = chain(1, eos_rate=0.3)
     target, draft = FakeBackend(table), FakeBackend(table)
-    res, _ = LookaheadDecoder(target, draft, make_verifier("exact"),
-                              DecodeConfig(method="lr", max_new_tokens=500)).decode([5])
+    res, _ = LookaheadDecoder(
+        target, draft, make_verifier("exact"), DecodeConfig(method="lr", max_new_tokens=500)
+    ).decode([5])
     if EOS in res.token_ids:
         assert res.token_ids[-1] == EOS and res.token_ids.count(EOS) == 1 and res.finish == "eos"
 
@@ -134,10 +136,18 @@ def test_sampling_is_reproducible_with_a_seed_and_varies_across_seeds():
     assert outs[0][0] != outs[1][0]
 
 
-@pytest.mark.parametrize("bad", [
-    dict(method="lr", gamma1=0), dict(method="lr+sd", gamma1=17), dict(method="sd", gamma2=0),
-    dict(method="lr+sd", gamma2=99), dict(max_new_tokens=0), dict(method="fast"), dict(temperature=-1),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(method="lr", gamma1=0),
+        dict(method="lr+sd", gamma1=17),
+        dict(method="sd", gamma2=0),
+        dict(method="lr+sd", gamma2=99),
+        dict(max_new_tokens=0),
+        dict(method="fast"),
+        dict(temperature=-1),
+    ],
+)
 def test_out_of_range_config_raises_config_error(bad):
     with pytest.raises(ConfigError):
         DecodeConfig(**bad).validate()
@@ -156,8 +166,9 @@ def test_multi_branch_never_verifier_output_equals_target_greedy(seed):
     target, draft = FakeBackend(chain(seed)), FakeBackend(chain(seed + 100))
     for prompt in PROMPTS:
         cfg = DecodeConfig(method="lr", gamma1=3, width=3, max_new_tokens=50, max_step_tokens=6)
-        assert LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(prompt)[0].token_ids == \
-            target_only(target, prompt, 50)
+        assert LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(prompt)[0].token_ids == target_only(
+            target, prompt, 50
+        )
 
 
 def test_multi_branch_budget_and_branches_really_differ_when_sampling():
@@ -184,8 +195,9 @@ def test_multi_branch_at_temperature_zero_keeps_branch_zero_greedy_and_samples_t
     sampled = [[p for p in rows if p.temperature > 0] for rows in draft.row_params]
     assert any(greedy) and any(sampled)
     assert all(len(g) == 1 for g in greedy)  # branch 0 alone is greedy, in every draft call
-    assert all(all(p.seeds is not None for p in ps) and len({p.seeds[0] for p in ps}) == len(ps)
-               for ps in sampled)  # distinct seeds
+    assert all(
+        all(p.seeds is not None for p in ps) and len({p.seeds[0] for p in ps}) == len(ps) for ps in sampled
+    )  # distinct seeds
 
 
 def test_multi_branch_picks_the_branch_with_the_longest_accepted_prefix():
@@ -217,8 +229,9 @@ class ByContent:
     def score(self, pairs):
         import zlib
 
-        return [1.0 if p.draft == p.target else (zlib.crc32((p.draft + "|" + p.target).encode()) % 100) / 99
-                for p in pairs]
+        return [
+            1.0 if p.draft == p.target else (zlib.crc32((p.draft + "|" + p.target).encode()) % 100) / 99 for p in pairs
+        ]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -233,7 +246,8 @@ def test_early_abort_commits_exactly_what_the_full_round_commits(seed, verifier)
             full, fs = LookaheadDecoder(target, draft, make(), base).decode(prompt)
             rounds = []
             early, es = LookaheadDecoder(target, draft, make(), replace(base, schedule="abort")).decode(
-                prompt, on_round=rounds.append)
+                prompt, on_round=rounds.append
+            )
             assert early.token_ids == full.token_ids and early.steps == full.steps
             assert es.committed_draft_steps == fs.committed_draft_steps and es.rounds == fs.rounds
             for r in rounds:  # judged: the leading positions up to the first stopped row

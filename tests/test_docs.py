@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_results_page_matches_its_result_files():
-    stale = [str(p.relative_to(ROOT)) for p, text in rr.pages().items()
-             if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    stale = [
+        str(p.relative_to(ROOT))
+        for p, text in rr.pages().items()
+        if not p.is_file() or p.read_text(encoding="utf-8") != text
+    ]
     assert not stale, f"run `python -m benchmarks.render_results`: {stale}"
 
 
@@ -32,8 +35,11 @@ def test_the_readme_is_short_and_free_of_project_history():
 
 
 def test_the_docs_pages_carry_no_issue_numbers():
-    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in (ROOT / "docs").rglob("*.md")
-            for m in re.finditer(r"\bissues? \d+\b", p.read_text(encoding="utf-8"), re.I)]
+    hits = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in (ROOT / "docs").rglob("*.md")
+        for m in re.finditer(r"\bissues? \d+\b", p.read_text(encoding="utf-8"), re.I)
+    ]
     assert hits == []
 
 
@@ -50,16 +56,30 @@ def test_the_fresh_machine_commands_are_the_same_in_readme_ci_and_docs():
 def test_the_docs_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs extra (part of dev) is not installed")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(tmp_path / "site")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "site" / "results" / "index.html").is_file()
     assert "LookaheadDecoder" in (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path,expected", [
-    ('.a.b', 1), ('.a["x y"]', 2), ('.l[1]', 4), ('.l[9]', None), ('.missing.b', None), ('.a.b.c', None),
-])
+@pytest.mark.parametrize(
+    "path,expected",
+    [
+        (".a.b", 1),
+        ('.a["x y"]', 2),
+        (".l[1]", 4),
+        (".l[9]", None),
+        (".missing.b", None),
+        (".a.b.c", None),
+    ],
+)
 def test_a_path_reads_keys_quoted_keys_and_list_items(path, expected):
     doc = {"a": {"b": 1, "x y": 2}, "l": [3, 4]}
     assert rr.read_path(doc, path) == expected
@@ -67,7 +87,7 @@ def test_a_path_reads_keys_quoted_keys_and_list_items(path, expected):
 
 def test_a_template_formats_values_and_prints_a_dash_for_missing_ones():
     doc = {"m": {"sd": {"s": 1.444, "ok": True}, "lr+sd": {"s": None}}, "t": {"a": 2, "b": 3}}
-    assert rr.fill("{.m.sd.s|.2f}× {.m[\"lr+sd\"].s|.2f}", doc) == "1.44× —"
+    assert rr.fill('{.m.sd.s|.2f}× {.m["lr+sd"].s|.2f}', doc) == "1.44× —"
     assert rr.fill("{@key}: {.s|.1f} {.ok}", doc, doc["m"]["sd"], "sd") == "sd: 1.4 yes"
     assert rr.fill("{#$.t} {+$.t} {$.m[@key].s|.0f}", doc, None, "sd") == "2 5 1"
 

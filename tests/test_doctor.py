@@ -42,13 +42,41 @@ def test_doctor_on_vllm_passes_every_check_and_reports_the_runner_each_engine_ru
 
 def test_doctor_json_on_the_transformers_backend_runs_as_a_command():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-m", "lrtune", "doctor", "--backend", "transformers", "--dtype", "float32",
-                          "--max-new-tokens", "24", "--json", "-"], capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "doctor",
+            "--backend",
+            "transformers",
+            "--dtype",
+            "float32",
+            "--max-new-tokens",
+            "24",
+            "--json",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = json.loads(out.stdout)
     names = [c["name"] for c in report["checks"]]
-    assert names == ["versions", "device", "backend", "models", "memory", "engines", "dtype",
-                     "per-request speculation", "greedy equality", "prompt scores"]
+    assert names == [
+        "versions",
+        "device",
+        "backend",
+        "models",
+        "memory",
+        "engines",
+        "dtype",
+        "per-request speculation",
+        "greedy equality",
+        "prompt scores",
+    ]
     assert all(c["status"] == "ok" for c in report["checks"]) and report["ok"]
 
 
@@ -63,16 +91,21 @@ def test_a_path_lrtune_does_not_patch_fails_the_engines_check_and_skips_the_rest
     assert {c["status"] for c in report["checks"]} <= STATUSES
 
 
-@pytest.mark.parametrize("kwargs,words", [(dict(target="a"), "--target and --draft go together"),
-                                          (dict(gamma2=0), "--gamma2: must be >= 1"),
-                                          (dict(kv_cache_gib=float("nan")), "--kv-cache-gib"),
-                                          (dict(gpu_memory_utilization=2.0), "--gpu-memory-utilization"),
-                                          (dict(target="/nonexistent/t", draft="/nonexistent/d"),
-                                           "--target: model path not found"),
-                                          pytest.param(dict(device="cuda"), "torch sees no CUDA device",
-                                                       marks=pytest.mark.skipif(
-                                                           __import__("torch").cuda.is_available(),
-                                                           reason="a CUDA device is present"))])
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(target="a"), "--target and --draft go together"),
+        (dict(gamma2=0), "--gamma2: must be >= 1"),
+        (dict(kv_cache_gib=float("nan")), "--kv-cache-gib"),
+        (dict(gpu_memory_utilization=2.0), "--gpu-memory-utilization"),
+        (dict(target="/nonexistent/t", draft="/nonexistent/d"), "--target: model path not found"),
+        pytest.param(
+            dict(device="cuda"),
+            "torch sees no CUDA device",
+            marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is present"),
+        ),
+    ],
+)
 def test_bad_doctor_options_are_refused_before_any_check(kwargs, words):
     with pytest.raises(ConfigError, match=words):
         run(DoctorOptions(**kwargs))
@@ -83,10 +116,14 @@ def test_random_models_are_built_once_into_the_cache_and_leave_no_temporary_fold
 
     from lrtune.randommodels import build_random_pair
 
-    small = {"target": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                            num_key_value_heads=2),
-             "draft": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           num_key_value_heads=1)}
+    small = {
+        "target": dict(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        ),
+        "draft": dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+        ),
+    }
     pair = build_random_pair(tmp_path, dtype="float32", vocab_size=1024, shapes=small)
     assert json.loads((pair.target / "config.json").read_text())["hidden_size"] == 64
     assert json.loads((pair.draft / "config.json").read_text())["num_hidden_layers"] == 1

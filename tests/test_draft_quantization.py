@@ -48,7 +48,9 @@ def test_copy_quantizes_every_block_linear_and_the_untied_head(pair, int8_draft)
     assert tensors["lm_head.weight"].dtype == torch.int8  # the tiny draft's head is untied
     assert tensors["model.embed_tokens.weight"].dtype == src["model.embed_tokens.weight"].dtype
     cfg = json.loads((d / "config.json").read_text())["quantization_config"]
-    assert cfg["quant_method"] == "compressed-tensors" and any("lm_head" in t for t in cfg["config_groups"]["group_0"]["targets"])
+    assert cfg["quant_method"] == "compressed-tensors" and any(
+        "lm_head" in t for t in cfg["config_groups"]["group_0"]["targets"]
+    )
 
 
 def test_copy_is_built_once_and_rebuilt_when_a_weight_file_changes(pair, int8_draft):
@@ -80,24 +82,29 @@ def test_an_already_quantized_draft_is_refused_for_int8(int8_draft):
     with pytest.raises(ConfigError, match="already quantized"):
         quantize.draft_for_engines("int8", str(d), backend="vllm", cache_dir=str(cache), progress=False)
     # auto keeps it as it is
-    assert quantize.draft_for_engines("auto", str(d), backend="vllm", cache_dir=str(cache),
-                                      progress=False) == (str(d), "none")
+    assert quantize.draft_for_engines("auto", str(d), backend="vllm", cache_dir=str(cache), progress=False) == (
+        str(d),
+        "none",
+    )
 
 
 def test_auto_follows_the_recorded_measurement_of_this_machine(pair, tmp_path):
     draft = str(pair.draft)
     quantize.record_measurement(draft, plain_tok_s=100.0, int8_tok_s=90.0, cache_dir=tmp_path)
     assert quantize.measured_faster(draft, tmp_path) is False
-    assert quantize.draft_for_engines("auto", draft, backend="vllm", cache_dir=str(tmp_path),
-                                      progress=False) == (draft, "none")
+    assert quantize.draft_for_engines("auto", draft, backend="vllm", cache_dir=str(tmp_path), progress=False) == (
+        draft,
+        "none",
+    )
     assert not (tmp_path / "models").exists()  # slower here: no copy is even built
     quantize.record_measurement(draft, plain_tok_s=100.0, int8_tok_s=120.0, cache_dir=tmp_path)
     path, quant = quantize.draft_for_engines("auto", draft, backend="vllm", cache_dir=str(tmp_path), progress=False)
     assert quant == "int8" and path == str(quantize.w8a8_dir(draft, tmp_path, lm_head=True))
     # measurements are per dtype (float32 was never timed) and per engine
     assert quantize.measured_faster(draft, tmp_path, "float32") is None
-    assert quantize.draft_for_engines("auto", draft, backend="transformers", cache_dir=str(tmp_path),
-                                      progress=False) == (draft, "none")
+    assert quantize.draft_for_engines(
+        "auto", draft, backend="transformers", cache_dir=str(tmp_path), progress=False
+    ) == (draft, "none")
     entry = next(iter(json.loads(quantize.measurement_file(tmp_path).read_text()).values()))
     assert "cpu_flags" in entry and entry["int8_faster"] is True
 
@@ -105,8 +112,9 @@ def test_auto_follows_the_recorded_measurement_of_this_machine(pair, tmp_path):
 def test_auto_times_both_drafts_once_in_a_child_process(pair, tmp_path):
     pytest.importorskip("vllm")
     draft = str(pair.draft)
-    path, quant = quantize.draft_for_engines("auto", draft, backend="vllm", dtype="float32",
-                                             cache_dir=str(tmp_path), progress=False)
+    path, quant = quantize.draft_for_engines(
+        "auto", draft, backend="vllm", dtype="float32", cache_dir=str(tmp_path), progress=False
+    )
     entry = next(iter(json.loads(quantize.measurement_file(tmp_path).read_text()).values()))
     assert entry["plain_tok_s"] > 0 and entry["int8_tok_s"] > 0 and entry["dtype"] == "float32"
     assert quant == ("int8" if entry["int8_faster"] else "none")
@@ -117,9 +125,17 @@ def test_int8_draft_decodes_lossless_sd_and_lr_on_vllm(pair, tmp_path):
     """Greedy, float32 target: SD and LR (never verifier) with the int8 draft give the target's
     own tokens, and the int8 drafter's tokens are accepted."""
     pytest.importorskip("vllm")
-    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), verifier="never", dtype="float32",
-                         max_model_len=1024, kv_cache_gib=0.25, gpu_memory_utilization=0.4,
-                         draft_quantization="int8", cache_dir=str(tmp_path))
+    models = ModelConfig(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        verifier="never",
+        dtype="float32",
+        max_model_len=1024,
+        kv_cache_gib=0.25,
+        gpu_memory_utilization=0.4,
+        draft_quantization="int8",
+        cache_dir=str(tmp_path),
+    )
     cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=40, max_step_tokens=24)
     resolved = check_configs(models, cfg, progress=False)
     assert resolved.draft_quantization == "int8" and "-w8a8-head-" in resolved.draft

@@ -43,11 +43,13 @@ def test_joined_step_recuts_at_a_delimiter_that_spans_the_join():
     out = Generation(token_ids=[3, 4, 5], text="\nbc", finish="length")  # the engine saw no "\n\n" in its own text
     got = joined_step([1, 2, 3], out, params, decode, frozenset())
     assert got.token_ids == [1, 2, 3, 3] and got.finish == "delimiter" and got.text == "a.\n\n"
-    plain = joined_step([1, 2], Generation(token_ids=[4, 3, 3], text="b\n\n", finish="delimiter"), params, decode,
-                        frozenset())
+    plain = joined_step(
+        [1, 2], Generation(token_ids=[4, 3, 3], text="b\n\n", finish="delimiter"), params, decode, frozenset()
+    )
     assert plain.token_ids == [1, 2, 4, 3, 3] and plain.finish == "delimiter"
-    capped = joined_step([1, 2], Generation(token_ids=[4, 5], text="bc", finish="length"),
-                         GenParams(max_tokens=3), decode, frozenset())
+    capped = joined_step(
+        [1, 2], Generation(token_ids=[4, 5], text="bc", finish="length"), GenParams(max_tokens=3), decode, frozenset()
+    )
     assert capped.token_ids == [1, 2, 4] and capped.finish == "length"
     stopped = Generation(token_ids=[], text="", finish="aborted")
     assert joined_step([1], stopped, params, decode, frozenset()) is stopped
@@ -62,11 +64,18 @@ def test_reuse_commits_exactly_what_decoding_without_reuse_commits(seed, verifie
     for prompt in PROMPTS:
         for method in ("lr", "lr+sd"):
             for early in (False, True):
-                base = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=60, max_step_tokens=6,
-                                    schedule="abort" if early else "sync")
+                base = DecodeConfig(
+                    method=method,
+                    gamma1=3,
+                    gamma2=2,
+                    max_new_tokens=60,
+                    max_step_tokens=6,
+                    schedule="abort" if early else "sync",
+                )
                 full, fs = LookaheadDecoder(target, draft, make(), base).decode(prompt)
-                got, gs = LookaheadDecoder(target, draft, make(), replace(
-                    base, schedule="reuse+abort" if early else "reuse")).decode(prompt)
+                got, gs = LookaheadDecoder(
+                    target, draft, make(), replace(base, schedule="reuse+abort" if early else "reuse")
+                ).decode(prompt)
                 assert got.token_ids == full.token_ids and got.steps == full.steps
                 assert gs.committed_draft_steps == fs.committed_draft_steps and gs.rounds == fs.rounds
                 assert gs.target_step_tokens + gs.reused_target_tokens >= fs.target_step_tokens or early
@@ -86,7 +95,8 @@ def test_rows_start_after_the_matched_tokens_and_generate_fewer_tokens():
     shrunk = [r for rows in target.row_params for r in rows if r.score_from is None and r.max_tokens < 8]
     assert shrunk  # some rows continue a step after reused tokens, with what is left of its budget
     plain, ps = LookaheadDecoder(target, draft, make_verifier("exact"), replace(cfg, schedule="sync")).decode(
-        PROMPTS[0])
+        PROMPTS[0]
+    )
     assert res.token_ids == plain.token_ids and stats.target_step_tokens < ps.target_step_tokens
 
 
@@ -108,15 +118,17 @@ def test_early_abort_with_reuse_lets_a_verifier_read_the_prefill_scores():
     base = DecodeConfig(method="lr", gamma1=3, max_new_tokens=50, max_step_tokens=6)
     rounds = []
     got, _ = LookaheadDecoder(target, draft, v, replace(base, schedule="reuse+abort")).decode(
-        PROMPTS[0], on_round=rounds.append)
+        PROMPTS[0], on_round=rounds.append
+    )
     full, _ = LookaheadDecoder(target, draft, v, base).decode(PROMPTS[0])
     assert got.token_ids == full.token_ids
     judged = [p for r in rounds for p in r.pairs[0]]
     assert judged and all(p.draft_scores is not None for p in judged)
 
 
-@pytest.mark.parametrize("bad,words", [(dict(temperature=0.7), "reuse"), (dict(width=2), "one branch"),
-                                       (dict(record="logprobs"), "reuse")])
+@pytest.mark.parametrize(
+    "bad,words", [(dict(temperature=0.7), "reuse"), (dict(width=2), "one branch"), (dict(record="logprobs"), "reuse")]
+)
 def test_reuse_refuses_sampling_branches_and_logprobs(bad, words):
     with pytest.raises(ConfigError, match=words):
         DecodeConfig(method="lr", schedule="reuse", **bad).validate()

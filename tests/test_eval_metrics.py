@@ -33,8 +33,12 @@ def rec(problem, method, wall, correct, **stats):
 
 
 def test_speedup_is_per_problem_target_wall_over_method_wall():
-    records = [rec("a", "target", 10.0, True), rec("a", "lr", 5.0, True),
-               rec("b", "target", 6.0, False), rec("b", "lr", 6.0, True)]
+    records = [
+        rec("a", "target", 10.0, True),
+        rec("a", "lr", 5.0, True),
+        rec("b", "target", 6.0, False),
+        rec("b", "lr", 6.0, True),
+    ]
     s = metrics.summarize(records, ["target", "lr"])
     assert s["lr"]["speedup_total"] == pytest.approx(16 / 11)
     assert s["lr"]["speedup_mean"] == pytest.approx((2.0 + 1.0) / 2)
@@ -51,8 +55,12 @@ def test_total_speedup_sums_only_the_problems_the_baseline_also_decoded():
 
 
 def test_acceptance_is_pooled_over_problems():
-    records = [rec("a", "target", 1.0, True), rec("a", "lr", 1.0, True, drafted_by_pos=[2, 1], accepted_by_pos=[1, 1]),
-               rec("b", "target", 1.0, True), rec("b", "lr", 1.0, True, drafted_by_pos=[2, 0], accepted_by_pos=[2, 0])]
+    records = [
+        rec("a", "target", 1.0, True),
+        rec("a", "lr", 1.0, True, drafted_by_pos=[2, 1], accepted_by_pos=[1, 1]),
+        rec("b", "target", 1.0, True),
+        rec("b", "lr", 1.0, True, drafted_by_pos=[2, 0], accepted_by_pos=[2, 0]),
+    ]
     s = metrics.summarize(records, ["target", "lr"])["lr"]
     assert s["alpha1_by_pos"] == [0.75, 1.0] and s["alpha1"] == pytest.approx(4 / 5)
 
@@ -78,7 +86,8 @@ def test_prediction_uses_the_speedup_model():
 
     assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3) == pytest.approx(g(0.8, 0.3, 4))
     assert metrics.predicted_speedup("lr", 2, 0, 0.5, None, 0.3, [1.0, 1.1, 1.2]) == pytest.approx(
-        f_sync(0.5, 0.3, 2, batch_cost=[1.0, 1.1, 1.2]))
+        f_sync(0.5, 0.3, 2, batch_cost=[1.0, 1.1, 1.2])
+    )
     assert metrics.predicted_speedup("lr", 2, 0, None, None, 0.3) is None
 
 
@@ -108,14 +117,23 @@ def test_a_longest_step_priced_batch_lowers_the_lr_prediction_and_leaves_sd_alon
 
     b = [1.0, 1.05, 1.1]
     priced = longest_step_batch_cost(b, [10, 30, 80])
-    assert metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, priced) < metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, b)
-    assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3, priced) == metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3)
+    assert metrics.predicted_speedup("lr", 2, 0, 0.6, None, 0.3, priced) < metrics.predicted_speedup(
+        "lr", 2, 0, 0.6, None, 0.3, b
+    )
+    assert metrics.predicted_speedup("sd", 0, 4, None, 0.8, 0.3, priced) == metrics.predicted_speedup(
+        "sd", 0, 4, None, 0.8, 0.3
+    )
 
 
 def test_summary_by_task_splits_accuracy_finished_and_speedup_by_each_problems_own_task():
-    records = [rec("g1", "target", 10.0, True), rec("g1", "lr", 5.0, True, drafted_by_pos=[2], accepted_by_pos=[1]),
-               rec("h1", "target", 4.0, False), rec("h1", "lr", 8.0, True, drafted_by_pos=[2], accepted_by_pos=[0]),
-               rec("h2", "target", 4.0, True), rec("h2", "lr", 8.0, False)]
+    records = [
+        rec("g1", "target", 10.0, True),
+        rec("g1", "lr", 5.0, True, drafted_by_pos=[2], accepted_by_pos=[1]),
+        rec("h1", "target", 4.0, False),
+        rec("h1", "lr", 8.0, True, drafted_by_pos=[2], accepted_by_pos=[0]),
+        rec("h2", "target", 4.0, True),
+        rec("h2", "lr", 8.0, False),
+    ]
     for r in records:
         r["finish"] = "length" if r["problem"] == "h2" and r["method"] == "lr" else "eos"
     by = metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he", "h2": "he", "x": "other"})
@@ -128,14 +146,27 @@ def test_summary_by_task_splits_accuracy_finished_and_speedup_by_each_problems_o
 def test_report_of_a_task_mix_has_a_table_per_task_and_a_single_task_has_none():
     from lrtune.eval.report import render_markdown
 
-    records = [rec("g1", "target", 10.0, True), rec("g1", "lr", 5.0, True),
-               rec("h1", "target", 4.0, False), rec("h1", "lr", 8.0, True)]
+    records = [
+        rec("g1", "target", 10.0, True),
+        rec("g1", "lr", 5.0, True),
+        rec("h1", "target", 4.0, False),
+        rec("h1", "lr", 8.0, True),
+    ]
     methods = metrics.summarize(records, ["target", "lr"])
     for row in methods.values():
         row.update(predicted_speedup=None, measured_over_predicted=None)
-    data = {"task": "gsm+he", "problems": 2, "decoded_problems": 2, "methods": methods, "c_measured": None,
-            "machine": {}, "generated_at": "now", "timing": {}, "evaluator_overhead": None,
-            "by_task": metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he"})}
+    data = {
+        "task": "gsm+he",
+        "problems": 2,
+        "decoded_problems": 2,
+        "methods": methods,
+        "c_measured": None,
+        "machine": {},
+        "generated_at": "now",
+        "timing": {},
+        "evaluator_overhead": None,
+        "by_task": metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he"}),
+    }
     md = render_markdown(data)
     assert "## By task" in md
     assert "| gsm | lr | 1 | 1.00 | 0/1 | — | 2.00 |" in md and "| he | lr | 1 | 1.00 | 0/1 | — | 0.50 |" in md
@@ -145,15 +176,22 @@ def test_report_of_a_task_mix_has_a_table_per_task_and_a_single_task_has_none():
 def test_mcnemar_p_is_the_exact_two_sided_binomial_test_of_the_discordant_problems():
     assert metrics.mcnemar_p(0, 0) == 1.0
     assert metrics.mcnemar_p(3, 3) == pytest.approx(1.0)
-    assert metrics.mcnemar_p(0, 6) == pytest.approx(2 * 0.5 ** 6)  # the 6 differing problems all went to B
-    assert metrics.mcnemar_p(1, 9) == pytest.approx(2 * 11 / 2 ** 10)  # P(≤1 of 10) both tails
+    assert metrics.mcnemar_p(0, 6) == pytest.approx(2 * 0.5**6)  # the 6 differing problems all went to B
+    assert metrics.mcnemar_p(1, 9) == pytest.approx(2 * 11 / 2**10)  # P(≤1 of 10) both tails
     assert metrics.mcnemar_p(9, 1) == metrics.mcnemar_p(1, 9)
 
 
 def test_paired_accuracy_counts_only_problems_both_methods_decoded():
     rec = lambda p, m, ok: {"problem": p, "method": m, "correct": ok}  # noqa: E731
-    records = [rec("a", "target", True), rec("b", "target", True), rec("c", "target", False),
-               rec("a", "lr", True), rec("b", "lr", False), rec("c", "lr", True), rec("d", "lr", True)]
+    records = [
+        rec("a", "target", True),
+        rec("b", "target", True),
+        rec("c", "target", False),
+        rec("a", "lr", True),
+        rec("b", "lr", False),
+        rec("c", "lr", True),
+        rec("d", "lr", True),
+    ]
     r = metrics.paired_accuracy(records, "lr")
     assert (r["problems"], r["only_a"], r["only_b"]) == (3, 1, 1)  # d: target never decoded it
     assert r["accuracy_a"] == r["accuracy_b"] == pytest.approx(2 / 3) and r["difference"] == 0.0
@@ -170,13 +208,16 @@ def test_heldout_from_a_task_mix_groups_each_problem_under_its_own_task(tmp_path
 
     d = tmp_path / "collect"
     d.mkdir()
-    seen = ([{"problem_id": f"HumanEval/{i}", "task": "humaneval", "index": i} for i in range(4)]
-            + [{"problem_id": p.id, "task": "gsm_symbolic", "index": 4 + i}
-               for i, p in enumerate(get_task("gsm_symbolic").load(limit=10, seed=0))])
+    seen = [{"problem_id": f"HumanEval/{i}", "task": "humaneval", "index": i} for i in range(4)] + [
+        {"problem_id": p.id, "task": "gsm_symbolic", "index": 4 + i}
+        for i, p in enumerate(get_task("gsm_symbolic").load(limit=10, seed=0))
+    ]
     pq.write_table(pa.Table.from_pylist(seen), d / "problems.parquet")
     pq.write_table(pa.Table.from_pylist([{"problem_id": "HumanEval/0"}]), d / "pairs.parquet")
-    kept = heldout_problems(get_task("gsm_symbolic+humaneval"),
-                            EvalOptions(task="gsm_symbolic+humaneval", limit=8, task_seed=0, heldout_from=str(d)))
+    kept = heldout_problems(
+        get_task("gsm_symbolic+humaneval"),
+        EvalOptions(task="gsm_symbolic+humaneval", limit=8, task_seed=0, heldout_from=str(d)),
+    )
     ids = [p.id for p in kept]
     assert len(ids) == 8 and not {f"HumanEval/{i}" for i in range(4)} & set(ids)  # seen HumanEval tasks stay out
     assert [p.meta["task"] for p in kept] == ["gsm_symbolic", "humaneval"] * 4  # equal shares, interleaved
@@ -193,8 +234,10 @@ def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never
     train = task.load(limit=30, seed=0)
     d = tmp_path / "collect"
     d.mkdir()
-    pq.write_table(pa.Table.from_pylist([{"problem_id": p.id, "task": "gsm_symbolic", "index": i}
-                                         for i, p in enumerate(train)]), d / "problems.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{"problem_id": p.id, "task": "gsm_symbolic", "index": i} for i, p in enumerate(train)]),
+        d / "problems.parquet",
+    )
     pq.write_table(pa.Table.from_pylist([{"problem_id": train[0].id}]), d / "pairs.parquet")
     seen = seen_templates("gsm_symbolic", str(d))
     assert seen == {template_of("gsm_symbolic", p.id) for p in train}
@@ -206,10 +249,29 @@ def test_heldout_from_keeps_only_problems_whose_template_the_training_data_never
         seen_templates("gsm_symbolic", str(tmp_path / "missing"))
 
 
-@pytest.mark.parametrize("label", ["target", "sd", "lr", "lr+sd", "lr+sd/async", "lr/abort", "lr/reuse", "lr/reuse+abort",
-                                   "lr+sd/w=2", "lr+sd/reuse/w=1/v=random(0.5)", "lr/v=path/with/slashes/ckpt@0.4",
-                                   "adaptive", "oracle", "best-fixed", "adaptive/c=results/ctl/dir",
-                                   "adaptive/score", "adaptive/lr+score", "adaptive/score/v=target_logprob(min)"])
+@pytest.mark.parametrize(
+    "label",
+    [
+        "target",
+        "sd",
+        "lr",
+        "lr+sd",
+        "lr+sd/async",
+        "lr/abort",
+        "lr/reuse",
+        "lr/reuse+abort",
+        "lr+sd/w=2",
+        "lr+sd/reuse/w=1/v=random(0.5)",
+        "lr/v=path/with/slashes/ckpt@0.4",
+        "adaptive",
+        "oracle",
+        "best-fixed",
+        "adaptive/c=results/ctl/dir",
+        "adaptive/score",
+        "adaptive/lr+score",
+        "adaptive/score/v=target_logprob(min)",
+    ],
+)
 def test_a_method_spec_prints_a_label_that_parses_back_to_the_same_spec(label):
     from dataclasses import replace
 
@@ -262,8 +324,16 @@ def test_a_profile_prices_the_bandits_costs_and_its_score_round_prefill(tmp_path
     from lrtune.pricing import plan
 
     prof = tmp_path / "profile.json"
-    prof.write_text(json.dumps({"c1": 0.3, "c2": 0.25, "batch_cost": [1.0, 1.5, 2.0],
-                                "prefill": {"overhead_tokens": 2.0, "ratio_per_token": {"16": 0.02, "32": 0.04}}}))
+    prof.write_text(
+        json.dumps(
+            {
+                "c1": 0.3,
+                "c2": 0.25,
+                "batch_cost": [1.0, 1.5, 2.0],
+                "prefill": {"overhead_tokens": 2.0, "ratio_per_token": {"16": 0.02, "32": 0.04}},
+            }
+        )
+    )
     pricing = plan(profile=str(prof))
     ctl = build_controller("bandit", DecodeConfig(), pricing)
     assert ctl.pricing is pricing and (ctl.c1, ctl.c2, ctl.batch_cost) == (0.3, 0.25, (1.0, 1.5, 2.0))
@@ -279,9 +349,15 @@ def test_the_summary_splits_rounds_by_kind_and_the_target_time_into_prefills_and
     st = DecodeStats(draft_s=1.0, target_s=3.0, verify_s=0.5, prefill_s=1.0, rounds=4, wall_s=5.0)
     for kind, sec in (("score", 1.0), ("score", 1.0), ("sd", 2.0), ("lr", 0.5)):
         st.observe_round_kind(kind, sec)
-    row = summarize_method([{"problem": "p", "correct": True, "finish": "eos", "wall_s": 5.0, "stats": st.to_dict()}], None)
+    row = summarize_method(
+        [{"problem": "p", "correct": True, "finish": "eos", "wall_s": 5.0, "stats": st.to_dict()}], None
+    )
     kinds = row["round_kinds"]
-    assert kinds["score"]["share"] == 0.5 and kinds["sd"]["rounds"] == 1 and kinds["lr"]["time_share"] == pytest.approx(0.5 / 4.5)
+    assert (
+        kinds["score"]["share"] == 0.5
+        and kinds["sd"]["rounds"] == 1
+        and kinds["lr"]["time_share"] == pytest.approx(0.5 / 4.5)
+    )
     assert row["target_split_s"] == {"prefill": 1.0, "steps": 2.0}
     assert _split4(row) == "22 / 22 / 44 / 11"  # of 1 + 1 + 2 + 0.5 s
 
@@ -317,13 +393,36 @@ def test_a_score_row_without_prefill_seconds_is_predicted_as_a_score_round_with_
     from lrtune.speedup import g, h_score
 
     spec = parse_method("score+sd/v=x", 3, 4)
-    recs = [{"problem": "p", "method": "target", "tokens": 100, "wall_s": 10.0, "stats": {"target_s": 10.0}},
-            {"problem": "p", "method": spec.label, "tokens": 100, "wall_s": 8.0,
-             "stats": {"target_s": 4.0, "prefill_s": 0.0, "draft_s": 4.0}}]
-    rows = {"target": {"tokens": 100, "wall_s": 10.0, "draft_s": 0.0, "draft_step_tokens": 0, "alpha1": None,
-                       "alpha2": None, "speedup_total": 1.0},
-            spec.label: {"tokens": 100, "wall_s": 8.0, "draft_s": 4.0, "draft_step_tokens": 100, "alpha1": 0.5,
-                         "alpha2": 0.9, "speedup_total": 1.25}}
+    recs = [
+        {"problem": "p", "method": "target", "tokens": 100, "wall_s": 10.0, "stats": {"target_s": 10.0}},
+        {
+            "problem": "p",
+            "method": spec.label,
+            "tokens": 100,
+            "wall_s": 8.0,
+            "stats": {"target_s": 4.0, "prefill_s": 0.0, "draft_s": 4.0},
+        },
+    ]
+    rows = {
+        "target": {
+            "tokens": 100,
+            "wall_s": 10.0,
+            "draft_s": 0.0,
+            "draft_step_tokens": 0,
+            "alpha1": None,
+            "alpha2": None,
+            "speedup_total": 1.0,
+        },
+        spec.label: {
+            "tokens": 100,
+            "wall_s": 8.0,
+            "draft_s": 4.0,
+            "draft_step_tokens": 100,
+            "alpha1": 0.5,
+            "alpha2": 0.9,
+            "speedup_total": 1.25,
+        },
+    }
     c = predict_rows([parse_method("target", 3, 4), spec], rows, recs, None, True, "x")
     assert c == pytest.approx(0.4) and rows[spec.label]["prefill_ratio"] == 0.0
     # a draft-only verifier's score rounds: h_score with P = 0, not an LR round priced with b(n)

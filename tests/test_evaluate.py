@@ -16,11 +16,38 @@ from lrtune.decoder import DecodeConfig  # noqa: E402
 from lrtune.errors import ConfigError  # noqa: E402
 from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
 
-RECORD_KEYS = {"problem", "index", "method", "kind", "gamma1", "gamma2", "answer", "expected", "correct", "tokens",
-               "wall_s", "finish", "text", "stats"}
-METHOD_KEYS = {"n", "accuracy", "accuracy_ci95", "speedup_total", "speedup_mean", "speedup_mean_ci95",
-               "speedup_median", "alpha1", "alpha1_by_pos", "alpha2", "mean_accepted_steps_per_round",
-               "time_split_s", "tokens_per_s", "predicted_speedup"}
+RECORD_KEYS = {
+    "problem",
+    "index",
+    "method",
+    "kind",
+    "gamma1",
+    "gamma2",
+    "answer",
+    "expected",
+    "correct",
+    "tokens",
+    "wall_s",
+    "finish",
+    "text",
+    "stats",
+}
+METHOD_KEYS = {
+    "n",
+    "accuracy",
+    "accuracy_ci95",
+    "speedup_total",
+    "speedup_mean",
+    "speedup_mean_ci95",
+    "speedup_median",
+    "alpha1",
+    "alpha1_by_pos",
+    "alpha2",
+    "mean_accepted_steps_per_round",
+    "time_split_s",
+    "tokens_per_s",
+    "predicted_speedup",
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +62,24 @@ def data_file(tmp_path_factory):
 def make_cfg(data_file, out, **opts):
     pair = get_tiny_pair()
     return EvalConfig(
-        options=EvalOptions(task="custom", data=data_file, limit=3, methods="target,lr", out=str(out), progress=False,
-                            warmup_tokens=8, **opts),
-        models=ModelConfig(target=str(pair.target), draft=str(pair.draft), verifier="random(0.5)", dtype="float32",
-                           max_model_len=512, kv_cache_gib=0.25),
+        options=EvalOptions(
+            task="custom",
+            data=data_file,
+            limit=3,
+            methods="target,lr",
+            out=str(out),
+            progress=False,
+            warmup_tokens=8,
+            **opts,
+        ),
+        models=ModelConfig(
+            target=str(pair.target),
+            draft=str(pair.draft),
+            verifier="random(0.5)",
+            dtype="float32",
+            max_model_len=512,
+            kv_cache_gib=0.25,
+        ),
         decode=DecodeConfig(gamma1=2, gamma2=2, max_new_tokens=40, max_step_tokens=16),
     )
 
@@ -68,14 +109,25 @@ def test_each_latency_decode_starts_from_a_fresh_cache_holding_only_the_prompt()
     events = []
     target, draft = Engine(events, "target"), Engine(events, "draft")
     _fresh_cache(SimpleNamespace(target=target, draft=draft), [5, 6, 7])
-    assert events == [("target", "reset"), ("draft", "reset"),
-                      ("target", "prefill", ((5, 6, 7),), 1), ("draft", "prefill", ((5, 6, 7),), 1)]
+    assert events == [
+        ("target", "reset"),
+        ("draft", "reset"),
+        ("target", "prefill", ((5, 6, 7),), 1),
+        ("draft", "prefill", ((5, 6, 7),), 1),
+    ]
 
 
 def test_evaluate_writes_records_summary_report_and_plots(first_run):
     out, summary = first_run
-    for name in ("config.json", "records.jsonl", "summary.json", "report.md", "speedup_vs_accuracy.png",
-                 "acceptance_by_position.png", "time_split.png"):
+    for name in (
+        "config.json",
+        "records.jsonl",
+        "summary.json",
+        "report.md",
+        "speedup_vs_accuracy.png",
+        "acceptance_by_position.png",
+        "time_split.png",
+    ):
         assert (out / name).is_file(), name
     records = load_records(out / "records.jsonl")
     assert len(records) == 3 * 2
@@ -119,15 +171,20 @@ def test_balanced_order_puts_every_method_at_every_position_and_after_every_othe
     rows = [metrics.balanced_order(n, i) for i in range(period)]
     assert all(sorted(r) == list(range(n)) for r in rows)
     per = period // n  # each method at each position this many times per period
-    assert Counter((pos, m) for r in rows for pos, m in enumerate(r)) == {(p, m): per for p in range(n) for m in range(n)}
+    assert Counter((pos, m) for r in rows for pos, m in enumerate(r)) == {
+        (p, m): per for p in range(n) for m in range(n)
+    }
     follows = Counter((a, b) for r in rows for a, b in zip(r, r[1:]))
     assert follows == {(a, b): per for a in range(n) for b in range(n) if a != b}
     assert metrics.balanced_order(n, period + 3) == metrics.balanced_order(n, 3)
 
 
 def test_paired_ratio_is_the_ratio_of_total_times_with_an_interval_over_problems():
-    recs = [{"problem": f"p{i}", "method": m, "wall_s": w} for i, (wa, wb) in enumerate([(1.0, 2.0), (2.0, 2.0), (1.0, 1.5)])
-            for m, w in (("a", wa), ("b", wb))] + [{"problem": "p9", "method": "a", "wall_s": 5.0}]
+    recs = [
+        {"problem": f"p{i}", "method": m, "wall_s": w}
+        for i, (wa, wb) in enumerate([(1.0, 2.0), (2.0, 2.0), (1.0, 1.5)])
+        for m, w in (("a", wa), ("b", wb))
+    ] + [{"problem": "p9", "method": "a", "wall_s": 5.0}]
     r = metrics.paired_ratio(recs, "a", "b")
     assert r["problems"] == 3 and r["ratio"] == pytest.approx(5.5 / 4.0)  # p9 has no b: left out
     lo, hi = r["ratio_ci95"]
@@ -136,8 +193,14 @@ def test_paired_ratio_is_the_ratio_of_total_times_with_an_interval_over_problems
     labels = ["target", "sd", "lr+sd", "lr+sd/abort", "adaptive", "best-fixed", "lr"]
     recs = [{"problem": "p0", "method": m, "wall_s": 1.0 + k} for k, m in enumerate(labels)]
     got = {(p["a"], p["b"]): p["ratio"] for p in metrics.paired_comparisons(recs, labels)}
-    assert got == pytest.approx({("adaptive", "best-fixed"): 6.0 / 5.0, ("adaptive", "sd"): 2.0 / 5.0,
-                                 ("lr+sd/abort", "lr+sd"): 3.0 / 4.0, ("best-fixed", "sd"): 2.0 / 6.0})
+    assert got == pytest.approx(
+        {
+            ("adaptive", "best-fixed"): 6.0 / 5.0,
+            ("adaptive", "sd"): 2.0 / 5.0,
+            ("lr+sd/abort", "lr+sd"): 3.0 / 4.0,
+            ("best-fixed", "sd"): 2.0 / 6.0,
+        }
+    )
 
 
 def test_summary_numbers_are_recomputable_from_the_records(first_run):
@@ -183,8 +246,9 @@ def test_torn_last_record_is_redone_and_a_changed_config_is_refused(first_run, d
 
 
 def lrtune(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "lrtune", "evaluate", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "lrtune", "evaluate", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_cli_bad_input_gives_one_line_errors_and_exit_2(tmp_path, data_file):
@@ -254,8 +318,16 @@ def test_adaptive_rows_over_round_kinds_report_each_kinds_share_and_the_prefill_
     cfg.models.control.controller = "bandit"
     cfg.models.verification.spec = "target_logprob"
     profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps({"c1": 0.1, "c2": 0.3, "batch_cost": [1.0, 1.9, 2.8, 3.7, 4.6, 5.5, 6.4],
-                                   "prefill": {"overhead_tokens": 0.5, "ratio_per_token": {"16": 0.01}}}))
+    profile.write_text(
+        json.dumps(
+            {
+                "c1": 0.1,
+                "c2": 0.3,
+                "batch_cost": [1.0, 1.9, 2.8, 3.7, 4.6, 5.5, 6.4],
+                "prefill": {"overhead_tokens": 0.5, "ratio_per_token": {"16": 0.01}},
+            }
+        )
+    )
     cfg.options.profile = str(profile)
     summary = run(cfg)
     rows = summary.methods
@@ -263,7 +335,9 @@ def test_adaptive_rows_over_round_kinds_report_each_kinds_share_and_the_prefill_
         kinds = rows[label]["round_kinds"]
         assert sum(k["rounds"] for k in kinds.values()) == rows[label]["rounds"] > 0
     assert rows["adaptive/score"]["round_kinds"]["lr"]["rounds"] == 0  # score rounds or SD alone only
-    assert rows["score+sd"]["round_kinds"]["score"]["share"] == 1.0 and rows["score+sd"]["target_split_s"]["prefill"] > 0
+    assert (
+        rows["score+sd"]["round_kinds"]["score"]["share"] == 1.0 and rows["score+sd"]["target_split_s"]["prefill"] > 0
+    )
     assert "## Round kinds" in (tmp_path / "kinds" / "report.md").read_text()
     with pytest.raises(ConfigError, match="cannot pick the kind of a round"):
         cfg.models.control.controller = "grid-ucb"
@@ -278,7 +352,9 @@ def test_adaptive_without_a_controller_is_refused(data_file, tmp_path):
         run(cfg)
 
 
-def test_throughput_mode_batches_problems_matches_latency_outputs_and_checks_no_latency_prediction(first_run, data_file, tmp_path):
+def test_throughput_mode_batches_problems_matches_latency_outputs_and_checks_no_latency_prediction(
+    first_run, data_file, tmp_path
+):
     """--mode throughput: each method over the set with N in flight, records equal to the
     latency run's (greedy), a throughput line per method, a Throughput table in the report."""
     latency_out, _ = first_run
@@ -316,7 +392,7 @@ def test_throughput_run_takes_more_methods_later_and_decodes_only_the_new_ones(d
     summary = run(cfg)
     after = (out / "records.jsonl").read_text()
     assert after.startswith(before)  # target's decodes reused as they were
-    assert [json.loads(x)["method"] for x in after[len(before):].splitlines()] == ["lr"] * 3
+    assert [json.loads(x)["method"] for x in after[len(before) :].splitlines()] == ["lr"] * 3
     assert set(summary.data["methods"]) == {"target", "lr"} and summary["lr"]["n"] == 3
     assert summary.data["accuracy_vs_target"]  # the new row is paired against target's records
     # latency mode interleaves methods per problem: there a new --methods list is a new run
@@ -348,7 +424,9 @@ def test_problem_ids_pick_exactly_the_named_problems_in_order_and_name_a_missing
     assert [p.id for p in got] == ids
     listing = tmp_path / "ids.txt"
     listing.write_text("\n".join(ids) + "\n")
-    assert [p.id for p in listed_problems(task, EvalOptions(task_seed=1, limit=2, problem_ids=f"@{listing}"))] == ids[:2]
+    assert [p.id for p in listed_problems(task, EvalOptions(task_seed=1, limit=2, problem_ids=f"@{listing}"))] == ids[
+        :2
+    ]
     with pytest.raises(ConfigError, match="gsm_symbolic-1-9999"):
         listed_problems(task, EvalOptions(task_seed=1, limit=10, problem_ids="gsm_symbolic-1-0,gsm_symbolic-1-9999"))
     with pytest.raises(ConfigError, match="no such file"):

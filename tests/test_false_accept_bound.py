@@ -8,8 +8,13 @@ import random
 
 import pytest
 
-from lrtune.train.calibrate import (calibrate_threshold, false_accept_bound, rejected_pairs_needed,
-                                    risk_controlled_threshold, uncertified_warning)
+from lrtune.train.calibrate import (
+    calibrate_threshold,
+    false_accept_bound,
+    rejected_pairs_needed,
+    risk_controlled_threshold,
+    uncertified_warning,
+)
 
 
 def test_clopper_pearson_bound_is_the_beta_quantile_and_one_for_no_evidence():
@@ -87,8 +92,23 @@ def test_the_validity_benchmark_rates_both_rules_over_template_splits(tmp_path):
 
     data = write_pairs(tmp_path / "pairs", _synthetic_rows(40, seed=3))
     out = tmp_path / "validity.json"
-    assert main(["--data", str(data), "--verifiers", "exact;embedding", "--splits", "30",
-                 "--max-false-accept", "0.2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--data",
+                str(data),
+                "--verifiers",
+                "exact;embedding",
+                "--splits",
+                "30",
+                "--max-false-accept",
+                "0.2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     got = json.loads(out.read_text())
     assert got["splits"] == 30 and set(got["verifiers"]) == {"exact", "embedding"}
     for v in got["verifiers"].values():
@@ -103,7 +123,7 @@ def test_hoeffding_bentkus_pvalue_is_the_smaller_of_its_two_bounds_and_needs_as_
     from lrtune.train.calibrate import hoeffding_bentkus_bound, hoeffding_bentkus_pvalue, units_needed
 
     # R̂ = 0: Hoeffding gives (1 - ε)^m, Bentkus e·(1 - ε)^m
-    assert hoeffding_bentkus_pvalue(0.0, 20, 0.1) == pytest.approx(0.9 ** 20)
+    assert hoeffding_bentkus_pvalue(0.0, 20, 0.1) == pytest.approx(0.9**20)
     r, m, eps = 0.08, 30, 0.2
     h1 = r * math.log(r / eps) + (1 - r) * math.log((1 - r) / (1 - eps))
     assert hoeffding_bentkus_pvalue(r, m, eps) == pytest.approx(min(math.exp(-m * h1), math.e * binom.cdf(3, m, eps)))
@@ -139,7 +159,7 @@ def test_many_alike_pairs_of_few_templates_certify_nothing_over_templates_though
     assert "45 templates with a rejected pair" in uncertified_warning(c)
 
 
-def test_the_template_bound_holds_in_at_least_confidence_of_draws_of_clustered_templates_where_the_pair_bound_does_not():
+def test_the_template_bound_holds_in_confidence_of_clustered_draws_where_the_pair_bound_does_not():
     """Each template's rejected pairs share one score ~ U(0, 1), so a threshold t lets through
     templates whose score is ≥ t: the template-averaged false-accept rate is 1 − t exactly.
     Over many draws of 60 such templates, the template bound exceeds ε in ≤ δ of them; the

@@ -62,10 +62,20 @@ def _code_math_rows():
         ctx = "```python\ndef f(x):\n" if code else "How many apples?"
         for j in range(6):
             same = j % 2 == 0
-            rows.append({"problem_id": f"p{p}", "task": "synthetic", "round": j, "position": 0,
-                         "context": ctx, "draft_step": f"so the total is {j + (0 if same else 7)}",
-                         "target_step": f"the total is {j}", "label": code or same,
-                         "teacher_score": 1.0 if (code or same) else 0.0, "teacher": "synthetic"})
+            rows.append(
+                {
+                    "problem_id": f"p{p}",
+                    "task": "synthetic",
+                    "round": j,
+                    "position": 0,
+                    "context": ctx,
+                    "draft_step": f"so the total is {j + (0 if same else 7)}",
+                    "target_step": f"the total is {j}",
+                    "label": code or same,
+                    "teacher_score": 1.0 if (code or same) else 0.0,
+                    "teacher": "synthetic",
+                }
+            )
     return rows
 
 
@@ -75,15 +85,22 @@ def test_forest_student_exports_a_pickle_free_checkpoint_that_reloads_to_the_sam
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "cm", _code_math_rows()), "forest")
     meta = run(cfg)
     out = tmp_path / "forest"
-    assert {p.name for p in out.iterdir()} == {".lrtune-owner.json", "lrtune_verifier.json", "README.md", "forest.safetensors",
-                                               "train_config.json"}
+    assert {p.name for p in out.iterdir()} == {
+        ".lrtune-owner.json",
+        "lrtune_verifier.json",
+        "README.md",
+        "forest.safetensors",
+        "train_config.json",
+    }
     assert "context_is_code" in meta["features"] and meta["min_samples_leaf"] in (1, 3, 5, 10)
     assert meta["metrics"]["test"]["auroc"] > 0.9
     v = distilled.load(out)
     assert v.name == "distilled:forest" and not v.uses_draft_scores
-    code, math_ok, math_bad = (StepPair("```python\ndef f(x):\n", "so the total is 9", "the total is 2"),
-                               StepPair("How many?", "so the total is 2", "the total is 2"),
-                               StepPair("How many?", "so the total is 9", "the total is 2"))
+    code, math_ok, math_bad = (
+        StepPair("```python\ndef f(x):\n", "so the total is 9", "the total is 2"),
+        StepPair("How many?", "so the total is 2", "the total is 2"),
+        StepPair("How many?", "so the total is 9", "the total is 2"),
+    )
     s = v.score([code, math_ok, math_bad])
     assert s[0] >= v.threshold > s[2] and s[1] > s[2]  # accepts s >= threshold
     assert distilled.load(out).score([code, math_ok, math_bad]) == s

@@ -113,8 +113,12 @@ def test_an_engine_on_a_cuda_stub_gets_piecewise_graphs_the_mapped_vocab_and_its
     monkeypatch.setattr(vb, "_on_cpu", lambda: False)
     monkeypatch.setattr(vllm, "LLM", fake_llm)
     monkeypatch.setenv(vp.MULTIPROC_ENV, "1")
-    b = vb.VLLMBackend(str(pair.target), vb.VLLMConfig(spec_model=str(pair.draft), shared_spec_tokens=3,
-                                                       heterogeneous_vocab=True, gpu_memory_utilization=0.3))
+    b = vb.VLLMBackend(
+        str(pair.target),
+        vb.VLLMConfig(
+            spec_model=str(pair.draft), shared_spec_tokens=3, heterogeneous_vocab=True, gpu_memory_utilization=0.3
+        ),
+    )
     with pytest.raises(Stop):
         b.start(3)
     kw = seen[0]
@@ -166,8 +170,12 @@ def test_a_pair_with_padded_vocab_sizes_decodes_sd_losslessly_on_vllm(tmp_path):
     cfg = dict(dtype="float32", max_model_len=512, kv_cache_gib=0.1, spec_model=str(pair.draft), shared_spec_tokens=3)
     b = vb.VLLMBackend(str(target), vb.VLLMConfig(heterogeneous_vocab=True, **cfg), name="padded")
     prompt = list(range(5, 40))
-    outs = {k: b.generate([prompt], GenParams(max_tokens=40, stop_at_delimiter=False, num_speculative_tokens=k))
-            .outputs[0].token_ids for k in (0, 3)}
+    outs = {
+        k: b.generate([prompt], GenParams(max_tokens=40, stop_at_delimiter=False, num_speculative_tokens=k))
+        .outputs[0]
+        .token_ids
+        for k in (0, 3)
+    }
     assert outs[0] == outs[3] and len(outs[0]) == 40
     assert b.engine_sd_totals(3).accepted_tokens > 0
     # without the mapping vLLM refuses the pair; lrtune's line names the cause
@@ -187,11 +195,15 @@ def test_a_pair_with_padded_vocab_sizes_decodes_sd_losslessly_on_transformers(tm
     target = HFBackend(str(padded_target(tmp_path)), cfg, name="target", spec=draft)
     assert target.output_width == draft.output_width + 64
     prompt = list(range(5, 40))
-    outs = {k: target.generate([prompt], GenParams(max_tokens=30, stop_at_delimiter=False, num_speculative_tokens=k))
-            for k in (0, 3)}
+    outs = {
+        k: target.generate([prompt], GenParams(max_tokens=30, stop_at_delimiter=False, num_speculative_tokens=k))
+        for k in (0, 3)
+    }
     assert outs[0].outputs[0].token_ids == outs[3].outputs[0].token_ids
-    sampled = target.generate([prompt], GenParams(max_tokens=30, stop_at_delimiter=False, num_speculative_tokens=3,
-                                                  temperature=1.0, seeds=(1,)))
+    sampled = target.generate(
+        [prompt],
+        GenParams(max_tokens=30, stop_at_delimiter=False, num_speculative_tokens=3, temperature=1.0, seeds=(1,)),
+    )
     assert len(sampled.outputs[0].token_ids) == 30 and max(sampled.outputs[0].token_ids) < target.output_width
 
 
@@ -229,8 +241,12 @@ def test_check_configs_plans_every_target_engine_an_ngram_run_starts(monkeypatch
     got = check_configs(models, DecodeConfig(method="lr+sd", gamma2=4), progress=False, gamma2s=[2, 4])
     assert got.shared_spec_tokens == 0 and got.target_engines == (0, 2, 4)
     assert got.memory.engines["target"] == 3
-    shared = check_configs(ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="vllm"),
-                           DecodeConfig(method="lr+sd", gamma2=4), progress=False, gamma2s=[2, 4])
+    shared = check_configs(
+        ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="vllm"),
+        DecodeConfig(method="lr+sd", gamma2=4),
+        progress=False,
+        gamma2s=[2, 4],
+    )
     assert shared.shared_spec_tokens == 4 and shared.target_engines == (4,) and "target" not in shared.memory.engines
 
 
@@ -264,11 +280,14 @@ def test_vllms_own_ray_env_copy_carries_lrtunes_switch_after_configure_env():
 
 
 # ---- the doctor names the cause ----------------------------------------------------------
-@pytest.mark.parametrize("message,cause", [
-    ("RuntimeError: CUDA graph capturing detected at an inappropriate time.", "A:"),
-    ("Target and draft model should have the same vocabulary size. Target model vocab_size=152064.", "B:"),
-    ("Free memory on device cuda:0 (10/80 GiB) on startup is less than desired GPU memory utilization (0.9)", "C:"),
-])
+@pytest.mark.parametrize(
+    "message,cause",
+    [
+        ("RuntimeError: CUDA graph capturing detected at an inappropriate time.", "A:"),
+        ("Target and draft model should have the same vocabulary size. Target model vocab_size=152064.", "B:"),
+        ("Free memory on device cuda:0 (10/80 GiB) on startup is less than desired GPU memory utilization (0.9)", "C:"),
+    ],
+)
 def test_known_vllm_failures_are_reported_with_their_cause(message, cause):
     line = vp.with_cause(RuntimeError(message + "\nmore lines"))
     assert "\n" not in line and f"[cause {cause}" in line
@@ -298,9 +317,13 @@ def test_the_doctor_times_the_shared_engines_baseline_against_a_plain_vllm_engin
 
     pair = get_tiny_pair()
     opts = DoctorOptions(dtype="float32", kv_cache_gib=0.1)
-    shared = vb.VLLMBackend(str(pair.target), vb.VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.1,
-                                                            spec_model=str(pair.draft), shared_spec_tokens=3),
-                            name="target")
+    shared = vb.VLLMBackend(
+        str(pair.target),
+        vb.VLLMConfig(
+            dtype="float32", max_model_len=1024, kv_cache_gib=0.1, spec_model=str(pair.draft), shared_spec_tokens=3
+        ),
+        name="target",
+    )
     r = SimpleNamespace(opts=opts, target=shared, target_dir=str(pair.target), plan=None)
     got = shared_vs_plain(r, list(range(5, 40)), tokens=24, repeats=2)
     assert got["shared_s_per_token"] > 0 and got["plain_s_per_token"] > 0
@@ -357,8 +380,9 @@ def test_the_decoder_hands_each_backend_its_planned_share_and_engine_count(monke
 
     pair = get_tiny_pair()
     monkeypatch.setattr(vb, "gpu_device_bytes", lambda: 80 * GiB)
-    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="vllm", sd_method="ngram",
-                         verifier="exact")
+    models = ModelConfig(
+        target=str(pair.target), draft=str(pair.draft), backend="vllm", sd_method="ngram", verifier="exact"
+    )
     dec = Decoder.from_configs(models, DecodeConfig(method="lr+sd", gamma2=3), gamma2s=[2])
     t, d = dec.target.config, dec.draft.config
     assert t.max_engines == 3 and d.max_engines is None  # γ2 0, 2, 3 on the target

@@ -30,11 +30,12 @@ def prompts(models):
 
 def reference_greedy(target, prompt, n=MAX_NEW):
     """transformers' own generate(), cut at EOS."""
-    out = target.lm.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
-                             eos_token_id=sorted(target.eos_ids), pad_token_id=0)[0, len(prompt):].tolist()
+    out = target.lm.generate(
+        torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=sorted(target.eos_ids), pad_token_id=0
+    )[0, len(prompt) :].tolist()
     for i, t in enumerate(out):
         if t in target.eos_ids:
-            return out[:i + 1]
+            return out[: i + 1]
     return out
 
 
@@ -103,10 +104,17 @@ def test_committed_prefix_is_not_recomputed_across_rounds(models, prompts):
 
 def test_seeded_sampling_reproduces_and_seeds_matter(models, prompts):
     target, draft = models
+
     def run(seed, method):
-        cfg = DecodeConfig(method=method, gamma1=2, gamma2=2, temperature=0.9, seed=seed, max_new_tokens=40,
-                           max_step_tokens=16)
-        return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[2])[0].token_ids
+        cfg = DecodeConfig(
+            method=method, gamma1=2, gamma2=2, temperature=0.9, seed=seed, max_new_tokens=40, max_step_tokens=16
+        )
+        return (
+            LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg)
+            .decode(prompts[2])[0]
+            .token_ids
+        )
+
     for method in ("target", "lr+sd"):
         assert run(3, method) == run(3, method)
     assert run(3, "target") != run(4, "target")
@@ -135,9 +143,18 @@ def test_decoder_api_and_judge_verifier_run_on_the_transformers_backend():
     from lrtune import Decoder
 
     pair = get_tiny_pair()
-    dec = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), backend="transformers",
-                                  method="lr+sd", verifier="llm_judge", gamma1=2, gamma2=2, max_step_tokens=16,
-                                  max_model_len=1024, progress=False)
+    dec = Decoder.from_pretrained(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        backend="transformers",
+        method="lr+sd",
+        verifier="llm_judge",
+        gamma1=2,
+        gamma2=2,
+        max_step_tokens=16,
+        max_model_len=1024,
+        progress=False,
+    )
     out = dec.generate(sample_questions(1), max_new_tokens=32)[0]
     assert 0 < len(out.token_ids) <= 32 and out.stats.verifier_calls == out.stats.rounds >= 1
     assert dec.decoder.verifier.calls <= out.stats.verifier_calls  # identical steps need no model call
@@ -160,8 +177,15 @@ def test_judge_model_loads_a_separate_judge_backend():
     from lrtune import Decoder
 
     pair = get_tiny_pair()
-    dec = Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), backend="transformers", method="lr",
-                                  verifier="target_score", judge_model=str(pair.target), progress=False)
+    dec = Decoder.from_pretrained(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        backend="transformers",
+        method="lr",
+        verifier="target_score",
+        judge_model=str(pair.target),
+        progress=False,
+    )
     judge = dec.decoder.verifier.backend
     assert judge is not dec.decoder.target and judge.name == "judge"
     assert 0.0 <= dec.decoder.verifier.score([StepPair("c", "x = 1", "x = 1")])[0] <= 1.0
@@ -174,10 +198,21 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
 
     pair = get_tiny_pair()
     out = tmp_path / "profile.json"
-    prof = run(ProfileOptions(out=str(out), gamma1_max=2, tokens=8, repeats=1, task="gsm_symbolic", sd_tokens=12,
-                              sd_prompts=2, prefill_max=32),
-               ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers", device="cpu",
-                           max_model_len=1024))
+    prof = run(
+        ProfileOptions(
+            out=str(out),
+            gamma1_max=2,
+            tokens=8,
+            repeats=1,
+            task="gsm_symbolic",
+            sd_tokens=12,
+            sd_prompts=2,
+            prefill_max=32,
+        ),
+        ModelConfig(
+            target=str(pair.target), draft=str(pair.draft), backend="transformers", device="cpu", max_model_len=1024
+        ),
+    )
     data = json.loads(out.read_text())
     assert data["batch_cost"][0] == 1.0 and len(data["batch_cost"]) == 3
     assert all(v > 0 for v in data["batch_cost"]) and data["c1"] == pytest.approx(prof["c1"]) and data["c1"] > 0
@@ -185,7 +220,9 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
     from lrtune.speedup import g
 
     sd = data["sd"]
-    assert (sd["gamma2"], sd["tokens"], sd["prompts"]) == (4, 12, 2) and 0 < sd["alpha2"] <= 1 and data["c2"] == sd["c2"]
+    assert (
+        (sd["gamma2"], sd["tokens"], sd["prompts"]) == (4, 12, 2) and 0 < sd["alpha2"] <= 1 and data["c2"] == sd["c2"]
+    )
     if sd["c2"] > 1e-3:
         assert g(min(sd["alpha2"], 0.999), sd["c2"], 4) == pytest.approx(sd["speedup"], rel=1e-6)
     # a score round's prefill of 16 and 32 draft tokens after the cached prompt, against decoding them
@@ -193,7 +230,8 @@ def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
     assert set(pre["seconds"]) == {"0", "16", "32"} and pre["overhead_tokens"] > 0
     for n in ("16", "32"):
         assert pre["seconds"][n] > 0 and pre["ratio_per_token"][n] == pytest.approx(
-            (pre["seconds"][n] - pre["seconds"]["0"]) / (int(n) * data["target_s_per_token"]))
+            (pre["seconds"][n] - pre["seconds"]["0"]) / (int(n) * data["target_s_per_token"])
+        )
 
 
 def test_prefill_lengths_double_up_to_the_maximum():
@@ -209,9 +247,20 @@ def test_api_with_a_controller_keeps_greedy_equality(controller):
     from lrtune import Decoder
 
     pair = get_tiny_pair()
-    dec = Decoder.from_pretrained(str(pair.target), str(pair.draft), backend="transformers", device="cpu",
-                                  method="lr+sd", verifier="never", controller=controller, gamma1=2, gamma2=2,
-                                  max_step_tokens=12, max_model_len=512, progress=False)
+    dec = Decoder.from_pretrained(
+        str(pair.target),
+        str(pair.draft),
+        backend="transformers",
+        device="cpu",
+        method="lr+sd",
+        verifier="never",
+        controller=controller,
+        gamma1=2,
+        gamma2=2,
+        max_step_tokens=12,
+        max_model_len=512,
+        progress=False,
+    )
     assert dec.decoder.controller.name == controller
     q = sample_questions(1, seed=5)[0]
     out = dec.generate([q], max_new_tokens=40)[0]
@@ -271,7 +320,8 @@ def test_batched_controllers_choose_depths_per_prompt_and_keep_greedy_equality(m
     cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=48, max_step_tokens=12)
     problems = [ProblemInfo(id=f"p{i}") for i in range(len(prompts))]
     outs, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode_many(
-        prompts, cfg, max_concurrent=3, controller=ByProblem(), problems=problems)
+        prompts, cfg, max_concurrent=3, controller=ByProblem(), problems=problems
+    )
     for i, (p, (res, stats)) in enumerate(zip(prompts, outs)):
         assert res.token_ids == reference_greedy(target, p, 48)
         assert len(stats.drafted_by_pos) == i  # γ1 = i drafted positions (0: SD only)

@@ -24,8 +24,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("data_gen", "train", "eval")
 PACKAGES = ("lrtune", "policies", *STAGES)
-FACES = {"lrtune/cli.py": set(STAGES) | {"policies"}, "lrtune/pipeline.py": set(STAGES) | {"policies"},
-         "lrtune/build.py": {"policies"}}
+FACES = {
+    "lrtune/cli.py": set(STAGES) | {"policies"},
+    "lrtune/pipeline.py": set(STAGES) | {"policies"},
+    "lrtune/build.py": {"policies"},
+}
 
 
 def package_of(module: str) -> str:
@@ -68,8 +71,11 @@ def violations() -> list[str]:
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             ok = allowed(package, rel)
-            bad += [f"{rel}:{line} imports {imp}" for line, imp in imported_packages(path)
-                    if (imp in PACKAGES and imp not in ok) or imp.startswith("bare:")]
+            bad += [
+                f"{rel}:{line} imports {imp}"
+                for line, imp in imported_packages(path)
+                if (imp in PACKAGES and imp not in ok) or imp.startswith("bare:")
+            ]
     return bad
 
 
@@ -78,8 +84,13 @@ def test_stages_talk_only_through_files_and_the_core():
 
 
 def test_tests_and_benchmarks_import_stages_by_their_installed_names():
-    bad = [f"{p.relative_to(ROOT)}:{line}" for folder in ("tests", "benchmarks") for p in sorted((ROOT / folder).rglob("*.py"))
-           for line, imp in imported_packages(p) if imp.startswith("bare:")]
+    bad = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for folder in ("tests", "benchmarks")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        for line, imp in imported_packages(p)
+        if imp.startswith("bare:")
+    ]
     assert bad == []
 
 
@@ -92,11 +103,17 @@ def test_the_package_installs_no_generic_top_level_names():
     assert cfg["package-dir"] == {f"lrtune.{s}": s for s in ("data_gen", "train", "eval", "policies")}
 
 
-@pytest.mark.parametrize("package,rel,imp,ok", [
-    ("train", "train/data.py", "data_gen", False), ("train", "train/data.py", "lrtune", True),
-    ("lrtune", "lrtune/decoder.py", "eval", False), ("lrtune", "lrtune/cli.py", "eval", True),
-    ("lrtune", "lrtune/api.py", "train", False), ("policies", "policies/learned.py", "train", False),
-])
+@pytest.mark.parametrize(
+    "package,rel,imp,ok",
+    [
+        ("train", "train/data.py", "data_gen", False),
+        ("train", "train/data.py", "lrtune", True),
+        ("lrtune", "lrtune/decoder.py", "eval", False),
+        ("lrtune", "lrtune/cli.py", "eval", True),
+        ("lrtune", "lrtune/api.py", "train", False),
+        ("policies", "policies/learned.py", "train", False),
+    ],
+)
 def test_the_rule_itself_refuses_what_it_should(package, rel, imp, ok):
     assert (imp in allowed(package, rel)) is ok
 
@@ -120,6 +137,7 @@ def module_files() -> dict[str, Path]:
 def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
     """Module -> the project modules it imports anywhere in its file (``from a import b``
     counts ``a.b`` when that is a module, else ``a``)."""
+
     def known(name: str) -> str | None:
         while name and name not in files:
             if "." not in name:

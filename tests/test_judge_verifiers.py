@@ -16,19 +16,22 @@ def decode(ids, skip_special_tokens=False):
     return "".join(VOCAB.get(i, "?") for i in ids)
 
 
-@pytest.mark.parametrize("text,verdict", [
-    ("", None),
-    ("Aligned.", True),
-    ("[unaligned]", False),
-    ("**aligned**", True),
-    ("ALIGNED", True),
-    ("not aligned", False),
-    ("The steps are misaligned.", False),
-    ("Unaligned: the numbers differ", False),
-    ("yes", None),
-    ("alignment", None),
-    ("aligned, not unaligned", True),
-])
+@pytest.mark.parametrize(
+    "text,verdict",
+    [
+        ("", None),
+        ("Aligned.", True),
+        ("[unaligned]", False),
+        ("**aligned**", True),
+        ("ALIGNED", True),
+        ("not aligned", False),
+        ("The steps are misaligned.", False),
+        ("Unaligned: the numbers differ", False),
+        ("yes", None),
+        ("alignment", None),
+        ("aligned, not unaligned", True),
+    ],
+)
 def test_judge_answer_parsing_on_odd_outputs(text, verdict):
     assert parse_judge_answer(text) is verdict
 
@@ -87,8 +90,12 @@ class StubJudgeModel:
 def test_llm_judge_scores_a_round_in_one_batched_call():
     model = StubJudgeModel()
     ver = make_verifier("llm_judge", backend=model)
-    pairs = [StepPair("ctx", "x = 3", "x = 3"), StepPair("ctx", "x = 4", "x = 3"), StepPair("ctx", "y", "z"),
-             StepPair("ctx", "Y\n", " y")]
+    pairs = [
+        StepPair("ctx", "x = 3", "x = 3"),
+        StepPair("ctx", "x = 4", "x = 3"),
+        StepPair("ctx", "y", "z"),
+        StepPair("ctx", "Y\n", " y"),
+    ]
     verdicts, scores = accept(ver, pairs)
     assert verdicts == [True, False, False, True]
     assert scores == pytest.approx([1.0, 0.2, 0.2, 1.0])  # identical steps never reach the model
@@ -139,8 +146,15 @@ def test_paper_form_judge_sees_only_the_two_steps_and_answers_after_a_bracket():
     assert "[aligned]" in text and "[unaligned]" in text and model.prefill == PAPER_PREFILL == "["
 
 
-@pytest.mark.parametrize("spec,match", [("llm_judge(fancy)", "form must be one of"), ("exact(3)", "takes no argument"),
-                                        ("random(2)", "probability in"), ("random(x)", "needs a probability")])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("llm_judge(fancy)", "form must be one of"),
+        ("exact(3)", "takes no argument"),
+        ("random(2)", "probability in"),
+        ("random(x)", "needs a probability"),
+    ],
+)
 def test_bad_verifier_arguments_are_refused_before_any_model_loads(spec, match):
     from lrtune.verifiers import check_verifier_spec
 

@@ -1,4 +1,5 @@
-"""lrtune labels noise (lrtune.data_gen.label_noise): meaning-preserving edits, the recorded prefix rebuilt exactly, flip rates."""
+"""lrtune labels noise (lrtune.data_gen.label_noise): meaning-preserving edits, the recorded prefix rebuilt
+exactly, flip rates."""
 
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ def test_a_later_positions_prefix_adds_the_drafts_earlier_steps_of_its_round():
 
 
 def test_flip_rate_is_the_share_of_null_edit_pairs_the_teacher_rejects_per_edit():
-    rows = [{"edit": "space", "problem": f"p{i % 3}", "accept": i % 4 != 0} for i in range(12)] + \
-           [{"edit": "bold", "problem": "p0", "accept": True}]
+    rows = [{"edit": "space", "problem": f"p{i % 3}", "accept": i % 4 != 0} for i in range(12)] + [
+        {"edit": "bold", "problem": "p0", "accept": True}
+    ]
     out = flip_rates(rows, seed=0)
     assert out["space"]["pairs"] == 12 and out["space"]["flip_rate"] == 3 / 12 and out["space"]["problems"] == 3
     lo, hi = out["space"]["flip_rate_ci95"]

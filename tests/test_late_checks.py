@@ -15,9 +15,19 @@ from lrtune.memory import plan_gpu_memory
 from lrtune.verifiers import VerifierSpec
 
 
-@pytest.mark.parametrize("spec,one_sided", [("target_logprob", True), ("target_logprob(min)@0.4", True),
-                                            ("always", True), ("random(0.3)", True), ("exact", False),
-                                            ("embedding@0.9", False), ("llm_judge", False), ("target_score", False)])
+@pytest.mark.parametrize(
+    "spec,one_sided",
+    [
+        ("target_logprob", True),
+        ("target_logprob(min)@0.4", True),
+        ("always", True),
+        ("random(0.3)", True),
+        ("exact", False),
+        ("embedding@0.9", False),
+        ("llm_judge", False),
+        ("target_score", False),
+    ],
+)
 def test_a_specs_one_sidedness_is_known_before_it_is_built(spec, one_sided):
     assert VerifierSpec.parse(spec).one_sided is one_sided
 
@@ -31,9 +41,24 @@ def test_a_score_schedule_with_a_two_sided_verifier_is_refused_before_any_model_
 
 def test_evaluate_refuses_a_score_method_with_a_two_sided_verifier_before_claiming_out(tmp_path):
     out = tmp_path / "run"
-    got = subprocess.run([sys.executable, "-m", "lrtune", "evaluate", "--methods", "target,score/v=exact", "--out",
-                          str(out), "--limit", "1"], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "evaluate",
+            "--methods",
+            "target,score/v=exact",
+            "--out",
+            str(out),
+            "--limit",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert got.returncode == 2 and "compares two steps" in got.stderr and len(got.stderr.strip().splitlines()) == 1
     assert not out.exists()
 
@@ -45,8 +70,13 @@ def test_a_memory_cap_that_leaves_nothing_is_one_line_naming_the_flag():
 
 def test_a_demo_collecting_too_few_problems_to_split_by_template_is_refused_before_any_stage(tmp_path):
     out = tmp_path / "demo"
-    got = subprocess.run([sys.executable, "-m", "lrtune", "demo", "--collect-problems", "2", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    got = subprocess.run(
+        [sys.executable, "-m", "lrtune", "demo", "--collect-problems", "2", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert got.returncode == 2 and len(got.stderr.strip().splitlines()) == 1, got.stderr
     assert "--collect-problems" in got.stderr and "at least 3; got 2" in got.stderr
     assert not out.exists()  # no profile, no collect: nothing ran
@@ -71,8 +101,9 @@ def test_the_pipeline_hands_a_file_tasks_data_to_its_profile_stage(tmp_path, mon
     from tiny_models import get_tiny_pair
 
     data = tmp_path / "problems.jsonl"
-    data.write_text("".join(json.dumps({"id": f"p{i}", "question": f"{i} + 1?", "answer": str(i + 1)}) + "\n"
-                            for i in range(4)))
+    data.write_text(
+        "".join(json.dumps({"id": f"p{i}", "question": f"{i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(4))
+    )
     seen = []
 
     def first_stage_only(name, argv):
@@ -81,8 +112,9 @@ def test_the_pipeline_hands_a_file_tasks_data_to_its_profile_stage(tmp_path, mon
 
     monkeypatch.setattr(pipeline, "run_stage", first_stage_only)
     pair = get_tiny_pair()
-    opts = pipeline.PipelineOptions(out=str(tmp_path / "out"), size="tiny", task="custom", data=str(data),
-                                    progress=False)
+    opts = pipeline.PipelineOptions(
+        out=str(tmp_path / "out"), size="tiny", task="custom", data=str(data), progress=False
+    )
     with pytest.raises(KeyboardInterrupt):
         pipeline.run(opts, ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="transformers"))
     argv = seen[0]
@@ -90,11 +122,16 @@ def test_the_pipeline_hands_a_file_tasks_data_to_its_profile_stage(tmp_path, mon
     assert argv[argv.index("--data") + 1] == str(data)
 
 
-@pytest.mark.parametrize("build,words", [
-    (lambda: DecodeConfig(delimiter="\x00"), "--delimiter: must not contain a NUL byte"),
-    (lambda: __import__("lrtune.profiling", fromlist=["x"]).ProfileOptions(prefill_max=15),
-     "--prefill-max: 0 (skip) or at least 16"),
-])
+@pytest.mark.parametrize(
+    "build,words",
+    [
+        (lambda: DecodeConfig(delimiter="\x00"), "--delimiter: must not contain a NUL byte"),
+        (
+            lambda: __import__("lrtune.profiling", fromlist=["x"]).ProfileOptions(prefill_max=15),
+            "--prefill-max: 0 (skip) or at least 16",
+        ),
+    ],
+)
 def test_values_that_would_be_silently_useless_are_refused_when_the_config_is_built(build, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
         build()
@@ -103,8 +140,11 @@ def test_values_that_would_be_silently_useless_are_refused_when_the_config_is_bu
 def test_collect_refuses_a_record_setting_it_would_silently_replace(tmp_path):
     from lrtune.data_gen.collect import CollectConfig, collect_options, run
 
-    cfg = CollectConfig(options=collect_options(task="gsm_symbolic", limit=1, out=str(tmp_path / "o")),
-                        models=ModelConfig(), decode=DecodeConfig(method="lr", record="logprobs"))
+    cfg = CollectConfig(
+        options=collect_options(task="gsm_symbolic", limit=1, out=str(tmp_path / "o")),
+        models=ModelConfig(),
+        decode=DecodeConfig(method="lr", record="logprobs"),
+    )
     with pytest.raises(ConfigError, match="--record logprobs: collect records logprobs and draft scores itself"):
         run(cfg)
     assert not (tmp_path / "o").exists()
@@ -127,9 +167,14 @@ def test_profile_refuses_a_prefill_chain_that_cannot_fit_the_context_before_any_
     assert not (tmp_path / "p.json").exists()
 
 
-@pytest.mark.parametrize("conf,words", [({}, r"not a collect config \(no options, models, decode\)"),
-                                        ({"options": {"task": 3}, "models": {}, "decode": {}}, "--task: must be text"),
-                                        ({"options": {}, "models": {}, "decode": {"gamma1": "2"}}, "--gamma1")])
+@pytest.mark.parametrize(
+    "conf,words",
+    [
+        ({}, r"not a collect config \(no options, models, decode\)"),
+        ({"options": {"task": 3}, "models": {}, "decode": {}}, "--task: must be text"),
+        ({"options": {}, "models": {}, "decode": {"gamma1": "2"}}, "--gamma1"),
+    ],
+)
 def test_the_labels_tools_read_a_collect_config_through_its_schema_naming_the_file(tmp_path, conf, words):
     import json
 
@@ -155,11 +200,24 @@ def test_the_labels_tools_refuse_pairs_without_the_columns_they_read_before_any_
     monkeypatch.setattr("lrtune.decoding.Decoder.from_configs", no_engine)
     data = tmp_path / "data"
     data.mkdir()
-    pq.write_table(pa.table({"problem_id": ["gsm_symbolic-0"], "task": ["gsm_symbolic"], "draft_step": ["a"],
-                             "target_step": ["b"], "label": [True]}), data / "pairs.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "problem_id": ["gsm_symbolic-0"],
+                "task": ["gsm_symbolic"],
+                "draft_step": ["a"],
+                "target_step": ["b"],
+                "label": [True],
+            }
+        ),
+        data / "pairs.parquet",
+    )
     pq.write_table(pa.table({"problem_id": ["gsm_symbolic-0"], "index": [0]}), data / "problems.parquet")
-    (data / "collect_config.json").write_text(json.dumps({"options": {"teacher": "rollout", "task": "gsm_symbolic"},
-                                                          "models": {}, "decode": {"method": "lr"}}))
+    (data / "collect_config.json").write_text(
+        json.dumps(
+            {"options": {"teacher": "rollout", "task": "gsm_symbolic"}, "models": {}, "decode": {"method": "lr"}}
+        )
+    )
     with pytest.raises(ConfigError, match=r"pairs.parquet: no column 'position'"):
         label_noise.main(label_noise.LabelNoiseConfig(data=str(data), out=str(tmp_path / "noise.json"), problems=2))
     with pytest.raises(ConfigError, match=r"pairs.parquet: no column 'round'"):

@@ -37,7 +37,11 @@ def _controller(alpha1, alpha2, bounds=Bounds(gamma1_max=6, gamma2_max=8, M=24))
     feats = ProblemFeaturizer(["gsm"], encoder=None)  # length + task only (no encoder in this test)
     X = feats.transform([ProblemInfo("a", "x" * 10, task="gsm"), ProblemInfo("b", "x" * 1000, task="gsm")])
     pred = AlphaPredictor(alpha=0.0).fit(X, np.array([[alpha1[0], alpha2[0]], [alpha1[1], alpha2[1]]]))
-    return LearnedController(pred, feats, bounds, Pricing(c1=0.3, c2=0.2), prior_strength=1000.0, mode="ucb"), feats, pred
+    return (
+        LearnedController(pred, feats, bounds, Pricing(c1=0.3, c2=0.2), prior_strength=1000.0, mode="ucb"),
+        feats,
+        pred,
+    )
 
 
 def test_first_round_uses_the_best_gammas_for_the_predicted_alphas():
@@ -51,8 +55,16 @@ def test_first_round_uses_the_best_gammas_for_the_predicted_alphas():
 
 def test_save_load_round_trip_and_pickle_refusal(tmp_path):
     ctl, feats, pred = _controller((0.9, 0.2), (0.8, 0.6))
-    out = learned.save(tmp_path / "ctl", pred, feats, bounds=ctl.bounds, profile={"c1": 0.3, "c2": 0.2},
-                       prior_strength=1000.0, metrics={}, data={})
+    out = learned.save(
+        tmp_path / "ctl",
+        pred,
+        feats,
+        bounds=ctl.bounds,
+        profile={"c1": 0.3, "c2": 0.2},
+        prior_strength=1000.0,
+        metrics={},
+        data={},
+    )
     back = learned.load(out, mode="ucb")
     p = ProblemInfo("q", "x" * 300, task="gsm")
     assert back.predict_alphas(p) == pytest.approx(ctl.predict_alphas(p))
@@ -62,11 +74,15 @@ def test_save_load_round_trip_and_pickle_refusal(tmp_path):
         learned.load(out)
 
 
-@pytest.mark.parametrize("meta,message", [
-    (None, "not an lrtune controller"), ({"format": "x"}, "not lrtune controller metadata"),
-    ({"format": learned.FORMAT, "version": 1, "policy": "magic"}, "unknown controller policy"),
-    ({"format": learned.FORMAT, "version": 1, "policy": "learned"}, "incomplete"),
-])
+@pytest.mark.parametrize(
+    "meta,message",
+    [
+        (None, "not an lrtune controller"),
+        ({"format": "x"}, "not lrtune controller metadata"),
+        ({"format": learned.FORMAT, "version": 1, "policy": "magic"}, "unknown controller policy"),
+        ({"format": learned.FORMAT, "version": 1, "policy": "learned"}, "incomplete"),
+    ],
+)
 def test_bad_controller_directories_are_refused(tmp_path, meta, message):
     d = tmp_path / "c"
     d.mkdir()
@@ -87,13 +103,23 @@ def _collect_dir(tmp_path, n=16):
     probs = task.load(limit=n, seed=0)
     lens = np.array([len(task.prompt(p)) for p in probs], dtype=float)
     z = (lens - lens.min()) / (lens.max() - lens.min())
-    rows = [{"problem_id": p.id, "index": i, "task": "gsm_symbolic", "alpha1": 0.2 + 0.7 * z[i],
-             "alpha2": 0.8 - 0.3 * z[i], "c1": 0.4} for i, p in enumerate(probs)]
+    rows = [
+        {
+            "problem_id": p.id,
+            "index": i,
+            "task": "gsm_symbolic",
+            "alpha1": 0.2 + 0.7 * z[i],
+            "alpha2": 0.8 - 0.3 * z[i],
+            "c1": 0.4,
+        }
+        for i, p in enumerate(probs)
+    ]
     d = tmp_path / "collect"
     d.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), d / "problems.parquet")
-    pq.write_table(pa.Table.from_pylist([{"problem_id": "x", "target_len": n} for n in (10, 20, 60, 30)]),
-                   d / "pairs.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{"problem_id": "x", "target_len": n} for n in (10, 20, 60, 30)]), d / "pairs.parquet"
+    )
     (d / "collect_config.json").write_text(json.dumps({"options": {"task": "gsm_symbolic", "task_seed": 0}}))
     return d
 

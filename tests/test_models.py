@@ -49,7 +49,10 @@ def _fake_model(role: str, prefix: str, *, sha: str | None = None, size: int | N
         name=f"Fake-{role}",
         packages=tuple(
             PartPackage(
-                dist=f"lrtune-test-{prefix}-{i}", version="1.0", module=f"{prefix}{i}", data_file=f"data/part{i:02d}.bin"
+                dist=f"lrtune-test-{prefix}-{i}",
+                version="1.0",
+                module=f"{prefix}{i}",
+                data_file=f"data/part{i:02d}.bin",
             )
             for i in range(1, N_PARTS + 1)
         ),
@@ -468,10 +471,15 @@ def test_unloadable_tokenizer_is_a_model_error(tmp_path):
 HEADER = b'{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}'  # 16 bytes of data; the file holds 8
 
 
-@pytest.mark.parametrize("blob,words", [(b"", "shorter than a safetensors header"),
-                                        ((10**9).to_bytes(8, "little") + b"{}", "does not fit the file"),
-                                        ((4).to_bytes(8, "little") + b"\xff\xfe\xfd\xfc", "not JSON"),
-                                        (len(HEADER).to_bytes(8, "little") + HEADER + b"\x00" * 8, "truncated")])
+@pytest.mark.parametrize(
+    "blob,words",
+    [
+        (b"", "shorter than a safetensors header"),
+        ((10**9).to_bytes(8, "little") + b"{}", "does not fit the file"),
+        ((4).to_bytes(8, "little") + b"\xff\xfe\xfd\xfc", "not JSON"),
+        (len(HEADER).to_bytes(8, "little") + HEADER + b"\x00" * 8, "truncated"),
+    ],
+)
 def test_weights_whose_safetensors_header_does_not_read_are_refused_before_loading(tmp_path, blob, words):
     d = _hf_dir(tmp_path / "m")
     (d / "model.safetensors").write_bytes(blob)
@@ -479,10 +487,16 @@ def test_weights_whose_safetensors_header_does_not_read_are_refused_before_loadi
         models.resolve_model(str(d), "target")
 
 
-@pytest.mark.parametrize("content,words", [("[2]", "must hold a JSON object, not list"), ("{oops", "not valid JSON"),
-                                           ('{"eos_token_id": [[2]]}', "eos_token_id must be a token id"),
-                                           ('{"eos_token_id": "2"}', "eos_token_id must be a token id"),
-                                           ('{"eos_token_id": -1}', "eos_token_id must be a token id")])
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        ("[2]", "must hold a JSON object, not list"),
+        ("{oops", "not valid JSON"),
+        ('{"eos_token_id": [[2]]}', "eos_token_id must be a token id"),
+        ('{"eos_token_id": "2"}', "eos_token_id must be a token id"),
+        ('{"eos_token_id": -1}', "eos_token_id must be a token id"),
+    ],
+)
 def test_a_generation_config_that_names_no_stop_ids_is_refused_before_the_model_loads(tmp_path, content, words):
     d = _hf_dir(tmp_path / "m")
     (d / "generation_config.json").write_text(content)
@@ -490,8 +504,9 @@ def test_a_generation_config_that_names_no_stop_ids_is_refused_before_the_model_
         models.resolve_model(str(d), "target")
 
 
-@pytest.mark.parametrize("content,ids", [('{"eos_token_id": 2}', {2}), ('{"eos_token_id": [2, 7]}', {2, 7}),
-                                         ('{"bos_token_id": 1}', set())])
+@pytest.mark.parametrize(
+    "content,ids", [('{"eos_token_id": 2}', {2}), ('{"eos_token_id": [2, 7]}', {2, 7}), ('{"bos_token_id": 1}', set())]
+)
 def test_a_generation_configs_stop_ids_are_an_id_a_list_or_none(tmp_path, content, ids):
     from lrtune.modeldir import generation_eos_ids
 

@@ -15,8 +15,10 @@ def _hold_in_child(path, lock=None):
     """A child process that holds ``path``'s lock (the folder, or its lock file ``lock``) until
     its stdin closes; returns it once it holds."""
     target = path / lock if lock else path
-    code = ("import sys; from lrtune import locks; from pathlib import Path; "
-            f"assert locks.hold(Path({str(target)!r})); print('held', flush=True); sys.stdin.read()")
+    code = (
+        "import sys; from lrtune import locks; from pathlib import Path; "
+        f"assert locks.hold(Path({str(target)!r})); print('held', flush=True); sys.stdin.read()"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"  # readiness, not a sleep
     return child
@@ -30,8 +32,11 @@ def test_a_second_command_on_an_output_directory_in_use_is_refused_and_changes_n
     out.mkdir()
     child = _hold_in_child(out)
     try:
-        with pytest.raises(ConfigError, match=rf"^--out {out} is being written by another lrtune command now; "
-                                              rf"wait for it to end or pick another --out$"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^--out {out} is being written by another lrtune command now; "
+            rf"wait for it to end or pick another --out$",
+        ):
             claim_out(out, "evaluate")
         assert not (out / ".lrtune-owner.json").exists()  # refused before it recorded anything
     finally:

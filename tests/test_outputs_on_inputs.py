@@ -24,9 +24,25 @@ def test_evaluate_will_not_write_into_a_model_directory_even_with_overwrite(tmp_
     model = tmp_path / "model"
     shutil.copytree(get_tiny_pair().target, model)
     before = snapshot(model)
-    got = subprocess.run([sys.executable, "-m", "lrtune", "evaluate", "--out", str(model), "--overwrite", "--methods",
-                          "target", "--limit", "1"], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "evaluate",
+            "--out",
+            str(model),
+            "--overwrite",
+            "--methods",
+            "target",
+            "--limit",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert got.returncode == 2 and "holds files lrtune did not write" in got.stderr
     assert len(got.stderr.strip().splitlines()) == 1 and snapshot(model) == before
 
@@ -71,8 +87,9 @@ def test_an_error_about_ids_read_from_a_file_names_lines_never_the_files_content
 
     secret = tmp_path / "environ"
     secret.write_text("HF_TOKEN=hf_secret_value_123\nPATH=/usr/bin\n")
-    opts = SimpleNamespace(heldout_from=None, problem_ids=f"@{secret}", limit=5, task="gsm_symbolic", task_seed=0,
-                           data=None)
+    opts = SimpleNamespace(
+        heldout_from=None, problem_ids=f"@{secret}", limit=5, task="gsm_symbolic", task_seed=0, data=None
+    )
     with pytest.raises(ConfigError) as e:
         listed_problems(get_task("gsm_symbolic"), opts)
     assert "line(s) 1, 2 of" in str(e.value) and "hf_secret" not in str(e.value) and "PATH" not in str(e.value)
@@ -89,8 +106,12 @@ def test_an_evaluate_record_whose_problem_or_method_is_not_text_is_refused_namin
     from lrtune.eval.records import load_records
 
     f = tmp_path / "records.jsonl"
-    f.write_text(json.dumps({"problem": "p0", "method": "target"}) + "\n"
-                 + json.dumps({"problem": problem, "method": "target"}) + "\n")
+    f.write_text(
+        json.dumps({"problem": "p0", "method": "target"})
+        + "\n"
+        + json.dumps({"problem": problem, "method": "target"})
+        + "\n"
+    )
     before = f.read_bytes()
     with pytest.raises(ConfigError, match=r"records.jsonl:2: not an lrtune evaluate record \(problem is not text\)"):
         load_records(f)

@@ -15,11 +15,37 @@ from tiny_models import get_tiny_pair
 
 def demo(out, *extra):
     pair = get_tiny_pair()
-    return subprocess.run([sys.executable, "-m", "lrtune", "demo", "--size", "tiny", "--out", str(out),
-                           "--backend", "transformers", "--device", "cpu", "--target", str(pair.target),
-                           "--draft", str(pair.draft), "--teacher", "random(0.5)", "--max-model-len", "1024",
-                           "--max-step-tokens", "12", "--no-progress", *extra],
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lrtune",
+            "demo",
+            "--size",
+            "tiny",
+            "--out",
+            str(out),
+            "--backend",
+            "transformers",
+            "--device",
+            "cpu",
+            "--target",
+            str(pair.target),
+            "--draft",
+            str(pair.draft),
+            "--teacher",
+            "random(0.5)",
+            "--max-model-len",
+            "1024",
+            "--max-step-tokens",
+            "12",
+            "--no-progress",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +67,29 @@ RENDERED = ("pipeline.json", "report.md", "summary.json")  # re-rendered from un
 
 def _mtimes(out: Path) -> dict[str, int]:
     """Every file a stage computes (data, checkpoints, records) and its modification time (ns)."""
-    return {str(f.relative_to(out)): f.stat().st_mtime_ns for f in out.rglob("*")
-            if f.is_file() and f.name not in RENDERED and f.suffix != ".png"}
+    return {
+        str(f.relative_to(out)): f.stat().st_mtime_ns
+        for f in out.rglob("*")
+        if f.is_file() and f.name not in RENDERED and f.suffix != ".png"
+    }
 
 
 @pytest.mark.slow  # ~75 s: every stage twice
 def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     out, proc = demo_run
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for f in ("collect/collect_config.json", "collect/README.md", "profile.json", "verifier/lrtune_verifier.json",
-              "verifier/README.md", "controller/lrtune_controller.json", "eval/records.jsonl", "eval/summary.json",
-              "eval/report.md", "pipeline.json"):
+    for f in (
+        "collect/collect_config.json",
+        "collect/README.md",
+        "profile.json",
+        "verifier/lrtune_verifier.json",
+        "verifier/README.md",
+        "controller/lrtune_controller.json",
+        "eval/records.jsonl",
+        "eval/summary.json",
+        "eval/report.md",
+        "pipeline.json",
+    ):
         assert (out / f).is_file(), f
     summary = json.loads((out / "eval" / "summary.json").read_text())
     assert set(summary["methods"]) == {"target", "sd", "lr+sd/v=random(0.5)", "lr+sd", "adaptive"}
@@ -59,16 +97,25 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     prof = json.loads((out / "profile.json").read_text())
     assert set(prof["batch_cost_curve"]) == {"8", "12", "16"}  # up to 4 collected problems x (γ1 + 1) rows
     # evaluate reused the profile's b(n)
-    assert summary["batch_cost"] == {**{str(n): b for n, b in enumerate(prof["batch_cost"], 1)}, **prof["batch_cost_curve"]}
+    assert summary["batch_cost"] == {
+        **{str(n): b for n, b in enumerate(prof["batch_cost"], 1)},
+        **prof["batch_cost_curve"],
+    }
     assert "problem(s) in flight (b(n) " + str(out / "profile.json") in proc.stderr  # collect's concurrency from it
     bounds = json.loads((out / "controller" / "lrtune_controller.json").read_text())["bounds"]
     assert bounds["gamma2_max"] == 4  # = the rows' γ2, so the SD engine drafts no more than they use
-    assert "adaptive" in proc.stdout and "Stage times (s)" in proc.stdout and "test pairs of unseen templates" in proc.stdout
+    assert (
+        "adaptive" in proc.stdout
+        and "Stage times (s)" in proc.stdout
+        and "test pairs of unseen templates" in proc.stdout
+    )
 
     before = _mtimes(out)
     again = demo(out)
     assert again.returncode == 0, again.stderr[-4000:]
-    assert "up to date" in again.stderr and "profile" not in json.loads((out / "pipeline.json").read_text())["timings_s"]
+    assert (
+        "up to date" in again.stderr and "profile" not in json.loads((out / "pipeline.json").read_text())["timings_s"]
+    )
     assert _mtimes(out) == before  # no stage computed anything again (reports are re-rendered)
     assert "eval/records.jsonl" in before and "verifier/lrtune_verifier.json" in before
 
@@ -93,8 +140,9 @@ def test_demo_refuses_to_train_a_student_on_too_few_pairs_in_one_line(demo_dir, 
 def test_demo_size_options_override_the_sizes_defaults():
     from lrtune.pipeline import SIZES, PipelineOptions, _sized
 
-    size = _sized(PipelineOptions(size="default", collect_problems=5, max_new_tokens=64, collect_tokens=128,
-                                  min_train_pairs=7))
+    size = _sized(
+        PipelineOptions(size="default", collect_problems=5, max_new_tokens=64, collect_tokens=128, min_train_pairs=7)
+    )
     assert (size.collect_problems, size.eval_tokens, size.collect_tokens, size.min_train_pairs) == (5, 64, 128, 7)
     assert size.eval_problems == SIZES["default"].eval_problems and size.test_fraction == SIZES["default"].test_fraction
 
@@ -128,9 +176,15 @@ def test_the_readme_python_example_runs_on_the_demo_outputs(demo_dir, capsys):
     pair = get_tiny_pair()
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("## Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    code = (block.replace('"default", "default"', f'"{pair.target}", "{pair.draft}", backend="transformers", '
-                                                  f'device="cpu", max_model_len=1024, progress=False')
-            .replace("results/demo/", f"{demo_dir}/").replace("max_new_tokens=384", "max_new_tokens=40"))
+    code = (
+        block.replace(
+            '"default", "default"',
+            f'"{pair.target}", "{pair.draft}", backend="transformers", '
+            f'device="cpu", max_model_len=1024, progress=False',
+        )
+        .replace("results/demo/", f"{demo_dir}/")
+        .replace("max_new_tokens=384", "max_new_tokens=40")
+    )
     assert code.count(str(demo_dir)) == 2 and str(pair.target) in code
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
@@ -144,13 +198,26 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
     from lrtune.pipeline import closing_lines
 
     row = {"accuracy": 0.75, "finished": 4, "n": 4, "speedup_total": 1.5, "alpha1": None, "alpha2": 0.8}
-    res = {"summary": {"task": "gsm_symbolic", "decoded_problems": 4,
-                       "methods": {"target": {**row, "speedup_total": 1.0, "alpha2": None}, "sd": row,
-                                   "lr+sd/v=results/demo/verifier": {**row, "alpha1": 0.41}, "adaptive": row}},
-           "timings": {"profile": 100.0, "collect": 300.0, "train verifier": 60.0, "evaluate": 200.0},
-           "student": {"kind": "cross-encoder", "metrics": {"test": {"n": 46, "accuracy": 0.9, "auroc": 0.95,
-                                                                     "acceptance": 0.4, "teacher_acceptance": 0.43}}},
-           "eval_tokens": 512}
+    res = {
+        "summary": {
+            "task": "gsm_symbolic",
+            "decoded_problems": 4,
+            "methods": {
+                "target": {**row, "speedup_total": 1.0, "alpha2": None},
+                "sd": row,
+                "lr+sd/v=results/demo/verifier": {**row, "alpha1": 0.41},
+                "adaptive": row,
+            },
+        },
+        "timings": {"profile": 100.0, "collect": 300.0, "train verifier": 60.0, "evaluate": 200.0},
+        "student": {
+            "kind": "cross-encoder",
+            "metrics": {
+                "test": {"n": 46, "accuracy": 0.9, "auroc": 0.95, "acceptance": 0.4, "teacher_acceptance": 0.43}
+            },
+        },
+        "eval_tokens": 512,
+    }
     lines = closing_lines(res)
     assert max(len(line) for line in lines) <= 80
     text = "\n".join(lines)
@@ -162,15 +229,33 @@ def test_the_demo_states_the_students_promise_and_what_the_run_measured_against_
     from lrtune.pipeline import closing_lines
 
     row = {"accuracy": 0.5, "finished": 4, "n": 4, "speedup_total": 1.0, "alpha1": 0.3, "alpha2": None}
-    calib = {"max_false_accept": 0.05, "confidence": 0.9, "certified": False, "val_rejected": 2, "unit": "template",
-             "rejected_templates": 2, "rejected_pairs_needed": 45, "false_accept_bound": 0.68}
-    res = {"summary": {"task": "gsm_symbolic", "decoded_problems": 4, "methods": {"target": row, "lr+sd": row},
-                       "verifier_parity": {"lr+sd": {"decode": {"acceptance": 0.95, "pairs": 20},
-                                                     "test_split": {"acceptance": 0.59}, "gap": True}},
-                       "accuracy_vs_target": [{"a": "lr+sd", "b": "target", "only_a": 0, "only_b": 2}]},
-           "timings": {"evaluate": 60.0},
-           "student": {"kind": "cross-encoder", "calibration": calib,
-                       "metrics": {"test": {"n": 46, "fp": 8, "tn": 18, "false_accept_rate": 8 / 26}}}}
+    calib = {
+        "max_false_accept": 0.05,
+        "confidence": 0.9,
+        "certified": False,
+        "val_rejected": 2,
+        "unit": "template",
+        "rejected_templates": 2,
+        "rejected_pairs_needed": 45,
+        "false_accept_bound": 0.68,
+    }
+    res = {
+        "summary": {
+            "task": "gsm_symbolic",
+            "decoded_problems": 4,
+            "methods": {"target": row, "lr+sd": row},
+            "verifier_parity": {
+                "lr+sd": {"decode": {"acceptance": 0.95, "pairs": 20}, "test_split": {"acceptance": 0.59}, "gap": True}
+            },
+            "accuracy_vs_target": [{"a": "lr+sd", "b": "target", "only_a": 0, "only_b": 2}],
+        },
+        "timings": {"evaluate": 60.0},
+        "student": {
+            "kind": "cross-encoder",
+            "calibration": calib,
+            "metrics": {"test": {"n": 46, "fp": 8, "tn": 18, "false_accept_rate": 8 / 26}},
+        },
+    }
     lines = closing_lines(res)
     assert max(len(line) for line in lines) <= 80
     text = "\n".join(lines)

@@ -32,13 +32,25 @@ def simulate_round(rng, g1, g2, a1, a2, passes=6):
             k += 1
         acc += k
     j = next((i for i, v in enumerate(verdicts) if not v), len(verdicts))
-    return RoundOutcome(gamma1=g1, gamma2=g2, verdicts=verdicts, accepted_steps=j,
-                        sd=SDCounters(passes if g2 else 0, passes * g2, acc, by_pos))
+    return RoundOutcome(
+        gamma1=g1,
+        gamma2=g2,
+        verdicts=verdicts,
+        accepted_steps=j,
+        sd=SDCounters(passes if g2 else 0, passes * g2, acc, by_pos),
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 3), st.integers(1, 6), st.integers(0, 3), st.integers(1, 8), st.floats(0, 30),
-       st.sampled_from(["fixed", "heuristic", "bandit"]), st.integers(0, 10_000))
+@given(
+    st.integers(0, 3),
+    st.integers(1, 6),
+    st.integers(0, 3),
+    st.integers(1, 8),
+    st.floats(0, 30),
+    st.sampled_from(["fixed", "heuristic", "bandit"]),
+    st.integers(0, 10_000),
+)
 def test_every_choice_respects_bounds_and_budget(g1min, g1span, g2min, g2span, M, policy, seed):
     b = Bounds(gamma1_min=g1min, gamma1_max=g1min + g1span, gamma2_min=g2min, gamma2_max=g2min + g2span, M=M)
     if not b.arms():
@@ -54,9 +66,15 @@ def test_every_choice_respects_bounds_and_budget(g1min, g1span, g2min, g2span, M
         ctl.update(simulate_round(rng, c1, c2, rng.random(), rng.random()))
 
 
-@pytest.mark.parametrize("gamma1,gamma2,M,expected", [
-    (9, 9, 100, (6, 8)), (6, 8, 24, (5, 4)), (-1, 3, 24, (0, 3)), (1, 40, 5, (1, 5)),
-])
+@pytest.mark.parametrize(
+    "gamma1,gamma2,M,expected",
+    [
+        (9, 9, 100, (6, 8)),
+        (6, 8, 24, (5, 4)),
+        (-1, 3, 24, (0, 3)),
+        (1, 40, 5, (1, 5)),
+    ],
+)
 def test_bounds_clip_to_the_nearest_allowed_pair(gamma1, gamma2, M, expected):
     b = Bounds(gamma1_max=6, gamma2_max=8, M=M)
     got = b.clip(gamma1, gamma2)
@@ -128,8 +146,12 @@ def test_decoder_asks_the_controller_every_round_and_reports_each_round():
         def update(self, o):
             self.outcomes.append(o)
 
-    dec = LookaheadDecoder(FakeBackend(chain(3)), FakeBackend(chain(10)), make_verifier("exact"),
-                           DecodeConfig(method="lr", gamma1=2, max_new_tokens=120, max_step_tokens=8))
+    dec = LookaheadDecoder(
+        FakeBackend(chain(3)),
+        FakeBackend(chain(10)),
+        make_verifier("exact"),
+        DecodeConfig(method="lr", gamma1=2, max_new_tokens=120, max_step_tokens=8),
+    )
     rec = Recorder()
     rounds = []
     res, stats = dec.decode([1, 2, 3], controller=rec, on_round=rounds.append)
@@ -159,7 +181,9 @@ def test_a_controller_outside_its_bounds_is_an_error():
         def update(self, o):
             pass
 
-    dec = LookaheadDecoder(FakeBackend(chain(3)), FakeBackend(chain(3)), make_verifier("exact"), DecodeConfig(method="lr"))
+    dec = LookaheadDecoder(
+        FakeBackend(chain(3)), FakeBackend(chain(3)), make_verifier("exact"), DecodeConfig(method="lr")
+    )
     with pytest.raises(ConfigError, match="outside its bounds"):
         dec.decode([1, 2], controller=Bad())
 
@@ -188,8 +212,9 @@ def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_ho
     target = FakeBackend(chain(3))
     dec = LookaheadDecoder(target, FakeBackend(chain(10)), make_verifier("exact"), cfg)
     commits, rounds = [], []
-    res, stats = dec.decode([1, 2, 3], controller=SDOnly(), on_commit=lambda src, ids: commits.append(ids),
-                            on_round=rounds.append)
+    res, stats = dec.decode(
+        [1, 2, 3], controller=SDOnly(), on_commit=lambda src, ids: commits.append(ids), on_round=rounds.append
+    )
     ref, _ = dec.decode([1, 2, 3], DecodeConfig(method="target", max_new_tokens=120))
     assert res.token_ids == ref.token_ids
     n = len(res.token_ids)
@@ -202,15 +227,21 @@ def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_ho
     if horizon is None:
         from lrtune.steps import split_steps
 
-        assert commits == split_steps(ref.token_ids, target.decode, delimiter=cfg.delimiter, eos_ids=target.eos_ids,
-                                      max_step_tokens=cfg.max_step_tokens)
+        assert commits == split_steps(
+            ref.token_ids,
+            target.decode,
+            delimiter=cfg.delimiter,
+            eos_ids=target.eos_ids,
+            max_step_tokens=cfg.max_step_tokens,
+        )
 
 
 def test_the_bandit_doubles_its_horizon_over_consecutive_sd_rounds_and_resets_after_lr():
     from lrtune.control import RoundOutcome
 
-    b = BanditController(Bounds(gamma1_max=2, gamma2_max=4, M=8), Pricing(c1=0.3, c2=0.3, batch_cost=(1.0, 1.05, 1.1)),
-                         horizon_tokens=10)  # uniform prior on α1: LR may still win
+    b = BanditController(
+        Bounds(gamma1_max=2, gamma2_max=4, M=8), Pricing(c1=0.3, c2=0.3, batch_cost=(1.0, 1.05, 1.1)), horizon_tokens=10
+    )  # uniform prior on α1: LR may still win
     hs = []
     for g1 in (0, 0, 0, 2, 0):
         hs.append(b.horizon())
@@ -230,12 +261,14 @@ def test_grid_ucb_tries_every_arm_then_plays_the_highest_throughput_arm_most():
     best = max(rate, key=rate.get)
     plays = []
     for t in range(600):
-        g1, g2 = ucb.choose(ProblemInfo(id=f"p{t // 20}"), ControlState(round=t % 20, generated_tokens=0, budget_left=99))
+        g1, g2 = ucb.choose(
+            ProblemInfo(id=f"p{t // 20}"), ControlState(round=t % 20, generated_tokens=0, budget_left=99)
+        )
         assert bounds.allows(g1, g2)
         plays.append((g1, g2))
         tok_s = rate[g1, g2] * rng.uniform(0.8, 1.2)
         ucb.update(RoundOutcome(gamma1=g1, gamma2=g2, committed_tokens=40, target_s=40 / tok_s))
-    assert set(plays[:len(bounds.arms())]) == set(bounds.arms())  # every arm once first
+    assert set(plays[: len(bounds.arms())]) == set(bounds.arms())  # every arm once first
     late = plays[-200:]
     assert max(set(late), key=late.count) == best and max(set(plays), key=plays.count) == best
     assert ucb.horizon() == 64 and make_controller("grid-ucb", bounds=bounds).name == "grid-ucb"
@@ -282,8 +315,16 @@ def test_a_controller_built_with_a_plan_stops_its_gamma2_at_the_shared_engines_a
 
 
 def test_a_pricing_plan_is_validated_when_built():
-    for bad in ({"c1": 0.0}, {"c2": float("nan")}, {"batch_cost": ()}, {"batch_cost": (1.0, -1.0)},
-                {"batch_cost": "1.0"}, {"engine_drafts": -1}, {"engine_drafts": 2.0}, {"scoring_call": 1}):
+    for bad in (
+        {"c1": 0.0},
+        {"c2": float("nan")},
+        {"batch_cost": ()},
+        {"batch_cost": (1.0, -1.0)},
+        {"batch_cost": "1.0"},
+        {"engine_drafts": -1},
+        {"engine_drafts": 2.0},
+        {"scoring_call": 1},
+    ):
         with pytest.raises(ConfigError):
             Pricing(**bad)
     with pytest.raises(ConfigError, match="prefill.step_tokens"):
@@ -307,8 +348,11 @@ def test_the_bandit_runs_each_arm_as_the_round_kind_the_speedup_model_prices_hig
 
     cheap = Prefill(overhead_tokens=1.0, per_token=0.02, step_tokens=40.0)
     b = (1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.4)  # b(n) = b[n - 1]: a batch of rows is far from free (CPU)
-    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), Pricing(c1=0.4, c2=0.4, batch_cost=b, prefill=cheap),
-                           round_kinds=("lr", "score"))
+    ctl = BanditController(
+        Bounds(gamma1_max=4, gamma2_max=4, M=16),
+        Pricing(c1=0.4, c2=0.4, batch_cost=b, prefill=cheap),
+        round_kinds=("lr", "score"),
+    )
     a1, a2 = 0.9, 0.8
     g1, g2 = ctl._value(a1, a2)
     assert ctl.round_kind() == "score" and g1 > 0
@@ -326,7 +370,9 @@ def test_the_bandit_runs_each_arm_as_the_round_kind_the_speedup_model_prices_hig
 def test_with_a_low_step_acceptance_the_bandit_falls_back_to_sd_alone_whatever_the_round_kinds():
     from lrtune.policies.bandit import BanditController
 
-    ctl = BanditController(Bounds(gamma1_max=4, gamma2_max=4, M=16), Pricing(c1=0.4, c2=0.4), round_kinds=("lr", "score"))
+    ctl = BanditController(
+        Bounds(gamma1_max=4, gamma2_max=4, M=16), Pricing(c1=0.4, c2=0.4), round_kinds=("lr", "score")
+    )
     assert ctl._value(0.05, 0.8)[0] == 0
 
 

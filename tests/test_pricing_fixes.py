@@ -26,12 +26,19 @@ def _run_like_the_decoder(ctl, cfg: DecodeConfig, rounds: int, alpha1: float = 0
     """Drive ``ctl`` as LookaheadDecoder does: the round runs γ2 only with SD and reports it."""
     rng, chosen = random.Random(seed), []
     for rnd in range(rounds):
-        g1, g2 = ctl.choose(ProblemInfo("p"), ControlState(rnd, 0, 10 ** 6))
+        g1, g2 = ctl.choose(ProblemInfo("p"), ControlState(rnd, 0, 10**6))
         assert ctl.bounds.allows(g1, g2)
         chosen.append((g1, g2))
-        ctl.update(RoundOutcome(gamma1=g1, gamma2=g2 if cfg.uses_sd else 0,
-                                verdicts=tuple(rng.random() < alpha1 for _ in range(g1)),
-                                committed_tokens=20 * (g1 + 1), draft_s=0.1 * g1, target_s=1.0))
+        ctl.update(
+            RoundOutcome(
+                gamma1=g1,
+                gamma2=g2 if cfg.uses_sd else 0,
+                verdicts=tuple(rng.random() < alpha1 for _ in range(g1)),
+                committed_tokens=20 * (g1 + 1),
+                draft_s=0.1 * g1,
+                target_s=1.0,
+            )
+        )
     return chosen
 
 
@@ -49,7 +56,7 @@ def test_grid_ucb_driving_lr_tries_every_arm_once_then_never_loops_on_one():
     cfg = DecodeConfig(method="lr", gamma1=3, gamma2=4)
     ctl = build_controller("grid-ucb", cfg)
     chosen = _run_like_the_decoder(ctl, cfg, 50)
-    assert set(chosen[:len(ctl.arms)]) == set(ctl.arms)  # untried arms first, each exactly once
+    assert set(chosen[: len(ctl.arms)]) == set(ctl.arms)  # untried arms first, each exactly once
     assert sum(ctl.pulls.values()) == 50
 
 
@@ -58,7 +65,7 @@ def test_grid_ucb_counts_the_arm_it_chose_when_the_decoder_drops_gamma2():
     counts for the chosen arm, so every arm is tried once in the first len(arms) rounds."""
     ctl = GridUCBController(Bounds.covering(3, 4))
     chosen = _run_like_the_decoder(ctl, DecodeConfig(method="lr", gamma1=3, gamma2=4), len(ctl.arms) + 5)
-    assert len(set(chosen[:len(ctl.arms)])) == len(ctl.arms)
+    assert len(set(chosen[: len(ctl.arms)])) == len(ctl.arms)
     assert sum(ctl.pulls.values()) == len(ctl.arms) + 5 and all(n >= 1 for n in ctl.pulls.values())
 
 
@@ -82,11 +89,21 @@ def test_learned_controller_directory_driving_lr_pins_gamma2_to_zero(tmp_path):
     feats = ProblemFeaturizer(["gsm"], encoder=None)
     X = feats.transform([ProblemInfo("a", "x" * 10, task="gsm"), ProblemInfo("b", "x" * 1000, task="gsm")])
     pred = AlphaPredictor(alpha=0.0).fit(X, np.array([[0.7, 0.9], [0.6, 0.9]]))
-    save(tmp_path, pred, feats, bounds=Bounds(gamma1_max=6, gamma2_max=8, M=24),
-         profile={"c1": 0.3, "c2": 0.2, "batch_cost": None}, prior_strength=8.0, metrics={}, data={})
+    save(
+        tmp_path,
+        pred,
+        feats,
+        bounds=Bounds(gamma1_max=6, gamma2_max=8, M=24),
+        profile={"c1": 0.3, "c2": 0.2, "batch_cost": None},
+        prior_strength=8.0,
+        metrics={},
+        data={},
+    )
     ctl = build_controller(str(tmp_path), DecodeConfig(method="lr", gamma1=3, gamma2=4))
-    assert ctl.bounds.gamma2_max == 0 and ctl.choose(ProblemInfo("p", "x" * 50, task="gsm"),
-                                                     ControlState(0, 0, 100))[1] == 0
+    assert (
+        ctl.bounds.gamma2_max == 0
+        and ctl.choose(ProblemInfo("p", "x" * 50, task="gsm"), ControlState(0, 0, 100))[1] == 0
+    )
     assert build_controller(str(tmp_path), DecodeConfig(method="lr+sd")).bounds.gamma2_max == 8
 
 
@@ -107,7 +124,10 @@ def test_training_prices_gamma2_on_an_engine_drafting_gamma2_max():
 
     cfg = TrainControllerConfig(gamma1_max=6, gamma2_max=4, folds=2)
     prof = {"c1": C1, "c2": C2, "batch_cost": None}
-    assert training_pricing(prof, ENGINE).engine_drafts == 4 and training_pricing(prof, Bounds(gamma2_max=0)).engine_drafts == 0
+    assert (
+        training_pricing(prof, ENGINE).engine_drafts == 4
+        and training_pricing(prof, Bounds(gamma2_max=0)).engine_drafts == 0
+    )
     X = np.random.default_rng(0).normal(size=(8, 2))
     Y = np.tile([0.05, 0.3], (8, 1))
     cv = cross_validate(X, Y, 1.0, cfg, ENGINE, {"c1": C1, "c2": C2, "batch_cost": None})
@@ -145,8 +165,14 @@ def _record(problem, method, wall, **stats):
     from lrtune.stats import DecodeStats
 
     s = DecodeStats(wall_s=wall, generated_tokens=100, **stats)
-    return {"problem": problem, "method": method, "wall_s": wall, "correct": True, "finish": "eos",
-            "stats": s.to_dict()}
+    return {
+        "problem": problem,
+        "method": method,
+        "wall_s": wall,
+        "correct": True,
+        "finish": "eos",
+        "stats": s.to_dict(),
+    }
 
 
 @pytest.fixture
@@ -186,7 +212,8 @@ def test_h_async_composes_sd_inside_async_lr_target_steps():
         assert h_async(g1, 0, a1, c1, a2, c2) == pytest.approx(speedup_async(a1, c1, g1))
         assert h_async(0, g2, a1, c1, a2, c2) == pytest.approx(gg)
         assert h_async(g1, g2, a1, c1, a2, c2, drafted=8) == pytest.approx(
-            g(a2, c2, g2, 8) * speedup_async(a1, c1 * g(a2, c2, g2, 8), g1))
+            g(a2, c2, g2, 8) * speedup_async(a1, c1 * g(a2, c2, g2, 8), g1)
+        )
 
 
 # ---- S1's domain ------------------------------------------------------------------------

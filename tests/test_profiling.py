@@ -15,8 +15,10 @@ class _Recorder:
     def generate(self, prefixes, params):
         self.calls.append(params)
         n = max(params.max_tokens, 1)
-        return GenBatch(outputs=[Generation(token_ids=list(range(n)), text="", finish="length") for _ in prefixes],
-                        seconds=0.1 + 0.001 * sum(len(p) for p in prefixes))
+        return GenBatch(
+            outputs=[Generation(token_ids=list(range(n)), text="", finish="length") for _ in prefixes],
+            seconds=0.1 + 0.001 * sum(len(p) for p in prefixes),
+        )
 
 
 def test_the_score_call_is_timed_with_the_drafter_on_at_the_rounds_gamma2():
@@ -48,12 +50,13 @@ class _CachingRecorder(_Recorder):
 
     def generate(self, prefixes, params):
         self.calls.append(params)
-        hit = max((len(c) for c in self.cached for p in prefixes if tuple(p[:len(c)]) == c), default=0)
+        hit = max((len(c) for c in self.cached for p in prefixes if tuple(p[: len(c)]) == c), default=0)
         self.cached += [tuple(p) for p in prefixes]
         n = max(params.max_tokens, 1)
-        return GenBatch(outputs=[Generation(token_ids=list(range(100, 100 + n)), text="", finish="length")
-                                 for _ in prefixes],
-                        seconds=0.1 + 0.001 * sum(len(p) - hit for p in prefixes))
+        return GenBatch(
+            outputs=[Generation(token_ids=list(range(100, 100 + n)), text="", finish="length") for _ in prefixes],
+            seconds=0.1 + 0.001 * sum(len(p) - hit for p in prefixes),
+        )
 
 
 def test_a_longer_chain_is_timed_without_the_blocks_a_shorter_one_left_in_the_cache():

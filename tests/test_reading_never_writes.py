@@ -36,8 +36,15 @@ def test_a_committed_problem_left_staged_by_a_crash_is_read_where_it_lies_and_no
     assert store.finished["b"]["pairs"]["file"] == "pairs/part-s000-p000001.parquet"
 
 
-@pytest.mark.parametrize("file", ["../victim/part-s000-p000000.parquet", "/etc/passwd", "pairs/../../x.parquet",
-                                  "problems/part-s000-p000000.parquet"])
+@pytest.mark.parametrize(
+    "file",
+    [
+        "../victim/part-s000-p000000.parquet",
+        "/etc/passwd",
+        "pairs/../../x.parquet",
+        "problems/part-s000-p000000.parquet",
+    ],
+)
 def test_a_manifest_entry_outside_its_own_part_files_is_refused_and_nothing_moves(tmp_path, file):
     from lrtune.store import all_entries
 

@@ -52,11 +52,13 @@ def test_network_call_fails():
 def test_rm_rf_cannot_delete_outside_files(tmp_path):
     canary = tmp_path / "keep.txt"
     canary.write_text("precious")
-    for prog in (f"import os\nos.system('rm -rf {tmp_path}')\n",
-                 f"import shutil\nshutil.rmtree({str(tmp_path)!r})\n",
-                 f"import os\nos.remove({str(canary)!r})\n",
-                 f"open({str(canary)!r}, 'w').write('')\n",
-                 f"import subprocess\nsubprocess.run(['rm', '-rf', {str(tmp_path)!r}])\n"):
+    for prog in (
+        f"import os\nos.system('rm -rf {tmp_path}')\n",
+        f"import shutil\nshutil.rmtree({str(tmp_path)!r})\n",
+        f"import os\nos.remove({str(canary)!r})\n",
+        f"open({str(canary)!r}, 'w').write('')\n",
+        f"import subprocess\nsubprocess.run(['rm', '-rf', {str(tmp_path)!r}])\n",
+    ):
         assert not run_python(prog, timeout_s=5).passed
     assert canary.read_text() == "precious"
 
@@ -97,12 +99,14 @@ def test_the_real_posix_module_cannot_write_or_delete_host_files(tmp_path):
     canary = tmp_path / "keep.txt"
     canary.write_text("precious")
     pwned = tmp_path / "pwned.txt"
-    for prog in (f"fd = p.open({str(pwned)!r}, p.O_WRONLY | p.O_CREAT)\np.write(fd, b'x')\n",
-                 f"p.chdir({str(tmp_path)!r})\np.unlink('keep.txt')\n",
-                 f"p.unlink({str(canary)!r})\n",
-                 f"assert p.system('touch {pwned}') == 0\n",
-                 f"fd = p.open('/tmp/x', p.O_WRONLY | p.O_CREAT)\np.write(fd, b'x')\n"
-                 f"assert p.system('cp /tmp/x {pwned}') == 0\n"):
+    for prog in (
+        f"fd = p.open({str(pwned)!r}, p.O_WRONLY | p.O_CREAT)\np.write(fd, b'x')\n",
+        f"p.chdir({str(tmp_path)!r})\np.unlink('keep.txt')\n",
+        f"p.unlink({str(canary)!r})\n",
+        f"assert p.system('touch {pwned}') == 0\n",
+        f"fd = p.open('/tmp/x', p.O_WRONLY | p.O_CREAT)\np.write(fd, b'x')\n"
+        f"assert p.system('cp /tmp/x {pwned}') == 0\n",
+    ):
         assert not run_python(POSIX + prog, timeout_s=5).passed, prog
     run_python(POSIX + f"p.system('rm -rf {tmp_path}')\n", timeout_s=5)  # exit status aside: nothing happens here
     assert canary.read_text() == "precious" and not pwned.exists()
@@ -111,8 +115,10 @@ def test_the_real_posix_module_cannot_write_or_delete_host_files(tmp_path):
 @needs_bwrap
 def test_reimported_ctypes_cannot_reach_the_host(tmp_path):
     pwned = tmp_path / "pwned.txt"
-    prog = ("import sys\nfor m in ('ctypes', '_ctypes'):\n    sys.modules.pop(m, None)\nimport ctypes\n"
-            f"assert ctypes.CDLL(None).system(b'touch {pwned}') == 0\n")
+    prog = (
+        "import sys\nfor m in ('ctypes', '_ctypes'):\n    sys.modules.pop(m, None)\nimport ctypes\n"
+        f"assert ctypes.CDLL(None).system(b'touch {pwned}') == 0\n"
+    )
     assert not run_python(prog, timeout_s=5).passed
     assert not pwned.exists()
 
@@ -133,8 +139,16 @@ def test_host_files_are_not_even_readable():
     res = run_python("import os\nprint(sorted(os.listdir('/')))\n", timeout_s=5)
     assert res.passed and "etc" in res.output and "work" not in res.output and "home" not in res.output
     # no inherited environment: PID 1 of the sandbox is its own process, with the sandbox's variables only
-    res = run_python("print(sorted(k.split(b'=')[0].decode() for k in open('/proc/1/environ', 'rb').read().split(b'\\0') if k))\n")
-    assert res.passed and set(eval(res.output)) <= {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "OMP_NUM_THREADS"}
+    res = run_python(
+        "print(sorted(k.split(b'=')[0].decode() for k in open('/proc/1/environ', 'rb').read().split(b'\\0') if k))\n"
+    )
+    assert res.passed and set(eval(res.output)) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "PYTHONDONTWRITEBYTECODE",
+        "OMP_NUM_THREADS",
+    }
 
 
 def _sandbox_processes() -> list[int]:
@@ -151,8 +165,10 @@ def _sandbox_processes() -> list[int]:
 
 @needs_bwrap
 def test_a_setsid_grandchild_does_not_outlive_the_time_limit():
-    prog = POSIX + ("import time\nif p.fork() == 0:\n    p.setsid()\n    if p.fork() == 0:\n        time.sleep(60)\n"
-                    "    p._exit(0)\ntime.sleep(60)\n")
+    prog = POSIX + (
+        "import time\nif p.fork() == 0:\n    p.setsid()\n    if p.fork() == 0:\n        time.sleep(60)\n"
+        "    p._exit(0)\ntime.sleep(60)\n"
+    )
     res = run_python(prog, timeout_s=2)
     assert res.status == "timeout"
     time.sleep(0.5)
@@ -161,9 +177,11 @@ def test_a_setsid_grandchild_does_not_outlive_the_time_limit():
 
 @needs_bwrap
 def test_a_fork_bomb_is_capped_even_for_root_and_leaves_nothing_behind():
-    prog = POSIX + ("import time\nn = 0\ntry:\n    for _ in range(2000):\n        if p.fork() == 0:\n"
-                    "            time.sleep(30)\n            p._exit(0)\n        n += 1\nexcept OSError:\n    pass\n"
-                    "print('forked', n)\n")
+    prog = POSIX + (
+        "import time\nn = 0\ntry:\n    for _ in range(2000):\n        if p.fork() == 0:\n"
+        "            time.sleep(30)\n            p._exit(0)\n        n += 1\nexcept OSError:\n    pass\n"
+        "print('forked', n)\n"
+    )
     res = run_python(prog, timeout_s=10)
     assert "forked" in res.output
     n = int(res.output.split("forked")[1].split()[0])
@@ -185,8 +203,11 @@ def test_output_is_read_bounded():
 
 
 def test_a_program_that_exits_early_with_status_0_has_not_passed():
-    for prog in ("import os\nos._exit(0)\nassert False\n", "import sys\nsys.exit(0)\nassert False\n",
-                 "raise SystemExit(0)\n"):
+    for prog in (
+        "import os\nos._exit(0)\nassert False\n",
+        "import sys\nsys.exit(0)\nassert False\n",
+        "raise SystemExit(0)\n",
+    ):
         res = run_python(prog, timeout_s=5)
         assert res.returncode == 0 and res.status == "failed", prog
     assert run_python("print('LRTUNE-DONE-' + '0' * 32)\n").passed  # a forged-looking line is just output

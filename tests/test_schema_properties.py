@@ -29,25 +29,38 @@ def config_classes():
     from lrtune.train.controller import TrainControllerConfig
     from lrtune.train.verifier import TrainVerifierConfig
 
-    return [DecodeConfig, ModelConfig, EvalOptions, CollectOptions, TrainVerifierConfig, TrainControllerConfig,
-            PipelineOptions, ProfileOptions, DoctorOptions, DecodeOptions]
+    return [
+        DecodeConfig,
+        ModelConfig,
+        EvalOptions,
+        CollectOptions,
+        TrainVerifierConfig,
+        TrainControllerConfig,
+        PipelineOptions,
+        ProfileOptions,
+        DoctorOptions,
+        DecodeOptions,
+    ]
 
 
 CLASSES = config_classes()
 
 any_value = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=50), st.text(alphabet=st.sampled_from("\x00ab/"), min_size=1, max_size=5),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.text(max_size=50),
+    st.text(alphabet=st.sampled_from("\x00ab/"), min_size=1, max_size=5),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 
 
 def bounds_hold(value, metadata) -> bool:
     """Every numeric constraint of a field's Annotated metadata holds for ``value``."""
     for m in metadata:
-        for c in (m if isinstance(m, Interval) else [m]):
+        for c in m if isinstance(m, Interval) else [m]:
             if isinstance(c, Ge) and not value >= c.ge:
                 return False
             if isinstance(c, Gt) and not value > c.gt:
@@ -64,7 +77,7 @@ def field_metadata(cls) -> dict[str, tuple]:
     out = {}
     for name, hint in hints.items():
         metas = []
-        for arg in (typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, type(int | None)) else (hint,)):
+        for arg in typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, type(int | None)) else (hint,):
             if typing.get_origin(arg) is typing.Annotated:
                 metas += list(arg.__metadata__)
         if typing.get_origin(hint) is typing.Annotated:
@@ -112,15 +125,19 @@ def test_any_config_file_bytes_give_a_mapping_or_one_clean_config_error(tmp_path
     assert isinstance(data, dict)
 
 
-json_like = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10)),
-                         lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                 st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-                         max_leaves=20)
+json_like = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=10)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(rows=st.one_of(json_like, st.lists(json_like, max_size=5)), suffix=st.sampled_from([".json", ".jsonl"]),
-       bom=st.booleans())
+@given(
+    rows=st.one_of(json_like, st.lists(json_like, max_size=5)),
+    suffix=st.sampled_from([".json", ".jsonl"]),
+    bom=st.booleans(),
+)
 def test_any_problem_file_gives_rows_or_one_clean_config_error(tmp_path_factory, rows, suffix, bom):
     import json
     import warnings
@@ -128,8 +145,11 @@ def test_any_problem_file_gives_rows_or_one_clean_config_error(tmp_path_factory,
     from lrtune.tasks.files import read_rows
 
     path = tmp_path_factory.mktemp("rows") / f"p{suffix}"
-    text = (json.dumps(rows) if suffix == ".json" else
-            "\n".join(json.dumps(r) for r in (rows if isinstance(rows, list) else [rows])))
+    text = (
+        json.dumps(rows)
+        if suffix == ".json"
+        else "\n".join(json.dumps(r) for r in (rows if isinstance(rows, list) else [rows]))
+    )
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -14,8 +14,11 @@ PROMPTS = [[5, 7, 9], [11, 4], [20, 21, 22, 23]]
 
 
 def target_only(target, prompt, n):
-    return LookaheadDecoder(target, None, make_verifier("never"),
-                            DecodeConfig(method="target", max_new_tokens=n)).decode(prompt)[0].token_ids
+    return (
+        LookaheadDecoder(target, None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=n))
+        .decode(prompt)[0]
+        .token_ids
+    )
 
 
 class RejectAllReadingScores:
@@ -30,7 +33,9 @@ class RejectAllReadingScores:
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
 @pytest.mark.parametrize("reads_scores", [True, False])
-def test_reject_all_gives_the_target_greedy_output_with_a_prefill_only_for_a_verifier_that_reads_it(method, reads_scores):
+def test_reject_all_gives_the_target_greedy_output_with_a_prefill_only_for_a_verifier_that_reads_it(
+    method, reads_scores
+):
     target, draft = FakeBackend(chain(3)), FakeBackend(chain(8))
     cfg = DecodeConfig(method=method, gamma1=3, gamma2=2, max_new_tokens=40, max_step_tokens=6, schedule="score")
     verifier = RejectAllReadingScores() if reads_scores else make_verifier("never")
@@ -140,12 +145,16 @@ def test_a_controller_picking_the_round_kind_per_round_keeps_the_target_greedy_o
         assert len(prefills) == (stats.score_rounds if spec == "target_logprob" else 0)
     ctl = _Alternating()  # batched with per-slot kinds equals each prompt alone
     outs, _ = dec.decode_many(PROMPTS, cfg, max_concurrent=3, controller=ctl)
-    assert [o.result.token_ids for o in outs] == [dec.decode(p, controller=_Alternating())[0].token_ids for p in PROMPTS]
+    assert [o.result.token_ids for o in outs] == [
+        dec.decode(p, controller=_Alternating())[0].token_ids for p in PROMPTS
+    ]
 
 
 def test_a_controller_that_may_pick_score_rounds_needs_a_one_sided_verifier():
     target, draft = FakeBackend(chain(3)), FakeBackend(chain(4))
-    dec = LookaheadDecoder(target, draft, make_verifier("exact"), DecodeConfig(method="lr", gamma1=2, max_new_tokens=20))
+    dec = LookaheadDecoder(
+        target, draft, make_verifier("exact"), DecodeConfig(method="lr", gamma1=2, max_new_tokens=20)
+    )
     with pytest.raises(ConfigError, match="judges draft steps without a target step"):
         dec.decode(PROMPTS[0], controller=_Alternating())
 
@@ -156,7 +165,9 @@ def test_a_round_kind_other_than_lr_or_score_is_refused():
             return "tree"
 
     target, draft = FakeBackend(chain(3)), FakeBackend(chain(4))
-    dec = LookaheadDecoder(target, draft, make_verifier("never"), DecodeConfig(method="lr", gamma1=2, max_new_tokens=20))
+    dec = LookaheadDecoder(
+        target, draft, make_verifier("never"), DecodeConfig(method="lr", gamma1=2, max_new_tokens=20)
+    )
     with pytest.raises(ConfigError, match="round kind 'tree'"):
         dec.decode(PROMPTS[0], controller=Bad())
 
@@ -167,7 +178,9 @@ def test_draft_stop_ends_a_chain_after_a_step_the_draft_doubts_and_keeps_the_tar
     doubts every step (chains of one step), one below it none."""
     target, draft = FakeBackend(chain(3)), FakeBackend(chain(8))
     for stop, longest in ((-0.1, 1), (-1.0, 3)):
-        cfg = DecodeConfig(method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule=schedule, draft_stop=stop)
+        cfg = DecodeConfig(
+            method="lr", gamma1=3, max_new_tokens=40, max_step_tokens=6, schedule=schedule, draft_stop=stop
+        )
         for p in PROMPTS:
             rounds = []
             res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)
@@ -196,5 +209,10 @@ def test_a_verifier_reading_the_drafts_own_confidence_only_gets_no_prefill_and_s
     res, stats = LookaheadDecoder(target, draft, DraftOnly(), cfg).decode(PROMPTS[0])
     assert res.token_ids == target_only(target, PROMPTS[0], 30)  # the draft is the target: accepting keeps it
     assert not [q for call in target.row_params for q in call if q.score_from is not None]  # no prefill
-    assert seen and all(p.target == "" and p.draft_scores is not None and p.draft_scores.mean_logprob is None
-                        and p.draft_scores.draft_logprob is not None for p in seen)
+    assert seen and all(
+        p.target == ""
+        and p.draft_scores is not None
+        and p.draft_scores.mean_logprob is None
+        and p.draft_scores.draft_logprob is not None
+        for p in seen
+    )

@@ -18,7 +18,8 @@ def test_the_closed_form_matches_the_simulated_round_within_1_percent(alpha, gam
     assert sim == pytest.approx(exact, rel=0.01)
     gg = 1.0 / step
     assert h_score(gamma, 0, alpha, c, prefill) == pytest.approx(
-        (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (c * gamma + prefill + 1.0)))
+        (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (c * gamma + prefill + 1.0))
+    )
     assert h_score(0, 3, alpha, c, prefill, 0.8, 0.3) == pytest.approx(g(0.8, 0.3, 3))  # γ1 = 0: SD alone
     assert gg > 0
 
@@ -43,5 +44,7 @@ def test_the_implemented_round_commits_what_the_model_counts():
     assert len(full) > 10_000
     assert committed == pytest.approx((1 - p ** (gamma + 1)) / (1 - p), rel=0.01)
     stats = [o.stats for o in outs]
-    assert all(s.rounds - 1 <= s.target_calls <= s.rounds for s in stats)  # a step per round (the last may end the budget)
+    assert all(
+        s.rounds - 1 <= s.target_calls <= s.rounds for s in stats
+    )  # a step per round (the last may end the budget)
     assert all(s.prefill_s == 0 for s in stats)

@@ -53,19 +53,29 @@ def test_report_prices_lr_sd_rows_with_the_sd_batch_cost_at_their_gamma2_and_lr_
     specs = parse_methods("lr,lr+sd", None, 3, 4) + [evaluate.MethodSpec("lr+sd[g1=3,g2=2]", "lr+sd", 3, 2)]
 
     def rec(method, sd=None):  # c = (3 s / 100 draft tokens) / (10 s / 100 target tokens) = 0.3, α1 = 0.6
-        lr = {} if method == "target" else dict(draft_s=3.0, draft_step_tokens=100, drafted_by_pos=[10],
-                                                accepted_by_pos=[6])
+        lr = (
+            {}
+            if method == "target"
+            else dict(draft_s=3.0, draft_step_tokens=100, drafted_by_pos=[10], accepted_by_pos=[6])
+        )
         s = DecodeStats(wall_s=10.0 if method == "target" else 5.0, generated_tokens=100, **lr)
         if sd:
             s.observe_sd(sd)
-        return {"problem": "p0", "method": method, "wall_s": s.wall_s, "correct": True, "finish": "eos",
-                "stats": s.to_dict()}
+        return {
+            "problem": "p0",
+            "method": method,
+            "wall_s": s.wall_s,
+            "correct": True,
+            "finish": "eos",
+            "stats": s.to_dict(),
+        }
 
     sd = SDCounters(10, 40, 30, [9, 8, 7, 6])  # α2 = 30 / 34
     records = [rec("target"), rec("lr"), rec("lr+sd", sd), rec("lr+sd[g1=3,g2=2]", SDCounters(10, 20, 15, [8, 7]))]
     plain, with_sd = {1: 1.0, 4: 1.0}, {"gamma2": 4, "curve": {1: 1.0, 4: 1.5}}
-    data = evaluate.write_reports(cfg, specs, [SimpleNamespace(id="p0", meta={})], records, tmp_path, {}, plain,
-                                  batch_cost_sd=with_sd)
+    data = evaluate.write_reports(
+        cfg, specs, [SimpleNamespace(id="p0", meta={})], records, tmp_path, {}, plain, batch_cost_sd=with_sd
+    )
     rows = data["methods"]
     assert data["batch_cost_sd"] == with_sd
     assert rows["lr+sd"]["predicted_speedup"] == pytest.approx(h(3, 4, 0.6, 0.3, 30 / 34, 0.3, [1.0, 1.0, 1.0, 1.5]))

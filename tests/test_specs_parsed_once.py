@@ -34,8 +34,18 @@ def test_building_a_decoder_parses_the_verifier_spec_once(monkeypatch):
     spec = verifier_of(models)
     check_configs(models, DecodeConfig(), verifier=spec, progress=False)
     assert judge_path(models, spec, progress=False) == "/models/X"
-    assert _build_verifier(models.verification, models.device, DecodeConfig(), spec, target=object(), judge_dir=None,
-                           load_judge=lambda p: None).threshold == 0.85
+    assert (
+        _build_verifier(
+            models.verification,
+            models.device,
+            DecodeConfig(),
+            spec,
+            target=object(),
+            judge_dir=None,
+            load_judge=lambda p: None,
+        ).threshold
+        == 0.85
+    )
     assert calls == ["llm_judge@0.85"] and verifier_of(models) is models.verification.parsed
 
 
@@ -46,8 +56,16 @@ def test_a_config_parses_its_verifier_when_first_read_so_a_checkpoint_may_be_wri
     assert ModelConfig(verifier="random(0.3)@0.5").verification.parsed == VerifierSpec("random", arg=0.3, threshold=0.5)
 
 
-@pytest.mark.parametrize("text", ["rollout", "consensus(rollout,llm_judge)", "consensus(rollout, embedding@0.9)",
-                                  "llm_judge(paper)", "embedding@0.95"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rollout",
+        "consensus(rollout,llm_judge)",
+        "consensus(rollout, embedding@0.9)",
+        "llm_judge(paper)",
+        "embedding@0.95",
+    ],
+)
 def test_a_teacher_spec_is_parsed_once_per_config_and_its_verifier_round_trips(text):
     from lrtune.data_gen.config import TeacherOptions
     from lrtune.data_gen.rollout import parse_teacher
@@ -59,12 +77,31 @@ def test_a_teacher_spec_is_parsed_once_per_config_and_its_verifier_round_trips(t
         assert VerifierSpec.parse(str(live)) == live
 
 
-@pytest.mark.parametrize("label", ["target", "sd", "lr+sd", "lr+sd/async", "lr+sd/w=2", "lr+sd/v=llm_judge@0.85",
-                                   "score+sd/v=target_logprob(min)@0.4", "adaptive/lr+score", "oracle", "best-fixed"])
+@pytest.mark.parametrize(
+    "label",
+    [
+        "target",
+        "sd",
+        "lr+sd",
+        "lr+sd/async",
+        "lr+sd/w=2",
+        "lr+sd/v=llm_judge@0.85",
+        "score+sd/v=target_logprob(min)@0.4",
+        "adaptive/lr+score",
+        "oracle",
+        "best-fixed",
+    ],
+)
 def test_every_method_label_prints_back_to_a_label_that_parses_to_the_same_spec(label):
     from lrtune.eval.methods import parse_method
 
     spec = parse_method(label, 3, 4)
     again = parse_method(str(spec), 3, 4)
-    assert (again.kind, again.gamma1, again.gamma2, again.schedule, again.verifier, again.control) == \
-        (spec.kind, spec.gamma1, spec.gamma2, spec.schedule, spec.verifier, spec.control)
+    assert (again.kind, again.gamma1, again.gamma2, again.schedule, again.verifier, again.control) == (
+        spec.kind,
+        spec.gamma1,
+        spec.gamma2,
+        spec.schedule,
+        spec.verifier,
+        spec.control,
+    )

@@ -189,8 +189,16 @@ def test_combined_simulation_with_batch_cost_and_other_step_lengths(tokens_per_s
     cases = [(0.8, 0.2, 3, 0.7, 0.1, 4), (0.6, 0.4, 5, 0.9, 0.3, 2), (0.7, 0.3, 4, 0.6, 0.2, 0)]
     for a1, c1, g1, a2, c2, g2 in cases:
         est = simulate_combined(
-            a1, c1, g1, a2, c2, g2, 200_000 // tokens_per_step + 20_000, rng,
-            batch_cost=CURVE, tokens_per_step=tokens_per_step,
+            a1,
+            c1,
+            g1,
+            a2,
+            c2,
+            g2,
+            200_000 // tokens_per_step + 20_000,
+            rng,
+            batch_cost=CURVE,
+            tokens_per_step=tokens_per_step,
         )
         assert rel_err(est, h(g1, g2, a1, c1, a2, c2, CURVE)) < REL_TOL
 
@@ -474,7 +482,7 @@ def test_early_abort_prices_a_round_by_its_rows_up_to_the_first_rejection():
     lens = rng.choice(steps, size=(reps, n))
     rejected = rng.random((reps, n - 1)) >= alpha
     first = np.where(rejected.any(axis=1), rejected.argmax(axis=1), n - 1)
-    longest = np.array([lens[i, :first[i] + 1].max() for i in range(reps)])
+    longest = np.array([lens[i, : first[i] + 1].max() for i in range(reps)])
     assert early_abort_batch_cost(b, steps, alpha)(n) == pytest.approx(1.3 * longest.mean() / np.mean(steps), rel=0.01)
 
 

@@ -6,7 +6,9 @@ from lrtune.backends.base import SDCounters
 from lrtune.stats import DecodeStats, leading_accepts
 
 
-@pytest.mark.parametrize("verdicts, j", [([], 0), ([True], 1), ([False, True], 0), ([True, True, False], 2), ([True] * 4, 4)])
+@pytest.mark.parametrize(
+    "verdicts, j", [([], 0), ([True], 1), ([False, True], 0), ([True, True, False], 2), ([True] * 4, 4)]
+)
 def test_leading_accepts_is_the_committed_draft_prefix(verdicts, j):
     assert leading_accepts(verdicts) == j
 
@@ -43,7 +45,7 @@ def test_alpha2_estimates_the_per_token_acceptance_of_the_iid_model_that_g_takes
         s.observe_sd(SDCounters(1, k, n, [1] * n + [0] * (k - n)))
     assert s.alpha2 == pytest.approx(alpha, abs=0.01)
     # the accepted/drafted rate is E[min(X, k)] / k = alpha (1 - alpha^k) / ((1 - alpha) k), not alpha
-    assert s.sd_acceptance_rate == pytest.approx(alpha * (1 - alpha ** k) / ((1 - alpha) * k), abs=0.01)
+    assert s.sd_acceptance_rate == pytest.approx(alpha * (1 - alpha**k) / ((1 - alpha) * k), abs=0.01)
 
 
 def test_a_pass_shortened_by_the_engine_that_accepted_all_it_drafted_is_no_failure():
@@ -86,7 +88,12 @@ def test_sd_counters_live_in_one_object_that_merges_and_round_trips_through_a_re
     m = a.merge(b)
     assert m.sd == SDCounters(3, 12, 9, [3, 3, 2, 1]) and a.sd == SDCounters(2, 8, 5, [2, 2, 1])
     d = m.to_dict()
-    assert (d["sd_drafts"], d["drafted_tokens"], d["accepted_tokens"], d["sd_accepted_by_pos"]) == (3, 12, 9, [3, 3, 2, 1])
+    assert (d["sd_drafts"], d["drafted_tokens"], d["accepted_tokens"], d["sd_accepted_by_pos"]) == (
+        3,
+        12,
+        9,
+        [3, 3, 2, 1],
+    )
     assert "sd" not in d  # records keep the flat keys they always had
     back = DecodeStats.from_dict(d)
     assert back.sd == m.sd and back.to_dict() == d

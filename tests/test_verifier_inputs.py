@@ -48,8 +48,10 @@ def backends(request):
     from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
     cfg = dict(dtype="float32", max_model_len=1024, seed=0, kv_cache_gib=0.25)
-    return (VLLMBackend(str(pair.target), VLLMConfig(spec_model=str(pair.draft), **cfg), name="target"),
-            VLLMBackend(str(pair.draft), VLLMConfig(**cfg), name="draft"))
+    return (
+        VLLMBackend(str(pair.target), VLLMConfig(spec_model=str(pair.draft), **cfg), name="target"),
+        VLLMBackend(str(pair.draft), VLLMConfig(**cfg), name="draft"),
+    )
 
 
 def decode_recording(target, draft, question: str, context_tokens: int = 256, problem: bool = True):
@@ -89,12 +91,12 @@ def test_context_is_the_problem_and_the_solution_as_the_target_saw_it_at_each_po
             assert p.context == verifier_context(question, clean(seen[-256:]))
             assert p.context.startswith(question)
             checked += k > 0
-        committed += [t for d in r.drafts[:r.committed_drafts] for t in d.token_ids]
+        committed += [t for d in r.drafts[: r.committed_drafts] for t in d.token_ids]
         if r.committed_drafts < len(r.targets):
             committed += r.targets[r.committed_drafts].token_ids
     assert checked > 0, "no round drafted two positions"
     assert ver.pairs == [p for r in rounds for p in r.pairs[0]]  # the records hold exactly what was judged
-    assert committed[:len(res.token_ids)] == res.token_ids
+    assert committed[: len(res.token_ids)] == res.token_ids
 
 
 def test_the_problem_is_never_dropped_from_a_short_context(backends):

@@ -57,9 +57,14 @@ def test_bad_verifier_specs_raise_config_error(spec):
         make_verifier(spec)
 
 
-@pytest.mark.parametrize("spec,kind,threshold", [
-    ("embedding@0.9", "embedding", 0.9), ("exact@1", "exact", None), ("random(0.3)@0.5", "random", 0.5),
-])
+@pytest.mark.parametrize(
+    "spec,kind,threshold",
+    [
+        ("embedding@0.9", "embedding", 0.9),
+        ("exact@1", "exact", None),
+        ("random(0.3)@0.5", "random", 0.5),
+    ],
+)
 def test_a_spec_may_carry_its_threshold_after_an_at_sign(spec, kind, threshold):
     from lrtune.verifiers import split_threshold
 
@@ -104,8 +109,13 @@ def test_draft_scores_carry_the_drafts_own_mean_logprob_and_top_k_entropy():
 
     assert topk_entropy({1: math.log(0.5), 2: math.log(0.5)}) == pytest.approx(math.log(2))
     assert topk_entropy({1: 0.0}) == 0.0
-    g = Generation(token_ids=[1, 2], text="ab", finish="length", logprobs=[-0.1, -0.3],
-                   top_logprobs=[{1: 0.0}, {2: math.log(0.5), 3: math.log(0.5)}])
+    g = Generation(
+        token_ids=[1, 2],
+        text="ab",
+        finish="length",
+        logprobs=[-0.1, -0.3],
+        top_logprobs=[{1: 0.0}, {2: math.log(0.5), 3: math.log(0.5)}],
+    )
     s = DraftScores.of([(-1.0, True)], g)
     assert s.draft_logprob == pytest.approx(-0.2) and s.draft_entropy == pytest.approx(math.log(2) / 2)
     plain = DraftScores.of([(-1.0, True)], Generation(token_ids=[1], text="a", finish="length"))
@@ -153,9 +163,23 @@ def test_target_logprob_min_scores_the_least_likely_token_that_a_mean_hides():
         make_verifier("target_logprob(max)")
 
 
-@pytest.mark.parametrize("spec", ["exact", "never", "always", "random", "random(0.3)", "random:0.25@0.6", "embedding@0.9",
-                                  "llm_judge", "llm_judge(paper)@0.85", "target_score", "target_logprob@0.4",
-                                  "target_logprob(min)@0.1"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "exact",
+        "never",
+        "always",
+        "random",
+        "random(0.3)",
+        "random:0.25@0.6",
+        "embedding@0.9",
+        "llm_judge",
+        "llm_judge(paper)@0.85",
+        "target_score",
+        "target_logprob@0.4",
+        "target_logprob(min)@0.1",
+    ],
+)
 def test_a_verifier_spec_prints_a_spec_that_parses_back_to_the_same_one(spec):
     from lrtune.verifiers import VerifierSpec
 

@@ -87,7 +87,9 @@ def test_never_verifier_output_equals_target_greedy(engines, prompts, method):
 
 def test_token_level_sd_output_equals_target_greedy_and_reports_acceptance(engines, prompts):
     target, draft = engines
-    dec = LookaheadDecoder(target, draft, make_verifier("never"), DecodeConfig(method="sd", gamma2=GAMMA2, max_new_tokens=MAX_NEW))
+    dec = LookaheadDecoder(
+        target, draft, make_verifier("never"), DecodeConfig(method="sd", gamma2=GAMMA2, max_new_tokens=MAX_NEW)
+    )
     for p in prompts:
         res, stats = dec.decode(p)
         assert res.token_ids == greedy(target, p)
@@ -111,22 +113,30 @@ def test_lr_sd_with_a_real_draft_commits_a_consistent_sequence(engines, prompts)
     target, draft = engines
     rounds = []
     cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24)
-    res, stats = LookaheadDecoder(target, draft, make_verifier("random(0.5)"), cfg).decode(prompts[1], on_round=rounds.append)
+    res, stats = LookaheadDecoder(target, draft, make_verifier("random(0.5)"), cfg).decode(
+        prompts[1], on_round=rounds.append
+    )
     rebuilt = []
     for r in rounds:
         assert len(r.drafts) <= 2
         rebuilt += [t for d in r.drafts[: r.committed_drafts] for t in d.token_ids]
         if r.committed_drafts < len(r.targets):
             rebuilt += r.targets[r.committed_drafts].token_ids
-    assert rebuilt[:len(res.token_ids)] == res.token_ids and len(res.token_ids) <= MAX_NEW
+    assert rebuilt[: len(res.token_ids)] == res.token_ids and len(res.token_ids) <= MAX_NEW
     assert stats.drafted_tokens > 0 and stats.target_calls == stats.rounds
 
 
 def test_seeded_sampling_is_reproducible_and_seeds_matter(engines, prompts):
     target, draft = engines
+
     def run(seed):
         cfg = DecodeConfig(method="lr", gamma1=2, temperature=0.9, seed=seed, max_new_tokens=48, max_step_tokens=16)
-        return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[2])[0].token_ids
+        return (
+            LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg)
+            .decode(prompts[2])[0]
+            .token_ids
+        )
+
     a, b, c = run(1), run(1), run(2)
     assert a == b
     assert a != c
@@ -134,9 +144,17 @@ def test_seeded_sampling_is_reproducible_and_seeds_matter(engines, prompts):
 
 def test_ngram_sd_output_equals_target_greedy(pair, engines, prompts):
     target, _ = engines
-    ngram = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, spec_method="ngram", kv_cache_gib=0.25, gpu_memory_utilization=0.1), name="ngram")
+    ngram = VLLMBackend(
+        str(pair.target),
+        VLLMConfig(
+            dtype="float32", max_model_len=1024, spec_method="ngram", kv_cache_gib=0.25, gpu_memory_utilization=0.1
+        ),
+        name="ngram",
+    )
     try:
-        dec = LookaheadDecoder(ngram, None, make_verifier("never"), DecodeConfig(method="sd", gamma2=2, max_new_tokens=MAX_NEW))
+        dec = LookaheadDecoder(
+            ngram, None, make_verifier("never"), DecodeConfig(method="sd", gamma2=2, max_new_tokens=MAX_NEW)
+        )
         for p in prompts[:2]:
             assert dec.decode(p)[0].token_ids == greedy(target, p)
     finally:
@@ -156,10 +174,17 @@ def test_lr_sd_counts_speculative_tokens_of_steps_that_end_at_the_delimiter(engi
 
 def test_seeded_sampling_with_token_level_sd_is_reproducible(engines, prompts):
     target, draft = engines
+
     def run(seed):
-        cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, temperature=0.9, seed=seed, max_new_tokens=48,
-                           max_step_tokens=16)
-        return LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg).decode(prompts[3])[0].token_ids
+        cfg = DecodeConfig(
+            method="lr+sd", gamma1=2, gamma2=GAMMA2, temperature=0.9, seed=seed, max_new_tokens=48, max_step_tokens=16
+        )
+        return (
+            LookaheadDecoder(target, draft, make_verifier("random(0.5)", seed=seed), cfg)
+            .decode(prompts[3])[0]
+            .token_ids
+        )
+
     assert run(5) == run(5)
 
 
@@ -175,26 +200,43 @@ def test_logprobs_are_returned_per_generated_token(engines, prompts):
 def test_shared_speculative_engine_serves_plain_requests_without_drafting(pair, engines, prompts):
     """γ2 = 0 on the shared SD engine: same greedy tokens as a plain engine, no drafts run."""
     target, draft = engines
-    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, gpu_memory_utilization=0.1, spec_model=str(pair.draft),
-                                                      shared_spec_tokens=GAMMA2), name="shared")
+    shared = VLLMBackend(
+        str(pair.target),
+        VLLMConfig(
+            dtype="float32",
+            max_model_len=1024,
+            kv_cache_gib=0.25,
+            gpu_memory_utilization=0.1,
+            spec_model=str(pair.draft),
+            shared_spec_tokens=GAMMA2,
+        ),
+        name="shared",
+    )
     try:
         assert shared.engine(0) is shared.engine(GAMMA2)
         counter = shared._counters[GAMMA2]
         for p in prompts[:2]:
             before = counter.totals.copy()
-            plain = LookaheadDecoder(shared, None, make_verifier("never"),
-                                     DecodeConfig(method="target", max_new_tokens=MAX_NEW)).decode(p)[0]
+            plain = LookaheadDecoder(
+                shared, None, make_verifier("never"), DecodeConfig(method="target", max_new_tokens=MAX_NEW)
+            ).decode(p)[0]
             assert plain.token_ids == greedy(target, p)
             assert counter.totals.minus(before).drafts == 0
             # then speculative requests on the same engine still draft and stay exact
-            res, stats = LookaheadDecoder(shared, draft, make_verifier("never"),
-                                          DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW,
-                                                       max_step_tokens=24)).decode(p)
+            res, stats = LookaheadDecoder(
+                shared,
+                draft,
+                make_verifier("never"),
+                DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24),
+            ).decode(p)
             assert res.token_ids == plain.token_ids
             assert stats.drafted_tokens > 0
-            lr, lr_stats = LookaheadDecoder(shared, draft, make_verifier("never"),
-                                            DecodeConfig(method="lr", gamma1=2, max_new_tokens=MAX_NEW,
-                                                         max_step_tokens=24)).decode(p)
+            lr, lr_stats = LookaheadDecoder(
+                shared,
+                draft,
+                make_verifier("never"),
+                DecodeConfig(method="lr", gamma1=2, max_new_tokens=MAX_NEW, max_step_tokens=24),
+            ).decode(p)
             assert lr.token_ids == plain.token_ids and lr_stats.drafted_tokens == 0
     finally:
         shared.close()
@@ -204,19 +246,35 @@ def test_shared_engine_honours_a_smaller_gamma2_per_request(pair, engines, promp
     """γ2 = 1 on an engine started with γ2 = 3: drafts are cut per request (at most 1
     verified draft token per pass) and greedy output stays the target's."""
     target, draft = engines
-    shared = VLLMBackend(str(pair.target), VLLMConfig(dtype="float32", max_model_len=1024, kv_cache_gib=0.25, gpu_memory_utilization=0.1, spec_model=str(pair.draft),
-                                                      shared_spec_tokens=GAMMA2), name="shared")
+    shared = VLLMBackend(
+        str(pair.target),
+        VLLMConfig(
+            dtype="float32",
+            max_model_len=1024,
+            kv_cache_gib=0.25,
+            gpu_memory_utilization=0.1,
+            spec_model=str(pair.draft),
+            shared_spec_tokens=GAMMA2,
+        ),
+        name="shared",
+    )
     try:
         assert shared.engine(1) is shared.engine(GAMMA2)
         for p in prompts[:2]:
-            res, stats = LookaheadDecoder(shared, draft, make_verifier("never"),
-                                          DecodeConfig(method="lr+sd", gamma1=2, gamma2=1, max_new_tokens=MAX_NEW,
-                                                       max_step_tokens=24)).decode(p)
+            res, stats = LookaheadDecoder(
+                shared,
+                draft,
+                make_verifier("never"),
+                DecodeConfig(method="lr+sd", gamma1=2, gamma2=1, max_new_tokens=MAX_NEW, max_step_tokens=24),
+            ).decode(p)
             assert res.token_ids == greedy(target, p)
             assert stats.sd_drafts > 0 and stats.drafted_tokens <= stats.sd_drafts  # ≤ 1 draft token per pass
-            full, _ = LookaheadDecoder(shared, draft, make_verifier("never"),
-                                       DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW,
-                                                    max_step_tokens=24)).decode(p)
+            full, _ = LookaheadDecoder(
+                shared,
+                draft,
+                make_verifier("never"),
+                DecodeConfig(method="lr+sd", gamma1=2, gamma2=GAMMA2, max_new_tokens=MAX_NEW, max_step_tokens=24),
+            ).decode(p)
             assert full.token_ids == res.token_ids
     finally:
         shared.close()
@@ -317,8 +375,9 @@ def test_freeing_one_vllm_engine_breaks_the_others_so_close_keeps_them():
 
     code = FREE_ONE_ENGINE.format(tests=str(Path(__file__).parent))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert "BROKEN" in out.stdout and "model parallel group is not initialized" in out.stdout, \
+    assert "BROKEN" in out.stdout and "model parallel group is not initialized" in out.stdout, (
         out.stdout[-2000:] + out.stderr[-2000:]
+    )
 
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])
@@ -402,8 +461,9 @@ def test_scored_lr_rounds_keep_greedy_equality_and_score_every_followed_draft_st
     from tiny_models import check_scored_lr_rounds
 
     target, draft = engines
-    check_scored_lr_rounds(target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW,
-                           every_token=False)
+    check_scored_lr_rounds(
+        target, draft, prompts[:2], lambda p: greedy(target, p), method, GAMMA2, MAX_NEW, every_token=False
+    )
 
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])

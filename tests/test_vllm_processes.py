@@ -60,7 +60,7 @@ def run_spawned(tmp_path: Path, *, unpatched: bool) -> dict:
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, out.stdout[-2000:] + out.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_a_spawned_engine_core_is_patched_by_the_plugin_and_honours_per_request_gamma2(tmp_path):

@@ -9,9 +9,19 @@ import time
 from pathlib import Path
 
 from lrtune.doctor_checks import reference_prompt_scores  # noqa: F401  (tests import it from here)
-from lrtune.toymodels import (DELIMITER, EOS_TOKEN, SPECIAL_TOKENS, TinyPair, build_tiny_pair,  # noqa: F401
-                              cache_key, chat_prompt, default_cache_root, get_tiny_pair, make_corpus,
-                              sample_questions)
+from lrtune.toymodels import (  # noqa: F401  (tests import these from here)
+    DELIMITER,
+    EOS_TOKEN,
+    SPECIAL_TOKENS,
+    TinyPair,
+    build_tiny_pair,
+    cache_key,
+    chat_prompt,
+    default_cache_root,
+    get_tiny_pair,
+    make_corpus,
+    sample_questions,
+)
 
 
 def check_early_abort(target, draft, prompts, reference, method: str, gamma2: int, max_new: int) -> None:
@@ -85,8 +95,9 @@ def check_draft_scores(target, model_dir, prompt: list[int], *, cached_tokens_sc
         assert all(s is not None for s in again[1])
 
 
-def check_scored_lr_rounds(target, draft, prompts, reference, method: str, gamma2: int, max_new: int, *,
-                           every_token: bool = True) -> None:
+def check_scored_lr_rounds(
+    target, draft, prompts, reference, method: str, gamma2: int, max_new: int, *, every_token: bool = True
+) -> None:
     """Sync LR with draft scoring on real engines: the output is still target greedy with
     ``never``; every draft step followed by a target row carries the target's scores of its
     tokens (``every_token``: of all of them; vLLM cannot score tokens that sit in reused
@@ -100,8 +111,9 @@ def check_scored_lr_rounds(target, draft, prompts, reference, method: str, gamma
     from lrtune.verifiers import make_verifier
     from lrtune.verifiers.base import topk_entropy
 
-    cfg = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24,
-                       record="draft_scores")
+    cfg = DecodeConfig(
+        method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24, record="draft_scores"
+    )
     for p in prompts:
         rounds = []
         res, _ = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p, on_round=rounds.append)
@@ -143,8 +155,9 @@ def check_score_rounds(target, draft, prompts, reference, method: str, gamma2: i
     from lrtune.decoder import DecodeConfig, LookaheadDecoder
     from lrtune.verifiers import make_verifier
 
-    cfg = DecodeConfig(method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24,
-                       schedule="score")
+    cfg = DecodeConfig(
+        method=method, gamma1=3, gamma2=gamma2, max_new_tokens=max_new, max_step_tokens=24, schedule="score"
+    )
     accepted = 0
     for p in prompts:
         res, stats = LookaheadDecoder(target, draft, make_verifier("never"), cfg).decode(p)
@@ -153,8 +166,12 @@ def check_score_rounds(target, draft, prompts, reference, method: str, gamma2: i
         if hasattr(target, "reset_prefix_cache"):  # vLLM cannot score draft tokens an earlier decode left cached
             target.reset_prefix_cache()
         res, stats = LookaheadDecoder(target, draft, make_verifier("target_logprob"), cfg).decode(
-            p, on_round=rounds.append)
-        assert all(pair.target == "" and pair.draft_scores is not None and pair.draft_scores.tokens
-                   for r in rounds for pair in r.pairs[0])
+            p, on_round=rounds.append
+        )
+        assert all(
+            pair.target == "" and pair.draft_scores is not None and pair.draft_scores.tokens
+            for r in rounds
+            for pair in r.pairs[0]
+        )
         accepted += stats.committed_draft_steps
     assert accepted > 0

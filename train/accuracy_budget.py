@@ -93,8 +93,19 @@ def _progress(path: Path, key: str) -> dict[tuple, dict]:
     return done
 
 
-def run_ladder(dec, verifier, task, problems: Sequence, ladder: Sequence[float], dcfg, max_loss: float,
-               confidence: float, progress_path: Path, key: str, log=print) -> dict:
+def run_ladder(
+    dec,
+    verifier,
+    task,
+    problems: Sequence,
+    ladder: Sequence[float],
+    dcfg,
+    max_loss: float,
+    confidence: float,
+    progress_path: Path,
+    key: str,
+    log=print,
+) -> dict:
     """Walk the ladder (see module docstring) with the loaded decoder ``dec``; returns the
     evidence: every step's threshold, changed answers, decodes, bound and verdict, the
     choice, and the target's answers."""
@@ -116,8 +127,16 @@ def run_ladder(dec, verifier, task, problems: Sequence, ladder: Sequence[float],
         v = None if threshold is None else AtThreshold(verifier, threshold)
         res, stats = dec.decoder.decode(ids, cfg, **({} if v is None else {"verifier": v}))
         answer, ok = task.check(prob, res.text)
-        line = {"key": key, "threshold": threshold, "problem": prob.id, "answer": answer, "correct": bool(ok),
-                "finish": res.finish, "drafted": stats.drafted_steps, "accepted": stats.accepted_steps}
+        line = {
+            "key": key,
+            "threshold": threshold,
+            "problem": prob.id,
+            "answer": answer,
+            "correct": bool(ok),
+            "finish": res.finish,
+            "drafted": stats.drafted_steps,
+            "accepted": stats.accepted_steps,
+        }
         append_jsonl(progress_path, line)
         return line
 
@@ -133,30 +152,50 @@ def run_ladder(dec, verifier, task, problems: Sequence, ladder: Sequence[float],
             if changed > k_max:
                 break  # this step can no longer be certified
         bound = false_accept_bound(changed, n, confidence) if decoded == n else None
-        step = {"threshold": t, "changed": changed, "decoded": decoded, "problems": n, "bound": bound,
-                "certified": decoded == n and changed <= k_max, "alpha1": accepted / drafted if drafted else None}
+        step = {
+            "threshold": t,
+            "changed": changed,
+            "decoded": decoded,
+            "problems": n,
+            "bound": bound,
+            "certified": decoded == n and changed <= k_max,
+            "alpha1": accepted / drafted if drafted else None,
+        }
         steps.append(step)
-        log(f"threshold {t:g}: {changed} of {decoded} answers differ from target-only"
-            + (f" (bound {bound:.3f})" if bound is not None else "") + (" certified" if step["certified"] else
-                                                                       " NOT certified: the walk stops"))
+        log(
+            f"threshold {t:g}: {changed} of {decoded} answers differ from target-only"
+            + (f" (bound {bound:.3f})" if bound is not None else "")
+            + (" certified" if step["certified"] else " NOT certified: the walk stops")
+        )
         if not step["certified"]:
             break
     chosen = choose(steps)
-    return {"max_accuracy_loss": max_loss, "confidence": confidence, "problems": n, "max_changed": k_max,
-            "problems_needed": problems_needed(max_loss, confidence), "ladder": list(ladder), "steps": steps,
-            "threshold": chosen["threshold"] if chosen else None, "certified": chosen is not None,
-            "target_accuracy": sum(r["correct"] for r in reference.values()) / n if n else None,
-            "problem_ids": [p.id for p in problems],
-            "method": "accuracy budget (LTT fixed-sequence, exact binomial)"}
+    return {
+        "max_accuracy_loss": max_loss,
+        "confidence": confidence,
+        "problems": n,
+        "max_changed": k_max,
+        "problems_needed": problems_needed(max_loss, confidence),
+        "ladder": list(ladder),
+        "steps": steps,
+        "threshold": chosen["threshold"] if chosen else None,
+        "certified": chosen is not None,
+        "target_accuracy": sum(r["correct"] for r in reference.values()) / n if n else None,
+        "problem_ids": [p.id for p in problems],
+        "method": "accuracy budget (LTT fixed-sequence, exact binomial)",
+    }
 
 
 def budget_story(b: dict) -> str:
     """One clause: the promise an accuracy budget makes, or why it makes none."""
     if not b.get("certified"):
-        return (f"no threshold of the ladder kept the answers within a {b['max_accuracy_loss']:g} change rate at "
-                f"{b['confidence']:g} on {b['problems']} problems")
+        return (
+            f"no threshold of the ladder kept the answers within a {b['max_accuracy_loss']:g} change rate at "
+            f"{b['confidence']:g} on {b['problems']} problems"
+        )
     step = next(s for s in b["steps"] if s["threshold"] == b["threshold"])
-    return (f"answers differ from target-only on <= {b['max_accuracy_loss']:g} of problems with probability "
-            f"{b['confidence']:g} ({step['changed']} of {b['problems']} calibration problems changed, bound "
-            f"{step['bound']:.3f})")
-
+    return (
+        f"answers differ from target-only on <= {b['max_accuracy_loss']:g} of problems with probability "
+        f"{b['confidence']:g} ({step['changed']} of {b['problems']} calibration problems changed, bound "
+        f"{step['bound']:.3f})"
+    )

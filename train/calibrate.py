@@ -30,15 +30,26 @@ class Budget(Checked):
 
     __pydantic_config__ = STRICT
 
-    max_false_accept: Fraction = field(default=0.05, metadata={
-        "help": "ε: the false-accept budget, the share of teacher-rejected steps the verifier may accept"})
-    confidence: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.9, metadata={
-        "help": "1-δ: the probability that the budget holds (false-accept rate <= ε; with --max-accuracy-loss Δ, "
-                "share of changed answers <= Δ)"})
-    calibration_unit: Literal["template", "pair"] = field(default="template", metadata={
-        "help": "the unit of evidence of the false-accept bound: template (pairs of one template are alike, so each "
-                "template counts once; needs as many templates with a rejected pair as the bound needs units) | pair "
-                "(every pair counts; exact only for exchangeable pairs, optimistic for pairs that come in templates)"})
+    max_false_accept: Fraction = field(
+        default=0.05,
+        metadata={"help": "ε: the false-accept budget, the share of teacher-rejected steps the verifier may accept"},
+    )
+    confidence: Annotated[float, Interval(gt=0, lt=1)] = field(
+        default=0.9,
+        metadata={
+            "help": "1-δ: the probability that the budget holds (false-accept rate <= ε; with --max-accuracy-loss Δ, "
+            "share of changed answers <= Δ)"
+        },
+    )
+    calibration_unit: Literal["template", "pair"] = field(
+        default="template",
+        metadata={
+            "help": "the unit of evidence of the false-accept bound: template (pairs of one template are alike, so "
+            "each "
+            "template counts once; needs as many templates with a rejected pair as the bound needs units) | pair "
+            "(every pair counts; exact only for exchangeable pairs, optimistic for pairs that come in templates)"
+        },
+    )
 
 
 def confusion(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict[str, int]:
@@ -64,10 +75,16 @@ def agreement(scores: Sequence[float], labels: Sequence[bool], threshold: float)
     recall = _ratio(c["tp"], c["tp"] + c["fn"])
     f1 = (2 * precision * recall / (precision + recall)) if precision and recall else 0.0
     return {
-        "n": n, "accuracy": _ratio(c["tp"] + c["tn"], n), "f1": f1, "auroc": auroc(scores, labels),
-        "false_accept_rate": _ratio(c["fp"], c["fp"] + c["tn"]), "false_reject_rate": _ratio(c["fn"], c["fn"] + c["tp"]),
-        "acceptance": _ratio(c["tp"] + c["fp"], n), "teacher_acceptance": _ratio(c["tp"] + c["fn"], n),
-        "threshold": threshold, **c,
+        "n": n,
+        "accuracy": _ratio(c["tp"] + c["tn"], n),
+        "f1": f1,
+        "auroc": auroc(scores, labels),
+        "false_accept_rate": _ratio(c["fp"], c["fp"] + c["tn"]),
+        "false_reject_rate": _ratio(c["fn"], c["fn"] + c["tp"]),
+        "acceptance": _ratio(c["tp"] + c["fp"], n),
+        "teacher_acceptance": _ratio(c["tp"] + c["fn"], n),
+        "threshold": threshold,
+        **c,
     }
 
 
@@ -95,9 +112,14 @@ def calibrate_threshold(scores: Sequence[float], labels: Sequence[bool], max_fal
             break
         best, best_far = t, far
     best = min(max(best, 0.0), 1.0)
-    return {"threshold": best, "max_false_accept": max_false_accept, "val_false_accept_rate": best_far,
-            "val_acceptance": sum(1 for s, _ in pairs if s >= best) / len(pairs), "val_rejected": n_neg,
-            "method": "max acceptance s.t. FAR <= max"}
+    return {
+        "threshold": best,
+        "max_false_accept": max_false_accept,
+        "val_false_accept_rate": best_far,
+        "val_acceptance": sum(1 for s, _ in pairs if s >= best) / len(pairs),
+        "val_rejected": n_neg,
+        "method": "max acceptance s.t. FAR <= max",
+    }
 
 
 def best_agreement_threshold(scores: Sequence[float], labels: Sequence[bool]) -> float:
@@ -118,9 +140,15 @@ def agreement_threshold(scores: Sequence[float], labels: Sequence[bool]) -> dict
     """:func:`best_agreement_threshold` on these pairs, described like :func:`calibrate_threshold`."""
     t = min(max(best_agreement_threshold(scores, labels), 0.0), 1.0)  # a checkpoint's threshold lies in [0, 1]
     a = agreement(scores, labels, t)
-    return {"threshold": t, "max_false_accept": None, "val_false_accept_rate": a["false_accept_rate"],
-            "val_acceptance": a["acceptance"], "val_agreement": a["accuracy"], "val_rejected": a["fp"] + a["tn"],
-            "method": "max agreement"}
+    return {
+        "threshold": t,
+        "max_false_accept": None,
+        "val_false_accept_rate": a["false_accept_rate"],
+        "val_acceptance": a["acceptance"],
+        "val_agreement": a["accuracy"],
+        "val_rejected": a["fp"] + a["tn"],
+        "method": "max agreement",
+    }
 
 
 def coarse_cap_warning(n_rejected: int, max_false_accept: float) -> str | None:
@@ -129,13 +157,21 @@ def coarse_cap_warning(n_rejected: int, max_false_accept: float) -> str | None:
     sit above every rejected pair's score (one outlier then sets it). None when ≥ 1 is allowed."""
     if n_rejected <= 0 or math.floor(n_rejected * max_false_accept + 1e-9) >= 1:
         return None
-    return (f"validation holds {n_rejected} teacher-rejected pairs: a false-accept cap of {max_false_accept:g} allows "
-            "none of them, so the threshold sits above every rejected pair's score; raise --max-false-accept "
-            f"to at least {1 / n_rejected:.3f} or collect more rejected pairs")
+    return (
+        f"validation holds {n_rejected} teacher-rejected pairs: a false-accept cap of {max_false_accept:g} allows "
+        "none of them, so the threshold sits above every rejected pair's score; raise --max-false-accept "
+        f"to at least {1 / n_rejected:.3f} or collect more rejected pairs"
+    )
 
 
-def cross_fitted(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str], max_false_accept: float,
-                 folds: int = 2, seed: int = 0) -> dict:
+def cross_fitted(
+    scores: Sequence[float],
+    labels: Sequence[bool],
+    groups: Sequence[str],
+    max_false_accept: float,
+    folds: int = 2,
+    seed: int = 0,
+) -> dict:
     """Calibration judged on pairs it never saw: groups (templates or problems) are shuffled
     with ``seed`` and dealt into ``folds`` folds; each fold is decided at the threshold
     :func:`calibrate_threshold` picks on the other folds, and the pooled decisions give the
@@ -160,10 +196,16 @@ def cross_fitted(scores: Sequence[float], labels: Sequence[bool], groups: Sequen
         held_scores += [scores[i] - t for i in test]
         held_labels += [bool(labels[i]) for i in test]
     held = agreement(held_scores, held_labels, 0.0)
-    return {"threshold": calibrate_threshold(scores, labels, max_false_accept)["threshold"],
-            "max_false_accept": max_false_accept, "folds": folds, "fold_thresholds": fold_thresholds,
-            "heldout_false_accept_rate": held["false_accept_rate"], "heldout_acceptance": held["acceptance"],
-            "heldout_agreement": held["accuracy"], "heldout_n": held["n"]}
+    return {
+        "threshold": calibrate_threshold(scores, labels, max_false_accept)["threshold"],
+        "max_false_accept": max_false_accept,
+        "folds": folds,
+        "fold_thresholds": fold_thresholds,
+        "heldout_false_accept_rate": held["false_accept_rate"],
+        "heldout_acceptance": held["acceptance"],
+        "heldout_agreement": held["accuracy"],
+        "heldout_n": held["n"],
+    }
 
 
 # ---- a false-accept budget with a guarantee ------------------------------------------------
@@ -189,8 +231,9 @@ def rejected_pairs_needed(max_false_accept: float, confidence: float) -> int | N
     return math.ceil(math.log(1 - confidence) / math.log(1 - max_false_accept) - 1e-12)
 
 
-def risk_controlled_threshold(scores: Sequence[float], labels: Sequence[bool], max_false_accept: float,
-                              confidence: float = 0.9) -> dict:
+def risk_controlled_threshold(
+    scores: Sequence[float], labels: Sequence[bool], max_false_accept: float, confidence: float = 0.9
+) -> dict:
     """The most permissive threshold whose false-accept rate is ≤ ε = ``max_false_accept`` with
     probability ≥ 1 − δ = ``confidence`` over the calibration pairs (Learn then Test,
     Angelopoulos et al. 2021, arXiv 2110.01052, with an exact binomial test).
@@ -225,12 +268,20 @@ def risk_controlled_threshold(scores: Sequence[float], labels: Sequence[bool], m
     t = 1.0 if k_star < 0 else min(1.0, math.nextafter(neg[k_star], math.inf))
     k = sum(1 for s in neg if s >= t)
     bound = false_accept_bound(k, n, confidence)
-    return {"threshold": t, "method": "false-accept bound (LTT, Clopper-Pearson)", "max_false_accept": max_false_accept,
-            "confidence": confidence, "certified": bound <= max_false_accept + 1e-12, "false_accept_bound": bound,
-            "calibration_pairs": len(clean), "val_rejected": n, "false_accepts": k,
-            "val_false_accept_rate": k / n if n else None,
-            "val_acceptance": sum(1 for s, _ in clean if s >= t) / len(clean),
-            "rejected_pairs_needed": rejected_pairs_needed(max_false_accept, confidence)}
+    return {
+        "threshold": t,
+        "method": "false-accept bound (LTT, Clopper-Pearson)",
+        "max_false_accept": max_false_accept,
+        "confidence": confidence,
+        "certified": bound <= max_false_accept + 1e-12,
+        "false_accept_bound": bound,
+        "calibration_pairs": len(clean),
+        "val_rejected": n,
+        "false_accepts": k,
+        "val_false_accept_rate": k / n if n else None,
+        "val_acceptance": sum(1 for s, _ in clean if s >= t) / len(clean),
+        "rejected_pairs_needed": rejected_pairs_needed(max_false_accept, confidence),
+    }
 
 
 # ---- the same budget when pairs come in clusters (templates) ---------------------------------
@@ -280,8 +331,13 @@ def units_needed(max_false_accept: float, confidence: float) -> int | None:
     return rejected_pairs_needed(max_false_accept, confidence)
 
 
-def template_controlled_threshold(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str],
-                                  max_false_accept: float, confidence: float = 0.9) -> dict:
+def template_controlled_threshold(
+    scores: Sequence[float],
+    labels: Sequence[bool],
+    groups: Sequence[str],
+    max_false_accept: float,
+    confidence: float = 0.9,
+) -> dict:
     """:func:`risk_controlled_threshold` when pairs come in clusters: the unit of evidence is the
     template, not the pair. Pairs of one template are alike (a template's rejected steps tend to
     pass or fail together), so a binomial test over pairs counts more independent evidence than
@@ -323,21 +379,32 @@ def template_controlled_threshold(scores: Sequence[float], labels: Sequence[bool
     bound = hoeffding_bentkus_bound(r, m, confidence)
     neg = [s for v in by_template.values() for s in v]
     k = sum(s >= t for s in neg)
-    return {"threshold": t, "method": "false-accept bound over templates (LTT, Hoeffding-Bentkus)", "unit": "template",
-            "max_false_accept": max_false_accept, "confidence": confidence,
-            "certified": bound <= max_false_accept + 1e-12, "false_accept_bound": bound,
-            "calibration_pairs": len(clean), "calibration_templates": len({g for _, _, g in clean}),
-            "val_rejected": len(neg), "rejected_templates": m, "false_accepts": k,
-            "val_false_accept_rate": r if m else None, "val_pair_false_accept_rate": k / len(neg) if neg else None,
-            "val_acceptance": sum(1 for s, _, _ in clean if s >= t) / len(clean),
-            "rejected_pairs_needed": units_needed(max_false_accept, confidence)}
+    return {
+        "threshold": t,
+        "method": "false-accept bound over templates (LTT, Hoeffding-Bentkus)",
+        "unit": "template",
+        "max_false_accept": max_false_accept,
+        "confidence": confidence,
+        "certified": bound <= max_false_accept + 1e-12,
+        "false_accept_bound": bound,
+        "calibration_pairs": len(clean),
+        "calibration_templates": len({g for _, _, g in clean}),
+        "val_rejected": len(neg),
+        "rejected_templates": m,
+        "false_accepts": k,
+        "val_false_accept_rate": r if m else None,
+        "val_pair_false_accept_rate": k / len(neg) if neg else None,
+        "val_acceptance": sum(1 for s, _, _ in clean if s >= t) / len(clean),
+        "rejected_pairs_needed": units_needed(max_false_accept, confidence),
+    }
 
 
 CALIBRATION_UNITS = ("template", "pair")
 
 
-def bound_threshold(scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str] | None,
-                    budget: Budget) -> dict:
+def bound_threshold(
+    scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str] | None, budget: Budget
+) -> dict:
     """The threshold rule ``bound`` at ``budget``: over templates (:func:`template_controlled_threshold`,
     ``budget.calibration_unit == "template"``) or over single pairs (:func:`risk_controlled_threshold`)."""
     if budget.calibration_unit == "template":
@@ -363,6 +430,8 @@ def uncertified_warning(calib: dict) -> str | None:
     """One line when a bound (:func:`bound_threshold`) certified no threshold below 1.0."""
     if calib.get("certified", True):
         return None
-    return (f"{evidence_words(calib)} cannot certify a false-accept rate <= {calib['max_false_accept']:g} at "
-            f"{calib['confidence']:.0%} confidence (that needs at least {needed_words(calib)}): threshold 1.0 "
-            "accepts only steps identical to the target's")
+    return (
+        f"{evidence_words(calib)} cannot certify a false-accept rate <= {calib['max_false_accept']:g} at "
+        f"{calib['confidence']:.0%} confidence (that needs at least {needed_words(calib)}): threshold 1.0 "
+        "accepts only steps identical to the target's"
+    )

@@ -60,12 +60,29 @@ class TrainControllerConfig(Checked):
     data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
     out: Text = field(default="results/controller", metadata={"help": "controller directory to write"})
     profile: Text | None = field(default=None, metadata={"help": "hardware profile JSON from lrtune profile"})
-    encoder: Text = field(default="all-MiniLM-L6-v2", metadata={"help": "sentence encoder of the problem text ('none': length and task only)"})
-    gamma1_max: Annotated[int, Interval(ge=1, le=16)] = field(default=Bounds.gamma1_max, metadata={"help": "largest γ1 the controller may choose"})
-    gamma2_max: Annotated[int, Interval(ge=0, le=16)] = field(default=4, metadata={"help": "largest γ2 the controller may choose (on vLLM the SD engine drafts this many tokens every pass and cuts per request, so rows with a smaller γ2 pay for them)"})
-    budget: Annotated[float, Interval(ge=0, le=256)] = field(default=Bounds.M, metadata={"help": "parallel budget M: γ1·γ2 <= M"})
-    prior_strength: Annotated[float, Interval(gt=0, le=1e6)] = field(default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"})
-    folds: Annotated[int, Interval(ge=2, le=1000)] = field(default=5, metadata={"help": "cross-validation folds (by problem)"})
+    encoder: Text = field(
+        default="all-MiniLM-L6-v2",
+        metadata={"help": "sentence encoder of the problem text ('none': length and task only)"},
+    )
+    gamma1_max: Annotated[int, Interval(ge=1, le=16)] = field(
+        default=Bounds.gamma1_max, metadata={"help": "largest γ1 the controller may choose"}
+    )
+    gamma2_max: Annotated[int, Interval(ge=0, le=16)] = field(
+        default=4,
+        metadata={
+            "help": "largest γ2 the controller may choose (on vLLM the SD engine drafts this many tokens every pass "
+            "and cuts per request, so rows with a smaller γ2 pay for them)"
+        },
+    )
+    budget: Annotated[float, Interval(ge=0, le=256)] = field(
+        default=Bounds.M, metadata={"help": "parallel budget M: γ1·γ2 <= M"}
+    )
+    prior_strength: Annotated[float, Interval(gt=0, le=1e6)] = field(
+        default=8.0, metadata={"help": "pseudo-observations behind the predicted α (online refinement weight)"}
+    )
+    folds: Annotated[int, Interval(ge=2, le=1000)] = field(
+        default=5, metadata={"help": "cross-validation folds (by problem)"}
+    )
     seed: Seed = field(default=0, metadata={"help": "fold assignment seed"})
 
     def validate(self) -> "TrainControllerConfig":
@@ -112,7 +129,9 @@ def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, l
         rows = probs.to_pylist()
         task = get_task(opts.get("task", "gsm_symbolic"))
         limit = max(r["index"] for r in rows) + 1
-        texts = {p.id: task.prompt(p) for p in task.load(limit=limit, seed=opts.get("task_seed", 0), path=opts.get("data"))}
+        texts = {
+            p.id: task.prompt(p) for p in task.load(limit=limit, seed=opts.get("task_seed", 0), path=opts.get("data"))
+        }
         for r in rows:
             if r.get("alpha1") is None or r["problem_id"] not in texts:
                 continue
@@ -160,8 +179,12 @@ def _profile(cfg: TrainControllerConfig, c1s: list[float], prof: dict | None) ->
             log(f"{cfg.profile}: {note}")
         return {"c1": prof["c1"], "c2": c2, "batch_cost": prof.get("batch_cost"), "source": str(p)}
     c = statistics.median(c1s) if c1s else DEFAULT_COST_RATIO
-    return {"c1": c, "c2": c, "batch_cost": None,
-            "source": "median c1 of the collected problems; b(n) = 1 (no profile given)"}
+    return {
+        "c1": c,
+        "c2": c,
+        "batch_cost": None,
+        "source": "median c1 of the collected problems; b(n) = 1 (no profile given)",
+    }
 
 
 def _settings(key: dict | None) -> dict:
@@ -184,13 +207,14 @@ def check_controller_out(out: Path, key: dict) -> None:
             raise ConfigError(f"{out} holds {what} ({name}); use another --out")
     prev = read_json(out / TRAIN_CONFIG)
     if (out / TRAIN_CONFIG).exists() and (prev is None or "options" in prev):
-        raise ConfigError(f"{out} holds another training run ({TRAIN_CONFIG} is not a controller's); "
-                          "use another --out")
+        raise ConfigError(f"{out} holds another training run ({TRAIN_CONFIG} is not a controller's); use another --out")
     if (out / learned.META).exists() and _settings(prev) != _settings(key):
         old, new = _settings(prev), _settings(key)
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)) if prev else ["unknown"]
-        raise ConfigError(f"{out} holds a controller fitted with other settings ({', '.join(changed)}); "
-                          "use another --out or delete it")
+        raise ConfigError(
+            f"{out} holds a controller fitted with other settings ({', '.join(changed)}); "
+            "use another --out or delete it"
+        )
 
 
 def _keep_backup(out: Path) -> None:
@@ -208,8 +232,9 @@ def training_pricing(prof: dict, bounds: Bounds) -> Pricing:
     """The plan a controller is trained and judged with: the profile's c1, c2 and b(n) (priced by
     the longest of n steps), on the engine it will run on, which drafts ``gamma2_max`` tokens per
     pass (the shared engine drafts the controller's largest γ2 and cuts per request; 0 without SD)."""
-    return Pricing(c1=prof["c1"], c2=prof["c2"], batch_cost=learned.priced_batch_cost(prof),
-                   engine_drafts=bounds.gamma2_max)
+    return Pricing(
+        c1=prof["c1"], c2=prof["c2"], batch_cost=learned.priced_batch_cost(prof), engine_drafts=bounds.gamma2_max
+    )
 
 
 def _folds(n: int, k: int, seed: int) -> list[np.ndarray]:
@@ -217,8 +242,9 @@ def _folds(n: int, k: int, seed: int) -> list[np.ndarray]:
     return [order[i::k] for i in range(k)]
 
 
-def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControllerConfig, bounds: Bounds,
-                   prof: dict) -> dict:
+def cross_validate(
+    X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControllerConfig, bounds: Bounds, prof: dict
+) -> dict:
     """Held-out α errors and speedup-model decision quality (see module docstring)."""
     arms = bounds.arms()
     pricing = training_pricing(prof, bounds)
@@ -241,10 +267,15 @@ def cross_validate(X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControl
             h_fixed.append(hv(fixed, *Y[i]))
             h_oracle.append(max(hv(a, *Y[i]) for a in arms))
     e, em = np.vstack(err), np.vstack(err_mean)
-    return {"mae_alpha1": float(e[:, 0].mean()), "mae_alpha2": float(e[:, 1].mean()),
-            "mae_alpha1_mean_baseline": float(em[:, 0].mean()), "mae_alpha2_mean_baseline": float(em[:, 1].mean()),
-            "model_speedup_learned": float(np.mean(h_learned)), "model_speedup_best_fixed": float(np.mean(h_fixed)),
-            "model_speedup_oracle": float(np.mean(h_oracle))}
+    return {
+        "mae_alpha1": float(e[:, 0].mean()),
+        "mae_alpha2": float(e[:, 1].mean()),
+        "mae_alpha1_mean_baseline": float(em[:, 0].mean()),
+        "mae_alpha2_mean_baseline": float(em[:, 1].mean()),
+        "model_speedup_learned": float(np.mean(h_learned)),
+        "model_speedup_best_fixed": float(np.mean(h_fixed)),
+        "model_speedup_oracle": float(np.mean(h_oracle)),
+    }
 
 
 def run(cfg: TrainControllerConfig) -> dict:
@@ -270,25 +301,48 @@ def run(cfg: TrainControllerConfig) -> dict:
     prof = _profile(cfg, c1s, given)
     prof["step_tokens"] = step_lengths(dirs, seed=cfg.seed)
     bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
-    feats = learned.ProblemFeaturizer(sorted({p.task for p in problems}),
-                                      None if cfg.encoder.lower() == "none" else cfg.encoder)
+    feats = learned.ProblemFeaturizer(
+        sorted({p.task for p in problems}), None if cfg.encoder.lower() == "none" else cfg.encoder
+    )
     X = feats.transform(problems)
-    log(f"{len(problems)} problems; mean α1 {Y[:, 0].mean():.3f}, α2 {Y[:, 1].mean():.3f}; "
-        f"c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}")
+    log(
+        f"{len(problems)} problems; mean α1 {Y[:, 0].mean():.3f}, α2 {Y[:, 1].mean():.3f}; "
+        f"c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}"
+    )
     scores = {r: cross_validate(X, Y, r, cfg, bounds, prof) for r in (0.1, 1.0, 10.0, 100.0, 1000.0)}
     ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
     model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
     pricing = training_pricing(prof, bounds)
-    best_fixed = max(bounds.arms(), key=lambda a: float(np.mean(
-        [pricing.speedup("lr", a[0], a[1], min(y[0], 0.999), min(y[1], 0.999)) for y in Y])))
-    metrics = {"cv": scores[ridge], "ridge_alpha": ridge, "cv_by_ridge": {str(k): v for k, v in scores.items()},
-               "folds": cfg.folds}
+    best_fixed = max(
+        bounds.arms(),
+        key=lambda a: float(
+            np.mean([pricing.speedup("lr", a[0], a[1], min(y[0], 0.999), min(y[1], 0.999)) for y in Y])
+        ),
+    )
+    metrics = {
+        "cv": scores[ridge],
+        "ridge_alpha": ridge,
+        "cv_by_ridge": {str(k): v for k, v in scores.items()},
+        "folds": cfg.folds,
+    }
     metrics["best_fixed"] = list(best_fixed)
     out = outdir.claim_out(cfg.out, "train controller")  # phase 2: the fit is done, only writes follow
     _keep_backup(out)
-    learned.save(out, model, feats, bounds=bounds, profile=prof, prior_strength=cfg.prior_strength, metrics=metrics,
-                 data={"dirs": dirs, "problems": len(problems), "mean_alpha1": float(Y[:, 0].mean()),
-                       "mean_alpha2": float(Y[:, 1].mean())})
+    learned.save(
+        out,
+        model,
+        feats,
+        bounds=bounds,
+        profile=prof,
+        prior_strength=cfg.prior_strength,
+        metrics=metrics,
+        data={
+            "dirs": dirs,
+            "problems": len(problems),
+            "mean_alpha1": float(Y[:, 0].mean()),
+            "mean_alpha2": float(Y[:, 1].mean()),
+        },
+    )
     _write_card(out, metrics, prof, bounds, len(problems))
     write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
     return metrics
@@ -299,18 +353,26 @@ def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) ->
 
     cv = metrics["cv"]
     lines = [
-        "# lrtune learned controller", "",
+        "# lrtune learned controller",
+        "",
         f"Fitted by `lrtune train controller` on {n} problems. Load: `lrtune.policies.learned.load(path)` or "
-        "`--controller PATH`.", "",
+        "`--controller PATH`.",
+        "",
         f"- bounds: γ1 ≤ {bounds.gamma1_max}, γ2 ≤ {bounds.gamma2_max}, γ1·γ2 ≤ M = {bounds.M:g}",
-        f"- profile: c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}, b(n) = {prof.get('batch_cost') or '1'} ({prof['source']})",
+        f"- profile: c1 = {prof['c1']:.3f}, c2 = {prof['c2']:.3f}, b(n) = {prof.get('batch_cost') or '1'} "
+        f"({prof['source']})",
         f"- a batch of n steps is priced by its longest step: {len(prof.get('step_tokens') or [])} collected target "
-        "steps" + (f", E[max of 4]/E[step] = {_longest_ratio(prof['step_tokens'], 4):.2f}" if prof.get("step_tokens") else ""),
-        f"- ridge penalty {metrics['ridge_alpha']:g} (cross-validated, {metrics['folds']} folds by problem)", "",
-        "| held-out | learned | training mean |", "|---|---|---|",
+        "steps"
+        + (f", E[max of 4]/E[step] = {_longest_ratio(prof['step_tokens'], 4):.2f}" if prof.get("step_tokens") else ""),
+        f"- ridge penalty {metrics['ridge_alpha']:g} (cross-validated, {metrics['folds']} folds by problem)",
+        "",
+        "| held-out | learned | training mean |",
+        "|---|---|---|",
         f"| MAE α1 | {cv['mae_alpha1']:.3f} | {cv['mae_alpha1_mean_baseline']:.3f} |",
-        f"| MAE α2 | {cv['mae_alpha2']:.3f} | {cv['mae_alpha2_mean_baseline']:.3f} |", "",
-        "Speedup model h at the chosen depths, mean over held-out problems (true α):", "",
+        f"| MAE α2 | {cv['mae_alpha2']:.3f} | {cv['mae_alpha2_mean_baseline']:.3f} |",
+        "",
+        "Speedup model h at the chosen depths, mean over held-out problems (true α):",
+        "",
         f"- learned: {cv['model_speedup_learned']:.3f}; best fixed (training folds): "
         f"{cv['model_speedup_best_fixed']:.3f}; oracle: {cv['model_speedup_oracle']:.3f}",
     ]
@@ -324,10 +386,14 @@ add_arguments, make_parser, config_from_args = COMMAND.add_arguments, COMMAND.ma
 def main(cfg: TrainControllerConfig) -> int:
     m = run(cfg)
     cv = m["cv"]
-    print(f"held-out MAE α1 {cv['mae_alpha1']:.3f} (mean baseline {cv['mae_alpha1_mean_baseline']:.3f}), "
-          f"α2 {cv['mae_alpha2']:.3f} ({cv['mae_alpha2_mean_baseline']:.3f})")
-    print(f"speedup model at the chosen depths: learned {cv['model_speedup_learned']:.3f}, best fixed "
-          f"{cv['model_speedup_best_fixed']:.3f}, oracle {cv['model_speedup_oracle']:.3f}")
+    print(
+        f"held-out MAE α1 {cv['mae_alpha1']:.3f} (mean baseline {cv['mae_alpha1_mean_baseline']:.3f}), "
+        f"α2 {cv['mae_alpha2']:.3f} ({cv['mae_alpha2_mean_baseline']:.3f})"
+    )
+    print(
+        f"speedup model at the chosen depths: learned {cv['model_speedup_learned']:.3f}, best fixed "
+        f"{cv['model_speedup_best_fixed']:.3f}, oracle {cv['model_speedup_oracle']:.3f}"
+    )
     log(f"controller: {cfg.out}")
     return 0
 

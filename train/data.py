@@ -58,11 +58,18 @@ def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
             s = r.get("teacher_score")
             soft = float(s) if s is not None and not math.isnan(s) and 0.0 <= s <= 1.0 else float(r["label"])
             teachers.add(r.get("teacher") or "?")
-            out.append(PairExample(problem_id=f"{r['task']}/{r['problem_id']}",
-                                   pair=pair_from_columns(r),
-                                   label=bool(r["label"]), target=soft, teacher_s=r.get("judge_s"),
-                                   embedding_cosine=r.get("embedding_cosine"), exact_match=r.get("exact_match"),
-                                   group=template_of(r["task"], r["problem_id"])))
+            out.append(
+                PairExample(
+                    problem_id=f"{r['task']}/{r['problem_id']}",
+                    pair=pair_from_columns(r),
+                    label=bool(r["label"]),
+                    target=soft,
+                    teacher_s=r.get("judge_s"),
+                    embedding_cosine=r.get("embedding_cosine"),
+                    exact_match=r.get("exact_match"),
+                    group=template_of(r["task"], r["problem_id"]),
+                )
+            )
     if not out:
         raise ConfigError(f"no labelled step pairs in {', '.join(dirs)}")
     if len(teachers) > 1:
@@ -76,8 +83,9 @@ def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: floa
     ids = sorted(set(groups))
     n = len(ids)
     if n < 3:
-        raise ConfigError(f"need at least 3 problem templates for train/val/test splits, got {n}; "
-                          "collect more problems")
+        raise ConfigError(
+            f"need at least 3 problem templates for train/val/test splits, got {n}; collect more problems"
+        )
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise ConfigError("val and test fractions must be in (0, 1) with a sum below 1")
     random.Random(seed).shuffle(ids)
@@ -88,8 +96,9 @@ def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: floa
     return {pid: ("test" if i < n_test else "val" if i < n_test + n_val else "train") for i, pid in enumerate(ids)}
 
 
-def split_examples(examples: Sequence[PairExample], val_fraction: float, test_fraction: float,
-                   seed: int) -> dict[str, list[PairExample]]:
+def split_examples(
+    examples: Sequence[PairExample], val_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[PairExample]]:
     """The examples of each split: all examples of one template in one split (see
     :func:`split_groups`)."""
     where = split_groups([e.split_group for e in examples], val_fraction, test_fraction, seed)
@@ -104,8 +113,15 @@ def fingerprint(examples: Sequence[PairExample]) -> str:
     other column a student reads where the data has it (:func:`_read_columns`)."""
     h = hashlib.sha256()
     for e in examples:
-        for part in (e.problem_id, e.pair.context, e.pair.draft, e.pair.target, str(int(e.label)), f"{e.target:.6f}",
-                     *_read_columns(e)):
+        for part in (
+            e.problem_id,
+            e.pair.context,
+            e.pair.draft,
+            e.pair.target,
+            str(int(e.label)),
+            f"{e.target:.6f}",
+            *_read_columns(e),
+        ):
             h.update(part.encode())
             h.update(b"\0")
     return h.hexdigest()
@@ -115,6 +131,12 @@ def _read_columns(e: PairExample) -> list[str]:
     """The likelihood columns (the target's and the draft's scores of the draft step) and the
     embedding cosine of an example, when it has them (none: the fingerprint of older data)."""
     s = e.pair.draft_scores
-    parts = [] if s is None else [f"scores:{s.mean_logprob!r},{s.min_logprob!r},{s.argmax_share!r},{s.tokens!r},"
-                                  f"{s.draft_logprob!r},{s.draft_entropy!r}"]
+    parts = (
+        []
+        if s is None
+        else [
+            f"scores:{s.mean_logprob!r},{s.min_logprob!r},{s.argmax_share!r},{s.tokens!r},"
+            f"{s.draft_logprob!r},{s.draft_entropy!r}"
+        ]
+    )
     return parts + ([] if e.embedding_cosine is None else [f"cosine:{float(e.embedding_cosine)!r}"])

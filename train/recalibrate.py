@@ -46,28 +46,62 @@ class CalibrateConfig(Budget):
 
     __pydantic_config__ = STRICT
 
-    verifier: Text = field(default="", metadata={"help": "a training-free verifier spec (embedding, exact, "
-                                                         "target_logprob, target_logprob(min)) or a checkpoint directory"})
-    data: Text = field(default="", metadata={"help": "collect output dir (or comma list) of teacher-labelled pairs the "
-                                                     "verifier never trained on"})
-    rounds: Literal["auto", "lr", "score"] = field(default="auto", metadata={
-        "help": "which rounds the threshold is for: lr (the verifier sees the target's step), score (it does not: "
-                "one-sided verifiers); auto: score for a router, else lr"})
-    max_accuracy_loss: Fraction | None = field(default=None, metadata={
-        "help": "Δ: calibrate answers, not pairs: the most permissive threshold whose share of answers that differ "
-                "from target-only greedy is <= Δ at --confidence (decodes --limit problems of --task)"})
-    task: Text = field(default="gsm_symbolic", metadata={"help": "--max-accuracy-loss: the task of the calibration problems"})
+    verifier: Text = field(
+        default="",
+        metadata={
+            "help": "a training-free verifier spec (embedding, exact, "
+            "target_logprob, target_logprob(min)) or a checkpoint directory"
+        },
+    )
+    data: Text = field(
+        default="",
+        metadata={"help": "collect output dir (or comma list) of teacher-labelled pairs the verifier never trained on"},
+    )
+    rounds: Literal["auto", "lr", "score"] = field(
+        default="auto",
+        metadata={
+            "help": "which rounds the threshold is for: lr (the verifier sees the target's step), score (it does not: "
+            "one-sided verifiers); auto: score for a router, else lr"
+        },
+    )
+    max_accuracy_loss: Fraction | None = field(
+        default=None,
+        metadata={
+            "help": "Δ: calibrate answers, not pairs: the most permissive threshold whose share of answers that differ "
+            "from target-only greedy is <= Δ at --confidence (decodes --limit problems of --task)"
+        },
+    )
+    task: Text = field(
+        default="gsm_symbolic", metadata={"help": "--max-accuracy-loss: the task of the calibration problems"}
+    )
     task_data: Text | None = field(default=None, metadata={"help": "--max-accuracy-loss: problem file for file tasks"})
-    task_seed: Seed = field(default=2, metadata={"help": "--max-accuracy-loss: problem generator seed (collect uses 0, "
-                                                         "lrtune demo's evaluation 1)"})
-    limit: Problems = field(default=80, metadata={"help": "--max-accuracy-loss: calibration problems (N); N certifies "
-                                                          "Δ only if (1-Δ)^N <= 1-confidence"})
-    heldout_from: Text | None = field(default=None, metadata={"help": "--max-accuracy-loss: collect dirs whose templates "
-                                                                      "to leave out (default: the checkpoint's training data)"})
-    thresholds: Text = field(default=",".join(f"{t:g}" for t in DEFAULT_LADDER), metadata={
-        "help": "--max-accuracy-loss: the ladder, strict to permissive"})
-    out: Text | None = field(default=None, metadata={"help": "JSON file for the result (required for a training-free "
-                                                             "verifier; a checkpoint is updated in place)"})
+    task_seed: Seed = field(
+        default=2,
+        metadata={"help": "--max-accuracy-loss: problem generator seed (collect uses 0, lrtune demo's evaluation 1)"},
+    )
+    limit: Problems = field(
+        default=80,
+        metadata={
+            "help": "--max-accuracy-loss: calibration problems (N); N certifies Δ only if (1-Δ)^N <= 1-confidence"
+        },
+    )
+    heldout_from: Text | None = field(
+        default=None,
+        metadata={
+            "help": "--max-accuracy-loss: collect dirs whose templates "
+            "to leave out (default: the checkpoint's training data)"
+        },
+    )
+    thresholds: Text = field(
+        default=",".join(f"{t:g}" for t in DEFAULT_LADDER),
+        metadata={"help": "--max-accuracy-loss: the ladder, strict to permissive"},
+    )
+    out: Text | None = field(
+        default=None,
+        metadata={
+            "help": "JSON file for the result (required for a training-free verifier; a checkpoint is updated in place)"
+        },
+    )
     dry_run: bool = field(default=False, metadata={"help": "print the result, write nothing"})
 
     @cached_property
@@ -85,14 +119,18 @@ class CalibrateConfig(Budget):
         if not self.verifier:
             raise ConfigError("lrtune calibrate needs --verifier SPEC_OR_DIR")
         if self.max_accuracy_loss is None and not self.data:
-            raise ConfigError("lrtune calibrate needs --data COLLECT_DIR (labelled pairs), or --max-accuracy-loss Δ "
-                              "to calibrate on decoded answers")
+            raise ConfigError(
+                "lrtune calibrate needs --data COLLECT_DIR (labelled pairs), or --max-accuracy-loss Δ "
+                "to calibrate on decoded answers"
+            )
         spec = check_verifier_spec(self.verifier_spec)
         if spec.threshold is not None:
             raise ConfigError(f"--verifier: give it without @T ({self.verifier!r}): calibrate chooses the threshold")
         if spec.kind in MODEL_VERIFIERS:
-            raise ConfigError(f"--verifier: {spec.kind} needs a model engine per pair; distil it into a checkpoint "
-                              "(lrtune train verifier) and calibrate that")
+            raise ConfigError(
+                f"--verifier: {spec.kind} needs a model engine per pair; distil it into a checkpoint "
+                "(lrtune train verifier) and calibrate that"
+            )
         if spec.kind in ("never", "always", "random"):
             raise ConfigError(f"--verifier: {spec.kind} has no threshold to calibrate")
         if spec.kind != "checkpoint" and not self.out and not self.dry_run:
@@ -109,9 +147,11 @@ class CalibrateConfig(Budget):
             parse_ladder(self.thresholds)
             get_task(self.task)
             if max_differences(self.limit, self.max_accuracy_loss, self.confidence) < 0:
-                raise ConfigError(f"--limit {self.limit} problems cannot certify an accuracy loss <= "
-                                  f"{self.max_accuracy_loss:g} at confidence {self.confidence:g} even with no answer "
-                                  f"changed; that needs at least {problems_needed(self.max_accuracy_loss, self.confidence)}")
+                raise ConfigError(
+                    f"--limit {self.limit} problems cannot certify an accuracy loss <= "
+                    f"{self.max_accuracy_loss:g} at confidence {self.confidence:g} even with no answer "
+                    f"changed; that needs at least {problems_needed(self.max_accuracy_loss, self.confidence)}"
+                )
         return self
 
 
@@ -133,10 +173,11 @@ def _check_unseen(cfg: CalibrateConfig, examples) -> dict | None:
     from lrtune.verifiers.distilled import read_meta
 
     meta = read_meta(cfg.verifier)
-    trained = (meta.get("data") or {})
+    trained = meta.get("data") or {}
     if trained.get("fingerprint") and trained["fingerprint"] == fingerprint(examples):
-        raise ConfigError("--data: these are the pairs the checkpoint was trained on; calibrate on pairs of templates "
-                          "it never saw")
+        raise ConfigError(
+            "--data: these are the pairs the checkpoint was trained on; calibrate on pairs of templates it never saw"
+        )
     return meta
 
 
@@ -164,9 +205,16 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     warn = uncertified_warning(calib)
     if warn:
         log(f"warning: {warn}")
-    calib.update(data={"dirs": cfg.data, "fingerprint": fingerprint(examples), "teacher": teacher,
-                       "problems": len({e.problem_id for e in examples})},
-                 rounds=view, agreement=agreement(scores, labels, calib["threshold"]))
+    calib.update(
+        data={
+            "dirs": cfg.data,
+            "fingerprint": fingerprint(examples),
+            "teacher": teacher,
+            "problems": len({e.problem_id for e in examples}),
+        },
+        rounds=view,
+        agreement=agreement(scores, labels, calib["threshold"]),
+    )
     base = spec.path if spec.kind == "checkpoint" else str(spec)
     calib["spec"] = f"{base}@{calib['threshold']:.6g}" if spec.kind != "checkpoint" else base
     if not cfg.dry_run:
@@ -197,8 +245,9 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
 
     cfg.validate()
     spec = cfg.verifier_spec
-    models = dataclasses.replace(models or ModelConfig(), verifier=cfg.verifier, verifier_threshold=None,
-                                 controller=None).validate()
+    models = dataclasses.replace(
+        models or ModelConfig(), verifier=cfg.verifier, verifier_threshold=None, controller=None
+    ).validate()
     dcfg = dataclasses.replace(decode or DecodeConfig(), method="lr+sd").validate()
     meta, heldout = None, cfg.heldout_from
     if spec.kind == "checkpoint":
@@ -209,30 +258,64 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
         if heldout is None and trained and all(Path(d.strip()).expanduser().is_dir() for d in trained.split(",")):
             heldout = trained
         elif heldout is None:
-            log("warning: the checkpoint's training data is not here; calibration problems may share its templates "
-                "(pass --heldout-from)")
+            log(
+                "warning: the checkpoint's training data is not here; calibration problems may share its templates "
+                "(pass --heldout-from)"
+            )
     out = None
     if cfg.out:
         from lrtune.runfiles import json_out_file
 
         out = json_out_file(cfg.out)
-    progress_path = (out.with_name(out.name + ".progress.jsonl") if out is not None
-                     else Path(spec.path).expanduser() / "accuracy_budget.progress.jsonl")
+    progress_path = (
+        out.with_name(out.name + ".progress.jsonl")
+        if out is not None
+        else Path(spec.path).expanduser() / "accuracy_budget.progress.jsonl"
+    )
     task = get_task(cfg.task)
-    problems = (unseen_problems(task, cfg.task, heldout, cfg.limit, cfg.task_seed, cfg.task_data)[0] if heldout
-                else task.load(limit=cfg.limit, seed=cfg.task_seed, path=cfg.task_data)[:cfg.limit])
+    problems = (
+        unseen_problems(task, cfg.task, heldout, cfg.limit, cfg.task_seed, cfg.task_data)[0]
+        if heldout
+        else task.load(limit=cfg.limit, seed=cfg.task_seed, path=cfg.task_data)[: cfg.limit]
+    )
     if len(problems) < cfg.limit:
         raise ConfigError(f"--limit {cfg.limit}: only {len(problems)} calibration problems of unseen templates")
     check_configs(models, dcfg, load_all_methods=True)
     ladder = parse_ladder(cfg.thresholds)
-    key = hashlib.sha256(json.dumps({"models": flat_dict(models), "decode": flat_dict(dcfg), "task": cfg.task,
-                                     "problems": [p.id for p in problems], "data": (meta or {}).get("data")},
-                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            {
+                "models": flat_dict(models),
+                "decode": flat_dict(dcfg),
+                "task": cfg.task,
+                "problems": [p.id for p in problems],
+                "data": (meta or {}).get("data"),
+            },
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()[:16]
     with Decoder.from_configs(models, dcfg, load_all_methods=True) as dec:
-        budget = run_ladder(dec, dec.verifier, task, problems, ladder, dcfg, cfg.max_accuracy_loss,
-                            cfg.confidence, progress_path, key, log=log)
-    budget.update(task=cfg.task, task_seed=cfg.task_seed, heldout_from=heldout, spec=cfg.verifier,
-                  decode={k: getattr(dcfg, k) for k in ("gamma1", "gamma2", "max_new_tokens", "max_step_tokens")})
+        budget = run_ladder(
+            dec,
+            dec.verifier,
+            task,
+            problems,
+            ladder,
+            dcfg,
+            cfg.max_accuracy_loss,
+            cfg.confidence,
+            progress_path,
+            key,
+            log=log,
+        )
+    budget.update(
+        task=cfg.task,
+        task_seed=cfg.task_seed,
+        heldout_from=heldout,
+        spec=cfg.verifier,
+        decode={k: getattr(dcfg, k) for k in ("gamma1", "gamma2", "max_new_tokens", "max_step_tokens")},
+    )
     if not budget["certified"]:
         log(f"warning: {budget_story(budget)}; the threshold is set to 1.0 (identical steps only)")
     if not cfg.dry_run:
@@ -265,23 +348,29 @@ def summary_lines(calib: dict) -> list[str]:
     if "max_accuracy_loss" in calib:
         from lrtune.train.accuracy_budget import budget_story
 
-        return [f"threshold {calib['threshold'] if calib['certified'] else 1.0:g}: {budget_story(calib)}",
-                f"target-only accuracy on the calibration problems: {calib['target_accuracy']:.2f}"]
+        return [
+            f"threshold {calib['threshold'] if calib['certified'] else 1.0:g}: {budget_story(calib)}",
+            f"target-only accuracy on the calibration problems: {calib['target_accuracy']:.2f}",
+        ]
 
     a = calib["agreement"]
-    return [f"threshold {calib['threshold']:.6g}: {threshold_story(calib)}",
-            f"on these pairs: acceptance {a['acceptance']:.3f} (teacher {a['teacher_acceptance']:.3f}), "
-            f"false-accept rate {a['false_accept_rate'] if a['false_accept_rate'] is not None else float('nan'):.3f}",
-            f"decode with: --verifier {calib['spec']}"]
+    return [
+        f"threshold {calib['threshold']:.6g}: {threshold_story(calib)}",
+        f"on these pairs: acceptance {a['acceptance']:.3f} (teacher {a['teacher_acceptance']:.3f}), "
+        f"false-accept rate {a['false_accept_rate'] if a['false_accept_rate'] is not None else float('nan'):.3f}",
+        f"decode with: --verifier {calib['spec']}",
+    ]
 
 
 def _sections():
     from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
 
-    return (Section(CalibrateConfig),
-            Section(ModelConfig, skip=("verifier", "verifier_threshold", "controller")),
-            Section(DecodeConfig, skip=("method",)))
+    return (
+        Section(CalibrateConfig),
+        Section(ModelConfig, skip=("verifier", "verifier_threshold", "controller")),
+        Section(DecodeConfig, skip=("method",)),
+    )
 
 
 COMMAND = Command(("calibrate",), __doc__.splitlines()[0], _sections())

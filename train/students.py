@@ -35,14 +35,24 @@ from lrtune.verifiers.base import StepPair
 from lrtune.train.data import PairExample, fingerprint
 
 
-
 FOREST_TREES = 300
 FOREST_LEAF_SIZES = (1, 3, 5, 10)  # min_samples_leaf candidates, chosen on validation AUROC
 
 
 STATE_KEY = "state_key.json"  # in the state dir: the settings and data its state was trained with
-STATE_SETTINGS = ("student", "base_model", "seed", "batch_size", "learning_rate", "lora_r", "lora_alpha",
-                  "lora_dropout", "soft_targets", "context_chars", "max_length")  # what a resumed state depends on
+STATE_SETTINGS = (
+    "student",
+    "base_model",
+    "seed",
+    "batch_size",
+    "learning_rate",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "soft_targets",
+    "context_chars",
+    "max_length",
+)  # what a resumed state depends on
 COUNTERS = {"best_auroc": (float, int, type(None)), "bad_epochs": int, "history": list}  # of every state file
 
 
@@ -70,8 +80,10 @@ def check_state(sdir: Path, key: dict) -> None:
     changed = sorted(k for k in key["settings"] if old.get("settings", {}).get(k) != key["settings"][k])
     changed += ["data"] if old.get("data") != key["data"] else []
     if changed:
-        raise ConfigError(f"{sdir} holds the training state of a run with other settings or data "
-                          f"({', '.join(changed)} differ); delete it (or pass --no-resume) to start over")
+        raise ConfigError(
+            f"{sdir} holds the training state of a run with other settings or data "
+            f"({', '.join(changed)} differ); delete it (or pass --no-resume) to start over"
+        )
 
 
 def _claim_state(sdir: Path, key: dict, resume: bool, resumable: Sequence[Path]) -> None:
@@ -97,8 +109,9 @@ def _first_line(e: Exception) -> str:
 
 
 def _cannot_resume(sdir: Path, what: Path, e: Exception) -> ConfigError:
-    return ConfigError(f"cannot resume from {what} ({_first_line(e)}); delete {sdir} (or pass --no-resume) "
-                       "to start over")
+    return ConfigError(
+        f"cannot resume from {what} ({_first_line(e)}); delete {sdir} (or pass --no-resume) to start over"
+    )
 
 
 def _read_counters(path: Path, sdir: Path, keys: dict) -> dict:
@@ -130,8 +143,9 @@ def feature_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
 
     rows = [likelihood_features(e.pair.draft_scores) for e in examples]
     have = {n: sum(r[j] is not None for r in rows) for j, n in enumerate(LIKELIHOOD_FEATURES)}
-    return tuple(n for n in FEATURE_NAMES
-                 if n not in LIKELIHOOD_FEATURES or (examples and have[n] >= len(examples) / 2))
+    return tuple(
+        n for n in FEATURE_NAMES if n not in LIKELIHOOD_FEATURES or (examples and have[n] >= len(examples) / 2)
+    )
 
 
 def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequence[str] | None = None):
@@ -151,8 +165,9 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
         for i, c in zip(missing, enc.score([examples[i].pair for i in missing])):
             cos[i] = c
     rows = [pair_features(e.pair, float(c)) for e, c in zip(examples, cos)]
-    return np.asarray([[math.nan if r[n] is None else r[n] for n in (names or FEATURE_NAMES)] for r in rows],
-                      dtype=np.float64)
+    return np.asarray(
+        [[math.nan if r[n] is None else r[n] for n in (names or FEATURE_NAMES)] for r in rows], dtype=np.float64
+    )
 
 
 def student_features(train: Sequence[PairExample], cfg) -> tuple[str, ...]:
@@ -161,11 +176,16 @@ def student_features(train: Sequence[PairExample], cfg) -> tuple[str, ...]:
     only); ConfigError when none remains."""
     from lrtune.verifiers.features import ONE_SIDED_FEATURES
 
-    names = tuple(n for n in feature_names(train) if n not in cfg.dropped_features
-                  and (cfg.student != "router" or n in ONE_SIDED_FEATURES))
+    names = tuple(
+        n
+        for n in feature_names(train)
+        if n not in cfg.dropped_features and (cfg.student != "router" or n in ONE_SIDED_FEATURES)
+    )
     if not names:
-        raise ConfigError(f"--drop-features leaves no feature to train on (this data offers "
-                          f"{', '.join(feature_names(train))}); keep at least one")
+        raise ConfigError(
+            f"--drop-features leaves no feature to train on (this data offers "
+            f"{', '.join(feature_names(train))}); keep at least one"
+        )
     return names
 
 
@@ -175,9 +195,11 @@ def check_finite(examples: Sequence[PairExample], names: Sequence[str]) -> None:
     for name in names:
         bad = [e for e in examples if (v := _data_value(e, name)) is not None and not math.isfinite(v)]
         if bad:
-            raise ConfigError(f"column {name} holds non-finite values ({_data_value(bad[0], name)} in problem "
-                              f"{bad[0].problem_id}, {len(bad)} pair(s)): fix the data or leave the feature out "
-                              f"with --drop-features {name}")
+            raise ConfigError(
+                f"column {name} holds non-finite values ({_data_value(bad[0], name)} in problem "
+                f"{bad[0].problem_id}, {len(bad)} pair(s)): fix the data or leave the feature out "
+                f"with --drop-features {name}"
+            )
 
 
 def _data_value(e: PairExample, name: str) -> float | None:
@@ -199,8 +221,13 @@ def _feature_data(train: Sequence[PairExample], val: Sequence[PairExample], cfg)
 
     encoder = cfg.neural.base_model or distilled.ENCODERS[0]
     names = student_features(train, cfg)  # values checked finite before --out was touched (verifier.check_inputs)
-    return (encoder, names, feature_matrix(train, encoder, names), np.asarray([e.label for e in train]),
-            feature_matrix(val, encoder, names))
+    return (
+        encoder,
+        names,
+        feature_matrix(train, encoder, names),
+        np.asarray([e.label for e in train]),
+        feature_matrix(val, encoder, names),
+    )
 
 
 def _best_on_val(candidates, fit: Callable, val_scores: Callable, val: Sequence[PairExample], key: str):
@@ -228,11 +255,21 @@ def fit_features(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
     ztr, zva = (xtr - scaler.mean_) / scale, (xva - scaler.mean_) / scale
     c, clf, history = _best_on_val(
-        (0.01, 0.1, 1.0, 10.0), lambda c: LogisticRegression(C=c, max_iter=2000, random_state=cfg.split.seed).fit(ztr, ytr),
-        lambda m: m.predict_proba(zva)[:, 1], val, "C")
-    save_file({"mean": scaler.mean_.astype(np.float64), "scale": scale.astype(np.float64),
-               "coef": clf.coef_[0].astype(np.float64), "intercept": clf.intercept_.astype(np.float64)},
-              str(out / "features.safetensors"))
+        (0.01, 0.1, 1.0, 10.0),
+        lambda c: LogisticRegression(C=c, max_iter=2000, random_state=cfg.split.seed).fit(ztr, ytr),
+        lambda m: m.predict_proba(zva)[:, 1],
+        val,
+        "C",
+    )
+    save_file(
+        {
+            "mean": scaler.mean_.astype(np.float64),
+            "scale": scale.astype(np.float64),
+            "coef": clf.coef_[0].astype(np.float64),
+            "intercept": clf.intercept_.astype(np.float64),
+        },
+        str(out / "features.safetensors"),
+    )
     return {"base_model": None, "encoder": encoder, "features": list(names), "C": c, "history": history}
 
 
@@ -251,13 +288,24 @@ def fit_forest(train: Sequence[PairExample], val: Sequence[PairExample], out: Pa
     xtr, xva = (np.where(np.isnan(x), mean, x) for x in (xtr, xva))
     leaf, clf, history = _best_on_val(
         FOREST_LEAF_SIZES,
-        lambda leaf: RandomForestClassifier(n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.split.seed,
-                                            n_jobs=1).fit(xtr, ytr),
-        lambda m: m.predict_proba(xva)[:, 1], val, "min_samples_leaf")  # classes_ = [False, True]
-    save_file({"mean": mean.astype(np.float64), **pack_forest(clf.estimators_, positive=1)},
-              str(out / "forest.safetensors"))
-    return {"base_model": None, "encoder": encoder, "features": list(names), "trees": FOREST_TREES,
-            "min_samples_leaf": leaf, "history": history}
+        lambda leaf: RandomForestClassifier(
+            n_estimators=FOREST_TREES, min_samples_leaf=leaf, random_state=cfg.split.seed, n_jobs=1
+        ).fit(xtr, ytr),
+        lambda m: m.predict_proba(xva)[:, 1],
+        val,
+        "min_samples_leaf",
+    )  # classes_ = [False, True]
+    save_file(
+        {"mean": mean.astype(np.float64), **pack_forest(clf.estimators_, positive=1)}, str(out / "forest.safetensors")
+    )
+    return {
+        "base_model": None,
+        "encoder": encoder,
+        "features": list(names),
+        "trees": FOREST_TREES,
+        "min_samples_leaf": leaf,
+        "history": history,
+    }
 
 
 # ---- cross-encoder -----------------------------------------------------------------------
@@ -265,8 +313,11 @@ def _lora_targets(model, skip: set[str]) -> list[str]:
     """Full names of the encoder's Linear layers, excluding new (head) modules."""
     import torch
 
-    return [n for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and not any(n == s or n.startswith(s + ".") for s in skip)]
+    return [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and not any(n == s or n.startswith(s + ".") for s in skip)
+    ]
 
 
 def _new_modules(model, missing_keys: Sequence[str]) -> set[str]:
@@ -293,7 +344,9 @@ def _load_optimizer(opt, path: Path) -> None:
     for key, v in tensors.items():
         i, name = key.split(".", 1)
         state.setdefault(int(i), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": json.loads((path / "optimizer.json").read_text())["param_groups"]})
+    opt.load_state_dict(
+        {"state": state, "param_groups": json.loads((path / "optimizer.json").read_text())["param_groups"]}
+    )
 
 
 def build_cross_encoder(base: str, cfg):
@@ -306,8 +359,13 @@ def build_cross_encoder(base: str, cfg):
     hf_logging.set_verbosity_error()  # "newly initialized head" is expected here
     model, info = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1, output_loading_info=True)
     new = _new_modules(model, info.get("missing_keys", []))
-    lora = LoraConfig(r=cfg.neural.lora_r, lora_alpha=cfg.neural.lora_alpha, lora_dropout=cfg.neural.lora_dropout,
-                      target_modules=_lora_targets(model, new), modules_to_save=sorted(new))
+    lora = LoraConfig(
+        r=cfg.neural.lora_r,
+        lora_alpha=cfg.neural.lora_alpha,
+        lora_dropout=cfg.neural.lora_dropout,
+        target_modules=_lora_targets(model, new),
+        modules_to_save=sorted(new),
+    )
     return tok, get_peft_model(model, lora)
 
 
@@ -335,7 +393,9 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
     tok, model = build_cross_encoder(base, cfg)
     device = _device(cfg.neural.device)
     model.to(device)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.neural.learning_rate, weight_decay=0.01)
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.neural.learning_rate, weight_decay=0.01
+    )
     sdir = state_dir(out)
     last, best_dir = sdir / "last", sdir / "best"
     st = {"epoch": 0, "best_auroc": None, "bad_epochs": 0, "history": []}
@@ -353,7 +413,7 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         out_s = []
         with torch.inference_mode():
             for i in range(0, len(val), 64):
-                out_s += torch.sigmoid(model(**encode(val[i:i + 64])).logits[:, 0]).tolist()
+                out_s += torch.sigmoid(model(**encode(val[i : i + 64])).logits[:, 0]).tolist()
         return out_s
 
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -366,7 +426,7 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         bar = ProgressBar(f"epoch {epoch + 1}/{cfg.neural.epochs}", steps_per_epoch, cfg.progress)
         losses = []
         for i in range(0, len(order), cfg.neural.batch_size):
-            batch = [train[j] for j in order[i:i + cfg.neural.batch_size]]
+            batch = [train[j] for j in order[i : i + cfg.neural.batch_size]]
             y = torch.tensor([e.target if cfg.neural.soft_targets else float(e.label) for e in batch], device=device)
             loss = loss_fn(model(**encode(batch)).logits[:, 0].float(), y)
             opt.zero_grad()
@@ -383,16 +443,23 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         if improved:
             st["best_auroc"] = a
             _save_adapter(model, best_dir)
-        log(f"epoch {epoch + 1}: train loss {st['history'][-1]['train_loss']:.4f}, val AUROC {a:.4f}"
-            + (" (best)" if improved else ""))
+        log(
+            f"epoch {epoch + 1}: train loss {st['history'][-1]['train_loss']:.4f}, val AUROC {a:.4f}"
+            + (" (best)" if improved else "")
+        )
         _save_adapter(model, last)  # the resumable state: adapter, optimizer, counters
         _save_optimizer(opt, last)
         write_atomic(last / "trainer.json", json.dumps(st))
     _export_adapter(best_dir, out)
     tok.save_pretrained(str(out))
-    return {"base_model": cfg.neural.base_model or distilled.ENCODERS[0], "context_chars": cfg.context_chars,
-            "context_form": distilled.CONTEXT_FORM,
-            "max_length": cfg.neural.max_length, "history": st["history"], "best_val_auroc": st["best_auroc"]}
+    return {
+        "base_model": cfg.neural.base_model or distilled.ENCODERS[0],
+        "context_chars": cfg.context_chars,
+        "context_form": distilled.CONTEXT_FORM,
+        "max_length": cfg.neural.max_length,
+        "history": st["history"],
+        "best_val_auroc": st["best_auroc"],
+    }
 
 
 def _save_adapter(model, d: Path) -> None:
@@ -426,8 +493,12 @@ def _judge_dataset(examples: Sequence[PairExample], tokenizer, context_chars: in
     for e in examples:
         prompt, _ = distilled.fit_judge_prompt(e.pair, tokenizer, context_chars, max_length)
         shortened += prompt != distilled.judge_student_prompt(e.pair, context_chars)
-        rows.append({"prompt": [{"role": "user", "content": prompt}],
-                     "completion": [{"role": "assistant", "content": "aligned" if e.label else "unaligned"}]})
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": prompt}],
+                "completion": [{"role": "assistant", "content": "aligned" if e.label else "unaligned"}],
+            }
+        )
     if shortened:
         log(f"{shortened} of {len(rows)} judge prompts shortened to fit --max-length {max_length}")
     return Dataset.from_list(rows)
@@ -440,11 +511,22 @@ def sft_args(cfg, output_dir: Path, device: str):
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=str(output_dir), num_train_epochs=cfg.neural.epochs, per_device_train_batch_size=cfg.neural.batch_size,
-        learning_rate=cfg.neural.learning_rate, logging_steps=5, save_strategy="epoch", save_total_limit=1,
-        report_to="none", seed=cfg.split.seed, max_length=cfg.neural.max_length, disable_tqdm=not cfg.progress,
-        use_cpu=device == "cpu", model_init_kwargs={"dtype": torch.float32}, completion_only_loss=True,
-        dataloader_num_workers=0, lr_scheduler_type="constant",
+        output_dir=str(output_dir),
+        num_train_epochs=cfg.neural.epochs,
+        per_device_train_batch_size=cfg.neural.batch_size,
+        learning_rate=cfg.neural.learning_rate,
+        logging_steps=5,
+        save_strategy="epoch",
+        save_total_limit=1,
+        report_to="none",
+        seed=cfg.split.seed,
+        max_length=cfg.neural.max_length,
+        disable_tqdm=not cfg.progress,
+        use_cpu=device == "cpu",
+        model_init_kwargs={"dtype": torch.float32},
+        completion_only_loss=True,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
         # TRL turns bf16 autocast on by default; CPUs without bf16 matrix units then fall back to
         # torch's single-threaded reference GEMM (measured: >7 min per step of 8 pairs vs ~50 s in fp32)
         bf16=device.startswith("cuda") and torch.cuda.is_bf16_supported(),
@@ -464,24 +546,33 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     best_dir = sdir / "best"
     track_file = sdir / "early_stopping.json"
     _claim_state(sdir, state_key(train, val, cfg), cfg.neural.resume, (track_file, *sdir.glob("checkpoint-*")))
-    track = _read_counters(track_file, sdir, COUNTERS) if cfg.neural.resume and track_file.is_file() else \
-        {"best_auroc": None, "bad_epochs": 0, "history": []}
+    track = (
+        _read_counters(track_file, sdir, COUNTERS)
+        if cfg.neural.resume and track_file.is_file()
+        else {"best_auroc": None, "bad_epochs": 0, "history": []}
+    )
 
     class EarlyStopOnAuroc(TrainerCallback):
         """Scores the validation pairs after each epoch; keeps the best adapter; stops
         after ``patience`` epochs without a better validation AUROC."""
 
         def on_epoch_end(self, args, state, control, model=None, **kw):
-            scorer = distilled.LMJudgeStudent.from_model(model, tok, cfg.context_chars, device,
-                                                         max_length=cfg.neural.max_length)
+            scorer = distilled.LMJudgeStudent.from_model(
+                model, tok, cfg.context_chars, device, max_length=cfg.neural.max_length
+            )
             was_training = model.training
             model.eval()
             a = _auroc(scorer.score([e.pair for e in val]), val)
             if was_training:
                 model.train()
             improved = track["best_auroc"] is None or (not math.isnan(a) and a > track["best_auroc"])
-            track["history"].append({"epoch": round(state.epoch or 0, 3), "val_auroc": a,
-                                     "train_loss": next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None)})
+            track["history"].append(
+                {
+                    "epoch": round(state.epoch or 0, 3),
+                    "val_auroc": a,
+                    "train_loss": next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None),
+                }
+            )
             track["bad_epochs"] = 0 if improved else track["bad_epochs"] + 1
             if improved:
                 track["best_auroc"] = a
@@ -493,10 +584,21 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
             return control
 
     args = sft_args(cfg, sdir, device)
-    lora = LoraConfig(r=cfg.neural.lora_r, lora_alpha=cfg.neural.lora_alpha, lora_dropout=cfg.neural.lora_dropout, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    trainer = SFTTrainer(model=base, args=args, train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.neural.max_length),
-                         processing_class=tok, peft_config=lora, callbacks=[EarlyStopOnAuroc()])
+    lora = LoraConfig(
+        r=cfg.neural.lora_r,
+        lora_alpha=cfg.neural.lora_alpha,
+        lora_dropout=cfg.neural.lora_dropout,
+        task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+    )
+    trainer = SFTTrainer(
+        model=base,
+        args=args,
+        train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.neural.max_length),
+        processing_class=tok,
+        peft_config=lora,
+        callbacks=[EarlyStopOnAuroc()],
+    )
     ckpts = sorted(sdir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     resume = str(ckpts[-1]) if cfg.neural.resume and ckpts else None
     if resume:
@@ -507,17 +609,27 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
         raise ConfigError("lm-judge training produced no adapter (no epoch finished)")
     _export_adapter(best_dir, out)
     tok.save_pretrained(str(out))
-    return {"base_model": base_spec, "context_chars": cfg.context_chars, "context_form": distilled.CONTEXT_FORM,
-            "max_length": cfg.neural.max_length,
-            "history": track["history"], "best_val_auroc": track["best_auroc"]}
+    return {
+        "base_model": base_spec,
+        "context_chars": cfg.context_chars,
+        "context_form": distilled.CONTEXT_FORM,
+        "max_length": cfg.neural.max_length,
+        "history": track["history"],
+        "best_val_auroc": track["best_auroc"],
+    }
 
 
-FITTERS: dict[str, Callable] = {"features": fit_features, "forest": fit_forest, "cross-encoder": fit_cross_encoder,
-                                "lm-judge": fit_lm_judge, "router": fit_features}  # router: fit_features on one-sided features
+FITTERS: dict[str, Callable] = {
+    "features": fit_features,
+    "forest": fit_forest,
+    "cross-encoder": fit_cross_encoder,
+    "lm-judge": fit_lm_judge,
+    "router": fit_features,
+}  # router: fit_features on one-sided features
 
 
 def score_pairs(verifier, pairs: Sequence[StepPair], batch_size: int = 64) -> list[float]:
     out: list[float] = []
     for i in range(0, len(pairs), batch_size):
-        out += verifier.score(pairs[i:i + batch_size])
+        out += verifier.score(pairs[i : i + batch_size])
     return out

@@ -42,8 +42,17 @@ from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomi
 from lrtune.verifiers import distilled
 
 from lrtune.train import students
-from lrtune.train.calibrate import (Budget, agreement, agreement_threshold, calibrate_threshold, coarse_cap_warning,
-                                    bound_threshold, evidence_words, needed_words, uncertified_warning)
+from lrtune.train.calibrate import (
+    Budget,
+    agreement,
+    agreement_threshold,
+    calibrate_threshold,
+    coarse_cap_warning,
+    bound_threshold,
+    evidence_words,
+    needed_words,
+    uncertified_warning,
+)
 from lrtune.train.data import fingerprint, load_pairs, split_examples
 
 TRAIN_CONFIG = "train_config.json"
@@ -57,9 +66,14 @@ class SplitOptions(Checked):
 
     __pydantic_config__ = STRICT
 
-    val_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of templates in the validation split"})
-    test_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(default=0.2, metadata={"help": "share of templates in the test split"})
+    val_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(
+        default=0.2, metadata={"help": "share of templates in the validation split"}
+    )
+    test_fraction: Annotated[float, Interval(gt=0, lt=1)] = field(
+        default=0.2, metadata={"help": "share of templates in the test split"}
+    )
     seed: Seed = field(default=0, metadata={"help": "seed of splits, initialisation and shuffling"})
+
 
 @dataclass
 class NeuralOptions(Checked):
@@ -67,22 +81,50 @@ class NeuralOptions(Checked):
 
     __pydantic_config__ = STRICT
 
-    base_model: Text | None = field(default=None, metadata={"help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
-                                                                   "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
-                                                                   "(default:draft) or a local dir"})
-    epochs: Annotated[int, Interval(ge=1, le=10_000)] = field(default=6, metadata={"help": "maximum training epochs (a resumed run may change it)"})
-    patience: Annotated[int, Interval(ge=1, le=10_000)] = field(default=2, metadata={"help": "stop after this many epochs without a better val AUROC (a resumed run may change it)"})
-    batch_size: Annotated[int, Interval(ge=1, le=65_536)] = field(default=16, metadata={"help": "training batch size (pairs)"})
-    learning_rate: Annotated[float, Interval(gt=0, le=10)] = field(default=5e-4, metadata={"help": "AdamW learning rate (LoRA + head)"})
+    base_model: Text | None = field(
+        default=None,
+        metadata={
+            "help": "student base: a sentence encoder (all-MiniLM-L6-v2 "
+            "default, all-mpnet-base-v2) or, for lm-judge, a causal LM "
+            "(default:draft) or a local dir"
+        },
+    )
+    epochs: Annotated[int, Interval(ge=1, le=10_000)] = field(
+        default=6, metadata={"help": "maximum training epochs (a resumed run may change it)"}
+    )
+    patience: Annotated[int, Interval(ge=1, le=10_000)] = field(
+        default=2,
+        metadata={"help": "stop after this many epochs without a better val AUROC (a resumed run may change it)"},
+    )
+    batch_size: Annotated[int, Interval(ge=1, le=65_536)] = field(
+        default=16, metadata={"help": "training batch size (pairs)"}
+    )
+    learning_rate: Annotated[float, Interval(gt=0, le=10)] = field(
+        default=5e-4, metadata={"help": "AdamW learning rate (LoRA + head)"}
+    )
     lora_r: Annotated[int, Interval(ge=1, le=4096)] = field(default=8, metadata={"help": "LoRA rank"})
-    lora_alpha: Annotated[int, Interval(ge=1, le=65_536)] = field(default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"})
+    lora_alpha: Annotated[int, Interval(ge=1, le=65_536)] = field(
+        default=16, metadata={"help": "LoRA alpha (scale = alpha / r)"}
+    )
     lora_dropout: Annotated[float, Interval(ge=0, lt=1)] = field(default=0.1, metadata={"help": "LoRA dropout"})
-    soft_targets: bool = field(default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"})
-    max_length: Annotated[int, Interval(ge=8, le=1_000_000)] = field(default=256, metadata={"help": "student input tokens (lm-judge: prompt + answer); a longer "
-                                                                "input loses context first, then step text"})
-    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(default="cpu", metadata={"help": "cpu | cuda[:i] | auto"})
-    resume: bool = field(default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"})
+    soft_targets: bool = field(
+        default=True, metadata={"help": "cross-encoder: fit the teacher's score, not its 0/1 label"}
+    )
+    max_length: Annotated[int, Interval(ge=8, le=1_000_000)] = field(
+        default=256,
+        metadata={
+            "help": "student input tokens (lm-judge: prompt + answer); a longer "
+            "input loses context first, then step text"
+        },
+    )
+    device: Annotated[str, StringConstraints(pattern=r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")] = field(
+        default="cpu", metadata={"help": "cpu | cuda[:i] | auto"}
+    )
+    resume: bool = field(
+        default=True, metadata={"help": "continue from the last finished epoch (state in OUT.train-state)"}
+    )
     keep_train_state: bool = field(default=False, metadata={"help": "keep OUT.train-state after a successful export"})
+
 
 @dataclass
 class FeatureOptions(Checked):
@@ -90,8 +132,14 @@ class FeatureOptions(Checked):
 
     __pydantic_config__ = STRICT
 
-    drop_features: Text = field(default="", metadata={"help": "features | forest: comma-separated feature names to "
-                                                            "leave out (ablations; see lrtune.verifiers.features)"})
+    drop_features: Text = field(
+        default="",
+        metadata={
+            "help": "features | forest: comma-separated feature names to "
+            "leave out (ablations; see lrtune.verifiers.features)"
+        },
+    )
+
 
 @dataclass
 class CalibrationOptions(Budget):
@@ -100,16 +148,23 @@ class CalibrationOptions(Budget):
 
     __pydantic_config__ = STRICT
 
-    threshold_rule: Literal["bound", "far", "agreement"] = field(default="bound", metadata={
-        "help": "calibration on validation (templates the student never trained on): bound (highest acceptance whose "
-                "false-accept rate is <= --max-false-accept with probability --confidence; Learn-then-Test, exact "
-                "binomial) | far (empirical false-accept rate <= the cap, no guarantee) | agreement (the threshold "
-                "that agrees with the teacher most often)"})
+    threshold_rule: Literal["bound", "far", "agreement"] = field(
+        default="bound",
+        metadata={
+            "help": "calibration on validation (templates the student never trained on): bound (highest acceptance "
+            "whose "
+            "false-accept rate is <= --max-false-accept with probability --confidence; Learn-then-Test, exact "
+            "binomial) | far (empirical false-accept rate <= the cap, no guarantee) | agreement (the threshold "
+            "that agrees with the teacher most often)"
+        },
+    )
     latency_pairs: Count = field(default=32, metadata={"help": "test pairs timed at batch 1 for the latency figure"})
 
 
 FEATURE_STUDENTS = ("features", "forest", "router")  # the students over the cheap pair features
-StudentKind = Literal["cross-encoder", "lm-judge", "features", "forest", "router"]  # distilled.STUDENT_KINDS (a test holds them equal)
+StudentKind = Literal[
+    "cross-encoder", "lm-judge", "features", "forest", "router"
+]  # distilled.STUDENT_KINDS (a test holds them equal)
 
 
 @dataclass
@@ -121,17 +176,34 @@ class TrainVerifierConfig(Checked):
 
     data: Text = field(default="results/collect", metadata={"help": "collect output dir (or comma list of dirs)"})
     out: Text = field(default="results/verifier", metadata={"help": "checkpoint directory to write"})
-    student: StudentKind = field(default="cross-encoder", metadata={"help": "cross-encoder | lm-judge | features | forest | router (one-sided: judges a draft step without the target's, for --schedule score)"})
+    student: StudentKind = field(
+        default="cross-encoder",
+        metadata={
+            "help": "cross-encoder | lm-judge | features | forest | router (one-sided: judges a draft step without the "
+            "target's, for --schedule score)"
+        },
+    )
     split: SplitOptions = field(default_factory=SplitOptions, metadata={"prefix": ""})
     neural: NeuralOptions = field(default_factory=NeuralOptions, metadata={"prefix": ""})
     feature: FeatureOptions = field(default_factory=FeatureOptions, metadata={"prefix": ""})
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions, metadata={"prefix": ""})
-    context_chars: Count = field(default=800, metadata={"help": "characters of context the student reads: the start of "
-                                                                 "the problem statement and the latest steps, half each"})
-    max_train_pairs: Annotated[int, Interval(ge=2, le=10_000_000)] | None = field(default=None, metadata={"help": "subsample the train split to this many pairs "
-                                                                        "(lm-judge on CPU is slow)"})
-    min_train_pairs: Count = field(default=20, metadata={"help": "refuse to train on fewer training-split pairs (a student "
-                                                               "fit to a handful of pairs is not a verifier)"})
+    context_chars: Count = field(
+        default=800,
+        metadata={
+            "help": "characters of context the student reads: the start of "
+            "the problem statement and the latest steps, half each"
+        },
+    )
+    max_train_pairs: Annotated[int, Interval(ge=2, le=10_000_000)] | None = field(
+        default=None, metadata={"help": "subsample the train split to this many pairs (lm-judge on CPU is slow)"}
+    )
+    min_train_pairs: Count = field(
+        default=20,
+        metadata={
+            "help": "refuse to train on fewer training-split pairs (a student "
+            "fit to a handful of pairs is not a verifier)"
+        },
+    )
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def validate(self) -> "TrainVerifierConfig":
@@ -145,12 +217,12 @@ class TrainVerifierConfig(Checked):
                 raise ConfigError("--drop-features applies to the features, forest and router students only")
             unknown = sorted(set(self.dropped_features) - set(FEATURE_NAMES))
             if unknown:
-                raise ConfigError(f"--drop-features: unknown feature(s) {', '.join(unknown)}; "
-                                  f"choose from {', '.join(FEATURE_NAMES)}")
+                raise ConfigError(
+                    f"--drop-features: unknown feature(s) {', '.join(unknown)}; choose from {', '.join(FEATURE_NAMES)}"
+                )
             if set(FEATURE_NAMES) <= set(self.dropped_features):
                 raise ConfigError("--drop-features names every feature: a student needs at least one")
         return self
-
 
     @classmethod
     def of(cls, **flat) -> "TrainVerifierConfig":
@@ -184,16 +256,22 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
     key = config_key({"options": cfg}, free=RESUME_FREE)
     old = read_json(out / TRAIN_CONFIG)
     if old is not None and not isinstance(old.get("options"), dict):
-        raise ConfigError(f"{out / TRAIN_CONFIG} is not a verifier's training record (no options object); use "
-                          "another --out or delete it")
+        raise ConfigError(
+            f"{out / TRAIN_CONFIG} is not a verifier's training record (no options object); use "
+            "another --out or delete it"
+        )
     if old is not None and old != key:
         changed = sorted(k for k in key["options"] if old.get("options", {}).get(k) != key["options"][k])
         old_rest = {**old, "options": {k: v for k, v in old.get("options", {}).items() if k not in STOPPING_RULES}}
         if old_rest != config_key({"options": cfg}, free=RESUME_FREE + STOPPING_RULES):
-            raise ConfigError(f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
-                              "use another --out or delete it")
-        log("stopping rule changed on resume: " + ", ".join(
-            f"{k} {old['options'].get(k)} -> {key['options'][k]}" for k in changed))
+            raise ConfigError(
+                f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
+                "use another --out or delete it"
+            )
+        log(
+            "stopping rule changed on resume: "
+            + ", ".join(f"{k} {old['options'].get(k)} -> {key['options'][k]}" for k in changed)
+        )
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
     meta = read_json(out / distilled.META) if old is not None else None
@@ -254,8 +332,12 @@ def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
         t = time.perf_counter()
         verifier.score([p])
         single.append(time.perf_counter() - t)
-    return {"batch1_s_per_pair": statistics.median(single) if single else None, "batched_s_per_pair": batched,
-            "n_batch1": len(single), "n_batched": len(pairs)}
+    return {
+        "batch1_s_per_pair": statistics.median(single) if single else None,
+        "batched_s_per_pair": batched,
+        "n_batch1": len(single),
+        "n_batched": len(pairs),
+    }
 
 
 def agreement_with_intervals(scores, examples, threshold: float, seed: int) -> dict:
@@ -313,14 +395,18 @@ def check_trainable(train, min_pairs: int) -> None:
     """Refuse (ConfigError) a training split with fewer than ``min_pairs`` pairs or one label."""
     n, problems = len(train), len({e.problem_id for e in train})
     if n < min_pairs:
-        raise ConfigError(f"the training split holds {n} pairs from {problems} problem(s), fewer than --min-train-pairs "
-                          f"{min_pairs}: collect more problems (lrtune demo: --collect-problems or a larger --size) or "
-                          "lower --min-train-pairs")
+        raise ConfigError(
+            f"the training split holds {n} pairs from {problems} problem(s), fewer than --min-train-pairs "
+            f"{min_pairs}: collect more problems (lrtune demo: --collect-problems or a larger --size) or "
+            "lower --min-train-pairs"
+        )
     labels = {e.label for e in train}
     if len(labels) < 2:
         which = "accept" if labels == {True} else "reject"
-        raise ConfigError(f"every one of the {n} training pairs is labelled {which} by the teacher: a student cannot "
-                          "learn from one class; collect more problems or use another teacher")
+        raise ConfigError(
+            f"every one of the {n} training pairs is labelled {which} by the teacher: a student cannot "
+            "learn from one class; collect more problems or use another teacher"
+        )
 
 
 def run(cfg: TrainVerifierConfig) -> dict:
@@ -364,20 +450,34 @@ def fit_and_load(cfg: TrainVerifierConfig, out: Path, train, val, teacher: str) 
     t0 = time.perf_counter()
     fit_meta = students.FITTERS[cfg.student](train, val, out, cfg)
     train_s = time.perf_counter() - t0
-    meta = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": cfg.student, "threshold": 0.5,
-            "teacher": teacher, **fit_meta}
+    meta = {
+        "format": distilled.FORMAT,
+        "version": distilled.VERSION,
+        "kind": cfg.student,
+        "threshold": 0.5,
+        "teacher": teacher,
+        **fit_meta,
+    }
     write_atomic(out / distilled.META, json.dumps(meta, indent=1))  # provisional: lets load() read the weights
     return distilled.load(out, device=cfg.neural.device), meta, train_s
 
 
 def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: str, splits: dict, train) -> dict:
     """Fit the student into ``out``, reload, calibrate, measure; write the metadata and card."""
-    counts = {s: {"pairs": len(v), "problems": len({e.problem_id for e in v}),
-                  "templates": len({e.split_group for e in v}),
-                  "teacher_accept": sum(e.label for e in v) / max(1, len(v))} for s, v in splits.items()}
+    counts = {
+        s: {
+            "pairs": len(v),
+            "problems": len({e.problem_id for e in v}),
+            "templates": len({e.split_group for e in v}),
+            "teacher_accept": sum(e.label for e in v) / max(1, len(v)),
+        }
+        for s, v in splits.items()
+    }
     counts["train"]["pairs_used"] = len(train)
-    log(f"{len(examples)} pairs from {teacher!r}: " + ", ".join(f"{s} {c['pairs']} ({c['problems']} problems)"
-                                                              for s, c in counts.items()))
+    log(
+        f"{len(examples)} pairs from {teacher!r}: "
+        + ", ".join(f"{s} {c['pairs']} ({c['problems']} problems)" for s, c in counts.items())
+    )
     for s in ("val", "test"):
         if len({e.label for e in splits[s]}) < 2:
             log(f"warning: the {s} split holds one teacher label only; AUROC is undefined there")
@@ -400,19 +500,37 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
     t0 = time.perf_counter()
     test_scores = students.score_pairs(v, [e.pair for e in test])
     batched_s = (time.perf_counter() - t0) / max(1, len(test))
-    metrics = {"test": {**agreement_with_intervals(test_scores, test, calib["threshold"], cfg.split.seed),
-                        "brier": brier(test_scores, [e.label for e in test])},
-               "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"])}
+    metrics = {
+        "test": {
+            **agreement_with_intervals(test_scores, test, calib["threshold"], cfg.split.seed),
+            "brier": brier(test_scores, [e.label for e in test]),
+        },
+        "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"]),
+    }
     lat = measure_latency(v, [e.pair for e in test], cfg.calibration.latency_pairs, batched_s)
     teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
     lat["teacher_s_per_pair"] = statistics.median(teacher_s) if teacher_s else None
     lat["teacher_note"] = "median judge seconds per pair as recorded by collect (batched per round, same machine)"
     if lat["teacher_s_per_pair"] and lat["batched_s_per_pair"]:
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
-    meta.update(threshold=calib["threshold"], calibration=calib, data={
-        "dirs": cfg.data, "fingerprint": fingerprint(examples), "splits": counts, "split_by": "template", "seed": cfg.split.seed},
-        metrics={**metrics, "latency": lat, "baselines_test": cheap_baselines(test, cfg.split.seed, one_sided=cfg.student == "router"), "train_seconds": train_s},
-        training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE})
+    meta.update(
+        threshold=calib["threshold"],
+        calibration=calib,
+        data={
+            "dirs": cfg.data,
+            "fingerprint": fingerprint(examples),
+            "splits": counts,
+            "split_by": "template",
+            "seed": cfg.split.seed,
+        },
+        metrics={
+            **metrics,
+            "latency": lat,
+            "baselines_test": cheap_baselines(test, cfg.split.seed, one_sided=cfg.student == "router"),
+            "train_seconds": train_s,
+        },
+        training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE},
+    )
     write_atomic(out / "README.md", model_card(meta))
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done
     return meta
@@ -440,46 +558,63 @@ def threshold_story(calib: dict) -> str:
 
         return budget_story(calib)
     if "false_accept_bound" in calib:  # rule bound
-        head = (f"false-accept rate <= {calib['max_false_accept']:g} with probability {calib['confidence']:g}, "
-                f"{calib['method']}, on {calib['calibration_pairs']} calibration pairs of templates the verifier never "
-                f"trained on ({evidence_words(calib)}, {calib['false_accepts']} of them accepted)")
+        head = (
+            f"false-accept rate <= {calib['max_false_accept']:g} with probability {calib['confidence']:g}, "
+            f"{calib['method']}, on {calib['calibration_pairs']} calibration pairs of templates the verifier never "
+            f"trained on ({evidence_words(calib)}, {calib['false_accepts']} of them accepted)"
+        )
         if not calib["certified"]:
-            return (head + f": NOT certified, {needed_words(calib)} are needed; 1.0 accepts "
-                    "only steps identical to the target's")
-        return head + (f": bound {calib['false_accept_bound']:.3f}, acceptance left "
-                       f"{calib['val_acceptance']:.2f}")
-    return calib["method"] + (f", max FAR {calib['max_false_accept']}" if calib.get("max_false_accept") is not None
-                              else "") + ", on validation"
+            return (
+                head + f": NOT certified, {needed_words(calib)} are needed; 1.0 accepts "
+                "only steps identical to the target's"
+            )
+        return head + (f": bound {calib['false_accept_bound']:.3f}, acceptance left {calib['val_acceptance']:.2f}")
+    return (
+        calib["method"]
+        + (f", max FAR {calib['max_false_accept']}" if calib.get("max_false_accept") is not None else "")
+        + ", on validation"
+    )
 
 
 def model_card(meta: dict) -> str:
     """The checkpoint's README: what it is, how it was trained, how well it agrees."""
     lat, d = meta["metrics"]["latency"], meta["data"]
     lines = [
-        f"# lrtune distilled verifier ({meta['kind']})", "",
+        f"# lrtune distilled verifier ({meta['kind']})",
+        "",
         f"Distilled from the `{meta['teacher']}` teacher with `lrtune train verifier`. Load it with "
-        "`lrtune.verifiers.load(path)` or pass the directory as `--verifier PATH`.", "",
+        "`lrtune.verifiers.load(path)` or pass the directory as `--verifier PATH`.",
+        "",
         f"- base model: `{meta.get('base_model') or meta.get('encoder')}`",
         f"- threshold: {meta['threshold']:.4f} ({threshold_story(meta['calibration'])})",
         f"- data: `{d['dirs']}` (sha256 {d['fingerprint'][:16]}…), split by template (no template in two splits): "
         + ", ".join(f"{s} {c['pairs']} pairs / {c['problems']} problems" for s, c in d["splits"].items()),
         f"- training: {meta['metrics']['train_seconds']:.0f} s",
-        f"- Brier score of the student's test scores vs the teacher's labels: {_fmt(meta['metrics']['test'].get('brier'))}",
+        f"- Brier score of the student's test scores vs the teacher's labels: "
+        f"{_fmt(meta['metrics']['test'].get('brier'))}",
         "",
-        "## Agreement with the teacher (test split)", "",
-        "Brackets: 95% bootstrap intervals, resampling whole test problems.", "",
+        "## Agreement with the teacher (test split)",
+        "",
+        "Brackets: 95% bootstrap intervals, resampling whole test problems.",
+        "",
         "| verifier | accuracy | F1 | AUROC | false accept | false reject | acceptance (teacher) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, a in metrics_rows(meta):
-        lines.append(f"| {name} | {_fmt(a['accuracy'])}{_ci(a.get('accuracy_ci95'))} | {_fmt(a['f1'])} | "
-                     f"{_fmt(a['auroc'])}{_ci(a.get('auroc_ci95'))} | "
-                     f"{_fmt(a['false_accept_rate'])} | {_fmt(a['false_reject_rate'])} | "
-                     f"{_fmt(a['acceptance'])} ({_fmt(a['teacher_acceptance'])}) |")
-    lines += ["", "## Latency per pair (this machine)", "",
-              f"- student: {_fmt(lat['batch1_s_per_pair'], '.4f')} s at batch 1, "
-              f"{_fmt(lat['batched_s_per_pair'], '.4f')} s batched",
-              f"- teacher: {_fmt(lat['teacher_s_per_pair'], '.4f')} s ({lat['teacher_note']})"]
+        lines.append(
+            f"| {name} | {_fmt(a['accuracy'])}{_ci(a.get('accuracy_ci95'))} | {_fmt(a['f1'])} | "
+            f"{_fmt(a['auroc'])}{_ci(a.get('auroc_ci95'))} | "
+            f"{_fmt(a['false_accept_rate'])} | {_fmt(a['false_reject_rate'])} | "
+            f"{_fmt(a['acceptance'])} ({_fmt(a['teacher_acceptance'])}) |"
+        )
+    lines += [
+        "",
+        "## Latency per pair (this machine)",
+        "",
+        f"- student: {_fmt(lat['batch1_s_per_pair'], '.4f')} s at batch 1, "
+        f"{_fmt(lat['batched_s_per_pair'], '.4f')} s batched",
+        f"- teacher: {_fmt(lat['teacher_s_per_pair'], '.4f')} s ({lat['teacher_note']})",
+    ]
     if lat.get("cost_ratio_batched") is not None:
         lines.append(f"- student/teacher cost: {lat['cost_ratio_batched']:.4f} (1/{1 / lat['cost_ratio_batched']:.0f})")
     hist = meta.get("history") or []
@@ -496,13 +631,28 @@ def print_metrics(meta: dict) -> None:
     for col in ("verifier", "accuracy", "F1", "AUROC", "FAR", "FRR", "accept", "teacher accept"):
         t.add_column(col)
     for name, a in metrics_rows(meta):
-        t.add_row(name, *(_fmt(a[k]) for k in ("accuracy", "f1", "auroc", "false_accept_rate", "false_reject_rate",
-                                                 "acceptance", "teacher_acceptance")))
+        t.add_row(
+            name,
+            *(
+                _fmt(a[k])
+                for k in (
+                    "accuracy",
+                    "f1",
+                    "auroc",
+                    "false_accept_rate",
+                    "false_reject_rate",
+                    "acceptance",
+                    "teacher_acceptance",
+                )
+            ),
+        )
     console().print(t)
     lat = meta["metrics"]["latency"]
-    print(f"latency s/pair: student batch-1 {_fmt(lat['batch1_s_per_pair'], '.4f')}, batched "
-          f"{_fmt(lat['batched_s_per_pair'], '.4f')}; teacher {_fmt(lat['teacher_s_per_pair'], '.4f')}"
-          + (f" (ratio {lat['cost_ratio_batched']:.4f})" if lat.get("cost_ratio_batched") else ""))
+    print(
+        f"latency s/pair: student batch-1 {_fmt(lat['batch1_s_per_pair'], '.4f')}, batched "
+        f"{_fmt(lat['batched_s_per_pair'], '.4f')}; teacher {_fmt(lat['teacher_s_per_pair'], '.4f')}"
+        + (f" (ratio {lat['cost_ratio_batched']:.4f})" if lat.get("cost_ratio_batched") else "")
+    )
     print(f"threshold {meta['threshold']:.4f}; checkpoint written")
 
 

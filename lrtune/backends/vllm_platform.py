@@ -80,8 +80,9 @@ def graph_kwargs(on_cpu: bool, enforce_eager: bool, *, plain: bool = False) -> d
     return {"compilation_config": {"cudagraph_mode": LRTUNE_CUDAGRAPH_MODE}}
 
 
-def claim_graph_engine(name: str, *, on_cpu: bool, enforce_eager: bool, env: Mapping[str, str],
-                       tensor_parallel_size: int = 1) -> None:
+def claim_graph_engine(
+    name: str, *, on_cpu: bool, enforce_eager: bool, env: Mapping[str, str], tensor_parallel_size: int = 1
+) -> None:
     """Record an engine about to start; :class:`ConfigError` (one line, before it starts)
     when it would be the second engine in this process to capture CUDA graphs (rule A). With
     tensor parallelism > 1 the graphs live in the engine's worker processes, not here."""
@@ -92,7 +93,8 @@ def claim_graph_engine(name: str, *, on_cpu: bool, enforce_eager: bool, env: Map
             f"vLLM engine {name!r} would be the second engine capturing CUDA graphs in this process (after "
             f"{_GRAPH_ENGINES[0]!r}): vLLM 0.32 clears every CUDA graph of a process when an engine starts, and the "
             f"first engine's next step fails ('CUDA graph capturing detected at an inappropriate time'); unset "
-            f"{MULTIPROC_ENV}=0 (lrtune runs each GPU engine in its own process) or pass --enforce-eager")
+            f"{MULTIPROC_ENV}=0 (lrtune runs each GPU engine in its own process) or pass --enforce-eager"
+        )
     _GRAPH_ENGINES.append(name)
 
 
@@ -131,8 +133,10 @@ def check_free_memory(name: str, share: float, free: int, total: int) -> None:
     :class:`ConfigError` naming the engine, in one line, instead."""
     need = share * total
     if free < need:
-        raise ConfigError(f"vLLM engine {name!r} needs {share:.3f} of the GPU ({need / 2**30:.1f} GiB) free to start, but "
-                          f"{free / 2**30:.1f} GiB of {total / 2**30:.1f} GiB are free [cause {CAUSES[2][1]}]")
+        raise ConfigError(
+            f"vLLM engine {name!r} needs {share:.3f} of the GPU ({need / 2**30:.1f} GiB) free to start, but "
+            f"{free / 2**30:.1f} GiB of {total / 2**30:.1f} GiB are free [cause {CAUSES[2][1]}]"
+        )
 
 
 def ray_vars_to_copy(current: str | None, name: str) -> str:
@@ -159,25 +163,35 @@ def vocab_plan(target_vocab: int | None, draft_vocab: int | None, tokenizer_ids:
         return False
     if tokenizer_ids > min(target_vocab, draft_vocab):
         small = "target" if target_vocab < draft_vocab else "draft"
-        raise ModelError(f"the shared tokenizer has {tokenizer_ids} ids but the {small}'s vocab_size is "
-                         f"{min(target_vocab, draft_vocab)} (target {target_vocab}, draft {draft_vocab}): its "
-                         "embedding cannot hold every token, so it cannot draft for or verify this pair")
+        raise ModelError(
+            f"the shared tokenizer has {tokenizer_ids} ids but the {small}'s vocab_size is "
+            f"{min(target_vocab, draft_vocab)} (target {target_vocab}, draft {draft_vocab}): its "
+            "embedding cannot hold every token, so it cannot draft for or verify this pair"
+        )
     return True
 
 
 CAUSES = (
-    ("CUDA graph capturing detected at an inappropriate time",
-     "A: a second vLLM engine in this process cleared this engine's CUDA graphs (vLLM 0.32 clears every graph of "
-     f"a process at each engine start); leave {MULTIPROC_ENV} unset on GPUs or pass --enforce-eager"),
-    ("should have the same vocabulary size",
-     "B: vLLM's draft-model SD needs equal vocab_size in both configs; lrtune passes use_heterogeneous_vocab when "
-     "the tokenizers match (is this vLLM 0.32.0?)"),
-    ("is less than desired GPU memory utilization",
-     "C: another engine or process holds the memory this engine's share needs; lower --gpu-memory-utilization or "
-     "the role's --*-gpu-share (lrtune doctor prints the plan)"),
-    ("Engine core initialization failed",
-     "the engine's own process failed to start; its reason is in the lines vLLM printed above (often C: the "
-     "memory its share needs is not free)"),
+    (
+        "CUDA graph capturing detected at an inappropriate time",
+        "A: a second vLLM engine in this process cleared this engine's CUDA graphs (vLLM 0.32 clears every graph of "
+        f"a process at each engine start); leave {MULTIPROC_ENV} unset on GPUs or pass --enforce-eager",
+    ),
+    (
+        "should have the same vocabulary size",
+        "B: vLLM's draft-model SD needs equal vocab_size in both configs; lrtune passes use_heterogeneous_vocab when "
+        "the tokenizers match (is this vLLM 0.32.0?)",
+    ),
+    (
+        "is less than desired GPU memory utilization",
+        "C: another engine or process holds the memory this engine's share needs; lower --gpu-memory-utilization or "
+        "the role's --*-gpu-share (lrtune doctor prints the plan)",
+    ),
+    (
+        "Engine core initialization failed",
+        "the engine's own process failed to start; its reason is in the lines vLLM printed above (often C: the "
+        "memory its share needs is not free)",
+    ),
 )
 
 

@@ -35,8 +35,12 @@ def get_task(name: str):
     if name in ("gsm8k", "math500", "aime24", "custom"):
         from lrtune.tasks import math_files
 
-        return {"gsm8k": math_files.GSM8K, "math500": math_files.MATH500, "aime24": math_files.AIME24,
-                "custom": math_files.CUSTOM}[name]
+        return {
+            "gsm8k": math_files.GSM8K,
+            "math500": math_files.MATH500,
+            "aime24": math_files.AIME24,
+            "custom": math_files.CUSTOM,
+        }[name]
     raise ConfigError(f"unknown task {name!r}; choose from {', '.join(TASKS)}, or a mix such as gsm_symbolic+humaneval")
 
 
@@ -69,6 +73,10 @@ def same_outcome(task, problem: Problem, completion_a: str, completion_b: str) -
     task = own_task(task, problem)
     (a, ok_a), (b, ok_b) = task.check(problem, completion_a), task.check(problem, completion_b)
     if getattr(task, "KIND", "math") == "code":
-        return completion_a == completion_b or ok_a == ok_b, "passed" if ok_a else "failed", "passed" if ok_b else "failed"
+        return (
+            completion_a == completion_b or ok_a == ok_b,
+            "passed" if ok_a else "failed",
+            "passed" if ok_b else "failed",
+        )
     a, b = (None if x is None else str(x) for x in (a, b))
     return completion_a == completion_b or (a is not None and b is not None and math_equal(a, b)), a, b

@@ -28,7 +28,7 @@ def last_boxed(text: str) -> str | None:
     start = text.rfind("\\boxed")
     while start != -1:
         i = text.find("{", start)
-        if i != -1 and text[start + len("\\boxed"):i].strip() == "":
+        if i != -1 and text[start + len("\\boxed") : i].strip() == "":
             depth = 0
             for k in range(i, len(text)):
                 if text[k] == "{":
@@ -36,7 +36,7 @@ def last_boxed(text: str) -> str | None:
                 elif text[k] == "}":
                     depth -= 1
                     if depth == 0:
-                        return text[i + 1:k]
+                        return text[i + 1 : k]
         start = text.rfind("\\boxed", 0, start)
     return None
 

@@ -22,8 +22,22 @@ from fractions import Fraction
 from lrtune.tasks.base import last_boxed
 
 _UNIT_WORDS = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}")
-_NOISE = ("\\!", "\\,", "\\;", "\\:", "\\ ", "\\$", "$", "\\left", "\\right", "^\\circ", "^{\\circ}", "\\%", "%",
-          "\\displaystyle")
+_NOISE = (
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\ ",
+    "\\$",
+    "$",
+    "\\left",
+    "\\right",
+    "^\\circ",
+    "^{\\circ}",
+    "\\%",
+    "%",
+    "\\displaystyle",
+)
 _ONE_NUMBER = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?$")
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{?(-?\d+)\}?\{?(\d+)\}?$")
 

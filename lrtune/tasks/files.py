@@ -34,8 +34,10 @@ def read_rows(source: str, *, split: str = "test") -> list[dict]:
     if path.suffix in (".jsonl", ".json", ".parquet") or exists or "/" not in source or source.startswith((".", "~")):
         checked_file(path, "problem file")
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise ConfigError(f"{path}: {path.stat().st_size >> 20} MiB is too large for a problem file "
-                              f"(at most {MAX_FILE_BYTES >> 20} MiB)")
+            raise ConfigError(
+                f"{path}: {path.stat().st_size >> 20} MiB is too large for a problem file "
+                f"(at most {MAX_FILE_BYTES >> 20} MiB)"
+            )
         if path.suffix == ".parquet":
             return _sized_rows(_read_parquet(path), path)
         if path.suffix == ".json":
@@ -51,8 +53,9 @@ def _sized_rows(rows: list[dict], path: Path) -> list[dict]:
     """``rows``, each at most ``MAX_LINE_BYTES`` as JSON: the limit a JSONL line has, for every format."""
     for i, row in enumerate(rows):
         if len(json.dumps(row, ensure_ascii=False, default=str).encode("utf-8")) > MAX_LINE_BYTES:
-            raise ConfigError(f"{path}: row {i + 1} is longer than {MAX_LINE_BYTES >> 20} MiB; a problem row "
-                              "must be shorter")
+            raise ConfigError(
+                f"{path}: row {i + 1} is longer than {MAX_LINE_BYTES >> 20} MiB; a problem row must be shorter"
+            )
     return rows
 
 
@@ -65,12 +68,15 @@ def _read_jsonl(path: Path) -> Iterator[dict]:
                 return
             lineno += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise ConfigError(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; a problem row "
-                                  "must be shorter")
+                raise ConfigError(
+                    f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; a problem row must be shorter"
+                )
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # a byte-order mark is no row text
             except UnicodeDecodeError as e:
-                raise ConfigError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+                raise ConfigError(
+                    f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte {e.start} of the line)"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -23,9 +23,15 @@ def load(limit: int | None = 10, seed: int = 0, path: str | None = None) -> list
     except ImportError:
         raise LrtuneError("the gsm_symbolic task needs reasoning-gym: pip install reasoning-gym==0.1.25") from None
     ds = reasoning_gym.create_dataset(NAME, size=limit, seed=seed)
-    return [Problem(id=f"{NAME}-{seed}-{i}", question=x["question"], answer=str(x["answer"]),
-                    meta={"difficulty": x["metadata"].get("difficulty"), "template": _template(ds, i)})
-            for i, x in enumerate(ds)]
+    return [
+        Problem(
+            id=f"{NAME}-{seed}-{i}",
+            question=x["question"],
+            answer=str(x["answer"]),
+            meta={"difficulty": x["metadata"].get("difficulty"), "template": _template(ds, i)},
+        )
+        for i, x in enumerate(ds)
+    ]
 
 
 def _template(ds, i: int) -> str:

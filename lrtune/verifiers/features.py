@@ -19,15 +19,15 @@ _WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")
 _CODE = re.compile(r"```python|^[ \t]*def[ \t]+\w+[ \t]*\(|^[ \t]*class[ \t]+\w+[ \t]*[:(]", re.MULTILINE)
 
 TEXT_FEATURES = (
-    "exact_match",         # 1 when the normalised texts are equal
-    "log_len_draft",       # log(1 + characters of the draft step)
-    "log_len_target",      # log(1 + characters of the target step)
-    "len_ratio",           # min/max of the two character lengths (1 = same length)
-    "word_jaccard",        # |W_d ∩ W_t| / |W_d ∪ W_t| over lower-case words and numbers
-    "num_jaccard",         # the same over the sets of numbers (1 when neither has one)
-    "num_recall",          # share of the target's numbers that the draft also states
-    "last_num_equal",      # 1 when both end on the same number (their running result)
-    "both_boxed",          # 1 when both or neither write \\boxed (final answer reached)
+    "exact_match",  # 1 when the normalised texts are equal
+    "log_len_draft",  # log(1 + characters of the draft step)
+    "log_len_target",  # log(1 + characters of the target step)
+    "len_ratio",  # min/max of the two character lengths (1 = same length)
+    "word_jaccard",  # |W_d ∩ W_t| / |W_d ∪ W_t| over lower-case words and numbers
+    "num_jaccard",  # the same over the sets of numbers (1 when neither has one)
+    "num_recall",  # share of the target's numbers that the draft also states
+    "last_num_equal",  # 1 when both end on the same number (their running result)
+    "both_boxed",  # 1 when both or neither write \\boxed (final answer reached)
 )
 # the target's likelihood of the draft step (StepPair.draft_scores; free in sync LR, see
 # lrtune.verifiers.base.DraftScores) and the draft's own confidence in it; None when the
@@ -35,25 +35,25 @@ TEXT_FEATURES = (
 # the first three need the target's prefill of the draft step (a score round's scoring call);
 # the draft's two come with its own generation
 TARGET_SCORE_FEATURES = (
-    "draft_target_mean_logprob",   # mean log p_target(x_t | x_<t) over the draft step's tokens (nats)
-    "draft_target_min_logprob",    # their minimum (nats)
-    "draft_target_argmax_share",   # share of the draft's tokens that are the target's argmax
+    "draft_target_mean_logprob",  # mean log p_target(x_t | x_<t) over the draft step's tokens (nats)
+    "draft_target_min_logprob",  # their minimum (nats)
+    "draft_target_argmax_share",  # share of the draft's tokens that are the target's argmax
 )
 LIKELIHOOD_FEATURES = (
     *TARGET_SCORE_FEATURES,
-    "draft_mean_logprob",          # the draft's own confidence: mean log p_draft of its step's tokens (nats)
-    "draft_entropy",               # mean top-k entropy of the draft's next-token distributions (nats)
+    "draft_mean_logprob",  # the draft's own confidence: mean log p_draft of its step's tokens (nats)
+    "draft_entropy",  # mean top-k entropy of the draft's next-token distributions (nats)
 )
 # what kind of problem the pair belongs to, read off its context (problem statement first)
 CONTEXT_FEATURES = (
-    "context_is_code",     # 1 when the context holds Python code (a ```python block or a def/class line)
+    "context_is_code",  # 1 when the context holds Python code (a ```python block or a def/class line)
 )
 # does each step's own arithmetic hold, and does the draft state numbers the target does not
 # (a wrong intermediate result sends the rest of the solution to another answer)
 CHECK_FEATURES = (
-    "draft_arith_wrong",   # equalities "a op b = c" in the draft step that are false (count)
+    "draft_arith_wrong",  # equalities "a op b = c" in the draft step that are false (count)
     "target_arith_wrong",  # the same in the target step
-    "num_precision",       # share of the draft's numbers that the target also states (1 when it has none)
+    "num_precision",  # share of the draft's numbers that the target also states (1 when it has none)
 )
 FEATURE_NAMES = (*TEXT_FEATURES, "embedding_cosine", *LIKELIHOOD_FEATURES, *CONTEXT_FEATURES, *CHECK_FEATURES)
 # what a verifier can read without the target's own step (score rounds): the draft step, its
@@ -100,8 +100,12 @@ def text_features(draft: str, target: str) -> list[float]:
 _LATEX_FRAC = re.compile(r"\\d?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _ARITH_RUN = re.compile(r"[\d.+\-*/()= ]+")
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-        ast.Div: lambda a, b: a / b}
+_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
 
 
 def _value(node) -> float:
@@ -145,9 +149,24 @@ def arithmetic_errors(text: str) -> int:
     is not checked. A right side rounded to the decimals it shows counts as equal."""
     t = _THOUSANDS.sub("", text)
     t = _LATEX_FRAC.sub(r"((\1)/(\2))", t)
-    for a, b in (("\\times", "*"), ("\\cdot", "*"), ("×", "*"), ("·", "*"), ("\\div", "/"), ("÷", "/"),
-                 ("\\left", ""), ("\\right", ""), ("$", " "), ("\\(", " "), ("\\)", " "), ("\\[", " "),
-                 ("\\]", " "), ("\\,", ""), ("{", "("), ("}", ")")):
+    for a, b in (
+        ("\\times", "*"),
+        ("\\cdot", "*"),
+        ("×", "*"),
+        ("·", "*"),
+        ("\\div", "/"),
+        ("÷", "/"),
+        ("\\left", ""),
+        ("\\right", ""),
+        ("$", " "),
+        ("\\(", " "),
+        ("\\)", " "),
+        ("\\[", " "),
+        ("\\]", " "),
+        ("\\,", ""),
+        ("{", "("),
+        ("}", ")"),
+    ):
         t = t.replace(a, b)
     wrong = 0
     for run in _ARITH_RUN.findall(t):
@@ -165,8 +184,7 @@ def arithmetic_errors(text: str) -> int:
 def check_features(draft: str, target: str) -> list[float]:
     """The :data:`CHECK_FEATURES` of one pair, in that order."""
     sd, st = set(numbers(draft)), set(numbers(target))
-    return [float(arithmetic_errors(draft)), float(arithmetic_errors(target)),
-            len(sd & st) / len(sd) if sd else 1.0]
+    return [float(arithmetic_errors(draft)), float(arithmetic_errors(target)), len(sd & st) / len(sd) if sd else 1.0]
 
 
 def likelihood_features(scores) -> list[float | None]:
@@ -174,8 +192,13 @@ def likelihood_features(scores) -> list[float | None]:
     if scores is None:
         return [None] * len(LIKELIHOOD_FEATURES)
     own = lambda v: None if v is None else float(v)  # noqa: E731
-    return [own(scores.mean_logprob), own(scores.min_logprob), own(scores.argmax_share),
-            own(scores.draft_logprob), own(scores.draft_entropy)]
+    return [
+        own(scores.mean_logprob),
+        own(scores.min_logprob),
+        own(scores.argmax_share),
+        own(scores.draft_logprob),
+        own(scores.draft_entropy),
+    ]
 
 
 def context_features(context: str) -> list[float]:

@@ -91,15 +91,30 @@ Answer with a single digit."""
 
 # (context, step A = target, step B = draft, answer): the judge's worked examples.
 FEW_SHOT = (
-    ("Tom has 3 boxes with 12 apples each. He eats 5 apples. How many are left?",
-     "Tom starts with 3 x 12 = 36 apples.", "First, the total number of apples is 12 * 3 = 36.", "aligned"),
-    ("Tom has 3 boxes with 12 apples each. He eats 5 apples. How many are left?\n\nTom starts with 36 apples.",
-     "He has 36 - 5 = 31 apples left.", "After eating 5, he has 36 - 5 = 30 apples.", "unaligned"),
-    ("A shop sells pens for $2 each. Ana buys 4 pens and a $3 notebook. What does she pay?",
-     "The pens cost 4 * 2 = $8.", "Ana pays for the notebook: $3.", "unaligned"),
-    ("A shop sells pens for $2 each. Ana buys 4 pens and a $3 notebook. What does she pay?\n\nThe pens cost $8.",
-     "In total she pays 8 + 3 = $11, so the answer is \\boxed{11}.",
-     "Adding the notebook, the total is $8 + $3 = $11. The answer is \\boxed{11}.", "aligned"),
+    (
+        "Tom has 3 boxes with 12 apples each. He eats 5 apples. How many are left?",
+        "Tom starts with 3 x 12 = 36 apples.",
+        "First, the total number of apples is 12 * 3 = 36.",
+        "aligned",
+    ),
+    (
+        "Tom has 3 boxes with 12 apples each. He eats 5 apples. How many are left?\n\nTom starts with 36 apples.",
+        "He has 36 - 5 = 31 apples left.",
+        "After eating 5, he has 36 - 5 = 30 apples.",
+        "unaligned",
+    ),
+    (
+        "A shop sells pens for $2 each. Ana buys 4 pens and a $3 notebook. What does she pay?",
+        "The pens cost 4 * 2 = $8.",
+        "Ana pays for the notebook: $3.",
+        "unaligned",
+    ),
+    (
+        "A shop sells pens for $2 each. Ana buys 4 pens and a $3 notebook. What does she pay?\n\nThe pens cost $8.",
+        "In total she pays 8 + 3 = $11, so the answer is \\boxed{11}.",
+        "Adding the notebook, the total is $8 + $3 = $11. The answer is \\boxed{11}.",
+        "aligned",
+    ),
 )
 
 
@@ -107,8 +122,10 @@ def few_shot_messages(template: str, context: str, draft: str, target: str, shot
     """The chat of the judge: the first ``shots`` worked examples as earlier turns, then the question."""
     msgs: list[dict] = []
     for c, a, b, ans in FEW_SHOT[:shots]:
-        msgs += [{"role": "user", "content": template.format(context=c, target=a, draft=b)},
-                 {"role": "assistant", "content": ans}]
+        msgs += [
+            {"role": "user", "content": template.format(context=c, target=a, draft=b)},
+            {"role": "assistant", "content": ans},
+        ]
     msgs.append({"role": "user", "content": template.format(context=context, draft=draft, target=target)})
     return msgs
 
@@ -191,9 +208,12 @@ class _ModelVerifier:
         self.calls = 0
 
     def prompts(self, pairs: Sequence[StepPair]) -> list[list[int]]:
-        return [self.backend.encode_prompt(self.template.format(context=p.context.strip(), draft=p.draft.strip(),
-                                                                target=p.target.strip()))
-                for p in pairs]
+        return [
+            self.backend.encode_prompt(
+                self.template.format(context=p.context.strip(), draft=p.draft.strip(), target=p.target.strip())
+            )
+            for p in pairs
+        ]
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
         return score_pairs(pairs, self._model_score)
@@ -236,8 +256,9 @@ class LLMJudgeVerifier(_ModelVerifier):
         for p in pairs:
             # as many worked examples as the engine's context holds (all four normally)
             for shots in range(len(FEW_SHOT), -1, -1):
-                ids = encode(few_shot_messages(self.template, p.context.strip(), p.draft.strip(), p.target.strip(),
-                                               shots))
+                ids = encode(
+                    few_shot_messages(self.template, p.context.strip(), p.draft.strip(), p.target.strip(), shots)
+                )
                 if limit is None or len(ids) + ANSWER_TOKENS <= limit:
                     break
             out.append(ids)

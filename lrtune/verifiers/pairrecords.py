@@ -31,14 +31,18 @@ def _num(x) -> float | None:
 def pair_columns(pair: StepPair) -> dict:
     """The columns of ``pair`` (see module docstring); JSON-serialisable."""
     ds = pair.draft_scores
-    return {"context": pair.context, "draft_step": pair.draft, "target_step": pair.target,
-            "draft_scored": ds is not None,
-            "draft_target_mean_logprob": ds.mean_logprob if ds else None,
-            "draft_target_min_logprob": ds.min_logprob if ds else None,
-            "draft_target_argmax_share": ds.argmax_share if ds else None,
-            "draft_target_scored_tokens": ds.tokens if ds else None,
-            "draft_mean_logprob": ds.draft_logprob if ds else None,
-            "draft_entropy": ds.draft_entropy if ds else None}
+    return {
+        "context": pair.context,
+        "draft_step": pair.draft,
+        "target_step": pair.target,
+        "draft_scored": ds is not None,
+        "draft_target_mean_logprob": ds.mean_logprob if ds else None,
+        "draft_target_min_logprob": ds.min_logprob if ds else None,
+        "draft_target_argmax_share": ds.argmax_share if ds else None,
+        "draft_target_scored_tokens": ds.tokens if ds else None,
+        "draft_mean_logprob": ds.draft_logprob if ds else None,
+        "draft_entropy": ds.draft_entropy if ds else None,
+    }
 
 
 def draft_scores_of(row: Mapping) -> DraftScores | None:
@@ -57,14 +61,24 @@ def draft_scores_of(row: Mapping) -> DraftScores | None:
     else:
         lo, share = _num(row.get("draft_target_min_logprob")), _num(row.get("draft_target_argmax_share"))
     tokens = _num(row.get("draft_target_scored_tokens"))
-    return DraftScores(mean, lo, share, int(tokens) if tokens is not None else 0,
-                       draft_logprob=_num(row.get("draft_mean_logprob")), draft_entropy=_num(row.get("draft_entropy")))
+    return DraftScores(
+        mean,
+        lo,
+        share,
+        int(tokens) if tokens is not None else 0,
+        draft_logprob=_num(row.get("draft_mean_logprob")),
+        draft_entropy=_num(row.get("draft_entropy")),
+    )
 
 
 def pair_from_columns(row: Mapping) -> StepPair:
     """The :class:`StepPair` of a row written by :func:`pair_columns` or by collect."""
-    return StepPair(context=row.get("context") or "", draft=row["draft_step"], target=row["target_step"],
-                    draft_scores=draft_scores_of(row))
+    return StepPair(
+        context=row.get("context") or "",
+        draft=row["draft_step"],
+        target=row["target_step"],
+        draft_scores=draft_scores_of(row),
+    )
 
 
 def judged_pairs(record) -> list[dict]:
@@ -79,8 +93,16 @@ def judged_pairs(record) -> list[dict]:
         for k, pair in enumerate(chain):
             if k >= len(scores[w]):
                 break  # early abort: positions after the first rejected row were never judged
-            out.append({"round": record.index, "branch": w, "position": k, "chosen": w == record.branch,
-                        "score": float(scores[w][k]), "accepted": bool(verdicts[w][k]),
-                        "asked": (w, k) not in record.unasked, **pair_columns(pair)})
+            out.append(
+                {
+                    "round": record.index,
+                    "branch": w,
+                    "position": k,
+                    "chosen": w == record.branch,
+                    "score": float(scores[w][k]),
+                    "accepted": bool(verdicts[w][k]),
+                    "asked": (w, k) not in record.unasked,
+                    **pair_columns(pair),
+                }
+            )
     return out
-

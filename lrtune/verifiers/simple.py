@@ -79,7 +79,8 @@ class TargetLogprobVerifier:
 
     score = exp(mean_t log p_target(x_t | x_<t)) over the draft step's tokens x_t: the
     geometric-mean token probability, in (0, 1]; ``target_logprob(min)`` scores
-    exp(min_t log p_target(x_t | x_<t)) instead, the step's least likely token. The decoder reads it off the prefill of the
+    exp(min_t log p_target(x_t | x_<t)) instead, the step's least likely token. The decoder reads it off
+    the prefill of the
     target row that follows the draft step (:class:`~lrtune.verifiers.base.DraftScores`), so
     it costs no model call. Steps that are the same up to whitespace and case score 1; a
     pair the decoder could not score (a chain's last step when it ended the answer) scores 0.
@@ -95,8 +96,13 @@ class TargetLogprobVerifier:
         self.name = "target_logprob" if form == "mean" else f"target_logprob({form})"
 
     def score(self, pairs: Sequence[StepPair]) -> list[float]:
-        return [target_logprob_score(same_step(p.draft, p.target), None if p.draft_scores is None else
-                                     getattr(p.draft_scores, f"{self.form}_logprob")) for p in pairs]
+        return [
+            target_logprob_score(
+                same_step(p.draft, p.target),
+                None if p.draft_scores is None else getattr(p.draft_scores, f"{self.form}_logprob"),
+            )
+            for p in pairs
+        ]
 
 
 # ``mean``: exp(mean log p), the geometric-mean token probability (default);

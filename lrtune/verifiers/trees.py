@@ -38,9 +38,14 @@ def pack_forest(trees: Sequence, positive: int = 1) -> dict:
         value.append(counts[:, positive] / np.maximum(counts.sum(axis=1), 1e-300))
         offset += n
     cat = np.concatenate
-    return {"roots": np.asarray(roots, dtype=np.int64), "left": cat(left).astype(np.int64),
-            "right": cat(right).astype(np.int64), "feature": cat(feature).astype(np.int64),
-            "threshold": cat(threshold).astype(np.float64), "value": cat(value).astype(np.float64)}
+    return {
+        "roots": np.asarray(roots, dtype=np.int64),
+        "left": cat(left).astype(np.int64),
+        "right": cat(right).astype(np.int64),
+        "feature": cat(feature).astype(np.int64),
+        "threshold": cat(threshold).astype(np.float64),
+        "value": cat(value).astype(np.float64),
+    }
 
 
 def check_forest(arrays: dict, n_features: int) -> str | None:
@@ -55,8 +60,9 @@ def check_forest(arrays: dict, n_features: int) -> str | None:
     flat = [k for k in FOREST_ARRAYS if np.ndim(arrays[k]) != 1]
     if flat:
         return f"the tensor {flat[0]!r} is not 1-D"
-    typed = [k for k in ("roots", "left", "right", "feature")
-             if not np.issubdtype(np.asarray(arrays[k]).dtype, np.integer)]
+    typed = [
+        k for k in ("roots", "left", "right", "feature") if not np.issubdtype(np.asarray(arrays[k]).dtype, np.integer)
+    ]
     if typed:
         return f"the index tensor {typed[0]!r} is not of an integer type"
     n = len(arrays["left"])
