@@ -31,7 +31,7 @@ from typing import Literal
 
 
 from lrtune import score_round
-from lrtune.backends.base import Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row
+from lrtune.backends.base import Backend, GenBatch, Generation, GenParams, add_counters, per_row
 from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, Method  # noqa: F401  (re-exported)
 from lrtune.roundstate import (
     Decoded,
@@ -41,29 +41,26 @@ from lrtune.roundstate import (
     PromptState,
     RoundRecord,
     RoundState,
-    _branch_temperature,
     _concat,  # noqa: F401
     _refuse_async_extras,
-    _reusable,
     _row_counters,
     _target_rows,
     _time_shares,
     stable_digest,
 )
-from lrtune.reuse import joined_step, matched_tokens, row_params, split_scores, whole_draft
-from lrtune.control import Controller, ControlState, ProblemInfo, RoundOutcome, checked_choice, checked_controller
+from lrtune.reuse import joined_step, row_params, whole_draft
+from lrtune.control import Controller, ControlState, ProblemInfo, checked_choice, checked_controller
 from lrtune.errors import ConfigError, ConfigTypeError
-from lrtune.stats import BatchStats, DecodeStats, leading_accepts
-from lrtune.steps import split_steps
+from lrtune.stats import BatchStats, DecodeStats
 from lrtune.verifiers import Verifier
 from lrtune.verifiers.base import wants_draft_scores, wants_target_scores
+from lrtune.round_commit import RoundCommit
+from lrtune.round_draft import DRAFT_TOP_K, RoundDrafting, doubted  # noqa: F401  (re-exported)
 from lrtune.round_verify import RoundVerification
-from lrtune.rounds import DRAFT, mix_seed, step_params
-
-DRAFT_TOP_K = 20  # top-k logprobs per draft token where draft steps are scored (DraftScores.draft_entropy)
+from lrtune.rounds import step_params
 
 
-class LookaheadDecoder(RoundVerification):
+class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
     """Decode with ``target`` alone, target+SD, LR, or LR+SD (see module docstring).
 
     ``draft`` is the step drafter (needed for ``lr``/``lr+sd``); token-level SD is the
@@ -510,190 +507,3 @@ class LookaheadDecoder(RoundVerification):
                     min(m, len(t.token_ids)) for m, t in zip(s.round.matched, s.round.targets[0]) if t is not None
                 )
         return early
-
-    def _reuse_prefill(self, slots: list[PromptState], batch: BatchStats) -> None:
-        """Draft-prefix reuse (:mod:`lrtune.reuse`): one target row per slot prefills its
-        chain ``P ŝ1..ŝd`` and scores every draft token; sets each slot's ``matched[k]``
-        (leading tokens of ŝk that are the target's argmax), ``chain_scores`` and ``prefill_s``."""
-        todo = [
-            s
-            for s in slots
-            if (s.round.cfg.reuse_drafts or s.round.cfg.score_rounds) and s.round.chains and s.round.chains[0]
-        ]
-        if not todo:
-            return
-        params = [
-            replace(
-                step_params(s.round.cfg, s.round.budget, s.rnd, 0, 1, draft=False),
-                max_tokens=1,
-                stop_at_delimiter=False,
-                score_from=len(s.round.base),
-            )
-            for s in todo
-        ]
-        tb = self.target.generate([s.round.base + _concat(s.round.chains[0]) for s in todo], params)
-        batch.observe_call("target", len(todo))
-        row_sd = _row_counters(tb)
-        for i, (s, share) in enumerate(zip(todo, _time_shares(tb, [[i] for i in range(len(todo))]))):
-            s.round.chain_scores = split_scores(
-                tb.outputs[i].prompt_scores or [], [len(c.token_ids) for c in s.round.chains[0]]
-            )
-            s.round.matched = [
-                _reusable(matched_tokens(x), c, self.target.eos_ids)
-                for x, c in zip(s.round.chain_scores, s.round.chains[0])
-            ]
-            s.round.prefill_s = share
-            s.stats.prefill_s += share
-            s.stats.observe_target_call(share, row_sd[i] if row_sd is not None else None)
-
-    def _commit(self, s: PromptState, eos: frozenset[int], on_round, on_commit) -> None:
-        """Keep the branch with the longest accepted prefix (ties: the higher score sum over
-        it, then the lower index); commit it and the target's next step."""
-        cfg = s.round.cfg
-        best = max(
-            range(len(s.round.chains)),
-            key=lambda w: (
-                leading_accepts(s.round.verdicts[w]),
-                sum(s.round.scores[w][: leading_accepts(s.round.verdicts[w])]),
-                -w,
-            ),
-        )
-        j = leading_accepts(s.round.verdicts[best])
-        drafts = s.round.chains[best]
-        commit: list[tuple[str, list[int]]] = [("draft", list(d.token_ids)) for d in drafts[:j]]
-        nxt = s.round.targets[best][j] if j < len(s.round.targets[best]) else None
-        if nxt is not None:
-            pieces = [list(nxt.token_ids)]
-            if s.round.horizon is not None:  # a γ1 = 0 run: commit (and stream) it step by step
-                pieces = (
-                    split_steps(
-                        nxt.token_ids,
-                        self.target.decode,
-                        delimiter=cfg.delimiter,
-                        eos_ids=eos,
-                        max_step_tokens=cfg.max_step_tokens,
-                    )
-                    or pieces
-                )
-            commit += [("target", ids) for ids in pieces]
-        s.stats.observe_round(s.round.verdicts[best], committed_target_steps=len(commit) - j)
-        kind = "sd" if cfg.gamma1 == 0 or not any(s.round.chains) else "score" if cfg.score_rounds else "lr"
-        s.stats.observe_round_kind(kind, sum(s.round.draft_secs) + s.round.target_s + s.round.verify_s)
-        if on_round:
-            on_round(
-                s.index,
-                RoundRecord(
-                    index=s.rnd,
-                    prefix_len=len(s.round.base),
-                    drafts=drafts,
-                    targets=[t for t in s.round.targets[best] if t is not None],
-                    scores=s.round.scores[best],
-                    accepted=s.round.verdicts[best],
-                    committed_drafts=j,
-                    draft_seconds=s.round.draft_secs,
-                    target_seconds=s.round.target_s,
-                    verify_seconds=s.round.verify_s,
-                    branch=best,
-                    branches=s.round.chains,
-                    branch_targets=[[t for t in ts if t is not None] for ts in s.round.targets],
-                    branch_scores=s.round.scores,
-                    branch_accepted=s.round.verdicts,
-                    pairs=s.round.pairs,
-                    unasked=frozenset(s.round.unasked),
-                ),
-            )
-        progressed = False
-        for source, ids in commit:
-            ids = ids[: cfg.max_new_tokens - len(s.gen)]
-            if not ids:
-                break
-            progressed = True
-            s.gen.extend(ids)
-            s.steps.append((source, ids))
-            if on_commit:
-                on_commit(s.index, source, ids)
-            if ids[-1] in eos:
-                s.done = True
-                break
-        if s.controller is not None:
-            s.controller.update(
-                RoundOutcome(
-                    gamma1=cfg.gamma1,
-                    gamma2=cfg.gamma2 if cfg.uses_sd else 0,
-                    verdicts=tuple(s.round.verdicts[best]),
-                    accepted_steps=j,
-                    committed_tokens=sum(len(ids) for _, ids in commit),
-                    sd=s.round.round_sd or SDCounters(),
-                    draft_s=sum(s.round.draft_secs),
-                    target_s=s.round.target_s,
-                    verify_s=s.round.verify_s,
-                    extra={"kind": kind},
-                )
-            )
-        if not progressed or len(s.gen) >= cfg.max_new_tokens:  # context full: stop, never spin
-            s.done = True
-        s.rnd += 1
-
-    def _draft_chains(self, slots: list[PromptState], batch: BatchStats, verifier: Verifier | None = None) -> None:
-        """W draft chains per slot; position j of every live chain of every slot is ONE
-        draft call (branch 0 at ``temperature``, branches >= 1 sampled at
-        ``branch_temperature`` when ``temperature`` is 0, each with its own seed). Where draft
-        steps are scored, each also returns its top-k logprobs (the draft's own confidence,
-        :class:`DraftScores`)."""
-        used = {id(s): [0] * s.round.cfg.width for s in slots}
-        live = {id(s): list(range(s.round.cfg.width)) for s in slots}
-        for j in range(max((s.round.cfg.gamma1 for s in slots), default=0)):
-            items: list[tuple[PromptState, int]] = []
-            for s in slots:
-                if j < s.round.cfg.gamma1:
-                    live[id(s)] = [w for w in live[id(s)] if used[id(s)][w] < s.round.budget]
-                    items += [(s, w) for w in live[id(s)]]
-            if not items:
-                break
-            params = []
-            for s, w in items:
-                temp = _branch_temperature(w, s.round.cfg)
-                seeds = None
-                if temp > 0:
-                    seeds = (
-                        mix_seed(s.round.cfg.seed, s.rnd, j, DRAFT)
-                        if w == 0
-                        else mix_seed(s.round.cfg.seed, s.rnd, j, DRAFT, w),
-                    )
-                q = replace(
-                    step_params(s.round.cfg, s.round.budget, s.rnd, j, 1, draft=True), temperature=temp, seeds=seeds
-                )
-                if s.round.cfg.score_drafts or wants_draft_scores(verifier):
-                    q = replace(q, top_logprobs=DRAFT_TOP_K)
-                if s.round.cfg.draft_stop is not None:
-                    q = replace(q, logprobs=True)  # the draft's own confidence in each step
-                params.append(q)
-            b = self.draft.generate([s.round.base + _concat(s.round.chains[w]) for s, w in items], params)
-            batch.observe_call("draft", len(items))
-            by_slot: dict[int, list[int]] = {}
-            for r, (s, _) in enumerate(items):
-                by_slot.setdefault(id(s), []).append(r)
-            members = [s for s in slots if id(s) in by_slot]
-            for s, share in zip(members, _time_shares(b, [by_slot[id(s)] for s in members])):
-                s.stats.draft_calls += 1
-                s.stats.draft_s += share
-                s.round.draft_secs.append(share)
-            for (s, w), step in zip(items, b.outputs):
-                if not step.token_ids:
-                    live[id(s)].remove(w)
-                    continue
-                s.round.chains[w].append(step)
-                used[id(s)][w] += len(step.token_ids)
-                s.stats.draft_step_tokens += len(step.token_ids)
-                if step.finish == "eos" or step.token_ids[-1] in self.target.eos_ids:  # no step after it
-                    live[id(s)].remove(w)
-                elif doubted(step, s.round.cfg.draft_stop):  # draft-side early stop: keep the step, end the chain
-                    live[id(s)].remove(w)
-                    s.stats.draft_stops += 1
-
-
-def doubted(step: Generation, threshold: float | None) -> bool:
-    """Draft-side early stop (``--draft-stop``): the mean log p_draft of ``step``'s tokens is
-    below ``threshold`` nats (never without a threshold or without logprobs)."""
-    lps = step.logprobs
-    return threshold is not None and bool(lps) and sum(lps) / len(lps) < threshold
