@@ -331,7 +331,7 @@ def test_block_acceptance_greedy_keeps_the_longest_argmax_prefix_and_the_targets
     import torch
 
     from lrtune.backends.base import GenParams
-    from lrtune.backends.hf import _accept
+    from lrtune.backends.hf_sampling import _accept
 
     logits = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0], [0.0, 5.0, 0.0]])
     params = GenParams(max_tokens=8, logprobs=True)
@@ -348,7 +348,7 @@ def test_block_acceptance_sampled_commits_tokens_distributed_as_the_target():
     import torch
 
     from lrtune.backends.base import GenParams
-    from lrtune.backends.hf import _accept, _probs
+    from lrtune.backends.hf_sampling import _accept, _probs
 
     params = GenParams(max_tokens=8, temperature=1.0)
     logits = torch.tensor([[1.0, 0.2, -1.0, 0.5], [0.0, 0.0, 0.0, 0.0]])

@@ -42,3 +42,16 @@ def test_ruff_reads_the_projects_rules(tmp_path):
         timeout=300,
     )
     assert out.returncode == 1 and "F401" in out.stdout and "E501" in out.stdout
+
+
+def test_no_module_of_lrtune_is_over_600_lines():
+    """Small modules (design §6): every module of the library and its stages stays within 600
+    lines as ruff formats it."""
+    roots = [ROOT / d for d in ("lrtune", "data_gen", "train", "eval", "policies")]
+    long = {
+        str(p.relative_to(ROOT)): n
+        for r in roots
+        for p in r.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600
+    }
+    assert not long, long

@@ -10,7 +10,7 @@ import pytest
 
 from lrtune.errors import ConfigError
 from lrtune.verifiers import StepPair, make_verifier
-from lrtune.verifiers import distilled
+from lrtune.verifiers import distilled, student_inputs
 from lrtune.train.calibrate import agreement, calibrate_threshold, cross_fitted
 from lrtune.train.data import PairExample, fingerprint, load_pairs, split_examples, split_groups
 
@@ -333,7 +333,7 @@ def test_cross_encoder_training_lowers_the_loss_changes_weights_and_reloads_exac
         StepPair("Question: 3 bags of 4.", "3 * 4 = 12", "so 3 * 4 = 12"),
         StepPair("Question: 3 bags of 4.", "3 * 5 = 15", "so 3 * 4 = 12"),
     ]
-    enc = distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length)
+    enc = student_inputs.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length)
     with torch.inference_mode():
         ref = torch.sigmoid(model(**enc).logits[:, 0]).tolist()
     assert json.loads((out / distilled.META).read_text())["context_form"] == "head+tail"
@@ -419,39 +419,41 @@ def test_lm_judge_prompt_is_fitted_to_max_length_context_first_so_no_answer_is_t
         "The draft step says 12 * 4 = 48 apples. " * 6,
         "The target step says 12 * 4 = 48 apples too. " * 6,
     )
-    full, full_ids = distilled.fit_judge_prompt(pair, tok, 400, None)
-    assert full == distilled.judge_student_prompt(pair, 400)
+    full, full_ids = student_inputs.fit_judge_prompt(pair, tok, 400, None)
+    assert full == student_inputs.judge_student_prompt(pair, 400)
 
     def fits(max_length):
-        prompt, ids = distilled.fit_judge_prompt(pair, tok, 400, max_length)
-        assert len(ids) + distilled.ANSWER_TOKENS <= max_length
+        prompt, ids = student_inputs.fit_judge_prompt(pair, tok, 400, max_length)
+        assert len(ids) + student_inputs.ANSWER_TOKENS <= max_length
         return prompt
 
-    no_ctx = distilled.judge_student_prompt(pair, 0)
-    n_no_ctx = len(distilled.fit_judge_prompt(pair, tok, 0, None)[1])
+    no_ctx = student_inputs.judge_student_prompt(pair, 0)
+    n_no_ctx = len(student_inputs.fit_judge_prompt(pair, tok, 0, None)[1])
     assert n_no_ctx < len(full_ids)
     shorter = fits(len(full_ids))  # a little context goes, the steps stay whole
     assert pair.draft.strip() in shorter and pair.target.strip() in shorter and shorter != full
     cut = fits(n_no_ctx)  # no context left: the steps are cut, their beginnings kept
     assert pair.draft.strip() not in cut and pair.draft.strip()[:30] in cut and len(cut) < len(no_ctx)
     with pytest.raises(ConfigError, match="too short for the judge prompt"):
-        distilled.fit_judge_prompt(pair, tok, 400, 12)
+        student_inputs.fit_judge_prompt(pair, tok, 400, 12)
 
 
 def test_student_context_view_keeps_the_problem_start_and_the_latest_steps():
     problem = "PROBLEM: Ann has 3 boxes of 12 apples. " + "filler words here " * 20
     steps = "\n\n".join(f"Step {i}: {i} * 12 = {i * 12} apples so far." for i in range(40))
     ctx = f"{problem}\n\n{steps} LATEST"
-    view = distilled.context_view(ctx, 400)
+    view = student_inputs.context_view(ctx, 400)
     assert view.startswith("PROBLEM: Ann has 3 boxes") and view.endswith("LATEST") and " … " in view
     assert len(view) <= 400 + len(" … ")
-    assert distilled.context_view("short problem\n\nstep 1", 400) == "short problem\n\nstep 1"  # whole when it fits
-    assert distilled.context_view(ctx, 0) == ""
+    assert (
+        student_inputs.context_view("short problem\n\nstep 1", 400) == "short problem\n\nstep 1"
+    )  # whole when it fits
+    assert student_inputs.context_view(ctx, 0) == ""
     # checkpoints trained before head+tail keep reading the tail alone
-    assert distilled.context_view(ctx, 400, "tail") == distilled.context_tail(ctx, 400)
-    assert "PROBLEM" not in distilled.context_view(ctx, 400, "tail")
+    assert student_inputs.context_view(ctx, 400, "tail") == student_inputs.context_tail(ctx, 400)
+    assert "PROBLEM" not in student_inputs.context_view(ctx, 400, "tail")
     with pytest.raises(ConfigError, match="unknown context form"):
-        distilled.context_view(ctx, 400, "middle")
+        student_inputs.context_view(ctx, 400, "middle")
 
 
 def test_cross_encoder_input_is_fitted_context_first_so_truncation_never_cuts_a_step():
@@ -463,18 +465,18 @@ def test_cross_encoder_input_is_fitted_context_first_so_truncation_never_cuts_a_
         "The draft says 12 * 4 = 48 apples END1. " * 3,
         "The target says 12 * 4 = 48 apples END2. " * 3,
     )
-    enc = distilled.encode_cross_encoder(tok, [pair], 800, 128)
+    enc = student_inputs.encode_cross_encoder(tok, [pair], 800, 128)
     text = tok.decode(enc["input_ids"][0])
     assert enc["input_ids"].shape[1] <= 128
     assert text.count("end1") == 3 and text.count("end2") == 3 and text.startswith("[CLS] problem")  # steps whole
-    a, b = distilled.fit_cross_encoder_text(pair, tok, 800, 512)
+    a, b = student_inputs.fit_cross_encoder_text(pair, tok, 800, 512)
     assert "word399" in a and "PROBLEM" in a  # room enough: head and tail of the context both stay
     # the tail form (old checkpoints) is left as it was trained: tokenizer truncation
-    assert distilled.fit_cross_encoder_text(pair, tok, 400, 128, "tail") == distilled.cross_encoder_text(
+    assert student_inputs.fit_cross_encoder_text(pair, tok, 400, 128, "tail") == student_inputs.cross_encoder_text(
         pair, 400, form="tail"
     )
     with pytest.raises(ConfigError, match="too short for the cross-encoder input"):
-        distilled.fit_cross_encoder_text(pair, tok, 800, 4)
+        student_inputs.fit_cross_encoder_text(pair, tok, 800, 4)
 
 
 # ---- load errors -------------------------------------------------------------------------

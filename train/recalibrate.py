@@ -332,7 +332,7 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
 def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:
     """The checkpoint's threshold and calibration replaced, the previous calibration appended to
     ``calibration_history``, ``extra`` metadata set; card first, metadata last (it makes the change)."""
-    from lrtune.train.verifier import model_card
+    from lrtune.train.verifier_report import model_card
     from lrtune.verifiers.distilled import META
 
     history = list(meta.get("calibration_history") or []) + [meta.get("calibration")]
@@ -343,7 +343,7 @@ def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:
 
 def summary_lines(calib: dict) -> list[str]:
     """What ``lrtune calibrate`` prints."""
-    from lrtune.train.verifier import threshold_story
+    from lrtune.train.verifier_report import threshold_story
 
     if "max_accuracy_loss" in calib:
         from lrtune.train.accuracy_budget import budget_story

@@ -28,102 +28,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lrtune.errors import ConfigError
-from lrtune.runfiles import ProgressBar, log, read_json, write_atomic
-from lrtune.verifiers import distilled
+from lrtune.runfiles import ProgressBar, log, write_atomic
+from lrtune.verifiers import distilled, student_inputs
 from lrtune.verifiers.base import StepPair
 
-from lrtune.train.data import PairExample, fingerprint
+from lrtune.train.data import PairExample
+from lrtune.train.student_state import (  # noqa: F401  (STATE_KEY, check_state: read through this module)
+    COUNTERS,
+    STATE_KEY,
+    check_state,
+    _cannot_resume,
+    _claim_state,
+    _load_optimizer,
+    _read_counters,
+    _save_optimizer,
+    state_dir,
+    state_key,
+)
 
 
 FOREST_TREES = 300
 FOREST_LEAF_SIZES = (1, 3, 5, 10)  # min_samples_leaf candidates, chosen on validation AUROC
-
-
-STATE_KEY = "state_key.json"  # in the state dir: the settings and data its state was trained with
-STATE_SETTINGS = (
-    "student",
-    "base_model",
-    "seed",
-    "batch_size",
-    "learning_rate",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "soft_targets",
-    "context_chars",
-    "max_length",
-)  # what a resumed state depends on
-COUNTERS = {"best_auroc": (float, int, type(None)), "bad_epochs": int, "history": list}  # of every state file
-
-
-def state_dir(out: Path) -> Path:
-    """Training state (resumable epochs; TRL's checkpoints hold pickles) lives beside the
-    checkpoint, never inside it: ``<out>.train-state``; removed after a successful export."""
-    return out.with_name(out.name + ".train-state")
-
-
-def state_key(train: Sequence[PairExample], val: Sequence[PairExample], cfg) -> dict:
-    """What a resumable training state must have been trained with: :data:`STATE_SETTINGS`
-    and the train/val data (the stopping rules, epochs and patience, may change on resume)."""
-    from lrtune.configs import flat_dict
-
-    settings = flat_dict(cfg)
-    return {"settings": {k: settings[k] for k in STATE_SETTINGS}, "data": fingerprint([*train, *val])}
-
-
-def check_state(sdir: Path, key: dict) -> None:
-    """Refuse (one line: delete it) to resume from a state dir whose recorded key differs from
-    ``key`` (other settings or data); a state dir without a key (older lrtune) is let through."""
-    if not (sdir / STATE_KEY).exists():
-        return
-    old = read_json(sdir / STATE_KEY) or {}
-    changed = sorted(k for k in key["settings"] if old.get("settings", {}).get(k) != key["settings"][k])
-    changed += ["data"] if old.get("data") != key["data"] else []
-    if changed:
-        raise ConfigError(
-            f"{sdir} holds the training state of a run with other settings or data "
-            f"({', '.join(changed)} differ); delete it (or pass --no-resume) to start over"
-        )
-
-
-def _claim_state(sdir: Path, key: dict, resume: bool, resumable: Sequence[Path]) -> None:
-    """Record ``key`` in the state dir (the state written from now on is this run's): resuming,
-    after :func:`check_state`; starting over, after removing the ``resumable`` state of before."""
-    if resume:
-        check_state(sdir, key)
-    else:
-        for p in resumable:
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
-    sdir.mkdir(parents=True, exist_ok=True)
-    write_atomic(sdir / STATE_KEY, json.dumps(key))
-
-
-def _first_line(e: Exception) -> str:
-    """The telling line of an error message (torch's load errors span many lines)."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    line = next((ln for ln in lines if "mismatch" in ln), lines[0] if lines else type(e).__name__)
-    return line[:300]
-
-
-def _cannot_resume(sdir: Path, what: Path, e: Exception) -> ConfigError:
-    return ConfigError(
-        f"cannot resume from {what} ({_first_line(e)}); delete {sdir} (or pass --no-resume) to start over"
-    )
-
-
-def _read_counters(path: Path, sdir: Path, keys: dict) -> dict:
-    """The JSON object in state file ``path`` holding ``keys`` (name -> type); ConfigError
-    (delete the state dir) when it is unreadable or lacks one."""
-    try:
-        st = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(st, dict) or not all(isinstance(st.get(k), t) for k, t in keys.items()):
-            raise ValueError(f"not the counters {', '.join(keys)}")
-    except (OSError, ValueError) as e:
-        raise _cannot_resume(sdir, path, e) from None
-    return st
 
 
 def _auroc(scores, examples: Sequence[PairExample]) -> float:
@@ -327,28 +252,6 @@ def _new_modules(model, missing_keys: Sequence[str]) -> set[str]:
     return {k.rsplit(".", 1)[0] for k in missing_keys if "." in k and k.rsplit(".", 1)[0] in names}
 
 
-def _save_optimizer(opt, path: Path) -> None:
-    from safetensors.torch import save_file
-
-    sd = opt.state_dict()
-    tensors = {f"{i}.{k}": v.contiguous() for i, st in sd["state"].items() for k, v in st.items()}
-    save_file(tensors, str(path / "optimizer.safetensors"))
-    write_atomic(path / "optimizer.json", json.dumps({"param_groups": sd["param_groups"]}))
-
-
-def _load_optimizer(opt, path: Path) -> None:
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(path / "optimizer.safetensors"))
-    state: dict[int, dict] = {}
-    for key, v in tensors.items():
-        i, name = key.split(".", 1)
-        state.setdefault(int(i), {})[name] = v
-    opt.load_state_dict(
-        {"state": state, "param_groups": json.loads((path / "optimizer.json").read_text())["param_groups"]}
-    )
-
-
 def build_cross_encoder(base: str, cfg):
     """(tokenizer, PEFT model) of a fresh cross-encoder student."""
     from peft import LoraConfig, get_peft_model
@@ -406,7 +309,7 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
 
     def encode(batch: Sequence[PairExample]):
         pairs = [e.pair for e in batch]
-        return distilled.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length).to(device)
+        return student_inputs.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length).to(device)
 
     def val_scores():
         model.eval()
@@ -455,7 +358,7 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
     return {
         "base_model": cfg.neural.base_model or distilled.ENCODERS[0],
         "context_chars": cfg.context_chars,
-        "context_form": distilled.CONTEXT_FORM,
+        "context_form": student_inputs.CONTEXT_FORM,
         "max_length": cfg.neural.max_length,
         "history": st["history"],
         "best_val_auroc": st["best_auroc"],
@@ -491,8 +394,8 @@ def _judge_dataset(examples: Sequence[PairExample], tokenizer, context_chars: in
 
     rows, shortened = [], 0
     for e in examples:
-        prompt, _ = distilled.fit_judge_prompt(e.pair, tokenizer, context_chars, max_length)
-        shortened += prompt != distilled.judge_student_prompt(e.pair, context_chars)
+        prompt, _ = student_inputs.fit_judge_prompt(e.pair, tokenizer, context_chars, max_length)
+        shortened += prompt != student_inputs.judge_student_prompt(e.pair, context_chars)
         rows.append(
             {
                 "prompt": [{"role": "user", "content": prompt}],
@@ -612,7 +515,7 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     return {
         "base_model": base_spec,
         "context_chars": cfg.context_chars,
-        "context_form": distilled.CONTEXT_FORM,
+        "context_form": student_inputs.CONTEXT_FORM,
         "max_length": cfg.neural.max_length,
         "history": track["history"],
         "best_val_auroc": track["best_auroc"],

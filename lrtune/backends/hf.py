@@ -45,6 +45,16 @@ from lrtune.backends.base import (
 )
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
+from lrtune.backends.hf_sampling import (
+    _accept,
+    _torch,
+    _common_prefix,
+    _draft_choices,
+    _fit_vocab,
+    _infos,
+    _probs,
+    prompt_scores,
+)
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,6 @@ class HFConfig:
     cache_entries: int = 8  # prefix-store entries (rows) kept between calls
     seed: int = 0  # seed of unseeded sampling calls
     onednn_linear: bool = True  # CPU float32: linear layers through oneDNN instead of MKL (see onednn_linears)
-
-
-def _torch():
-    import torch
-
-    return torch
 
 
 class HFBackend(TokenizerMixin):
@@ -477,43 +481,6 @@ def _from_cache(cache) -> list[tuple]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def prompt_scores(logits, prefix: Sequence[int], start: int, score_from: int) -> list[tuple[float, bool] | None]:
-    """(log p(x_t | x_<t) in nats, x_t is the argmax) for t = ``score_from`` .. len(prefix) - 1,
-    from ``logits`` [T, V] of a prefill of ``prefix[start:-1]`` (row r predicts token
-    ``start + r + 1``); token 0, which nothing predicts, scores None."""
-    torch = _torch()
-    first = max(score_from, 1)
-    out: list[tuple[float, bool] | None] = [None] * (first - score_from)
-    if first >= len(prefix):
-        return out
-    rows = logits[first - 1 - start : len(prefix) - 1 - start]
-    toks = torch.tensor(prefix[first:], device=logits.device)
-    lps = torch.log_softmax(rows, dim=-1).gather(-1, toks[:, None]).squeeze(-1)
-    top = rows.argmax(-1) == toks
-    return out + [(float(lp), bool(t)) for lp, t in zip(lps.tolist(), top.tolist())]
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-def _probs(logits, params: GenParams):
-    """The sampling distribution over the last dim: softmax(logits / T), cut to the top-p nucleus."""
-    torch = _torch()
-    p = torch.softmax(logits / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sp, si = torch.sort(p, dim=-1, descending=True)
-        keep = torch.cumsum(sp, dim=-1) - sp < params.top_p
-        sp = sp * keep
-        p = torch.zeros_like(p).scatter(-1, si, sp)
-        p = p / p.sum(dim=-1, keepdim=True)
-    return p
-
-
 def _onednn_forward(op, module, x):
     return op(x, module.weight, module.bias, "none", [], "")
 
@@ -538,86 +505,3 @@ def onednn_linears(model) -> int:
             m.forward = functools.partial(_onednn_forward, op, m)
             n += 1
     return n
-
-
-def _fit_vocab(logits, width: int):
-    """Draft logits [B, V_draft] on the target's output width: ids beyond it dropped, ids the
-    draft lacks at -inf (never proposed), so q and p compare id by id (padded vocab sizes
-    of one tokenizer, e.g. 151,936 against 152,064)."""
-    torch = _torch()
-    have = logits.shape[-1]
-    if have == width:
-        return logits
-    if have > width:
-        return logits[..., :width]
-    pad = torch.full((*logits.shape[:-1], width - have), float("-inf"), dtype=logits.dtype, device=logits.device)
-    return torch.cat([logits, pad], dim=-1)
-
-
-def _draft_choices(logits, params: GenParams, gens) -> tuple[list[int], list]:
-    """One draft token per row of ``logits`` [B, V] and the distribution q it came from
-    (None when greedy: one argmax and one host transfer for the whole batch)."""
-    torch = _torch()
-    if params.temperature <= 0:
-        return logits.argmax(-1).tolist(), [None] * logits.shape[0]
-    q = _probs(logits, params)
-    return [int(torch.multinomial(q[b], 1, generator=g)) for b, g in enumerate(gens)], list(q)
-
-
-def _infos(logits, toks: list[int], params: GenParams) -> list[tuple]:
-    """(token, logprob, top-k {id: logprob}) of ``toks[i]`` under ``logits[i]`` (the target's
-    raw distribution), for all positions at once."""
-    torch = _torch()
-    lp = torch.log_softmax(logits[: len(toks)], dim=-1)
-    idx = torch.tensor(toks, device=lp.device)
-    chosen = lp.gather(1, idx[:, None])[:, 0].tolist()
-    tops: list[dict] = [{} for _ in toks]
-    if params.top_logprobs:
-        v, i = torch.topk(lp, params.top_logprobs, dim=-1)
-        tops = [dict(zip(a, b)) for a, b in zip(i.tolist(), v.tolist())]
-        for t, top, c in zip(toks, tops, chosen):
-            top.setdefault(t, c)
-    return list(zip(toks, chosen, tops))
-
-
-def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
-    """Speculative acceptance of one row's whole draft block: (accepted count n, committed
-    tokens, their infos).
-
-    ``logits[i]`` is the target's distribution at position i (after proposals[:i]). Greedy:
-    n = the length of the prefix where proposal i is argmax(logits[i]); the committed tokens
-    are argmax(logits[:n+1]) (the accepted proposals and the target's own token), found with
-    tensor ops and one host transfer. Sampled: proposal i is kept when u_i < p_i(d)/q_i(d)
-    (all positions at once); at the first rejection the token comes from the residual
-    max(p - q, 0), after a full accept from p[k]."""
-    torch = _torch()
-    k = len(proposals)
-    if params.temperature <= 0:
-        tgt = logits[: k + 1].argmax(-1)
-        if k:
-            ok = (tgt[:k] == torch.tensor(proposals, device=tgt.device)).to(torch.int64)
-            n_t = ok.cumprod(0).sum().view(1)
-        else:
-            n_t = tgt.new_zeros(1)
-        both = torch.cat([n_t, tgt]).tolist()
-        n = both[0]
-        toks = both[1 : n + 2]
-        return n, toks, _infos(logits, toks, params)
-    p = _probs(logits[: k + 1], params)
-    n = k
-    if k:
-        idx = torch.tensor(proposals, device=p.device)
-        q = torch.stack(qs)
-        rows = torch.arange(k, device=p.device)
-        pd, qd = p[rows, idx], q[rows, idx]
-        ratio = torch.where(qd > 0, pd / torch.where(qd > 0, qd, torch.ones_like(qd)), torch.zeros_like(qd))
-        u = torch.rand(k, generator=gen, device=p.device)
-        n = int((u < ratio.clamp(max=1.0)).to(torch.int64).cumprod(0).sum())
-    if n < k:
-        resid = torch.clamp(p[n] - qs[n], min=0)
-        s = float(resid.sum())
-        dist = resid / s if s > 0 else p[n]
-    else:
-        dist = p[k]
-    toks = list(proposals[:n]) + [int(torch.multinomial(dist, 1, generator=gen))]
-    return n, toks, _infos(logits, toks, params)
