@@ -295,33 +295,28 @@ def predicted_speedup(
     async_lr: bool = False,
     prefill_ratio: float | None = None,
 ) -> float | None:
-    """The speedup model's prediction (lrtune.speedup) from measured α and c; ``batch_cost``
-    a b(n) list or callable (evaluate passes b(n) priced by the longest of n steps);
-    ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n));
-    ``prefill_ratio`` (score rounds, :func:`lrtune.speedup.h_score`): a round's prefill time
-    over its target-step time, measured (P = ratio/g(γ2) in T)."""
-    from lrtune.speedup import f_sync, g, h, h_score
+    """The speedup model's prediction from the run's measured α and c, priced by
+    :meth:`lrtune.pricing.Pricing.speedup` (the one place a round is priced) with c1 = c2 = c;
+    ``batch_cost`` a b(n) list or callable (evaluate passes b(n) priced by the longest of n
+    steps); ``async_lr``: pipelined LR, the async model (lookahead limit γ1; it takes no b(n));
+    ``prefill_ratio`` (score rounds): a round's prefill time over its target-step time, measured,
+    so P = ratio/g(γ2) in T. None where a needed α or c is missing."""
+    from lrtune.pricing import Pricing
+    from lrtune.speedup import g
     from lrtune.speedup_async import h_async
 
     if c is None:
         return None
-    if prefill_ratio is not None and kind in ("lr", "lr+sd") and alpha1 is not None:
-        if kind == "lr":
-            return h_score(gamma1, 0, alpha1, c, prefill_ratio)
-        if alpha2 is not None:
-            gg = g(alpha2, c, gamma2)
-            return h_score(gamma1, gamma2, alpha1, c, prefill_ratio / gg, alpha2, c)
-        return None
     if kind == "target":
         return 1.0
-    if kind == "sd" and alpha2 is not None:
-        return g(alpha2, c, gamma2)
-    if kind == "lr" and alpha1 is not None:
-        return h_async(gamma1, 0, alpha1, c, 0.0, c) if async_lr else f_sync(alpha1, c, gamma1, batch_cost=batch_cost)
-    if kind == "lr+sd" and alpha1 is not None and alpha2 is not None:
-        return (
-            h_async(gamma1, gamma2, alpha1, c, alpha2, c)
-            if async_lr
-            else h(gamma1, gamma2, alpha1, c, alpha2, c, batch_cost=batch_cost)
-        )
-    return None
+    if kind == "sd":
+        return g(alpha2, c, gamma2) if alpha2 is not None else None
+    if kind not in ("lr", "lr+sd") or alpha1 is None or (kind == "lr+sd" and alpha2 is None):
+        return None
+    g2, a2 = (gamma2, alpha2) if kind == "lr+sd" else (0, 0.0)
+    if prefill_ratio is not None:
+        steps = prefill_ratio / (g(a2, c, g2) if g2 else 1.0)
+        return Pricing(c1=c, c2=c, prefill_steps=steps).speedup("score", gamma1, g2, alpha1, a2)
+    if async_lr:
+        return h_async(gamma1, g2, alpha1, c, a2, c)
+    return Pricing(c1=c, c2=c, batch_cost=batch_cost).speedup("lr", gamma1, g2, alpha1, a2)

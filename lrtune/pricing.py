@@ -53,6 +53,7 @@ class Pricing:
     prefill: Prefill = field(default_factory=Prefill)
     engine_drafts: int = 0
     scoring_call: bool = True  # False: the verifier reads no target score, a score round's P = 0
+    prefill_steps: float | None = None  # a measured P (T) for every γ1, in place of the prefill model
 
     def __post_init__(self) -> None:
         _number(self.c1, "c1", low=0.0, strict=True)
@@ -72,12 +73,17 @@ class Pricing:
             raise ConfigError(f"engine_drafts must be an int >= 0, got {self.engine_drafts!r}")
         if type(self.scoring_call) is not bool:
             raise ConfigError(f"scoring_call must be True or False, got {self.scoring_call!r}")
+        if self.prefill_steps is not None:
+            _number(self.prefill_steps, "prefill_steps", low=0.0)
 
     # ---- the prices -------------------------------------------------------------------------
     def score_prefill(self, gamma1: int) -> float:
-        """P(γ1) in target steps: 0 without a scoring call (module docstring)."""
+        """P(γ1) in target steps: 0 without a scoring call, the measured ``prefill_steps`` where
+        given (evaluate prices the run it measured), else the model (module docstring)."""
         if not self.scoring_call:
             return 0.0
+        if self.prefill_steps is not None:
+            return float(self.prefill_steps)
         from lrtune.speedup import score_prefill
 
         p = self.prefill
