@@ -7,7 +7,9 @@ outside its own class), the ``hasattr``/``getattr`` probes of a controller's pri
 call sites that price a score round (calls of ``speedup``'s ``h_score``/``score_prefill``
 outside ``speedup.py``),
 the modules of the core and stages that import ``lrtune.api``, the ``price_*`` functions,
-lines over 120 characters, and ruff's findings with the revision's own configuration.
+lines over 120 characters, ruff's findings with the revision's own configuration, the files
+``ruff format`` (120 columns) would change, and the shape of ``ModelConfig`` (its own fields and
+its sub-configs by concern).
 
     python -m benchmarks.structure_audit --before 0ea6bd6 --after HEAD \\
         --out benchmarks/code_structure/structure_audit.json
@@ -85,6 +87,24 @@ def controller_sites(files: dict[str, Path], root: Path) -> dict[str, list[str]]
     return {"post_build_mutations": mutations, "pricing_probes": probes, "score_round_priced_at": priced}
 
 
+def model_config_shape(files: dict[str, Path]) -> dict:
+    """The fields of ``ModelConfig`` wherever it is defined: its own options and its sub-configs
+    (a field whose type is another ``...Config`` class), each with its own option count."""
+    classes = {}
+    for f in files.values():
+        for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ClassDef):
+                fields = [x for x in n.body if isinstance(x, ast.AnnAssign) and isinstance(x.target, ast.Name)]
+                classes[n.name] = [(x.target.id, ast.unparse(x.annotation)) for x in fields]
+
+    def options(name: str) -> int:
+        return sum(options(t) if t in classes and t.endswith("Config") else 1 for _, t in classes.get(name, []))
+
+    own = classes.get("ModelConfig", [])
+    subs = {t: options(t) for _, t in own if t in classes and t.endswith("Config")}
+    return {"own_fields": len(own) - len(subs), "sub_configs": subs, "options": options("ModelConfig")}
+
+
 def audit(root: Path) -> dict:
     files = module_files(root)
     graph = import_graph(files)
@@ -109,6 +129,13 @@ def audit(root: Path) -> dict:
     findings = sum(
         int(line.split()[0]) for line in ruff.stdout.splitlines() if line.split() and line.split()[0].isdigit()
     )
+    fmt = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--line-length", "120", "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    unformatted = sum(1 for line in fmt.stdout.splitlines() if line.startswith("Would reformat"))
     return {
         "modules": len(files),
         "modules_in_cycles": sum(len(c) for c in comps),
@@ -120,6 +147,8 @@ def audit(root: Path) -> dict:
         "core_and_stage_modules_importing_lrtune_api": api_users,
         "lines_over_120_chars": long_lines,
         "ruff_findings": findings,
+        "files_ruff_format_would_change": unformatted,
+        "model_config": model_config_shape(files),
     }
 
 
@@ -156,9 +185,11 @@ def main(argv=None) -> int:
         "core_and_stage_modules_importing_lrtune_api",
         "lines_over_120_chars",
         "ruff_findings",
+        "files_ruff_format_would_change",
     ):
         b, a = result["before"][key], result["after"][key]
         print(f"{key}: {len(b) if isinstance(b, list) else b} -> {len(a) if isinstance(a, list) else a}")
+    print(f"model_config: {result['before']['model_config']} -> {result['after']['model_config']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
