@@ -135,7 +135,8 @@ def audit(root: Path) -> dict:
         capture_output=True,
         text=True,
     )
-    unformatted = sum(1 for line in fmt.stdout.splitlines() if line.startswith("Would reformat"))
+    summary = [ln.split()[0] for ln in fmt.stdout.splitlines() if "would be reformatted" in ln]
+    unformatted = int(summary[-1]) if summary else 0  # "N files would be reformatted, M files already formatted"
     return {
         "modules": len(files),
         "modules_in_cycles": sum(len(c) for c in comps),
