@@ -145,3 +145,31 @@ def simulate_score(
     steps = float(np.sum(accepted + 1))
     time = rounds * (cc * n + (prefill if n else 0.0) + step_time)
     return steps / time
+
+
+def simulate_priced(
+    pricing,
+    kind: str,
+    gamma1: int,
+    gamma2: int,
+    alpha1: float,
+    alpha2: float,
+    *,
+    rounds: int = 200_000,
+    rng: np.random.Generator | int | None = None,
+) -> float:
+    """Monte-Carlo of one round of ``kind`` (lr or score) priced by ``pricing`` (a
+    :class:`lrtune.pricing.Pricing`: c1, c2, b(n), a score round's P(γ1)), the process that
+    :meth:`~lrtune.pricing.Pricing.speedup` prices in closed form [steps/T]. An LR round is
+    :func:`simulate_combined`; a score round is :func:`simulate_score` with the target's own step
+    at 1/g(γ2) T (g from :func:`simulate_sd`)."""
+    if kind == "lr":
+        return simulate_combined(
+            alpha1, pricing.c1, gamma1, alpha2, pricing.c2, gamma2, rounds, rng, batch_cost=pricing.batch_cost
+        )
+    if kind == "score":
+        from lrtune.speedup import g
+
+        step = 1.0 / g(alpha2, pricing.c2, gamma2, pricing.engine_drafts or None) if gamma2 else 1.0
+        return simulate_score(alpha1, pricing.c1, pricing.score_prefill(gamma1), gamma1, step, rounds=rounds, rng=rng)
+    raise ValueError(f"round kind must be lr or score, got {kind!r}")

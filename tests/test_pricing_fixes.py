@@ -225,3 +225,23 @@ def test_s1_refuses_a_cost_ratio_outside_zero_to_one(c):
 
 def test_s1_accepts_c_equal_to_one():
     assert S1(0.5, 1.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "kind, gammas, alphas",
+    [
+        ("lr", (3, 0), (0.7, 0.0)),
+        ("lr", (2, 3), (0.6, 0.8)),
+        ("score", (3, 0), (0.8, 0.0)),
+        ("score", (2, 2), (0.7, 0.7)),
+    ],
+)
+def test_the_simulator_run_on_a_plan_agrees_with_the_plans_price(kind, gammas, alphas):
+    """One plan prices a round (Pricing.speedup) and drives the Monte-Carlo of the same process."""
+    from lrtune.pricing import Prefill, Pricing
+    from lrtune.simulate import simulate_priced
+
+    plan = Pricing(c1=0.2, c2=0.15, batch_cost=[1.0, 1.1, 1.25, 1.4], prefill=Prefill(1.5, 0.1, 30.0))
+    closed = plan.speedup(kind, *gammas, *alphas)
+    sim = simulate_priced(plan, kind, *gammas, *alphas, rounds=60_000, rng=3)
+    assert sim == pytest.approx(closed, rel=0.03)
