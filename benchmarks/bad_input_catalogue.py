@@ -10,7 +10,9 @@ no traceback, and leaves every file of the workspace as it was (nothing changed,
 deleted or added). The cases are written fresh for this catalogue, apart from the test
 tables (``tests/test_bad_input*.py``), and cover the kinds the mechanism is meant to handle:
 numbers, choices, types, config files, files handed in, models, output directories, data
-that an early failure must not touch, and Ctrl-C.
+that an early failure must not touch, and Ctrl-C; misuse of the Python API (snippets through its
+public entry points), valid non-ASCII input under the C locale, errors that must not echo a
+file's contents, and two runs at once on one output directory.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def workspace(root: Path) -> dict:
         "not_list.json": b'{"id": "x"}',
         "bad.parquet": b"PAR1 nonsense PAR1",
         "twice.yaml": b"gamma1: 2\ngamma1: 4\n",
+        "unicode.jsonl": "".join(
+            json.dumps(
+                {"id": f"u{i}", "question": f"Zoë a {i + 2} crêpes et en mange une — combien ?", "answer": "1"},
+                ensure_ascii=False,
+            )
+            + "\n"
+            for i in range(2)
+        ).encode("utf-8"),
+        "secret.jsonl": b'{"id": "s", "question": ["my key is hf_SECRETabc123"], "answer": "1"}\n',
+        "secret.yaml": b"gamma1: 2\nhf_token: SECRETxyz789\n",
         "alias.yaml": b"a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
         b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
         "deep.yaml": b"gamma1: " + b"[" * 4000 + b"]" * 4000 + b"\n",
@@ -206,8 +218,11 @@ def _datasets_to_read(root: Path) -> None:
     m.write_text(json.dumps(data))
 
 
-def cases(w: dict) -> list[tuple[str, str, list[str]]]:
-    """(kind, name, argv) of every case."""
+def cases(w: dict) -> list[tuple[str, str, list[str], dict]]:
+    """(kind, name, argv, options) of every case; options (:func:`run_one`): ``env`` (extra
+    environment), ``expect`` ("error", the default, or "ok": a valid control that must succeed),
+    ``forbid`` (a text the error line must not show), ``python`` (a snippet of the Python API run
+    instead of the command line), ``twice`` (two copies at once on one output)."""
     r = w["root"]
     tiny = [
         "--target",
@@ -262,8 +277,8 @@ def cases(w: dict) -> list[tuple[str, str, list[str]]]:
     tc = ["train", "controller", "--data", str(r / "legacy_collect"), "--out", out]
     c = []
 
-    def add(kind, name, argv):
-        c.append((kind, name, argv))
+    def add(kind, name, argv, **options):
+        c.append((kind, name, argv, options))
 
     for flag, value in (
         ("--temperature", "nan"),
@@ -477,6 +492,8 @@ def cases(w: dict) -> list[tuple[str, str, list[str]]]:
     add("late checks", "collect --config with a record it would replace", [*co, "--config", str(r / "record.yaml")])
     add("numbers", "profile --prefill-max 15", ["profile", "--prefill-max", "15", "--out", str(r / "p.json"), *tiny])
     add("config files", "a NUL delimiter", [*dec, "--max-new-tokens", "16", "--config", str(r / "nul.yaml")])
+    _api_cases(add, w)
+    _locale_secret_concurrency_cases(add, w, ev, tiny)
     for delay in INTERRUPT_DELAYS:
         add(
             "interrupt",
@@ -488,12 +505,109 @@ def cases(w: dict) -> list[tuple[str, str, list[str]]]:
 
 INTERRUPT_DELAYS = (0.1, 0.4, 1.0, 2.0, 4.0)  # import, parse, model load, decode
 
+# A Python API case: the snippet runs; an lrtune error that is a ValueError or TypeError, in one
+# line, naming the argument (``word``) is printed as the command line would print it (exit 2);
+# anything else escapes as a traceback (not clean).
+API_WRAPPER = """
+import sys
+from lrtune.errors import LrtuneError
+try:
+{body}
+except LrtuneError as e:
+    if isinstance(e, (ValueError, TypeError)) and {word!r} in str(e) and "\\n" not in str(e):
+        sys.stderr.write(f"lrtune: error: {{type(e).__name__}}: {{e}}\\n")
+        sys.exit(2)
+    raise
+"""
 
-def run_case(argv: list[str], env: dict, interrupt_after: float | None = None) -> tuple[int, str, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lrtune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+
+def _api_cases(add, w: dict) -> None:
+    """Misuse of the Python API at its public entry points: one ValueError/TypeError naming the
+    argument, before or where the bad value enters."""
+    load = (
+        f"from lrtune import Decoder\n"
+        f"dec = Decoder.from_pretrained({w['target']!r}, {w['draft']!r}, backend='transformers', device='cpu', "
+        f"method='lr', gamma1=2, max_model_len=512, max_step_tokens=16, progress=False)\n"
     )
+    snippets = [
+        ("from_pretrained gamma1=1.5", "from lrtune import Decoder\nDecoder.from_pretrained(gamma1=1.5)", "gamma1"),
+        (
+            "from_pretrained unknown option",
+            "from lrtune import Decoder\nDecoder.from_pretrained(kv_cache=2)",
+            "kv_cache",
+        ),
+        ("ModelConfig kv_cache_gib=-1", "from lrtune import ModelConfig\nModelConfig(kv_cache_gib=-1)", "kv-cache-gib"),
+        ("ModelConfig engine of the wrong type", "from lrtune import ModelConfig\nModelConfig(engine=3)", "engine"),
+        ("DecodeConfig gamma1=99", "from lrtune import DecodeConfig\nDecodeConfig(gamma1=99)", "gamma1"),
+        ("Pricing c1=-1", "from lrtune import Pricing\nPricing(c1=-1)", "c1"),
+        ("generate([])", load + "dec.generate([])", "prompts"),
+        ("generate(None)", load + "dec.generate(None)", "prompts"),
+        ("generate([None])", load + "dec.generate([None])", "prompts[0]"),
+        ("generate max_concurrent='2'", load + "dec.generate('hi', max_concurrent='2')", "max_concurrent"),
+        ("generate on_step='x'", load + "dec.generate('hi', on_step='x')", "on_step"),
+        ("generate gamma1='3'", load + "dec.generate('hi', gamma1='3')", "gamma1"),
+        (
+            "a controller choosing gamma1=1.5",
+            "from lrtune import Decoder\n"
+            "class C:\n    def choose(self, s): return (1.5, 0)\n    def update(self, o): pass\n"
+            f"dec = Decoder.from_pretrained({w['target']!r}, {w['draft']!r}, backend='transformers', device='cpu', "
+            "method='lr', gamma1=2, max_model_len=512, max_step_tokens=16, progress=False, controller=C())\n"
+            "out = dec.generate('hi', max_new_tokens=16)\n"
+            "raise out[0].error if getattr(out[0], 'error', None) is not None else SystemExit(0)",
+            "controller",
+        ),
+        (
+            "a verifier scoring NaN",
+            "from lrtune import Decoder\n"
+            "class V:\n    name = 'nan'\n    threshold = 0.5\n"
+            "    def score(self, pairs): return [float('nan')] * len(pairs)\n"
+            f"dec = Decoder.from_pretrained({w['target']!r}, {w['draft']!r}, backend='transformers', device='cpu', "
+            "method='lr', gamma1=2, max_model_len=512, max_step_tokens=16, progress=False, verifier=V())\n"
+            "out = dec.generate('hi', max_new_tokens=16)\n"
+            "raise out[0].error if getattr(out[0], 'error', None) is not None else SystemExit(0)",
+            "score",
+        ),
+    ]
+    for name, body, word in snippets:
+        code = API_WRAPPER.format(body="\n".join("    " + ln for ln in body.splitlines()), word=word)
+        add("api misuse", name, [], python=code)
+
+
+def _locale_secret_concurrency_cases(add, w: dict, ev: list[str], tiny: list[str]) -> None:
+    """Valid non-ASCII input under the C locale, errors that never echo a file's contents, and
+    two runs at once on one output directory."""
+    r = w["root"]
+    outside = str(Path(str(r) + "_outputs") / "out")  # valid runs write outside the watched workspace
+    c_locale = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    ok_ev = [*ev[: ev.index("--out")], "--out", outside, *tiny, "--data", str(r / "unicode.jsonl")]
+    add("locale", "evaluate of a UTF-8 problem file under the C locale", ok_ev, env=c_locale, expect="ok")
+    add(
+        "locale",
+        "a missing non-ASCII --data path under the C locale",
+        [*ev, "--data", str(r / "données_ø.jsonl")],
+        env=c_locale,
+    )
+    add(
+        "secrets",
+        "a problem field of the wrong type holding a token",
+        [*ev, "--data", str(r / "secret.jsonl")],
+        forbid="hf_SECRETabc123",
+    )
+    add("secrets", "a config value holding a token", [*ev, "--config", str(r / "secret.yaml")], forbid="SECRETxyz789")
+    add(
+        "concurrency",
+        "two evaluates at once on one new --out",
+        [*ev[: ev.index("--out")], "--out", outside, *tiny],
+        twice=True,
+    )
+
+
+def run_case(
+    argv: list[str], env: dict, interrupt_after: float | None = None, python: str | None = None
+) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-c", python] if python is not None else [sys.executable, "-m", "lrtune", *argv]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     if interrupt_after is not None:
         time.sleep(interrupt_after)
         proc.send_signal(signal.SIGINT)
@@ -504,6 +618,71 @@ def run_case(argv: list[str], env: dict, interrupt_after: float | None = None) -
         _, err = proc.communicate()
         return -9, (err or "") + "\n(timeout)", time.perf_counter() - t0
     return proc.returncode, err, time.perf_counter() - t0
+
+
+def run_twice(argv: list[str], env: dict) -> tuple[list[int], list[str], float]:
+    """Two copies of one command started together: (exit statuses, stderr texts, seconds)."""
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "lrtune", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+        )
+        for _ in range(2)
+    ]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    return [p.returncode for p in procs], errs, time.perf_counter() - t0
+
+
+def _out_of(argv: list[str]) -> Path | None:
+    return Path(argv[len(argv) - 1 - argv[::-1].index("--out") + 1]) if "--out" in argv else None
+
+
+def run_one(kind: str, name: str, argv: list[str], options: dict, root: Path, env: dict) -> dict:
+    """One case, judged: an error case is clean when it exits 2 (130 for Ctrl-C) with one
+    ``lrtune: error:`` line (showing nothing ``forbid`` names) and the workspace unchanged; a
+    valid control (``expect="ok"``) when it exits 0 with the workspace unchanged; a ``twice``
+    case when one copy finishes, the other is refused in one line, and each record is written
+    once."""
+    env = {**env, **options.get("env", {})}
+    before = snapshot(root)
+    out = _out_of(argv)
+    if out is not None and root not in out.parents:
+        shutil.rmtree(out.parent, ignore_errors=True)
+    if options.get("twice"):
+        rcs, errs, secs = run_twice(argv, env)
+        refused = [e for rc, e in zip(rcs, errs) if rc == 2]
+        lines = [ln for e in refused for ln in e.strip().splitlines() if ln.strip()]
+        recs = (out / "records.jsonl").read_text(encoding="utf-8").splitlines() if out and out.is_dir() else []
+        keys = [(json.loads(x).get("problem"), json.loads(x).get("method")) for x in recs if x.strip()]
+        rc = rcs
+        clean = (
+            sorted(rcs) == [0, 2]
+            and len(lines) == 1
+            and lines[0].startswith("lrtune: error:")
+            and len(keys) == len(set(keys))
+            and bool(keys)
+        )
+    else:
+        delay = float(name.split()[1]) if kind == "interrupt" else None
+        rc, err, secs = run_case(argv, env, interrupt_after=delay, python=options.get("python"))
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        if options.get("expect") == "ok":
+            clean = rc == 0 and out is not None and (out / "summary.json").is_file()
+        else:
+            want_rc, prefix = (130, "lrtune: interrupted") if kind == "interrupt" else (2, "lrtune: error:")
+            clean = rc == want_rc and len(lines) == 1 and lines[0].startswith(prefix)
+            clean = clean and not (options.get("forbid") and options["forbid"] in err)
+    after = snapshot(root)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    return {
+        "kind": kind,
+        "case": name,
+        "rc": rc,
+        "stderr": lines[-3:],
+        "changed": changed[:5],
+        "clean": bool(clean and not changed),
+        "seconds": round(secs, 2),
+    }
 
 
 def main() -> int:
@@ -519,29 +698,11 @@ def main() -> int:
         root = Path(tmp)
         w = workspace(root)
         todo = [c for c in cases(w) if args.only is None or any(o in c[1] for o in args.only.split("|"))]
-        for kind, name, argv in todo:
-            before = snapshot(root)
-            delay = float(name.split()[1]) if kind == "interrupt" else None
-            rc, err, secs = run_case(argv, env, interrupt_after=delay)
-            lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-            changed = sorted(k for k in set(before) | set(snapshot(root)) if before.get(k) != snapshot(root).get(k))
-            want_rc, prefix = (130, "lrtune: interrupted") if kind == "interrupt" else (2, "lrtune: error:")
-            clean = rc == want_rc and len(lines) == 1 and lines[0].startswith(prefix) and not changed
-            rows.append(
-                {
-                    "kind": kind,
-                    "case": name,
-                    "rc": rc,
-                    "stderr": lines[-3:],
-                    "changed": changed[:5],
-                    "clean": clean,
-                    "seconds": round(secs, 2),
-                }
-            )
-            print(
-                f"{'clean' if clean else 'NOT CLEAN':9} {kind:15} {name:55} rc={rc} {lines[-1][:100] if lines else ''}",
-                flush=True,
-            )
+        for kind, name, argv, options in todo:
+            row = run_one(kind, name, argv, options, root, env)
+            rows.append(row)
+            last = row["stderr"][-1][:100] if row["stderr"] else ""
+            print(f"{'clean' if row['clean'] else 'NOT CLEAN':9} {kind:15} {name:55} rc={row['rc']} {last}", flush=True)
     by_kind: dict[str, list[int]] = {}
     for row in rows:
         k = by_kind.setdefault(row["kind"], [0, 0])

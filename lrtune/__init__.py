@@ -12,24 +12,29 @@ from __future__ import annotations
 
 from lrtune.version import __version__  # noqa: F401 - the public version
 
-__all__ = ["Decoder", "DecodeOutput", "DecodeConfig", "DecodeStats", "LookaheadDecoder", "LrtuneError"]
+__all__ = [
+    "ControlConfig",
+    "DecodeConfig",
+    "DecodeOutput",
+    "DecodeStats",
+    "Decoder",
+    "EngineConfig",
+    "GpuMemoryConfig",
+    "LookaheadDecoder",
+    "LrtuneError",
+    "ModelConfig",
+    "Pricing",
+    "VerifierConfig",
+]
 
 
 def __getattr__(name: str):
-    if name in ("Decoder", "DecodeOutput"):
-        from lrtune import decoding
+    if name == "LookaheadDecoder":
+        from lrtune.decoder import LookaheadDecoder
 
-        return getattr(decoding, name)
-    if name in ("DecodeConfig", "LookaheadDecoder"):
-        from lrtune import decoder
+        return LookaheadDecoder
+    if name in __all__:
+        from lrtune import api  # the public face (lrtune/api.py)
 
-        return getattr(decoder, name)
-    if name == "DecodeStats":
-        from lrtune.stats import DecodeStats
-
-        return DecodeStats
-    if name == "LrtuneError":
-        from lrtune.errors import LrtuneError
-
-        return LrtuneError
+        return getattr(api, name)
     raise AttributeError(f"module 'lrtune' has no attribute {name!r}")

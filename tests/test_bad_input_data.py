@@ -275,3 +275,26 @@ def test_an_unreadable_config_in_collect_out_is_a_mismatch_and_force_new_recover
     prepare_out(cfg, check_collect_out(cfg))
     backup = next(d.glob("backup-*"))
     assert snapshot(backup) == before and json.loads((d / CONFIG).read_text())["options"]["task"] == "gsm_symbolic"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("question", ["my key is hf_SECRET1"]),
+        ("answer", {"v": "hf_SECRET1"}),
+        ("id", ["hf_SECRET1"]),
+        ("question", True),
+    ],
+)
+def test_a_problem_field_that_is_not_a_text_or_number_is_one_line_naming_file_line_and_field_not_its_value(
+    tmp_path, field, value
+):
+    from lrtune.tasks import get_task
+
+    row = {"id": "p1", "question": "What is 2+3?", "answer": "5", field: value}
+    path = tmp_path / "problems.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        get_task("custom").load(path=str(path))
+    msg = str(e.value)
+    assert f"{path}:1" in msg and repr(field) in msg and "SECRET" not in msg and "\n" not in msg

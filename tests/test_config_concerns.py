@@ -79,3 +79,13 @@ def test_the_gpu_memory_plan_takes_the_engine_concern_alone(monkeypatch):
     engine = EngineConfig(tensor_parallel_size=2, gpu=GpuMemoryConfig(utilization=0.8, draft_share=0.1))
     assert vllm.gpu_memory_plan(engine, {"target": "/t", "draft": "/d"}, None) == "plan"
     assert seen["cap"] == 0.8 and seen["fixed"]["draft"] == 0.1 and seen["tensor_parallel_size"] == 2
+
+
+def test_every_name_the_package_lists_imports_from_it():
+    import lrtune
+
+    for name in lrtune.__all__:
+        assert getattr(lrtune, name) is not None, name
+    from lrtune import EngineConfig as E, ModelConfig as M, Pricing as P  # noqa: F401
+
+    assert M is ModelConfig and E is EngineConfig

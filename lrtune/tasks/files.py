@@ -114,8 +114,12 @@ def _read_hub(name: str, split: str) -> list[dict]:
 
 
 def pick(row: dict, keys: tuple[str, ...], what: str, where: str) -> str:
-    """The first present key of ``row`` as a string; a ConfigError naming ``where`` if none."""
+    """The first present key of ``row`` as a string (a text or a number); a ConfigError naming
+    ``where`` and the field, never its value, if none is present or it holds something else."""
     for k in keys:
         if k in row and row[k] is not None:
-            return str(row[k])
+            v = row[k]
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                return str(v)
+            raise ConfigError(f"{where}: field {k!r} must be a text or a number, got a {type(v).__name__}")
     raise ConfigError(f"{where}: row has no {what} field (looked for {', '.join(keys)})")

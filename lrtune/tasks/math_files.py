@@ -50,7 +50,8 @@ class MathFileTask:
             where = f"{source}:{row.get('_line', i + 1)}"
             q = pick(row, QUESTION_KEYS, "question", where)
             a = gold_answer(pick(row, ANSWER_KEYS, "answer", where))
-            pid = next((str(row[k]) for k in ID_KEYS if row.get(k) is not None), f"{self.name}-{i}")
+            has_id = any(row.get(k) is not None for k in ID_KEYS)
+            pid = pick(row, ID_KEYS, "id", where) if has_id else f"{self.name}-{i}"
             problems.append(Problem(id=pid, question=q, answer=a))
         check_unique_ids(problems, source)
         if limit is not None:
