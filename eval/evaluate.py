@@ -208,14 +208,20 @@ def run(cfg: EvalConfig) -> Summary:
                 f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
                 "plain b(n), which SD rows exceed; rerun lrtune profile"
             )
+    peak = None
     if todo:
-        eng, measured, measured_sd = _start(cfg, specs, task, problems, timing, pricing, ctl, own)
-        if not opts.profile:
-            batch_cost, batch_cost_sd = measured, measured_sd
-        if opts.mode == "throughput":
-            _decode_throughput(eng, cfg, specs, task, problems, done, out, timing)
-        else:
-            _decode_all(eng, cfg, specs, task, problems, done, out, timing)
+        from lrtune.peakmem import PeakMemory
+
+        with PeakMemory() as pm:
+            eng, measured, measured_sd = _start(cfg, specs, task, problems, timing, pricing, ctl, own)
+            if not opts.profile:
+                batch_cost, batch_cost_sd = measured, measured_sd
+            if opts.mode == "throughput":
+                _decode_throughput(eng, cfg, specs, task, problems, done, out, timing)
+            else:
+                _decode_all(eng, cfg, specs, task, problems, done, out, timing)
+        peak = round(pm.peak_gib, 2)
+        log(f"peak resident memory of this run: {peak:.1f} GiB (this process and its engine processes)")
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
     data = write_reports(
@@ -229,6 +235,7 @@ def run(cfg: EvalConfig) -> Summary:
         this_run=timing,
         batch_cost_sd=batch_cost_sd,
         draft={"path": resolved.draft, "quantization": resolved.draft_quantization},
+        peak_rss_gib=peak,
     )
     return Summary(methods=data["methods"], out_dir=out, data=data)
 
@@ -313,6 +320,7 @@ def write_reports(
     this_run: dict | None = None,
     batch_cost_sd: dict | None = None,
     draft: dict | None = None,
+    peak_rss_gib: float | None = None,
 ) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
@@ -349,6 +357,8 @@ def write_reports(
         "batch_cost_sd": batch_cost_sd,
         "timing": timing,
         "timing_this_invocation": this_run if this_run is not None else timing,
+        # resident memory at peak while this invocation loaded and decoded (GiB, summed over its processes)
+        "peak_rss_gib": peak_rss_gib,
         "sweep": bool(cfg.options.sweep),
         "mode": cfg.options.mode,
         "throughput": throughput_rows(out / THROUGHPUT, labels) if cfg.options.mode == "throughput" else None,

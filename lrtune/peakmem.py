@@ -1,0 +1,62 @@
+"""Peak resident memory of a run: this process and every child it starts (vLLM's engine
+processes), sampled in a daemon thread.
+
+RSS is summed over the process tree, so a page two processes share counts in each (an upper
+bound of what the run holds); GiB = 2^30 bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+GIB = 2**30
+
+
+def tree_rss_bytes() -> int:
+    """Resident bytes of this process plus its children, now (0 where psutil is missing)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - vLLM and the cpu extra bring psutil
+        return 0
+    me = psutil.Process()
+    total = 0
+    for p in (me, *me.children(recursive=True)):
+        try:
+            total += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
+
+
+class PeakMemory:
+    """``with PeakMemory() as pm: ...`` then ``pm.peak_gib``: the largest :func:`tree_rss_bytes`
+    seen, sampled every ``interval`` seconds (and once at the start and the end)."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        self.peak_bytes = max(self.peak_bytes, tree_rss_bytes())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> PeakMemory:
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="lrtune-peakmem", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak_bytes / GIB

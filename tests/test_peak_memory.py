@@ -1,0 +1,36 @@
+"""Peak resident memory is sampled over the process tree, children included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from lrtune.peakmem import PeakMemory, tree_rss_bytes
+
+
+def test_the_peak_counts_a_child_process_that_held_memory_while_it_ran():
+    with PeakMemory(interval=0.05) as pm:
+        base = tree_rss_bytes()
+        # a child that holds ~300 MiB until it has been seen, then exits
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+                "sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout.readline().strip() == "ready"  # wait for readiness, never a fixed sleep
+        seen = tree_rss_bytes()
+        deadline = time.monotonic() + 60
+        while pm.peak_bytes - base < 250 * 2**20 and time.monotonic() < deadline:  # until the sampler has seen it
+            time.sleep(0.01)
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        child.wait(timeout=60)
+    assert seen - base > 250 * 2**20
+    assert pm.peak_bytes - base > 250 * 2**20 and pm.peak_gib == pm.peak_bytes / 2**30
