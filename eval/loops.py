@@ -78,11 +78,12 @@ def with_round_kinds(ctl, kinds: tuple[str, ...]):
 
 
 def run_pricing(cfg: EvalConfig, specs) -> Pricing:
-    """The run's pricing plan, decided once before any model loads: ``--profile``'s costs and
-    the shared SD engine's draft count (the engine the decoder will start,
-    :func:`lrtune.api.shared_spec_tokens`; 0 without one)."""
+    """The run's pricing plan, decided once before any model loads: ``--profile``'s costs, the
+    shared SD engine's draft count (the engine the decoder will start,
+    :func:`lrtune.api.shared_spec_tokens`; 0 without one) and the highest α1 the run's verifier's
+    calibration admits (:func:`lrtune.pricing.admitted_acceptance`)."""
     from lrtune.build import shared_spec_tokens
-    from lrtune.pricing import plan
+    from lrtune.pricing import admitted_acceptance, plan
 
     # the decoder is built for lr+sd (so it always loads the draft) and loads every method's engines
     shared = cfg.models.backend == "vllm" and shared_spec_tokens(
@@ -91,7 +92,12 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
         has_draft=True,
         load_all_methods=_uses_draft(cfg, specs),
     )
-    return plan(profile=cfg.options.profile, engine_drafts=int(shared or 0))
+    base = plan(profile=cfg.options.profile, engine_drafts=int(shared or 0))
+    # what the run's verifier's calibration admits (its checkpoint, at its own threshold)
+    ceiling = (
+        1.0 if cfg.models.verification.threshold is not None else admitted_acceptance(cfg.models.verification.parsed)
+    )
+    return dataclasses.replace(base, alpha1_max=ceiling)
 
 
 def _check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:

@@ -28,13 +28,25 @@ __all__ = [
 ]
 
 
+_HOMES = {  # where each public name lives (lrtune/api.py re-exports the same names)
+    "ControlConfig": "lrtune.modelconfig",
+    "DecodeConfig": "lrtune.decodeconfig",
+    "DecodeOutput": "lrtune.decoding",
+    "DecodeStats": "lrtune.stats",
+    "Decoder": "lrtune.decoding",
+    "EngineConfig": "lrtune.modelconfig",
+    "GpuMemoryConfig": "lrtune.modelconfig",
+    "LookaheadDecoder": "lrtune.decoder",
+    "LrtuneError": "lrtune.errors",
+    "ModelConfig": "lrtune.modelconfig",
+    "Pricing": "lrtune.pricing",
+    "VerifierConfig": "lrtune.modelconfig",
+}
+
+
 def __getattr__(name: str):
-    if name == "LookaheadDecoder":
-        from lrtune.decoder import LookaheadDecoder
+    if name in _HOMES:
+        import importlib
 
-        return LookaheadDecoder
-    if name in __all__:
-        from lrtune import api  # the public face (lrtune/api.py)
-
-        return getattr(api, name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'lrtune' has no attribute {name!r}")

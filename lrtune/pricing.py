@@ -10,7 +10,10 @@ Units: every cost is in target steps (T, one plain target decode step).
     a score round's prefill of γ1 draft steps P(γ1) = (o + π·γ1·L) / L (o, π, L: :class:`Prefill`),
     zero when the verifier reads no target score of a draft step (no scoring call),
     engine_drafts: tokens the shared SD engine drafts per pass whatever γ2 a round asks
-    (0: each γ2 drafts its own); a γ2 above it would start another engine, so bounds stop there.
+    (0: each γ2 drafts its own); a γ2 above it would start another engine, so bounds stop there,
+    alpha1_max: the highest α1 the verifier's calibration admits (the upper end of a distilled
+    checkpoint's test-split acceptance interval; 1 when unknown); a controller's exploration
+    never assumes more.
 An LR round is priced by :func:`lrtune.speedup.h`, a score round by :func:`lrtune.speedup.h_score`,
 both in :meth:`Pricing.speedup`.
 """
@@ -54,6 +57,7 @@ class Pricing:
     engine_drafts: int = 0
     scoring_call: bool = True  # False: the verifier reads no target score, a score round's P = 0
     prefill_steps: float | None = None  # a measured P (T) for every γ1, in place of the prefill model
+    alpha1_max: float = 1.0  # the highest α1 the verifier's calibration admits (exploration never assumes more)
 
     def __post_init__(self) -> None:
         _number(self.c1, "c1", low=0.0, strict=True)
@@ -75,6 +79,9 @@ class Pricing:
             raise ConfigError(f"scoring_call must be True or False, got {self.scoring_call!r}")
         if self.prefill_steps is not None:
             _number(self.prefill_steps, "prefill_steps", low=0.0)
+        _number(self.alpha1_max, "alpha1_max", low=0.0, strict=True)
+        if self.alpha1_max > 1:
+            raise ConfigError(f"alpha1_max must be at most 1, got {self.alpha1_max!r}")
 
     # ---- the prices -------------------------------------------------------------------------
     def score_prefill(self, gamma1: int) -> float:
@@ -185,7 +192,12 @@ def plan(*, profile: str | None = None, engine_drafts: int = 0, verifier=None) -
             base = from_profile(data)
         except ConfigError as e:
             raise ConfigError(f"--profile {profile}: {e}") from None
-    return replace(base, engine_drafts=int(engine_drafts), scoring_call=needs_scoring_call(verifier))
+    return replace(
+        base,
+        engine_drafts=int(engine_drafts),
+        scoring_call=needs_scoring_call(verifier),
+        alpha1_max=admitted_acceptance(verifier),
+    )
 
 
 def needs_scoring_call(verifier) -> bool:
@@ -198,6 +210,26 @@ def needs_scoring_call(verifier) -> bool:
     return bool(wants_target_scores(verifier))
 
 
+def admitted_acceptance(verifier) -> float:
+    """The highest α1 ``verifier``'s calibration admits: a distilled checkpoint's upper 95% bound
+    on its test-split acceptance (:func:`lrtune.verifiers.distilled.acceptance_ceiling`) while it
+    runs at the threshold it was calibrated at; else 1 (unknown). ``verifier``: a built verifier
+    or a parsed spec (read from the checkpoint's metadata, before any model loads)."""
+    from lrtune.verifiers import VerifierSpec
+    from lrtune.verifiers.distilled import acceptance_ceiling, read_meta
+
+    if isinstance(verifier, VerifierSpec):
+        if verifier.kind != "checkpoint" or verifier.threshold is not None:
+            return 1.0
+        meta = read_meta(verifier.path)
+        threshold = meta.get("threshold")
+    else:
+        meta, threshold = getattr(verifier, "meta", None), getattr(verifier, "threshold", None)
+    if not isinstance(meta, dict) or threshold is None or threshold != meta.get("threshold"):
+        return 1.0
+    return acceptance_ceiling(meta) or 1.0
+
+
 def priced(controller, pricing: Pricing):
     """``controller`` built again with ``pricing`` (:meth:`derive`), or ``controller`` itself when
     it prices nothing (fixed, heuristic, grid-ucb, an object handed in, None). Never changes
@@ -206,4 +238,13 @@ def priced(controller, pricing: Pricing):
     return derive(pricing=pricing) if callable(derive) else controller
 
 
-__all__ = ["Prefill", "Pricing", "ROUND_KINDS", "from_profile", "needs_scoring_call", "plan", "priced"]
+__all__ = [
+    "Prefill",
+    "Pricing",
+    "ROUND_KINDS",
+    "admitted_acceptance",
+    "from_profile",
+    "needs_scoring_call",
+    "plan",
+    "priced",
+]

@@ -23,10 +23,14 @@ before it left, shrunk to at most ``pool_strength`` (16) pseudo-observations per
 the flat prior. An answer of a few hundred tokens holds only a handful of rounds, too few for a
 flat prior to learn what this verifier accepts; pooled, the controller learns it over the run.
 
-γ1 = 0 rounds teach nothing about α1. When even an optimistic α1 (the posterior's 95%
-quantile) would not make any γ1 > 0 arm beat the best γ1 = 0 arm under h, there is nothing to
-learn and the round runs to the end of the answer; otherwise the k-th consecutive γ1 = 0
-round lasts ``horizon_tokens · 2^k`` tokens, so k changes of mind cost O(log) engine calls.
+Exploration the speedup model allows. The optimistic α1 is
+α̂1 = min(q95(α1 posterior), max(α1_max, E[α1 | rounds seen])), where α1_max is the highest
+acceptance the verifier's calibration admits (``pricing.alpha1_max``: a distilled checkpoint's
+upper 95% bound on its test-split acceptance; 1 when unknown). When no γ1 > 0 arm beats the best
+γ1 = 0 arm at α̂1, max_{γ1>0} h(γ1, γ2; α̂1, α2) <= max_{γ2} g(γ2), no γ1 > 0 arm is ever tried:
+the controller picks the best γ1 = 0 arm from the first round and the round runs to the end of
+the answer. Otherwise γ1 = 0 rounds teach nothing about α1, so the k-th consecutive one lasts
+``horizon_tokens · 2^k`` tokens and k changes of mind cost O(log) engine calls.
 """
 
 from __future__ import annotations
@@ -154,6 +158,10 @@ class BanditController:
             self._problem = problem.id
             self._rng = random.Random(f"{self.seed}:{problem.id}")
             self.reset(self.problem_prior(problem))
+        if not self._lr_can_win():  # no γ1 > 0 arm is worth trying: SD alone, never explored
+            a1, b1, a2, b2 = self.post
+            sd = [(self._h(0, g2, 0.0, min(a2 / (a2 + b2), 0.999)), (0, g2)) for g1, g2 in self._arms if g1 == 0]
+            return max(sd)[1]
         a1, b1, a2, b2 = self.post
         if self.mode == "thompson":
             x1, x2 = self._rng.betavariate(a1, b1), self._rng.betavariate(a2, b2)
@@ -165,13 +173,26 @@ class BanditController:
     def horizon(self) -> int | None:
         """Tokens of a γ1 = 0 round (module docstring): None when LR cannot win even at the
         optimistic α1, else ``horizon_tokens · 2^k`` after k consecutive γ1 = 0 rounds."""
-        a1, b1, a2, b2 = self.post
-        hi1, m2 = min(_beta_quantile(a1, b1, 0.95), 0.999), min(a2 / (a2 + b2), 0.999)
-        lr = [self._h(g1, g2, hi1, m2) for g1, g2 in self._arms if g1 > 0]
-        sd = [self._h(0, g2, hi1, m2) for g1, g2 in self._arms if g1 == 0]
-        if sd and (not lr or max(sd) >= max(lr)):
+        if not self._lr_can_win():
             return None
         return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
+
+    def optimistic_alpha1(self) -> float:
+        """The most α1 exploration assumes: the posterior's 95% quantile, but no more than what
+        the verifier's calibration admits (``pricing.alpha1_max``) unless the rounds seen so far
+        put the posterior mean above it: min(q95, max(α1_max, mean))."""
+        a1, b1 = self.post[:2]
+        cap = max(self.pricing.alpha1_max, a1 / (a1 + b1))
+        return min(_beta_quantile(a1, b1, 0.95), cap, 0.999)
+
+    def _lr_can_win(self) -> bool:
+        """Whether some γ1 > 0 arm beats the best γ1 = 0 arm at the optimistic α1 (and the
+        posterior mean of α2): max_{γ1>0} h(γ1, γ2; α̂1) > max_{γ2} g(γ2)."""
+        a2, b2 = self.post[2:]
+        hi1, m2 = self.optimistic_alpha1(), min(a2 / (a2 + b2), 0.999)
+        lr = [self._h(g1, g2, hi1, m2) for g1, g2 in self._arms if g1 > 0]
+        sd = [self._h(0, g2, hi1, m2) for g1, g2 in self._arms if g1 == 0]
+        return bool(lr) and (not sd or max(lr) > max(sd))
 
     def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:
         """The prior of a new problem (a learned controller overrides this): ``prior``, or with

@@ -403,3 +403,42 @@ def test_a_profile_whose_costs_cannot_price_a_round_is_refused_naming_the_file(t
     bad.write_text("[]")
     with pytest.raises(ConfigError, match="not an lrtune profile"):
         plan(profile=str(bad))
+
+
+# A CPU-like plan where an LR round needs α1 >= ~0.93 to beat SD alone (α2 = 0.5).
+_CPU_LIKE = dict(c1=0.5, c2=0.1, batch_cost=[1.0, 1.2, 1.4, 1.6, 1.8])
+
+
+def test_an_arm_the_verifiers_calibration_rules_out_is_never_tried():
+    """With α1_max below what any LR arm needs, every round is SD alone from the first step and
+    runs to the end of the answer; with no calibration (α1_max = 1) the flat prior explores LR."""
+    capped = BanditController(Bounds(0, 4, 0, 4), Pricing(**_CPU_LIKE, alpha1_max=0.7), seed=1)
+    picks = [capped.choose(P, ControlState(r, r * 10, 500)) for r in range(40)]
+    assert all(g1 == 0 for g1, _ in picks) and capped.horizon() is None
+    free = BanditController(Bounds(0, 4, 0, 4), Pricing(**_CPU_LIKE), seed=1)
+    assert any(free.choose(P, ControlState(r, r * 10, 500))[0] > 0 for r in range(40))
+
+
+def test_rounds_seen_above_the_calibrations_ceiling_reopen_lr():
+    """The optimistic α1 is min(q95, max(α1_max, posterior mean)): a verifier seen accepting
+    more than its calibration admitted is believed."""
+    ctl = BanditController(Bounds(0, 4, 0, 4), Pricing(**_CPU_LIKE, alpha1_max=0.7), seed=1)
+    ctl.choose(P, ControlState(0, 0, 500))
+    ctl.post[0] += 60  # 60 accepted steps, none rejected
+    assert ctl.optimistic_alpha1() > 0.9 and ctl.horizon() is not None
+
+
+def test_the_plan_takes_the_ceiling_from_a_checkpoints_test_acceptance_interval():
+    from lrtune.pricing import admitted_acceptance, plan
+
+    class Student:
+        threshold = 0.4
+        meta = {"threshold": 0.4, "metrics": {"test": {"acceptance": 0.6, "n": 200, "acceptance_ci95": [0.53, 0.67]}}}
+
+    assert admitted_acceptance(Student()) == 0.67 and plan(verifier=Student()).alpha1_max == 0.67
+    moved = Student()
+    moved.threshold = 0.2  # run at another threshold than it was calibrated at: the card says nothing
+    assert admitted_acceptance(moved) == 1.0
+    assert admitted_acceptance(object()) == 1.0 and plan().alpha1_max == 1.0
+    with pytest.raises(ConfigError, match="alpha1_max"):
+        Pricing(alpha1_max=1.5)

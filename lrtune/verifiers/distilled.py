@@ -109,6 +109,17 @@ def read_meta(path: str | Path) -> dict:
     return meta
 
 
+def acceptance_ceiling(meta: dict | None) -> float | None:
+    """The highest step acceptance α1 a checkpoint's calibration admits: the upper end of its
+    test split's acceptance interval (``metrics.test.acceptance_ci95``, 95%); None when its
+    metadata records none."""
+    test = ((meta or {}).get("metrics") or {}).get("test") or {}
+    ci = test.get("acceptance_ci95")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and isinstance(ci[1], (int, float)) and 0 < ci[1] <= 1:
+        return float(ci[1])
+    return None
+
+
 def load(path: str | Path, *, device: str = "cpu", threshold: float | None = None):
     """Load a distilled verifier checkpoint (see module docstring) in one call."""
     meta = read_meta(path)
