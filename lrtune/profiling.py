@@ -30,7 +30,11 @@ class ProfileOptions(Checked):
         default=32, metadata={"help": "tokens per timed generation"}
     )
     repeats: Annotated[int, Interval(ge=1, le=1000)] = field(
-        default=2, metadata={"help": "timed tries per size (the fastest counts)"}
+        default=3,
+        metadata={
+            "help": "timed tries per size; b(n) pairs each size with the one-row time of the same try "
+            "(the median counts, the range is its interval)"
+        },
     )
     batch_max: Annotated[int, Interval(ge=0, le=4096)] = field(
         default=0,
@@ -210,32 +214,96 @@ def curve_sizes(start: int, batch_max: int) -> list[int]:
     return sizes
 
 
+def batch_costs(
+    target, prompts: list[list[int]], sizes, tokens: int, repeats: int, gamma2: int = 0, seed: int = 0
+) -> dict:
+    """b(n) = t(n) / t(1), measured interleaved: each of ``repeats`` tries times one row and every
+    size once, in a fresh seeded order, and divides t(n) by that try's own t(1), so drift on a
+    shared machine hits every size of a try alike. A size's central value is the median of its
+    ratios over the tries, its interval their range [min, max]. Returns ``{"t1": median seconds of
+    one row, "b": {n: median}, "range": {n: [lo, hi]}}`` (n = 1 included)."""
+    import random
+    import statistics
+
+    order = sorted({1, *sizes})
+    rng = random.Random(seed)
+    ratios: dict[int, list[float]] = {n: [] for n in order}
+    ones: list[float] = []
+    for _ in range(repeats):
+        shuffled = order[:]
+        rng.shuffle(shuffled)
+        t = {n: _time(target, prompts[:n], tokens, 1, gamma2) for n in shuffled}
+        ones.append(t[1])
+        for n in order:
+            ratios[n].append(t[n] / t[1])
+    return {
+        "t1": statistics.median(ones),
+        "b": {n: statistics.median(r) for n, r in ratios.items()},
+        "range": {n: [min(r), max(r)] for n, r in ratios.items()},
+    }
+
+
+def profile_checks(prof: dict, tolerance: float = 0.1) -> list[str]:
+    """What is implausible in a profile: c1 or c2 outside (0, 1.5] (a draft as slow as the target
+    is no draft), a negative prefill overhead or per-token cost, a b(n) below 1 − ``tolerance``
+    (n rows faster than one), or a b(n + 1) below b(n) by more than both intervals' widths and
+    ``tolerance``. Each failure is one short text; none: []."""
+    out = []
+    for name in ("c1", "c2"):
+        v = prof.get(name)
+        if not isinstance(v, (int, float)) or not 0 < v <= 1.5:
+            out.append(f"{name} = {v!r} outside (0, 1.5]")
+    pre = prof.get("prefill") or {}
+    if isinstance(pre.get("overhead_tokens"), (int, float)) and pre["overhead_tokens"] < 0:
+        out.append(f"prefill overhead {pre['overhead_tokens']:.3f} < 0")
+    for n, r in (pre.get("ratio_per_token") or {}).items():
+        if isinstance(r, (int, float)) and r < 0:
+            out.append(f"prefill π({n}) = {r:.3f} < 0")
+    for key in ("batch_cost", "batch_cost_sd"):
+        b = prof.get(key) or []
+        spans = prof.get(f"{key}_range") or {}
+        for i, v in enumerate(b):
+            n = i + 1
+            if v < 1 - tolerance:
+                out.append(f"{key} b({n}) = {v:.2f} < 1: {n} rows ran faster than one")
+            if i:
+                lo, hi = spans.get(str(n)) or spans.get(n) or [v, v]
+                plo, phi = spans.get(str(n - 1)) or spans.get(n - 1) or [b[i - 1], b[i - 1]]
+                if v < b[i - 1] - (hi - lo) - (phi - plo) - tolerance:
+                    out.append(f"{key} b({n}) = {v:.2f} below b({n - 1}) = {b[i - 1]:.2f} beyond the noise")
+    return out
+
+
 def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions) -> dict:
-    """c1, c2 (with the SD runs behind it), b(n) and the per-token times of ``target`` (its SD
-    engine when ``opts.sd_gamma2`` > 0) and ``draft`` on ``prompts`` (token ids; at least
-    max(γ1_max + 1, sd_prompts, the curve's largest size) of them), after a warm-up."""
+    """c1, c2 (with the SD runs behind it), b(n) with their intervals (:func:`batch_costs`) and
+    the per-token times of ``target`` (its SD engine when ``opts.sd_gamma2`` > 0) and ``draft`` on
+    ``prompts`` (token ids; at least max(γ1_max + 1, sd_prompts, the curve's largest size) of
+    them), after a warm-up; with the machine's load average before and after."""
+    import os
+    import statistics
+
+    load_before = os.getloadavg()
     big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)
-    _time(target, prompts[:1], 8, 1)  # warm-up
+    sizes = list(range(2, opts.gamma1_max + 2))
+    for n in [1, *sizes, *big]:  # warm-up: every shape once, every prompt's prefix cached
+        _time(target, prompts[:n], 8, 1)
     _time(draft, prompts[:1], 8, 1)
-    t1 = _time(target, prompts[:1], opts.tokens, opts.repeats)
-    td = _time(draft, prompts[:1], opts.tokens, opts.repeats)
-
-    def costs(sizes, t_one: float, gamma2: int = 0) -> list[float]:
-        """b(n) = time of n prompts / ``t_one`` for each size (rows decoded with SD at ``gamma2`` > 0)."""
-        out = []
-        for n in sizes:
-            out.append(_time(target, prompts[:n], opts.tokens, opts.repeats, gamma2) / t_one)
-            log(f"b{'_SD' if gamma2 else ''}({n}) = {out[-1]:.3f}" + (f" (γ2 = {gamma2})" if gamma2 else ""))
-        return out
-
-    sizes = range(2, opts.gamma1_max + 2)
-    b = [1.0, *costs(sizes, t1)]
-    curve = dict(zip(big, costs(big, t1)))
-    b_sd = None
+    td = statistics.median(_time(draft, prompts[:1], opts.tokens, 1) for _ in range(opts.repeats))  # as t(1)
+    plain = batch_costs(target, prompts, [*sizes, *big], opts.tokens, opts.repeats)
+    t1 = plain["t1"]
+    for n in [*sizes, *big]:
+        lo, hi = plain["range"][n]
+        log(f"b({n}) = {plain['b'][n]:.3f} [{lo:.3f}, {hi:.3f}]")
+    b = [1.0, *(plain["b"][n] for n in sizes)]
+    curve = {n: plain["b"][n] for n in big}
+    b_sd, sd_range = None, None
     if opts.sd_gamma2 > 0:  # LR+SD's target rows decode with SD: their batch cost, relative to one SD row
-        _time(target, prompts[:1], 8, 1, opts.sd_gamma2)  # warm-up
-        t1_sd = _time(target, prompts[:1], opts.tokens, opts.repeats, opts.sd_gamma2)
-        b_sd = [1.0, *costs(sizes, t1_sd, opts.sd_gamma2)]
+        for n in [1, *sizes]:
+            _time(target, prompts[:n], 8, 1, opts.sd_gamma2)  # warm-up
+        with_sd = batch_costs(target, prompts, sizes, opts.tokens, opts.repeats, opts.sd_gamma2)
+        b_sd = [1.0, *(with_sd["b"][n] for n in sizes)]
+        sd_range = {n: with_sd["range"][n] for n in [1, *sizes]}
+        log("b_SD(n) (γ2 = %d): " % opts.sd_gamma2 + ", ".join(f"{v:.3f}" for v in b_sd))
     c = td / t1
     sd = measure_sd_cost(target, prompts[: opts.sd_prompts], opts) if opts.sd_gamma2 > 0 else None
     lengths = prefill_lengths(opts.prefill_max)
@@ -244,15 +312,24 @@ def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions) -> di
         if lengths
         else None
     )
-    return {
+    prof = {
         "c1": c,
         "c2": sd["c2"] if sd else c,
         "sd": sd,
         "batch_cost": b,
+        "batch_cost_range": {n: plain["range"][n] for n in [1, *sizes]},
         "batch_cost_sd": b_sd,
+        "batch_cost_sd_range": sd_range,
         "batch_cost_curve": curve,
         "target_s_per_token": t1 / opts.tokens,
         "draft_s_per_token": td / opts.tokens,
         "tokens": opts.tokens,
+        "repeats": opts.repeats,
         "prefill": prefill,
+        "load_avg": {"before": list(load_before), "after": list(os.getloadavg())},
     }
+    failed = profile_checks(prof)
+    prof["checks"] = {"failed": failed}
+    if failed:
+        log(f"warning: this profile fails its checks ({'; '.join(failed)}); see 'checks' in the JSON")
+    return prof

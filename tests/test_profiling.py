@@ -64,3 +64,48 @@ def test_a_longer_chain_is_timed_without_the_blocks_a_shorter_one_left_in_the_ca
     out = measure_prefill(target, draft, [[1] * 10, [2] * 10], [16, 32, 64], t_token=0.05, repeats=2, gamma2=4)
     # every length pays for all its chain tokens: π(n) = 1 ms / 50 ms for each n
     assert [out["ratio_per_token"][n] for n in ("16", "32", "64")] == pytest.approx([0.02] * 3)
+
+
+class _Clock:
+    """A backend whose call of n rows takes cost(n) seconds (read from ``GenBatch.seconds``)."""
+
+    def __init__(self, cost):
+        self.cost, self.calls = cost, []
+
+    def generate(self, prefixes, params):
+        from lrtune.backends.base import GenBatch, Generation
+
+        self.calls.append(len(prefixes))
+        outs = [Generation(token_ids=[1] * params.max_tokens, text="", finish="length") for _ in prefixes]
+        return GenBatch(outputs=outs, seconds=self.cost(len(prefixes), len(self.calls)))
+
+
+def test_batch_costs_pair_each_size_with_the_one_row_time_of_its_own_try():
+    """Drift between tries (every call of try k is k times slower) cancels in t(n)/t(1)."""
+    from lrtune.profiling import batch_costs
+
+    sizes = [2, 3, 4]
+    clock = _Clock(lambda n, call: (1 + 0.25 * (n - 1)) * (1 + (call - 1) // 4))
+    got = batch_costs(clock, [[1]] * 4, sizes, tokens=8, repeats=3)
+    assert got["b"] == {1: 1.0, 2: 1.25, 3: 1.5, 4: 1.75}
+    assert all(lo == hi for lo, hi in got["range"].values()) and got["t1"] == 2.0
+    assert sorted(clock.calls) == sorted([1, 2, 3, 4] * 3)
+
+
+def test_the_checks_flag_what_a_profile_cannot_mean():
+    from lrtune.profiling import profile_checks
+
+    good = {"c1": 0.2, "c2": 0.15, "batch_cost": [1.0, 1.1, 1.2], "prefill": {"overhead_tokens": 1.5}}
+    assert profile_checks(good) == []
+    bad = {
+        "c1": 0.0,
+        "c2": 2.0,
+        "batch_cost": [1.0, 1.3, 0.8],
+        "batch_cost_range": {"2": [1.29, 1.31], "3": [0.79, 0.81]},
+        "prefill": {"overhead_tokens": -1.0, "ratio_per_token": {"16": -0.1}},
+    }
+    failed = " | ".join(profile_checks(bad))
+    for words in ("c1 = 0.0", "c2 = 2.0", "overhead", "π(16)", "b(3) = 0.80 < 1", "below b(2)"):
+        assert words in failed
+    noisy = {**good, "batch_cost": [1.0, 1.3, 1.2], "batch_cost_range": {"2": [1.1, 1.5], "3": [1.0, 1.4]}}
+    assert profile_checks(noisy) == []  # a dip within the noise is no failure
