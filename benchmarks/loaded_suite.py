@@ -74,6 +74,7 @@ def main(argv=None) -> int:
         "suite_summary": summary[-1].strip("= ") if summary else None,
         "suite_seconds": float(secs.group(1)) if secs else None,
         "ci_wall_seconds": round(wall, 1),
+        "failed": [ln.strip() for ln in out_text.splitlines() if ln.startswith(("FAILED", "ERROR"))],
         "tail": out_text[-1500:] if run.returncode else None,
     }
     print(json.dumps({k: v for k, v in result.items() if k != "tail"}, indent=1))
