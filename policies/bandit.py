@@ -135,9 +135,12 @@ class BanditController:
         """The modelled speedup of (γ1, γ2) at (α1, α2) on this controller's engine (best kind)."""
         return self._priced(g1, g2, a1, a2)[0]
 
-    def _value(self, a1: float, a2: float) -> tuple[int, int]:
-        best, arg, kind = -math.inf, self._arms[0], self.round_kinds[0]
-        for g1, g2 in self._arms:
+    def _value(self, a1: float, a2: float, arms: list[tuple[int, int]] | None = None) -> tuple[int, int]:
+        """The arm of ``arms`` (default: every allowed one) the speedup model prices highest at
+        (α1, α2); ties go to the first."""
+        arms = arms or self._arms
+        best, arg, kind = -math.inf, arms[0], self.round_kinds[0]
+        for g1, g2 in arms:
             v, k = self._priced(g1, g2, a1, a2)
             if v > best * (1 + 1e-12):
                 best, arg, kind = v, (g1, g2), k
@@ -159,9 +162,8 @@ class BanditController:
             self._rng = random.Random(f"{self.seed}:{problem.id}")
             self.reset(self.problem_prior(problem))
         if not self._lr_can_win():  # no γ1 > 0 arm is worth trying: SD alone, never explored
-            a1, b1, a2, b2 = self.post
-            sd = [(self._h(0, g2, 0.0, min(a2 / (a2 + b2), 0.999)), (0, g2)) for g1, g2 in self._arms if g1 == 0]
-            return max(sd)[1]
+            a2, b2 = self.post[2:]
+            return self._value(0.0, min(a2 / (a2 + b2), 0.999), [arm for arm in self._arms if arm[0] == 0])
         a1, b1, a2, b2 = self.post
         if self.mode == "thompson":
             x1, x2 = self._rng.betavariate(a1, b1), self._rng.betavariate(a2, b2)
