@@ -634,7 +634,11 @@ def run_twice(argv: list[str], env: dict) -> tuple[list[int], list[str], float]:
 
 
 def _out_of(argv: list[str]) -> Path | None:
-    return Path(argv[len(argv) - 1 - argv[::-1].index("--out") + 1]) if "--out" in argv else None
+    """The value of the last ``--out`` of a command line (the one argparse keeps), or None."""
+    if "--out" not in argv:
+        return None
+    last = len(argv) - 1 - argv[::-1].index("--out")
+    return Path(argv[last + 1])
 
 
 def run_one(kind: str, name: str, argv: list[str], options: dict, root: Path, env: dict) -> dict:
