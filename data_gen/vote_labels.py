@@ -33,6 +33,7 @@ from pathlib import Path
 
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
+from lrtune.runfiles import append_jsonl
 from lrtune.schema import STRICT, Checked, Count, Positive, Seed, Size, Text
 
 
@@ -216,7 +217,7 @@ def main(args: VoteLabelsConfig) -> int:
     }
     done = read_votes(log, vote_cfg)
     if not log.is_file():
-        log.write_text(json.dumps({"config": vote_cfg}) + "\n")
+        append_jsonl(log, {"config": vote_cfg})
     todo = [p for p in order if any(pair_key(r) not in done for r in by_problem[p])]
     print(
         f"{len(order)} problems, {len(order) - len(todo)} already voted; {args.samples} sampled rollouts per "
@@ -284,9 +285,8 @@ def main(args: VoteLabelsConfig) -> int:
                     "seconds": secs / max(1, len(items)),
                 }
                 done[v["key"]] = v
-                lines.append(json.dumps(v))
-            with log.open("a") as f:  # appended whole, after the call: a stop loses at most this chunk
-                f.write("".join(line + "\n" for line in lines))
+                lines.append(v)
+            append_jsonl(log, *lines)  # appended whole, after the call: a stop loses at most this chunk
             bar.update(len(todo[c : c + args.chunk]))
         bar.close()
     from lrtune.dataset import vote_teacher

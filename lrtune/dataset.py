@@ -482,7 +482,7 @@ def write_card(out: Path) -> dict:
         s = summarize_pairs(out)
     except ConfigError:
         s = {"problems": 0, "rows": 0, "label_balance": None, "alpha1_by_position": [], "agreement_with_teacher": {}}
-    cfg = json.loads((out / CONFIG).read_text()) if (out / CONFIG).is_file() else {}
+    cfg = read_config(out / CONFIG) if (out / CONFIG).is_file() else {}
     o, m, dc = cfg.get("options", {}), cfg.get("models", {}), cfg.get("decode", {})
     agree = s.get("agreement_with_teacher", {})
     lines = [

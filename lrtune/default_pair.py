@@ -170,16 +170,10 @@ def _check_role(role: str) -> None:
 
 
 def _marker_ok(d: Path, model: DefaultModel) -> bool:
-    try:
-        meta = json.loads((d / MARKER_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return (
-        isinstance(meta, dict)
-        and meta.get("format") == MARKER_FORMAT
-        and meta.get("gguf_sha256") == model.sha256
-        and (d / "config.json").is_file()
-    )
+    from lrtune.filekinds import DefaultPairMarker, read_or_none
+
+    meta = read_or_none(d / MARKER_FILE, DefaultPairMarker)
+    return meta is not None and meta["gguf_sha256"] == model.sha256 and (d / "config.json").is_file()
 
 
 @contextlib.contextmanager

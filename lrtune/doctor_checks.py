@@ -165,12 +165,9 @@ def dtype(r):
 
 
 def _saved_dtype(model_dir: str) -> str:
-    import json
-    from pathlib import Path
+    from lrtune.filekinds import model_side_config
 
-    cfg = Path(model_dir) / "config.json"
-    meta = json.loads(cfg.read_text()) if cfg.is_file() else {}
-    return str(meta.get("torch_dtype", meta.get("dtype", "auto")))
+    return model_side_config(model_dir).saved_dtype or "auto"
 
 
 def memory(r):

@@ -37,10 +37,10 @@ def validate_model_dir(path: str | Path) -> Path:
             if any(p.glob("*.gguf")):
                 hint = "; GGUF files are not loaded directly, convert them to a Hugging Face directory first"
             raise ModelError(f"not a Hugging Face model directory: {p} is missing {', '.join(missing)}{hint}")
-        from lrtune.inputs import read_json_object
+        from lrtune.filekinds import model_side_config
 
         try:
-            read_json_object(p / "config.json", "model config")
+            model_side_config(p)  # the keys lrtune reads itself, typed (lrtune.filekinds.ModelSideConfig)
         except ConfigError as e:
             raise ModelError(str(e)) from None
         generation_eos_ids(p)  # a side file the backends read for the stop tokens

@@ -53,8 +53,10 @@ def owner(path: str | Path) -> str | None:
     f = d / OWNER
     try:
         if f.is_file():
-            data = json.loads(f.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and isinstance(data.get("command"), str):
+            from lrtune.filekinds import OwnerFile, read_or_none
+
+            data = read_or_none(f, OwnerFile)
+            if data is not None:
                 return data["command"]
         if not d.is_dir():
             return None

@@ -31,6 +31,7 @@ from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.configs import flat_dict
 from lrtune.outdir import check_out, claim_out
+from lrtune.inputs import read_json_object
 from lrtune.runfiles import log, write_atomic
 
 
@@ -332,11 +333,13 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
             *to_flags(decode, drop=("method", "record", "schedule")),
         ],
     )
-    summary = json.loads((root / "eval" / "summary.json").read_text())
+    summary = read_json_object(root / "eval" / "summary.json", "evaluate summary")
     write_atomic(
         root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)}, indent=1)
     )
-    student = json.loads((verifier_dir / "lrtune_verifier.json").read_text())
+    from lrtune.verifiers.distilled import read_meta
+
+    student = read_meta(verifier_dir)
     return {"summary": summary, "timings": timings, "student": student, "eval_tokens": size.eval_tokens}
 
 
@@ -424,8 +427,8 @@ def _profile_matches(path: Path, prof, models: ModelConfig) -> bool:
     if not path.is_file():
         return False
     try:
-        p = json.loads(path.read_text())
-    except ValueError:
+        p = read_json_object(path, "profile")
+    except ConfigError:
         return False
     return (
         p.get("options") == dataclasses.asdict(prof)

@@ -88,19 +88,17 @@ def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head
 
 
 def _complete(d: Path) -> bool:
+    """Whether ``d`` is a finished copy: its marker (:class:`lrtune.filekinds.Int8Marker`) lists
+    every weight file of the copy with a matching digest (an empty or partial list proves nothing)."""
+    from lrtune.filekinds import Int8Marker, read_or_none
+
+    meta = read_or_none(d / MARKER, Int8Marker)
+    weights = {f.name for f in d.glob("*.safetensors")}
+    if meta is None or not weights or not set(meta["sha256"]) >= weights:
+        return False
     try:
-        meta = json.loads((d / MARKER).read_text())
-        digests = meta["sha256"]
-        # every weight file of the copy is listed and matches: an empty or partial list proves nothing
-        weights = {f.name for f in d.glob("*.safetensors")}
-        return bool(
-            meta.get("format") == FORMAT
-            and isinstance(digests, dict)
-            and weights
-            and set(digests) >= weights
-            and all(isinstance(v, str) and sha256(d / name) == v for name, v in digests.items())
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        return all(sha256(d / name) == v for name, v in meta["sha256"].items())
+    except OSError:
         return False
 
 
@@ -108,11 +106,13 @@ def untied_head(model_dir: str | Path) -> bool:
     """Whether the checkpoint stores its own ``lm_head.weight`` (not tied to the embeddings)."""
     from safetensors import safe_open
 
+    from lrtune.filekinds import model_side_config
+
     src = Path(model_dir)
     try:
-        if json.loads((src / "config.json").read_text()).get("tie_word_embeddings", False):
+        if model_side_config(src).tie_word_embeddings:
             return False
-    except (OSError, ValueError):
+    except ConfigError:
         return False
     for wf in src.glob("*.safetensors"):
         with safe_open(str(wf), framework="pt") as f:
@@ -146,6 +146,9 @@ def ensure_w8a8(
         log(f"lrtune: building a W8A8 (int8) copy of {src.name} into {final} (once)")
     from lrtune.runfiles import building_dir
 
+    from lrtune.filekinds import WeightIndex, read
+    from lrtune.inputs import read_json_object
+
     with building_dir(final) as tmp:
         quantized = 0
         for wf in weights:
@@ -168,14 +171,14 @@ def ensure_w8a8(
                 shutil.copy2(f, tmp / f.name)
         index = src / "model.safetensors.index.json"
         if index.is_file():
-            meta = json.loads(index.read_text())
+            meta = read(index, WeightIndex, "weight index")
             for name, file in list(meta.get("weight_map", {}).items()):
                 if name.endswith(".weight") and (
                     name.split(".")[-2] in LINEARS or (lm_head and name == "lm_head.weight")
                 ):
                     meta["weight_map"][name[: -len("weight")] + "weight_scale"] = file
             (tmp / index.name).write_text(json.dumps(meta, indent=1))
-        cfg = json.loads((src / "config.json").read_text())
+        cfg = read_json_object(src / "config.json", "model config")
         cfg["quantization_config"] = quantization_config(lm_head)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         marker = {
@@ -221,11 +224,10 @@ def record_measurement(
 
     path = measurement_file(cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        data = None
-    if not isinstance(data, dict):  # lrtune's own cache file, unreadable or not an object: start it again
+    from lrtune.filekinds import read_json_object_or_none
+
+    data = read_json_object_or_none(path) if path.is_file() else {}
+    if data is None:  # lrtune's own cache file, unreadable or not an object: start it again
         from lrtune.runfiles import log
 
         log(f"warning: {path} was not a measurement record (a JSON object); it is written anew")
@@ -246,13 +248,14 @@ def record_measurement(
 
 def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, dtype: str = "auto") -> bool | None:
     """Whether int8 measured faster for ``model_dir`` on this machine; None when never measured."""
-    try:
-        data = json.loads(measurement_file(cache_dir).read_text())
-    except (OSError, ValueError):
+    from lrtune.filekinds import Int8Measurement, read_json_object_or_none
+
+    data = read_json_object_or_none(measurement_file(cache_dir)) or {}
+    entry = data.get(_measure_key(model_dir, dtype))
+    try:  # an entry that is not a measurement ("no", 0, a list) is no answer: measure again
+        return Int8Measurement.model_validate(entry).int8_faster
+    except ValueError:
         return None
-    entry = data.get(_measure_key(model_dir, dtype)) if isinstance(data, dict) else None
-    faster = entry.get("int8_faster") if isinstance(entry, dict) else None
-    return faster if isinstance(faster, bool) else None  # "no" or 0 is no answer: measure again
 
 
 def time_drafts(
@@ -355,11 +358,13 @@ def check_int8_runs(backend: str) -> None:
 
 def quantized_source(model_dir: str | Path) -> str | None:
     """The ``quant_method`` of an already quantized checkpoint, else None."""
+    from lrtune.filekinds import model_side_config
+
     try:
-        q = json.loads((Path(model_dir) / "config.json").read_text()).get("quantization_config")
-    except (OSError, ValueError):
+        q = model_side_config(model_dir).quantization_config
+    except ConfigError:
         return None
-    return (q.get("quant_method") or "quantized") if isinstance(q, dict) else None
+    return str(q.get("quant_method") or "quantized") if q is not None else None
 
 
 def draft_for_engines(

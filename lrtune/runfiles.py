@@ -265,9 +265,10 @@ def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record", text_key
     return good
 
 
-def append_jsonl(path: Path, record: dict) -> None:
-    """Append ``record`` as one JSON line, flushed and fsynced."""
+def append_jsonl(path: Path, *records: dict) -> None:
+    """Append ``records``, one JSON line each, in one write, flushed and fsynced (read back by
+    :func:`load_jsonl`, which recovers a torn last line)."""
     with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+        f.write("".join(json.dumps(r) + "\n" for r in records))
         f.flush()
         os.fsync(f.fileno())

@@ -224,14 +224,9 @@ def read_meta(path: str | Path) -> dict:
     f = root / META
     if not f.is_file():
         raise ConfigError(f"{path} is not an lrtune controller (no {META})")
-    from lrtune.inputs import read_json
+    from lrtune.filekinds import ControllerMeta, read
 
-    meta = read_json(f, "controller metadata")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise ConfigError(f"{f} is not lrtune controller metadata (format {FORMAT!r}, version {VERSION})")
-    if meta.get("policy") != "learned":
-        raise ConfigError(f"{f}: unknown controller policy {meta.get('policy')!r}")
-    return meta
+    return read(f, ControllerMeta, "controller metadata")
 
 
 def priced_batch_cost(prof: dict):
@@ -241,21 +236,6 @@ def priced_batch_cost(prof: dict):
 
     steps = prof.get("step_tokens")
     return longest_step_batch_cost(prof.get("batch_cost"), steps) if steps else prof.get("batch_cost")
-
-
-def _positive(x, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{what} must be a number > 0, got {x!r:.40}")
-    return float(x)
-
-
-def _numbers(xs, what: str, empty: bool = False) -> None:
-    if xs is not None and not (
-        isinstance(xs, list)
-        and (xs or empty)
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in xs)
-    ):
-        raise ValueError(f"{what} must be a list of numbers, got {xs!r:.40}")
 
 
 def _check_model(m: AlphaPredictor, feats: ProblemFeaturizer) -> None:
@@ -268,23 +248,8 @@ def _check_model(m: AlphaPredictor, feats: ProblemFeaturizer) -> None:
         or not all(np.isfinite(a).all() for a in (m.coef_, m.intercept_, m.x_mean_, m.x_scale_))
     ):
         raise ValueError("model weights of the wrong shape or not finite")
-    if not all(isinstance(t, str) for t in feats.tasks) or not isinstance(feats.encoder, (str, type(None))):
-        raise ValueError("features.tasks must be task names and features.encoder a name or null")
     if n < len(feats.tasks) + 1 + (feats.encoder is not None) or (feats.encoder is None and n != len(feats.tasks) + 1):
         raise ValueError(f"{n} model features do not match the features {feats.to_dict()}")
-
-
-def _bounds(d: dict) -> Bounds:
-    if not all(type(v) is int for k, v in d.items() if k != "M") or isinstance(d.get("M"), bool):
-        raise ValueError(f"bounds must hold integer depths, got {d!r:.80}")
-    return Bounds(**d)
-
-
-def _best_fixed(metrics: dict) -> tuple[int, int] | None:
-    bf = metrics.get("best_fixed")
-    if bf is not None and not (isinstance(bf, list) and len(bf) == 2 and all(type(g) is int for g in bf)):
-        raise ValueError(f"metrics.best_fixed must be a [gamma1, gamma2] pair, got {bf!r:.40}")
-    return tuple(bf) if bf else None
 
 
 def load(
@@ -297,28 +262,22 @@ def load(
 
     meta = read_meta(path)
     try:
-        b = _bounds(meta["bounds"])
+        b = Bounds(**meta["bounds"])  # typed by the schema (lrtune.filekinds.ControllerMeta)
         prof, feat_meta = meta["profile"], meta["features"]
         feats = ProblemFeaturizer(feat_meta["tasks"], feat_meta["encoder"])
         predictor = AlphaPredictor.from_dict(meta["model"])
         _check_model(predictor, feats)
-        _numbers(prof.get("batch_cost"), "profile.batch_cost")
-        _numbers(prof.get("step_tokens"), "profile.step_tokens", empty=True)  # [] when collect had no lengths
-        costs = Pricing(
-            c1=_positive(prof["c1"], "profile.c1"),
-            c2=_positive(prof["c2"], "profile.c2"),
-            batch_cost=priced_batch_cost(prof),
-        )
+        costs = Pricing(c1=float(prof["c1"]), c2=float(prof["c2"]), batch_cost=priced_batch_cost(prof))
         f_sync(0.5, 0.5, 0, costs.batch_cost)  # prices the target alone: checks the curve holds b(1) = 1
         ctl = LearnedController(
             predictor,
             feats,
             b,
             (pricing or Pricing()).with_costs_of(costs),
-            prior_strength=_positive(meta["prior_strength"], "prior_strength"),
+            prior_strength=float(meta["prior_strength"]),
             mode=mode,
             seed=seed,
-            best_fixed=_best_fixed(meta.get("metrics", {})),
+            best_fixed=tuple(bf) if (bf := (meta.get("metrics") or {}).get("best_fixed")) else None,
         )
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None

@@ -78,9 +78,9 @@ def test_save_load_round_trip_and_pickle_refusal(tmp_path):
     "meta,message",
     [
         (None, "not an lrtune controller"),
-        ({"format": "x"}, "not lrtune controller metadata"),
-        ({"format": learned.FORMAT, "version": 1, "policy": "magic"}, "unknown controller policy"),
-        ({"format": learned.FORMAT, "version": 1, "policy": "learned"}, "incomplete"),
+        ({"format": "x"}, "controller metadata .*: format: Input should be 'lrtune-controller'"),
+        ({"format": learned.FORMAT, "version": 1, "policy": "magic"}, "policy: Input should be 'learned'"),
+        ({"format": learned.FORMAT, "version": 1, "policy": "learned"}, "bounds is missing"),
     ],
 )
 def test_bad_controller_directories_are_refused(tmp_path, meta, message):

@@ -242,8 +242,10 @@ def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
     this data, or None."""
     out = Path(cfg.out).expanduser()
     if read_json(out / TRAIN_CONFIG) == config_key({"options": cfg}, free=RESUME_FREE):
-        meta = read_json(out / distilled.META)
-        if meta and "metrics" in meta and meta.get("data", {}).get("fingerprint") == data_fingerprint:
+        from lrtune.filekinds import VerifierMeta, read_or_none
+
+        meta = read_or_none(out / distilled.META, VerifierMeta)
+        if meta and "metrics" in meta and (meta.get("data") or {}).get("fingerprint") == data_fingerprint:
             return meta
     return None
 

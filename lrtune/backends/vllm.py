@@ -462,11 +462,9 @@ def resolve_dtype(dtype: str, model: str) -> str:
     """The engine dtype for ``dtype`` (see :class:`VLLMConfig`)."""
     if dtype != "auto" or not _on_cpu() or cpu_has_native_bf16():
         return dtype
-    import json
+    from lrtune.filekinds import model_side_config
 
-    cfg = Path(model) / "config.json"
-    meta = json.loads(cfg.read_text()) if cfg.is_file() else {}
-    saved = meta.get("torch_dtype", meta.get("dtype"))
+    saved = model_side_config(model).saved_dtype
     return "float32" if saved in ("bfloat16", "float16", None) else "auto"
 
 

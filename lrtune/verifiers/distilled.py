@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lrtune.errors import ConfigError, ModelError
 from lrtune.verifiers.base import StepPair, score_pairs
-from lrtune.verifiers.student_inputs import CONTEXT_FORM, CONTEXT_FORMS, encode_cross_encoder, fit_judge_prompt
+from lrtune.verifiers.student_inputs import CONTEXT_FORM, encode_cross_encoder, fit_judge_prompt
 
 META = "lrtune_verifier.json"
 FORMAT = "lrtune-verifier"
@@ -70,39 +70,10 @@ def read_meta(path: str | Path) -> dict:
     if not meta_file.is_file():
         raise ConfigError(f"{path} is not an lrtune verifier checkpoint (no {META})")
     refuse_pickles(root, path)
-    try:
-        from lrtune.inputs import read_json
+    from lrtune.filekinds import VerifierMeta, read
 
-        meta = read_json(meta_file, "verifier metadata")
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{meta_file} is not valid JSON: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ConfigError(f"{meta_file} is not lrtune verifier metadata (format must be {FORMAT!r})")
-    if meta.get("version") != VERSION:
-        raise ConfigError(
-            f"{meta_file}: unsupported checkpoint version {meta.get('version')!r} (this lrtune reads {VERSION})"
-        )
-    kind = meta.get("kind")
-    if kind not in STUDENT_KINDS:
-        raise ConfigError(f"{meta_file}: unknown verifier kind {kind!r}; expected one of {', '.join(STUDENT_KINDS)}")
-    for key in ("context_chars", "max_length"):
-        if key in meta and (not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0):
-            raise ConfigError(f"{meta_file}: {key} must be a non-negative integer, got {meta[key]!r}")
-    if meta.get("context_form", "tail") not in CONTEXT_FORMS:
-        raise ConfigError(
-            f"{meta_file}: context_form must be one of {', '.join(CONTEXT_FORMS)}, got {meta['context_form']!r}"
-        )
-    if meta.get("base_model") is not None and not isinstance(meta["base_model"], str):
-        raise ConfigError(f"{meta_file}: base_model must be a model name or path, got {meta['base_model']!r}")
-    if kind in ("cross-encoder", "lm-judge") and not meta.get("base_model"):
-        raise ConfigError(f"{meta_file}: base_model is required for kind {kind!r} (the model its adapter extends)")
-    if "encoder" in meta and not isinstance(meta["encoder"], str):
-        raise ConfigError(f"{meta_file}: encoder must be a sentence-encoder name or path, got {meta['encoder']!r}")
-    thr = meta.get("threshold")
-    if not isinstance(thr, (int, float)) or not 0.0 <= thr <= 1.0:
-        raise ConfigError(f"{meta_file}: threshold must be a number in [0, 1], got {thr!r}")
+    meta = read(meta_file, VerifierMeta, "verifier metadata")
+    kind = meta["kind"]
     missing = [f for f in _REQUIRED[kind] if not (root / f).is_file()]
     if missing:
         raise ConfigError(f"{path}: checkpoint of kind {kind!r} lacks {', '.join(missing)}")
@@ -114,10 +85,8 @@ def acceptance_ceiling(meta: dict | None) -> float | None:
     test split's acceptance interval (``metrics.test.acceptance_ci95``, 95%); None when its
     metadata records none."""
     test = ((meta or {}).get("metrics") or {}).get("test") or {}
-    ci = test.get("acceptance_ci95")
-    if isinstance(ci, (list, tuple)) and len(ci) == 2 and isinstance(ci[1], (int, float)) and 0 < ci[1] <= 1:
-        return float(ci[1])
-    return None
+    ci = test.get("acceptance_ci95")  # [lo, hi] in [0, 1] once read_meta has checked the file
+    return float(ci[1]) if ci and ci[1] > 0 else None
 
 
 def load(path: str | Path, *, device: str = "cpu", threshold: float | None = None):

@@ -1,0 +1,251 @@
+"""The declared shape of every JSON file lrtune reads back from disk, and one reader for them.
+
+lrtune reads two sorts of JSON files it did not just compute: its own (checkpoint and
+controller metadata, the int8 copy's marker and speed measurements, the default pair's
+marker, an output directory's owner file) and a model's side files (``config.json``). Each
+kind is a pydantic model here; :func:`read` parses the file through :mod:`lrtune.inputs`
+(bounded size and nesting, UTF-8 whatever the locale), validates it strictly (``"3"`` is no
+number, ``true`` no integer, NaN and infinity are refused) and returns the file's own
+object, so extra keys (newer lrtune, notes) pass through untouched. A file that does not
+fit raises one :class:`ConfigError` line naming the file and the field, never the
+file's contents.
+
+Cache files lrtune can rebuild (the int8 marker, the measurements, the default pair's
+marker) are read with :func:`read_or_none`: one that does not fit is ignored and rebuilt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Gt, Interval, Len
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from lrtune.errors import ConfigError
+
+Probability = Annotated[float, Interval(ge=0, le=1)]
+NonNegativeInt = Annotated[int, Ge(0)]
+PositiveNumber = Annotated[float, Gt(0)]
+NonNegativeNumber = Annotated[float, Ge(0)]
+
+
+class FileKind(BaseModel):
+    """A JSON object lrtune reads back: typed strictly, extra keys allowed."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, frozen=True)
+
+
+# ---- verifier checkpoints (lrtune_verifier.json) ---------------------------------------------
+class VerifierTestMetrics(FileKind):
+    n: NonNegativeInt | None = None
+    acceptance: Probability | None = None
+    acceptance_ci95: Annotated[list[Probability], Len(2, 2)] | None = None  # JSON has no tuples
+
+
+class VerifierMetrics(FileKind):
+    test: VerifierTestMetrics | None = None
+
+
+class VerifierMeta(FileKind):
+    """``lrtune_verifier.json``: what a distilled verifier is and how it reads a pair."""
+
+    format: Literal["lrtune-verifier"]
+    version: Literal[1]
+    kind: Literal["cross-encoder", "lm-judge", "features", "forest", "router"]
+    threshold: Probability
+    context_chars: NonNegativeInt = 400
+    max_length: NonNegativeInt | None = None
+    context_form: Literal["tail", "head+tail"] = "tail"
+    base_model: str | None = None
+    encoder: str = "all-MiniLM-L6-v2"
+    features: list[str] | None = None
+    metrics: VerifierMetrics | None = None
+    data: dict[str, Any] | None = None  # the training data: dirs, fingerprint, splits
+
+    @model_validator(mode="after")
+    def _base_model_where_needed(self):
+        if self.kind in ("cross-encoder", "lm-judge") and not self.base_model:
+            raise ValueError(f"base_model is required for kind {self.kind!r} (the model its adapter extends)")
+        return self
+
+
+# ---- learned controllers (lrtune_controller.json) ----------------------------------------------
+class ControllerBounds(FileKind):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+    gamma1_min: NonNegativeInt
+    gamma1_max: NonNegativeInt
+    gamma2_min: NonNegativeInt
+    gamma2_max: NonNegativeInt
+    M: PositiveNumber
+
+
+class ControllerProfile(FileKind):
+    c1: PositiveNumber
+    c2: PositiveNumber
+    batch_cost: list[NonNegativeNumber] | None = None
+    step_tokens: list[NonNegativeNumber] | None = None
+
+    @model_validator(mode="after")
+    def _curve_not_empty(self):
+        if self.batch_cost is not None and not self.batch_cost:
+            raise ValueError("batch_cost must list b(1), b(2), ... (it is empty)")
+        return self
+
+
+class ControllerFeatures(FileKind):
+    tasks: list[str]
+    encoder: str | None
+
+
+class ControllerMetrics(FileKind):
+    best_fixed: Annotated[list[NonNegativeInt], Len(2, 2)] | None = None  # [gamma1, gamma2]
+
+
+class ControllerMeta(FileKind):
+    """``lrtune_controller.json``: a learned controller's model, bounds and the costs it was trained with."""
+
+    format: Literal["lrtune-controller"]
+    version: Literal[1]
+    policy: Literal["learned"]
+    bounds: ControllerBounds
+    profile: ControllerProfile
+    features: ControllerFeatures
+    model: dict[str, Any]
+    prior_strength: PositiveNumber
+    metrics: ControllerMetrics = ControllerMetrics()
+
+
+# ---- caches lrtune rebuilds when they do not fit -----------------------------------------------
+class Int8Marker(FileKind):
+    """``lrtune_w8a8.json`` of an int8 copy: the digest of every weight file it holds."""
+
+    format: Literal[2]
+    sha256: dict[str, str]
+
+    @model_validator(mode="after")
+    def _lists_weights(self):
+        if not self.sha256:
+            raise ValueError("sha256 lists no weight file")
+        return self
+
+
+class Int8Measurement(FileKind):
+    """One entry of the int8 speed measurements: whether the int8 draft ran faster here."""
+
+    plain_tok_s: PositiveNumber
+    int8_tok_s: PositiveNumber
+    int8_faster: bool
+
+
+class DefaultPairMarker(FileKind):
+    """The marker of a converted default model: the GGUF it came from."""
+
+    format: Literal[1]
+    gguf_sha256: str
+
+
+# ---- an output directory's owner, a model's config.json ----------------------------------------
+class OwnerFile(FileKind):
+    command: str
+
+
+class ModelSideConfig(FileKind):
+    """The keys of a model's ``config.json`` that lrtune itself reads (transformers and vLLM read the rest)."""
+
+    tie_word_embeddings: bool | None = None
+    torch_dtype: str | None = None
+    dtype: str | None = None
+    quantization_config: dict[str, Any] | None = None
+    vocab_size: NonNegativeInt | None = None
+
+    @property
+    def saved_dtype(self) -> str | None:
+        return self.torch_dtype or self.dtype
+
+
+class WeightIndex(FileKind):
+    """``model.safetensors.index.json``: which weight file holds each tensor."""
+
+    weight_map: dict[str, str]
+
+
+def problem(error: ValidationError) -> str:
+    """The first violation as ``field.sub: what is wrong`` (pydantic's message, never the value)."""
+    e = error.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(p) for p in e["loc"]) or "the file"
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if e["type"] != "missing" else f"{where} is missing"
+
+
+def check(data: Any, kind: type[FileKind], where: str) -> FileKind:
+    """``data`` as a ``kind``; ConfigError ``<where>: <field>: <problem>`` when it does not fit."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a JSON object, not {type(data).__name__}")
+    try:
+        return kind.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{where}: {problem(e)}") from None
+
+
+def read(path: str | Path, kind: type[FileKind], what: str | None = None) -> dict:
+    """The JSON object in ``path``, checked against ``kind``; ConfigError (one line naming the
+    file and the field) when it is unreadable, too large, too deep, not UTF-8 or does not fit."""
+    from lrtune.inputs import read_json
+
+    what = what or _describe(kind)
+    data = read_json(path, what)
+    check(data, kind, f"{what} {path}")
+    return data
+
+
+def read_or_none(path: str | Path, kind: type[FileKind]) -> dict | None:
+    """The JSON object in ``path`` when it exists and fits ``kind``, else None (a cache to rebuild)."""
+    try:
+        return read(path, kind) if Path(path).is_file() else None
+    except (ConfigError, OSError):
+        return None
+
+
+def read_json_object_or_none(path: str | Path) -> dict | None:
+    """The JSON object in ``path`` (bounded, UTF-8), or None when it is missing, unreadable or not an object."""
+    from lrtune.inputs import read_json
+
+    try:
+        data = read_json(path, "file") if Path(path).is_file() else None
+    except (ConfigError, OSError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def model_side_config(model_dir: str | Path) -> ModelSideConfig:
+    """The keys lrtune reads from ``<model_dir>/config.json`` (defaults when there is none)."""
+    f = Path(model_dir) / "config.json"
+    if not f.is_file():
+        return ModelSideConfig()
+    from lrtune.inputs import read_json
+
+    return check(read_json(f, "model config"), ModelSideConfig, f"model config {f}")
+
+
+def _describe(kind: type[FileKind]) -> str:
+    return (kind.__doc__ or kind.__name__).split(":")[0].strip("` ")
+
+
+__all__ = [
+    "ControllerMeta",
+    "DefaultPairMarker",
+    "FileKind",
+    "Int8Marker",
+    "Int8Measurement",
+    "ModelSideConfig",
+    "OwnerFile",
+    "VerifierMeta",
+    "WeightIndex",
+    "check",
+    "model_side_config",
+    "problem",
+    "read",
+    "read_json_object_or_none",
+    "read_or_none",
+]

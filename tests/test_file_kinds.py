@@ -1,0 +1,135 @@
+"""Every JSON file lrtune reads back goes through one typed schema (lrtune.filekinds)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from lrtune import default_pair, filekinds, quantize
+from lrtune.errors import ConfigError, ModelError
+from lrtune.filekinds import ControllerMeta, Int8Marker, OwnerFile, VerifierMeta
+from lrtune.verifiers import distilled
+from policies import learned
+
+SECRET = "sk-LRTUNE-TEST-SECRET-0042"
+
+GOOD_VERIFIER = {"format": distilled.FORMAT, "version": distilled.VERSION, "kind": "features", "threshold": 0.5}
+GOOD_CONTROLLER = {
+    "format": learned.FORMAT,
+    "version": learned.VERSION,
+    "policy": "learned",
+    "bounds": {"gamma1_min": 0, "gamma1_max": 4, "gamma2_min": 0, "gamma2_max": 4, "M": 24.0},
+    "profile": {"c1": 0.3, "c2": 0.2, "batch_cost": [1.0, 1.1], "step_tokens": []},
+    "features": {"tasks": ["gsm_symbolic"], "encoder": None},
+    "model": {},
+    "prior_strength": 8.0,
+}
+
+
+def test_each_file_kind_names_the_format_its_writer_writes():
+    def literal(kind, field):
+        return kind.model_fields[field].annotation.__args__
+
+    assert literal(VerifierMeta, "format") == (distilled.FORMAT,)
+    assert literal(VerifierMeta, "version") == (distilled.VERSION,)
+    assert set(literal(VerifierMeta, "kind")) == set(distilled.STUDENT_KINDS)
+    assert literal(ControllerMeta, "format") == (learned.FORMAT,)
+    assert literal(ControllerMeta, "version") == (learned.VERSION,)
+    assert literal(Int8Marker, "format") == (quantize.FORMAT,)
+    assert literal(filekinds.DefaultPairMarker, "format") == (default_pair.MARKER_FORMAT,)
+
+
+@pytest.mark.parametrize(
+    "kind,good,path,bad,field",
+    [
+        (VerifierMeta, GOOD_VERIFIER, ("threshold",), SECRET, "threshold"),
+        (VerifierMeta, GOOD_VERIFIER, ("threshold",), float("nan"), "threshold"),
+        (VerifierMeta, GOOD_VERIFIER, ("context_chars",), True, "context_chars"),
+        (VerifierMeta, GOOD_VERIFIER, ("encoder",), [SECRET], "encoder"),
+        (VerifierMeta, GOOD_VERIFIER, ("metrics",), {"test": {"acceptance_ci95": [0.1, SECRET]}}, "metrics.test"),
+        (ControllerMeta, GOOD_CONTROLLER, ("profile", "c1"), -1, "profile.c1"),
+        (ControllerMeta, GOOD_CONTROLLER, ("profile", "batch_cost"), [], "profile"),
+        (ControllerMeta, GOOD_CONTROLLER, ("bounds", "gamma1_max"), 6.5, "bounds.gamma1_max"),
+        (ControllerMeta, GOOD_CONTROLLER, ("features", "tasks"), SECRET, "features.tasks"),
+        (ControllerMeta, GOOD_CONTROLLER, ("metrics",), {"best_fixed": [1, 2, 3]}, "metrics.best_fixed"),
+        (OwnerFile, {"command": "evaluate"}, ("command",), {"x": SECRET}, "command"),
+    ],
+)
+def test_a_file_that_does_not_fit_is_one_line_naming_file_and_field_never_its_contents(
+    tmp_path, kind, good, path, bad, field
+):
+    data = json.loads(json.dumps(good))
+    filekinds.read(_write(tmp_path / "ok.json", data), kind)  # the good one fits
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = bad
+    f = _write(tmp_path / "bad.json", data)
+    with pytest.raises(ConfigError) as e:
+        filekinds.read(f, kind)
+    msg = str(e.value)
+    assert "\n" not in msg and str(f) in msg and f"{field}" in msg
+    assert SECRET not in msg
+
+
+def test_a_missing_field_is_named_as_missing(tmp_path):
+    data = dict(GOOD_CONTROLLER, profile={"c2": 0.2})
+    with pytest.raises(ConfigError, match=r"profile\.c1 is missing"):
+        filekinds.read(_write(tmp_path / "c.json", data), ControllerMeta)
+
+
+def test_extra_keys_pass_through_untouched(tmp_path):
+    data = dict(GOOD_VERIFIER, notes={"by": "a newer lrtune"}, history=[1, 2])
+    assert filekinds.read(_write(tmp_path / "v.json", data), VerifierMeta) == data
+
+
+def test_a_file_that_is_not_an_object_is_refused_by_what_it_is(tmp_path):
+    with pytest.raises(ConfigError, match="must hold a JSON object, not list"):
+        filekinds.read(_write(tmp_path / "v.json", [SECRET]), VerifierMeta)
+
+
+def test_a_cache_that_does_not_fit_is_rebuilt_not_trusted(tmp_path):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "model.safetensors").write_bytes(b"weights")
+    digest = quantize.sha256(copy / "model.safetensors")
+    _write(copy / quantize.MARKER, {"format": quantize.FORMAT, "sha256": {"model.safetensors": digest}})
+    assert quantize._complete(copy)
+    for marker in ({"format": quantize.FORMAT, "sha256": {}}, {"format": quantize.FORMAT, "sha256": []}, [1]):
+        _write(copy / quantize.MARKER, marker)
+        assert not quantize._complete(copy)
+    assert filekinds.read_or_none(copy / quantize.MARKER, Int8Marker) is None
+
+
+@pytest.mark.parametrize("entry", [{"int8_faster": "no"}, [], 0, {"plain_tok_s": 1, "int8_tok_s": 2, "int8_faster": 1}])
+def test_an_int8_measurement_that_is_not_one_is_measured_again(tmp_path, entry):
+    src = tmp_path / "draft"
+    src.mkdir()
+    quantize.record_measurement(src, 10.0, 12.0, cache_dir=tmp_path)
+    assert quantize.measured_faster(src, cache_dir=tmp_path) is True
+    f = quantize.measurement_file(tmp_path)
+    data = json.loads(f.read_text())
+    data[next(iter(data))] = entry
+    f.write_text(json.dumps(data))
+    assert quantize.measured_faster(src, cache_dir=tmp_path) is None
+
+
+def test_a_model_config_with_mistyped_keys_is_refused_before_any_weight_loads(tmp_path):
+    from lrtune.modeldir import validate_model_dir
+    from lrtune.toymodels import get_tiny_pair
+
+    model = tmp_path / "model"
+    shutil.copytree(get_tiny_pair().target, model)
+    validate_model_dir(model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["tie_word_embeddings"] = "yes"
+    (model / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match=r"config\.json: tie_word_embeddings: Input should be a valid boolean"):
+        validate_model_dir(model)
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data))
+    return path
