@@ -55,7 +55,8 @@ class EvalOptions(Checked):
             "lr/score and lr+sd/score), and /w=N, /v=VERIFIER (e.g. lr+sd/async/v=llm_judge), and adaptive | "
             "oracle | best-fixed (depths from --controller; adaptive/c=POLICY_OR_DIR: from another controller; "
             "adaptive/score and adaptive/lr+score: the controller also picks score rounds, or either kind, per "
-            "round, with /v=VERIFIER)"
+            "round, with /v=VERIFIER), and auto (target, sd or adaptive, chosen from --profile and the verifier's "
+            "promise before any model loads)"
         },
     )
     sweep: Text | None = field(

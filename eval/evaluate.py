@@ -54,6 +54,7 @@ from lrtune.eval.loops import (
     _start,
     _uses_draft,
     asked_gamma2s,
+    resolve_auto,
     run_pricing,
 )
 from lrtune.score_round import require_one_sided
@@ -153,6 +154,7 @@ def run(cfg: EvalConfig) -> Summary:
         if dcfg.uses_lr and (dcfg.score_rounds or "score" in (s.round_kinds or ())):
             require_one_sided(parsed)  # before --out is claimed
     pricing = run_pricing(cfg, specs)  # the plan every controller and the oracle price with
+    specs = resolve_auto(cfg, specs, pricing)  # auto rows: target, sd or adaptive, decided now
     ctl, own = _check_controllers(cfg, specs, pricing)
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
@@ -269,6 +271,8 @@ def predict_rows(
             schedule=s.schedule,
             verifier=s.verifier or verifier,
         )
+        if s.auto_reason:
+            row["auto"] = {"runs": s.control or s.kind, "reason": s.auto_reason}
         if s.kind not in ("sd", "lr+sd"):
             # no token-level SD in this method (records written before the vLLM backend
             # stopped reporting the shared engine's late-counted drafts may still hold some)

@@ -100,6 +100,21 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
     return dataclasses.replace(base, alpha1_max=ceiling)
 
 
+def resolve_auto(cfg: EvalConfig, specs, pricing: Pricing) -> list:
+    """``specs`` with every ``auto`` row resolved (:mod:`policies.auto`) from ``--profile``'s
+    measured SD, the run's plan and what its verifier promises; before any model loads. An
+    adaptive choice runs the run's ``--controller``, or ``bandit`` without one."""
+    from lrtune.build import auto_choice
+    from lrtune.eval.methods import AUTO, resolved_auto
+
+    if not any(s.control == AUTO for s in specs):
+        return specs
+    choice = auto_choice(cfg.models, cfg.decode, pricing, cfg.options.profile)
+    log(f"auto runs {choice.method}: {choice.reason}")
+    own = None if cfg.models.control.controller else "bandit"
+    return [resolved_auto(s, choice, own) if s.control == AUTO else s for s in specs]
+
+
 def _check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
     """The run's controller and each method's own (``adaptive/c=``), built with the run's plan
     (cheap: no model loads) so that a bad name or directory fails before ``--out`` is touched."""

@@ -14,6 +14,8 @@ from lrtune.errors import ConfigError
 # problem from its measured α under the speedup model (oracle, after lr+sd on the problem),
 # or the best fixed pair on the controller's training data (best-fixed).
 CONTROLLED = ("adaptive", "oracle", "best-fixed")
+# auto: target, sd or adaptive, chosen per machine and verifier before any model loads (policies.auto)
+AUTO = "auto"
 
 
 # method options in a label and the schedule each names (lrtune.decodeconfig)
@@ -56,6 +58,7 @@ class MethodSpec(ScheduleFlags):
     control: str | None = None  # adaptive | oracle | best-fixed: lr+sd with depths from a controller
     controller: str | None = None  # adaptive/c=SPEC: this controller instead of the run's --controller
     round_kinds: tuple[str, ...] = ("lr",)  # adaptive/score, adaptive/lr+score: the rounds its controller may pick
+    auto_reason: str | None = None  # an auto row, resolved: why auto runs what it runs (policies.auto)
 
     def __str__(self) -> str:
         if self.control is not None:
@@ -96,6 +99,8 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         return MethodSpec(
             label, "lr+sd", gamma1, gamma2, control="adaptive", controller=label[len("adaptive/c=") :].strip()
         )
+    if label.strip() == AUTO:
+        return MethodSpec(label, "lr+sd", gamma1, gamma2, control=AUTO)
     head, sep, vspec = label.partition("/v=")
     kind, *opts = [x.strip() for x in head.split("/")]
     if sep:
@@ -125,7 +130,8 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
         kind, opts = SCORE_KINDS[kind], ["score", *opts]
     if kind not in METHODS:
         raise ConfigError(
-            f"unknown method {kind!r} in {label!r}; choose from {', '.join((*METHODS, *SCORE_KINDS, *CONTROLLED))}"
+            f"unknown method {kind!r} in {label!r}; choose from "
+            f"{', '.join((*METHODS, *SCORE_KINDS, *CONTROLLED, AUTO))}"
         )
     extra: dict = {}
     for opt in opts:
@@ -146,6 +152,24 @@ def parse_method(label: str, gamma1: int, gamma2: int) -> MethodSpec:
     if extra and kind not in ("lr", "lr+sd"):
         raise ConfigError(f"method options apply to lr and lr+sd only: {label!r}")
     return MethodSpec(label, kind, gamma1 if "lr" in kind else 0, gamma2 if kind in ("sd", "lr+sd") else 0, **extra)
+
+
+def resolved_auto(spec: MethodSpec, choice, controller: str | None) -> MethodSpec:
+    """The ``auto`` row ``spec`` as what ``choice`` (:class:`policies.auto.AutoChoice`) runs, under
+    the same label: target-only, SD at the run's γ2, or adaptive with ``controller`` (None: the run's)."""
+    if choice.method == "target":
+        return MethodSpec(spec.label, "target", 0, 0, auto_reason=choice.reason)
+    if choice.method == "sd":
+        return MethodSpec(spec.label, "sd", 0, spec.gamma2, auto_reason=choice.reason)
+    return MethodSpec(
+        spec.label,
+        "lr+sd",
+        spec.gamma1,
+        spec.gamma2,
+        control="adaptive",
+        controller=controller,
+        auto_reason=choice.reason,
+    )
 
 
 def parse_methods(methods: str, sweep: str | None, gamma1: int, gamma2: int) -> list[MethodSpec]:

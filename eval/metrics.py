@@ -212,7 +212,9 @@ def paired_comparisons(records: Sequence[dict], labels: Sequence[str]) -> list[d
     it, and best-fixed against sd (the same work twice when best-fixed is (0, γ2): the
     timing noise between identical decodes)."""
     have = set(labels)
-    wanted = [(c, ref) for c in labels if c.split("/")[0] in ("adaptive", "oracle") for ref in ("best-fixed", "sd")]
+    wanted = [
+        (c, ref) for c in labels if c.split("/")[0] in ("adaptive", "oracle", "auto") for ref in ("best-fixed", "sd")
+    ]
     wanted += [(lab, lab.replace("/abort", "")) for lab in labels if "/abort" in lab]
     wanted.append(("best-fixed", "sd"))
     out = []

@@ -235,6 +235,32 @@ def check_configs(
     return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys)
 
 
+def auto_choice(models: ModelConfig, decode: DecodeConfig, pricing, profile: str | None = None, *, own_verifier=False):
+    """What ``auto`` runs (:func:`lrtune.policies.auto.choose`) for ``models`` and ``decode``,
+    priced by ``pricing``: SD as ``profile`` measured it, the verifier's promise (none when a
+    threshold other than its calibrated one is set), the bounds and round kinds of the run's controller
+    (``bandit`` without one); ``own_verifier``: a verifier object handed in, which states no
+    bound. Reads files only; no model loads."""
+    from lrtune.policies.auto import accuracy_promise, choose, measured_sd
+
+    speed, alpha2 = measured_sd(profile)
+    ver = models.verification
+    promise = None
+    if not own_verifier and (ver.threshold is None or ver.parsed.kind in ("exact", "never")):
+        promise = accuracy_promise(ver.parsed)
+    ctl = build_controller(models.control.controller or "bandit", decode, pricing)
+    return choose(
+        pricing,
+        has_draft=bool(models.draft),
+        promise=promise,
+        bounds=getattr(ctl, "bounds", None),
+        measured_sd_speedup=speed,
+        alpha2=alpha2,
+        round_kinds=tuple(getattr(ctl, "round_kinds", ("lr",))),
+        alpha1_max=0.0 if not own_verifier and ver.parsed.kind == "never" else None,
+    )
+
+
 def shared_spec_tokens(
     models: ModelConfig, cfg: DecodeConfig, *, has_draft: bool, load_all_methods: bool, controller_gamma2_max: int = 0
 ) -> int:

@@ -4,6 +4,7 @@ decodes prompts with any method, one or many at a time; :class:`DecodeOutput` pe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+import os
 from dataclasses import dataclass, replace
 
 from lrtune.backends.base import Backend
@@ -44,6 +45,38 @@ class Outputs(list):
         self.batch = batch
 
 
+def _auto_choice(
+    models: ModelConfig,
+    gamma1: int,
+    gamma2: int,
+    max_step_tokens: int,
+    seed: int,
+    profile,
+    controller,
+    own_verifier: bool,
+):
+    """What ``method="auto"`` runs for these models (:func:`lrtune.build.auto_choice`), priced
+    like the decoder would price an lr+sd run (its shared SD engine, its verifier)."""
+    from lrtune import pricing as pricing_mod
+    from lrtune.build import auto_choice, shared_spec_tokens
+
+    if controller is not None and not isinstance(controller, str):
+        raise ConfigTypeError("controller: method='auto' takes a policy name or a controller directory")
+    if profile is not None and not isinstance(profile, (str, os.PathLike)):
+        raise ConfigTypeError(f"profile: a path to an lrtune profile JSON, got {type(profile).__name__}")
+    cfg = DecodeConfig(method="lr+sd", gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens, seed=seed)
+    shared = shared_spec_tokens(models, cfg, has_draft=bool(models.draft), load_all_methods=False)
+    if models.backend != "vllm":
+        shared = 0
+    profile = None if profile is None else str(profile)
+    plan = pricing_mod.plan(
+        profile=profile, engine_drafts=shared, verifier=None if own_verifier else models.verification.parsed
+    )
+    if controller is not None:
+        models = replace(models, controller=controller)
+    return auto_choice(models, cfg, plan, profile, own_verifier=own_verifier)
+
+
 class Decoder:
     """Loads models once; ``generate`` decodes prompts with any method, one or many at a time.
     A context manager: ``with Decoder.from_pretrained(...) as dec:`` closes the engines."""
@@ -52,6 +85,7 @@ class Decoder:
         self.decoder = decoder
         self.models = models
         self.last_batch: BatchStats | None = None  # the last generate()'s (also its outputs' .batch)
+        self.auto = None  # method="auto": what it chose and why (policies.auto.AutoChoice)
 
     def __enter__(self) -> Decoder:
         return self
@@ -75,11 +109,17 @@ class Decoder:
         verifier_threshold: float | None = None,
         controller=None,
         progress: bool = True,
+        profile: str | None = None,
         **model_kwargs,
     ) -> Decoder:
         """Resolve and load target/draft, build the verifier (a kind or a distilled
         checkpoint directory) and the controller (a policy name, a learned controller
         directory, or an object with ``choose``/``update``), return a ready decoder.
+
+        ``method="auto"`` picks target-only, sd or adaptive lr+sd (``controller``, or
+        ``bandit``) before any model loads, from the ``lrtune profile`` JSON at ``profile``
+        (measured SD, costs) and what the verifier promises (:mod:`policies.auto`); the
+        decoder's ``auto`` says what it chose and why.
 
         ``model_kwargs`` are :class:`ModelConfig` fields (``sd_method``, ``dtype``,
         ``max_model_len``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``cache_dir``).
@@ -99,10 +139,28 @@ class Decoder:
             controller=controller if isinstance(controller, str) else None,
             **model_kwargs,
         )
+        auto = None
+        if method == "auto":
+            auto = _auto_choice(
+                models,
+                gamma1,
+                gamma2,
+                max_step_tokens,
+                seed,
+                profile,
+                controller,
+                own_verifier=not isinstance(verifier, str),
+            )
+            method = {"target": "target", "sd": "sd", "adaptive": "lr+sd"}[auto.method]
+            controller = (controller or "bandit") if auto.method == "adaptive" else None
+        elif profile is not None:
+            raise ConfigError("profile: used by method='auto' only")
         cfg = DecodeConfig(
             method=method, gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens, seed=seed
         ).validate()
-        return cls.from_configs(models, cfg, verifier=verifier, controller=controller, progress=progress)
+        dec = cls.from_configs(models, cfg, verifier=verifier, controller=controller, progress=progress)
+        dec.auto = auto
+        return dec
 
     @classmethod
     def from_configs(

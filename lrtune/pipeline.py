@@ -8,7 +8,8 @@ exists and matches its config (collect and evaluate skip finished problems; the 
 return a finished checkpoint trained with the same settings on the same data; the profile
 is reused when its settings match). Evaluation runs on held-out problems (another
 generator seed) and compares target / sd / lr+sd with the teacher judge / lr+sd with the
-distilled verifier / adaptive (distilled verifier + learned controller).
+distilled verifier / auto (target, sd or adaptive with the distilled verifier and the learned
+controller, whichever the profile and the verifier's promise allow: policies.auto).
 
 Like ``cli.py`` this is a face of the library: it is the one module of ``lrtune`` besides
 ``cli.py`` and ``api.py`` that calls the stages.
@@ -318,7 +319,7 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         data=opts.data,
         limit=size.eval_problems,
         task_seed=opts.eval_task_seed,
-        methods=f"target,sd,{teacher_row}lr+sd,adaptive",
+        methods=f"target,sd,{teacher_row}lr+sd,auto",
         out=str(root / "eval"),
         progress=opts.progress,
         warmup_tokens=size.warmup_tokens,
@@ -366,6 +367,11 @@ def closing_lines(res: dict) -> list[str]:
     if t:
         out.append(f"The target finished {t.get('finished', 0)} of {t['n']} answers within the budget; accuracy counts")
         out.append("a cut-off answer as wrong.")
+    auto = (rows.get("auto") or {}).get("auto")
+    if auto:
+        import textwrap
+
+        out += textwrap.wrap(f"auto ran {auto['runs']}: {auto['reason']}.", 80, subsequent_indent="  ")
     test = (res.get("student") or {}).get("metrics", {}).get("test") or {}
     if test:
         kind = res["student"].get("kind", "student")

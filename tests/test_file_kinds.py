@@ -11,7 +11,7 @@ from lrtune import default_pair, filekinds, quantize
 from lrtune.errors import ConfigError, ModelError
 from lrtune.filekinds import ControllerMeta, Int8Marker, OwnerFile, VerifierMeta
 from lrtune.verifiers import distilled
-from policies import learned
+from lrtune.policies import learned
 
 SECRET = "sk-LRTUNE-TEST-SECRET-0042"
 

@@ -92,7 +92,8 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     ):
         assert (out / f).is_file(), f
     summary = json.loads((out / "eval" / "summary.json").read_text())
-    assert set(summary["methods"]) == {"target", "sd", "lr+sd/v=random(0.5)", "lr+sd", "adaptive"}
+    assert set(summary["methods"]) == {"target", "sd", "lr+sd/v=random(0.5)", "lr+sd", "auto"}
+    assert summary["methods"]["auto"]["auto"]["runs"] in ("target", "sd", "adaptive")
     assert summary["methods"]["lr+sd"]["verifier"] == str(out / "verifier")
     prof = json.loads((out / "profile.json").read_text())
     assert set(prof["batch_cost_curve"]) == {"8", "12", "16"}  # up to 4 collected problems x (γ1 + 1) rows
@@ -105,9 +106,7 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     bounds = json.loads((out / "controller" / "lrtune_controller.json").read_text())["bounds"]
     assert bounds["gamma2_max"] == 4  # = the rows' γ2, so the SD engine drafts no more than they use
     assert (
-        "adaptive" in proc.stdout
-        and "Stage times (s)" in proc.stdout
-        and "test pairs of unseen templates" in proc.stdout
+        "auto" in proc.stdout and "Stage times (s)" in proc.stdout and "test pairs of unseen templates" in proc.stdout
     )
 
     before = _mtimes(out)
@@ -206,7 +205,7 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
                 "target": {**row, "speedup_total": 1.0, "alpha2": None},
                 "sd": row,
                 "lr+sd/v=results/demo/verifier": {**row, "alpha1": 0.41},
-                "adaptive": row,
+                "auto": {**row, "auto": {"runs": "sd", "reason": "the verifier states no accuracy bound, " * 3}},
             },
         },
         "timings": {"profile": 100.0, "collect": 300.0, "train verifier": 60.0, "evaluate": 200.0},
@@ -223,6 +222,7 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
     text = "\n".join(lines)
     assert "The target finished 4 of 4 answers" in text and "46 test pairs" in text and "Total: 11.0 min" in text
     assert "lr+sd/v=resu" in text and "0.41" in text
+    assert "auto ran sd: the verifier states no accuracy bound" in text
 
 
 def test_the_demo_states_the_students_promise_and_what_the_run_measured_against_it():
