@@ -79,7 +79,7 @@ def main(args: JudgeProbeConfig) -> dict:
     from lrtune.verifiers.base import same_step
 
     args.validate()
-    out = json_out_file(args.out)
+    out = json_out_file(args.out, inputs=(args.data, args.target))
     pairs_t, _ = load_tables(Path(args.data))
     rows = pairs_t.to_pylist()
     n_all = len(rows)

@@ -167,7 +167,7 @@ def main(args: LabelNoiseConfig) -> int:
 
     args.validate()
     edits = args.edit_list
-    out = json_out_file(args.out)
+    out = json_out_file(args.out, inputs=(args.data,))
     data = Path(args.data)
     models, dcfg, opts = collect_settings(data)
     if opts.teacher.spec != "rollout":

@@ -149,16 +149,16 @@ def read_votes(log: Path, vote_cfg: dict) -> dict[str, dict]:
     """The votes already in ``log`` (``votes.jsonl``, appended as each call ends), by pair key. A
     torn last line (a kill mid-append) is dropped with a warning and its pair voted again; a log
     of other settings, or a line that is neither the settings nor a vote, is a ConfigError."""
+    from lrtune.filekinds import VoteLogHead, VoteRecord
     from lrtune.runfiles import load_jsonl
 
     done: dict[str, dict] = {}
-    for v in load_jsonl(log, keys=(), what="vote"):
-        if v.get("config") is not None:
+    for v in load_jsonl(log, keys=(), what="lrtune vote", kinds=(VoteRecord, VoteLogHead)):
+        if "config" in v:
             if v["config"] != vote_cfg:
-                raise ConfigError(f"{log} holds votes of other settings ({v['config']}): pick another --out")
+                changed = sorted(k for k in set(v["config"]) | set(vote_cfg) if v["config"].get(k) != vote_cfg.get(k))
+                raise ConfigError(f"{log} holds votes of other settings ({', '.join(changed)}): pick another --out")
             continue
-        if not isinstance(v.get("key"), str):
-            raise ConfigError(f"{log}: a line that is no vote (no key); move the file away or pick another --out")
         done[v["key"]] = v
     return done
 
@@ -178,7 +178,7 @@ def main(args: VoteLabelsConfig) -> int:
     if args.greedy_out:
         outdir.check_out(args.greedy_out, "labels vote", "--greedy-out")
     if args.summary:
-        json_out_file(args.summary, "--summary")
+        json_out_file(args.summary, "--summary", inputs=(args.data,))
     data, out = Path(args.data), Path(args.out)
     models, dcfg, opts = collect_settings(data)
     if opts.teacher.spec != "rollout":

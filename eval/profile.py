@@ -61,7 +61,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.tasks import get_task
 
     schema.check(opts)
-    out = json_out_file(opts.out)
+    out = json_out_file(opts.out, inputs=(opts.data, models.target, models.draft))
     # with SD, one engine (vLLM: the shared SD engine, its drafter off for plain calls) serves every
     # measurement, as in evaluate: a second copy of the target would not fit beside it in float32
     dcfg = (

@@ -35,8 +35,14 @@ RESUME_FREE = (
 def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
     """Records of ``records.jsonl`` (:func:`lrtune.runfiles.load_jsonl`: a torn last line is
     dropped and the file rewritten without it, so appending can continue)."""
+    from lrtune.filekinds import EvalRecord
+
     return load_jsonl(
-        path, keys, what="lrtune evaluate record", text_keys=tuple(k for k in ("problem", "method") if k in keys)
+        path,
+        keys,
+        what="lrtune evaluate record",
+        text_keys=tuple(k for k in ("problem", "method") if k in keys),
+        kinds=(EvalRecord,) if keys == ("problem", "method") else (),
     )
 
 
@@ -49,6 +55,8 @@ def check_resume(cfg: EvalConfig) -> None:
     """Phase 1: ``--out`` can take this run (:func:`lrtune.outdir.check_out`) and holds no run
     of another config unless ``--overwrite``; reads only."""
     out = check_out(cfg.options.out, "evaluate")
+    if not cfg.options.overwrite:
+        _previous_summary(out)  # a summary whose carried-over keys do not fit is refused now
     cfg_path = out / CONFIG
     if not cfg_path.is_file():
         return
@@ -70,7 +78,9 @@ def prepare_out_dir(cfg: EvalConfig) -> tuple[Path, list[dict]]:
     """Phase 2 (after :func:`check_resume`): claim ``--out``, set old files aside with
     ``--overwrite``, record this config; return the directory and the records already there."""
     out = claim_out(cfg.options.out, "evaluate")
-    if cfg.options.overwrite:
+    if not cfg.options.overwrite:
+        load_records(out / RECORDS)  # records to resume are read (and refused) before anything is written
+    else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for name in (RECORDS, SUMMARY, REPORT, CONFIG, THROUGHPUT):
             if (out / name).exists():
@@ -116,5 +126,9 @@ def throughput_rows(path: Path, labels) -> dict[str, dict]:
 
 
 def _previous_summary(out: Path) -> dict:
-    """The last summary of this run directory (its timings accumulate across invocations)."""
-    return read_json(out / SUMMARY) or {}
+    """The last summary of this run directory (its timings and b(n) carry over to this
+    invocation); ConfigError naming the file and field when they do not fit
+    (:class:`lrtune.filekinds.EvalSummary`), before any model loads."""
+    from lrtune.filekinds import EvalSummary, read
+
+    return read(out / SUMMARY, EvalSummary, "evaluate summary") if (out / SUMMARY).exists() else {}

@@ -29,6 +29,9 @@ from lrtune.errors import ConfigError
 DEFAULT_COST_RATIO = 0.4  # c1 = c2 (draft : target seconds per token) where nothing measured it (lrtune profile does)
 
 
+GAMMA_BOUND = 16  # = lrtune.decodeconfig.GAMMA_MAX: no round drafts more steps or tokens
+
+
 @dataclass(frozen=True)
 class Bounds:
     """Allowed depths: γ1 ∈ [gamma1_min, gamma1_max], γ2 ∈ [gamma2_min, gamma2_max] and the
@@ -45,6 +48,12 @@ class Bounds:
             raise ConfigError(f"bad controller bounds: {self}")
         if self.M < 0:
             raise ConfigError(f"the budget M must be >= 0, got {self.M}")
+        if self.gamma1_max > GAMMA_BOUND or self.gamma2_max > GAMMA_BOUND or self.M > GAMMA_BOUND**2:
+            raise ConfigError(
+                f"bad controller bounds: depths at most {GAMMA_BOUND} and M at most {GAMMA_BOUND**2} "
+                f"(the decoder's largest gamma), got gamma1_max {self.gamma1_max}, gamma2_max {self.gamma2_max}, "
+                f"M {self.M:g}"
+            )
 
     @classmethod
     def covering(cls, gamma1: int, gamma2: int) -> Bounds:

@@ -143,7 +143,10 @@ STATS_PROBLEM_COLUMNS = ("correct", "wall_s", "alpha2")
 def load_tables(src: Path, pair_columns: tuple[str, ...] = (), problem_columns: tuple[str, ...] = ()):
     """(pairs, problems) pyarrow tables of a collect dir or a merged dir. A file that is not
     parquet, lacks ``problem_id`` (or a column of ``pair_columns`` / ``problem_columns``) or
-    holds a schema column of another type is a ConfigError naming the file and column."""
+    holds a schema column of another type is a ConfigError naming the file and column; so is a
+    collect config there that is not one (:func:`read_config`)."""
+    if (Path(src) / CONFIG).is_file():
+        read_config(Path(src) / CONFIG)
     try:
         return _load_tables(src, ("problem_id", *pair_columns), ("problem_id", *problem_columns))
     except ConfigError:

@@ -198,7 +198,9 @@ def main(opts: DoctorOptions) -> int:
     opts.validate()
     out = None
     if opts.json and opts.json != "-":
-        out = json_out_file(opts.json, "--json")  # a bad path fails before any check runs
+        out = json_out_file(
+            opts.json, "--json", inputs=(opts.target, opts.draft)
+        )  # a bad path fails before any check runs
     report = run(opts, print_check if opts.json != "-" else (lambda c: None))
     text = json.dumps(report, indent=1)
     if opts.json == "-":

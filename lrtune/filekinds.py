@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt, Interval, Len
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_validator
 
 from lrtune.errors import ConfigError
 
@@ -62,6 +62,15 @@ class VerifierMeta(FileKind):
     features: list[str] | None = None
     metrics: VerifierMetrics | None = None
     data: dict[str, Any] | None = None  # the training data: dirs, fingerprint, splits
+    calibration: dict[str, Any] | None = None  # how the threshold was set (train/calibrate.py)
+    calibration_history: list[dict[str, Any]] | None = None  # earlier calibrations (lrtune calibrate)
+    accuracy_budget: dict[str, Any] | None = None  # lrtune calibrate --max-accuracy-loss
+
+    @model_validator(mode="after")
+    def _features_once_each(self):
+        if self.features is not None and len(set(self.features)) != len(self.features):
+            raise ValueError("features names a feature twice")
+        return self
 
     @model_validator(mode="after")
     def _base_model_where_needed(self):
@@ -71,13 +80,16 @@ class VerifierMeta(FileKind):
 
 
 # ---- learned controllers (lrtune_controller.json) ----------------------------------------------
+Depth = Annotated[int, Interval(ge=0, le=16)]  # lrtune.control.GAMMA_BOUND
+
+
 class ControllerBounds(FileKind):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
-    gamma1_min: NonNegativeInt
-    gamma1_max: NonNegativeInt
-    gamma2_min: NonNegativeInt
-    gamma2_max: NonNegativeInt
-    M: PositiveNumber
+    gamma1_min: Depth
+    gamma1_max: Depth
+    gamma2_min: Depth
+    gamma2_max: Depth
+    M: Annotated[float, Interval(gt=0, le=256)]
 
 
 class ControllerProfile(FileKind):
@@ -99,7 +111,21 @@ class ControllerFeatures(FileKind):
 
 
 class ControllerMetrics(FileKind):
-    best_fixed: Annotated[list[NonNegativeInt], Len(2, 2)] | None = None  # [gamma1, gamma2]
+    best_fixed: Annotated[list[Depth], Len(2, 2)] | None = None  # [gamma1, gamma2]
+
+
+Numbers = list[float]
+
+
+class ControllerModel(FileKind):
+    """The ridge model that predicts (α1, α2) from a problem's features."""
+
+    alpha: NonNegativeNumber
+    coef: list[Numbers]
+    intercept: Annotated[Numbers, Len(2, 2)]
+    x_mean: Numbers
+    x_scale: list[PositiveNumber]
+    n_features_in: Annotated[int, Interval(ge=1, le=100_000)]
 
 
 class ControllerMeta(FileKind):
@@ -111,9 +137,16 @@ class ControllerMeta(FileKind):
     bounds: ControllerBounds
     profile: ControllerProfile
     features: ControllerFeatures
-    model: dict[str, Any]
+    model: ControllerModel
     prior_strength: PositiveNumber
     metrics: ControllerMetrics = ControllerMetrics()
+
+    @model_validator(mode="after")
+    def _best_fixed_within_bounds(self):
+        bf, b = self.metrics.best_fixed, self.bounds
+        if bf and not (b.gamma1_min <= bf[0] <= b.gamma1_max and b.gamma2_min <= bf[1] <= b.gamma2_max):
+            raise ValueError("metrics.best_fixed lies outside the bounds")
+        return self
 
 
 # ---- caches lrtune rebuilds when they do not fit -----------------------------------------------
@@ -157,11 +190,19 @@ class ModelSideConfig(FileKind):
     torch_dtype: str | None = None
     dtype: str | None = None
     quantization_config: dict[str, Any] | None = None
-    vocab_size: NonNegativeInt | None = None
+    vocab_size: Annotated[int, Interval(ge=1)] | None = None
+    max_position_embeddings: Annotated[int, Interval(ge=1)] | None = None
 
     @property
     def saved_dtype(self) -> str | None:
         return self.torch_dtype or self.dtype
+
+
+class TokenizerSideConfig(FileKind):
+    """The keys of a model's ``tokenizer_config.json`` that lrtune's prompts pass through."""
+
+    model_max_length: Annotated[float, Gt(0)] | None = None  # often 1e30: "no limit"
+    chat_template: str | list[dict[str, Any]] | None = None
 
 
 class WeightIndex(FileKind):
@@ -170,12 +211,59 @@ class WeightIndex(FileKind):
     weight_map: dict[str, str]
 
 
+# ---- lines of the JSONL files lrtune appends (lrtune.runfiles.load_jsonl) ---------------------
+class EvalRecord(FileKind):
+    """A line of evaluate's ``records.jsonl``: one decode of one problem by one method."""
+
+    problem: str
+    method: str
+    wall_s: NonNegativeNumber
+    correct: bool
+    stats: dict[str, Any]
+
+
+class EvalSummary(FileKind):
+    """evaluate's ``summary.json``, the keys a resumed run carries over: seconds by phase, b(n)."""
+
+    timing: dict[str, NonNegativeNumber] | None = None
+    batch_cost: dict[Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,3}$")], PositiveNumber] | None = None
+    batch_cost_sd: dict[str, Any] | None = None
+
+
+class VoteRecord(FileKind):
+    """A line of ``labels vote``'s ``votes.jsonl``: the vote on one step pair."""
+
+    key: str
+    greedy_label: bool
+    vote_label: bool | None
+    vote_score: Probability | None
+    seconds: NonNegativeNumber
+
+
+class VoteLogHead(FileKind):
+    """The first line of ``votes.jsonl``: the settings its votes were cast with."""
+
+    config: dict[str, Any]
+
+
 def problem(error: ValidationError) -> str:
     """The first violation as ``field.sub: what is wrong`` (pydantic's message, never the value)."""
     e = error.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(p) for p in e["loc"]) or "the file"
+    names = _field_names()
+    # a dict key comes from the file: shown as * (an error never echoes the file's contents)
+    where = ".".join(p if p in names else "*" if isinstance(p, str) else str(p) for p in e["loc"]) or "the file"
     msg = e["msg"].removeprefix("Value error, ")
     return f"{where}: {msg}" if e["type"] != "missing" else f"{where} is missing"
+
+
+def _field_names() -> set[str]:
+    """Every field name a file kind declares (the only names an error shows)."""
+    out = {"[key]"}
+    for kind in FileKind.__subclasses__():
+        out |= set(kind.model_fields)
+        for sub in kind.__subclasses__():
+            out |= set(sub.model_fields)
+    return out
 
 
 def check(data: Any, kind: type[FileKind], where: str) -> FileKind:
@@ -219,13 +307,18 @@ def read_json_object_or_none(path: str | Path) -> dict | None:
 
 
 def model_side_config(model_dir: str | Path) -> ModelSideConfig:
-    """The keys lrtune reads from ``<model_dir>/config.json`` (defaults when there is none)."""
+    """The keys lrtune reads from ``<model_dir>/config.json`` (defaults when there is none);
+    ``tokenizer_config.json``, where there is one, is checked as well."""
     f = Path(model_dir) / "config.json"
     if not f.is_file():
         return ModelSideConfig()
     from lrtune.inputs import read_json
 
-    return check(read_json(f, "model config"), ModelSideConfig, f"model config {f}")
+    side = check(read_json(f, "model config"), ModelSideConfig, f"model config {f}")
+    tok = Path(model_dir) / "tokenizer_config.json"
+    if tok.is_file():
+        check(read_json(tok, "tokenizer config"), TokenizerSideConfig, f"tokenizer config {tok}")
+    return side
 
 
 def _describe(kind: type[FileKind]) -> str:
@@ -235,11 +328,16 @@ def _describe(kind: type[FileKind]) -> str:
 __all__ = [
     "ControllerMeta",
     "DefaultPairMarker",
+    "EvalRecord",
+    "EvalSummary",
+    "VoteLogHead",
+    "VoteRecord",
     "FileKind",
     "Int8Marker",
     "Int8Measurement",
     "ModelSideConfig",
     "OwnerFile",
+    "TokenizerSideConfig",
     "VerifierMeta",
     "WeightIndex",
     "check",

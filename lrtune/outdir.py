@@ -68,6 +68,61 @@ def owner(path: str | Path) -> str | None:
     return None
 
 
+# files a dataset, checkpoint, run or model is made of: a JSON output never replaces one
+PROTECTED_FILES = (
+    OWNER,
+    "collect_config.json",
+    "train_config.json",
+    "manifest-s*.json",
+    "lrtune_verifier.json",
+    "lrtune_controller.json",
+    "summary.json",
+    "pipeline.json",
+    "lrtune_w8a8.json",
+    "lrtune_model.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "special_tokens_map.json",
+    "adapter_config.json",
+    "*.index.json",
+)
+# output directories a JSON file of another command may land in (the pipeline's root holds its profile)
+JSON_HOSTS = (None, "pipeline")
+
+
+def json_file_refusal(path: Path, inputs: tuple = ()) -> str | None:
+    """Why a command may not write its JSON output at ``path`` (None when it may): a symbolic
+    link; an input of the command (``inputs``: files and directories) or a path inside one
+    (after resolving ``..`` and links); a path inside another command's output directory or a
+    model directory; an existing file a dataset, checkpoint, run or model is made of
+    (:data:`PROTECTED_FILES`). Reads only."""
+    from fnmatch import fnmatch
+
+    if path.is_symlink():
+        return "is a symbolic link (lrtune writes a file of its own, never through a link)"
+    real = path.resolve()
+    for given in inputs:
+        if given is None:
+            continue
+        inp = Path(given).expanduser().resolve()
+        if real == inp:
+            return f"is an input of this command ({given})"
+        if inp.is_dir() and inp in real.parents:
+            return f"lies inside {given}, an input of this command"
+    held = owner(real.parent)
+    if held not in JSON_HOSTS:
+        return f"lies inside the output directory of `lrtune {held}`"
+    if (real.parent / "config.json").is_file() and any(
+        any(real.parent.glob(g)) for g in ("*.safetensors", "tokenizer.json", "pytorch_model*.bin")
+    ):
+        return "lies inside a model directory"
+    if real.exists() and any(fnmatch(real.name, g) for g in PROTECTED_FILES):
+        return f"would replace {real.name}, a file a dataset, checkpoint, run or model is made of"
+    return None
+
+
 def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
     """Phase 1: ``path`` can become ``command``'s output directory; a ConfigError (one line)
     when it is a file, belongs to another command, or cannot be created or written. Nothing

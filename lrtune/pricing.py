@@ -63,7 +63,9 @@ class Pricing:
         _number(self.c1, "c1", low=0.0, strict=True)
         _number(self.c2, "c2", low=0.0, strict=True)
         if self.batch_cost is not None and not callable(self.batch_cost):  # a curve b(n), or a function of n
-            if isinstance(self.batch_cost, (str, bytes)) or not hasattr(self.batch_cost, "__iter__"):
+            if isinstance(self.batch_cost, (str, bytes, dict, set, frozenset)) or not hasattr(
+                self.batch_cost, "__iter__"
+            ):
                 raise ConfigError(f"batch_cost must be a list of numbers, got {self.batch_cost!r:.40}")
             curve = tuple(self.batch_cost)
             if not curve:

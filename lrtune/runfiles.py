@@ -180,10 +180,14 @@ def console(stderr: bool = False):
     return c if c.is_terminal else Console(stderr=stderr, width=200)
 
 
-def json_out_file(spec: str, flag: str = "--out") -> Path:
+def json_out_file(spec: str, flag: str = "--out", inputs: tuple = ()) -> Path:
     """Phase 1 for a JSON file a command will write: ConfigError (one line) when ``spec`` is a
-    directory or its folder can neither be written nor created; nothing is created (the
-    writer makes the folder: :func:`write_json_file`)."""
+    directory, a special file, not JSON, one of the command's ``inputs`` or inside one, inside
+    another command's output or a model, a file a dataset or model is made of
+    (:func:`lrtune.outdir.json_file_refusal`), or its folder can neither be written nor
+    created; nothing is created (the writer makes the folder: :func:`write_json_file`)."""
+    from lrtune.outdir import json_file_refusal
+
     out = Path(spec).expanduser()
     try:
         if out.is_dir():
@@ -197,6 +201,9 @@ def json_out_file(spec: str, flag: str = "--out") -> Path:
             raise ConfigError(
                 f"{flag} {spec} holds a file that is not JSON (an input?); lrtune would replace it: pick another path"
             )
+        why = json_file_refusal(out, inputs)
+        if why is not None:
+            raise ConfigError(f"{flag} {spec} {why}: pick another path")
         blocker = unwritable_ancestor(out.parent)
         if blocker is not None:
             raise ConfigError(f"{flag} {spec}: its folder cannot be written ({blocker} is not a writable directory)")
@@ -228,11 +235,13 @@ def write_json_file(path: Path, data: object) -> None:
     write_atomic(path, json.dumps(data, indent=1))
 
 
-def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record", text_keys: tuple[str, ...] = ()) -> list[dict]:
+def load_jsonl(
+    path: Path, keys: tuple[str, ...], what: str = "record", text_keys: tuple[str, ...] = (), kinds: tuple = ()
+) -> list[dict]:
     """The JSON objects of a JSONL file lrtune appends to (each must hold ``keys``, and text at
-    ``text_keys``); a torn last line (a crash mid-append) is dropped with a warning and the file
-    rewritten without it, so appending can continue; any other bad line is a ConfigError naming
-    the file and line."""
+    ``text_keys``, and fit one of ``kinds``, :mod:`lrtune.filekinds`); a torn last line (a crash
+    mid-append) is dropped with a warning and the file rewritten without it, so appending can
+    continue; any other bad line is a ConfigError naming the file, line and field."""
     import warnings
 
     if not path.is_file():
@@ -258,11 +267,29 @@ def load_jsonl(path: Path, keys: tuple[str, ...], what: str = "record", text_key
             raise ConfigError(
                 f"{path}:{i + 1}: not an {what} ({bad} is not text); move the file away or use another --out"
             )
+        if kinds:
+            _fits_a_kind(rec, kinds, f"{path}:{i + 1}: not an {what}")
         good.append(rec)
     if bad_tail:
         warnings.warn(f"{path}: dropped a torn last line (interrupted write); it will be redone", stacklevel=2)
         write_atomic(path, "".join(json.dumps(r) + "\n" for r in good))
     return good
+
+
+def _fits_a_kind(rec: dict, kinds: tuple, where: str) -> None:
+    """ConfigError ``<where> (<field>: <problem>)`` unless ``rec`` fits one of ``kinds`` (the first one's problem)."""
+    from pydantic import ValidationError
+
+    from lrtune.filekinds import problem
+
+    first = None
+    for kind in kinds:
+        try:
+            kind.model_validate(rec)
+            return
+        except ValidationError as e:
+            first = first or problem(e)
+    raise ConfigError(f"{where} ({first}); move the file away or use another --out")
 
 
 def append_jsonl(path: Path, *records: dict) -> None:

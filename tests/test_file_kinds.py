@@ -23,7 +23,14 @@ GOOD_CONTROLLER = {
     "bounds": {"gamma1_min": 0, "gamma1_max": 4, "gamma2_min": 0, "gamma2_max": 4, "M": 24.0},
     "profile": {"c1": 0.3, "c2": 0.2, "batch_cost": [1.0, 1.1], "step_tokens": []},
     "features": {"tasks": ["gsm_symbolic"], "encoder": None},
-    "model": {},
+    "model": {
+        "alpha": 1.0,
+        "coef": [[0.1, 0.2], [0.1, 0.2]],
+        "intercept": [0.5, 0.8],
+        "x_mean": [0.0, 0.0],
+        "x_scale": [1.0, 1.0],
+        "n_features_in": 2,
+    },
     "prior_strength": 8.0,
 }
 
@@ -49,11 +56,21 @@ def test_each_file_kind_names_the_format_its_writer_writes():
         (VerifierMeta, GOOD_VERIFIER, ("context_chars",), True, "context_chars"),
         (VerifierMeta, GOOD_VERIFIER, ("encoder",), [SECRET], "encoder"),
         (VerifierMeta, GOOD_VERIFIER, ("metrics",), {"test": {"acceptance_ci95": [0.1, SECRET]}}, "metrics.test"),
+        (VerifierMeta, GOOD_VERIFIER, ("features",), ["len_ratio", "len_ratio"], "twice"),
+        (VerifierMeta, GOOD_VERIFIER, ("calibration",), SECRET, "calibration"),
+        (VerifierMeta, GOOD_VERIFIER, ("calibration_history",), 5, "calibration_history"),
+        (VerifierMeta, GOOD_VERIFIER, ("metrics",), {"test": [1]}, "metrics.test"),
+        (VerifierMeta, GOOD_VERIFIER, ("metrics",), {"test": {"acceptance_ci95": [0.1, 1e999]}}, "metrics.test"),
         (ControllerMeta, GOOD_CONTROLLER, ("profile", "c1"), -1, "profile.c1"),
         (ControllerMeta, GOOD_CONTROLLER, ("profile", "batch_cost"), [], "profile"),
         (ControllerMeta, GOOD_CONTROLLER, ("bounds", "gamma1_max"), 6.5, "bounds.gamma1_max"),
         (ControllerMeta, GOOD_CONTROLLER, ("features", "tasks"), SECRET, "features.tasks"),
         (ControllerMeta, GOOD_CONTROLLER, ("metrics",), {"best_fixed": [1, 2, 3]}, "metrics.best_fixed"),
+        (ControllerMeta, GOOD_CONTROLLER, ("metrics",), {"best_fixed": [9, 2]}, "outside the bounds"),
+        (ControllerMeta, GOOD_CONTROLLER, ("bounds", "gamma1_max"), 10**6, "bounds.gamma1_max"),
+        (ControllerMeta, GOOD_CONTROLLER, ("bounds", "M"), 1e9, "bounds.M"),
+        (ControllerMeta, GOOD_CONTROLLER, ("model", "alpha"), SECRET, "model.alpha"),
+        (ControllerMeta, GOOD_CONTROLLER, ("model", "x_scale"), [1.0, 0.0], "model.x_scale.1"),
         (OwnerFile, {"command": "evaluate"}, ("command",), {"x": SECRET}, "command"),
     ],
 )
@@ -133,3 +150,70 @@ def test_a_model_config_with_mistyped_keys_is_refused_before_any_weight_loads(tm
 def _write(path, data):
     path.write_text(json.dumps(data))
     return path
+
+
+@pytest.mark.parametrize(
+    "summary,field",
+    [([1], "must hold a JSON object"), ({"timing": "slow"}, "timing"), ({"batch_cost": {SECRET: 1.0}}, "batch_cost")],
+)
+def test_an_evaluate_summary_that_does_not_fit_is_refused_before_a_resume_writes(tmp_path, summary, field):
+    from lrtune.eval.records import _previous_summary
+
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ConfigError, match=field) as e:
+        _previous_summary(tmp_path)
+    assert SECRET not in str(e.value)
+    (tmp_path / "summary.json").write_text(json.dumps({"timing": {"loop_s": 2.0}, "batch_cost": {"2": 1.1}}))
+    assert _previous_summary(tmp_path)["batch_cost"] == {"2": 1.1}
+
+
+@pytest.mark.parametrize("bad", [{"wall_s": "slow"}, {"correct": "yes"}, {"stats": []}])
+def test_an_evaluate_record_that_does_not_fit_is_refused_naming_line_and_field(tmp_path, bad):
+    from lrtune.eval.records import load_records
+
+    good = {"problem": "p0", "method": "sd", "wall_s": 1.0, "correct": True, "stats": {}}
+    f = tmp_path / "records.jsonl"
+    f.write_text(json.dumps(good) + "\n" + json.dumps({**good, **bad}) + "\n")
+    with pytest.raises(ConfigError, match=rf"records.jsonl:2: not an lrtune evaluate record \({next(iter(bad))}"):
+        load_records(f)
+
+
+def test_controller_bounds_past_the_decoders_largest_gamma_are_refused():
+    from lrtune.control import GAMMA_BOUND, Bounds
+    from lrtune.decodeconfig import GAMMA_MAX
+
+    assert GAMMA_BOUND == GAMMA_MAX
+    Bounds(gamma1_max=16, gamma2_max=16, M=256)
+    for bad in ({"gamma1_max": 10**6}, {"gamma2_max": 17}, {"M": 1e9}):
+        with pytest.raises(ConfigError, match="bad controller bounds"):
+            Bounds(**bad)
+
+
+@pytest.mark.parametrize("curve", [{1: 1.0, 2: -3.0}, {1.0, 1.2}])
+def test_a_batch_cost_that_is_no_sequence_is_refused_not_read_as_its_keys(curve):
+    from lrtune.pricing import Pricing
+
+    with pytest.raises(ConfigError, match="batch_cost must be a list of numbers"):
+        Pricing(batch_cost=curve)
+
+
+@pytest.mark.parametrize(
+    "name,key,value",
+    [
+        ("config.json", "vocab_size", "big"),
+        ("config.json", "max_position_embeddings", -5),
+        ("tokenizer_config.json", "model_max_length", "huge"),
+        ("tokenizer_config.json", "chat_template", 5),
+    ],
+)
+def test_a_models_side_file_with_a_mistyped_key_is_refused_naming_it(tmp_path, name, key, value):
+    from lrtune.modeldir import validate_model_dir
+    from lrtune.toymodels import get_tiny_pair
+
+    model = tmp_path / "model"
+    shutil.copytree(get_tiny_pair().target, model)
+    f = model / name
+    data = json.loads(f.read_text()) if f.is_file() else {}
+    f.write_text(json.dumps({**data, key: value}))
+    with pytest.raises(ModelError, match=rf"{name}: {key}"):
+        validate_model_dir(model)

@@ -74,9 +74,48 @@ def test_a_json_output_is_never_a_pipe_a_device_or_a_file_that_is_not_json(tmp_p
     parquet.write_bytes(b"PAR1\x00\x01")
     with pytest.raises(ConfigError, match="holds a file that is not JSON"):
         json_out_file(str(parquet))
-    old = tmp_path / "old.json"
+    (tmp_path / "mine").mkdir()
+    old = tmp_path / "mine" / "old.json"
     old.write_text('{"previous": 1}')
-    assert json_out_file(str(old)) == old and json_out_file(str(tmp_path / "new.json"))
+    assert json_out_file(str(old)) == old and json_out_file(str(tmp_path / "mine" / "new.json"))
+
+
+def _dataset(root):
+    root.mkdir(parents=True)
+    (root / "collect_config.json").write_text('{"options": {}}')
+    (root / "manifest-s000.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize(
+    "where,inputs,why",
+    [
+        (lambda t: _dataset(t / "ds") / "collect_config.json", (), "output directory of `lrtune collect`"),
+        (lambda t: _dataset(t / "ds") / "../ds/summary.json", (), "output directory of `lrtune collect`"),
+        (lambda t: _dataset(t / "ds") / "new.json", lambda t: (t / "ds",), "inside .*, an input of this command"),
+        (lambda t: t / "problems.jsonl", lambda t: (t / "problems.jsonl",), "is an input of this command"),
+        (lambda t: t / "model" / "generation_config.json", (), "inside a model directory"),
+        (lambda t: t / "plain" / "config.json", (), "would replace config.json"),
+        (lambda t: t / "link.json", (), "symbolic link"),
+    ],
+)
+def test_a_json_output_never_lands_on_an_input_a_dataset_a_model_or_a_file_they_are_made_of(
+    tmp_path, where, inputs, why
+):
+    (tmp_path / "problems.jsonl").write_text('{"id": "a"}\n')
+    (tmp_path / "model").mkdir()
+    for name in ("config.json", "generation_config.json"):
+        (tmp_path / "model" / name).write_text("{}")
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"x")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text("{}")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    path = where(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
+    with pytest.raises(ConfigError, match=why):
+        json_out_file(str(path), inputs=inputs(tmp_path) if callable(inputs) else inputs)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()} == before
 
 
 def test_an_error_about_ids_read_from_a_file_names_lines_never_the_files_contents(tmp_path):

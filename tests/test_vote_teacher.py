@@ -256,11 +256,11 @@ def test_a_votes_log_torn_by_a_kill_mid_append_resumes_without_its_last_line(tmp
 
     cfg = {"samples": 4, "temperature": 0.7}
     log = tmp_path / "votes.jsonl"
-    lines = [
-        json.dumps({"config": cfg}),
-        json.dumps({"key": "a", "vote_label": True}),
-        json.dumps({"key": "b", "vote_label": False}),
-    ]
+
+    def vote(key, label):
+        return {"key": key, "greedy_label": True, "vote_label": label, "vote_score": 0.5, "seconds": 1.0}
+
+    lines = [json.dumps({"config": cfg}), json.dumps(vote("a", True)), json.dumps(vote("b", False))]
     log.write_text("\n".join(lines) + "\n" + lines[2][:17])  # the kill cut the next append short
     with pytest.warns(UserWarning, match="torn last line"):
         assert set(read_votes(log, cfg)) == {"a", "b"}
@@ -268,6 +268,10 @@ def test_a_votes_log_torn_by_a_kill_mid_append_resumes_without_its_last_line(tmp
     with pytest.raises(ConfigError, match="holds votes of other settings"):
         read_votes(log, {**cfg, "samples": 8})
     log.write_text(lines[0] + "\n" + json.dumps({"vote_label": True}) + "\n" + lines[1] + "\n")
-    with pytest.raises(ConfigError, match="no vote"):
+    with pytest.raises(ConfigError, match=r"votes.jsonl:2: not an lrtune vote \(key is missing\)"):
         read_votes(log, cfg)
+    for bad in ({"seconds": "slow"}, {"vote_label": "yes"}, {"vote_score": float("nan")}):
+        log.write_text(lines[0] + "\n" + json.dumps({**vote("c", True), **bad}) + "\n")
+        with pytest.raises(ConfigError, match=f"votes.jsonl:2: not an lrtune vote \\({next(iter(bad))}"):
+            read_votes(log, cfg)
     assert read_votes(tmp_path / "none.jsonl", cfg) == {}

@@ -105,10 +105,12 @@ def run_ladder(
     progress_path: Path,
     key: str,
     log=print,
+    write: bool = True,
 ) -> dict:
     """Walk the ladder (see module docstring) with the loaded decoder ``dec``; returns the
     evidence: every step's threshold, changed answers, decodes, bound and verdict, the
-    choice, and the target's answers."""
+    choice, and the target's answers. ``write``: append each decode to ``progress_path`` (a
+    dry run reads what is there and writes nothing)."""
     import dataclasses
 
     from lrtune.runfiles import append_jsonl
@@ -137,7 +139,8 @@ def run_ladder(
             "drafted": stats.drafted_steps,
             "accepted": stats.accepted_steps,
         }
-        append_jsonl(progress_path, line)
+        if write:
+            append_jsonl(progress_path, line)
         return line
 
     reference = {p.id: decode(p, None) for p in problems}

@@ -195,7 +195,7 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     if cfg.out and not cfg.dry_run:
         from lrtune.runfiles import json_out_file
 
-        out = json_out_file(cfg.out)  # a bad --out is refused before any model loads
+        out = json_out_file(cfg.out, inputs=_inputs(cfg))  # a bad --out is refused before any model loads
     from lrtune.train.data import load_pairs
 
     examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
@@ -225,6 +225,12 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
 
             write_json_file(out, calib)
     return calib
+
+
+def _inputs(cfg) -> tuple:
+    """What this calibration reads: its labelled data, the checkpoint, the calibration problems."""
+    spec = cfg.verifier_spec
+    return (cfg.data, spec.path if spec.kind == "checkpoint" else None, cfg.task_data, cfg.heldout_from)
 
 
 def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
@@ -266,7 +272,7 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     if cfg.out:
         from lrtune.runfiles import json_out_file
 
-        out = json_out_file(cfg.out)
+        out = json_out_file(cfg.out, inputs=_inputs(cfg))
     progress_path = (
         out.with_name(out.name + ".progress.jsonl")
         if out is not None
@@ -308,6 +314,7 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
             progress_path,
             key,
             log=log,
+            write=not cfg.dry_run,
         )
     budget.update(
         task=cfg.task,

@@ -269,6 +269,12 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
                 f"{out} holds a training run with other settings ({', '.join(changed) or 'format'}); "
                 "use another --out or delete it"
             )
+        bad = next((k for k in changed if type(old["options"].get(k)) is not int or old["options"][k] < 1), None)
+        if bad is not None:  # a recorded stopping rule must be a count, as the option is; never echoed
+            raise ConfigError(
+                f"{out / TRAIN_CONFIG}: options.{bad} is not a whole number >= 1 (not a training record lrtune "
+                "wrote); use another --out or delete it"
+            )
         log(
             "stopping rule changed on resume: "
             + ", ".join(f"{k} {old['options'].get(k)} -> {key['options'][k]}" for k in changed)

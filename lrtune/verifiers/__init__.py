@@ -136,12 +136,17 @@ def split_threshold(spec: str) -> tuple[str, float | None]:
 
 def check_verifier_spec(spec: str | VerifierSpec) -> VerifierSpec:
     """The parsed spec; ConfigError when ``spec`` names no verifier (nothing is built; a
-    checkpoint's metadata is read and checked)."""
+    checkpoint's metadata is read and checked, and a feature, forest or router student's
+    weights, a few KB, are loaded and checked too)."""
     from lrtune.verifiers.distilled import read_meta
 
     parsed = VerifierSpec.of(spec)
     if parsed.kind == "checkpoint":
-        read_meta(parsed.path)
+        meta = read_meta(parsed.path)
+        if meta["kind"] in ("features", "forest", "router"):  # small weights: checked whole now, not after the models
+            from lrtune.verifiers.distilled import load
+
+            load(parsed.path)
     return parsed
 
 

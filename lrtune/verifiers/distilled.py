@@ -192,11 +192,10 @@ class _FeatureStudent:
         self.uses_target_scores = any(n in TARGET_SCORE_FEATURES for n in self.feature_names)
         # a student that reads no feature of the target step can judge a draft step alone
         self.one_sided = set(self.feature_names) <= set(ONE_SIDED_FEATURES)
-        self._encoder = None
-        if "embedding_cosine" in self.feature_names:
-            from lrtune.verifiers.embedding import EmbeddingVerifier
-
-            self._encoder = EmbeddingVerifier(model=resolve_encoder(meta.get("encoder", ENCODERS[0])))
+        self._encoder = None  # the sentence encoder of embedding_cosine, loaded on first use (checks stay cheap)
+        self._encoder_path = (
+            resolve_encoder(meta.get("encoder", ENCODERS[0])) if "embedding_cosine" in self.feature_names else None
+        )
 
     def _load(self, root: Path, w: dict):
         """Keep the model's arrays from weights ``w``; return the per-feature training means."""
@@ -207,6 +206,10 @@ class _FeatureStudent:
 
         from lrtune.verifiers.features import pair_features
 
+        if self._encoder is None and self._encoder_path is not None:
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
+            self._encoder = EmbeddingVerifier(model=self._encoder_path)
         cos = self._encoder.score(pairs) if self._encoder is not None else [0.0] * len(pairs)
         rows = [pair_features(p, c) for p, c in zip(pairs, cos)]
         return np.asarray(
