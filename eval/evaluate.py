@@ -190,6 +190,8 @@ def run(cfg: EvalConfig) -> Summary:
         gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None], pricing),
     )
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
+    if resolved.cpu_memory is not None:
+        log(f"memory plan: {resolved.cpu_memory.describe()}")
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)
     done = {(r["problem"], r["method"]) for r in records}
@@ -238,6 +240,7 @@ def run(cfg: EvalConfig) -> Summary:
         batch_cost_sd=batch_cost_sd,
         draft={"path": resolved.draft, "quantization": resolved.draft_quantization},
         peak_rss_gib=peak,
+        memory_plan=resolved.cpu_memory.to_dict() if resolved.cpu_memory is not None else None,
     )
     return Summary(methods=data["methods"], out_dir=out, data=data)
 
@@ -325,6 +328,7 @@ def write_reports(
     batch_cost_sd: dict | None = None,
     draft: dict | None = None,
     peak_rss_gib: float | None = None,
+    memory_plan: dict | None = None,
 ) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
@@ -363,6 +367,8 @@ def write_reports(
         "timing_this_invocation": this_run if this_run is not None else timing,
         # resident memory at peak while this invocation loaded and decoded (GiB, summed over its processes)
         "peak_rss_gib": peak_rss_gib,
+        # what lrtune.cpumemory planned before any model loaded (an upper bound; None on a GPU)
+        "memory_plan": memory_plan,
         "sweep": bool(cfg.options.sweep),
         "mode": cfg.options.mode,
         "throughput": throughput_rows(out / THROUGHPUT, labels) if cfg.options.mode == "throughput" else None,

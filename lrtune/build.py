@@ -148,6 +148,7 @@ class ResolvedModels:
     heterogeneous_vocab: bool = False  # one tokenizer, padded vocab sizes that differ (vllm_platform rule B)
     shared_spec_tokens: int = 0  # γ2 of the shared SD engine (0: one target engine per γ2)
     target_engines: tuple[int, ...] = (0,)  # γ2 keys of every target engine the memory plan counts
+    cpu_memory: object | None = None  # lrtune.cpumemory.CpuMemoryPlan where the run holds its models in RAM
 
 
 def check_configs(
@@ -232,7 +233,42 @@ def check_configs(
             spec_model,
             engines={"target": len(keys)},
         )
-    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys)
+    cpu_plan = cpu_memory_plan(models, cfg, target_path, draft_path, judge_dir, keys, on_gpu=plan is not None)
+    if cpu_plan is not None:
+        from lrtune.cpumemory import check_budget
+
+        check_budget(cpu_plan, models.engine.memory_budget_gib)
+    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys, cpu_plan)
+
+
+def cpu_memory_plan(models: ModelConfig, cfg: DecodeConfig, target, draft, judge, keys, *, on_gpu: bool):
+    """The resident memory the run's engines will hold in RAM (:mod:`lrtune.cpumemory`); None on a GPU."""
+    from lrtune import cpumemory
+    from lrtune.memory import weight_bytes
+
+    if on_gpu or (models.backend == "transformers" and models.device != "cpu"):
+        if models.backend != "transformers" or models.device != "auto":
+            return None
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+    if models.backend == "vllm":
+        from lrtune.backends.vllm import _on_cpu
+
+        if not _on_cpu():
+            return None
+        spec = weight_bytes(draft) if draft and models.sd_method == "draft" else 0
+        return cpumemory.plan_vllm(
+            weight_bytes(target),
+            weight_bytes(draft),
+            target_engines=keys,
+            draft_engine=bool(draft) and cfg.uses_lr,
+            spec_bytes=spec,
+            kv_cache_gib=models.engine.kv_cache_gib,
+            judge_bytes=weight_bytes(judge),
+        )
+    return cpumemory.plan_torch(weight_bytes(target), weight_bytes(draft), weight_bytes(judge))
 
 
 def auto_choice(models: ModelConfig, decode: DecodeConfig, pricing, profile: str | None = None, *, own_verifier=False):

@@ -86,6 +86,7 @@ class Decoder:
         self.models = models
         self.last_batch: BatchStats | None = None  # the last generate()'s (also its outputs' .batch)
         self.auto = None  # method="auto": what it chose and why (policies.auto.AutoChoice)
+        self.closed = False
 
     def __enter__(self) -> Decoder:
         return self
@@ -236,6 +237,7 @@ class Decoder:
             seed=cfg.seed,
             kv_cache_gib=eng.kv_cache_gib,
             max_num_batched_tokens=eng.max_num_batched_tokens,
+            max_num_seqs=eng.max_num_seqs,
             enforce_eager=eng.enforce_eager,
         )
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
@@ -370,6 +372,8 @@ class Decoder:
         can run, :class:`ConfigError` is raised with the first reason). Returns
         :class:`Outputs`: the outputs in order, with the set's throughput record as ``.batch``.
         """
+        if self.closed:
+            raise ConfigError("this Decoder is closed: build another (Decoder.from_pretrained) to decode")
         prompts = prompt_list(prompts)
         if not isinstance(chat, bool):
             raise ConfigTypeError(f"chat: True or False, got {chat!r}")
@@ -440,7 +444,9 @@ class Decoder:
             self.draft.start(0)
 
     def close(self) -> None:
-        """Release the engines (vLLM keeps them until the process ends: see VLLMBackend.close)."""
+        """Release the engines (vLLM keeps them until the process ends: see VLLMBackend.close);
+        ``generate`` afterwards is a ConfigError."""
+        self.closed = True
         self.decoder.target.close()
         if self.decoder.draft is not None:
             self.decoder.draft.close()

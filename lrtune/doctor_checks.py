@@ -196,15 +196,24 @@ def memory(r):
 
     half = _saved_dtype(r.target_dir) in ("bfloat16", "float16")
     factor = 2 if half and (r.backend == "transformers" or not native_bf16(cpu_flags())) else 1
-    need = sum(sizes.values()) / GiB * factor + kv
+    from lrtune import cpumemory
+
+    t, d = weight_bytes(r.target_dir) * factor, weight_bytes(r.draft_dir) * factor
+    cpu = (
+        cpumemory.plan_vllm(t, d, target_engines=(1,), draft_engine=True, spec_bytes=d, kv_cache_gib=kv / 2)
+        if r.backend == "vllm"
+        else cpumemory.plan_torch(t, d)
+    )
+    need = cpu.total_gib
     data = {
         "weights_gib": round(sum(sizes.values()) / GiB, 2),
         "kv_cache_gib_per_engine": r.opts.kv_cache_gib if r.backend == "vllm" else None,
         "need_gib": round(need, 2),
+        "plan": cpu.to_dict(),
         "available_gib": avail,
     }
     status = "warn" if avail is not None and need > avail else "ok"
-    return status, f"CPU: about {need:.1f} GiB for weights and KV caches, {avail} GiB available", data
+    return status, f"CPU memory plan: {cpu.describe()}; {avail} GiB available", data
 
 
 def _mem_available() -> float | None:

@@ -30,6 +30,11 @@ PositiveNumber = Annotated[float, Gt(0)]
 NonNegativeNumber = Annotated[float, Ge(0)]
 
 
+def exactly(n: int):
+    """An integer field that must equal ``n`` (``Literal[1]`` would let ``true`` and ``1.0`` through)."""
+    return Annotated[int, Interval(ge=n, le=n)]
+
+
 class FileKind(BaseModel):
     """A JSON object lrtune reads back: typed strictly, extra keys allowed."""
 
@@ -51,7 +56,7 @@ class VerifierMeta(FileKind):
     """``lrtune_verifier.json``: what a distilled verifier is and how it reads a pair."""
 
     format: Literal["lrtune-verifier"]
-    version: Literal[1]
+    version: exactly(1)
     kind: Literal["cross-encoder", "lm-judge", "features", "forest", "router"]
     threshold: Probability
     context_chars: NonNegativeInt = 400
@@ -132,7 +137,7 @@ class ControllerMeta(FileKind):
     """``lrtune_controller.json``: a learned controller's model, bounds and the costs it was trained with."""
 
     format: Literal["lrtune-controller"]
-    version: Literal[1]
+    version: exactly(1)
     policy: Literal["learned"]
     bounds: ControllerBounds
     profile: ControllerProfile
@@ -153,7 +158,7 @@ class ControllerMeta(FileKind):
 class Int8Marker(FileKind):
     """``lrtune_w8a8.json`` of an int8 copy: the digest of every weight file it holds."""
 
-    format: Literal[2]
+    format: exactly(2)
     sha256: dict[str, str]
 
     @model_validator(mode="after")
@@ -174,7 +179,7 @@ class Int8Measurement(FileKind):
 class DefaultPairMarker(FileKind):
     """The marker of a converted default model: the GGUF it came from."""
 
-    format: Literal[1]
+    format: exactly(1)
     gguf_sha256: str
 
 

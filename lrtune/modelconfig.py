@@ -97,6 +97,17 @@ class EngineConfig(Checked):
             "chunked prefills)"
         },
     )
+    max_num_seqs: Annotated[int, Interval(ge=1, le=100_000)] | None = field(
+        default=None,
+        metadata={"help": "vLLM sequences scheduled at once (CPU default 64: smaller sampler buffers, less RAM)"},
+    )
+    memory_budget_gib: Annotated[float, Interval(gt=0, le=1_000_000)] | None = field(
+        default=None,
+        metadata={
+            "help": "refuse, before any model loads, a CPU run whose planned resident memory exceeds this many GiB "
+            "(lrtune doctor prints the plan)"
+        },
+    )
     shared_engine: bool = field(
         default=True,
         metadata={

@@ -140,3 +140,16 @@ def test_a_controller_returning_a_float_depth_fails_the_prompt_with_that_line():
     ) as d:
         with pytest.raises(ConfigError, match=r"controller Picks.choose returned \(1.5, 2\)"):
             d.generate(sample_questions(1)[0], max_new_tokens=16)
+
+
+def test_a_closed_decoder_refuses_to_generate_in_one_line():
+    from lrtune import Decoder
+    from lrtune.errors import ConfigError
+    from lrtune.toymodels import get_tiny_pair
+
+    pair = get_tiny_pair()
+    kw = dict(backend="transformers", device="cpu", max_model_len=512, progress=False, verifier="exact")
+    dec = Decoder.from_pretrained(str(pair.target), str(pair.draft), method="sd", **kw)
+    dec.close()
+    with pytest.raises(ConfigError, match="this Decoder is closed"):
+        dec.generate(["1 + 1 ="], max_new_tokens=4)

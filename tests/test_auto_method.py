@@ -78,15 +78,17 @@ def _checkpoint(root, **meta):
 
 
 def test_a_checkpoint_promises_what_its_certified_calibration_says_at_its_own_threshold_only(tmp_path):
+    from lrtune.verifiers import VerifierSpec
+
     calib = {"threshold": 0.7, "certified": True, "max_false_accept": 0.05, "confidence": 0.9}
     ok = _checkpoint(tmp_path / "ok", calibration=calib)
-    assert accuracy_promise(parse_verifier_spec(ok)) == "false-accept rate <= 0.05 at 0.9"
-    assert accuracy_promise(parse_verifier_spec(ok + "@0.5")) is None  # another threshold: no promise
+    assert accuracy_promise(VerifierSpec.of(ok)) == "false-accept rate <= 0.05 at 0.9"
+    assert accuracy_promise(VerifierSpec.of(ok + "@0.5")) is None  # another threshold: no promise
     uncertified = _checkpoint(tmp_path / "no", calibration=dict(calib, certified=False))
-    assert accuracy_promise(parse_verifier_spec(uncertified)) is None
+    assert accuracy_promise(VerifierSpec.of(uncertified)) is None
     budget = {"certified": True, "threshold": 0.7, "max_accuracy_loss": 0.1, "confidence": 0.9}
     bud = _checkpoint(tmp_path / "budget", accuracy_budget=budget)
-    assert accuracy_promise(parse_verifier_spec(bud)).startswith("answers differ from target-only on <= 0.1")
+    assert accuracy_promise(VerifierSpec.of(bud)).startswith("answers differ from target-only on <= 0.1")
 
 
 def test_the_profiles_measured_sd_is_read_and_a_malformed_one_ignored(tmp_path):

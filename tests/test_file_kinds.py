@@ -39,13 +39,20 @@ def test_each_file_kind_names_the_format_its_writer_writes():
     def literal(kind, field):
         return kind.model_fields[field].annotation.__args__
 
+    def exact(file_kind, field, value, /, **rest):
+        good = {field: value, **rest}
+        for bad in (value + 1, True if value == 1 else value - 1, float(value)):
+            with pytest.raises(ValueError):
+                file_kind.model_validate({**good, field: bad})
+        return file_kind.model_validate(good)
+
     assert literal(VerifierMeta, "format") == (distilled.FORMAT,)
-    assert literal(VerifierMeta, "version") == (distilled.VERSION,)
+    exact(VerifierMeta, "version", distilled.VERSION, **{k: v for k, v in GOOD_VERIFIER.items() if k != "version"})
     assert set(literal(VerifierMeta, "kind")) == set(distilled.STUDENT_KINDS)
     assert literal(ControllerMeta, "format") == (learned.FORMAT,)
-    assert literal(ControllerMeta, "version") == (learned.VERSION,)
-    assert literal(Int8Marker, "format") == (quantize.FORMAT,)
-    assert literal(filekinds.DefaultPairMarker, "format") == (default_pair.MARKER_FORMAT,)
+    exact(ControllerMeta, "version", learned.VERSION, **{k: v for k, v in GOOD_CONTROLLER.items() if k != "version"})
+    exact(Int8Marker, "format", quantize.FORMAT, sha256={"a.safetensors": "0"})
+    exact(filekinds.DefaultPairMarker, "format", default_pair.MARKER_FORMAT, gguf_sha256="0")
 
 
 @pytest.mark.parametrize(

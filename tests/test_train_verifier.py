@@ -499,7 +499,7 @@ def _fake_checkpoint(d: Path, **meta) -> Path:
             "format: Input should be 'lrtune-ver",
         ),
         (lambda d: _fake_checkpoint(d, kind="gpt"), "kind: Input should be 'cross-encoder'"),
-        (lambda d: _fake_checkpoint(d, version=99), "version: Input should be 1"),
+        (lambda d: _fake_checkpoint(d, version=99), "version: Input should be less than or equal to 1"),
         (lambda d: _fake_checkpoint(d, threshold=3), "threshold: Input should be less than or equal to 1"),
         (lambda d: _fake_checkpoint(d, context_form="middle"), "context_form: Input should be 'tail' or 'head"),
         (lambda d: (d / "features.safetensors").unlink(), "lacks features.safetensors"),

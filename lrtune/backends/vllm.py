@@ -79,6 +79,10 @@ class VLLMConfig:
     # Tokens per engine step; None = 16384 on CPU, where vLLM 0.32 crashes on seeded
     # sampling when a prefill is split into chunks (its default budget is 4096 tokens).
     max_num_batched_tokens: int | None = None
+    # Sequences an engine schedules at once; None = 64 on CPU (lrtune runs at most
+    # max_concurrent x (γ1 + 1) rows; vLLM's 256 sizes sampler buffers for 256: +0.4-0.7 GiB
+    # resident on the default pair, benchmarks/memory), the engine's default elsewhere.
+    max_num_seqs: int | None = None
     spec_method: str = "draft"  # "draft" (a draft model) or "ngram"
     # γ2 of the one speculative engine that also serves γ2 = 0 requests with its drafter
     # switched off (see ``_patch_runner_no_spec``): the plain target engine is not loaded,
@@ -97,6 +101,7 @@ class VLLMConfig:
     max_engines: int | None = None
 
 
+CPU_MAX_NUM_SEQS = 64
 _KEEP_ALIVE: list = []  # every engine of this process (see VLLMBackend.close)
 
 
@@ -186,6 +191,9 @@ class VLLMBackend(TokenizerMixin):
             batched = max(16384, cfg.max_model_len)
         if batched is not None:
             kwargs["max_num_batched_tokens"] = batched
+        seqs = cfg.max_num_seqs if cfg.max_num_seqs is not None else (CPU_MAX_NUM_SEQS if on_cpu else None)
+        if seqs is not None:
+            kwargs["max_num_seqs"] = seqs
         if k > 0:
             if cfg.spec_method == "ngram":
                 kwargs["speculative_config"] = {

@@ -1,0 +1,114 @@
+"""Where a run's resident memory goes: each part of an evaluate run built in turn, in one
+process, with the resident set after each.
+
+    python -m benchmarks.memory_breakdown [--max-num-batched-tokens N] [--kv-cache-gib G]
+        [--max-num-seqs N] [--methods target,sd,lr+sd] [--out benchmarks/memory/breakdown.json]
+
+The parts are those of the demo's evaluate (default pair, vLLM on the CPU, shared SD
+engine): the target's SD engine (target + its draft copy, γ2 = 4), the draft's own engine,
+the embedding verifier, then one decode per method. Each part's growth is set beside what
+its weights and KV cache account for, so the rest (packed GEMM copies, activation and
+sampler buffers sized by ``max_num_batched_tokens``, allocator slack) shows. RSS is the
+whole process tree's (:mod:`lrtune.peakmem`); GiB = 2^30 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+from pathlib import Path
+
+GIB = 2**30
+
+
+def rss_gib() -> float:
+    from lrtune.peakmem import tree_rss_bytes
+
+    gc.collect()
+    return tree_rss_bytes() / GIB
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None)
+    ap.add_argument("--kv-cache-gib", type=float, default=1.0)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--max-num-seqs", type=int, default=None, help="vLLM max_num_seqs (default: lrtune's, 64 on CPU)")
+    ap.add_argument("--methods", default="target,sd,lr+sd", help="decodes after the engines start ('' for none)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from lrtune import Decoder
+    from lrtune.machine import machine_info
+    from lrtune.memory import weight_bytes
+    from lrtune.models import resolve_model
+    from lrtune.tasks import get_task
+
+    parts: list[dict] = []
+    last = rss_gib()
+
+    def mark(name: str, accounted_gib: float | None = None, **extra) -> None:
+        nonlocal last
+        now = rss_gib()
+        row = {"part": name, "rss_gib": round(now, 3), "growth_gib": round(now - last, 3), **extra}
+        if accounted_gib is not None:
+            row["accounted_gib"] = round(accounted_gib, 3)
+            row["unaccounted_gib"] = round(now - last - accounted_gib, 3)
+        parts.append(row)
+        print(json.dumps(row), flush=True)
+        last = now
+
+    import torch  # noqa: F401 - counted in the start-up row
+    import vllm  # noqa: F401
+
+    mark("python + torch + vllm imported")
+    target, draft = resolve_model("default", "target"), resolve_model("default", "draft")
+    wt, wd = weight_bytes(target) / GIB, weight_bytes(draft) / GIB
+    kv = args.kv_cache_gib
+    kwargs = {"kv_cache_gib": kv}
+    if args.max_num_seqs:
+        kwargs["max_num_seqs"] = args.max_num_seqs
+    if args.max_num_batched_tokens:
+        kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
+    t0 = time.perf_counter()
+    dec = Decoder.from_pretrained(
+        target, draft, method="lr+sd", verifier="embedding", gamma2=4, progress=False, max_model_len=4096, **kwargs
+    )
+    mark("Decoder built (engines start on first use)", seconds=round(time.perf_counter() - t0, 1))
+    lm = dec.decoder
+    t0 = time.perf_counter()
+    lm.target.start(4)
+    mark("target SD engine (target + draft copy, γ2 4)", wt + wd + kv, seconds=round(time.perf_counter() - t0, 1))
+    t0 = time.perf_counter()
+    lm.draft.start(0)
+    mark("draft engine", wd + kv, seconds=round(time.perf_counter() - t0, 1))
+    task = get_task("gsm_symbolic")
+    prompt = task.prompt(task.load(1, seed=1)[0])
+    for method in [m for m in args.methods.split(",") if m]:
+        t0 = time.perf_counter()
+        dec.generate([prompt], method=method, max_new_tokens=args.max_new_tokens)
+        mark(f"after a decode with {method}", seconds=round(time.perf_counter() - t0, 1))
+    result = {
+        "machine": machine_info(),
+        "options": {
+            "kv_cache_gib": kv,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "max_num_seqs": args.max_num_seqs,
+        },
+        "weights_gib": {"target": round(wt, 3), "draft": round(wd, 3)},
+        "parts": parts,
+        "total_gib": round(last, 3),
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    dec.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
