@@ -73,7 +73,8 @@ def _backend(args):
 def main(args: JudgeProbeConfig) -> dict:
     """Score a dataset's pairs with each judge spec and compare with its labels (phase 1 first)."""
     from lrtune.dataset import load_tables
-    from lrtune.runfiles import json_out_file, write_json_file
+    from lrtune.outdir import json_out_file
+    from lrtune.runfiles import write_json_file
     from lrtune.pairstats import auroc
     from lrtune.verifiers import StepPair, make_verifier
     from lrtune.verifiers.base import same_step

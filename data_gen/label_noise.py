@@ -162,7 +162,8 @@ def main(args: LabelNoiseConfig) -> int:
     from lrtune.data_gen.rollout import RolloutItem, rollout_labels
     from lrtune.decoding import Decoder
     from lrtune.dataset import load_tables
-    from lrtune.runfiles import json_out_file, write_json_file
+    from lrtune.outdir import json_out_file
+    from lrtune.runfiles import write_json_file
     from lrtune.tasks import get_task
 
     args.validate()

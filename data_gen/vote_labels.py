@@ -170,7 +170,7 @@ def main(args: VoteLabelsConfig) -> int:
     from lrtune.data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
     from lrtune.decoding import Decoder
     from lrtune.dataset import load_tables
-    from lrtune.runfiles import json_out_file
+    from lrtune.outdir import json_out_file
     from lrtune.tasks import get_task
 
     args.validate()

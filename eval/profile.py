@@ -33,7 +33,8 @@ from lrtune.errors import ConfigError
 from lrtune.decoder import DecodeConfig
 from lrtune import schema
 from lrtune.profiling import ProfileOptions, curve_sizes, measure
-from lrtune.runfiles import json_out_file, write_json_file
+from lrtune.outdir import json_out_file
+from lrtune.runfiles import write_json_file
 
 
 def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list[str]) -> None:

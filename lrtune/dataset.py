@@ -221,15 +221,12 @@ def _first_line(e: Exception) -> str:
 
 
 def read_config(path: Path) -> dict:
-    """The collect config in ``path``; a ConfigError naming it when it is not a JSON object
-    (UTF-8) whose ``options``, ``models`` and ``decode`` are objects."""
-    from lrtune.inputs import read_json
+    """The collect config in ``path``; a ConfigError naming it and the field when it is not a
+    JSON object (UTF-8) whose ``options``, ``models`` and ``decode`` are objects
+    (:class:`lrtune.filekinds.CollectConfigFile`)."""
+    from lrtune.filekinds import CollectConfigFile, read
 
-    data = read_json(path, "collect config")
-    sections = ("options", "models", "decode")
-    if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in sections):
-        raise ConfigError(f"{path}: not a collect config (a JSON object with options, models, decode)")
-    return data
+    return read(path, CollectConfigFile, "collect config")
 
 
 def move_to_backup(out: Path) -> Path:

@@ -193,7 +193,8 @@ def print_check(c: Check) -> None:
 
 
 def main(opts: DoctorOptions) -> int:
-    from lrtune.runfiles import json_out_file, write_json_file
+    from lrtune.outdir import json_out_file
+    from lrtune.runfiles import write_json_file
 
     opts.validate()
     out = None

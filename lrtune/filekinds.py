@@ -216,6 +216,41 @@ class WeightIndex(FileKind):
     weight_map: dict[str, str]
 
 
+# ---- a dataset's own files ---------------------------------------------------------------
+PartFile = Annotated[str, StringConstraints(pattern=r"^(pairs|problems)/part-s\d{3}-p\d{6}\.parquet$")]
+
+
+class ManifestPart(FileKind):
+    file: PartFile  # a part of this dataset, nothing else (no ``..``, no other folder)
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class ManifestEntry(FileKind):
+    index: NonNegativeInt
+    pairs: ManifestPart
+    problems: ManifestPart
+
+    @model_validator(mode="after")
+    def _each_part_in_its_folder(self):
+        if not self.pairs.file.startswith("pairs/") or not self.problems.file.startswith("problems/"):
+            raise ValueError("a part file lies in the other kind's folder")
+        return self
+
+
+class Manifest(FileKind):
+    """``manifest-sNNN.json`` of a collect shard: its finished problems and their part files."""
+
+    finished: dict[str, ManifestEntry]
+
+
+class CollectConfigFile(FileKind):
+    """``collect_config.json``: the sections a dataset was collected with."""
+
+    options: dict[str, Any] = {}
+    models: dict[str, Any] = {}
+    decode: dict[str, Any] = {}
+
+
 # ---- lines of the JSONL files lrtune appends (lrtune.runfiles.load_jsonl) ---------------------
 class EvalRecord(FileKind):
     """A line of evaluate's ``records.jsonl``: one decode of one problem by one method."""
@@ -331,6 +366,7 @@ def _describe(kind: type[FileKind]) -> str:
 
 
 __all__ = [
+    "CollectConfigFile",
     "ControllerMeta",
     "DefaultPairMarker",
     "EvalRecord",
@@ -340,6 +376,7 @@ __all__ = [
     "FileKind",
     "Int8Marker",
     "Int8Measurement",
+    "Manifest",
     "ModelSideConfig",
     "OwnerFile",
     "TokenizerSideConfig",

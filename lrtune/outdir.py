@@ -123,6 +123,44 @@ def json_file_refusal(path: Path, inputs: tuple = ()) -> str | None:
     return None
 
 
+def json_out_file(spec: str, flag: str = "--out", inputs: tuple = ()) -> Path:
+    """Phase 1 for a JSON file a command will write: ConfigError (one line) when ``spec`` is a
+    directory, a special file, not JSON, one of the command's ``inputs`` or inside one, inside
+    another command's output or a model, a file a dataset or model is made of
+    (:func:`lrtune.outdir.json_file_refusal`), or its folder can neither be written nor
+    created; nothing is created (the writer makes the folder: :func:`write_json_file`)."""
+    out = Path(spec).expanduser()
+    try:
+        if out.is_dir():
+            raise ConfigError(f"{flag} {spec} is a directory; give the path of the JSON file to write")
+        if out.exists() and not out.is_file():
+            raise ConfigError(
+                f"{flag} {spec} is not a regular file (a pipe, socket or device); lrtune writes a "
+                "JSON file there: pick another path"
+            )
+        if out.is_file() and not _holds_json(out):
+            raise ConfigError(
+                f"{flag} {spec} holds a file that is not JSON (an input?); lrtune would replace it: pick another path"
+            )
+        why = json_file_refusal(out, inputs)
+        if why is not None:
+            raise ConfigError(f"{flag} {spec} {why}: pick another path")
+        blocker = unwritable_ancestor(out.parent)
+        if blocker is not None:
+            raise ConfigError(f"{flag} {spec}: its folder cannot be written ({blocker} is not a writable directory)")
+    except OSError as e:
+        raise ConfigError(f"{flag} {spec}: {os_error_message(e)}") from None
+    return out
+
+
+def _holds_json(path: Path) -> bool:
+    """Whether a file looks like a JSON document (empty, or its first non-blank byte opens an
+    object or a list): what a JSON output may replace; a dataset or weights file does not."""
+    with open(path, "rb") as f:
+        head = f.read(256).lstrip()
+    return not head or head[:1] in (b"{", b"[")
+
+
 def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
     """Phase 1: ``path`` can become ``command``'s output directory; a ConfigError (one line)
     when it is a file, belongs to another command, or cannot be created or written. Nothing

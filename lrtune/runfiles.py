@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from lrtune.errors import ConfigError, os_error_message
+from lrtune.errors import ConfigError
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -180,46 +180,6 @@ def console(stderr: bool = False):
     return c if c.is_terminal else Console(stderr=stderr, width=200)
 
 
-def json_out_file(spec: str, flag: str = "--out", inputs: tuple = ()) -> Path:
-    """Phase 1 for a JSON file a command will write: ConfigError (one line) when ``spec`` is a
-    directory, a special file, not JSON, one of the command's ``inputs`` or inside one, inside
-    another command's output or a model, a file a dataset or model is made of
-    (:func:`lrtune.outdir.json_file_refusal`), or its folder can neither be written nor
-    created; nothing is created (the writer makes the folder: :func:`write_json_file`)."""
-    from lrtune.outdir import json_file_refusal
-
-    out = Path(spec).expanduser()
-    try:
-        if out.is_dir():
-            raise ConfigError(f"{flag} {spec} is a directory; give the path of the JSON file to write")
-        if out.exists() and not out.is_file():
-            raise ConfigError(
-                f"{flag} {spec} is not a regular file (a pipe, socket or device); lrtune writes a "
-                "JSON file there: pick another path"
-            )
-        if out.is_file() and not _holds_json(out):
-            raise ConfigError(
-                f"{flag} {spec} holds a file that is not JSON (an input?); lrtune would replace it: pick another path"
-            )
-        why = json_file_refusal(out, inputs)
-        if why is not None:
-            raise ConfigError(f"{flag} {spec} {why}: pick another path")
-        blocker = unwritable_ancestor(out.parent)
-        if blocker is not None:
-            raise ConfigError(f"{flag} {spec}: its folder cannot be written ({blocker} is not a writable directory)")
-    except OSError as e:
-        raise ConfigError(f"{flag} {spec}: {os_error_message(e)}") from None
-    return out
-
-
-def _holds_json(path: Path) -> bool:
-    """Whether a file looks like a JSON document (empty, or its first non-blank byte opens an
-    object or a list): what a JSON output may replace; a dataset or weights file does not."""
-    with open(path, "rb") as f:
-        head = f.read(256).lstrip()
-    return not head or head[:1] in (b"{", b"[")
-
-
 def unwritable_ancestor(path: Path) -> Path | None:
     """None when directory ``path`` exists writable or can be created (its nearest existing
     ancestor is a writable directory); else that ancestor. Creates nothing."""
@@ -230,7 +190,7 @@ def unwritable_ancestor(path: Path) -> Path | None:
 
 
 def write_json_file(path: Path, data: object) -> None:
-    """``data`` as indented JSON in ``path`` (checked by :func:`json_out_file`), its folder created."""
+    """``data`` as indented JSON in ``path`` (checked by :func:`lrtune.outdir.json_out_file`), its folder created."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(data, indent=1))
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import warnings
 from pathlib import Path
 
@@ -70,23 +69,18 @@ class ShardStore:
         place; a reader leaves them where they lie and reads them there (reading never writes)."""
         if not self.manifest_path.is_file():
             return {}
-        try:
+        from lrtune.filekinds import Manifest, check
+
+        try:  # a part file of its own kind in this dataset, nothing else (lrtune.filekinds.Manifest)
             data = parse_json(self.manifest_path.read_bytes().decode("utf-8"), str(self.manifest_path))
+            check(data, Manifest, str(self.manifest_path))
             entries = data["finished"]
-            for entry in entries.values():
-                if not isinstance(entry["index"], int) or isinstance(entry["index"], bool):
-                    raise TypeError("index")
-                for kind in ("pairs", "problems"):
-                    if not (
-                        isinstance(entry[kind]["file"], str)
-                        and isinstance(entry[kind]["sha256"], str)
-                        and _PART.fullmatch(entry[kind]["file"])
-                        and entry[kind]["file"].startswith(kind + "/")
-                    ):
-                        raise TypeError(kind)  # a part file of its own kind in this dataset, nothing else
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        except (ConfigError, ValueError, UnicodeDecodeError) as e:
+            where = str(self.manifest_path) + ": "
+            why = str(e).removeprefix(where) if isinstance(e, ConfigError) else "not UTF-8 JSON"
             raise ConfigError(
-                f"{self.manifest_path} is corrupt or not an lrtune manifest; move it away to redo shard {self.shard_id}"
+                f"{self.manifest_path} is corrupt or not an lrtune manifest ({why}); move it away to redo shard "
+                f"{self.shard_id}"
             ) from None
         finished = {}
         for pid, entry in entries.items():
@@ -160,9 +154,6 @@ class ShardStore:
             final = self.out / entry[kind]["file"]
             os.replace(_staged(final), final)
         _fsync_dirs(self.out / "pairs", self.out / "problems")
-
-
-_PART = re.compile(r"(pairs|problems)/part-s\d{3}-p\d{6}\.parquet")  # what add() writes, and all a manifest may name
 
 
 def _staged(final: Path) -> Path:

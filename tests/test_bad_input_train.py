@@ -80,9 +80,9 @@ def test_train_controller_checks_the_profile_before_any_work(tmp_path, capsys, c
     "content,message",
     [
         (b"{not json", "not valid JSON"),
-        (b"[1]", "not a collect config"),
+        (b"[1]", "must hold a JSON object"),
         (b'{"options": {"task": "caf\xe9"}}', "not UTF-8"),
-        (b'{"options": [1]}', "not a collect config"),
+        (b'{"options": [1]}', "options: Input should be a valid dictionary"),
     ],
 )
 def test_train_controller_refuses_a_bad_collect_config_in_one_line(tmp_path, capsys, content, message):

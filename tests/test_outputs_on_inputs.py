@@ -10,7 +10,7 @@ import pytest
 
 from lrtune.errors import ConfigError
 from lrtune.outdir import check_out
-from lrtune.runfiles import json_out_file
+from lrtune.outdir import json_out_file
 from tiny_models import get_tiny_pair
 
 
@@ -145,12 +145,8 @@ def test_an_evaluate_record_whose_problem_or_method_is_not_text_is_refused_namin
     from lrtune.eval.records import load_records
 
     f = tmp_path / "records.jsonl"
-    f.write_text(
-        json.dumps({"problem": "p0", "method": "target"})
-        + "\n"
-        + json.dumps({"problem": problem, "method": "target"})
-        + "\n"
-    )
+    good = {"problem": "p0", "method": "target", "wall_s": 1.0, "correct": True, "stats": {}}
+    f.write_text(json.dumps(good) + "\n" + json.dumps({**good, "problem": problem}) + "\n")
     before = f.read_bytes()
     with pytest.raises(ConfigError, match=r"records.jsonl:2: not an lrtune evaluate record \(problem is not text\)"):
         load_records(f)

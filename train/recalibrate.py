@@ -193,7 +193,7 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     spec = cfg.verifier_spec
     out = None
     if cfg.out and not cfg.dry_run:
-        from lrtune.runfiles import json_out_file
+        from lrtune.outdir import json_out_file
 
         out = json_out_file(cfg.out, inputs=_inputs(cfg))  # a bad --out is refused before any model loads
     from lrtune.train.data import load_pairs
@@ -270,7 +270,7 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
             )
     out = None
     if cfg.out:
-        from lrtune.runfiles import json_out_file
+        from lrtune.outdir import json_out_file
 
         out = json_out_file(cfg.out, inputs=_inputs(cfg))
     progress_path = (
