@@ -146,7 +146,7 @@ def test_a_real_evaluate_runs_the_auto_row_as_what_it_chose_and_says_why(tmp_pat
     data = tmp_path / "problems.jsonl"
     data.write_text(
         "".join(
-            json.dumps({"id": f"p{i}", "question": q, "answer": "1"}) + "\n" for i, q in enumerate(sample_questions(2))
+            json.dumps({"id": f"p{i}", "question": q, "answer": "1"}) + "\n" for i, q in enumerate(sample_questions(1))
         )
     )
     pair = get_tiny_pair()
@@ -154,7 +154,7 @@ def test_a_real_evaluate_runs_the_auto_row_as_what_it_chose_and_says_why(tmp_pat
         options=EvalOptions(
             task="custom",
             data=str(data),
-            limit=2,
+            limit=1,
             methods="sd,auto",
             out=str(tmp_path / "out"),
             progress=False,
@@ -168,14 +168,14 @@ def test_a_real_evaluate_runs_the_auto_row_as_what_it_chose_and_says_why(tmp_pat
             max_model_len=512,
             kv_cache_gib=0.25,
         ),
-        decode=DecodeConfig(gamma1=2, gamma2=2, max_new_tokens=24, max_step_tokens=16),
+        decode=DecodeConfig(gamma1=2, gamma2=2, max_new_tokens=16, max_step_tokens=8),
     )
     rows = run(cfg).data["methods"]
     assert rows["auto"]["auto"]["runs"] == "sd" and "no accuracy bound" in rows["auto"]["auto"]["reason"]
     assert (rows["auto"]["kind"], rows["auto"]["gamma2"]) == ("sd", 2)
     records = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
     text = {(r["problem"], r["method"]): r["text"] for r in records}
-    assert all(text[(p, "auto")] == text[(p, "sd")] for p in ("p0", "p1"))  # greedy SD: the same answers
+    assert all(text[(p, "auto")] == text[(p, "sd")] for p in ("p0",))  # greedy SD: the same answers
 
 
 def test_the_python_api_decodes_with_what_auto_chose(tmp_path):
