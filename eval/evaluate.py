@@ -190,10 +190,14 @@ def run(cfg: EvalConfig) -> Summary:
         gamma2s=asked_gamma2s(cfg, specs, [c for c in (ctl, *own.values()) if c is not None], pricing),
     )
     require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
-    if resolved.cpu_memory is not None:
-        log(f"memory plan: {resolved.cpu_memory.describe()}")
     # phase 2: every input is valid; only now is --out claimed and written
     out, records = prepare_out_dir(cfg)
+    # said once --out is ours: a run refused before this point prints its one error line only
+    for s in specs:
+        if s.auto_reason:
+            log(f"{s.label} runs {s.control or s.kind}: {s.auto_reason}")
+    if resolved.cpu_memory is not None:
+        log(f"memory plan: {resolved.cpu_memory.describe()}")
     done = {(r["problem"], r["method"]) for r in records}
     todo = [(p, s) for p in problems for s in specs if (p.id, s.label) not in done]
     if done:

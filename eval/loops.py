@@ -110,7 +110,6 @@ def resolve_auto(cfg: EvalConfig, specs, pricing: Pricing) -> list:
     if not any(s.control == AUTO for s in specs):
         return specs
     choice = auto_choice(cfg.models, cfg.decode, pricing, cfg.options.profile)
-    log(f"auto runs {choice.method}: {choice.reason}")
     own = None if cfg.models.control.controller else "bandit"
     return [resolved_auto(s, choice, own) if s.control == AUTO else s for s in specs]
 
