@@ -246,13 +246,10 @@ def cpu_memory_plan(models: ModelConfig, cfg: DecodeConfig, target, draft, judge
     from lrtune import cpumemory
     from lrtune.memory import weight_bytes
 
-    if on_gpu or (models.backend == "transformers" and models.device != "cpu"):
-        if models.backend != "transformers" or models.device != "auto":
-            return None
-        import torch
-
-        if torch.cuda.is_available():
-            return None
+    if on_gpu:
+        return None
+    if models.backend == "transformers" and verifier_device(models.device) != "cpu":  # auto: CUDA when present
+        return None
     if models.backend == "vllm":
         from lrtune.backends.vllm import _on_cpu
 

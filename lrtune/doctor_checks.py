@@ -190,7 +190,6 @@ def memory(r):
             return "ok", r.plan.describe(), r.plan.as_dict()
     r.plan = None
     avail = _mem_available()
-    kv = r.opts.kv_cache_gib * 2 if r.backend == "vllm" else 0.0
     # a bf16 checkpoint runs in float32 on CPUs without native bf16: count its weights twice
     from lrtune.machine import cpu_flags, native_bf16
 
@@ -200,7 +199,9 @@ def memory(r):
 
     t, d = weight_bytes(r.target_dir) * factor, weight_bytes(r.draft_dir) * factor
     cpu = (
-        cpumemory.plan_vllm(t, d, target_engines=(1,), draft_engine=True, spec_bytes=d, kv_cache_gib=kv / 2)
+        cpumemory.plan_vllm(
+            t, d, target_engines=(1,), draft_engine=True, spec_bytes=d, kv_cache_gib=r.opts.kv_cache_gib
+        )
         if r.backend == "vllm"
         else cpumemory.plan_torch(t, d)
     )
