@@ -14,6 +14,7 @@ Commands:
     lrtune pipeline --config pipeline.yaml        the whole loop for any models/tasks
     lrtune labels judge-probe|noise|vote          probe and relabel a collected dataset
     lrtune doctor [--timing] [--json F]           check what this machine runs (engines, code paths, equality)
+    lrtune serve [--port 8000 ...]                an OpenAI-compatible server (LR+SD, batched across requests)
 
 Every user error prints one line ``lrtune: error: ...`` and exits with status 2; anything
 unexpected one line and status 1 (``--debug`` shows the traceback); Ctrl-C exits with 130.
@@ -63,6 +64,14 @@ def make_parser() -> ArgumentParser:
     add_dataclass_args(dec, DecodeOptions, skip=("prompt",))
     add_dataclass_args(dec, ModelConfig)
     add_dataclass_args(dec, DecodeConfig)
+
+    from lrtune.serve.main import ServeOptions
+
+    srv = sub.add_parser("serve", help="an OpenAI-compatible server: LR+SD with round-level batching across requests")
+    srv.add_argument("--config", help="YAML file with any of these options")
+    add_dataclass_args(srv, ServeOptions)
+    add_dataclass_args(srv, ModelConfig)
+    add_dataclass_args(srv, DecodeConfig)
 
     from lrtune.eval.evaluate import add_arguments as add_eval_arguments
 
@@ -148,6 +157,8 @@ def _dispatch(args) -> int:
         return cmd_decode(args)
     if args.command == "prepare":
         return cmd_prepare(args)
+    if args.command == "serve":
+        return cmd_serve(args)
     if args.command == "doctor":
         from lrtune.doctor import DoctorOptions
         from lrtune.doctor import main as doctor_main
@@ -257,6 +268,20 @@ def cmd_decode(args) -> int:
         print(out.text)
         print_stats(record)
     return 0
+
+
+def cmd_serve(args) -> int:
+    from lrtune.decoder import DecodeConfig
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.serve.main import ServeOptions, check_listen, main as serve_main
+
+    file_values = load_config_file(args.config)
+    check_unknown_keys(file_values, ModelConfig, DecodeConfig, ServeOptions)
+    opts = build(ServeOptions, args, file_values)
+    models = build(ModelConfig, args, file_values).validate()
+    cfg = build(DecodeConfig, args, file_values).validate()
+    check_listen(opts, cfg)  # before any model loads
+    return serve_main(opts, models, cfg)
 
 
 def print_stats(record: dict) -> None:

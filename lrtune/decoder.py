@@ -333,50 +333,86 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         results: list,
         batch: BatchStats,
     ) -> None:
-        eos = self.target.eos_ids  # the answer ends on the target's EOS only (a draft-only one just ends a chain)
         waiting = list(runnable)
         active: list[PromptState] = []
         while waiting or active:
             while waiting and len(active) < max_concurrent:  # admit (continuous batching)
                 i = waiting.pop(0)
-                ids = list(prompts[i])
+                prob = problems[i] if problems is not None else None
                 ctl = controller
                 if controller is not None and max_concurrent > 1:
                     ctl = copy.copy(controller)  # per-prompt state; fitted parts are shared
-                prob = problems[i] if problems is not None else None
-                if prob is None:
-                    prob = ProblemInfo(
-                        id=f"prompt-{stable_digest(ids)}",
-                        text=self.target.decode(ids, skip_special_tokens=True),
-                        prompt_tokens=len(ids),
-                    )
-                active.append(
-                    PromptState(
-                        index=i,
-                        prompt=ids,
-                        stats=DecodeStats(prompt_tokens=len(ids)),
-                        controller=ctl,
-                        problem=prob,
-                        started=time.perf_counter(),
-                    )
-                )
-            self._round(active, cfg, verifier, eos, on_round, on_commit, batch)
+                active.append(self.open_slot(i, prompts[i], cfg, problem=prob, controller=ctl))
+            self.run_round(active, verifier, on_round=on_round, on_commit=on_commit, batch=batch)
             for slot in [s for s in active if s.done]:
                 active.remove(slot)
-                slot.stats.wall_s = time.perf_counter() - slot.started
-                slot.stats.generated_tokens = len(slot.gen)
-                text = self.target.decode(slot.gen, skip_special_tokens=True)
-                finish: Literal["eos", "length"] = "eos" if slot.gen and slot.gen[-1] in eos else "length"
-                results[slot.index] = Decoded(
-                    DecodeResult(token_ids=slot.gen, text=text, finish=finish, steps=slot.steps), slot.stats
-                )
+                results[slot.index] = self.close_slot(slot)
                 if on_done:
                     on_done(slot.index, results[slot.index])
+
+    # ---- one prompt in flight: open, run rounds, close (decode_many, lrtune serve) ----------
+    def open_slot(
+        self,
+        index: int,
+        prompt: Sequence[int],
+        cfg: DecodeConfig,
+        *,
+        problem: ProblemInfo | None = None,
+        controller: Controller | None | Literal["copy"] = "copy",
+        horizon: int | None = None,
+    ) -> PromptState:
+        """A prompt in flight with its own config ``cfg`` (a server mixes methods and depths in
+        one round). ``controller``: the slot's own, or ``"copy"``, a copy of the decoder's
+        (LR methods only). A ``target``/``sd`` slot runs the target (with SD) ``horizon``
+        tokens per round (None: its whole budget in one round)."""
+        ids = list(prompt)
+        if controller == "copy":
+            controller = copy.copy(self.controller) if (self.controller is not None and cfg.uses_lr) else None
+        if problem is None:
+            problem = ProblemInfo(
+                id=f"prompt-{stable_digest(ids)}",
+                text=self.target.decode(ids, skip_special_tokens=True),
+                prompt_tokens=len(ids),
+            )
+        return PromptState(
+            index=index,
+            prompt=ids,
+            stats=DecodeStats(prompt_tokens=len(ids)),
+            controller=controller if cfg.uses_lr else None,
+            problem=problem,
+            started=time.perf_counter(),
+            cfg=cfg,
+            horizon=horizon,
+        )
+
+    def run_round(
+        self,
+        slots: list[PromptState],
+        verifier: Verifier | None = None,
+        *,
+        on_round: Callable[[int, RoundRecord], None] | None = None,
+        on_commit: Callable[[int, str, list[int]], None] | None = None,
+        batch: BatchStats | None = None,
+    ) -> None:
+        """One round of every open slot, each with its own config: one draft call per
+        position, one target call, one verifier call (``verifier``: the decoder's by default).
+        A slot that ended has ``done`` set; :meth:`close_slot` gives its result."""
+        verifier = verifier if verifier is not None else self.verifier
+        if any(s.cfg.uses_lr and s.cfg.score_rounds for s in slots):
+            score_round.check_one_sided(verifier)
+        self._round(slots, verifier, self.target.eos_ids, on_round, on_commit, batch or BatchStats())
+
+    def close_slot(self, slot: PromptState) -> Decoded:
+        """The result of a slot that ended (or of what it committed so far)."""
+        slot.stats.wall_s = time.perf_counter() - slot.started
+        slot.stats.generated_tokens = len(slot.gen)
+        text = self.target.decode(slot.gen, skip_special_tokens=True)
+        finish: Literal["eos", "length"] = "eos" if slot.gen and slot.gen[-1] in self.target.eos_ids else "length"
+        return Decoded(DecodeResult(token_ids=slot.gen, text=text, finish=finish, steps=slot.steps), slot.stats)
 
     def _round(
         self,
         slots: list[PromptState],
-        base_cfg: DecodeConfig,
         verifier: Verifier,
         eos: frozenset[int],
         on_round,
@@ -386,7 +422,7 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         """One LR round for every slot: batched drafts per position, one target call, one
         verifier call, then each slot commits its accepted prefix and the target's step."""
         for s in slots:  # 0. this round's depths (γ1 = 0: no drafts, the target runs to the horizon)
-            self._plan(s, base_cfg)
+            self._plan(s)
         # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
         self._draft_chains(slots, batch, verifier)
         scored = [s for s in slots if s.round.cfg.score_rounds]  # the controller may pick the kind per slot
@@ -407,11 +443,18 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         for s in slots:  # 4. commit
             self._commit(s, eos, on_round, on_commit)
 
-    def _plan(self, s: PromptState, base_cfg: DecodeConfig) -> None:
+    def _plan(self, s: PromptState) -> None:
         """The slot's round config: the controller's (γ1, γ2), within its bounds, and the kind
         of round when it picks one (``round_kind``: lr or score); γ1 = 0 runs the target to
-        the controller's horizon."""
+        the controller's horizon. A ``target``/``sd`` slot runs the target alone (with SD)
+        for ``s.horizon`` tokens."""
+        base_cfg = s.cfg
         budget = base_cfg.max_new_tokens - len(s.gen)
+        if not base_cfg.uses_lr:
+            cfg = base_cfg.for_round(0, base_cfg.gamma2 if base_cfg.uses_sd else 0, "sync")
+            horizon = budget if s.horizon is None else max(1, min(s.horizon, budget))
+            s.round = RoundState.start(cfg, budget, s.prompt + s.gen, horizon)
+            return
         cfg, horizon = base_cfg, None
         if s.controller is not None:
             g1, g2 = checked_choice(

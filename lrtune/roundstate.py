@@ -94,6 +94,8 @@ class PromptState:
     rnd: int = 0
     done: bool = False
     round: RoundState | None = None
+    cfg: DecodeConfig | None = None  # its own decode config (LookaheadDecoder.open_slot sets it)
+    horizon: int | None = None  # target / sd slots: tokens per round (None: the whole budget)
 
 
 @dataclass

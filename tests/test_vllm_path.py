@@ -12,7 +12,13 @@ from lrtune.backends import vllm_patches as vp  # noqa: E402
 from lrtune.backends.vllm import prompt_scores  # noqa: E402
 from lrtune.errors import ConfigError  # noqa: E402
 
-PATCHED = {"no_spec": True, "prompt_logprobs_fill": True, "cpu_expand": True, "applied_by": "plugin"}
+PATCHED = {
+    "no_spec": True,
+    "prompt_logprobs_fill": True,
+    "cpu_expand": True,
+    "cpu_int8_float32": True,
+    "applied_by": "plugin",
+}
 V1 = {
     "pid": 7,
     "runner": "vllm.v1.worker.gpu_model_runner.GPUModelRunner",
@@ -38,6 +44,7 @@ def test_runtime_check_accepts_the_v1_runner_with_sync_scheduling_and_patches():
         (dict(V1, async_scheduling=True), False, "schedules asynchronously"),
         (dict(V1, patches=dict(PATCHED, no_spec=False)), False, "without lrtune's vLLM patches (no_spec)"),
         (dict(V1, patches=dict(PATCHED, cpu_expand=False)), False, "(cpu_expand)"),
+        (dict(V1, patches=dict(PATCHED, cpu_int8_float32=False)), False, "(cpu_int8_float32)"),
     ],
 )
 def test_runtime_check_names_each_path_the_patches_do_not_serve(report, async_on, words):

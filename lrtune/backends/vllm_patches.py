@@ -1,6 +1,6 @@
 """Every change lrtune makes to vLLM, in one place, for one vLLM version.
 
-lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs five
+lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs six
 things that version does not offer; each is a small patch here:
 
 * **Per-request speculation** (:func:`patch_runner_no_spec`): a speculative engine serves
@@ -14,6 +14,11 @@ things that version does not offer; each is a small patch here:
 * **Prompt logprobs beside the prefix cache** (:func:`patch_prompt_logprobs_fill`): rows
   that score their prefix read the prefix cache too, so the reused positions' buffers must
   not hold uninitialised token ids (the output processor detokenizes them).
+* **int8 drafts in float32 on AMX CPUs** (:func:`patch_cpu_int8_float32`): vLLM picks its
+  AMX int8 kernel (``int8_scaled_mm_with_quant``) from the weight's dtype alone, and that
+  kernel takes bfloat16 or float16 activations only, so a W8A8 draft in a float32 engine
+  fails at its first forward on AMX machines; float32 engines take the oneDNN int8 path
+  (the one non-AMX CPUs take) instead.
 * **Per-engine SD counters** (:func:`sd_stat_logger`): a subclass of vLLM's
   ``StatLoggerBase`` added to one engine's ``logger_manager`` (``LLM`` takes no
   ``stat_loggers`` argument; ``get_metrics()`` cannot tell engines of one process apart).
@@ -152,6 +157,7 @@ def apply_patches(by: str) -> None:
     guard_llvmlite_dunder_lookup()
     if current_platform.is_cpu():
         patch_cpu_expand_batch_to_tokens()
+        patch_cpu_int8_float32()
     patch_prompt_logprobs_fill()
     patch_runner_no_spec()
     _APPLIED_BY = _APPLIED_BY or by
@@ -178,6 +184,7 @@ def patches_in_process() -> dict:
         "no_spec": bool(getattr(GPUModelRunner, "_lrtune_no_spec", False)),
         "prompt_logprobs_fill": bool(getattr(LogprobsTensors.empty_cpu, "_lrtune_fixed", False)),
         "cpu_expand": bool(getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False)),
+        "cpu_int8_float32": _int8_kernel_fixed(),
         "applied_by": _APPLIED_BY,
     }
 
@@ -226,6 +233,8 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
         missing = [k for k in ("no_spec", "prompt_logprobs_fill") if not patched.get(k)]
         if on_cpu and speculative and not patched.get("cpu_expand"):
             missing.append("cpu_expand")
+        if on_cpu and not patched.get("cpu_int8_float32"):
+            missing.append("cpu_int8_float32")
         if missing:
             problems.append(
                 f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "
@@ -326,6 +335,43 @@ def patch_cpu_expand_batch_to_tokens() -> None:
 
 
 # ---- prompt logprobs beside the prefix cache ------------------------------------------
+def _int8_kernel():
+    from vllm.model_executor.kernels.linear.scaled_mm import cpu as scaled_mm_cpu
+
+    return scaled_mm_cpu.CPUInt8ScaledMMLinearKernel
+
+
+def _int8_kernel_fixed() -> bool:
+    try:
+        return bool(getattr(_int8_kernel().process_weights_after_loading, "_lrtune_fixed", False))
+    except ImportError:
+        return False
+
+
+def patch_cpu_int8_float32() -> None:
+    """A float32 engine's int8 linears take the oneDNN path: vLLM 0.32.0 chooses the AMX
+    kernel by the weight's dtype (int8) alone (``check_cpu_sgl_kernel``), and that kernel
+    refuses float32 activations ("expect A to be bfloat16 or half"). The activation dtype is
+    the default dtype while vLLM loads the model (its ``set_default_torch_dtype``);
+    bfloat16 and float16 engines keep vLLM's own choice."""
+    import torch
+
+    kernel = _int8_kernel()
+    original = kernel.process_weights_after_loading
+    if getattr(original, "_lrtune_fixed", False):
+        return
+
+    def process_weights_after_loading(self, layer):
+        if torch.get_default_dtype() in (torch.bfloat16, torch.float16):
+            return original(self, layer)
+        self.linear_method = self._apply_weights_onednn
+        self.process_weights_for_onednn(layer)
+
+    process_weights_after_loading._lrtune_fixed = True  # type: ignore[attr-defined]
+    process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
+    kernel.process_weights_after_loading = process_weights_after_loading
+
+
 def patch_prompt_logprobs_fill() -> None:
     """Zero-fill the CPU buffers of prompt logprobs (``LogprobsTensors.empty_cpu``, used for
     nothing else in this version).
@@ -489,6 +535,15 @@ def internals_problems(llm=None) -> list[str]:
         callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None))
         and "isinstance(self._draft_token_ids, list)" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu),
         "GPUModelRunner passes list drafts on as they are",
+    )
+    kernel = _int8_kernel()
+    need(
+        all(callable(getattr(kernel, m, None)) for m in ("_apply_weights_onednn", "process_weights_for_onednn"))
+        and "linear_method"
+        in inspect.getsource(
+            getattr(kernel.process_weights_after_loading, "__wrapped__", kernel.process_weights_after_loading)
+        ),
+        "CPUInt8ScaledMMLinearKernel picks linear_method in process_weights_after_loading (oneDNN path)",
     )
     if llm is not None:
         from vllm.platforms import current_platform

@@ -1,0 +1,313 @@
+"""The HTTP face of ``lrtune serve``: an OpenAI-compatible ASGI app (Starlette) over one
+:class:`~lrtune.serve.scheduler.RoundScheduler`.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or server-sent
+events with ``stream: true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
+Responses are the ``openai`` package's own models (``ChatCompletion``, ``ChatCompletionChunk``,
+``Completion``, ``Model``), with lrtune's per-request stats in an extra ``lrtune`` field. An
+error is OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
+request (naming the field), 404 for an unknown model, 429 with ``Retry-After`` when the queue
+is full, 503 while draining, 504 when a request runs past ``request_timeout``, 500 when its
+round failed. No error is ever a traceback, and none stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from lrtune.errors import one_line
+from lrtune.serve.metrics import CONTENT_TYPE, ServeMetrics
+from lrtune.serve.protocol import RequestError, ServeRequest, ServerLimits, parse_request
+from lrtune.serve.scheduler import Admitted, Delta, Done, Error, Job, QueueFull, RoundScheduler, Stopping
+
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error"}
+DISCONNECT_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """What the app needs besides the scheduler: request limits and the retry hint."""
+
+    limits: ServerLimits
+    request_timeout: float | None = 600.0  # seconds from arrival to the answer's end; None: none
+    retry_after: int = 1  # seconds, the 429's Retry-After
+
+
+def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    body = {"error": {"message": one_line(message), "type": kind, "param": param, "code": None}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _sse(obj) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+def _usage(done: Done):
+    from openai.types import CompletionUsage
+
+    return CompletionUsage(
+        prompt_tokens=done.prompt_tokens,
+        completion_tokens=done.completion_tokens,
+        total_tokens=done.prompt_tokens + done.completion_tokens,
+    )
+
+
+def _dump(model) -> dict:
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+class Responses:
+    """OpenAI response objects of one request (chat or completion), by the ``openai`` types."""
+
+    def __init__(self, req: ServeRequest) -> None:
+        self.req = req
+        self.id = ("chatcmpl-" if req.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.sent_any = False  # a stream sent text already
+
+    def whole(self, text: str, done: Done) -> dict:
+        if self.req.kind == "chat":
+            from openai.types.chat import ChatCompletion, ChatCompletionMessage
+            from openai.types.chat.chat_completion import Choice
+
+            obj = ChatCompletion(
+                id=self.id,
+                object="chat.completion",
+                created=self.created,
+                model=self.req.model,
+                choices=[
+                    Choice(
+                        index=0,
+                        message=ChatCompletionMessage(role="assistant", content=text),
+                        finish_reason=done.finish_reason,
+                    )
+                ],
+                usage=_usage(done),
+            )
+        else:
+            from openai.types import Completion, CompletionChoice
+
+            obj = Completion(
+                id=self.id,
+                object="text_completion",
+                created=self.created,
+                model=self.req.model,
+                choices=[CompletionChoice(index=0, text=text, finish_reason=done.finish_reason)],
+                usage=_usage(done),
+            )
+        return {**_dump(obj), "lrtune": {"method": self.req.cfg.method, **_public_stats(done.stats)}}
+
+    def chunk(self, text: str | None = None, *, first: bool = False, done: Done | None = None) -> dict:
+        """A stream chunk: the role first (chat), then text deltas, then the finish reason."""
+        reason = done.finish_reason if done is not None else None
+        if self.req.kind == "chat":
+            from openai.types.chat import ChatCompletionChunk
+            from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+
+            delta = (
+                ChoiceDelta(role="assistant", content="")
+                if first
+                else ChoiceDelta(content=text)
+                if text
+                else ChoiceDelta()
+            )
+            obj = ChatCompletionChunk(
+                id=self.id,
+                object="chat.completion.chunk",
+                created=self.created,
+                model=self.req.model,
+                choices=[Choice(index=0, delta=delta, finish_reason=reason)],
+            )
+        else:
+            from openai.types import Completion, CompletionChoice
+
+            obj = Completion(
+                id=self.id,
+                object="text_completion",
+                created=self.created,
+                model=self.req.model,
+                choices=[CompletionChoice(index=0, text=text or "", finish_reason=reason)],  # type: ignore[arg-type]
+            )
+        out = _dump(obj)
+        if done is not None:
+            out["lrtune"] = {"method": self.req.cfg.method, **_public_stats(done.stats)}
+        return out
+
+    def usage_chunk(self, done: Done) -> dict:
+        """The last chunk with ``stream_options.include_usage``: no choices, the usage."""
+        head = {"id": self.id, "created": self.created, "model": self.req.model}
+        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
+        return {**head, "object": obj, "choices": [], "usage": _dump(_usage(done))}
+
+
+def _public_stats(stats: dict) -> dict:
+    keys = ("alpha1", "alpha2", "lr_rounds", "sd_rounds", "score_rounds", "drafted_steps", "accepted_steps", "wall_s")
+    return {k: stats.get(k) for k in keys}
+
+
+def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMetrics | None = None) -> Starlette:
+    """The ASGI app over ``scheduler`` (which the caller started and shuts down)."""
+    metrics = metrics or ServeMetrics(lambda: scheduler.queued, lambda: scheduler.running)
+
+    def answered(endpoint: str, method: str, status: int) -> None:
+        metrics.requests.labels(endpoint, method, str(status)).inc()
+        if status >= 400:
+            metrics.errors.labels(str(status)).inc()
+
+    async def health(_: Request) -> Response:
+        if scheduler.stopping:
+            return error_response(503, "the server is draining")
+        if not scheduler.alive:
+            return error_response(503, "the decode thread has stopped")
+        return JSONResponse({"status": "ok", "running": scheduler.running, "queued": scheduler.queued})
+
+    async def models(_: Request) -> Response:
+        from openai.types import Model
+
+        data = [_dump(Model(id=m, created=0, object="model", owned_by="lrtune")) for m in settings.limits.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def prometheus(_: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    async def complete(request: Request, kind: str, endpoint: str) -> Response:
+        arrived = time.monotonic()
+        deadline = None if settings.request_timeout is None else arrived + settings.request_timeout
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            answered(endpoint, "-", 400)
+            return error_response(400, "the request body is not valid JSON")
+        try:
+            req = parse_request(body, kind, settings.limits)  # type: ignore[arg-type]
+        except RequestError as e:
+            answered(endpoint, "-", e.status)
+            return error_response(e.status, str(e), e.param)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        job = Job(req, emit=lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        method = req.cfg.method
+        try:
+            scheduler.submit(job)
+        except QueueFull as e:
+            answered(endpoint, method, 429)
+            return error_response(429, str(e), headers={"Retry-After": str(settings.retry_after)})
+        except Stopping as e:
+            answered(endpoint, method, 503)
+            return error_response(503, str(e))
+
+        async def next_event():
+            """The job's next event; None when the client left or the deadline passed."""
+            while True:
+                wait = DISCONNECT_POLL_S if deadline is None else min(DISCONNECT_POLL_S, deadline - time.monotonic())
+                if wait <= 0:
+                    return "timeout"
+                try:
+                    return await asyncio.wait_for(events.get(), wait)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return "gone"
+
+        first = await next_event()
+        if not isinstance(first, Admitted):
+            scheduler.cancel(job)
+            if isinstance(first, Error):
+                answered(endpoint, method, first.status)
+                return error_response(first.status, first.message, first.param)
+            status = 504 if first == "timeout" else 499
+            answered(endpoint, method, status)
+            return error_response(
+                status,
+                f"request timed out after {settings.request_timeout:g} s" if status == 504 else "client went away",
+            )
+        out = Responses(req)
+        if not req.stream:
+            parts: list[str] = []
+            while True:
+                ev = await next_event()
+                if isinstance(ev, Delta):
+                    if not parts:
+                        metrics.first_step.observe(time.monotonic() - arrived)
+                    parts.append(ev.text)
+                    continue
+                scheduler.cancel(job)
+                if isinstance(ev, Done):
+                    metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
+                    metrics.latency.observe(time.monotonic() - arrived)
+                    answered(endpoint, method, 200)
+                    return JSONResponse(out.whole("".join(parts), ev))
+                if isinstance(ev, Error):
+                    answered(endpoint, method, ev.status)
+                    return error_response(ev.status, ev.message, ev.param)
+                status = 504 if ev == "timeout" else 499
+                answered(endpoint, method, status)
+                return error_response(
+                    status,
+                    f"request timed out after {settings.request_timeout:g} s" if status == 504 else "client went away",
+                )
+
+        async def stream():
+            status = None  # how it ended; None in `finally`: the client went away mid-stream
+            try:
+                if req.kind == "chat":
+                    yield _sse(out.chunk(first=True))
+                while status is None:
+                    ev = await next_event()
+                    if isinstance(ev, Delta):
+                        if not out.sent_any:
+                            metrics.first_step.observe(time.monotonic() - arrived)
+                            out.sent_any = True
+                        yield _sse(out.chunk(ev.text))
+                    elif isinstance(ev, Done):
+                        metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
+                        yield _sse(out.chunk(done=ev))
+                        if req.include_usage:
+                            yield _sse(out.usage_chunk(ev))
+                        yield _sse("[DONE]")
+                        metrics.latency.observe(time.monotonic() - arrived)
+                        status = 200
+                    elif isinstance(ev, Error):
+                        status = ev.status
+                        yield _sse({"error": {"message": ev.message, "type": "server_error", "param": ev.param}})
+                    elif ev == "timeout":
+                        status = 504
+                        msg = f"request timed out after {settings.request_timeout:g} s"
+                        yield _sse({"error": {"message": msg, "type": "timeout", "param": None}})
+                    else:
+                        status = 499
+            finally:
+                scheduler.cancel(job)  # a client that left mid-stream frees its slot at the next round
+                answered(endpoint, method, 499 if status is None else status)
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    async def chat(request: Request) -> Response:
+        return await complete(request, "chat", "/v1/chat/completions")
+
+    async def completions(request: Request) -> Response:
+        return await complete(request, "completion", "/v1/completions")
+
+    async def crash(_: Request, exc: Exception) -> Response:
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", prometheus, methods=["GET"]),
+        ],
+        exception_handlers={Exception: crash},
+    )

@@ -1,0 +1,183 @@
+"""lrtune serve over HTTP on the fake pair (orchestration: no model): bad requests get a 400
+JSON error naming the field, a full queue a 429 with Retry-After, a timeout a 504, an engine
+error a 500, a client that leaves mid-stream frees its slot, and the server keeps answering
+after each."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from lrtune.serve.app import AppSettings, make_app
+from lrtune.serve.protocol import ServerLimits
+from lrtune.serve.scheduler import RoundScheduler
+from serve_helpers import WAIT, serving, wait_until
+from test_serve_scheduler import BASE, gated_decoder
+
+LIMITS = ServerLimits(defaults=BASE, models=("fake",), has_draft=True, gamma2_max=2)
+CHAT = {"model": "fake", "messages": [{"role": "user", "content": "two plus two"}], "max_tokens": 24}
+
+
+@pytest.fixture
+def server():
+    """(base url, scheduler, gated target) of a server over the gated fake pair; the gate starts open."""
+    dec, gated = gated_decoder()
+    gated.gate.set()
+    sched = RoundScheduler(dec, max_concurrent=1, max_queue=1, log=lambda line: None)
+    app = make_app(sched, AppSettings(limits=LIMITS, request_timeout=30.0, retry_after=3))
+    with serving(app) as url:
+        yield url, sched, gated
+    gated.gate.set()
+    sched.shutdown(WAIT)
+
+
+def ok(url: str) -> dict:
+    r = httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=WAIT)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (b"{not json", None),
+        (json.dumps({**CHAT, "beam_width": 2}).encode(), "beam_width"),
+        (json.dumps({**CHAT, "gamma1": -1}).encode(), "gamma1"),
+        (json.dumps({**CHAT, "messages": [{"role": "robot", "content": "x"}]}).encode(), "messages[0].role"),
+        (json.dumps({**CHAT, "temperature": "warm"}).encode(), "temperature"),
+    ],
+)
+def test_a_bad_request_is_a_400_json_error_naming_the_field_and_the_server_goes_on(server, body, param):
+    url, _, _ = server
+    r = httpx.post(f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error" and "Traceback" not in err["message"]
+    assert "\n" not in err["message"]
+    assert ok(url)["choices"][0]["message"]["content"]
+
+
+def test_an_unknown_model_is_a_404(server):
+    url, _, _ = server
+    r = httpx.post(f"{url}/v1/chat/completions", json={**CHAT, "model": "gpt-4"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+
+
+def test_models_health_and_metrics_answer(server):
+    url, _, _ = server
+    assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["fake"]
+    assert httpx.get(f"{url}/health").json()["status"] == "ok"
+    ok(url)
+    text = httpx.get(f"{url}/metrics").text
+    assert 'lrtune_requests_total{endpoint="/v1/chat/completions",method="lr+sd",status="200"} 1.0' in text
+    assert "lrtune_queue_depth 0.0" in text and "lrtune_drafted_steps_total" in text
+
+
+def test_a_full_queue_is_a_429_with_retry_after(server):
+    url, sched, gated = server
+    gated.gate.clear()
+    gated.entered.clear()
+    results: list = []
+    calls = [threading.Thread(target=lambda: results.append(ok(url))) for _ in range(2)]
+    calls[0].start()
+    assert gated.entered.wait(WAIT)  # the first request holds the only slot
+    calls[1].start()
+    wait_until(lambda: sched.queued == 1, "the second request to queue")
+    r = httpx.post(f"{url}/v1/chat/completions", json=CHAT)
+    assert r.status_code == 429 and r.headers["retry-after"] == "3" and r.json()["error"]["type"] == "rate_limit_error"
+    gated.gate.set()
+    for c in calls:
+        c.join(WAIT)
+    assert len(results) == 2
+    ok(url)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot(server):
+    url, sched, gated = server
+    gated.gate.clear()  # the first round waits: the answer cannot end before the client leaves
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**CHAT, "max_tokens": 40, "stream": True}) as r:
+        assert r.status_code == 200
+        assert next(r.iter_lines()).startswith("data: ")  # the role chunk: the request holds a slot
+    wait_until(lambda: 'status="499"' in httpx.get(f"{url}/metrics").text, "the server to see the client leave")
+    gated.gate.set()
+    wait_until(lambda: sched.running == 0 and sched.queued == 0, "the slot to be freed")
+    metrics = httpx.get(f"{url}/metrics").text
+    assert "lrtune_generated_tokens_total 0.0" in metrics  # it never finished
+    assert 'status="200"' not in metrics
+    ok(url)
+
+
+def test_a_request_past_its_timeout_is_a_504_and_leaves(server):
+    url, sched, gated = server
+    dec, _ = gated_decoder()
+    gated2 = dec.target
+    sched2 = RoundScheduler(dec, max_concurrent=1, log=lambda line: None)
+    app = make_app(sched2, AppSettings(limits=LIMITS, request_timeout=0.5))
+    try:
+        with serving(app) as url2:
+            r = httpx.post(f"{url2}/v1/chat/completions", json=CHAT, timeout=WAIT)
+            assert r.status_code == 504 and "timed out" in r.json()["error"]["message"]
+            gated2.gate.set()
+            wait_until(lambda: sched2.running == 0, "the timed-out request to leave")
+    finally:
+        gated2.gate.set()
+        sched2.shutdown(WAIT)
+
+
+def test_an_engine_error_is_a_500_for_its_requests_and_the_server_goes_on(server):
+    url, _, gated = server
+    gated.fail_next = True
+    r = httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=WAIT)
+    assert r.status_code == 500 and "engine died" in r.json()["error"]["message"]
+    ok(url)
+
+
+def test_a_stream_ends_with_the_finish_reason_usage_and_done(server):
+    url, _, _ = server
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=WAIT) as r:
+        lines = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(ln) for ln in lines[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == ok(url)["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--schedule", "async"], "--schedule async"),
+        (["--port", "70000"], "--port"),
+        (["--host", "no-such-host.invalid"], "--host no-such-host.invalid"),
+        (["--max-concurrent", "0"], "--max-concurrent"),
+        (["--request-timeout", "-1"], "--request-timeout"),
+    ],
+)
+def test_serve_refuses_bad_options_in_one_line_before_any_model_loads(args, words, tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "lrtune", "serve", "--target", str(tmp_path / "no-model"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no-model" not in proc.stderr
+
+
+def test_serve_refuses_a_port_in_use_before_any_model_loads(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cmd = [sys.executable, "-m", "lrtune", "serve", "--target", str(tmp_path / "no-model"), "--port", str(port)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"--port {port}" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,115 @@
+"""lrtune serve: what a request may ask (OpenAI's schema, lrtune's fields), refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from lrtune.decodeconfig import DecodeConfig
+from lrtune.serve.protocol import RequestError, ServerLimits, parse_request
+from lrtune.serve.scheduler import safe_prefix, stop_cut
+
+LIMITS = ServerLimits(defaults=DecodeConfig(gamma2=4), models=("m",), has_draft=True, gamma2_max=4)
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "What is 2+2?"}]}
+
+
+def refused(body, kind="chat", limits=LIMITS) -> RequestError:
+    with pytest.raises(RequestError) as e:
+        parse_request(body, kind, limits)
+    return e.value
+
+
+def test_a_chat_request_maps_openai_and_lrtune_fields_onto_the_decode_config():
+    req = parse_request(
+        {**CHAT, "max_tokens": 64, "temperature": 0, "seed": 7, "stop": "\n", "method": "sd", "gamma2": 3},
+        "chat",
+        LIMITS,
+    )
+    assert (req.cfg.method, req.cfg.gamma2, req.cfg.max_new_tokens, req.cfg.seed) == ("sd", 3, 64, 7)
+    assert req.stop == ("\n",) and req.messages == ({"role": "user", "content": "What is 2+2?"},)
+    assert parse_request({**CHAT, "max_tokens": 5, "max_completion_tokens": 9}, "chat", LIMITS).cfg.max_new_tokens == 9
+
+
+def test_text_parts_of_a_message_are_joined_and_other_parts_refused():
+    req = parse_request(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+        },
+        "chat",
+        LIMITS,
+    )
+    assert req.messages[0]["content"] == "ab"
+    img = {"type": "image_url", "image_url": {"url": "http://x"}}
+    assert refused({"model": "m", "messages": [{"role": "user", "content": [img]}]}).param == "messages[0].content[0]"
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"beam_width": 4}, "beam_width"),  # neither OpenAI's nor lrtune's
+        ({"n": 2}, "n"),
+        ({"logprobs": True}, "logprobs"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"top_p": 2.0}, "top_p"),
+        ({"gamma1": 99}, "gamma1"),
+        ({"method": "beam"}, "method"),
+        ({"schedule": "async"}, "schedule"),
+        ({"gamma2": 5}, "gamma2"),  # the server's SD engine drafts 4
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"stop": [""]}, "stop"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
+        ({"stream": "yes"}, "stream"),
+    ],
+)
+def test_a_bad_or_unsupported_field_is_refused_naming_it(extra, param):
+    e = refused({**CHAT, **extra})
+    assert e.param == param and e.status == 400 and str(e).startswith(param)
+
+
+def test_a_bad_message_names_its_index_and_field():
+    e = refused({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}]})
+    assert e.param == "messages[1].role" and "'user'" in str(e)
+    assert refused({"model": "m", "messages": []}).param == "messages"
+    assert refused({"messages": CHAT["messages"]}).param == "model"
+
+
+def test_neutral_values_of_unsupported_fields_and_tags_are_accepted():
+    req = parse_request({**CHAT, "n": 1, "presence_penalty": 0, "logprobs": False, "user": "u1"}, "chat", LIMITS)
+    assert req.cfg.method == "lr+sd"
+
+
+def test_an_unknown_model_is_a_404_and_a_body_that_is_no_object_a_400():
+    assert refused({**CHAT, "model": "gpt-4"}).status == 404
+    assert refused(["not", "an", "object"]).param is None
+
+
+def test_lr_methods_need_a_loaded_draft():
+    no_draft = ServerLimits(defaults=DecodeConfig(method="target"), models=("m",), has_draft=False, gamma2_max=0)
+    assert parse_request(CHAT, "chat", no_draft).cfg.method == "target"
+    for method in ("sd", "lr", "lr+sd"):
+        assert refused({**CHAT, "method": method}, limits=no_draft).param == "method"
+
+
+def test_a_completion_takes_one_text_or_one_list_of_ids_and_refuses_a_batch():
+    assert parse_request({"model": "m", "prompt": "hi"}, "completion", LIMITS).prompt == "hi"
+    assert parse_request({"model": "m", "prompt": [5, 6, 7]}, "completion", LIMITS).prompt == (5, 6, 7)
+    assert parse_request({"model": "m", "prompt": ["hi"]}, "completion", LIMITS).prompt == "hi"
+    assert refused({"model": "m", "prompt": ["a", "b"]}, "completion").param == "prompt"
+    assert refused({"model": "m", "prompt": "  "}, "completion").param == "prompt"
+    assert refused({"model": "m", "prompt": "hi", "echo": True}, "completion").param == "echo"
+
+
+def test_stop_cut_finds_the_earliest_stop_sequence():
+    assert stop_cut("abc\nde. x", ("\n", ". ")) == 3
+    assert stop_cut("abcde", ("x",)) is None
+    assert stop_cut("a.b.", (".",), start=2) == 3
+
+
+def test_safe_prefix_holds_back_a_possible_stop_start_and_a_split_character():
+    assert safe_prefix("answer: 4 EN", ("END",), final=False) == "answer: 4 "
+    assert safe_prefix("answer: 4 EN", ("END",), final=True) == "answer: 4 EN"
+    assert safe_prefix("caf\ufffd", (), final=False) == "caf"
+    assert safe_prefix("plain", (), final=False) == "plain"
