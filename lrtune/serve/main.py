@@ -10,6 +10,7 @@ Ctrl-C (as every lrtune command).
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -152,10 +153,12 @@ def main(opts: ServeOptions, models, cfg) -> int:
     scheduler, app = build_server(dec, cfg, opts)
 
     signals: list[int] = []
+    drain_started: list[float] = []
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:  # stop admitting at once; uvicorn drains the connections
             scheduler.stop_admitting()
+            drain_started.append(time.monotonic())
             super().handle_exit(sig, frame)
             signals.extend(self._captured_signals)  # lrtune's exit status says it, not a re-raised signal
             self._captured_signals.clear()
@@ -165,7 +168,7 @@ def main(opts: ServeOptions, models, cfg) -> int:
         host=opts.host,
         port=opts.port,
         log_level="warning",
-        timeout_graceful_shutdown=int(opts.drain_timeout) or None,
+        timeout_graceful_shutdown=max(1, round(opts.drain_timeout)) if opts.drain_timeout else 0,
         lifespan="off",
     )
     server = Server(config)
@@ -186,7 +189,8 @@ def main(opts: ServeOptions, models, cfg) -> int:
 
     threading.Thread(target=announce, daemon=True).start()
     server.run()
-    drained = scheduler.shutdown(timeout=opts.drain_timeout or None)
+    spent = time.monotonic() - drain_started[0] if drain_started else 0.0
+    drained = scheduler.shutdown(timeout=max(0.0, opts.drain_timeout - spent))
     if not drained:
         print("lrtune serve: stopped with requests still running (--drain-timeout)", file=sys.stderr)
     dec.close()
