@@ -81,7 +81,9 @@ def test_generate_fails_a_too_long_prompt_alone_and_decodes_the_others(dec):
     assert outs[2].token_ids == alone.token_ids
 
 
-@pytest.mark.slow  # a vLLM engine in a new process (15 s); `lrtune decode` runs in test_locale.py, spawned engines in test_vllm_processes.py
+# a vLLM engine in a new process (15 s): slow. `lrtune decode` runs in test_locale.py, spawned
+# engines in test_vllm_processes.py
+@pytest.mark.slow
 def test_cli_decode_json_on_the_tiny_pair():
     pair = get_tiny_pair()
     proc = subprocess.run(

@@ -75,7 +75,9 @@ def test_a_spawned_engine_core_is_patched_by_the_plugin_and_honours_per_request_
     assert capped["passes"] > 0 and 0 < capped["drafted"] <= 2 * capped["passes"]  # γ2 = 2: at most 2 per pass
 
 
-@pytest.mark.slow  # a second spawned engine (30 s); the refusal's logic: test_vllm_path.py (runtime_problems, check_engine)
+# a second spawned engine (30 s): slow. The refusal's logic runs in test_vllm_path.py
+# (runtime_problems, check_engine)
+@pytest.mark.slow
 def test_an_engine_whose_spawned_processes_run_unpatched_is_refused_in_one_line(tmp_path):
     res = run_spawned(tmp_path, unpatched=True)
     msg = res["refused"]
