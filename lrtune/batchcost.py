@@ -81,12 +81,17 @@ def read_profile_sd_curve(path: str) -> tuple[int, dict[int, float]] | None:
     return _from_profile(path, sd_curve_of)
 
 
+PROFILE_KEYS = frozenset({"c1", "c2", "batch_cost", "sd", "prefill"})  # what lrtune profile writes and consumers read
+
+
 def read_profile_json(path: str) -> dict:
     """The ``lrtune profile`` JSON object at ``path``; ConfigError naming the file otherwise."""
 
     def an_object(data):
         if not isinstance(data, Mapping):
             raise TypeError("a JSON object is expected")
+        if not PROFILE_KEYS & set(data):  # nothing lrtune reads: defaults would stand in silently
+            raise ValueError(f"none of {', '.join(sorted(PROFILE_KEYS))}")
         return dict(data)
 
     return _from_profile(path, an_object)

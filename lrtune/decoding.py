@@ -45,7 +45,7 @@ class Outputs(list):
         self.batch = batch
 
 
-def _auto_choice(
+def auto_choice_for(
     models: ModelConfig,
     gamma1: int,
     gamma2: int,
@@ -142,7 +142,7 @@ class Decoder:
         )
         auto = None
         if method == "auto":
-            auto = _auto_choice(
+            auto = auto_choice_for(
                 models,
                 gamma1,
                 gamma2,

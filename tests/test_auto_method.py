@@ -126,12 +126,12 @@ def test_a_verifier_that_accepts_nothing_gets_sd_not_step_rounds():
 
 
 def test_the_python_api_resolves_auto_before_any_model_loads(monkeypatch):
-    from lrtune.decoding import _auto_choice
+    from lrtune.decoding import auto_choice_for
     from lrtune.modelconfig import ModelConfig
 
-    never = _auto_choice(ModelConfig(target="t", draft="d", verifier="never"), 3, 4, 96, 0, None, None, False)
-    emb = _auto_choice(ModelConfig(target="t", draft="d", verifier="embedding"), 3, 4, 96, 0, None, None, False)
-    own = _auto_choice(ModelConfig(target="t", draft="d", verifier="exact"), 3, 4, 96, 0, None, None, True)
+    never = auto_choice_for(ModelConfig(target="t", draft="d", verifier="never"), 3, 4, 96, 0, None, None, False)
+    emb = auto_choice_for(ModelConfig(target="t", draft="d", verifier="embedding"), 3, 4, 96, 0, None, None, False)
+    own = auto_choice_for(ModelConfig(target="t", draft="d", verifier="exact"), 3, 4, 96, 0, None, None, True)
     assert (never.method, emb.method, own.method) == ("sd", "sd", "sd")
     assert own.promise is None and emb.promise is None and never.promise.startswith("lossless")
 

@@ -45,3 +45,17 @@ def test_read_profile_curve_merges_the_list_and_the_large_sizes(tmp_path):
     p.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not an lrtune profile"):
         read_profile_curve(str(p))
+
+
+def test_a_json_object_with_nothing_a_profile_holds_is_refused_naming_the_file(tmp_path):
+    import pytest
+
+    from lrtune.batchcost import read_profile_json
+    from lrtune.errors import ConfigError
+
+    path = tmp_path / "p.json"
+    path.write_text('{"a": 1}')
+    with pytest.raises(ConfigError, match=r"--profile .*p.json: not an lrtune profile \(none of batch_cost"):
+        read_profile_json(str(path))
+    path.write_text('{"sd": {"speedup": 1.5}}')
+    assert read_profile_json(str(path)) == {"sd": {"speedup": 1.5}}

@@ -181,3 +181,28 @@ def test_serve_refuses_a_port_in_use_before_any_model_loads(tmp_path):
         cmd = [sys.executable, "-m", "lrtune", "serve", "--target", str(tmp_path / "no-model"), "--port", str(port)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and f"--port {port}" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_completion_stream_sends_text_chunks_then_the_finish_reason(server):
+    url, _, _ = server
+    body = {"model": "fake", "prompt": [5, 9, 11, 7], "max_tokens": 24, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=WAIT) as r:
+        lines = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(ln) for ln in lines[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert [c["choices"][0]["finish_reason"] for c in chunks][:-1] == [None] * (len(chunks) - 1)
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    whole = httpx.post(f"{url}/v1/completions", json={**body, "stream": False}, timeout=WAIT).json()
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"]
+
+
+def test_serve_refuses_a_profile_that_is_no_profile_before_any_model_loads(tmp_path):
+    import subprocess
+    import sys
+
+    prof = tmp_path / "p.json"
+    prof.write_text('{"a": 1}')
+    cmd = [sys.executable, "-m", "lrtune", "serve", "--target", str(tmp_path / "no-model"), "--profile", str(prof)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "not an lrtune profile" in proc.stderr and "no-model" not in proc.stderr

@@ -76,11 +76,20 @@ def test_greedy_answers_equal_the_decoders_streamed_or_not(served, method):
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
+def test_method_auto_runs_the_servers_choice_and_says_so(served):
+    client, model, qs, ref = served
+    out = chat(client, model, qs[0], "auto")
+    extra = out.model_extra["lrtune"]
+    assert extra["auto"] is True and extra["method"] in ("target", "sd", "lr+sd")
+    assert out.choices[0].message.content == ref["target"][0]  # the exact verifier loses nothing
+
+
 def test_completions_take_text_or_token_ids_and_honour_max_tokens_and_stop(served):
     client, model, qs, ref = served
     text = client.completions.create(model=model, prompt=qs[2], max_tokens=12)
     ids = client.completions.create(model=model, prompt=ref["raw_ids"], max_tokens=12)
-    assert text.choices[0].text == ids.choices[0].text == ref["raw"][0]
+    streamed = client.completions.create(model=model, prompt=qs[2], max_tokens=12, stream=True)
+    assert text.choices[0].text == ids.choices[0].text == ref["raw"][0] == "".join(c.choices[0].text for c in streamed)
     assert text.usage.completion_tokens <= 12 and text.usage.prompt_tokens == len(ref["raw_ids"])
     full = chat(client, model, qs[3], "lr+sd").choices[0].message.content
     stop = full.split()[3]

@@ -113,3 +113,13 @@ def test_safe_prefix_holds_back_a_possible_stop_start_and_a_split_character():
     assert safe_prefix("answer: 4 EN", ("END",), final=True) == "answer: 4 EN"
     assert safe_prefix("caf\ufffd", (), final=False) == "caf"
     assert safe_prefix("plain", (), final=False) == "plain"
+
+
+def test_method_auto_runs_what_the_server_resolved_at_start():
+    req = parse_request({**CHAT, "method": "auto"}, "chat", LIMITS)
+    assert req.auto and req.cfg.method == LIMITS.auto_method
+    target_server = ServerLimits(
+        defaults=DecodeConfig(), models=("m",), has_draft=True, gamma2_max=4, auto_method="target"
+    )
+    assert parse_request({**CHAT, "method": "auto"}, "chat", target_server).cfg.method == "target"
+    assert not parse_request(CHAT, "chat", LIMITS).auto

@@ -106,7 +106,7 @@ class Responses:
                 choices=[CompletionChoice(index=0, text=text, finish_reason=done.finish_reason)],
                 usage=_usage(done),
             )
-        return {**_dump(obj), "lrtune": {"method": self.req.cfg.method, **_public_stats(done.stats)}}
+        return {**_dump(obj), "lrtune": self.extra(done)}
 
     def chunk(self, text: str | None = None, *, first: bool = False, done: Done | None = None) -> dict:
         """A stream chunk: the role first (chat), then text deltas, then the finish reason."""
@@ -137,12 +137,20 @@ class Responses:
                 object="text_completion",
                 created=self.created,
                 model=self.req.model,
-                choices=[CompletionChoice(index=0, text=text or "", finish_reason=reason)],  # type: ignore[arg-type]
+                # a stream chunk before the last has no finish reason, which the type's Literal
+                # does not admit (OpenAI's own stream sends null there): built without validation
+                choices=[
+                    CompletionChoice.model_construct(index=0, text=text or "", finish_reason=reason, logprobs=None)
+                ],
             )
         out = _dump(obj)
         if done is not None:
-            out["lrtune"] = {"method": self.req.cfg.method, **_public_stats(done.stats)}
+            out["lrtune"] = self.extra(done)
         return out
+
+    def extra(self, done: Done) -> dict:
+        """lrtune's own part of a response: the method run (``auto``: what it chose) and stats."""
+        return {"method": self.req.cfg.method, "auto": self.req.auto, **_public_stats(done.stats)}
 
     def usage_chunk(self, done: Done) -> dict:
         """The last chunk with ``stream_options.include_usage``: no choices, the usage."""

@@ -53,6 +53,13 @@ class ServeOptions(Checked):
     drain_timeout: NonNegative = field(
         default=60.0, metadata={"help": "seconds SIGTERM waits for in-flight requests before exiting"}
     )
+    profile: Text | None = field(
+        default=None,
+        metadata={
+            "help": "lrtune profile JSON of this machine: what a request's method 'auto' runs is chosen from it "
+            "at start (without one, from the speedup model's default costs)"
+        },
+    )
 
 
 def check_listen(opts: ServeOptions, cfg) -> None:
@@ -68,6 +75,10 @@ def check_listen(opts: ServeOptions, cfg) -> None:
         raise ConfigError(
             f"lrtune serve needs {', '.join(missing)}: install the serve extra (bash scripts/install.sh cpu,serve)"
         )
+    if opts.profile is not None:  # method auto reads it at start: a bad file is refused now
+        from lrtune import pricing
+
+        pricing.plan(profile=opts.profile)
     if cfg.schedule not in SERVED_SCHEDULES:
         raise ConfigError(f"--schedule {cfg.schedule}: the server batches sync rounds ({', '.join(SERVED_SCHEDULES)})")
     try:
@@ -102,6 +113,31 @@ def served_gamma2_max(decoder, cfg) -> int:
     return cfg.gamma2
 
 
+def resolve_auto(dec, cfg, profile: str | None):
+    """What method ``auto`` runs on this server (:mod:`lrtune.policies.auto`, through
+    :func:`lrtune.decoding.auto_choice_for`): the choice, the method name and, for adaptive
+    rounds, the priced controller each such request gets a copy of (the server's own
+    ``--controller`` if it has one, else ``bandit``)."""
+    from dataclasses import replace
+
+    from lrtune import pricing
+    from lrtune.build import build_controller
+    from lrtune.decoding import auto_choice_for
+
+    models = dec.models
+    choice = auto_choice_for(
+        models, cfg.gamma1, cfg.gamma2, cfg.max_step_tokens, cfg.seed, profile, models.control.controller, False
+    )
+    method = {"target": "target", "sd": "sd", "adaptive": "lr+sd"}[choice.method]
+    controller = None
+    if choice.method == "adaptive":
+        controller = dec.decoder.controller or pricing.priced(
+            build_controller(models.control.controller or "bandit", replace(cfg, method="lr+sd")),
+            pricing.plan(profile=profile, engine_drafts=served_gamma2_max(dec.decoder, cfg), verifier=dec.verifier),
+        )
+    return choice, method, controller
+
+
 def build_server(dec, cfg, opts: ServeOptions, *, log=None):
     """The scheduler, the app and its metrics for a loaded :class:`~lrtune.decoding.Decoder`
     (requests default to ``cfg``). The caller shuts the scheduler down."""
@@ -117,8 +153,10 @@ def build_server(dec, cfg, opts: ServeOptions, *, log=None):
         if metrics_box:
             metrics_box[0].observe_round(len(jobs), seconds)
 
+    auto, auto_method, auto_controller = resolve_auto(dec, cfg, opts.profile)
     scheduler = RoundScheduler(
         dec.decoder,
+        auto_controller=auto_controller,
         max_concurrent=opts.max_concurrent,
         max_queue=opts.max_queue,
         max_len=dec.models.engine.max_model_len,
@@ -133,9 +171,11 @@ def build_server(dec, cfg, opts: ServeOptions, *, log=None):
         models=(name,),
         has_draft=dec.draft is not None,
         gamma2_max=served_gamma2_max(dec.decoder, cfg),
+        auto_method=auto_method,
     )
     app = make_app(scheduler, AppSettings(limits=limits, request_timeout=opts.request_timeout), metrics)
     app.state.model = name
+    app.state.auto = auto
     return scheduler, app
 
 
@@ -182,7 +222,8 @@ def main(opts: ServeOptions, models, cfg) -> int:
             port = server.servers[0].sockets[0].getsockname()[1] if server.servers else opts.port
             print(
                 f"lrtune serve: listening on http://{opts.host}:{port} (model {app.state.model}"
-                f"; default method {cfg.method}; {opts.max_concurrent} in flight, queue {opts.max_queue})",
+                f"; default method {cfg.method}; {opts.max_concurrent} in flight, queue {opts.max_queue})\n"
+                f"lrtune serve: method auto runs {app.state.auto.method}: {app.state.auto.reason}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -73,6 +73,7 @@ class ServeRequest:
     stream: bool = False
     include_usage: bool = False
     stop: tuple[str, ...] = ()
+    auto: bool = False  # the request asked for method "auto" (cfg holds what it resolved to)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class ServerLimits:
     models: tuple[str, ...]
     has_draft: bool
     gamma2_max: int
+    auto_method: str = "sd"  # what method "auto" runs on this server (resolved once, at start)
 
 
 def _adapter(kind: Kind):
@@ -204,6 +206,7 @@ def parse_request(body: Any, kind: Kind, limits: ServerLimits) -> ServeRequest:
         stream=bool(stream),
         include_usage=bool(options.get("include_usage")),
         stop=stops,
+        auto=body.get("method") == "auto",
     )
     if kind == "chat":
         msgs = checked["messages"]
@@ -263,6 +266,8 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
     for name in LRTUNE_FIELDS:
         if name in body:
             values[name], source[name] = body[name], name
+    if values.get("method") == "auto":  # the server's choice for this machine and verifier
+        values["method"] = limits.auto_method
     try:
         cfg = replace(limits.defaults, **values).validate()
     except ConfigError as e:

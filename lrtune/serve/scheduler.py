@@ -17,6 +17,7 @@ a round fails the requests of that round only, in one log line; the thread goes 
 
 from __future__ import annotations
 
+import copy
 import itertools
 import threading
 import time
@@ -118,8 +119,10 @@ class RoundScheduler:
         horizon: int = 128,
         log: Callable[[str], None] = print,
         on_round: Callable[[list[Job], float], None] | None = None,
+        auto_controller=None,
     ) -> None:
         self.decoder = decoder
+        self.auto_controller = auto_controller  # copied into each "auto" request's slot (adaptive)
         self.max_concurrent = max_concurrent
         self.max_queue = max_queue
         self.max_len = max_len
@@ -247,7 +250,10 @@ class RoundScheduler:
                     + f" exceed the server's context of {self.max_len} tokens",
                 )
             problem = ProblemInfo(id=f"request-{job.id}", text=_problem_text(req, dec, ids), prompt_tokens=len(ids))
-            job.slot = dec.open_slot(job.id, ids, cfg, problem=problem, horizon=self.horizon)
+            controller = "copy"
+            if req.auto and self.auto_controller is not None and cfg.uses_lr:
+                controller = copy.copy(self.auto_controller)
+            job.slot = dec.open_slot(job.id, ids, cfg, problem=problem, controller=controller, horizon=self.horizon)
         except RequestError as e:
             job.emit(Error(e.status, str(e), e.param))
             return
