@@ -105,6 +105,18 @@ def round_kinds(stats: DecodeStats) -> dict | None:
     }
 
 
+def exploration(records: Sequence[dict], wall: float) -> dict:
+    """What trying round kinds cost: ``exploration_s``, the sum over problems of
+    :attr:`DecodeStats.exploration_s` (each problem's slower-kind rounds against the kind it
+    found fastest), and its share of the wall time; None for a method without rounds."""
+    per = [DecodeStats.from_dict(r["stats"]).exploration_s for r in records]
+    per = [x for x in per if x is not None]
+    if not per:
+        return {"exploration_s": None, "exploration_share": None}
+    total = sum(per)
+    return {"exploration_s": total, "exploration_share": total / wall if wall else None}
+
+
 def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) -> dict:
     """Summary of one method's records; ``baseline`` maps problem -> target-only record."""
     counts = answer_counts(records)
@@ -136,6 +148,7 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         # the target's part split: chain prefills (score rounds, reuse) and the steps it generated
         "target_split_s": {"prefill": total.prefill_s, "steps": max(0.0, total.target_s - total.prefill_s)},
         "round_kinds": round_kinds(total),
+        **exploration(records, wall),
         "rounds": total.rounds,
         "draft_step_tokens": total.draft_step_tokens,
         "draft_s": total.draft_s,

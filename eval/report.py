@@ -40,6 +40,13 @@ def _kind_share(k: dict) -> str:
     return f"{100 * k['share']:.0f}% ({_f(None if k['time_share'] is None else 100 * k['time_share'], '.0f')}% of time)"
 
 
+def _exploration(row: dict) -> str:
+    secs, share = row.get("exploration_s"), row.get("exploration_share")
+    if secs is None:
+        return "—"
+    return f"{secs:.1f} ({_f(None if share is None else 100 * share, '.0f')}%)"
+
+
 def _split4(row: dict) -> str:
     """draft / prefill / target steps / verify, in % of their sum."""
     ts, tg = row["time_split_s"], row.get("target_split_s") or {"prefill": 0.0, "steps": row["time_split_s"]["target"]}
@@ -252,10 +259,17 @@ def render_markdown(data: dict) -> str:
             "Share of the rounds (and of the round seconds) of each kind: lr (the target generated "
             "its own steps), score (a prefill judged the draft steps), sd (γ1 = 0: no draft steps); "
             "then the decode time split: draft, the target's prefills of draft chains, the target's "
-            "own steps (bonus and regenerated), verifier, in %.",
-            ["method", "lr rounds", "score rounds", "sd rounds", "draft / prefill / steps / verify %"],
+            "own steps (bonus and regenerated), verifier, in %; and exploration: the seconds the "
+            "slower kinds of rounds took beyond the rate of the kind each problem found fastest "
+            "(summed over problems), with its share of the wall time.",
+            ["method", "lr rounds", "score rounds", "sd rounds", "draft / prefill / steps / verify %", "exploration s"],
             [
-                [k, *(_kind_share(r["round_kinds"][x]) for x in ("lr", "score", "sd")), _split4(r)]
+                [
+                    k,
+                    *(_kind_share(r["round_kinds"][x]) for x in ("lr", "score", "sd")),
+                    _split4(r),
+                    _exploration(r),
+                ]
                 for k, r in kinds.items()
             ],
         )

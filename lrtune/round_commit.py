@@ -47,7 +47,7 @@ class RoundCommit:
             commit += [("target", ids) for ids in pieces]
         s.stats.observe_round(s.round.verdicts[best], committed_target_steps=len(commit) - j)
         kind = "sd" if cfg.gamma1 == 0 or not any(s.round.chains) else "score" if cfg.score_rounds else "lr"
-        s.stats.observe_round_kind(kind, sum(s.round.draft_secs) + s.round.target_s + s.round.verify_s)
+        before = len(s.gen)
         if on_round:
             on_round(
                 s.index,
@@ -84,6 +84,8 @@ class RoundCommit:
             if ids[-1] in eos:
                 s.done = True
                 break
+        secs = sum(s.round.draft_secs) + s.round.target_s + s.round.verify_s
+        s.stats.observe_round_kind(kind, secs, len(s.gen) - before)
         if s.controller is not None:
             s.controller.update(
                 RoundOutcome(

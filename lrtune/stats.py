@@ -62,6 +62,9 @@ class DecodeStats:
     lr_round_s: float = 0.0
     score_round_s: float = 0.0
     sd_round_s: float = 0.0
+    lr_round_tokens: int = 0  # tokens the rounds of each kind committed
+    score_round_tokens: int = 0
+    sd_round_tokens: int = 0
 
     # ---- observation -------------------------------------------------------------
     def observe_round(self, accepted: list[bool], *, committed_target_steps: int = 1) -> None:
@@ -80,10 +83,27 @@ class DecodeStats:
         self.committed_draft_steps += leading_accepts(accepted)
         self.committed_target_steps += committed_target_steps
 
-    def observe_round_kind(self, kind: str, seconds: float) -> None:
-        """Count one round of ``kind`` (lr | score | sd) that took ``seconds``."""
+    def observe_round_kind(self, kind: str, seconds: float, tokens: int = 0) -> None:
+        """Count one round of ``kind`` (lr | score | sd) that took ``seconds`` and committed ``tokens``."""
         setattr(self, f"{kind}_rounds", getattr(self, f"{kind}_rounds") + 1)
         setattr(self, f"{kind}_round_s", getattr(self, f"{kind}_round_s") + seconds)
+        setattr(self, f"{kind}_round_tokens", getattr(self, f"{kind}_round_tokens") + tokens)
+
+    @property
+    def exploration_s(self) -> float | None:
+        """Seconds the rounds of the slower kinds took beyond what the kind this prompt found
+        fastest would have needed for their tokens: Σ_k (s_k − n_k / r*), r* = max_k n_k / s_k
+        over the kinds that ran (s_k seconds, n_k committed tokens); what a controller paid to
+        find out. 0 when one kind ran; None without rounds. Per prompt: rates of different
+        prompts are not compared (sum it over prompts, never over merged stats)."""
+        kinds = [(getattr(self, f"{k}_round_s"), getattr(self, f"{k}_round_tokens")) for k in ("lr", "score", "sd")]
+        kinds = [(s, n) for s, n in kinds if s > 0]
+        if not kinds:
+            return None
+        best = max(n / s for s, n in kinds)
+        if best <= 0:
+            return 0.0
+        return sum(max(0.0, s - n / best) for s, n in kinds)
 
     def observe_sd(self, sd: SDCounters | None) -> None:
         """Add one call's token-level SD counters (None: the call ran no SD)."""
@@ -219,6 +239,7 @@ class DecodeStats:
             mean_accepted_steps_per_round=self.mean_accepted_steps_per_round,
             mean_accepted_tokens_per_draft=self.mean_accepted_tokens_per_draft,
             tokens_per_s=self.tokens_per_s,
+            exploration_s=self.exploration_s,
         )
         return d
 

@@ -97,3 +97,33 @@ def test_sd_counters_live_in_one_object_that_merges_and_round_trips_through_a_re
     assert "sd" not in d  # records keep the flat keys they always had
     back = DecodeStats.from_dict(d)
     assert back.sd == m.sd and back.to_dict() == d
+
+
+def test_exploration_is_the_time_slower_round_kinds_took_beyond_the_fastest_kinds_rate():
+    from lrtune.stats import DecodeStats
+
+    st = DecodeStats()
+    assert st.exploration_s is None  # no rounds
+    st.observe_round_kind("sd", 2.0, 40)  # 20 tokens/s: the fastest kind of this prompt
+    assert st.exploration_s == 0.0
+    st.observe_round_kind("lr", 3.0, 30)  # 10 tokens/s: needed 1.5 s at SD's rate
+    st.observe_round_kind("score", 1.0, 10)  # needed 0.5 s
+    assert st.exploration_s == pytest.approx(1.5 + 0.5)
+    assert DecodeStats.from_dict(st.to_dict()).exploration_s == pytest.approx(2.0)  # round trip keeps tokens
+
+
+def test_the_summary_sums_exploration_per_problem_never_over_merged_stats():
+    from lrtune.eval.metrics import summarize_method
+    from lrtune.stats import DecodeStats
+
+    fast_lr, fast_sd = DecodeStats(), DecodeStats()
+    fast_lr.observe_round_kind("lr", 1.0, 40)
+    fast_lr.observe_round_kind("sd", 1.0, 20)  # this problem: sd cost 0.5 s extra
+    fast_sd.observe_round_kind("sd", 1.0, 40)
+    fast_sd.observe_round_kind("lr", 1.0, 20)  # this one: lr cost 0.5 s extra
+    recs = [
+        {"problem": p, "correct": True, "finish": "eos", "wall_s": 2.0, "stats": st.to_dict()}
+        for p, st in (("a", fast_lr), ("b", fast_sd))
+    ]
+    row = summarize_method(recs, None)
+    assert row["exploration_s"] == pytest.approx(1.0) and row["exploration_share"] == pytest.approx(0.25)

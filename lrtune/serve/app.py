@@ -160,7 +160,17 @@ class Responses:
 
 
 def _public_stats(stats: dict) -> dict:
-    keys = ("alpha1", "alpha2", "lr_rounds", "sd_rounds", "score_rounds", "drafted_steps", "accepted_steps", "wall_s")
+    keys = (
+        "alpha1",
+        "alpha2",
+        "lr_rounds",
+        "sd_rounds",
+        "score_rounds",
+        "drafted_steps",
+        "accepted_steps",
+        "exploration_s",
+        "wall_s",
+    )
     return {k: stats.get(k) for k in keys}
 
 
