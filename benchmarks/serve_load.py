@@ -43,6 +43,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma2", type=int, default=4)
     p.add_argument("--verifier", default="embedding")
     p.add_argument("--max-concurrent", type=int, default=8, help="lrtune serve's slots")
+    p.add_argument(
+        "--target-chunk-tokens", type=int, default=128, help="lrtune serve's tokens per round of a target/sd request"
+    )
     p.add_argument("--max-model-len", type=int, default=1024)
     p.add_argument("--kv-cache-gib", type=float, default=2.0)
     p.add_argument("--dtype", default="auto")
@@ -80,7 +83,7 @@ def start_lrtune(args, port: int) -> subprocess.Popen:
     cmd += ["--verifier", args.verifier, "--max-concurrent", str(args.max_concurrent), "--dtype", args.dtype]
     cmd += ["--max-model-len", str(args.max_model_len), "--kv-cache-gib", str(args.kv_cache_gib)]
     cmd += ["--served-model-name", "model", "--max-new-tokens", str(args.max_tokens)]
-    cmd += ["--request-timeout", "3600"]
+    cmd += ["--request-timeout", "3600", "--target-chunk-tokens", str(args.target_chunk_tokens)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_ready(f"http://127.0.0.1:{port}/health", proc)
     return proc
@@ -199,7 +202,8 @@ def main(args: argparse.Namespace) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     res = json.loads(out.read_text()) if out.is_file() else {}
     settings = {k: v for k, v in vars(args).items() if k != "out"}
-    if res.get("settings", settings) != settings:
+    defaults = {k: v for k, v in vars(make_parser().parse_args([])).items() if k != "out"}
+    if {**defaults, **res.get("settings", settings)} != settings:  # a setting added later: its default
         raise SystemExit(f"{out} holds another benchmark's settings: {res['settings']}")
     res.update(settings=settings, machine=res.get("machine") or machine_info())
     res.setdefault("cells", {})

@@ -364,7 +364,8 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         """A prompt in flight with its own config ``cfg`` (a server mixes methods and depths in
         one round). ``controller``: the slot's own, or ``"copy"``, a copy of the decoder's
         (LR methods only). A ``target``/``sd`` slot runs the target (with SD) ``horizon``
-        tokens per round (None: its whole budget in one round)."""
+        tokens per round (None: its whole budget in one round; 0: one step per round, up to
+        ``max_step_tokens``)."""
         ids = list(prompt)
         if controller == "copy":
             controller = copy.copy(self.controller) if (self.controller is not None and cfg.uses_lr) else None
@@ -450,9 +451,9 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         for ``s.horizon`` tokens."""
         base_cfg = s.cfg
         budget = base_cfg.max_new_tokens - len(s.gen)
-        if not base_cfg.uses_lr:
+        if not base_cfg.uses_lr:  # horizon 0: one step per round (a step-sized row, as LR's target rows)
             cfg = base_cfg.for_round(0, base_cfg.gamma2 if base_cfg.uses_sd else 0, "sync")
-            horizon = budget if s.horizon is None else max(1, min(s.horizon, budget))
+            horizon = None if s.horizon == 0 else budget if s.horizon is None else max(1, min(s.horizon, budget))
             s.round = RoundState.start(cfg, budget, s.prompt + s.gen, horizon)
             return
         cfg, horizon = base_cfg, None

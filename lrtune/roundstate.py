@@ -95,7 +95,7 @@ class PromptState:
     done: bool = False
     round: RoundState | None = None
     cfg: DecodeConfig | None = None  # its own decode config (LookaheadDecoder.open_slot sets it)
-    horizon: int | None = None  # target / sd slots: tokens per round (None: the whole budget)
+    horizon: int | None = None  # target / sd slots: tokens per round (None: the whole budget; 0: one step)
 
 
 @dataclass

@@ -201,3 +201,21 @@ def test_a_stop_sequence_ends_the_answer_before_it(sched):
     s.submit(Job(replace(request(PROMPTS[4], method="target"), stop=(stop,)), emit=sink))
     assert sink.ended.wait(WAIT)
     assert sink.text == full[: full.index(stop)] and sink.last.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("horizon", [0, 5, None])
+def test_a_target_or_sd_slot_gets_what_it_gets_alone_in_steps_chunks_or_one_run(horizon):
+    dec = decoder()
+    for method in ("target", "sd"):
+        cfg = replace(BASE, method=method)
+        slot = dec.open_slot(0, PROMPTS[5], cfg, horizon=horizon)
+        rounds = 0
+        while not slot.done:
+            dec.run_round([slot])
+            rounds += 1
+        result, _ = dec.close_slot(slot)
+        assert result.text == alone(PROMPTS[5], method=method)
+        if horizon == 0:  # one step per round
+            assert rounds == len(result.steps) and all(src == "target" for src, _ in result.steps)
+        if horizon is None:
+            assert rounds == 1

@@ -22,7 +22,7 @@ from lrtune.schema import STRICT, Checked, NonNegative, Positive, Text
 Port = Annotated[int, Interval(ge=0, le=65535)]
 Slots = Annotated[int, Interval(ge=1, le=256)]
 Queue = Annotated[int, Interval(ge=0, le=100_000)]
-Chunk = Annotated[int, Interval(ge=1, le=100_000)]
+Chunk = Annotated[int, Interval(ge=0, le=100_000)]
 
 
 @dataclass
@@ -48,7 +48,10 @@ class ServeOptions(Checked):
     )
     target_chunk_tokens: Chunk = field(
         default=128,
-        metadata={"help": "tokens a target or sd request decodes per round (they share rounds with LR requests)"},
+        metadata={
+            "help": "tokens a target or sd request decodes per round (they share rounds with LR requests); 0: one "
+            "step per round, as LR's target rows"
+        },
     )
     drain_timeout: NonNegative = field(
         default=60.0, metadata={"help": "seconds SIGTERM waits for in-flight requests before exiting"}
