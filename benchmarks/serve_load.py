@@ -248,10 +248,13 @@ def main(args: argparse.Namespace) -> dict:
             except subprocess.TimeoutExpired:
                 proc.kill()
     reference = res["cells"].get(f"lrtune/target@{min(rates)}")
-    if reference is not None:
+    if reference is not None:  # bf16 greedy may flip a near-tie with the batch; a mixed answer shares no start
         ref = [r["text"] for r in reference["rows"]]
         for key, c in res["cells"].items():
             c["same_as_target"] = sum(r["text"] == t for r, t in zip(c["rows"], ref))
+            c["min_common_prefix_chars"] = min(
+                len(os.path.commonprefix([r["text"], t])) for r, t in zip(c["rows"], ref)
+            )
     res["sd_vs_anchor_tokens_per_s"] = {
         str(r): (
             res["cells"][f"lrtune/sd@{r}"]["tokens_per_s"] / res["cells"][f"vllm/sd@{r}"]["tokens_per_s"]
