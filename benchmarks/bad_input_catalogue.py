@@ -343,6 +343,17 @@ def cases(w: dict) -> list[tuple[str, str, list[str], dict]]:
         (co + ["--teacher", "consensus(exact)"], "--teacher consensus(exact)"),
     ):
         add("choices", name, argv)
+    srv = ["serve", *tiny]
+    for argv, name in (
+        ([*srv, "--port", "70000"], "serve --port 70000"),
+        ([*srv, "--max-concurrent", "0"], "serve --max-concurrent 0"),
+        ([*srv, "--max-queue", "-1"], "serve --max-queue -1"),
+        ([*srv, "--request-timeout", "0"], "serve --request-timeout 0"),
+        ([*srv, "--schedule", "async"], "serve --schedule async"),
+        ([*srv, "--host", "no-such-host.invalid"], "serve --host that does not resolve"),
+        ([*srv, "--profile", str(r / "no_such_profile.json")], "serve --profile that does not exist"),
+    ):
+        add("serve", name, argv)
     for name in ("float.yaml", "text.yaml", "list_temp.yaml", "null_dtype.yaml", "str_bool.yaml"):
         add("types", f"--config {name}", ["decode", "hi", "--config", str(r / name), *tiny])
     add("types", "--config list_prompt.yaml", ["decode", "--config", str(r / "list_prompt.yaml"), *tiny])

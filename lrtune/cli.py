@@ -231,17 +231,27 @@ def cmd_prepare(args) -> int:
     return 0
 
 
-def cmd_decode(args) -> int:
-    from lrtune.decoding import Decoder
-    from lrtune.modelconfig import ModelConfig
+def command_configs(args, options: type):
+    """A decoding command's three configs from its flags and ``--config`` file: its own
+    ``options``, the models (:class:`ModelConfig`) and the decoding (:class:`DecodeConfig`),
+    each checked; a file key none of them has is refused."""
     from lrtune.decoder import DecodeConfig
-    from lrtune.errors import ConfigError
+    from lrtune.modelconfig import ModelConfig
 
     file_values = load_config_file(args.config)
-    check_unknown_keys(file_values, ModelConfig, DecodeConfig, DecodeOptions)
-    opts = build(DecodeOptions, args, file_values)
-    models = build(ModelConfig, args, file_values).validate()
-    cfg = build(DecodeConfig, args, file_values).validate()
+    check_unknown_keys(file_values, ModelConfig, DecodeConfig, options)
+    return (
+        build(options, args, file_values),
+        build(ModelConfig, args, file_values).validate(),
+        build(DecodeConfig, args, file_values).validate(),
+    )
+
+
+def cmd_decode(args) -> int:
+    from lrtune.decoding import Decoder
+    from lrtune.errors import ConfigError
+
+    opts, models, cfg = command_configs(args, DecodeOptions)
     prompt, problem, task = opts.prompt, None, None
     if opts.task_problem is not None:
         from lrtune.tasks import get_task
@@ -271,15 +281,9 @@ def cmd_decode(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from lrtune.decoder import DecodeConfig
-    from lrtune.modelconfig import ModelConfig
     from lrtune.serve.main import ServeOptions, check_listen, main as serve_main
 
-    file_values = load_config_file(args.config)
-    check_unknown_keys(file_values, ModelConfig, DecodeConfig, ServeOptions)
-    opts = build(ServeOptions, args, file_values)
-    models = build(ModelConfig, args, file_values).validate()
-    cfg = build(DecodeConfig, args, file_values).validate()
+    opts, models, cfg = command_configs(args, ServeOptions)
     check_listen(opts, cfg)  # before any model loads
     return serve_main(opts, models, cfg)
 

@@ -8,27 +8,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from lrtune import Decoder  # noqa: E402
 from lrtune.errors import ConfigError  # noqa: E402
-from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions, tiny_decoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def dec():
-    pair = get_tiny_pair()
-    d = Decoder.from_pretrained(
-        target=str(pair.target),
-        draft=str(pair.draft),
-        method="lr+sd",
-        verifier="exact",
-        gamma1=2,
-        gamma2=2,
-        max_step_tokens=24,
-        dtype="float32",
-        max_model_len=1024,
-        kv_cache_gib=0.25,
-        progress=False,
-    )
+    d = tiny_decoder()
     yield d
     d.close()
 

@@ -299,6 +299,9 @@ def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
     assert proc.returncode == 2
 
 
+# Ray's cluster start-up (16 s): slow. Ray is an optional extra; its settings forwarding and the
+# refusal without it stay in the default run.
+@pytest.mark.slow
 def test_ray_runs_shards_as_tasks_and_matches_one_run(data_file, tmp_path, reference):
     """--ray on a local Ray instance: 2 shard tasks into one dir == the uninterrupted run."""
     pytest.importorskip("ray")

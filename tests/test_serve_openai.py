@@ -12,10 +12,9 @@ import pytest
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
 
-from lrtune import Decoder  # noqa: E402
 from lrtune.serve.main import ServeOptions, build_server  # noqa: E402
 from serve_helpers import WAIT, serving  # noqa: E402
-from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions, tiny_decoder  # noqa: E402
 
 METHODS = ("target", "sd", "lr", "lr+sd")
 MAX_NEW = 40
@@ -24,20 +23,7 @@ MAX_NEW = 40
 @pytest.fixture(scope="module")
 def served():
     """(client, model name, questions, reference texts per method) with the server running."""
-    pair = get_tiny_pair()
-    dec = Decoder.from_pretrained(
-        target=str(pair.target),
-        draft=str(pair.draft),
-        method="lr+sd",
-        verifier="exact",
-        gamma1=2,
-        gamma2=2,
-        max_step_tokens=24,
-        dtype="float32",
-        max_model_len=1024,
-        kv_cache_gib=0.25,
-        progress=False,
-    )
+    dec = tiny_decoder()
     qs = sample_questions(4)
     # the references first: the server's decode thread is the engines' only user afterwards
     ref = {m: [o.text for o in dec.generate(qs, method=m, max_new_tokens=MAX_NEW)] for m in METHODS}

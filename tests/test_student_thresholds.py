@@ -1,6 +1,8 @@
 """benchmarks.student_thresholds: the agreement-maximising threshold; benchmarks.student_crossfit:
 folds by template, every pair tested once."""
 
+import pytest
+
 from benchmarks.student_thresholds import best_accuracy_threshold
 from tests.test_train_verifier import pair_dir  # noqa: F401 - a fixture
 from lrtune.train.calibrate import agreement
@@ -39,6 +41,8 @@ def test_crossfit_folds_deal_every_template_to_one_fold_and_refuse_too_few():
         fold_of(["a", "b"], 3, 0)
 
 
+# six trainings of a benchmark script (25 s): slow; the fold rule above stays in the default run
+@pytest.mark.slow
 def test_crossfit_tests_every_pair_once_by_a_student_that_never_saw_its_template(tmp_path, pair_dir):  # noqa: F811
     from benchmarks.student_crossfit import main, make_parser
     from lrtune.train.data import load_pairs

@@ -368,16 +368,18 @@ except Exception as e:
 def test_freeing_one_vllm_engine_breaks_the_others_so_close_keeps_them():
     """Why ``VLLMBackend.close`` keeps its engines alive: on the pinned vLLM, garbage-collecting
     one in-process engine tears down process-global state every other engine needs. If a
-    vLLM upgrade fixes this, this test fails and close() should free its engines."""
+    vLLM upgrade fixes this, this test fails and close() should free its engines. On an AMX CPU
+    the next generate does not even raise: the process dies of SIGILL."""
     import subprocess
     import sys
     from pathlib import Path
 
     code = FREE_ONE_ENGINE.format(tests=str(Path(__file__).parent))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert "BROKEN" in out.stdout and "model parallel group is not initialized" in out.stdout, (
-        out.stdout[-2000:] + out.stderr[-2000:]
-    )
+    assert "FREED-OK" not in out.stdout, out.stdout[-2000:]
+    # an error naming the torn-down group, or (AMX CPUs) the process killed by a signal (SIGILL)
+    broken = "BROKEN" in out.stdout and "model parallel group is not initialized" in out.stdout
+    assert broken or out.returncode < 0, (out.returncode, out.stdout[-2000:] + out.stderr[-2000:])
 
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])

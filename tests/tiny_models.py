@@ -175,3 +175,23 @@ def check_score_rounds(target, draft, prompts, reference, method: str, gamma2: i
         )
         accepted += stats.committed_draft_steps
     assert accepted > 0
+
+
+def tiny_decoder(**overrides):
+    """A ``Decoder`` on the tiny pair with vLLM, the settings several test modules share
+    (lr+sd, exact verifier, γ1 2, γ2 2, 24-token steps, float32, 1024-token context)."""
+    from lrtune import Decoder
+
+    pair = get_tiny_pair()
+    settings = dict(
+        method="lr+sd",
+        verifier="exact",
+        gamma1=2,
+        gamma2=2,
+        max_step_tokens=24,
+        dtype="float32",
+        max_model_len=1024,
+        kv_cache_gib=0.25,
+        progress=False,
+    )
+    return Decoder.from_pretrained(target=str(pair.target), draft=str(pair.draft), **{**settings, **overrides})

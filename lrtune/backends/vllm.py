@@ -400,7 +400,8 @@ class VLLMBackend(TokenizerMixin):
 
         They cannot be freed: vLLM 0.32 tears down process-global state (its model-parallel
         groups) when an in-process engine is garbage collected, and every other engine of
-        the process then fails ("pipeline model parallel group is not initialized";
+        the process then fails ("pipeline model parallel group is not initialized"; on an AMX
+        CPU the process dies of SIGILL;
         ``tests/test_vllm_backend.py`` shows it). So engines stay referenced
         (``_KEEP_ALIVE``) until the process exits; run work that needs its memory back in
         another process.
