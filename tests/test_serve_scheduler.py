@@ -219,3 +219,15 @@ def test_a_target_or_sd_slot_gets_what_it_gets_alone_in_steps_chunks_or_one_run(
             assert rounds == len(result.steps) and all(src == "target" for src, _ in result.steps)
         if horizon is None:
             assert rounds == 1
+
+
+def test_a_queue_of_zero_admits_while_slots_are_free_and_refuses_when_they_are_not(sched):
+    dec, gated = gated_decoder()
+    s = sched(dec, max_concurrent=2, max_queue=0)
+    _, a = submit(s, PROMPTS[0], method="target")
+    assert gated.entered.wait(WAIT)  # a holds one slot; one is free
+    _, b = submit(s, PROMPTS[1], method="target")  # takes the free slot at the next round
+    with pytest.raises(QueueFull):
+        submit(s, PROMPTS[2], method="target")
+    gated.gate.set()
+    assert a.ended.wait(WAIT) and b.ended.wait(WAIT) and isinstance(b.last, Done)

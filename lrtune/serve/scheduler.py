@@ -156,13 +156,14 @@ class RoundScheduler:
         return self._thread.is_alive()
 
     def submit(self, job: Job) -> Job:
-        """Queue ``job``; :class:`QueueFull` when ``max_queue`` wait already, :class:`Stopping`
-        while draining."""
+        """Queue ``job``; :class:`QueueFull` when every slot is taken and ``max_queue`` requests
+        wait already (``max_queue`` 0: no waiting), :class:`Stopping` while draining."""
         with self._cv:
             if self._stopping:
                 raise Stopping("the server is shutting down")
-            if len(self._pending) >= self.max_queue:
-                raise QueueFull(f"the queue holds {self.max_queue} requests; retry later")
+            free = max(0, self.max_concurrent - len(self._active))  # joins at the next round without waiting
+            if len(self._pending) >= self.max_queue + free:
+                raise QueueFull(f"every slot is busy and {self.max_queue} request(s) wait already; retry later")
             job.id = next(self._ids)
             self._pending.append(job)
             self._cv.notify()
