@@ -45,6 +45,8 @@ from lrtune import outdir
 from lrtune.runfiles import backup_path, log, read_json
 from lrtune.pricing import Pricing
 
+from lrtune.policies import learned
+
 
 TRAIN_CONFIG = "train_config.json"
 
@@ -195,7 +197,6 @@ def check_controller_out(out: Path, key: dict) -> None:
     holds another artifact (a verifier checkpoint or training run, a collect dataset) or a
     controller fitted with other settings; a controller fitted with these settings on other
     data is refitted in place (:func:`_keep_backup`). Reads only."""
-    from lrtune.policies import learned  # sklearn: imported when a controller is fitted, not by the CLI
     from lrtune.dataset import CONFIG
 
     outdir.check_out(out, "train controller")
@@ -219,8 +220,6 @@ def check_controller_out(out: Path, key: dict) -> None:
 def _keep_backup(out: Path) -> None:
     """Copy a controller that this run refits (same settings, new data) to a new sibling
     ``<out>.backup-<time>`` before it is overwritten."""
-    from lrtune.policies import learned  # sklearn: imported when a controller is fitted, not by the CLI
-
     if not (out / learned.META).is_file():
         return
     src = out.resolve()
@@ -233,8 +232,6 @@ def training_pricing(prof: dict, bounds: Bounds) -> Pricing:
     """The plan a controller is trained and judged with: the profile's c1, c2 and b(n) (priced by
     the longest of n steps), on the engine it will run on, which drafts ``gamma2_max`` tokens per
     pass (the shared engine drafts the controller's largest γ2 and cuts per request; 0 without SD)."""
-    from lrtune.policies import learned  # sklearn: imported when a controller is fitted, not by the CLI
-
     return Pricing(
         c1=prof["c1"], c2=prof["c2"], batch_cost=learned.priced_batch_cost(prof), engine_drafts=bounds.gamma2_max
     )
@@ -249,8 +246,6 @@ def cross_validate(
     X: np.ndarray, Y: np.ndarray, ridge: float, cfg: TrainControllerConfig, bounds: Bounds, prof: dict
 ) -> dict:
     """Held-out α errors and speedup-model decision quality (see module docstring)."""
-    from lrtune.policies import learned  # sklearn: imported when a controller is fitted, not by the CLI
-
     arms = bounds.arms()
     pricing = training_pricing(prof, bounds)
 
@@ -286,7 +281,6 @@ def cross_validate(
 def run(cfg: TrainControllerConfig) -> dict:
     """Fit, cross-validate and export; a controller already in ``--out`` with this config is
     returned as is (its metrics)."""
-    from lrtune.policies import learned  # sklearn: imported when a controller is fitted, not by the CLI
     import dataclasses
 
     from lrtune.runfiles import write_atomic
