@@ -152,7 +152,7 @@ class Decoder:
                 controller,
                 own_verifier=not isinstance(verifier, str),
             )
-            method = {"target": "target", "sd": "sd", "adaptive": "lr+sd"}[auto.method]
+            method = auto.decode_method
             controller = (controller or "bandit") if auto.method == "adaptive" else None
         elif profile is not None:
             raise ConfigError("profile: used by method='auto' only")

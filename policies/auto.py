@@ -49,6 +49,11 @@ class AutoChoice:
     alpha2: float | None = None
     promise: str | None = None  # the verifier's accuracy bound, None when it states none
 
+    @property
+    def decode_method(self) -> str:
+        """The decoding method that runs the choice: adaptive is lr+sd under a controller."""
+        return "lr+sd" if self.method == "adaptive" else self.method
+
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 

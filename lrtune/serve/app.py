@@ -42,10 +42,14 @@ class AppSettings:
     retry_after: int = 1  # seconds, the 429's Retry-After
 
 
+def error_body(message: str, kind: str, param: str | None = None) -> dict:
+    """OpenAI's error object: one line of ``message``, its ``type``, the field it names."""
+    return {"error": {"message": one_line(message), "type": kind, "param": param, "code": None}}
+
+
 def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
     kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    body = {"error": {"message": one_line(message), "type": kind, "param": param, "code": None}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_body(message, kind, param), status_code=status, headers=headers)
 
 
 def _sse(obj) -> bytes:
@@ -74,7 +78,10 @@ class Responses:
         self.req = req
         self.id = ("chatcmpl-" if req.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
-        self.sent_any = False  # a stream sent text already
+
+    def _head(self, kind: str) -> dict:
+        """The fields every object of this response carries; ``kind`` is its ``object``."""
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.req.model}
 
     def whole(self, text: str, done: Done) -> dict:
         if self.req.kind == "chat":
@@ -82,10 +89,7 @@ class Responses:
             from openai.types.chat.chat_completion import Choice
 
             obj = ChatCompletion(
-                id=self.id,
-                object="chat.completion",
-                created=self.created,
-                model=self.req.model,
+                **self._head("chat.completion"),
                 choices=[
                     Choice(
                         index=0,
@@ -99,10 +103,7 @@ class Responses:
             from openai.types import Completion, CompletionChoice
 
             obj = Completion(
-                id=self.id,
-                object="text_completion",
-                created=self.created,
-                model=self.req.model,
+                **self._head("text_completion"),
                 choices=[CompletionChoice(index=0, text=text, finish_reason=done.finish_reason)],
                 usage=_usage(done),
             )
@@ -123,20 +124,14 @@ class Responses:
                 else ChoiceDelta()
             )
             obj = ChatCompletionChunk(
-                id=self.id,
-                object="chat.completion.chunk",
-                created=self.created,
-                model=self.req.model,
+                **self._head("chat.completion.chunk"),
                 choices=[Choice(index=0, delta=delta, finish_reason=reason)],
             )
         else:
             from openai.types import Completion, CompletionChoice
 
             obj = Completion(
-                id=self.id,
-                object="text_completion",
-                created=self.created,
-                model=self.req.model,
+                **self._head("text_completion"),
                 # a stream chunk before the last has no finish reason, which the type's Literal
                 # does not admit (OpenAI's own stream sends null there): built without validation
                 choices=[
@@ -154,9 +149,8 @@ class Responses:
 
     def usage_chunk(self, done: Done) -> dict:
         """The last chunk with ``stream_options.include_usage``: no choices, the usage."""
-        head = {"id": self.id, "created": self.created, "model": self.req.model}
-        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
-        return {**head, "object": obj, "choices": [], "usage": _dump(_usage(done))}
+        kind = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
+        return {**self._head(kind), "choices": [], "usage": _dump(_usage(done))}
 
 
 def _public_stats(stats: dict) -> dict:
@@ -226,7 +220,7 @@ def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMet
             return error_response(503, str(e))
 
         async def next_event():
-            """The job's next event; None when the client left or the deadline passed."""
+            """The job's next event; "gone" when the client left, "timeout" past the deadline."""
             while True:
                 wait = DISCONNECT_POLL_S if deadline is None else min(DISCONNECT_POLL_S, deadline - time.monotonic())
                 if wait <= 0:
@@ -237,18 +231,24 @@ def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMet
                     if await request.is_disconnected():
                         return "gone"
 
+        def ending(ev) -> tuple[int, str, str | None]:
+            """Status, message and field of a request that ends without its answer: an
+            :class:`Error` event, the deadline ("timeout") or the client gone ("gone")."""
+            if isinstance(ev, Error):
+                return ev.status, ev.message, ev.param
+            if ev == "timeout":
+                return 504, f"request timed out after {settings.request_timeout:g} s", None
+            return 499, "client went away", None
+
+        def refused(ev) -> Response:
+            scheduler.cancel(job)
+            status, message, param = ending(ev)
+            answered(endpoint, method, status)
+            return error_response(status, message, param)
+
         first = await next_event()
         if not isinstance(first, Admitted):
-            scheduler.cancel(job)
-            if isinstance(first, Error):
-                answered(endpoint, method, first.status)
-                return error_response(first.status, first.message, first.param)
-            status = 504 if first == "timeout" else 499
-            answered(endpoint, method, status)
-            return error_response(
-                status,
-                f"request timed out after {settings.request_timeout:g} s" if status == 504 else "client went away",
-            )
+            return refused(first)
         out = Responses(req)
         if not req.stream:
             parts: list[str] = []
@@ -259,33 +259,26 @@ def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMet
                         metrics.first_step.observe(time.monotonic() - arrived)
                     parts.append(ev.text)
                     continue
+                if not isinstance(ev, Done):
+                    return refused(ev)
                 scheduler.cancel(job)
-                if isinstance(ev, Done):
-                    metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
-                    metrics.latency.observe(time.monotonic() - arrived)
-                    answered(endpoint, method, 200)
-                    return JSONResponse(out.whole("".join(parts), ev))
-                if isinstance(ev, Error):
-                    answered(endpoint, method, ev.status)
-                    return error_response(ev.status, ev.message, ev.param)
-                status = 504 if ev == "timeout" else 499
-                answered(endpoint, method, status)
-                return error_response(
-                    status,
-                    f"request timed out after {settings.request_timeout:g} s" if status == 504 else "client went away",
-                )
+                metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
+                metrics.latency.observe(time.monotonic() - arrived)
+                answered(endpoint, method, 200)
+                return JSONResponse(out.whole("".join(parts), ev))
 
         async def stream():
             status = None  # how it ended; None in `finally`: the client went away mid-stream
+            sent_any = False
             try:
                 if req.kind == "chat":
                     yield _sse(out.chunk(first=True))
                 while status is None:
                     ev = await next_event()
                     if isinstance(ev, Delta):
-                        if not out.sent_any:
+                        if not sent_any:
                             metrics.first_step.observe(time.monotonic() - arrived)
-                            out.sent_any = True
+                            sent_any = True
                         yield _sse(out.chunk(ev.text))
                     elif isinstance(ev, Done):
                         metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
@@ -295,15 +288,10 @@ def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMet
                         yield _sse("[DONE]")
                         metrics.latency.observe(time.monotonic() - arrived)
                         status = 200
-                    elif isinstance(ev, Error):
-                        status = ev.status
-                        yield _sse({"error": {"message": ev.message, "type": "server_error", "param": ev.param}})
-                    elif ev == "timeout":
-                        status = 504
-                        msg = f"request timed out after {settings.request_timeout:g} s"
-                        yield _sse({"error": {"message": msg, "type": "timeout", "param": None}})
                     else:
-                        status = 499
+                        status, message, param = ending(ev)
+                        if status != 499:  # nobody is left to read it
+                            yield _sse(error_body(message, "timeout" if status == 504 else "server_error", param))
             finally:
                 scheduler.cancel(job)  # a client that left mid-stream frees its slot at the next round
                 answered(endpoint, method, 499 if status is None else status)

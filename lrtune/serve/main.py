@@ -116,11 +116,11 @@ def served_gamma2_max(decoder, cfg) -> int:
     return cfg.gamma2
 
 
-def resolve_auto(dec, cfg, profile: str | None):
+def resolve_auto(dec, cfg, profile: str | None, gamma2_max: int):
     """What method ``auto`` runs on this server (:mod:`lrtune.policies.auto`, through
-    :func:`lrtune.decoding.auto_choice_for`): the choice, the method name and, for adaptive
-    rounds, the priced controller each such request gets a copy of (the server's own
-    ``--controller`` if it has one, else ``bandit``)."""
+    :func:`lrtune.decoding.auto_choice_for`): the choice and, for adaptive rounds, the
+    controller each such request gets a copy of (the server's own ``--controller`` if it has
+    one, else ``bandit``), priced for the engine that drafts ``gamma2_max`` tokens."""
     from dataclasses import replace
 
     from lrtune import pricing
@@ -131,14 +131,13 @@ def resolve_auto(dec, cfg, profile: str | None):
     choice = auto_choice_for(
         models, cfg.gamma1, cfg.gamma2, cfg.max_step_tokens, cfg.seed, profile, models.control.controller, False
     )
-    method = {"target": "target", "sd": "sd", "adaptive": "lr+sd"}[choice.method]
     controller = None
     if choice.method == "adaptive":
         controller = dec.decoder.controller or pricing.priced(
             build_controller(models.control.controller or "bandit", replace(cfg, method="lr+sd")),
-            pricing.plan(profile=profile, engine_drafts=served_gamma2_max(dec.decoder, cfg), verifier=dec.verifier),
+            pricing.plan(profile=profile, engine_drafts=gamma2_max, verifier=dec.verifier),
         )
-    return choice, method, controller
+    return choice, controller
 
 
 def build_server(dec, cfg, opts: ServeOptions, *, log=None):
@@ -150,13 +149,10 @@ def build_server(dec, cfg, opts: ServeOptions, *, log=None):
     from lrtune.serve.scheduler import RoundScheduler
 
     name = opts.served_model_name or Path(str(getattr(dec.target, "model", "lrtune"))).name
-    metrics_box: list = []
-
-    def on_round(jobs, seconds):
-        if metrics_box:
-            metrics_box[0].observe_round(len(jobs), seconds)
-
-    auto, auto_method, auto_controller = resolve_auto(dec, cfg, opts.profile)
+    gamma2_max = served_gamma2_max(dec.decoder, cfg)
+    auto, auto_controller = resolve_auto(dec, cfg, opts.profile, gamma2_max)
+    # the gauges read the scheduler when scraped; the scheduler reports rounds to the metrics
+    metrics = ServeMetrics(lambda: scheduler.queued, lambda: scheduler.running)
     scheduler = RoundScheduler(
         dec.decoder,
         auto_controller=auto_controller,
@@ -165,16 +161,14 @@ def build_server(dec, cfg, opts: ServeOptions, *, log=None):
         max_len=dec.models.engine.max_model_len,
         horizon=opts.target_chunk_tokens,
         log=log or (lambda line: print(line, file=sys.stderr, flush=True)),
-        on_round=on_round,
+        on_round=lambda jobs, seconds: metrics.observe_round(len(jobs), seconds),
     )
-    metrics = ServeMetrics(lambda: scheduler.queued, lambda: scheduler.running)
-    metrics_box.append(metrics)
     limits = ServerLimits(
         defaults=cfg,
         models=(name,),
         has_draft=dec.draft is not None,
-        gamma2_max=served_gamma2_max(dec.decoder, cfg),
-        auto_method=auto_method,
+        gamma2_max=gamma2_max,
+        auto_method=auto.decode_method,
     )
     app = make_app(scheduler, AppSettings(limits=limits, request_timeout=opts.request_timeout), metrics)
     app.state.model = name
