@@ -159,6 +159,11 @@ class DecodeConfig(Checked, ScheduleFlags):
     def uses_sd(self) -> bool:
         return self.method in ("sd", "lr+sd")
 
+    def tokens_needed(self, prompt_tokens: int) -> int:
+        """Context a prompt of ``prompt_tokens`` needs: the prompt, the budget, and for LR one
+        step more (a round's rows may run a step past the budget)."""
+        return prompt_tokens + self.max_new_tokens + (self.max_step_tokens if self.uses_lr else 0)
+
     # what the recording means, for the decoder
     @property
     def logprobs(self) -> bool:

@@ -197,10 +197,9 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         results: list[PromptResult | None] = [None] * len(prompts)
         runnable = []
         for i, ids in enumerate(prompts):
-            need = len(ids) + cfg.max_new_tokens + (cfg.max_step_tokens if cfg.uses_lr else 0)
             if not ids:
                 results[i] = Failed(ConfigError(f"prompt {i} is empty"))
-            elif max_len is not None and need > max_len:
+            elif max_len is not None and cfg.tokens_needed(len(ids)) > max_len:
                 results[i] = Failed(
                     ConfigError(
                         f"prompt {i} ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "

@@ -36,6 +36,19 @@ class DecodeOutput:
         return self.error is None
 
 
+def checked_token_ids(prompt: Sequence[int], vocab: int | None) -> list[int]:
+    """A token-id prompt as a list; ConfigError unless it is a non-empty list of integer ids
+    in [0, ``vocab``) (None: no upper bound known)."""
+    ids = list(prompt)
+    if (
+        not ids
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+        or (vocab is not None and max(ids) >= vocab)
+    ):
+        raise ConfigError("a token-id prompt must be a non-empty list of ids the target's vocabulary holds")
+    return ids
+
+
 class Outputs(list):
     """What :meth:`Decoder.generate` returns: one :class:`DecodeOutput` per prompt, in order,
     and ``batch``, the set's throughput record (:class:`~lrtune.stats.BatchStats`)."""
@@ -338,15 +351,7 @@ class Decoder:
         """Token ids of ``prompt``: a text (the chat template applied unless ``chat=False``)
         or already token ids (passed through, checked against the vocabulary)."""
         if not isinstance(prompt, str):
-            ids = list(prompt)
-            vocab = getattr(self.decoder.target, "vocab_size", None)
-            if (
-                not ids
-                or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
-                or (vocab is not None and max(ids) >= vocab)
-            ):
-                raise ConfigError("a token-id prompt must be a non-empty list of ids the target's vocabulary holds")
-            return ids
+            return checked_token_ids(prompt, getattr(self.decoder.target, "vocab_size", None))
         if not prompt or not prompt.strip():
             raise ConfigError("empty prompt")
         return self.decoder.target.encode_prompt(prompt, chat=chat)

@@ -231,3 +231,16 @@ def test_a_queue_of_zero_admits_while_slots_are_free_and_refuses_when_they_are_n
         submit(s, PROMPTS[2], method="target")
     gated.gate.set()
     assert a.ended.wait(WAIT) and b.ended.wait(WAIT) and isinstance(b.last, Done)
+
+
+def test_a_token_id_prompt_out_of_the_vocabulary_fails_alone_before_it_reaches_a_round(sched):
+    dec = decoder()
+    dec.target.vocab_size = 40  # the fake's vocabulary
+    s = sched(dec, max_concurrent=2)
+    _, negative = submit(s, [5, -1, 7], method="target")
+    _, too_big = submit(s, [5, 40, 7], method="target")
+    _, fine = submit(s, PROMPTS[1], method="target")
+    assert negative.ended.wait(WAIT) and too_big.ended.wait(WAIT) and fine.ended.wait(WAIT)
+    for sink in (negative, too_big):
+        assert isinstance(sink.last, Error) and sink.last.status == 400 and sink.last.param == "prompt"
+    assert isinstance(fine.last, Done) and fine.text == alone(PROMPTS[1], method="target")

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lrtune.control import ProblemInfo
-from lrtune.errors import LrtuneError, one_line
+from lrtune.decoding import checked_token_ids
+from lrtune.errors import ConfigError, LrtuneError, one_line
 from lrtune.roundstate import PromptState
 from lrtune.serve.protocol import RequestError, ServeRequest
 from lrtune.stats import BatchStats
@@ -237,13 +238,12 @@ class RoundScheduler:
             elif isinstance(req.prompt, str):
                 ids = dec.target.encode_prompt(req.prompt, chat=False)
             else:
-                ids = list(req.prompt)
-                vocab = getattr(dec.target, "vocab_size", None)
-                if vocab is not None and max(ids) >= vocab:
-                    raise RequestError("prompt", f"token ids must be below the vocabulary size {vocab}")
+                try:
+                    ids = checked_token_ids(req.prompt, getattr(dec.target, "vocab_size", None))
+                except ConfigError as e:
+                    raise RequestError("prompt", str(e)) from None
             cfg = req.cfg
-            need = len(ids) + cfg.max_new_tokens + (cfg.max_step_tokens if cfg.uses_lr else 0)
-            if self.max_len is not None and need > self.max_len:
+            if self.max_len is not None and cfg.tokens_needed(len(ids)) > self.max_len:
                 raise RequestError(
                     "max_tokens",
                     f"the prompt ({len(ids)} tokens) + max_tokens ({cfg.max_new_tokens})"
