@@ -11,6 +11,7 @@ import pytest
 
 from fake_backend import FakeBackend, chain
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.errors import ConfigError
 from lrtune.serve.protocol import ServeRequest
 from lrtune.serve.scheduler import Admitted, Delta, Done, Error, Job, QueueFull, RoundScheduler, Stopping
 from lrtune.verifiers import make_verifier
@@ -244,3 +245,21 @@ def test_a_token_id_prompt_out_of_the_vocabulary_fails_alone_before_it_reaches_a
     for sink in (negative, too_big):
         assert isinstance(sink.last, Error) and sink.last.status == 400 and sink.last.param == "prompt"
     assert isinstance(fine.last, Done) and fine.text == alone(PROMPTS[1], method="target")
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        ({"max_concurrent": 0}, "max_concurrent"),
+        ({"max_queue": -1}, "max_queue"),
+        ({"horizon": 1.5}, "horizon"),
+        ({"max_len": True}, "max_len"),
+    ],
+)
+def test_the_scheduler_refuses_a_bad_argument_naming_it_before_its_thread_starts(kw, name):
+    import threading as th
+
+    before = th.active_count()
+    with pytest.raises(ConfigError, match=f"^{name}"):
+        RoundScheduler(decoder(), **kw)
+    assert th.active_count() == before

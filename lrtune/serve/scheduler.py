@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from lrtune.control import ProblemInfo
 from lrtune.decoding import checked_token_ids
-from lrtune.errors import ConfigError, LrtuneError, one_line
+from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError, one_line
 from lrtune.roundstate import PromptState
 from lrtune.serve.protocol import RequestError, ServeRequest
 from lrtune.stats import BatchStats
@@ -122,6 +122,14 @@ class RoundScheduler:
         on_round: Callable[[list[Job], float], None] | None = None,
         auto_controller=None,
     ) -> None:
+        for name, value, least in (
+            ("max_concurrent", max_concurrent, 1),
+            ("max_queue", max_queue, 0),
+            ("horizon", horizon, 0),
+        ):
+            _check_count(name, value, least)
+        if max_len is not None:
+            _check_count("max_len", max_len, 1)
         self.decoder = decoder
         self.auto_controller = auto_controller  # copied into each "auto" request's slot (adaptive)
         self.max_concurrent = max_concurrent
@@ -299,6 +307,13 @@ class RoundScheduler:
         tokens = job.stopped_at if job.stopped_at is not None else len(result.token_ids)
         reason = "stop" if job.stopped_at is not None or result.finish == "eos" else "length"
         job.emit(Done(reason, len(job.slot.prompt), tokens, stats.to_dict()))
+
+
+def _check_count(name: str, value, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigTypeError(f"{name}: an integer >= {least}, got {value!r}")
+    if value < least:
+        raise ConfigError(f"{name} must be >= {least}, got {value}")
 
 
 def _problem_text(req: ServeRequest, dec, ids: list[int]) -> str:
