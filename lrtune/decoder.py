@@ -262,7 +262,8 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         return results, batch
 
     # ---- baselines: target alone / target + token-level SD --------------------------
-    def _plain_params(self, cfg: DecodeConfig) -> GenParams:
+    def plain_params(self, cfg: DecodeConfig) -> GenParams:
+        """The engine params of a ``target``/``sd`` answer in one run (no step stops)."""
         return GenParams(
             max_tokens=cfg.max_new_tokens,
             stop_at_delimiter=False,
@@ -290,7 +291,7 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         for group in groups:
             t0 = time.perf_counter()
             call = self.target.generate(
-                [list(prompts[i]) for i in group], [self._plain_params(cfg)] * len(group), max_concurrent=max_concurrent
+                [list(prompts[i]) for i in group], [self.plain_params(cfg)] * len(group), max_concurrent=max_concurrent
             )
             batch.observe_call("target", len(group))
             shares = _time_shares(call, [[k] for k in range(len(group))])

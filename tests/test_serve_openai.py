@@ -18,6 +18,7 @@ from tiny_models import get_tiny_pair, sample_questions, tiny_decoder  # noqa: E
 
 METHODS = ("target", "sd", "lr", "lr+sd")
 MAX_NEW = 40
+ENGINE: dict = {}  # the served decoder's target backend and γ2 (the accounting test reads its engine)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,7 @@ def served():
     ref["raw"] = [dec.generate([qs[2]], chat=False, max_new_tokens=12)[0].text]  # a completion: no chat template
     ref["raw_ids"] = dec.encode(qs[2], chat=False)
     scheduler, app = build_server(dec, dec.decoder.config, ServeOptions(max_concurrent=8, target_chunk_tokens=16))
+    ENGINE.update(target=dec.decoder.target, gamma2=dec.decoder.config.gamma2)
     try:
         with serving(app) as url:
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=WAIT * 5)
@@ -87,11 +89,32 @@ def test_completions_take_text_or_token_ids_and_honour_max_tokens_and_stop(serve
 
 
 def test_sixteen_concurrent_clients_with_different_methods_get_their_own_answers(served):
+    """... and every SD count of the target's engine lands on exactly one of their answers (a
+    target or sd request stays in the engine beside the LR rounds' rows; counts are split per
+    engine step), so the answers' counts (the metrics) sum to the engine's own totals."""
     client, model, qs, ref = served
+    target, gamma2 = ENGINE["target"], ENGINE["gamma2"]
+    before = (target.engine_sd_totals(gamma2), sd_metrics(client), target.unowned_sd(gamma2))
     asks = [(i % len(qs), METHODS[(i // len(qs)) % len(METHODS)]) for i in range(16)]
     with ThreadPoolExecutor(16) as pool:
         outs = list(pool.map(lambda a: chat(client, model, qs[a[0]], a[1]).choices[0].message.content, asks))
     assert outs == [ref[m][i] for i, m in asks]
+    engine = target.engine_sd_totals(gamma2).minus(before[0])
+    answers = {k: v - before[1][k] for k, v in sd_metrics(client).items()}
+    unowned = target.unowned_sd(gamma2).minus(before[2])
+    assert engine.drafted_tokens > 0
+    assert answers["drafted"] + unowned.drafted_tokens == engine.drafted_tokens
+    assert answers["accepted"] + unowned.accepted_tokens == engine.accepted_tokens
+
+
+def sd_metrics(client) -> dict[str, float]:
+    """The server's SD token counters (``/metrics``) summed over finished requests."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(str(client.base_url).rstrip("/").removesuffix("/v1") + "/metrics").text
+    found = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {k: found.get(f"lrtune_sd_{k}_tokens_total", 0.0) for k in ("drafted", "accepted")}
 
 
 def test_sigterm_under_load_drains_running_and_queued_requests_then_exits_0():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from lrtune.backends.base import (
     split_counters,
 )
 from lrtune.backends.tokenizer import TokenizerMixin
+from lrtune.backends.vllm_steps import EngineSteps, Resident
 from lrtune.backends.vllm_platform import (
     check_free_memory,
     claim_graph_engine,
@@ -118,6 +119,10 @@ class VLLMBackend(TokenizerMixin):
         self._engines: dict[int, object] = {}
         self._counters: dict[int, object] = {}  # engine key -> its SD stat logger
         self.probes: dict[int, list[dict]] = {}  # engine key -> its workers' answers to the path check
+        self._serving = False  # serve_resident() was called: engine calls step through EngineSteps
+        self._between: Callable[[], None] | None = None
+        self._steps: dict[int, EngineSteps] = {}  # engine key -> its requests while serving
+        self._resident_keys: dict[int, tuple[int, str]] = {}  # resident key -> (engine key, request id)
         self._load_tokenizer()
 
     concurrent_safe = False  # one vLLM engine step at a time per process (async LR takes a lock)
@@ -299,43 +304,17 @@ class VLLMBackend(TokenizerMixin):
     def _generate_on(
         self, engine_k: int, prefixes, rows: list[GenParams], max_concurrent: int | None, on_done: OnDone | None = None
     ) -> GenBatch:
-        """Rows that one engine serves, in one engine run (``on_done``: indices of these rows)."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
+        """Rows that one engine serves, in one engine run (``on_done``: indices of these rows).
+        While the backend serves resident rows (:meth:`serve_resident`) the run steps the
+        engine through its :class:`EngineSteps`: resident rows advance with it and SD
+        counters are split per step."""
         llm = self.engine(engine_k)
-        shared = self.config.shared_spec_tokens
         sps, prompts, spec_rows = [], [], []
         for p, r in zip(prefixes, rows):
-            k = r.num_speculative_tokens
-            no_spec = self._runs_without_spec(k)
-            capped = 0 < k < shared  # γ2 below the shared engine's: cut per request
-            spec_rows.append(not no_spec and engine_k > 0)
-            sps.append(
-                SamplingParams(
-                    temperature=r.temperature,
-                    top_p=r.top_p,
-                    max_tokens=r.max_tokens,
-                    stop=[r.delimiter] if r.stop_at_delimiter else None,
-                    seed=None if r.seeds is None else r.seeds[0],
-                    logprobs=r.top_logprobs if r.top_logprobs else (0 if r.logprobs else None),
-                    # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
-                    # stop could match across a skipped special token).
-                    skip_special_tokens=False,
-                    extra_args={NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(k)} if capped else None,
-                    # scored rows keep reading the prefix cache: their scores come from the prefill
-                    # the row runs anyway (reused positions score None; vllm_patches zero-fills them)
-                    prompt_logprobs=None if r.score_from is None else 0,
-                    skip_reading_prefix_cache=None if r.score_from is None else False,
-                )
-            )
-            # Drafter-off requests leave the drafter's KV cache unfilled: keep their
-            # prefix-cache blocks apart from speculative requests' blocks.
-            prompts.append(
-                TokensPrompt(prompt_token_ids=list(p), cache_salt=NO_SPEC_KEY)
-                if no_spec
-                else TokensPrompt(prompt_token_ids=list(p))
-            )
+            sp, prompt, spec = self._request(engine_k, p, r)
+            sps.append(sp)
+            prompts.append(prompt)
+            spec_rows.append(spec)
         counter = self._counters.get(engine_k)
         before = counter.totals.copy() if counter is not None else None
         t0 = time.perf_counter()
@@ -347,10 +326,13 @@ class VLLMBackend(TokenizerMixin):
                 made[i] = self._generation(res, rows[i])
                 return on_done(i, made[i])
 
-        if finished is None and (max_concurrent is None or max_concurrent >= len(prompts)):
+        steps = self._steps_of(engine_k)
+        if steps is None and finished is None and (max_concurrent is None or max_concurrent >= len(prompts)):
             results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
         else:
-            results, row_seconds = _run_continuous(llm, prompts, sps, max_concurrent or len(prompts), finished)
+            results, row_seconds, stepped_sd = _run_continuous(
+                llm, prompts, sps, max_concurrent or len(prompts), finished, steps, spec_rows
+            )
             row_seconds = row_seconds if max_concurrent is not None else None
         seconds = time.perf_counter() - t0
         outputs = [
@@ -361,12 +343,48 @@ class VLLMBackend(TokenizerMixin):
         # of the previous call's last step, which the engine reports one step late).
         sd = counter.totals.minus(before) if (counter is not None and any(spec_rows)) else None
         row_sd = None
-        if sd is not None:  # the engine counts per step, not per request: split by tokens
+        if steps is not None and sd is not None:  # split per step (resident rows took their shares)
+            row_sd = [part if spec else None for part, spec in zip(stepped_sd, spec_rows)]
+            sd = add_counters(row_sd)
+        elif sd is not None:  # the engine counts per step, not per request: split by tokens
             weights = [len(o.token_ids) if spec else 0 for o, spec in zip(outputs, spec_rows)]
             if not any(weights):  # nothing generated: split over the speculative rows alone
                 weights = [int(spec) for spec in spec_rows]
             row_sd = [part if spec else None for part, spec in zip(split_counters(sd, weights), spec_rows)]
         return GenBatch(outputs=outputs, seconds=seconds, sd=sd, row_sd=row_sd, row_seconds=row_seconds)
+
+    def _request(self, engine_k: int, prefix, r: GenParams):
+        """One row as vLLM's ``(SamplingParams, TokensPrompt, it speculates)`` on engine ``engine_k``."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        k = r.num_speculative_tokens
+        no_spec = self._runs_without_spec(k)
+        capped = 0 < k < self.config.shared_spec_tokens  # γ2 below the shared engine's: cut per request
+        sp = SamplingParams(
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_tokens=r.max_tokens,
+            stop=[r.delimiter] if r.stop_at_delimiter else None,
+            seed=None if r.seeds is None else r.seeds[0],
+            logprobs=r.top_logprobs if r.top_logprobs else (0 if r.logprobs else None),
+            # Raw text for the stop check, as lrtune.steps sees it (with skipping, a
+            # stop could match across a skipped special token).
+            skip_special_tokens=False,
+            extra_args={NO_SPEC_KEY: True} if no_spec else {GAMMA2_KEY: int(k)} if capped else None,
+            # scored rows keep reading the prefix cache: their scores come from the prefill
+            # the row runs anyway (reused positions score None; vllm_patches zero-fills them)
+            prompt_logprobs=None if r.score_from is None else 0,
+            skip_reading_prefix_cache=None if r.score_from is None else False,
+        )
+        # Drafter-off requests leave the drafter's KV cache unfilled: keep their
+        # prefix-cache blocks apart from speculative requests' blocks.
+        prompt = (
+            TokensPrompt(prompt_token_ids=list(prefix), cache_salt=NO_SPEC_KEY)
+            if no_spec
+            else TokensPrompt(prompt_token_ids=list(prefix))
+        )
+        return sp, prompt, not no_spec and engine_k > 0
 
     def _generation(self, res, r: GenParams) -> Generation:
         """One request's completion as a step (cut by ``finish_step``), with logprobs and
@@ -389,6 +407,74 @@ class VLLMBackend(TokenizerMixin):
             token_ids=ids, text=self.decode(ids), finish=finish, logprobs=lps, top_logprobs=tops, prompt_scores=scores
         )
 
+    # ---- resident rows (lrtune serve) ----------------------------------------------
+    supports_resident = True
+
+    def serve_resident(self, between: Callable[[], None] | None = None) -> None:
+        """From now on every engine call steps its engine through an :class:`EngineSteps`, so
+        requests added by :meth:`add_resident` stay in the engine across calls and advance with
+        every step; ``between()`` runs after each step (a server admits requests there)."""
+        self._serving = True
+        self._between = between
+        for steps in self._steps.values():
+            steps.between = between
+
+    def _steps_of(self, engine_k: int) -> EngineSteps | None:
+        if not self._serving:
+            return None
+        if engine_k not in self._steps:
+            llm = self.engine(engine_k)
+            self._steps[engine_k] = EngineSteps(llm, self._counters.get(engine_k), self._between)
+        return self._steps[engine_k]
+
+    def add_resident(self, key: int, prefix: Sequence[int], params: GenParams, on_update) -> None:
+        """Start request ``key`` as a resident row (:mod:`lrtune.backends.vllm_steps`):
+        ``on_update(token_ids, generation, sd)`` sees its tokens after every step that advanced
+        it; when it ends, ``generation`` is its :class:`Generation` (as :meth:`generate` gives)
+        and ``sd`` its SD counters."""
+        if not self._serving:
+            raise ConfigError("add_resident: call serve_resident() first")
+        engine_k = self._engine_key(params.num_speculative_tokens)
+        steps = self._steps_of(engine_k)
+        sp, prompt, spec = self._request(engine_k, prefix, params)
+
+        def update(ids: list[int], out, sd) -> None:
+            if out is not None:
+                self._resident_keys.pop(key, None)
+            on_update(ids, None if out is None else self._generation(out, params), sd)
+
+        rid = f"lrtune-resident-{os.getpid()}-{key}"
+        self._resident_keys[key] = (engine_k, rid)
+        steps.add(rid, prompt, sp, spec=spec, resident=Resident(params, update))
+
+    def abort_resident(self, key: int) -> SDCounters | None:
+        """Abort resident row ``key`` (nothing when it ended already); its SD counters so far."""
+        where = self._resident_keys.pop(key, None)
+        if where is None:
+            return None
+        steps = self._steps[where[0]]
+        sd = steps.sd.get(where[1])
+        steps.abort([where[1]])
+        return sd
+
+    def unowned_sd(self, num_speculative_tokens: int) -> SDCounters | None:
+        """SD counts of the engine serving γ2 = ``num_speculative_tokens`` that arrived while it
+        held no speculative request, so no request got them (None: not serving resident rows)."""
+        if not self._serving:
+            return None
+        steps = self._steps.get(self._engine_key(num_speculative_tokens))
+        return SDCounters() if steps is None else steps.unowned.copy()
+
+    @property
+    def resident_rows(self) -> int:
+        return len(self._resident_keys)
+
+    def step_resident(self) -> None:
+        """One step of every engine that holds resident rows (their updates run in it)."""
+        for steps in list(self._steps.values()):
+            if not steps.idle:
+                steps.step()
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix of this backend's engines (benchmarks: each timed decode
         starts from the same cache, not from the blocks an earlier decode left)."""
@@ -408,14 +494,21 @@ class VLLMBackend(TokenizerMixin):
         """
         self._engines.clear()
         self._counters.clear()
+        self._steps.clear()
+        self._resident_keys.clear()
 
 
-def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int, finished=None) -> tuple[list, list[float]]:
+def _run_continuous(
+    llm, prompts: list, sps: list, max_concurrent: int, finished=None, steps: EngineSteps | None = None, spec=None
+) -> tuple[list, list[float], list]:
     """Run ``prompts`` with at most ``max_concurrent`` in the engine (``LLMEngine.add_request``
     + ``step``, as ``LLM.generate`` does with all at once): a finished request's slot takes
     the next prompt at once. ``finished(i, output)`` (optional) sees each request as it ends
     and returns requests to abort now (``abort_request``; their result stays ``None``).
-    Returns the outputs in prompt order and each request's seconds from admission to end."""
+    ``steps``: the engine's :class:`EngineSteps` while it serves resident rows (``spec``:
+    which prompts speculate); they step the engine and give each row its SD counters.
+    Returns the outputs in prompt order, each request's seconds from admission to end, and
+    (with ``steps``) each request's SD counters (else Nones)."""
     from vllm.sampling_params import RequestOutputKind
 
     engine = llm.llm_engine
@@ -425,37 +518,51 @@ def _run_continuous(llm, prompts: list, sps: list, max_concurrent: int, finished
     admitted: dict[int, float] = {}
     results: list = [None] * len(prompts)
     seconds = [0.0] * len(prompts)
+    row_sd: list = [None] * len(prompts)
 
     def top_up() -> None:
         while pending and len(in_flight) < max_concurrent:
             i = pending.pop(0)
-            sps[i].output_kind = RequestOutputKind.FINAL_ONLY
             in_flight[f"{tag}-{i}"] = i
-            engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
+            if steps is not None:
+                steps.add(f"{tag}-{i}", prompts[i], sps[i], spec=bool(spec[i]) if spec else False)
+            else:
+                sps[i].output_kind = RequestOutputKind.FINAL_ONLY
+                engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
             admitted[i] = time.perf_counter()
+
+    def abort(rids: list[str]) -> None:
+        if steps is not None:
+            for rid in rids:
+                row_sd[in_flight[rid]] = steps.sd.get(rid)
+            steps.abort(rids)
+        else:
+            engine.abort_request(rids)
 
     try:
         top_up()
         while in_flight:
-            for out in engine.step():
+            for out in steps.step() if steps is not None else engine.step():
                 i = in_flight.pop(out.request_id, None) if out.finished else None
                 if i is None:
                     continue
                 results[i] = out
                 seconds[i] = time.perf_counter() - admitted[i]
+                if steps is not None:
+                    row_sd[i] = steps.forget(out.request_id)
                 stop = {j for j in finished(i, out) if results[j] is None} if finished is not None else set()
                 live = [rid for rid, j in in_flight.items() if j in stop]
                 if live:
-                    engine.abort_request(live)
+                    abort(live)
                     for rid in live:
                         del in_flight[rid]
                 pending[:] = [j for j in pending if j not in stop]
             top_up()
     except BaseException:
         if in_flight:  # never leave requests behind in an engine other calls share
-            engine.abort_request(list(in_flight))
+            abort(list(in_flight))
         raise
-    return results, seconds
+    return results, seconds, row_sd
 
 
 def cpu_has_native_bf16() -> bool:

@@ -49,8 +49,9 @@ class ServeOptions(Checked):
     target_chunk_tokens: Chunk = field(
         default=128,
         metadata={
-            "help": "tokens a target or sd request decodes per round (they share rounds with LR requests); 0: one "
-            "step per round, as LR's target rows"
+            "help": "transformers backend: tokens a target or sd request decodes per round (they share rounds "
+            "with LR requests); 0: one step per round, as LR's target rows. On vLLM such a request stays in "
+            "the engine and joins between token steps"
         },
     )
     drain_timeout: NonNegative = field(

@@ -18,6 +18,7 @@ a round fails the requests of that round only, in one log line; the thread goes 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import threading
 import time
@@ -80,6 +81,7 @@ class Job:
     slot: PromptState | None = None
     sent: str = ""  # text already sent
     stopped_at: int | None = None  # completion tokens when a stop sequence ended it
+    resident: bool = False  # a target/sd request that stays in the engine between token steps
     submitted: float = field(default_factory=time.monotonic)
 
 
@@ -144,6 +146,10 @@ class RoundScheduler:
         self._cv = threading.Condition()
         self._ids = itertools.count(1)
         self._stopping = False
+        # target/sd requests stay in the target's engine and join between token steps where it can
+        self.resident = bool(getattr(decoder.target, "supports_resident", False))
+        if self.resident:
+            decoder.target.serve_resident(between=self._admit_between)
         self._thread = threading.Thread(target=self._run, name="lrtune-rounds", daemon=True)
         self._thread.start()
 
@@ -212,31 +218,61 @@ class RoundScheduler:
                     admitted.append(self._pending.popleft())
             for job in admitted:
                 self._admit(job)
-            self._active = [j for j in self._active if not j.cancelled]
+            self._drop_cancelled()
             if not self._active:
                 continue
-            jobs = list(self._active)
+            jobs = [j for j in self._active if not j.resident]
             t0 = time.perf_counter()
             try:
-                self.decoder.run_round(
-                    [j.slot for j in jobs], on_commit=lambda i, _src, _ids: self._committed(i), batch=self.batch
-                )
-            except Exception as e:  # an engine error fails this round's requests only
-                msg = one_line(f"{type(e).__name__}: {e}")
-                self.log(f"lrtune serve: a round failed ({len(jobs)} request(s) dropped): {msg}")
-                for j in jobs:
-                    j.emit(Error(500, f"decoding failed: {msg}"))
-                self._active = []
+                if jobs:  # resident rows advance with the round's target call when they share its engine
+                    self.decoder.run_round(
+                        [j.slot for j in jobs], on_commit=lambda i, _src, _ids: self._committed(i), batch=self.batch
+                    )
+                elif self.decoder.target.resident_rows:
+                    self.decoder.target.step_resident()
+                else:  # a resident job whose request the engine no longer holds: never spin on it
+                    raise RuntimeError("a request left the engine without its end")
+            except Exception as e:  # an engine error fails the requests in flight in it only
+                self._fail_all(e)
                 continue
-            if self.on_round is not None:
+            if jobs and self.on_round is not None:
                 self.on_round(jobs, time.perf_counter() - t0)
             for j in [j for j in jobs if j.slot.done]:
                 self._active.remove(j)
                 if not j.cancelled:
                     self._finish(j)
 
+    def _fail_all(self, e: Exception) -> None:
+        msg = one_line(f"{type(e).__name__}: {e}")
+        failed, self._active = self._active, []
+        self.log(f"lrtune serve: a round failed ({len(failed)} request(s) dropped): {msg}")
+        for j in failed:
+            if j.resident:
+                self.decoder.target.abort_resident(j.id)
+            j.emit(Error(500, f"decoding failed: {msg}"))
+
+    def _drop_cancelled(self) -> None:
+        for j in [j for j in self._active if j.cancelled]:
+            self._active.remove(j)
+            if j.resident:
+                self.decoder.target.abort_resident(j.id)
+
+    def _admit_between(self) -> None:
+        """Between two engine steps: admit waiting target/sd requests while slots are free, in
+        arrival order (an LR request at the head waits for the round's end, and so do those
+        behind it)."""
+        while True:
+            with self._cv:
+                if not self._pending or len(self._active) >= self.max_concurrent:
+                    return
+                if self._pending[0].request.cfg.uses_lr:
+                    return
+                job = self._pending.popleft()
+            self._admit(job)
+
     def _admit(self, job: Job) -> None:
-        """Encode the request and open its slot; a prompt that cannot run fails alone."""
+        """Encode the request and open its slot (a target/sd request on an engine that keeps
+        resident rows starts in the engine at once); a prompt that cannot run fails alone."""
         if job.cancelled:
             return
         req, dec = job.request, self.decoder
@@ -263,6 +299,10 @@ class RoundScheduler:
             if req.auto and self.auto_controller is not None and cfg.uses_lr:
                 controller = copy.copy(self.auto_controller)
             job.slot = dec.open_slot(job.id, ids, cfg, problem=problem, controller=controller, horizon=self.horizon)
+            if self.resident and not cfg.uses_lr:
+                update = functools.partial(self._resident_update, job)
+                dec.target.add_resident(job.id, ids, dec.plain_params(cfg), update)
+                job.resident = True
         except RequestError as e:
             job.emit(Error(e.status, str(e), e.param))
             return
@@ -274,6 +314,27 @@ class RoundScheduler:
             return
         self._active.append(job)
         job.emit(Admitted(prompt_tokens=len(ids)))
+
+    def _resident_update(self, job: Job, tokens: list[int], gen, sd) -> None:
+        """A resident row advanced (``gen``: its :class:`Generation` when it ended): stream
+        the new text; end it at its end, a stop sequence or a cancellation."""
+        if job.slot is None or job.slot.done or job not in self._active:
+            return
+        if job.cancelled:
+            self._active.remove(job)
+            self.decoder.target.abort_resident(job.id)
+            return
+        job.slot.gen = list(gen.token_ids) if gen is not None else list(tokens)
+        self._committed(job.id)
+        if not job.slot.done and gen is None:
+            return
+        if gen is None:  # a stop sequence ended it: the engine still runs it
+            sd = self.decoder.target.abort_resident(job.id)
+        job.slot.done = True
+        job.slot.steps = [("target", list(job.slot.gen))]
+        job.slot.stats.observe_target_call(time.perf_counter() - job.slot.started, sd)
+        self._active.remove(job)
+        self._finish(job)
 
     def _job(self, index: int) -> Job | None:
         return next((j for j in self._active if j.id == index), None)

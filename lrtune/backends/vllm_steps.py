@@ -1,0 +1,120 @@
+"""Resident rows: requests that stay in a vLLM engine across calls (``lrtune serve``).
+
+A server's target and sd requests need no rounds: they run in the target's engine from
+admission to their end, like any request of ``vllm serve``, and join or leave between two
+engine steps. :class:`EngineSteps` owns every request of one engine while a backend serves
+(:meth:`VLLMBackend.serve_resident`): it adds and aborts requests, runs one engine step at a
+time (from a :meth:`VLLMBackend.generate` call or :meth:`VLLMBackend.step_resident`), hands
+each resident row its tokens after every step, and splits the engine's SD counters per step.
+
+SD counters, per step: the engine counts drafts per step, not per request, so a step's
+counter delta is split over the speculative requests that advanced in it, in proportion to the
+tokens each advanced (:func:`lrtune.backends.base.split_counters`); a step where none advanced
+(vLLM reports a pass one step late) goes to those of the previous step still in the engine,
+else to every speculative request in it, else to :attr:`EngineSteps.unowned`. Every count lands
+exactly once, so the requests' counters plus ``unowned`` sum to the engine's totals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from lrtune.backends.base import GenParams, SDCounters, add_counters, split_counters
+
+
+@dataclass(eq=False)
+class Resident:
+    """One resident request: its params, and ``on_update(token_ids, output, sd)`` called after
+    every step that advanced it with its tokens so far (``output``: vLLM's final
+    ``RequestOutput`` when it ended, else None; ``sd``: then its SD counters, None if none)."""
+
+    params: GenParams
+    on_update: Callable[[list[int], object | None, SDCounters | None], None]
+    started: float = field(default_factory=time.perf_counter)
+
+
+class EngineSteps:
+    """Every request of one engine while a backend serves (module docstring). ``llm``: the
+    ``vllm.LLM``; ``counter``: its SD stat logger (None: it does not speculate);
+    ``between``: called after every step (the server admits requests there)."""
+
+    def __init__(self, llm, counter, between: Callable[[], None] | None = None) -> None:
+        self.engine = llm.llm_engine
+        self.counter = counter
+        self.between = between
+        self.tokens: dict[str, int] = {}  # request id -> tokens so far
+        self.spec: dict[str, bool] = {}  # request id -> it speculates
+        self.sd: dict[str, SDCounters] = {}  # request id -> counters attributed so far
+        self.residents: dict[str, Resident] = {}
+        self._last: list[str] = []  # the speculative requests that advanced in the last step
+        self.unowned = SDCounters()  # counts reported when no speculative request was in the engine
+
+    def add(self, rid: str, prompt, sp, *, spec: bool, resident: Resident | None = None) -> None:
+        """Add one request; every output it gives is cumulative (its tokens so far)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        sp.output_kind = RequestOutputKind.CUMULATIVE
+        self.tokens[rid], self.spec[rid] = 0, spec
+        if resident is not None:
+            self.residents[rid] = resident
+        self.engine.add_request(rid, prompt, sp)
+
+    def abort(self, rids: Sequence[str]) -> None:
+        """Abort requests still in the engine (resident or not); forget them."""
+        live = [r for r in rids if r in self.tokens]
+        if live:
+            self.engine.abort_request(live)
+        for r in live:
+            self.forget(r)
+
+    def forget(self, rid: str) -> SDCounters | None:
+        """Drop a request's bookkeeping; returns the SD counters it was given."""
+        self.tokens.pop(rid, None)
+        self.spec.pop(rid, None)
+        self.residents.pop(rid, None)
+        return self.sd.pop(rid, None)
+
+    def step(self) -> list:
+        """One engine step: the engine's outputs (cumulative), after each resident row has seen
+        its own and the step's SD counts are split (module docstring)."""
+        before = self.counter.totals.copy() if self.counter is not None else None
+        outs = self.engine.step()
+        advanced: dict[str, int] = {}
+        for out in outs:
+            if out.request_id in self.tokens:
+                n = len(out.outputs[0].token_ids) if out.outputs else 0
+                advanced[out.request_id] = max(0, n - self.tokens[out.request_id])
+                self.tokens[out.request_id] = n
+        if before is not None:
+            self._split(self.counter.totals.minus(before), advanced)
+        for out in outs:
+            res = self.residents.get(out.request_id)
+            if res is not None:
+                ids = list(out.outputs[0].token_ids) if out.outputs else []
+                if out.finished:
+                    res.on_update(ids, out, self.forget(out.request_id))
+                else:
+                    res.on_update(ids, None, None)
+        if self.between is not None:
+            self.between()
+        return outs
+
+    def _split(self, delta: SDCounters, advanced: dict[str, int]) -> None:
+        spec = [r for r, n in advanced.items() if n > 0 and self.spec.get(r)]
+        if spec:
+            self._last = spec
+        if not (delta.drafts or delta.drafted_tokens or delta.accepted_tokens):
+            return
+        owners = spec or [r for r in self._last if r in self.tokens] or [r for r, on in self.spec.items() if on]
+        if not owners:
+            self.unowned.add(delta)
+            return
+        weights = [advanced.get(r, 0) or 1 for r in owners]
+        for r, part in zip(owners, split_counters(delta, weights)):
+            self.sd[r] = add_counters([self.sd.get(r), part])
+
+    @property
+    def idle(self) -> bool:
+        return not self.residents
