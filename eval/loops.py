@@ -103,14 +103,15 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
 def resolve_auto(cfg: EvalConfig, specs, pricing: Pricing) -> list:
     """``specs`` with every ``auto`` row resolved (:mod:`policies.auto`) from ``--profile``'s
     measured SD, the run's plan and what its verifier promises; before any model loads. An
-    adaptive choice runs the run's ``--controller``, or ``bandit`` without one."""
+    adaptive choice runs the run's ``--controller``, or :data:`policies.auto.CONTROLLER` without one."""
     from lrtune.build import auto_choice
     from lrtune.eval.methods import AUTO, resolved_auto
+    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
 
     if not any(s.control == AUTO for s in specs):
         return specs
     choice = auto_choice(cfg.models, cfg.decode, pricing, cfg.options.profile)
-    own = None if cfg.models.control.controller else "bandit"
+    own = None if cfg.models.control.controller else AUTO_CONTROLLER
     return [resolved_auto(s, choice, own) if s.control == AUTO else s for s in specs]
 
 

@@ -274,14 +274,14 @@ def auto_choice(models: ModelConfig, decode: DecodeConfig, pricing, profile: str
     threshold other than its calibrated one is set), the bounds and round kinds of the run's controller
     (``bandit`` without one); ``own_verifier``: a verifier object handed in, which states no
     bound. Reads files only; no model loads."""
-    from lrtune.policies.auto import accuracy_promise, choose, measured_sd
+    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER, accuracy_promise, choose, measured_sd
 
     speed, alpha2 = measured_sd(profile)
     ver = models.verification
     promise = None
     if not own_verifier and (ver.threshold is None or ver.parsed.kind in ("exact", "never")):
         promise = accuracy_promise(ver.parsed)
-    ctl = build_controller(models.control.controller or "bandit", decode, pricing)
+    ctl = build_controller(models.control.controller or AUTO_CONTROLLER, decode, pricing)
     return choose(
         pricing,
         has_draft=bool(models.draft),

@@ -166,7 +166,9 @@ class Decoder:
                 own_verifier=not isinstance(verifier, str),
             )
             method = auto.decode_method
-            controller = (controller or "bandit") if auto.method == "adaptive" else None
+            from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
+
+            controller = (controller or AUTO_CONTROLLER) if auto.method == "adaptive" else None
         elif profile is not None:
             raise ConfigError("profile: used by method='auto' only")
         cfg = DecodeConfig(

@@ -97,6 +97,9 @@ class BanditController:
         self._rng = random.Random(seed)
         self._problem: str | None = None
         self.post = list(prior)
+        # pooled: the posterior of the latest round of any problem, shared with every copy of this
+        # controller (a batched decode gives each prompt in flight a copy.copy of it)
+        self._pool = _Pool(list(prior))
         self.rounds = 0
         if not self._arms:
             raise ConfigError(f"no (γ1, γ2) satisfies {self.bounds}")
@@ -204,7 +207,8 @@ class BanditController:
         if not self.pooled:
             return self.prior
         out = []
-        for a, b in (self.post[:2], self.post[2:]):
+        post = self._pool.post
+        for a, b in (post[:2], post[2:]):
             k = min(1.0, self.pool_strength / (a + b))
             out += [a * k, b * k]
         return tuple(out)
@@ -219,6 +223,15 @@ class BanditController:
             self.post[3] += trej
         self.rounds += 1
         self.sd_rounds = self.sd_rounds + 1 if o.gamma1 == 0 else 0
+        if self.pooled:
+            self._pool.post = list(self.post)
+
+
+class _Pool:
+    """The posterior a pooled bandit's next problem starts from (one object, shared by copies)."""
+
+    def __init__(self, post: list[float]) -> None:
+        self.post = post
 
 
 def _beta_quantile(a: float, b: float, q: float) -> float:

@@ -391,6 +391,27 @@ def test_bandit_pooled_starts_a_new_problem_from_the_shrunk_posterior_of_the_one
     assert pooled.post[2:] == [1.0, 1.0]  # no SD evidence: α2 keeps its prior
 
 
+def test_bandit_pooled_pools_across_the_copies_a_batched_decode_gives_prompts_in_flight():
+    """decode_many gives each prompt in flight copy.copy(controller): a problem that starts in one
+    copy begins from the posterior another copy's rounds left."""
+    import copy
+
+    from lrtune.policies import make_controller
+
+    shared = make_controller("bandit-pooled")
+    first, second = copy.copy(shared), copy.copy(shared)
+    first.choose(ProblemInfo("a"), ControlState(0, 0, 100))
+    second.choose(ProblemInfo("b"), ControlState(0, 0, 100))
+    for _ in range(20):  # problem a: every step rejected
+        first.update(RoundOutcome(gamma1=3, gamma2=0, verdicts=(False, False, False)))
+    second.choose(ProblemInfo("c"), ControlState(0, 0, 100))  # a new problem in the other copy
+    a1, b1 = second.post[:2]
+    assert a1 / (a1 + b1) == pytest.approx(1 / 62)  # problem a's Beta(1, 61), shrunk to 16
+    third = copy.copy(shared)
+    third.choose(ProblemInfo("d"), ControlState(0, 0, 100))
+    assert third.post[:2] == second.post[:2]
+
+
 def test_a_profile_whose_costs_cannot_price_a_round_is_refused_naming_the_file(tmp_path):
     import json
 

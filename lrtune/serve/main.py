@@ -121,12 +121,14 @@ def resolve_auto(dec, cfg, profile: str | None, gamma2_max: int):
     """What method ``auto`` runs on this server (:mod:`lrtune.policies.auto`, through
     :func:`lrtune.decoding.auto_choice_for`): the choice and, for adaptive rounds, the
     controller each such request gets a copy of (the server's own ``--controller`` if it has
-    one, else ``bandit``), priced for the engine that drafts ``gamma2_max`` tokens."""
+    one, else :data:`lrtune.policies.auto.CONTROLLER`; its copies share what they learn),
+    priced for the engine that drafts ``gamma2_max`` tokens."""
     from dataclasses import replace
 
     from lrtune import pricing
     from lrtune.build import build_controller
     from lrtune.decoding import auto_choice_for
+    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
 
     models = dec.models
     choice = auto_choice_for(
@@ -135,7 +137,7 @@ def resolve_auto(dec, cfg, profile: str | None, gamma2_max: int):
     controller = None
     if choice.method == "adaptive":
         controller = dec.decoder.controller or pricing.priced(
-            build_controller(models.control.controller or "bandit", replace(cfg, method="lr+sd")),
+            build_controller(models.control.controller or AUTO_CONTROLLER, replace(cfg, method="lr+sd")),
             pricing.plan(profile=profile, engine_drafts=gamma2_max, verifier=dec.verifier),
         )
     return choice, controller
