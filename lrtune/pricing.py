@@ -7,6 +7,10 @@ oracle and anything else that prices a (γ1, γ2) read it and never change it.
 Units: every cost is in target steps (T, one plain target decode step).
     c1 = draft step / target step,   c2 = draft token / target token,
     b(n) = batch_cost[n − 1]: n target steps in one batch / one step,
+    b_SD(n) = batch_cost_sd[n − 1]: the same for rows decoded with token-level SD (the profile's
+    ``batch_cost_sd``, measured at its ``sd.gamma2``); an LR round with γ2 > 0 is priced with it
+    where given, since SD rows verify γ2 + 1 tokens each and a CPU's batch of them is not as cheap
+    as a batch of plain rows (plain b(n) where not given),
     a score round's prefill of γ1 draft steps P(γ1) = (o + π·γ1·L) / L (o, π, L: :class:`Prefill`),
     zero when the verifier reads no target score of a draft step (no scoring call),
     engine_drafts: tokens the shared SD engine drafts per pass whatever γ2 a round asks
@@ -53,6 +57,7 @@ class Pricing:
     c1: float = DEFAULT_COST_RATIO
     c2: float = DEFAULT_COST_RATIO
     batch_cost: BatchCost = None  # b(n) = batch_cost[n - 1] (or batch_cost(n)); None: b(n) = 1
+    batch_cost_sd: BatchCost = None  # b_SD(n) of rows with SD, for γ2 > 0 rounds; None: batch_cost
     prefill: Prefill = field(default_factory=Prefill)
     engine_drafts: int = 0
     scoring_call: bool = True  # False: the verifier reads no target score, a score round's P = 0
@@ -62,17 +67,8 @@ class Pricing:
     def __post_init__(self) -> None:
         _number(self.c1, "c1", low=0.0, strict=True)
         _number(self.c2, "c2", low=0.0, strict=True)
-        if self.batch_cost is not None and not callable(self.batch_cost):  # a curve b(n), or a function of n
-            if isinstance(self.batch_cost, (str, bytes, dict, set, frozenset)) or not hasattr(
-                self.batch_cost, "__iter__"
-            ):
-                raise ConfigError(f"batch_cost must be a list of numbers, got {self.batch_cost!r:.40}")
-            curve = tuple(self.batch_cost)
-            if not curve:
-                raise ConfigError("batch_cost must hold b(1) at least")
-            for x in curve:
-                _number(x, "batch_cost", low=0.0, strict=True)
-            object.__setattr__(self, "batch_cost", tuple(float(x) for x in curve))
+        for name in ("batch_cost", "batch_cost_sd"):
+            object.__setattr__(self, name, _curve(getattr(self, name), name))
         if not isinstance(self.prefill, Prefill):
             raise ConfigError(f"prefill must be a Prefill, got {type(self.prefill).__name__}")
         if type(self.engine_drafts) is not int or self.engine_drafts < 0:
@@ -107,8 +103,12 @@ class Pricing:
         if kind == "score":
             return h_score(gamma1, gamma2, alpha1, self.c1, self.score_prefill(gamma1), alpha2, self.c2, drafted)
         if kind == "lr":
-            return h(gamma1, gamma2, alpha1, self.c1, alpha2, self.c2, self.batch_cost, drafted)
+            return h(gamma1, gamma2, alpha1, self.c1, alpha2, self.c2, self.batch_for(gamma2), drafted)
         raise ConfigError(f"round kind must be one of {', '.join(ROUND_KINDS)}, got {kind!r}")
+
+    def batch_for(self, gamma2: int) -> BatchCost:
+        """The batch cost of a round's target rows: b_SD(n) with SD (γ2 > 0) where measured, else b(n)."""
+        return self.batch_cost_sd if (gamma2 > 0 and self.batch_cost_sd is not None) else self.batch_cost
 
     def best(
         self, gamma1: int, gamma2: int, alpha1: float, alpha2: float, kinds: tuple[str, ...] = ("lr",)
@@ -136,6 +136,7 @@ class Pricing:
             b.gamma2_max,
             self.batch_cost,
             self.engine_drafts or None,
+            self.batch_cost_sd,
         )
 
     def cap(self, bounds: Bounds) -> Bounds:
@@ -147,9 +148,23 @@ class Pricing:
         return replace(bounds, gamma2_max=d, gamma2_min=min(bounds.gamma2_min, d))
 
     def with_costs_of(self, other: Pricing) -> Pricing:
-        """This plan with ``other``'s machine costs (c1, c2, b(n)): a learned controller keeps the
-        costs it was trained with and takes the run's engine, prefill and verifier."""
-        return replace(self, c1=other.c1, c2=other.c2, batch_cost=other.batch_cost)
+        """This plan with ``other``'s machine costs (c1, c2, b(n), b_SD(n)): a learned controller
+        keeps the costs it was trained with and takes the run's engine, prefill and verifier."""
+        return replace(self, c1=other.c1, c2=other.c2, batch_cost=other.batch_cost, batch_cost_sd=other.batch_cost_sd)
+
+
+def _curve(value, name: str):
+    """A batch-cost curve as a tuple of positive numbers (a callable or None as it is)."""
+    if value is None or callable(value):
+        return value
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not hasattr(value, "__iter__"):
+        raise ConfigError(f"{name} must be a list of numbers, got {value!r:.40}")
+    curve = tuple(value)
+    if not curve:
+        raise ConfigError(f"{name} must hold b(1) at least")
+    for x in curve:
+        _number(x, name, low=0.0, strict=True)
+    return tuple(float(x) for x in curve)
 
 
 def _number(x, what: str, *, low: float, strict: bool = False) -> None:
@@ -166,7 +181,8 @@ def _number(x, what: str, *, low: float, strict: bool = False) -> None:
 # ---- building the plan ----------------------------------------------------------------------
 def from_profile(prof: dict, *, costs: bool = True) -> Pricing:
     """A plan from an ``lrtune profile`` JSON object: the score round's prefill (o and π) where
-    measured, and with ``costs`` c1, c2 and b(n) where all three are there."""
+    measured, and with ``costs`` c1, c2 and b(n) where all three are there (b_SD(n) too where
+    measured)."""
     kw: dict = {}
     pre = prof.get("prefill")
     if isinstance(pre, dict) and pre.get("overhead_tokens") is not None and pre.get("ratio_per_token"):
@@ -175,6 +191,8 @@ def from_profile(prof: dict, *, costs: bool = True) -> Pricing:
         kw["prefill"] = Prefill(overhead_tokens=float(pre["overhead_tokens"]), per_token=prefill_per_token(pre))
     if costs and {"c1", "c2", "batch_cost"} <= set(prof):
         kw.update(c1=prof["c1"], c2=prof["c2"], batch_cost=prof["batch_cost"])
+        if prof.get("batch_cost_sd"):
+            kw["batch_cost_sd"] = prof["batch_cost_sd"]
     try:
         return Pricing(**kw)
     except ConfigError as e:

@@ -165,7 +165,7 @@ def simulate_priced(
     at 1/g(γ2) T (g from :func:`simulate_sd`)."""
     if kind == "lr":
         return simulate_combined(
-            alpha1, pricing.c1, gamma1, alpha2, pricing.c2, gamma2, rounds, rng, batch_cost=pricing.batch_cost
+            alpha1, pricing.c1, gamma1, alpha2, pricing.c2, gamma2, rounds, rng, batch_cost=pricing.batch_for(gamma2)
         )
     if kind == "score":
         from lrtune.speedup import g

@@ -448,13 +448,15 @@ def best_gammas(
     gamma2_max: int = 8,
     batch_cost: BatchCost = None,
     drafted: int | None = None,
+    batch_cost_sd: BatchCost = None,
 ) -> BestGammas:
     """argmax over γ1 ∈ 0..gamma1_max, γ2 ∈ 0..gamma2_max of h, subject to γ1·γ2 ≤ M.
 
     Exhaustive search; returns ``(γ1, γ2, h)`` (a :class:`BestGammas`). γ1 = 0 means no LR,
     γ2 = 0 means no SD (so either one alone always has product 0 and is always feasible).
     ``drafted``: draft tokens the SD engine proposes per pass whatever γ2 (see :func:`g`), so
-    each γ2 is priced on that engine; None: each γ2 drafts its own.
+    each γ2 is priced on that engine; None: each γ2 drafts its own. ``batch_cost_sd``: b_SD(n),
+    the batch cost of rows decoded with SD, for every γ2 > 0 (None: ``batch_cost``).
     Ties in h (relative 1e-12) go to the smaller budget γ1·γ2, then the smaller γ1 + γ2,
     then the smaller γ1. Raises :class:`~lrtune.errors.ConfigError` for α outside [0, 1],
     c ≤ 0, M < 0, negative γ bounds, or a batch_cost that does not cover b(gamma1_max + 1).
@@ -477,7 +479,8 @@ def best_gammas(
         for g2 in range(n2 + 1):
             if g1 * g2 > budget:
                 continue
-            value = h(g1, g2, a1, cc1, a2, cc2, batch_cost, drafted)
+            b = batch_cost_sd if (g2 > 0 and batch_cost_sd is not None) else batch_cost
+            value = h(g1, g2, a1, cc1, a2, cc2, b, drafted)
             key = (g1 * g2, g1 + g2, g1)
             if best is None:
                 better = True

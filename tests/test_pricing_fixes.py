@@ -245,3 +245,54 @@ def test_the_simulator_run_on_a_plan_agrees_with_the_plans_price(kind, gammas, a
     closed = plan.speedup(kind, *gammas, *alphas)
     sim = simulate_priced(plan, kind, *gammas, *alphas, rounds=60_000, rng=3)
     assert sim == pytest.approx(closed, rel=0.03)
+
+
+# ---- LR+SD rounds priced by the batch cost of SD rows ---------------------------------------
+STEEP_SD = [1.0, 1.6, 2.2, 2.8, 3.4, 4.0, 4.6]  # b_SD(n): SD rows that batch poorly (a CPU's)
+
+
+def test_an_lr_round_with_sd_is_priced_by_the_batch_cost_of_sd_rows_where_measured():
+    flat = Pricing(c1=0.3, c2=0.3, batch_cost=[1.0] * 7)
+    both = Pricing(c1=0.3, c2=0.3, batch_cost=[1.0] * 7, batch_cost_sd=STEEP_SD)
+    assert both.speedup("lr", 3, 4, 0.8, 0.8) == pytest.approx(h(3, 4, 0.8, 0.3, 0.8, 0.3, STEEP_SD))
+    assert both.speedup("lr", 3, 4, 0.8, 0.8) < flat.speedup("lr", 3, 4, 0.8, 0.8)
+    assert both.speedup("lr", 3, 0, 0.8, 0.8) == flat.speedup("lr", 3, 0, 0.8, 0.8)  # no SD: plain b(n)
+    assert both.speedup("lr", 0, 4, 0.8, 0.8) == flat.speedup("lr", 0, 4, 0.8, 0.8)  # one row: b(1) = 1
+
+
+def test_the_oracles_best_gammas_are_the_argmax_of_the_plans_own_price():
+    plan = Pricing(c1=0.3, c2=0.3, batch_cost=[1.0] * 7, batch_cost_sd=STEEP_SD)
+    bounds = Bounds(gamma1_max=6, gamma2_max=6, M=24)
+    best = plan.best_gammas(0.9, 0.8, bounds)
+    top = max(plan.speedup("lr", a, b, 0.9, 0.8) for a, b in bounds.arms())
+    assert best.h == pytest.approx(top) and plan.speedup("lr", best.gamma1, best.gamma2, 0.9, 0.8) == pytest.approx(top)
+
+
+def test_a_profile_with_sd_rows_batch_cost_prices_the_controller_with_it():
+    from lrtune.pricing import from_profile
+
+    prof = {"c1": 0.3, "c2": 0.3, "batch_cost": [1.0] * 7, "batch_cost_sd": STEEP_SD}
+    assert from_profile(prof).batch_cost_sd == tuple(STEEP_SD)
+    assert from_profile({k: v for k, v in prof.items() if k != "batch_cost_sd"}).batch_cost_sd is None
+    with pytest.raises(ConfigError, match="batch_cost_sd"):
+        Pricing(batch_cost_sd={"2": 1.5})
+
+
+def test_where_sd_rows_do_not_batch_the_bandit_runs_sd_alone_from_the_first_round():
+    """Plain rows batch for free (b(n) = 1) but SD rows do not (b_SD(n) = n): priced by b(n) alone,
+    LR+SD looks like a win at the most optimistic α1 and the bandit explores it; priced by b_SD(n)
+    no LR+SD round can beat SD alone, so the bandit never tries a γ1 > 0 arm."""
+    flat = Pricing(c1=0.3, c2=0.3, batch_cost=[1.0] * 7)
+    linear = Pricing(c1=0.3, c2=0.3, batch_cost=[1.0] * 7, batch_cost_sd=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    chosen = {}
+    for name, plan in (("flat", flat), ("steep", linear)):
+        ctl = BanditController(Bounds(gamma1_max=6, gamma2_min=1, gamma2_max=8, M=24), plan, seed=0)
+        picks = []
+        for r in range(30):
+            g1, g2 = ctl.choose(ProblemInfo("p"), ControlState(round=r, generated_tokens=40 * r, budget_left=10_000))
+            picks.append(g1)
+            verdicts = tuple(random.Random(r * 7 + k).random() < 0.9 for k in range(g1))
+            ctl.update(RoundOutcome(gamma1=g1, gamma2=g2, verdicts=verdicts))
+        chosen[name] = picks
+    assert any(g1 > 0 for g1 in chosen["flat"])
+    assert all(g1 == 0 for g1 in chosen["steep"])
