@@ -268,6 +268,14 @@ def cpu_memory_plan(models: ModelConfig, cfg: DecodeConfig, target, draft, judge
     return cpumemory.plan_torch(weight_bytes(target), weight_bytes(draft), weight_bytes(judge))
 
 
+def auto_controller() -> str:
+    """The controller an adaptive ``auto`` choice runs without ``--controller``
+    (:data:`lrtune.policies.auto.CONTROLLER`)."""
+    from lrtune.policies.auto import CONTROLLER
+
+    return CONTROLLER
+
+
 def auto_choice(models: ModelConfig, decode: DecodeConfig, pricing, profile: str | None = None, *, own_verifier=False):
     """What ``auto`` runs (:func:`lrtune.policies.auto.choose`) for ``models`` and ``decode``,
     priced by ``pricing``: SD as ``profile`` measured it, the verifier's promise (none when a

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, replace
 
 from lrtune.backends.base import Backend
-from lrtune.build import _build_verifier, build_controller, check_configs, prompt_list, verifier_of
+from lrtune.build import _build_verifier, auto_controller, build_controller, check_configs, prompt_list, verifier_of
 from lrtune.control import ProblemInfo
 from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
 from lrtune.errors import ConfigError, ConfigTypeError
@@ -166,9 +166,7 @@ class Decoder:
                 own_verifier=not isinstance(verifier, str),
             )
             method = auto.decode_method
-            from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
-
-            controller = (controller or AUTO_CONTROLLER) if auto.method == "adaptive" else None
+            controller = (controller or auto_controller()) if auto.method == "adaptive" else None
         elif profile is not None:
             raise ConfigError("profile: used by method='auto' only")
         cfg = DecodeConfig(

@@ -32,7 +32,7 @@ from lrtune.backends.base import (
     split_counters,
 )
 from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm_steps import EngineSteps, Resident
+from lrtune.backends.vllm_steps import EngineSteps, Resident, run_continuous
 from lrtune.backends.vllm_platform import (
     check_free_memory,
     claim_graph_engine,
@@ -330,7 +330,7 @@ class VLLMBackend(TokenizerMixin):
         if steps is None and finished is None and (max_concurrent is None or max_concurrent >= len(prompts)):
             results, row_seconds = llm.generate(prompts, sps, use_tqdm=False), None
         else:
-            results, row_seconds, stepped_sd = _run_continuous(
+            results, row_seconds, stepped_sd = run_continuous(
                 llm, prompts, sps, max_concurrent or len(prompts), finished, steps, spec_rows
             )
             row_seconds = row_seconds if max_concurrent is not None else None
@@ -496,73 +496,6 @@ class VLLMBackend(TokenizerMixin):
         self._counters.clear()
         self._steps.clear()
         self._resident_keys.clear()
-
-
-def _run_continuous(
-    llm, prompts: list, sps: list, max_concurrent: int, finished=None, steps: EngineSteps | None = None, spec=None
-) -> tuple[list, list[float], list]:
-    """Run ``prompts`` with at most ``max_concurrent`` in the engine (``LLMEngine.add_request``
-    + ``step``, as ``LLM.generate`` does with all at once): a finished request's slot takes
-    the next prompt at once. ``finished(i, output)`` (optional) sees each request as it ends
-    and returns requests to abort now (``abort_request``; their result stays ``None``).
-    ``steps``: the engine's :class:`EngineSteps` while it serves resident rows (``spec``:
-    which prompts speculate); they step the engine and give each row its SD counters.
-    Returns the outputs in prompt order, each request's seconds from admission to end, and
-    (with ``steps``) each request's SD counters (else Nones)."""
-    from vllm.sampling_params import RequestOutputKind
-
-    engine = llm.llm_engine
-    tag = f"lrtune-{os.getpid()}-{time.monotonic_ns()}"
-    pending = list(range(len(prompts)))
-    in_flight: dict[str, int] = {}
-    admitted: dict[int, float] = {}
-    results: list = [None] * len(prompts)
-    seconds = [0.0] * len(prompts)
-    row_sd: list = [None] * len(prompts)
-
-    def top_up() -> None:
-        while pending and len(in_flight) < max_concurrent:
-            i = pending.pop(0)
-            in_flight[f"{tag}-{i}"] = i
-            if steps is not None:
-                steps.add(f"{tag}-{i}", prompts[i], sps[i], spec=bool(spec[i]) if spec else False)
-            else:
-                sps[i].output_kind = RequestOutputKind.FINAL_ONLY
-                engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
-            admitted[i] = time.perf_counter()
-
-    def abort(rids: list[str]) -> None:
-        if steps is not None:
-            for rid in rids:
-                row_sd[in_flight[rid]] = steps.sd.get(rid)
-            steps.abort(rids)
-        else:
-            engine.abort_request(rids)
-
-    try:
-        top_up()
-        while in_flight:
-            for out in steps.step() if steps is not None else engine.step():
-                i = in_flight.pop(out.request_id, None) if out.finished else None
-                if i is None:
-                    continue
-                results[i] = out
-                seconds[i] = time.perf_counter() - admitted[i]
-                if steps is not None:
-                    row_sd[i] = steps.forget(out.request_id)
-                stop = {j for j in finished(i, out) if results[j] is None} if finished is not None else set()
-                live = [rid for rid, j in in_flight.items() if j in stop]
-                if live:
-                    abort(live)
-                    for rid in live:
-                        del in_flight[rid]
-                pending[:] = [j for j in pending if j not in stop]
-            top_up()
-    except BaseException:
-        if in_flight:  # never leave requests behind in an engine other calls share
-            abort(list(in_flight))
-        raise
-    return results, seconds, row_sd
 
 
 def cpu_has_native_bf16() -> bool:

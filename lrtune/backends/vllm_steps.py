@@ -6,6 +6,8 @@ engine steps. :class:`EngineSteps` owns every request of one engine while a back
 (:meth:`VLLMBackend.serve_resident`): it adds and aborts requests, runs one engine step at a
 time (from a :meth:`VLLMBackend.generate` call or :meth:`VLLMBackend.step_resident`), hands
 each resident row its tokens after every step, and splits the engine's SD counters per step.
+:func:`run_continuous` is the step loop of one engine call (with or without an
+:class:`EngineSteps`).
 
 SD counters, per step: the engine counts drafts per step, not per request, so a step's
 counter delta is split over the speculative requests that advanced in it, in proportion to the
@@ -17,6 +19,7 @@ exactly once, so the requests' counters plus ``unowned`` sum to the engine's tot
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -118,3 +121,70 @@ class EngineSteps:
     @property
     def idle(self) -> bool:
         return not self.residents
+
+
+def run_continuous(
+    llm, prompts: list, sps: list, max_concurrent: int, finished=None, steps: EngineSteps | None = None, spec=None
+) -> tuple[list, list[float], list]:
+    """Run ``prompts`` with at most ``max_concurrent`` in the engine (``LLMEngine.add_request``
+    + ``step``, as ``LLM.generate`` does with all at once): a finished request's slot takes
+    the next prompt at once. ``finished(i, output)`` (optional) sees each request as it ends
+    and returns requests to abort now (``abort_request``; their result stays ``None``).
+    ``steps``: the engine's :class:`EngineSteps` while it serves resident rows (``spec``:
+    which prompts speculate); they step the engine and give each row its SD counters.
+    Returns the outputs in prompt order, each request's seconds from admission to end, and
+    (with ``steps``) each request's SD counters (else Nones)."""
+    from vllm.sampling_params import RequestOutputKind
+
+    engine = llm.llm_engine
+    tag = f"lrtune-{os.getpid()}-{time.monotonic_ns()}"
+    pending = list(range(len(prompts)))
+    in_flight: dict[str, int] = {}
+    admitted: dict[int, float] = {}
+    results: list = [None] * len(prompts)
+    seconds = [0.0] * len(prompts)
+    row_sd: list = [None] * len(prompts)
+
+    def top_up() -> None:
+        while pending and len(in_flight) < max_concurrent:
+            i = pending.pop(0)
+            in_flight[f"{tag}-{i}"] = i
+            if steps is not None:
+                steps.add(f"{tag}-{i}", prompts[i], sps[i], spec=bool(spec[i]) if spec else False)
+            else:
+                sps[i].output_kind = RequestOutputKind.FINAL_ONLY
+                engine.add_request(f"{tag}-{i}", prompts[i], sps[i])
+            admitted[i] = time.perf_counter()
+
+    def abort(rids: list[str]) -> None:
+        if steps is not None:
+            for rid in rids:
+                row_sd[in_flight[rid]] = steps.sd.get(rid)
+            steps.abort(rids)
+        else:
+            engine.abort_request(rids)
+
+    try:
+        top_up()
+        while in_flight:
+            for out in steps.step() if steps is not None else engine.step():
+                i = in_flight.pop(out.request_id, None) if out.finished else None
+                if i is None:
+                    continue
+                results[i] = out
+                seconds[i] = time.perf_counter() - admitted[i]
+                if steps is not None:
+                    row_sd[i] = steps.forget(out.request_id)
+                stop = {j for j in finished(i, out) if results[j] is None} if finished is not None else set()
+                live = [rid for rid, j in in_flight.items() if j in stop]
+                if live:
+                    abort(live)
+                    for rid in live:
+                        del in_flight[rid]
+                pending[:] = [j for j in pending if j not in stop]
+            top_up()
+    except BaseException:
+        if in_flight:  # never leave requests behind in an engine other calls share
+            abort(list(in_flight))
+        raise
+    return results, seconds, row_sd

@@ -126,9 +126,8 @@ def resolve_auto(dec, cfg, profile: str | None, gamma2_max: int):
     from dataclasses import replace
 
     from lrtune import pricing
-    from lrtune.build import build_controller
+    from lrtune.build import auto_controller, build_controller
     from lrtune.decoding import auto_choice_for
-    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
 
     models = dec.models
     choice = auto_choice_for(
@@ -137,7 +136,7 @@ def resolve_auto(dec, cfg, profile: str | None, gamma2_max: int):
     controller = None
     if choice.method == "adaptive":
         controller = dec.decoder.controller or pricing.priced(
-            build_controller(models.control.controller or AUTO_CONTROLLER, replace(cfg, method="lr+sd")),
+            build_controller(models.control.controller or auto_controller(), replace(cfg, method="lr+sd")),
             pricing.plan(profile=profile, engine_drafts=gamma2_max, verifier=dec.verifier),
         )
     return choice, controller
