@@ -50,7 +50,7 @@ from lrtune.roundstate import (
 )
 from lrtune.reuse import joined_step, row_params, whole_draft
 from lrtune.control import Controller, ControlState, ProblemInfo, checked_choice, checked_controller
-from lrtune.errors import ConfigError, ConfigTypeError
+from lrtune.errors import ConfigError, check_count
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.verifiers import Verifier
 from lrtune.verifiers.base import wants_draft_scores, wants_target_scores
@@ -179,10 +179,7 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         per-prompt results in input order and the :class:`BatchStats` of the set.
         """
         cfg = (config or self.config).validate()
-        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
-            raise ConfigTypeError(f"max_concurrent: an integer >= 1, got {max_concurrent!r}")
-        if max_concurrent < 1:
-            raise ConfigError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        check_count("max_concurrent", max_concurrent, 1)
         if cfg.uses_lr and cfg.async_lr:
             if max_concurrent > 1:
                 raise ConfigError("async LR decodes one prompt at a time: use --max-concurrent 1 or sync LR")

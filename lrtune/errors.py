@@ -29,6 +29,16 @@ class ModelError(LrtuneError):
 MAX_MESSAGE = 400  # characters of an error line (a message may quote user input of any size)
 
 
+def check_count(name: str, value, least: int) -> int:
+    """``value`` when it is an int (not a bool) >= ``least``; else one :class:`ConfigTypeError` or
+    :class:`ConfigError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigTypeError(f"{name}: an integer >= {least}, got {value!r}")
+    if value < least:
+        raise ConfigError(f"{name} must be >= {least}, got {value}")
+    return value
+
+
 def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
     """``message`` as one printable line of at most ``limit`` characters: line breaks and
     control characters become spaces, a longer text is cut with an ellipsis."""

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
-from lrtune.speedup import BatchCost
+from lrtune.speedup import BatchCost, batch_cost_for
 from lrtune.errors import ConfigError
 
 ROUND_KINDS = ("lr", "score")
@@ -108,7 +108,7 @@ class Pricing:
 
     def batch_for(self, gamma2: int) -> BatchCost:
         """The batch cost of a round's target rows: b_SD(n) with SD (γ2 > 0) where measured, else b(n)."""
-        return self.batch_cost_sd if (gamma2 > 0 and self.batch_cost_sd is not None) else self.batch_cost
+        return batch_cost_for(gamma2, self.batch_cost, self.batch_cost_sd)
 
     def best(
         self, gamma1: int, gamma2: int, alpha1: float, alpha2: float, kinds: tuple[str, ...] = ("lr",)

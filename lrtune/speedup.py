@@ -438,6 +438,12 @@ def h_score(
 # ---------------------------------------------------------------------------------------
 
 
+def batch_cost_for(gamma2: int, batch_cost: BatchCost, batch_cost_sd: BatchCost) -> BatchCost:
+    """The batch cost of a round's target rows: b_SD(n) when they run SD (γ2 > 0) and it is
+    given, else b(n)."""
+    return batch_cost_sd if (gamma2 > 0 and batch_cost_sd is not None) else batch_cost
+
+
 def best_gammas(
     alpha1: float,
     c1: float,
@@ -479,8 +485,7 @@ def best_gammas(
         for g2 in range(n2 + 1):
             if g1 * g2 > budget:
                 continue
-            b = batch_cost_sd if (g2 > 0 and batch_cost_sd is not None) else batch_cost
-            value = h(g1, g2, a1, cc1, a2, cc2, b, drafted)
+            value = h(g1, g2, a1, cc1, a2, cc2, batch_cost_for(g2, batch_cost, batch_cost_sd), drafted)
             key = (g1 * g2, g1 + g2, g1)
             if best is None:
                 better = True

@@ -32,7 +32,7 @@ from lrtune.backends.base import (
     split_counters,
 )
 from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm_steps import EngineSteps, Resident, run_continuous
+from lrtune.backends.vllm_steps import EngineSteps, run_continuous
 from lrtune.backends.vllm_platform import (
     check_free_memory,
     claim_graph_engine,
@@ -341,12 +341,13 @@ class VLLMBackend(TokenizerMixin):
         ]
         # Drafter-off rows draft nothing by construction (the counter may still show a draft
         # of the previous call's last step, which the engine reports one step late).
-        sd = counter.totals.minus(before) if (counter is not None and any(spec_rows)) else None
-        row_sd = None
-        if steps is not None and sd is not None:  # split per step (resident rows took their shares)
+        speculating = counter is not None and any(spec_rows)
+        sd, row_sd = None, None
+        if speculating and steps is not None:  # split per step (resident rows took their shares)
             row_sd = [part if spec else None for part, spec in zip(stepped_sd, spec_rows)]
             sd = add_counters(row_sd)
-        elif sd is not None:  # the engine counts per step, not per request: split by tokens
+        elif speculating:  # the engine counts per step, not per request: split by tokens
+            sd = counter.totals.minus(before)
             weights = [len(o.token_ids) if spec else 0 for o, spec in zip(outputs, spec_rows)]
             if not any(weights):  # nothing generated: split over the speculative rows alone
                 weights = [int(spec) for spec in spec_rows]
@@ -445,17 +446,14 @@ class VLLMBackend(TokenizerMixin):
 
         rid = f"lrtune-resident-{os.getpid()}-{key}"
         self._resident_keys[key] = (engine_k, rid)
-        steps.add(rid, prompt, sp, spec=spec, resident=Resident(params, update))
+        steps.add(rid, prompt, sp, spec=spec, on_update=update)
 
     def abort_resident(self, key: int) -> SDCounters | None:
         """Abort resident row ``key`` (nothing when it ended already); its SD counters so far."""
         where = self._resident_keys.pop(key, None)
         if where is None:
             return None
-        steps = self._steps[where[0]]
-        sd = steps.sd.get(where[1])
-        steps.abort([where[1]])
-        return sd
+        return self._steps[where[0]].abort([where[1]]).get(where[1])
 
     def unowned_sd(self, num_speculative_tokens: int) -> SDCounters | None:
         """SD counts of the engine serving γ2 = ``num_speculative_tokens`` that arrived while it

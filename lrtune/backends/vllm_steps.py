@@ -22,20 +22,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from lrtune.backends.base import GenParams, SDCounters, add_counters, split_counters
+from lrtune.backends.base import SDCounters, add_counters, split_counters
 
 
-@dataclass(eq=False)
-class Resident:
-    """One resident request: its params, and ``on_update(token_ids, output, sd)`` called after
-    every step that advanced it with its tokens so far (``output``: vLLM's final
-    ``RequestOutput`` when it ended, else None; ``sd``: then its SD counters, None if none)."""
-
-    params: GenParams
-    on_update: Callable[[list[int], object | None, SDCounters | None], None]
-    started: float = field(default_factory=time.perf_counter)
+# a resident row's callback: (its tokens so far, vLLM's final RequestOutput when it ended else
+# None, then its SD counters else None), called after every step that advanced it
+OnUpdate = Callable[[list[int], object | None, SDCounters | None], None]
 
 
 class EngineSteps:
@@ -50,27 +43,28 @@ class EngineSteps:
         self.tokens: dict[str, int] = {}  # request id -> tokens so far
         self.spec: dict[str, bool] = {}  # request id -> it speculates
         self.sd: dict[str, SDCounters] = {}  # request id -> counters attributed so far
-        self.residents: dict[str, Resident] = {}
+        self.residents: dict[str, OnUpdate] = {}  # request id -> its callback (resident rows)
         self._last: list[str] = []  # the speculative requests that advanced in the last step
         self.unowned = SDCounters()  # counts reported when no speculative request was in the engine
 
-    def add(self, rid: str, prompt, sp, *, spec: bool, resident: Resident | None = None) -> None:
-        """Add one request; every output it gives is cumulative (its tokens so far)."""
+    def add(self, rid: str, prompt, sp, *, spec: bool, on_update: OnUpdate | None = None) -> None:
+        """Add one request (with ``on_update``: a resident row); every output it gives is
+        cumulative (its tokens so far)."""
         from vllm.sampling_params import RequestOutputKind
 
         sp.output_kind = RequestOutputKind.CUMULATIVE
         self.tokens[rid], self.spec[rid] = 0, spec
-        if resident is not None:
-            self.residents[rid] = resident
+        if on_update is not None:
+            self.residents[rid] = on_update
         self.engine.add_request(rid, prompt, sp)
 
-    def abort(self, rids: Sequence[str]) -> None:
-        """Abort requests still in the engine (resident or not); forget them."""
+    def abort(self, rids: Sequence[str]) -> dict[str, SDCounters | None]:
+        """Abort requests still in the engine (resident or not) and forget them; returns the
+        SD counters each aborted one was given."""
         live = [r for r in rids if r in self.tokens]
         if live:
             self.engine.abort_request(live)
-        for r in live:
-            self.forget(r)
+        return {r: self.forget(r) for r in live}
 
     def forget(self, rid: str) -> SDCounters | None:
         """Drop a request's bookkeeping; returns the SD counters it was given."""
@@ -93,13 +87,13 @@ class EngineSteps:
         if before is not None:
             self._split(self.counter.totals.minus(before), advanced)
         for out in outs:
-            res = self.residents.get(out.request_id)
-            if res is not None:
+            on_update = self.residents.get(out.request_id)
+            if on_update is not None:
                 ids = list(out.outputs[0].token_ids) if out.outputs else []
                 if out.finished:
-                    res.on_update(ids, out, self.forget(out.request_id))
+                    on_update(ids, out, self.forget(out.request_id))
                 else:
-                    res.on_update(ids, None, None)
+                    on_update(ids, None, None)
         if self.between is not None:
             self.between()
         return outs
@@ -158,9 +152,8 @@ def run_continuous(
 
     def abort(rids: list[str]) -> None:
         if steps is not None:
-            for rid in rids:
-                row_sd[in_flight[rid]] = steps.sd.get(rid)
-            steps.abort(rids)
+            for rid, sd in steps.abort(rids).items():
+                row_sd[in_flight[rid]] = sd
         else:
             engine.abort_request(rids)
 

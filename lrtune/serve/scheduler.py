@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from lrtune.control import ProblemInfo
 from lrtune.decoding import checked_token_ids
-from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError, one_line
+from lrtune.errors import ConfigError, LrtuneError, check_count, one_line
 from lrtune.roundstate import PromptState
 from lrtune.serve.protocol import RequestError, ServeRequest
 from lrtune.stats import BatchStats
@@ -129,9 +129,9 @@ class RoundScheduler:
             ("max_queue", max_queue, 0),
             ("horizon", horizon, 0),
         ):
-            _check_count(name, value, least)
+            check_count(name, value, least)
         if max_len is not None:
-            _check_count("max_len", max_len, 1)
+            check_count("max_len", max_len, 1)
         self.decoder = decoder
         self.auto_controller = auto_controller  # copied into each "auto" request's slot (adaptive)
         self.max_concurrent = max_concurrent
@@ -253,9 +253,12 @@ class RoundScheduler:
 
     def _drop_cancelled(self) -> None:
         for j in [j for j in self._active if j.cancelled]:
-            self._active.remove(j)
-            if j.resident:
-                self.decoder.target.abort_resident(j.id)
+            self._leave(j)
+
+    def _leave(self, job: Job):
+        """Take ``job`` out of flight (a resident row out of the engine: its SD counters)."""
+        self._active.remove(job)
+        return self.decoder.target.abort_resident(job.id) if job.resident else None
 
     def _admit_between(self) -> None:
         """Between two engine steps: admit waiting target/sd requests while slots are free, in
@@ -321,19 +324,16 @@ class RoundScheduler:
         if job.slot is None or job.slot.done or job not in self._active:
             return
         if job.cancelled:
-            self._active.remove(job)
-            self.decoder.target.abort_resident(job.id)
+            self._leave(job)
             return
         job.slot.gen = list(gen.token_ids) if gen is not None else list(tokens)
         self._committed(job.id)
         if not job.slot.done and gen is None:
             return
-        if gen is None:  # a stop sequence ended it: the engine still runs it
-            sd = self.decoder.target.abort_resident(job.id)
+        left = self._leave(job)  # a stop sequence ended it while the engine still runs it: aborted
         job.slot.done = True
         job.slot.steps = [("target", list(job.slot.gen))]
-        job.slot.stats.observe_target_call(time.perf_counter() - job.slot.started, sd)
-        self._active.remove(job)
+        job.slot.stats.observe_target_call(time.perf_counter() - job.slot.started, sd if gen is not None else left)
         self._finish(job)
 
     def _job(self, index: int) -> Job | None:
@@ -368,13 +368,6 @@ class RoundScheduler:
         tokens = job.stopped_at if job.stopped_at is not None else len(result.token_ids)
         reason = "stop" if job.stopped_at is not None or result.finish == "eos" else "length"
         job.emit(Done(reason, len(job.slot.prompt), tokens, stats.to_dict()))
-
-
-def _check_count(name: str, value, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigTypeError(f"{name}: an integer >= {least}, got {value!r}")
-    if value < least:
-        raise ConfigError(f"{name} must be >= {least}, got {value}")
 
 
 def _problem_text(req: ServeRequest, dec, ids: list[int]) -> str:
