@@ -265,7 +265,7 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
                     on_round=None if on_round is None else (lambda r: on_round(0, r)),
                 )
                 timing["decode_s"] += stats.wall_s
-                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats, judged.get(0))
+                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats, judged.get(0), kwargs.get("controller"))
                 ok = rec["correct"]
                 append_record(out / RECORDS, rec)
                 done.add((prob.id, spec.label))
@@ -302,11 +302,15 @@ def _pair_recorder(cfg: EvalConfig, dcfg, dec):
 
 
 def _record(
-    prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats, pairs: list[dict] | None = None
+    prob, i: int, spec: MethodSpec, dcfg, cfg: EvalConfig, task, res, stats, pairs: list[dict] | None = None, ctl=None
 ) -> dict:
-    """One problem x method line of records.jsonl; ``pairs``: the pairs its verifier judged."""
+    """One problem x method line of records.jsonl; ``pairs``: the pairs its verifier judged;
+    ``ctl``: the controller that decoded it, whose ``measured()`` state (the bandit's
+    measured-rate guard) is kept as ``controller_state``."""
     answer, ok = task.check(prob, res.text)
     extra = {} if pairs is None else {"pairs": pairs}
+    if callable(getattr(ctl, "measured", None)):
+        extra["controller_state"] = ctl.measured()
     return {
         **extra,
         "problem": prob.id,

@@ -117,6 +117,18 @@ def exploration(records: Sequence[dict], wall: float) -> dict:
     return {"exploration_s": total, "exploration_share": total / wall if wall else None}
 
 
+def rate_guard(records: Sequence[dict]) -> dict | None:
+    """The adaptive controller's measured-rate guard over the run (the bandit's
+    ``controller_state`` in each record, in problem order): the state after the last problem
+    and ``lr_closed_from``, the index of the first problem after which no γ1 > 0 arm could be
+    tried (None: LR stayed open); None when no record holds a state."""
+    states = sorted((r["index"], r["controller_state"]) for r in records if isinstance(r.get("controller_state"), dict))
+    if not states:
+        return None
+    closed = next((i for i, st in states if st.get("lr_open") is False), None)
+    return {**states[-1][1], "lr_closed_from": closed}
+
+
 def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) -> dict:
     """Summary of one method's records; ``baseline`` maps problem -> target-only record."""
     counts = answer_counts(records)
@@ -149,6 +161,7 @@ def summarize_method(records: Sequence[dict], baseline: dict[str, dict] | None) 
         "target_split_s": {"prefill": total.prefill_s, "steps": max(0.0, total.target_s - total.prefill_s)},
         "round_kinds": round_kinds(total),
         **exploration(records, wall),
+        "rate_guard": rate_guard(records),
         "rounds": total.rounds,
         "draft_step_tokens": total.draft_step_tokens,
         "draft_s": total.draft_s,

@@ -273,6 +273,27 @@ def render_markdown(data: dict) -> str:
                 for k, r in kinds.items()
             ],
         )
+    guards = {k: r["rate_guard"] for k, r in data["methods"].items() if r.get("rate_guard")}
+    if guards:
+        lines += _section(
+            "The controller's measured-rate guard",
+            "LR and SD rounds measured over the run (a problem's first round left out), their "
+            "tokens/s, ρ = how fast LR rounds ran against the speedup model, next to SD rounds, with "
+            "its upper bound ρ⁺, and the first problem after which the controller tried no LR round.",
+            ["method", "LR rounds", "SD rounds", "LR tokens/s", "SD tokens/s", "ρ [ρ⁺]", "LR closed from problem"],
+            [
+                [
+                    k,
+                    g["lr_rounds"],
+                    g["sd_rounds"],
+                    _f(g["lr_tokens_per_s"], ".2f"),
+                    _f(g["sd_tokens_per_s"], ".2f"),
+                    f"{g['rho']:.2f} [{g['rho_upper']:.2f}]",
+                    "—" if g["lr_closed_from"] is None else g["lr_closed_from"],
+                ]
+                for k, g in guards.items()
+            ],
+        )
     flags = [
         (k, r["measured_over_predicted"])
         for k, r in data["methods"].items()

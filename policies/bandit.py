@@ -31,6 +31,22 @@ upper 95% bound on its test-split acceptance; 1 when unknown). When no γ1 > 0 a
 the controller picks the best γ1 = 0 arm from the first round and the round runs to the end of
 the answer. Otherwise γ1 = 0 rounds teach nothing about α1, so the k-th consecutive one lasts
 ``horizon_tokens · 2^k`` tokens and k changes of mind cost O(log) engine calls.
+
+The measured-rate guard. Exploration is per problem and optimistic, and the model can be
+wrong about this machine (an LR round's batch may cost more than its profile says), so the
+controller also keeps run-level evidence, shared by the copies a batched decode makes: every
+verdict (the run's α1, Beta(1 + accepted, 1 + rejected)) and, per round r but a problem's first
+(it holds the prompt's prefill), the committed tokens n_r, the seconds t_r and the model's speedup
+h_r of the arm it ran at the posterior means it chose with. Per class (LR: γ1 > 0, SD: γ1 = 0)
+Q = Σ n_r / Σ t_r·h_r is tokens per second per unit of modelled speedup, and ρ = Q_LR / Q_SD says
+how much faster (> 1) or slower (< 1) LR rounds ran than the model said, next to SD rounds; ρ⁺
+raises Q_LR by one standard error of the ratio estimator (a round's tokens vary with the steps
+it happened to accept). Once ``rate_rounds`` (k = 3) LR rounds and one SD round are measured, a
+γ1 > 0 arm is tried only while also min(ρ⁺, 1) · max_{γ1>0} h(γ1, γ2; α̃1, ᾱ2) > max_{γ2} g(γ2),
+α̃1 the 0.8-quantile of the run's α1: at the acceptance the run has seen and the cost LR rounds
+have measured, some LR arm must still beat SD. A measurement rules LR out, never in, and the arm
+a round runs is still chosen by the model alone. Once LR is ruled out, SD runs to the end of
+every later answer in one call. ``rate_rounds=0`` turns the guard off.
 """
 
 from __future__ import annotations
@@ -43,6 +59,8 @@ from lrtune.errors import ConfigError
 from lrtune.pricing import ROUND_KINDS, Prefill, Pricing
 
 _LEGACY_PRICES = ("c1", "c2", "batch_cost", "prefill")
+ALPHA1_Q = 0.8  # the guard prices LR at this quantile of the run's α1
+RHO_Z = 1.0  # the guard uses ρ's upper bound: Q_LR raised by this many standard errors
 
 
 class BanditController:
@@ -62,6 +80,7 @@ class BanditController:
         round_kinds: tuple[str, ...] = ("lr",),
         pooled: bool = False,
         pool_strength: float = 16.0,
+        rate_rounds: int = 3,
         **legacy,
     ) -> None:
         pricing = _legacy_pricing(pricing, legacy)
@@ -69,6 +88,8 @@ class BanditController:
             raise ConfigError(f"bandit mode must be thompson or ucb, got {mode!r}")
         if horizon_tokens < 1:
             raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
+        if isinstance(rate_rounds, bool) or not isinstance(rate_rounds, int) or rate_rounds < 0:
+            raise ConfigError(f"rate_rounds must be an integer >= 0 (0: no measured-rate guard), got {rate_rounds!r}")
         kinds = tuple(round_kinds)
         if not kinds or set(kinds) - set(ROUND_KINDS):
             raise ConfigError(f"round kinds must be some of {', '.join(ROUND_KINDS)}, got {kinds!r}")
@@ -80,6 +101,7 @@ class BanditController:
         self.seed = seed
         self.horizon_tokens = horizon_tokens
         self.pooled, self.pool_strength = pooled, float(pool_strength)
+        self.rate_rounds = rate_rounds
         self.round_kinds = kinds
         self._given = {
             "bounds": bounds,
@@ -91,6 +113,7 @@ class BanditController:
             "round_kinds": kinds,
             "pooled": pooled,
             "pool_strength": pool_strength,
+            "rate_rounds": rate_rounds,
         }
         self._kind = kinds[0]  # the kind of the arm chosen last
         self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
@@ -100,6 +123,8 @@ class BanditController:
         # pooled: the posterior of the latest round of any problem, shared with every copy of this
         # controller (a batched decode gives each prompt in flight a copy.copy of it)
         self._pool = _Pool(list(prior))
+        # committed tokens and seconds per round class over the run, shared with every copy
+        self.rates = MeasuredRates()
         self.rounds = 0
         if not self._arms:
             raise ConfigError(f"no (γ1, γ2) satisfies {self.bounds}")
@@ -133,6 +158,11 @@ class BanditController:
         """(modelled speedup, round kind) of (γ1, γ2) at (α1, α2) on this controller's engine:
         the best of the allowed kinds (γ1 = 0 is SD alone, the same for every kind)."""
         return self.pricing.best(g1, g2, a1, a2, self.round_kinds)
+
+    def lr_correction(self, z: float = 0.0) -> float:
+        """ρ = Q_LR / Q_SD once ``rate_rounds`` LR rounds and one SD round are measured, else 1;
+        ``z`` > 0 gives its upper bound, Q_LR raised by z standard errors."""
+        return self.rates.rho(self.rate_rounds, z) if self.rate_rounds > 0 else 1.0
 
     def _h(self, g1: int, g2: int, a1: float, a2: float) -> float:
         """The modelled speedup of (γ1, γ2) at (α1, α2) on this controller's engine (best kind)."""
@@ -190,13 +220,39 @@ class BanditController:
         cap = max(self.pricing.alpha1_max, a1 / (a1 + b1))
         return min(_beta_quantile(a1, b1, 0.95), cap, 0.999)
 
+    def measured(self) -> dict:
+        """The measured-rate guard's state over the run: measured rounds and tokens/s per class,
+        ρ and ρ⁺ (1 until measured), and whether a γ1 > 0 arm may still be tried (``lr_open``)."""
+        rounds = self.rates.rounds
+        return {
+            "lr_rounds": rounds["lr"],
+            "sd_rounds": rounds["sd"],
+            "lr_tokens_per_s": self.rates.rate("lr"),
+            "sd_tokens_per_s": self.rates.rate("sd"),
+            "rho": self.lr_correction(),
+            "rho_upper": self.lr_correction(RHO_Z),
+            "alpha1_q": self.rates.alpha1_quantile(ALPHA1_Q),
+            "lr_open": self._lr_can_win(),
+        }
+
     def _lr_can_win(self) -> bool:
-        """Whether some γ1 > 0 arm beats the best γ1 = 0 arm at the optimistic α1 (and the
-        posterior mean of α2): max_{γ1>0} h(γ1, γ2; α̂1) > max_{γ2} g(γ2)."""
+        """Whether a γ1 > 0 arm may be tried: the model's rule (some γ1 > 0 arm beats the best
+        γ1 = 0 arm at the optimistic α1 and the posterior mean of α2) and, once measured, the
+        measured-rate guard (the same comparison at the run's mean α1, the LR arms scaled by
+        min(ρ⁺, 1); module docstring)."""
         a2, b2 = self.post[2:]
-        hi1, m2 = self.optimistic_alpha1(), min(a2 / (a2 + b2), 0.999)
-        lr = [self._h(g1, g2, hi1, m2) for g1, g2 in self._arms if g1 > 0]
-        sd = [self._h(0, g2, hi1, m2) for g1, g2 in self._arms if g1 == 0]
+        m2 = min(a2 / (a2 + b2), 0.999)
+        if not self._lr_beats_sd(self.optimistic_alpha1(), m2, 1.0):
+            return False
+        if self.rate_rounds > 0 and self.rates.measured(self.rate_rounds):
+            return self._lr_beats_sd(self.rates.alpha1_quantile(ALPHA1_Q), m2, min(self.lr_correction(RHO_Z), 1.0))
+        return True
+
+    def _lr_beats_sd(self, a1: float, a2: float, rho: float) -> bool:
+        """max_{γ1>0} ρ·h(γ1, γ2; α1, α2) > max_{γ2} g(γ2; α2) over the allowed arms."""
+        a1 = min(a1, 0.999)
+        lr = [rho * self._h(g1, g2, a1, a2) for g1, g2 in self._arms if g1 > 0]
+        sd = [self._h(0, g2, a1, a2) for g1, g2 in self._arms if g1 == 0]
         return bool(lr) and (not sd or max(lr) > max(sd))
 
     def problem_prior(self, problem: ProblemInfo) -> tuple[float, float, float, float]:
@@ -214,6 +270,11 @@ class BanditController:
         return tuple(out)
 
     def update(self, o: RoundOutcome) -> None:
+        self.rates.judged(*o.step_successes)
+        if self.rounds > 0:  # a problem's first round holds the prompt's prefill: not a rate
+            m1, m2 = self.estimate()  # what the controller believed when it chose this arm
+            modelled = self.pricing.best(o.gamma1, o.gamma2, min(m1, 0.999), min(m2, 0.999), self.round_kinds)[0]
+            self.rates.add(o.gamma1 > 0, o.committed_tokens, o.draft_s + o.target_s + o.verify_s, modelled)
         acc, rej = o.step_successes
         self.post[0] += acc
         self.post[1] += rej
@@ -232,6 +293,58 @@ class _Pool:
 
     def __init__(self, post: list[float]) -> None:
         self.post = post
+
+
+class MeasuredRates:
+    """Per round class (LR: γ1 > 0, SD: γ1 = 0), running sums over the measured rounds of the
+    committed tokens n_r, the seconds t_r, m_r = t_r·h_r, n_r², m_r² and n_r·m_r (module docstring)."""
+
+    _SUMS = ("rounds", "n", "t", "m", "nn", "mm", "nm")
+
+    def __init__(self) -> None:
+        self.sums = {cls: dict.fromkeys(self._SUMS, 0.0) for cls in ("lr", "sd")}
+        self.verdicts = [0, 0]  # accepted, rejected draft steps over every round of the run
+
+    def judged(self, accepted: int, rejected: int) -> None:
+        self.verdicts[0] += accepted
+        self.verdicts[1] += rejected
+
+    def alpha1_quantile(self, q: float) -> float:
+        """The q-quantile of Beta(1 + accepted, 1 + rejected) over the run's verdicts."""
+        return _beta_quantile(1 + self.verdicts[0], 1 + self.verdicts[1], q)
+
+    def measured(self, k: int) -> bool:
+        """Whether max(k, 2) LR rounds and one SD round that committed tokens are measured."""
+        lr, sd = self.sums["lr"], self.sums["sd"]
+        return lr["rounds"] >= max(k, 2) and bool(sd["n"]) and bool(lr["m"])
+
+    @property
+    def rounds(self) -> dict[str, int]:
+        return {cls: int(s["rounds"]) for cls, s in self.sums.items()}
+
+    def add(self, lr: bool, tokens: int, seconds: float, modelled: float) -> None:
+        if seconds > 0 and modelled > 0:  # a round with no time measured (a unit test's fake) is no rate
+            s, m = self.sums["lr" if lr else "sd"], seconds * modelled
+            for key, value in zip(self._SUMS, (1, tokens, seconds, m, tokens * tokens, m * m, tokens * m)):
+                s[key] += value
+
+    def rate(self, cls: str) -> float | None:
+        """Σ n_r / Σ t_r: the class's measured tokens per second; None before any round."""
+        s = self.sums[cls]
+        return s["n"] / s["t"] if s["rounds"] else None
+
+    def rho(self, k: int, z: float = 0.0) -> float:
+        """ρ = Q_LR / Q_SD, Q = Σ n_r / Σ m_r (a ratio estimator), with Q_LR raised by z standard
+        errors, SE = sqrt(Σ (n_r − Q·m_r)² / (k(k − 1))) / mean(m_r) over the k LR rounds;
+        1 until max(k, 2) LR rounds and one SD round that committed tokens are measured."""
+        if not self.measured(k):
+            return 1.0
+        lr, sd = self.sums["lr"], self.sums["sd"]
+        k_lr = lr["rounds"]
+        q = lr["n"] / lr["m"]
+        resid = max(lr["nn"] - 2 * q * lr["nm"] + q * q * lr["mm"], 0.0)
+        se = math.sqrt(resid / (k_lr * (k_lr - 1))) / (lr["m"] / k_lr)
+        return (q + z * se) / (sd["n"] / sd["m"])
 
 
 def _beta_quantile(a: float, b: float, q: float) -> float:

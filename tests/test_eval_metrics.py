@@ -427,3 +427,42 @@ def test_a_score_row_without_prefill_seconds_is_predicted_as_a_score_round_with_
     assert c == pytest.approx(0.4) and rows[spec.label]["prefill_ratio"] == 0.0
     # a draft-only verifier's score rounds: h_score with P = 0, not an LR round priced with b(n)
     assert rows[spec.label]["predicted_speedup"] == pytest.approx(h_score(3, 4, 0.5, c, 0.0 / g(0.9, c, 4), 0.9, c))
+
+
+def test_the_summary_and_report_show_where_the_measured_rate_guard_closed_lr():
+    from lrtune.eval.report import render_markdown
+
+    def state(lr_rounds, rho_upper, lr_open):
+        return {
+            "lr_rounds": lr_rounds,
+            "sd_rounds": 4,
+            "lr_tokens_per_s": 5.5,
+            "sd_tokens_per_s": 8.1,
+            "rho": 0.7,
+            "rho_upper": rho_upper,
+            "lr_open": lr_open,
+        }
+
+    records = [rec(p, "target", 10.0, True) for p in "abc"]
+    for i, (p, st) in enumerate(zip("cab", (state(1, 1.0, True), state(3, 0.8, False), state(3, 0.8, False)))):
+        records.append({**rec(p, "adaptive", 8.0, True), "index": [2, 0, 1][i], "controller_state": st})
+    methods = metrics.summarize(records, ["target", "adaptive"])
+    guard = methods["adaptive"]["rate_guard"]
+    assert guard["lr_closed_from"] == 0 and guard["lr_rounds"] == 1  # by problem index, not by line order
+    assert methods["target"]["rate_guard"] is None
+    for row in methods.values():
+        row.update(predicted_speedup=None, measured_over_predicted=None)
+    data = {
+        "task": "gsm",
+        "problems": 3,
+        "decoded_problems": 3,
+        "methods": methods,
+        "c_measured": None,
+        "machine": {},
+        "generated_at": "now",
+        "timing": {},
+        "evaluator_overhead": None,
+    }
+    md = render_markdown(data)
+    assert "## The controller's measured-rate guard" in md
+    assert "| adaptive | 1 | 4 | 5.50 | 8.10 | 0.70 [1.00] | 0 |" in md

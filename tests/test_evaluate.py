@@ -307,6 +307,11 @@ def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_pat
     order = [r["method"] for r in recs if r["problem"] == "p1"]
     assert order.index("oracle") > order.index("lr+sd")  # oracle reads lr+sd's α of the same problem
     assert summary.methods["adaptive"]["predicted_speedup"] is None
+    # the bandit's measured-rate guard is kept per problem and summarized; grid-ucb has none
+    assert all(set(r["controller_state"]) >= {"rho", "rho_upper", "lr_open"} for r in by["adaptive"])
+    assert "controller_state" not in by["adaptive/c=grid-ucb"][0]
+    assert summary.methods["adaptive"]["rate_guard"]["lr_rounds"] >= 0
+    assert summary.methods["adaptive/c=grid-ucb"]["rate_guard"] is None
 
 
 def test_adaptive_rows_over_round_kinds_report_each_kinds_share_and_the_prefill_time(data_file, tmp_path):

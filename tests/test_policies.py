@@ -3,6 +3,7 @@ the decoder calling choose/update every round."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -463,3 +464,99 @@ def test_the_plan_takes_the_ceiling_from_a_checkpoints_test_acceptance_interval(
     assert admitted_acceptance(object()) == 1.0 and plan().alpha1_max == 1.0
     with pytest.raises(ConfigError, match="alpha1_max"):
         Pricing(alpha1_max=1.5)
+
+
+def _rated(ctl: BanditController, g1: int, speed: float, rounds: int) -> None:
+    """``rounds`` rounds of (γ1, 4) that each commit 64 tokens at ``speed`` times the model's
+    rate for that arm at the flat prior's means (16 tokens/s per unit of modelled speedup); no
+    verdicts or SD passes, so the posterior and the modelled h stay the prior's."""
+    h_arm = ctl.pricing.best(g1, 4, 0.5, 0.5, ctl.round_kinds)[0]
+    for _ in range(rounds):
+        ctl.update(RoundOutcome(gamma1=g1, gamma2=4, committed_tokens=64, target_s=64 / (16 * h_arm * speed)))
+
+
+PLAN = Pricing(c1=0.1, c2=0.1, batch_cost=(1.0, 1.02, 1.04, 1.06))
+
+
+def test_lr_rounds_measured_slower_than_the_model_says_stop_lr_for_the_rest_of_the_run():
+    """ρ = Q_LR / Q_SD: LR rounds at a fifth of their modelled rate, next to SD rounds at theirs."""
+    import copy
+
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    assert ctl.horizon() is not None  # a flat prior: the model lets LR win
+    _rated(ctl, 0, 1.0, 1)  # the first round (prefill) is no rate
+    _rated(ctl, 0, 1.0, 2)
+    _rated(ctl, 3, 0.2, 2)  # only 2 of the k = 3 LR rounds
+    assert ctl.lr_correction() == 1.0 and ctl.horizon() is not None
+    _rated(ctl, 3, 0.2, 1)
+    assert ctl.lr_correction() == pytest.approx(0.2)
+    assert ctl.horizon() is None  # SD to the end of the answer
+    assert ctl.choose(ProblemInfo("a"), ControlState(5, 600, 400))[0] == 0
+    other = copy.copy(ctl)  # another prompt in flight, a later problem: the same measurements
+    assert other.choose(ProblemInfo("b"), ControlState(0, 0, 1000))[0] == 0 and other.horizon() is None
+
+
+def test_lr_rounds_that_run_as_the_model_says_keep_lr_open_whatever_arm_they_ran():
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    _rated(ctl, 0, 1.0, 3)
+    for g1 in (1, 3, 2, 1):  # a poor arm measured slow, as the model says it is, is no evidence against LR
+        _rated(ctl, g1, 1.0, 1)
+    assert ctl.lr_correction() == pytest.approx(1.0) and ctl.horizon() is not None
+
+
+def test_the_first_round_of_each_problem_is_left_out_of_the_measured_rates():
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN)
+    for problem in "abcd":
+        ctl.choose(ProblemInfo(problem), ControlState(0, 0, 1000))
+        _rated(ctl, 3, 0.01, 1)  # a slow first LR round (the prompt's prefill) in every problem
+        _rated(ctl, 0, 1.0, 1)
+    assert ctl.rates.rounds == {"lr": 0, "sd": 4} and ctl.lr_correction() == 1.0
+
+
+def test_rate_rounds_zero_turns_the_measured_rate_guard_off_and_a_bad_value_is_refused():
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN, rate_rounds=0)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    _rated(ctl, 0, 1.0, 3)
+    _rated(ctl, 3, 0.01, 5)
+    assert ctl.lr_correction() == 1.0 and ctl.horizon() is not None
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ConfigError, match="rate_rounds"):
+            BanditController(rate_rounds=bad)
+
+
+def test_rhos_upper_bound_is_the_ratio_estimator_raised_by_z_standard_errors():
+    import math
+
+    from lrtune.policies.bandit import MeasuredRates
+
+    rates = MeasuredRates()
+    lr = [(40, 2.0, 1.5), (120, 5.0, 1.2), (80, 3.0, 1.4), (10, 2.5, 1.5)]  # (tokens, seconds, modelled h)
+    for n, t, h_r in lr:
+        rates.add(True, n, t, h_r)
+    rates.add(False, 64, 4.0, 1.6)
+    n, m = [r[0] for r in lr], [r[1] * r[2] for r in lr]
+    q = sum(n) / sum(m)
+    se = math.sqrt(sum((a - q * b) ** 2 for a, b in zip(n, m)) / 12) / (sum(m) / 4)
+    q_sd = 64 / (4.0 * 1.6)
+    assert rates.rho(3) == pytest.approx(q / q_sd)
+    assert rates.rho(3, z=2.0) == pytest.approx((q + 2 * se) / q_sd)
+    assert rates.rho(5) == 1.0 and rates.rate("lr") == pytest.approx(250 / 12.5)
+
+
+def test_lr_rounds_that_ran_as_modelled_are_ruled_out_when_the_runs_acceptance_cannot_beat_sd():
+    """ρ = 1 (LR cost what the model said) but the run's verdicts put α1 where SD wins: the guard
+    closes LR for the run, though each new problem's own prior would still explore it."""
+    cpu = Pricing(c1=0.44, c2=0.44, batch_cost=(1.0, 1.05, 1.3, 1.33, 1.42, 1.48, 1.45))
+    low, high = (BanditController(Bounds(gamma1_max=6, gamma2_max=4, M=24), cpu, prior=(1, 1, 30, 3)) for _ in "ab")
+    for ctl, verdicts in ((low, (True, False, False)), (high, (True, True, True))):
+        ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+        _rated(ctl, 0, 1.0, 2)
+        for _ in range(10):  # rounds that judge steps but commit at the model's rate
+            ctl.update(RoundOutcome(gamma1=3, gamma2=4, verdicts=verdicts, committed_tokens=64, target_s=1.0))
+    assert low.rates.alpha1_quantile(0.8) < 0.45 and not low._lr_can_win() and low.horizon() is None
+    assert high.rates.alpha1_quantile(0.8) > 0.95 and high._lr_can_win()
+    fresh = copy.copy(low)
+    fresh.choose(ProblemInfo("b"), ControlState(0, 0, 1000))  # a new problem, its flat α1 prior
+    assert fresh.optimistic_alpha1() > 0.9 and fresh.horizon() is None

@@ -109,3 +109,43 @@ def test_the_checks_flag_what_a_profile_cannot_mean():
         assert words in failed
     noisy = {**good, "batch_cost": [1.0, 1.3, 1.2], "batch_cost_range": {"2": [1.1, 1.5], "3": [1.0, 1.4]}}
     assert profile_checks(noisy) == []  # a dip within the noise is no failure
+
+
+def _options():
+    from lrtune.profiling import ProfileOptions
+
+    return ProfileOptions(gamma1_max=2, tokens=4, repeats=1, sd_gamma2=0, prefill_max=0)
+
+
+def test_a_profile_that_fails_its_checks_is_measured_once_more_and_the_second_kept():
+    """The first measurement's 3-row batch runs in a third of a row's time (a hiccup), the second's
+    as the machine does: the profile keeps the second, passing, with what the first failed."""
+    from lrtune.profiling import measure_once
+
+    calls = _Clock(lambda n, call: 1.0)
+    measure_once(calls, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
+    first = len(calls.calls)  # the target calls one measurement makes
+
+    def cost(n, call):
+        return 0.3 if n == 3 and call <= first else 1 + 0.1 * (n - 1)
+
+    from lrtune.profiling import measure
+
+    target = _Clock(cost)
+    prof = measure(target, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
+    assert prof["checks"]["remeasured"] is True and prof["checks"]["failed"] == []
+    assert any("b(3)" in f for f in prof["checks"]["first_failed"])
+    assert prof["batch_cost"] == pytest.approx([1.0, 1.1, 1.2])
+
+
+def test_a_profile_that_passes_its_checks_is_measured_once_and_one_that_fails_twice_is_flagged(capsys):
+    from lrtune.profiling import measure
+
+    steady = _Clock(lambda n, call: 1 + 0.1 * (n - 1))
+    prof = measure(steady, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
+    assert prof["checks"] == {"failed": [], "remeasured": False}
+    calls_once = len(steady.calls)
+    broken = _Clock(lambda n, call: 0.3 if n == 3 else 1.0)
+    prof = measure(broken, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
+    assert prof["checks"]["remeasured"] and prof["checks"]["failed"] and len(broken.calls) == 2 * calls_once
+    assert "fails its checks" in capsys.readouterr().err
