@@ -4,8 +4,9 @@ The controller is the one ``--method auto`` and adaptive decoding build
 (:func:`lrtune.build.build_controller` with ``bandit``, a run's default γ1 3 and γ2 4, so the
 default bounds γ1 <= 6, γ2 <= 8, γ1·γ2 <= 24, LR rounds only), priced with each profile's
 :class:`lrtune.pricing.Pricing`. For each scenario (a profile and the true α1, α2) it decodes
-``--problems`` problems of ``steps`` steps of L tokens, a fresh controller per problem (what
-the decoder does: the bandit starts every problem from its prior), and the same simulator
+``--problems`` problems of ``steps`` steps of L tokens, each with a copy of one controller (what
+the decoder does: the bandit starts every problem from its prior, while its run-level evidence,
+the measured-rate guard's and the exploration budget's, is shared by the copies), and the same simulator
 decodes them with ``bandit-pooled`` (one controller over the problems in order, each problem
 starting from the posterior the ones before it left) and with two fixed settings:
 
@@ -38,6 +39,7 @@ same output.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from dataclasses import dataclass
@@ -276,7 +278,7 @@ def decode_problem(controller, problem: str, sc: Scenario, rng: np.random.Genera
 
 
 def decode_all(make, sc: Scenario, index: int, problems: int, seed: int) -> list[ProblemRun]:
-    """``problems`` problems, each with a fresh controller from ``make()`` and the generator
+    """``problems`` problems, each with the controller ``make()`` gives it and the generator
     seeded by (seed, scenario index, problem)."""
     return [decode_problem(make(), f"p{i}", sc, np.random.default_rng([seed, index, i])) for i in range(problems)]
 
@@ -356,7 +358,7 @@ def arm_shares(runs: list[ProblemRun], oracle: tuple[int, int], price) -> dict:
 
 
 def run_scenario(sc: Scenario, index: int, problems: int, seed: int, boot: int = BOOT) -> dict:
-    """The scenario decoded by the controller (fresh per problem), by ``bandit-pooled`` (one
+    """The scenario decoded by the controller (a copy of one per problem), by ``bandit-pooled`` (one
     controller over the problems in order, its posterior carried), by the oracle and by sd."""
     from lrtune.policies import FixedController
 
@@ -365,7 +367,7 @@ def run_scenario(sc: Scenario, index: int, problems: int, seed: int, boot: int =
     arms = base.bounds.arms()
     best, sd = oracle_arm(sc.pricing, arms, sc.alpha1, sc.alpha2), sd_arm(sc.pricing, arms, sc.alpha2)
     runs = {
-        "controller": decode_all(base.derive, sc, index, problems, seed),
+        "controller": decode_all(lambda: copy.copy(base), sc, index, problems, seed),
         "pooled": decode_all(lambda: pooled, sc, index, problems, seed),
         "oracle": decode_all(lambda: FixedController(*best, base.bounds), sc, index, problems, seed),
         "sd": decode_all(lambda: FixedController(*sd, base.bounds), sc, index, problems, seed),
@@ -438,7 +440,8 @@ def describe_controller() -> dict:
         "round_kinds": list(c.round_kinds),
         "prior": list(c.prior),
         "bounds": {"gamma1_max": b.gamma1_max, "gamma2_max": b.gamma2_max, "M": b.M},
-        "fresh_per_problem": True,
+        "per_problem": "a copy of one controller (its own posterior from the prior; run-level evidence shared)",
+        "rate_rounds": c.rate_rounds,
     }
 
 

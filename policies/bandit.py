@@ -123,7 +123,7 @@ class BanditController:
         # pooled: the posterior of the latest round of any problem, shared with every copy of this
         # controller (a batched decode gives each prompt in flight a copy.copy of it)
         self._pool = _Pool(list(prior))
-        # committed tokens and seconds per round class over the run, shared with every copy
+        # the guard's run-level evidence (verdicts, SD passes, per-class rates), shared with every copy
         self.rates = MeasuredRates()
         self.rounds = 0
         if not self._arms:
@@ -195,8 +195,7 @@ class BanditController:
             self._rng = random.Random(f"{self.seed}:{problem.id}")
             self.reset(self.problem_prior(problem))
         if not self._lr_can_win():  # no γ1 > 0 arm is worth trying: SD alone, never explored
-            a2, b2 = self.post[2:]
-            return self._value(0.0, min(a2 / (a2 + b2), 0.999), [arm for arm in self._arms if arm[0] == 0])
+            return self._value(0.0, self._sd_alpha2(), [arm for arm in self._arms if arm[0] == 0])
         a1, b1, a2, b2 = self.post
         if self.mode == "thompson":
             x1, x2 = self._rng.betavariate(a1, b1), self._rng.betavariate(a2, b2)
@@ -220,6 +219,16 @@ class BanditController:
         cap = max(self.pricing.alpha1_max, a1 / (a1 + b1))
         return min(_beta_quantile(a1, b1, 0.95), cap, 0.999)
 
+    def _sd_alpha2(self) -> float:
+        """α2 for an SD-alone choice, which runs to the end of the answer: the posterior mean of
+        the run's SD passes once it holds more than this problem's (a problem's posterior starts
+        from the prior again, and an SD round to the end would never correct a prior's γ2)."""
+        a2, b2 = self.post[2:]
+        r2 = self.rates.tokens_judged
+        if sum(r2) > a2 + b2:
+            a2, b2 = 1 + r2[0], 1 + r2[1]
+        return min(a2 / (a2 + b2), 0.999)
+
     def measured(self) -> dict:
         """The measured-rate guard's state over the run: measured rounds and tokens/s per class,
         ρ and ρ⁺ (1 until measured), and whether a γ1 > 0 arm may still be tried (``lr_open``)."""
@@ -238,8 +247,8 @@ class BanditController:
     def _lr_can_win(self) -> bool:
         """Whether a γ1 > 0 arm may be tried: the model's rule (some γ1 > 0 arm beats the best
         γ1 = 0 arm at the optimistic α1 and the posterior mean of α2) and, once measured, the
-        measured-rate guard (the same comparison at the run's mean α1, the LR arms scaled by
-        min(ρ⁺, 1); module docstring)."""
+        measured-rate guard (the same comparison at the 0.8-quantile of the run's α1, the LR arms
+        scaled by min(ρ⁺, 1); module docstring)."""
         a2, b2 = self.post[2:]
         m2 = min(a2 / (a2 + b2), 0.999)
         if not self._lr_beats_sd(self.optimistic_alpha1(), m2, 1.0):
@@ -271,6 +280,8 @@ class BanditController:
 
     def update(self, o: RoundOutcome) -> None:
         self.rates.judged(*o.step_successes)
+        if o.gamma2 > 0:
+            self.rates.passes(*o.token_successes)
         if self.rounds > 0:  # a problem's first round holds the prompt's prefill: not a rate
             m1, m2 = self.estimate()  # what the controller believed when it chose this arm
             modelled = self.pricing.best(o.gamma1, o.gamma2, min(m1, 0.999), min(m2, 0.999), self.round_kinds)[0]
@@ -304,6 +315,11 @@ class MeasuredRates:
     def __init__(self) -> None:
         self.sums = {cls: dict.fromkeys(self._SUMS, 0.0) for cls in ("lr", "sd")}
         self.verdicts = [0, 0]  # accepted, rejected draft steps over every round of the run
+        self.tokens_judged = [0, 0]  # accepted draft tokens, stopped SD passes over the run
+
+    def passes(self, accepted: int, stopped: int) -> None:
+        self.tokens_judged[0] += accepted
+        self.tokens_judged[1] += stopped
 
     def judged(self, accepted: int, rejected: int) -> None:
         self.verdicts[0] += accepted

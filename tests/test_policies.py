@@ -560,3 +560,17 @@ def test_lr_rounds_that_ran_as_modelled_are_ruled_out_when_the_runs_acceptance_c
     fresh = copy.copy(low)
     fresh.choose(ProblemInfo("b"), ControlState(0, 0, 1000))  # a new problem, its flat α1 prior
     assert fresh.optimistic_alpha1() > 0.9 and fresh.horizon() is None
+
+
+def test_once_lr_is_ruled_out_sd_is_chosen_at_the_runs_alpha2_not_a_new_problems_prior():
+    """A new problem's posterior starts from the prior (α2 = 0.5, where a short γ2 wins); the SD
+    round then runs to the end of the answer, so its γ2 comes from the run's SD passes."""
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=8, M=24), PLAN)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    _rated(ctl, 0, 1.0, 3)
+    _rated(ctl, 3, 0.1, 3)  # LR ruled out
+    for _ in range(20):  # SD passes that accept 7 of 8 draft tokens on average
+        ctl.update(RoundOutcome(gamma1=0, gamma2=8, sd=SDCounters(10, 80, 70, [10] * 7 + [0], 10)))
+    assert not ctl._lr_can_win()
+    g2 = ctl.choose(ProblemInfo("b"), ControlState(0, 0, 1000))[1]
+    assert ctl.post[2:] == [1.0, 1.0] and g2 == ctl._value(0.0, 0.87, [(0, k) for k in range(9)])[1] and g2 >= 6
