@@ -307,8 +307,9 @@ class _Pool:
 
 
 class MeasuredRates:
-    """Per round class (LR: γ1 > 0, SD: γ1 = 0), running sums over the measured rounds of the
-    committed tokens n_r, the seconds t_r, m_r = t_r·h_r, n_r², m_r² and n_r·m_r (module docstring)."""
+    """The guard's run-level evidence (module docstring): the run's step verdicts (α1) and SD
+    passes (α2), and per round class (LR: γ1 > 0, SD: γ1 = 0) running sums over the measured
+    rounds of the committed tokens n_r, the seconds t_r, m_r = t_r·h_r, n_r², m_r² and n_r·m_r."""
 
     _SUMS = ("rounds", "n", "t", "m", "nn", "mm", "nm")
 

@@ -143,6 +143,25 @@ def test_summary_by_task_splits_accuracy_finished_and_speedup_by_each_problems_o
     assert by["he"]["lr"]["alpha1"] == 0.0 and by["he"]["target"]["accuracy"] == 0.5
 
 
+def _report_data(task: str, methods: dict, **extra) -> dict:
+    """What render_markdown reads of a summary, around ``methods`` (no predictions made)."""
+    for row in methods.values():
+        row.update(predicted_speedup=None, measured_over_predicted=None)
+    n = max(row["n"] for row in methods.values())
+    return {
+        "task": task,
+        "problems": n,
+        "decoded_problems": n,
+        "methods": methods,
+        "c_measured": None,
+        "machine": {},
+        "generated_at": "now",
+        "timing": {},
+        "evaluator_overhead": None,
+        **extra,
+    }
+
+
 def test_report_of_a_task_mix_has_a_table_per_task_and_a_single_task_has_none():
     from lrtune.eval.report import render_markdown
 
@@ -152,21 +171,11 @@ def test_report_of_a_task_mix_has_a_table_per_task_and_a_single_task_has_none():
         rec("h1", "target", 4.0, False),
         rec("h1", "lr", 8.0, True),
     ]
-    methods = metrics.summarize(records, ["target", "lr"])
-    for row in methods.values():
-        row.update(predicted_speedup=None, measured_over_predicted=None)
-    data = {
-        "task": "gsm+he",
-        "problems": 2,
-        "decoded_problems": 2,
-        "methods": methods,
-        "c_measured": None,
-        "machine": {},
-        "generated_at": "now",
-        "timing": {},
-        "evaluator_overhead": None,
-        "by_task": metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he"}),
-    }
+    data = _report_data(
+        "gsm+he",
+        metrics.summarize(records, ["target", "lr"]),
+        by_task=metrics.summarize_by_group(records, ["target", "lr"], {"g1": "gsm", "h1": "he"}),
+    )
     md = render_markdown(data)
     assert "## By task" in md
     assert "| gsm | lr | 1 | 1.00 | 0/1 | — | 2.00 |" in md and "| he | lr | 1 | 1.00 | 0/1 | — | 0.50 |" in md
@@ -450,19 +459,6 @@ def test_the_summary_and_report_show_where_the_measured_rate_guard_closed_lr():
     guard = methods["adaptive"]["rate_guard"]
     assert guard["lr_closed_from"] == 0 and guard["lr_rounds"] == 1  # by problem index, not by line order
     assert methods["target"]["rate_guard"] is None
-    for row in methods.values():
-        row.update(predicted_speedup=None, measured_over_predicted=None)
-    data = {
-        "task": "gsm",
-        "problems": 3,
-        "decoded_problems": 3,
-        "methods": methods,
-        "c_measured": None,
-        "machine": {},
-        "generated_at": "now",
-        "timing": {},
-        "evaluator_overhead": None,
-    }
-    md = render_markdown(data)
+    md = render_markdown(_report_data("gsm", methods))
     assert "## The controller's measured-rate guard" in md
     assert "| adaptive | 1 | 4 | 5.50 | 8.10 | 0.70 [1.00] | 0 |" in md
