@@ -17,6 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from lrtune.batchcost import read_profile_json
+
 
 def stability(profiles: list[dict], tolerance: float = 0.10) -> dict:
     """Per n: the b(n) of each profile, median, largest relative deviation and pass/fail."""
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give at least two profiles")
     if Path(args.out).resolve() in {Path(p).resolve() for p in args.profiles}:
         ap.error("--out is one of the profiles")
-    profiles = [json.loads(Path(p).read_text()) for p in args.profiles]
+    profiles = [read_profile_json(p) for p in args.profiles]
     out = {
         "command": "python -m benchmarks.profile_stability " + " ".join(sys.argv[1:]),
         **stability(profiles, args.tolerance),

@@ -284,7 +284,7 @@ class BanditController:
             self.rates.passes(*o.token_successes)
         if self.rounds > 0:  # a problem's first round holds the prompt's prefill: not a rate
             m1, m2 = self.estimate()  # what the controller believed when it chose this arm
-            modelled = self.pricing.best(o.gamma1, o.gamma2, min(m1, 0.999), min(m2, 0.999), self.round_kinds)[0]
+            modelled = self._h(o.gamma1, o.gamma2, min(m1, 0.999), min(m2, 0.999))
             self.rates.add(o.gamma1 > 0, o.committed_tokens, o.draft_s + o.target_s + o.verify_s, modelled)
         acc, rej = o.step_successes
         self.post[0] += acc
