@@ -6,7 +6,7 @@ default bounds γ1 <= 6, γ2 <= 8, γ1·γ2 <= 24, LR rounds only), priced with 
 :class:`lrtune.pricing.Pricing`. For each scenario (a profile and the true α1, α2) it decodes
 ``--problems`` problems of ``steps`` steps of L tokens, each with a copy of one controller (what
 the decoder does: the bandit starts every problem from its prior, while its run-level evidence,
-the measured-rate guard's, is shared by the copies), and the same simulator
+the measured-rate guard's and the exploration budget's, is shared by the copies), and the same simulator
 decodes them with ``bandit-pooled`` (one controller over the problems in order, each problem
 starting from the posterior the ones before it left) and with two fixed settings:
 
@@ -441,6 +441,7 @@ def describe_controller() -> dict:
         "prior": list(c.prior),
         "bounds": {"gamma1_max": b.gamma1_max, "gamma2_max": b.gamma2_max, "M": b.M},
         "per_problem": "a copy of one controller (its own posterior from the prior; run-level evidence shared)",
+        "explore_budget": c.explore_budget,
         "rate_rounds": c.rate_rounds,
     }
 

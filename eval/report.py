@@ -279,8 +279,18 @@ def render_markdown(data: dict) -> str:
             "The controller's measured-rate guard",
             "LR and SD rounds measured over the run (a problem's first round left out), their "
             "tokens/s, ρ = how fast LR rounds ran against the speedup model, next to SD rounds, with "
-            "its upper bound ρ⁺, and the first problem after which the controller tried no LR round.",
-            ["method", "LR rounds", "SD rounds", "LR tokens/s", "SD tokens/s", "ρ [ρ⁺]", "LR closed from problem"],
+            "its upper bound ρ⁺, the first problem after which the controller tried no LR round, and "
+            "the exploration budget's slack at the end (seconds the run could still lose to SD).",
+            [
+                "method",
+                "LR rounds",
+                "SD rounds",
+                "LR tokens/s",
+                "SD tokens/s",
+                "ρ [ρ⁺]",
+                "LR closed from problem",
+                "budget slack s",
+            ],
             [
                 [
                     k,
@@ -290,6 +300,7 @@ def render_markdown(data: dict) -> str:
                     _f(g["sd_tokens_per_s"], ".2f"),
                     f"{g['rho']:.2f} [{g['rho_upper']:.2f}]",
                     "—" if g["lr_closed_from"] is None else g["lr_closed_from"],
+                    _f(g.get("budget_slack_s"), ".1f"),
                 ]
                 for k, g in guards.items()
             ],

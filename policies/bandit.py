@@ -47,6 +47,19 @@ it happened to accept). Once ``rate_rounds`` (k = 3) LR rounds and one SD round 
 have measured, some LR arm must still beat SD. A measurement rules LR out, never in, and the arm
 a round runs is still chosen by the model alone. Once LR is ruled out, SD runs to the end of
 every later answer in one call. ``rate_rounds=0`` turns the guard off.
+
+The exploration budget (a conservative bandit, Wu et al. 2016, with SD as the baseline). With
+T the run's seconds so far, N its committed tokens and R the rate its SD rounds ran at
+(prefills included: the rate plain SD decodes whole answers at), an LR round of the arm the
+controller chose starts only while slack = (1 + ε)·N/R − T ≥ w, w that round's worst case: the
+model's time for the arm committing one step of L = ``horizon_tokens`` tokens at α1 = 0,
+L·g / (R·h(γ1, γ2; 0, ᾱ2)), divided by min(ρ, 1) once measured, and no less than the longest
+LR round measured. Counting every LR round a total loss, the run never takes more than
+(1 + ε) times SD's time for its tokens; LR rounds that beat SD add to the slack, rounds that
+lose spend it. Until the slack covers w, the controller runs SD for ⌈(w − slack)·R/ε⌉ tokens
+(the slack grows ε/R s per SD token), so a run where LR never pays makes few engine calls. No SD
+rate yet: SD first. ``explore_budget`` is ε (0.02); None turns the budget off, and a run whose
+rounds report no seconds (a test that times nothing) is not budgeted.
 """
 
 from __future__ import annotations
@@ -57,6 +70,7 @@ import random
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.errors import ConfigError
 from lrtune.pricing import ROUND_KINDS, Prefill, Pricing
+from lrtune.policies.measured import MeasuredRates, beta_quantile as _beta_quantile
 
 _LEGACY_PRICES = ("c1", "c2", "batch_cost", "prefill")
 ALPHA1_Q = 0.8  # the guard prices LR at this quantile of the run's α1
@@ -81,6 +95,7 @@ class BanditController:
         pooled: bool = False,
         pool_strength: float = 16.0,
         rate_rounds: int = 3,
+        explore_budget: float | None = 0.02,
         **legacy,
     ) -> None:
         pricing = _legacy_pricing(pricing, legacy)
@@ -90,6 +105,9 @@ class BanditController:
             raise ConfigError(f"horizon_tokens must be >= 1, got {horizon_tokens}")
         if isinstance(rate_rounds, bool) or not isinstance(rate_rounds, int) or rate_rounds < 0:
             raise ConfigError(f"rate_rounds must be an integer >= 0 (0: no measured-rate guard), got {rate_rounds!r}")
+        number = isinstance(explore_budget, (int, float)) and not isinstance(explore_budget, bool)
+        if explore_budget is not None and not (number and 0 <= explore_budget <= 1):
+            raise ConfigError(f"explore_budget must be a number in [0, 1] or None (no budget), got {explore_budget!r}")
         kinds = tuple(round_kinds)
         if not kinds or set(kinds) - set(ROUND_KINDS):
             raise ConfigError(f"round kinds must be some of {', '.join(ROUND_KINDS)}, got {kinds!r}")
@@ -102,6 +120,7 @@ class BanditController:
         self.horizon_tokens = horizon_tokens
         self.pooled, self.pool_strength = pooled, float(pool_strength)
         self.rate_rounds = rate_rounds
+        self.explore_budget = explore_budget
         self.round_kinds = kinds
         self._given = {
             "bounds": bounds,
@@ -114,8 +133,10 @@ class BanditController:
             "pooled": pooled,
             "pool_strength": pool_strength,
             "rate_rounds": rate_rounds,
+            "explore_budget": explore_budget,
         }
         self._kind = kinds[0]  # the kind of the arm chosen last
+        self._wanted = None  # the LR arm the exploration budget deferred in the last choice
         self.sd_rounds = 0  # consecutive γ1 = 0 rounds just before this one
         self._rng = random.Random(seed)
         self._problem: str | None = None
@@ -194,22 +215,67 @@ class BanditController:
             self._problem = problem.id
             self._rng = random.Random(f"{self.seed}:{problem.id}")
             self.reset(self.problem_prior(problem))
+        self._wanted = None
         if not self._lr_can_win():  # no γ1 > 0 arm is worth trying: SD alone, never explored
-            return self._value(0.0, self._sd_alpha2(), [arm for arm in self._arms if arm[0] == 0])
+            return self._sd_arm()
         a1, b1, a2, b2 = self.post
         if self.mode == "thompson":
             x1, x2 = self._rng.betavariate(a1, b1), self._rng.betavariate(a2, b2)
         else:
             q = 1.0 - 1.0 / (self.rounds + 2)
             x1, x2 = _beta_quantile(a1, b1, q), _beta_quantile(a2, b2, q)
-        return self._value(min(x1, 0.999), min(x2, 0.999))
+        arm = self._value(min(x1, 0.999), min(x2, 0.999))
+        if arm[0] > 0 and not self._budget_allows(arm):  # the exploration budget: SD until it covers this arm
+            self._wanted = arm
+            return self._sd_arm()
+        return arm
+
+    def _sd_arm(self) -> tuple[int, int]:
+        """The best γ1 = 0 arm at the run's α2 (:meth:`_sd_alpha2`)."""
+        return self._value(0.0, self._sd_alpha2(), [arm for arm in self._arms if arm[0] == 0])
 
     def horizon(self) -> int | None:
         """Tokens of a γ1 = 0 round (module docstring): None when LR cannot win even at the
         optimistic α1, else ``horizon_tokens · 2^k`` after k consecutive γ1 = 0 rounds."""
         if not self._lr_can_win():
             return None
+        if self._wanted is not None:  # SD until the exploration budget covers the arm it wanted
+            wait = self._budget_wait(self._wanted)
+            if wait is not None:
+                return max(wait, self.horizon_tokens)
         return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
+
+    def _worst_lr_round(self, arm: tuple[int, int]) -> float:
+        """Seconds an LR round of ``arm`` may take, worst case: the model's time for it committing
+        one step of L = ``horizon_tokens`` tokens at α1 = 0, L·g / (R·h(γ1, γ2; 0, ᾱ2)) (SD makes L
+        tokens in L/R s at speedup g), slowed by min(ρ, 1) once LR rounds are measured, and no less
+        than the longest LR round measured. Needs the SD rate R."""
+        m2 = self._sd_alpha2()
+        g = max((self._h(0, g2, 0.0, m2) for g1, g2 in self._arms if g1 == 0), default=1.0)
+        modelled = self.horizon_tokens * g / (self.rates.sd_rate_with_prefills() * self._h(*arm, 0.0, m2))
+        return max(modelled / min(self.lr_correction(), 1.0), self.rates.longest_lr)
+
+    def _budget_allows(self, arm: tuple[int, int]) -> bool:
+        """The exploration budget ε (``explore_budget``): an LR round of ``arm`` starts only when
+        the run, with that round counted a total loss, stays within (1 + ε) times the time SD
+        would have taken for the same tokens: slack = (1 + ε)·N/R − T ≥ its worst case (module
+        docstring). No SD rate measured yet: no LR round. ``explore_budget=None``, or rounds
+        reported with no seconds at all (nothing to judge a budget by): always."""
+        if self.explore_budget is None or self.rates.never_timed():
+            return True
+        slack = self.rates.budget_slack(self.explore_budget)
+        return slack is not None and slack >= self._worst_lr_round(arm)
+
+    def _budget_wait(self, arm: tuple[int, int]) -> int | None:
+        """SD tokens until the budget admits ``arm``: the slack grows by ε/R s per SD token, so
+        ⌈(w − slack)·R/ε⌉; None while no SD rate is measured (the round runs the usual horizon)."""
+        slack = self.rates.budget_slack(self.explore_budget)
+        if slack is None:
+            return None
+        if self.explore_budget == 0:
+            return 1 << 30
+        rate = self.rates.sd_rate_with_prefills()
+        return max(1, math.ceil((self._worst_lr_round(arm) - slack) * rate / self.explore_budget))
 
     def optimistic_alpha1(self) -> float:
         """The most α1 exploration assumes: the posterior's 95% quantile, but no more than what
@@ -241,6 +307,7 @@ class BanditController:
             "rho": self.lr_correction(),
             "rho_upper": self.lr_correction(RHO_Z),
             "alpha1_q": self.rates.alpha1_quantile(ALPHA1_Q),
+            "budget_slack_s": None if self.explore_budget is None else self.rates.budget_slack(self.explore_budget),
             "lr_open": self._lr_can_win(),
         }
 
@@ -282,6 +349,7 @@ class BanditController:
         self.rates.judged(*o.step_successes)
         if o.gamma2 > 0:
             self.rates.passes(*o.token_successes)
+        self.rates.timed(o.gamma1 > 0, o.committed_tokens, o.draft_s + o.target_s + o.verify_s)
         if self.rounds > 0:  # a problem's first round holds the prompt's prefill: not a rate
             m1, m2 = self.estimate()  # what the controller believed when it chose this arm
             modelled = self._h(o.gamma1, o.gamma2, min(m1, 0.999), min(m2, 0.999))
@@ -304,71 +372,6 @@ class _Pool:
 
     def __init__(self, post: list[float]) -> None:
         self.post = post
-
-
-class MeasuredRates:
-    """The guard's run-level evidence (module docstring): the run's step verdicts (α1) and SD
-    passes (α2), and per round class (LR: γ1 > 0, SD: γ1 = 0) running sums over the measured
-    rounds of the committed tokens n_r, the seconds t_r, m_r = t_r·h_r, n_r², m_r² and n_r·m_r."""
-
-    _SUMS = ("rounds", "n", "t", "m", "nn", "mm", "nm")
-
-    def __init__(self) -> None:
-        self.sums = {cls: dict.fromkeys(self._SUMS, 0.0) for cls in ("lr", "sd")}
-        self.verdicts = [0, 0]  # accepted, rejected draft steps over every round of the run
-        self.tokens_judged = [0, 0]  # accepted draft tokens, stopped SD passes over the run
-
-    def passes(self, accepted: int, stopped: int) -> None:
-        self.tokens_judged[0] += accepted
-        self.tokens_judged[1] += stopped
-
-    def judged(self, accepted: int, rejected: int) -> None:
-        self.verdicts[0] += accepted
-        self.verdicts[1] += rejected
-
-    def alpha1_quantile(self, q: float) -> float:
-        """The q-quantile of Beta(1 + accepted, 1 + rejected) over the run's verdicts."""
-        return _beta_quantile(1 + self.verdicts[0], 1 + self.verdicts[1], q)
-
-    def measured(self, k: int) -> bool:
-        """Whether max(k, 2) LR rounds and one SD round that committed tokens are measured."""
-        lr, sd = self.sums["lr"], self.sums["sd"]
-        return lr["rounds"] >= max(k, 2) and bool(sd["n"]) and bool(lr["m"])
-
-    @property
-    def rounds(self) -> dict[str, int]:
-        return {cls: int(s["rounds"]) for cls, s in self.sums.items()}
-
-    def add(self, lr: bool, tokens: int, seconds: float, modelled: float) -> None:
-        if seconds > 0 and modelled > 0:  # a round with no time measured (a unit test's fake) is no rate
-            s, m = self.sums["lr" if lr else "sd"], seconds * modelled
-            for key, value in zip(self._SUMS, (1, tokens, seconds, m, tokens * tokens, m * m, tokens * m)):
-                s[key] += value
-
-    def rate(self, cls: str) -> float | None:
-        """Σ n_r / Σ t_r: the class's measured tokens per second; None before any round."""
-        s = self.sums[cls]
-        return s["n"] / s["t"] if s["rounds"] else None
-
-    def rho(self, k: int, z: float = 0.0) -> float:
-        """ρ = Q_LR / Q_SD, Q = Σ n_r / Σ m_r (a ratio estimator), with Q_LR raised by z standard
-        errors, SE = sqrt(Σ (n_r − Q·m_r)² / (k(k − 1))) / mean(m_r) over the k LR rounds;
-        1 until max(k, 2) LR rounds and one SD round that committed tokens are measured."""
-        if not self.measured(k):
-            return 1.0
-        lr, sd = self.sums["lr"], self.sums["sd"]
-        k_lr = lr["rounds"]
-        q = lr["n"] / lr["m"]
-        resid = max(lr["nn"] - 2 * q * lr["nm"] + q * q * lr["mm"], 0.0)
-        se = math.sqrt(resid / (k_lr * (k_lr - 1))) / (lr["m"] / k_lr)
-        return (q + z * se) / (sd["n"] / sd["m"])
-
-
-def _beta_quantile(a: float, b: float, q: float) -> float:
-    """The q-quantile of Beta(a, b) by bisection on the regularised incomplete beta."""
-    from scipy.special import betaincinv
-
-    return float(betaincinv(a, b, q))
 
 
 def _legacy_pricing(pricing: Pricing | None, legacy: dict) -> Pricing:

@@ -461,4 +461,4 @@ def test_the_summary_and_report_show_where_the_measured_rate_guard_closed_lr():
     assert methods["target"]["rate_guard"] is None
     md = render_markdown(_report_data("gsm", methods))
     assert "## The controller's measured-rate guard" in md
-    assert "| adaptive | 1 | 4 | 5.50 | 8.10 | 0.70 [1.00] | 0 |" in md
+    assert "| adaptive | 1 | 4 | 5.50 | 8.10 | 0.70 [1.00] | 0 | — |" in md

@@ -308,7 +308,7 @@ def test_adaptive_oracle_and_best_fixed_rows_run_beside_lr_sd(data_file, tmp_pat
     assert order.index("oracle") > order.index("lr+sd")  # oracle reads lr+sd's α of the same problem
     assert summary.methods["adaptive"]["predicted_speedup"] is None
     # the bandit's measured-rate guard is kept per problem and summarized; grid-ucb has none
-    assert all(set(r["controller_state"]) >= {"rho", "rho_upper", "lr_open"} for r in by["adaptive"])
+    assert all(set(r["controller_state"]) >= {"rho", "rho_upper", "lr_open", "budget_slack_s"} for r in by["adaptive"])
     assert "controller_state" not in by["adaptive/c=grid-ucb"][0]
     assert summary.methods["adaptive"]["rate_guard"]["lr_rounds"] >= 0
     assert summary.methods["adaptive/c=grid-ucb"]["rate_guard"] is None

@@ -4,6 +4,7 @@ the decoder calling choose/update every round."""
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import pytest
@@ -433,11 +434,12 @@ _CPU_LIKE = dict(c1=0.5, c2=0.1, batch_cost=[1.0, 1.2, 1.4, 1.6, 1.8])
 
 def test_an_arm_the_verifiers_calibration_rules_out_is_never_tried():
     """With α1_max below what any LR arm needs, every round is SD alone from the first step and
-    runs to the end of the answer; with no calibration (α1_max = 1) the flat prior explores LR."""
+    runs to the end of the answer; with no calibration (α1_max = 1) the flat prior explores LR
+    (here with no exploration budget, which would first want an SD rate measured)."""
     capped = BanditController(Bounds(0, 4, 0, 4), Pricing(**_CPU_LIKE, alpha1_max=0.7), seed=1)
     picks = [capped.choose(P, ControlState(r, r * 10, 500)) for r in range(40)]
     assert all(g1 == 0 for g1, _ in picks) and capped.horizon() is None
-    free = BanditController(Bounds(0, 4, 0, 4), Pricing(**_CPU_LIKE), seed=1)
+    free = BanditController(Bounds(0, 4, 0, 4), Pricing(**_CPU_LIKE), seed=1, explore_budget=None)
     assert any(free.choose(P, ControlState(r, r * 10, 500))[0] > 0 for r in range(40))
 
 
@@ -529,7 +531,7 @@ def test_rate_rounds_zero_turns_the_measured_rate_guard_off_and_a_bad_value_is_r
 def test_rhos_upper_bound_is_the_ratio_estimator_raised_by_z_standard_errors():
     import math
 
-    from lrtune.policies.bandit import MeasuredRates
+    from lrtune.policies.measured import MeasuredRates
 
     rates = MeasuredRates()
     lr = [(40, 2.0, 1.5), (120, 5.0, 1.2), (80, 3.0, 1.4), (10, 2.5, 1.5)]  # (tokens, seconds, modelled h)
@@ -574,3 +576,75 @@ def test_once_lr_is_ruled_out_sd_is_chosen_at_the_runs_alpha2_not_a_new_problems
     assert not ctl._lr_can_win()
     g2 = ctl.choose(ProblemInfo("b"), ControlState(0, 0, 1000))[1]
     assert ctl.post[2:] == [1.0, 1.0] and g2 == ctl._value(0.0, 0.87, [(0, k) for k in range(9)])[1] and g2 >= 6
+
+
+def _sd_round(ctl: BanditController, tokens: int = 100, seconds: float = 10.0) -> None:
+    ctl.update(RoundOutcome(gamma1=0, gamma2=4, committed_tokens=tokens, target_s=seconds))
+
+
+def test_the_exploration_budget_runs_sd_until_the_chosen_arms_worst_case_fits_in_epsilon_of_the_run():
+    """slack = (1 + ε)·N/R − T: a run of SD rounds at R = 10 tokens/s gains ε·T; an LR round
+    starts only once the slack covers the worst case of the arm chosen, and SD runs until then."""
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN, explore_budget=0.05, mode="ucb")
+    assert ctl.choose(ProblemInfo("a"), ControlState(0, 0, 10**6))[0] == 0 and ctl.horizon() == 64  # no rate yet
+    _sd_round(ctl)
+    assert ctl.choose(ProblemInfo("a"), ControlState(1, 100, 10**6))[0] == 0
+    wanted = ctl._wanted
+    assert wanted[0] > 0  # the LR arm the budget deferred
+    w = ctl._worst_lr_round(wanted)  # L·g / (R·h0): 64 tokens at the arm's α1 = 0 speed
+    g = max(ctl._h(0, g2, 0.0, 0.5) for g2 in range(5))
+    assert w == pytest.approx(64 * g / (10 * ctl._h(*wanted, 0.0, 0.5)))
+    slack = ctl.rates.budget_slack(0.05)
+    assert slack == pytest.approx(0.05 * 10.0)
+    assert ctl.horizon() == math.ceil((w - slack) * 10 / 0.05)  # SD tokens until the slack covers w
+    for r in range(2, 200):  # each 100-token SD round adds 0.05 · 10 s of slack
+        _sd_round(ctl)
+        arm = ctl.choose(ProblemInfo("a"), ControlState(r, 100 * r, 10**6))
+        if arm[0] > 0:
+            break
+        assert ctl.rates.budget_slack(0.05) < ctl._worst_lr_round(ctl._wanted)  # deferred only while short
+    assert arm[0] > 0 and ctl._wanted is None
+    assert ctl.rates.budget_slack(0.05) >= ctl._worst_lr_round(arm) >= w
+
+
+def test_the_worst_case_is_the_chosen_arms_slowed_by_measured_rho_and_at_least_the_longest_lr_round():
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN, explore_budget=0.05)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 10**6))
+    _sd_round(ctl)
+    small, big = ctl._worst_lr_round((1, 4)), ctl._worst_lr_round((3, 4))
+    assert small < big  # a deeper arm drafts and verifies more for the one step it commits at α1 = 0
+    _rated(ctl, 0, 1.0, 3)
+    _rated(ctl, 3, 0.5, 3)  # LR rounds at half their modelled rate: ρ = 0.5
+    rho = ctl.lr_correction()
+    assert rho == pytest.approx(0.5, rel=1e-6)
+    r, m2 = ctl.rates.sd_rate_with_prefills(), ctl._sd_alpha2()
+    g = max(ctl._h(0, g2, 0.0, m2) for g2 in range(5))
+    modelled = 64 * g / (r * ctl._h(1, 4, 0.0, m2))
+    assert ctl._worst_lr_round((1, 4)) == pytest.approx(max(modelled / rho, ctl.rates.longest_lr))
+    assert modelled / rho > ctl.rates.longest_lr  # here the model, slowed by ρ, is the worst case
+    ctl.update(RoundOutcome(gamma1=1, gamma2=4, committed_tokens=10, target_s=1000.0))
+    assert ctl._worst_lr_round((1, 4)) == 1000.0
+
+
+def test_lr_rounds_that_lose_to_sd_spend_the_budget_and_rounds_that_win_add_to_it():
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN, explore_budget=0.05)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 10**6))
+    for _ in range(20):
+        _sd_round(ctl)  # T = 200 s, slack 10 s
+    ctl.update(RoundOutcome(gamma1=3, gamma2=4, verdicts=(False,), committed_tokens=40, target_s=8.0))
+    assert ctl.rates.budget_slack(0.05) == pytest.approx(1.05 * 2040 / 10 - 208)  # 4 s of the LR round lost
+    assert ctl._worst_lr_round((3, 4)) >= 8.0 and not ctl._budget_allows((3, 4))
+    ctl.update(RoundOutcome(gamma1=3, gamma2=4, verdicts=(True,) * 3, committed_tokens=400, target_s=8.0))
+    assert ctl.rates.budget_slack(0.05) == pytest.approx(1.05 * 2440 / 10 - 216)  # 32 s gained
+    assert ctl._budget_allows((3, 4))
+
+
+def test_no_budget_is_judged_without_timings_and_a_bad_budget_is_refused():
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    assert not ctl._budget_allows((1, 4))  # nothing measured: SD first
+    ctl.update(RoundOutcome(gamma1=0, gamma2=4, committed_tokens=64))  # a round without seconds
+    assert ctl._budget_allows((1, 4)) and BanditController(explore_budget=None)._budget_allows((1, 4))
+    for bad in (-0.1, 1.5, True, "0.02"):
+        with pytest.raises(ConfigError, match="explore_budget"):
+            BanditController(explore_budget=bad)

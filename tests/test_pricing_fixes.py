@@ -78,7 +78,9 @@ def test_grid_ucb_counts_a_reported_arm_without_a_choice_and_ignores_one_off_the
 
 def test_bandit_driving_lr_chooses_only_gamma2_zero_arms():
     cfg = DecodeConfig(method="lr", gamma1=3, gamma2=4)
-    chosen = _run_like_the_decoder(build_controller("bandit", cfg), cfg, 200)
+    ctl = build_controller("bandit", cfg)
+    assert ctl.derive().bounds.gamma2_max == 0  # derived copies keep the pin
+    chosen = _run_like_the_decoder(ctl.derive(explore_budget=None), cfg, 200)  # explores from round 1
     assert all(g2 == 0 for _, g2 in chosen)
     assert sum(g1 == 0 for g1, _ in chosen) <= 10  # at α1 = 0.7 LR wins: few bare-target rounds
 
