@@ -286,11 +286,15 @@ class BanditController:
         return min(_beta_quantile(a1, b1, 0.95), cap, 0.999)
 
     def _sd_alpha2(self) -> float:
-        """α2 for an SD-alone choice, which runs to the end of the answer: the posterior mean of
-        the run's SD passes once it holds more than this problem's (a problem's posterior starts
-        from the prior again, and an SD round to the end would never correct a prior's γ2)."""
+        """α2 for an SD-alone choice, which may run to the end of the answer: the posterior mean
+        of the run's SD passes once it holds more than this problem's (a problem's posterior
+        starts from the prior again, and an SD round to the end would never correct a prior's
+        γ2); before the run has measured any SD pass, the posterior's 95% quantile (optimism: a
+        prior that prices SD below the target alone would pick γ2 = 0 and never measure α2)."""
         a2, b2 = self.post[2:]
         r2 = self.rates.tokens_judged
+        if not any(r2):
+            return min(_beta_quantile(a2, b2, 0.95), 0.999)
         if sum(r2) > a2 + b2:
             a2, b2 = 1 + r2[0], 1 + r2[1]
         return min(a2 / (a2 + b2), 0.999)

@@ -91,7 +91,7 @@ def test_the_same_seed_gives_the_same_result_and_another_seed_another():
     sc = _scenario(gpu_pricing(0.05), 0.6, 0.8, 20)
     a = run_scenario(sc, 0, 4, seed=1, boot=50)
     assert a == run_scenario(sc, 0, 4, seed=1, boot=50)
-    assert a["controller"]["speedup_total"] != run_scenario(sc, 0, 4, seed=2, boot=50)["controller"]["speedup_total"]
+    assert a["controller"] != run_scenario(sc, 0, 4, seed=2, boot=50)["controller"]
 
 
 def test_the_simulated_controller_is_the_one_adaptive_decoding_builds():

@@ -592,8 +592,9 @@ def test_the_exploration_budget_runs_sd_until_the_chosen_arms_worst_case_fits_in
     wanted = ctl._wanted
     assert wanted[0] > 0  # the LR arm the budget deferred
     w = ctl._worst_lr_round(wanted)  # L·g / (R·h0): 64 tokens at the arm's α1 = 0 speed
-    g = max(ctl._h(0, g2, 0.0, 0.5) for g2 in range(5))
-    assert w == pytest.approx(64 * g / (10 * ctl._h(*wanted, 0.0, 0.5)))
+    m2 = ctl._sd_alpha2()  # no SD pass measured: the posterior's 95% quantile
+    g = max(ctl._h(0, g2, 0.0, m2) for g2 in range(5))
+    assert w == pytest.approx(64 * g / (10 * ctl._h(*wanted, 0.0, m2)))
     slack = ctl.rates.budget_slack(0.05)
     assert slack == pytest.approx(0.05 * 10.0)
     assert ctl.horizon() == math.ceil((w - slack) * 10 / 0.05)  # SD tokens until the slack covers w
@@ -648,3 +649,17 @@ def test_no_budget_is_judged_without_timings_and_a_bad_budget_is_refused():
     for bad in (-0.1, 1.5, True, "0.02"):
         with pytest.raises(ConfigError, match="explore_budget"):
             BanditController(explore_budget=bad)
+
+
+def test_sd_alone_before_any_sd_pass_is_measured_is_optimistic_about_alpha2_so_it_never_sticks_to_the_target():
+    """On a profile where SD at the prior's mean α2 (0.5) is slower than the target alone, an
+    SD-alone choice (LR ruled out, or deferred by the budget) would pick γ2 = 0, measure no SD
+    pass and keep the target for the run; before any pass it prices SD at the 95% quantile."""
+    slow_sd = Pricing(c1=0.8, c2=0.8, batch_cost=(1.0, 1.05, 1.1, 1.15, 1.2), alpha1_max=0.5)
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), slow_sd)
+    assert ctl._value(0.0, 0.5, [(0, k) for k in range(5)]) == (0, 0)  # at the mean: the target alone
+    first = ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    assert first[0] == 0 and first[1] > 0
+    for _ in range(10):  # the run's SD passes accept 1 of 4 tokens: now SD loses, and the run knows it
+        ctl.update(RoundOutcome(gamma1=0, gamma2=4, sd=SDCounters(10, 40, 10, [10, 0, 0, 0], 10)))
+    assert ctl.choose(ProblemInfo("b"), ControlState(0, 0, 1000)) == (0, 0)
