@@ -225,8 +225,9 @@ class BanditController:
             q = 1.0 - 1.0 / (self.rounds + 2)
             x1, x2 = _beta_quantile(a1, b1, q), _beta_quantile(a2, b2, q)
         arm = self._value(min(x1, 0.999), min(x2, 0.999))
-        if arm[0] > 0 and not self._budget_allows(arm):  # the exploration budget: SD until it covers this arm
-            self._wanted = arm
+        if not self._budget_allows(arm if arm[0] > 0 else self._cheapest_lr_arm()):
+            # the exploration budget admits no LR round yet: SD at the run's α2 until it does
+            self._wanted = arm if arm[0] > 0 else None
             return self._sd_arm()
         return arm
 
@@ -236,14 +237,19 @@ class BanditController:
 
     def horizon(self) -> int | None:
         """Tokens of a γ1 = 0 round (module docstring): None when LR cannot win even at the
-        optimistic α1, else ``horizon_tokens · 2^k`` after k consecutive γ1 = 0 rounds."""
+        optimistic α1, else ``horizon_tokens · 2^k`` after k consecutive γ1 = 0 rounds, and no
+        less than the exploration budget's wait for the LR arm the controller wanted (the one
+        whose worst case is the least when it chose SD itself): no LR round could start sooner."""
         if not self._lr_can_win():
             return None
-        if self._wanted is not None:  # SD until the exploration budget covers the arm it wanted
-            wait = self._budget_wait(self._wanted)
-            if wait is not None:
-                return max(wait, self.horizon_tokens)
-        return self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
+        usual = self.horizon_tokens * 2 ** min(self.sd_rounds, 20)
+        wait = self._budget_wait(self._wanted or self._cheapest_lr_arm())
+        return usual if wait is None else max(wait, usual)
+
+    def _cheapest_lr_arm(self) -> tuple[int, int]:
+        """The γ1 > 0 arm whose worst-case round (:meth:`_worst_lr_round`) is the shortest."""
+        m2 = self._sd_alpha2()
+        return max((arm for arm in self._arms if arm[0] > 0), key=lambda arm: self._h(*arm, 0.0, m2))
 
     def _worst_lr_round(self, arm: tuple[int, int]) -> float:
         """Seconds an LR round of ``arm`` may take, worst case: the model's time for it committing
@@ -268,7 +274,10 @@ class BanditController:
 
     def _budget_wait(self, arm: tuple[int, int]) -> int | None:
         """SD tokens until the budget admits ``arm``: the slack grows by ε/R s per SD token, so
-        ⌈(w − slack)·R/ε⌉; None while no SD rate is measured (the round runs the usual horizon)."""
+        ⌈(w − slack)·R/ε⌉; None when it admits it now, when no budget applies, or while no SD
+        rate is measured (the round runs the usual horizon)."""
+        if self._budget_allows(arm) or self.explore_budget is None:
+            return None
         slack = self.rates.budget_slack(self.explore_budget)
         if slack is None:
             return None

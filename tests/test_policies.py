@@ -663,3 +663,19 @@ def test_sd_alone_before_any_sd_pass_is_measured_is_optimistic_about_alpha2_so_i
     for _ in range(10):  # the run's SD passes accept 1 of 4 tokens: now SD loses, and the run knows it
         ctl.update(RoundOutcome(gamma1=0, gamma2=4, sd=SDCounters(10, 40, 10, [10, 0, 0, 0], 10)))
     assert ctl.choose(ProblemInfo("b"), ControlState(0, 0, 1000)) == (0, 0)
+
+
+def test_an_sd_round_the_controller_chose_itself_runs_until_the_budget_could_admit_the_cheapest_lr_arm():
+    """No LR round can start before the slack covers the cheapest arm's worst case, so an SD
+    round ends no sooner (one engine call instead of 64·2^k-token ones)."""
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN, explore_budget=0.05)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 10**6))
+    _sd_round(ctl)
+    ctl._wanted = None  # as after a Thompson draw that chose a γ1 = 0 arm
+    cheap = ctl._cheapest_lr_arm()
+    assert all(ctl._worst_lr_round(cheap) <= ctl._worst_lr_round(arm) for arm in ctl._arms if arm[0] > 0)
+    wait = ctl._budget_wait(cheap)
+    assert wait > 128 and ctl.horizon() == wait
+    for _ in range(100):
+        _sd_round(ctl)  # slack 0.5 s per round: now it covers every arm
+    assert ctl._budget_wait(cheap) is None and ctl.horizon() == 64 * 2**20
