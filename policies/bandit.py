@@ -56,8 +56,9 @@ model's time for the arm committing one step of L = ``horizon_tokens`` tokens at
 L·g / (R·h(γ1, γ2; 0, ᾱ2)), divided by min(ρ, 1) once measured, and no less than the longest
 LR round measured. Counting every LR round a total loss, the run never takes more than
 (1 + ε) times SD's time for its tokens; LR rounds that beat SD add to the slack, rounds that
-lose spend it. Until the slack covers w, the controller runs SD for ⌈(w − slack)·R/ε⌉ tokens
-(the slack grows ε/R s per SD token), so a run where LR never pays makes few engine calls. No SD
+lose spend it. Until the slack covers w (for the arm the draw chose, or the cheapest LR arm
+when it chose SD), the controller runs SD at the run's α2 for ⌈(w − slack)·R/ε⌉ tokens (the
+slack grows ε/R s per SD token), so a run where LR never pays makes one engine call per answer. No SD
 rate yet: SD first. ``explore_budget`` is ε (0.02); None turns the budget off, and a run whose
 rounds report no seconds (a test that times nothing) is not budgeted.
 """
