@@ -33,19 +33,23 @@ def test_fit_returns_self_and_learned_attributes_end_in_underscore():
 from lrtune.pricing import Pricing  # noqa: E402
 
 
-def _controller(alpha1, alpha2, bounds=Bounds(gamma1_max=6, gamma2_max=8, M=24)):
+def _controller(alpha1, alpha2, bounds=Bounds(gamma1_max=6, gamma2_max=8, M=24), **options):
     feats = ProblemFeaturizer(["gsm"], encoder=None)  # length + task only (no encoder in this test)
     X = feats.transform([ProblemInfo("a", "x" * 10, task="gsm"), ProblemInfo("b", "x" * 1000, task="gsm")])
     pred = AlphaPredictor(alpha=0.0).fit(X, np.array([[alpha1[0], alpha2[0]], [alpha1[1], alpha2[1]]]))
     return (
-        LearnedController(pred, feats, bounds, Pricing(c1=0.3, c2=0.2), prior_strength=1000.0, mode="ucb"),
+        LearnedController(pred, feats, bounds, Pricing(c1=0.3, c2=0.2), prior_strength=1000.0, mode="ucb", **options),
         feats,
         pred,
     )
 
 
 def test_first_round_uses_the_best_gammas_for_the_predicted_alphas():
-    ctl, _, _ = _controller((0.9, 0.2), (0.8, 0.8))
+    """Without an exploration budget; with the default one (the bandit's), an LR round waits
+    until the run has measured SD, whatever the prediction."""
+    budgeted, _, _ = _controller((0.9, 0.2), (0.8, 0.8))
+    assert budgeted.choose(ProblemInfo("x", "x" * 10, task="gsm"), ControlState(0, 0, 500))[0] == 0
+    ctl, _, _ = _controller((0.9, 0.2), (0.8, 0.8), explore_budget=None)
     for text, a1 in (("x" * 10, 0.9), ("x" * 1000, 0.2)):
         g = ctl.choose(ProblemInfo(text[:4] + str(len(text)), text, task="gsm"), ControlState(0, 0, 500))
         assert ctl.last_prediction == pytest.approx((a1, 0.8), abs=1e-6)
