@@ -268,24 +268,27 @@ class BanditController:
         would have taken for the same tokens: slack = (1 + ε)·N/R − T ≥ its worst case (module
         docstring). No SD rate measured yet: no LR round. ``explore_budget=None``, or rounds
         reported with no seconds at all (nothing to judge a budget by): always."""
+        gap = self._budget_gap(arm)
+        return gap is not None and gap <= 0
+
+    def _budget_gap(self, arm: tuple[int, int]) -> float | None:
+        """w − slack in seconds for ``arm`` (≤ 0: admitted); 0 when no budget applies; None while
+        no SD rate is measured."""
         if self.explore_budget is None or self.rates.never_timed():
-            return True
+            return 0.0
         slack = self.rates.budget_slack(self.explore_budget)
-        return slack is not None and slack >= self._worst_lr_round(arm)
+        return None if slack is None else self._worst_lr_round(arm) - slack
 
     def _budget_wait(self, arm: tuple[int, int]) -> int | None:
         """SD tokens until the budget admits ``arm``: the slack grows by ε/R s per SD token, so
         ⌈(w − slack)·R/ε⌉; None when it admits it now, when no budget applies, or while no SD
         rate is measured (the round runs the usual horizon)."""
-        if self._budget_allows(arm) or self.explore_budget is None:
-            return None
-        slack = self.rates.budget_slack(self.explore_budget)
-        if slack is None:
+        gap = self._budget_gap(arm)
+        if gap is None or gap <= 0:
             return None
         if self.explore_budget == 0:
             return 1 << 30
-        rate = self.rates.sd_rate_with_prefills()
-        return max(1, math.ceil((self._worst_lr_round(arm) - slack) * rate / self.explore_budget))
+        return max(1, math.ceil(gap * self.rates.sd_rate_with_prefills() / self.explore_budget))
 
     def optimistic_alpha1(self) -> float:
         """The most α1 exploration assumes: the posterior's 95% quantile, but no more than what
@@ -363,11 +366,12 @@ class BanditController:
         self.rates.judged(*o.step_successes)
         if o.gamma2 > 0:
             self.rates.passes(*o.token_successes)
-        self.rates.timed(o.gamma1 > 0, o.committed_tokens, o.draft_s + o.target_s + o.verify_s)
+        seconds = o.draft_s + o.target_s + o.verify_s
+        self.rates.timed(o.gamma1 > 0, o.committed_tokens, seconds)
         if self.rounds > 0:  # a problem's first round holds the prompt's prefill: not a rate
             m1, m2 = self.estimate()  # what the controller believed when it chose this arm
             modelled = self._h(o.gamma1, o.gamma2, min(m1, 0.999), min(m2, 0.999))
-            self.rates.add(o.gamma1 > 0, o.committed_tokens, o.draft_s + o.target_s + o.verify_s, modelled)
+            self.rates.add(o.gamma1 > 0, o.committed_tokens, seconds, modelled)
         acc, rej = o.step_successes
         self.post[0] += acc
         self.post[1] += rej
