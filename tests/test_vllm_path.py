@@ -17,6 +17,7 @@ PATCHED = {
     "prompt_logprobs_fill": True,
     "cpu_expand": True,
     "cpu_int8_float32": True,
+    "cpu_lm_head_release": True,
     "applied_by": "plugin",
 }
 V1 = {
@@ -45,6 +46,7 @@ def test_runtime_check_accepts_the_v1_runner_with_sync_scheduling_and_patches():
         (dict(V1, patches=dict(PATCHED, no_spec=False)), False, "without lrtune's vLLM patches (no_spec)"),
         (dict(V1, patches=dict(PATCHED, cpu_expand=False)), False, "(cpu_expand)"),
         (dict(V1, patches=dict(PATCHED, cpu_int8_float32=False)), False, "(cpu_int8_float32)"),
+        (dict(V1, patches=dict(PATCHED, cpu_lm_head_release=False)), False, "(cpu_lm_head_release)"),
     ],
 )
 def test_runtime_check_names_each_path_the_patches_do_not_serve(report, async_on, words):

@@ -1,6 +1,6 @@
 """Every change lrtune makes to vLLM, in one place, for one vLLM version.
 
-lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs six
+lrtune drives vLLM through its public ``LLM`` / ``LLMEngine`` interface and needs seven
 things that version does not offer; each is a small patch here:
 
 * **Per-request speculation** (:func:`patch_runner_no_spec`): a speculative engine serves
@@ -19,6 +19,10 @@ things that version does not offer; each is a small patch here:
   kernel takes bfloat16 or float16 activations only, so a W8A8 draft in a float32 engine
   fails at its first forward on AMX machines; float32 engines take the oneDNN int8 path
   (the one non-AMX CPUs take) instead.
+* **One copy of an untied output head on CPU** (:func:`patch_cpu_lm_head_release`): vLLM
+  packs every linear layer for oneDNN and drops the loaded weight, except the output head
+  (``ParallelLMHead``), whose loaded weight it keeps beside the packed copy although the
+  packed GEMM never reads it: 0.43 GiB for the default target, 0.25 GiB per draft copy.
 * **Per-engine SD counters** (:func:`sd_stat_logger`): a subclass of vLLM's
   ``StatLoggerBase`` added to one engine's ``logger_manager`` (``LLM`` takes no
   ``stat_loggers`` argument; ``get_metrics()`` cannot tell engines of one process apart).
@@ -43,18 +47,16 @@ by lrtune (``PATCH_ENV`` in their environment) on the supported version, so inst
 lrtune changes nothing for other users of the same vLLM.
 
 :func:`require_supported_vllm` refuses any other vLLM version with a clear error, and
-:func:`internals_problems` lists every internal these patches rely on that changed shape
+:func:`lrtune.backends.vllm_internals.internals_problems` lists every internal these patches rely on that changed shape
 (a test asserts it is empty), so an upgrade fails loudly instead of miscounting.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import sys
 import warnings
-from dataclasses import fields
 
 from lrtune.backends.base import SDCounters
 from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
@@ -158,6 +160,7 @@ def apply_patches(by: str) -> None:
     if current_platform.is_cpu():
         patch_cpu_expand_batch_to_tokens()
         patch_cpu_int8_float32()
+        patch_cpu_lm_head_release()
     patch_prompt_logprobs_fill()
     patch_runner_no_spec()
     _APPLIED_BY = _APPLIED_BY or by
@@ -185,6 +188,7 @@ def patches_in_process() -> dict:
         "prompt_logprobs_fill": bool(getattr(LogprobsTensors.empty_cpu, "_lrtune_fixed", False)),
         "cpu_expand": bool(getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False)),
         "cpu_int8_float32": _int8_kernel_fixed(),
+        "cpu_lm_head_release": _lm_head_release_patched(),
         "applied_by": _APPLIED_BY,
     }
 
@@ -206,6 +210,8 @@ class LrtuneWorkerExtension:
             "v1_runner": isinstance(runner, GPUModelRunner),
             "async_scheduling": bool(getattr(runner, "use_async_scheduling", False)),
             "patches": patches_in_process(),
+            "lm_heads_kept": lm_heads_kept(getattr(runner, "model", None))
+            + lm_heads_kept(getattr(getattr(runner, "drafter", None), "model", None)),
         }
 
 
@@ -233,8 +239,8 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
         missing = [k for k in ("no_spec", "prompt_logprobs_fill") if not patched.get(k)]
         if on_cpu and speculative and not patched.get("cpu_expand"):
             missing.append("cpu_expand")
-        if on_cpu and not patched.get("cpu_int8_float32"):
-            missing.append("cpu_int8_float32")
+        if on_cpu:
+            missing += [k for k in ("cpu_int8_float32", "cpu_lm_head_release") if not patched.get(k)]
         if missing:
             problems.append(
                 f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "
@@ -372,6 +378,63 @@ def patch_cpu_int8_float32() -> None:
     kernel.process_weights_after_loading = process_weights_after_loading
 
 
+def _embedding_method():
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    return UnquantizedEmbeddingMethod
+
+
+def _lm_head_release_patched() -> bool:
+    return bool(getattr(_embedding_method().process_weights_after_loading, "_lrtune_fixed", False))
+
+
+def _packed_gemm(layer) -> bool:
+    """The layer's CPU GEMM reads only its packed copy (vLLM 0.32.0's oneDNN or SGL closures
+    in ``dispatch_cpu_unquantized_gemm``; its fallback ``F.linear`` reads ``layer.weight``)."""
+    code = getattr(getattr(layer, "cpu_linear", None), "__code__", None)
+    return code is not None and bool({"onednn_mm", "weight_packed_linear_cpu"} & set(code.co_names))
+
+
+def lm_heads_kept(model) -> int:
+    """Bytes of loaded output-head weights a model still holds beside their packed copy
+    (0 when :func:`patch_cpu_lm_head_release` ran, or when there is no model to look at)."""
+    if model is None:
+        return 0
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    return sum(
+        m.weight.numel() * m.weight.element_size()
+        for m in model.modules()
+        if isinstance(m, ParallelLMHead) and _packed_gemm(m)
+    )
+
+
+def patch_cpu_lm_head_release() -> None:
+    """After vLLM packs an output head (``ParallelLMHead``) for the CPU GEMM, drop its loaded
+    weight as vLLM does for every other linear layer. The logits come from the packed copy
+    (``LogitsProcessor._apply_head`` -> ``quant_method.apply`` -> ``layer.cpu_linear``); only
+    an embedding lookup or a ``head_dtype`` cast would read the weight, and a head does neither
+    (a tied head is the embedding module itself, or shares the embedding's Parameter, which
+    stays). Heads on the fallback ``F.linear`` path keep their weight."""
+    import torch
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    method = _embedding_method()
+    original = method.process_weights_after_loading
+    if getattr(original, "_lrtune_fixed", False):
+        return
+
+    def process_weights_after_loading(self, layer):
+        original(self, layer)
+        if isinstance(layer, ParallelLMHead) and _packed_gemm(layer):
+            empty = torch.empty(0, dtype=layer.weight.dtype, device=layer.weight.device)
+            layer.weight = torch.nn.Parameter(empty, requires_grad=False)
+
+    process_weights_after_loading._lrtune_fixed = True  # type: ignore[attr-defined]
+    process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
+    method.process_weights_after_loading = process_weights_after_loading
+
+
 def patch_prompt_logprobs_fill() -> None:
     """Zero-fill the CPU buffers of prompt logprobs (``LogprobsTensors.empty_cpu``, used for
     nothing else in this version).
@@ -466,93 +529,3 @@ def attach_stat_logger(llm, stat_logger) -> None:
 
 
 # ---- the shape check -------------------------------------------------------------------
-def internals_problems(llm=None) -> list[str]:
-    """Every vLLM internal the patches above rely on that is missing or changed shape
-    (empty on the supported version), and, given a started ``llm``, every way its engine
-    does not run the patched path (:func:`runtime_problems` on its workers' probes)."""
-    from vllm.v1.engine.llm_engine import LLMEngine
-    from vllm.v1.metrics.loggers import StatLoggerBase, StatLoggerManager
-    from vllm.v1.metrics.stats import SchedulerStats
-    from vllm.v1.outputs import DraftTokenIds, LogprobsTensors
-    from vllm.v1.spec_decode.metrics import SpecDecodingStats
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    import vllm.v1.sample.rejection_sampler as rs
-
-    problems = []
-
-    def params(fn) -> list[str]:
-        return list(inspect.signature(getattr(fn, "__wrapped__", fn)).parameters)
-
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            problems.append(what)
-
-    need(callable(getattr(GPUModelRunner, "propose_draft_token_ids", None)), "GPUModelRunner.propose_draft_token_ids")
-    take = getattr(GPUModelRunner, "take_draft_token_ids", None)
-    need(callable(take) and params(take) == ["self"], "GPUModelRunner.take_draft_token_ids(self)")
-    need(
-        {f.name for f in fields(DraftTokenIds)} >= {"req_ids", "draft_token_ids"},
-        "DraftTokenIds.req_ids / draft_token_ids",
-    )
-    need(
-        "requests" in inspect.getsource(GPUModelRunner.__init__)
-        and "input_batch" in inspect.getsource(GPUModelRunner.__init__),
-        "GPUModelRunner.requests / input_batch",
-    )
-    fn = getattr(rs.expand_batch_to_tokens, "__wrapped__", rs.expand_batch_to_tokens)
-    if not getattr(fn, "_lrtune_fixed", False):
-        need(
-            params(fn) == ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"],
-            "rejection_sampler.expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from, replace_to)",
-        )
-    empty = getattr(LogprobsTensors.empty_cpu, "__wrapped__", LogprobsTensors.empty_cpu)
-    if not getattr(empty, "_lrtune_fixed", False):
-        need(
-            params(empty) == ["num_positions", "num_tokens_per_position"],
-            "LogprobsTensors.empty_cpu(num_positions, num_tokens_per_position)",
-        )
-    need(
-        "request.num_computed_tokens" in inspect.getsource(GPUModelRunner._get_prompt_logprobs_dict),
-        "GPUModelRunner._get_prompt_logprobs_dict fills from num_computed_tokens",
-    )
-    need(
-        getattr(StatLoggerBase, "__abstractmethods__", set()) <= {"__init__", "record", "log_engine_initialized"},
-        "StatLoggerBase abstract methods",
-    )
-    need(
-        callable(getattr(StatLoggerManager, "record_admission_rejection", None)),
-        "StatLoggerManager.record_admission_rejection",
-    )
-    need("self.logger_manager" in inspect.getsource(LLMEngine.__init__), "LLMEngine.logger_manager")
-    need("stat_loggers" in inspect.getsource(StatLoggerManager.__init__), "StatLoggerManager.stat_loggers")
-    need("spec_decoding_stats" in {f.name for f in fields(SchedulerStats)}, "SchedulerStats.spec_decoding_stats")
-    need(
-        {f.name for f in fields(SpecDecodingStats)}
-        >= {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"},
-        "SpecDecodingStats fields",
-    )
-    need(
-        callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None))
-        and "isinstance(self._draft_token_ids, list)" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu),
-        "GPUModelRunner passes list drafts on as they are",
-    )
-    kernel = _int8_kernel()
-    need(
-        all(callable(getattr(kernel, m, None)) for m in ("_apply_weights_onednn", "process_weights_for_onednn"))
-        and "linear_method"
-        in inspect.getsource(
-            getattr(kernel.process_weights_after_loading, "__wrapped__", kernel.process_weights_after_loading)
-        ),
-        "CPUInt8ScaledMMLinearKernel picks linear_method in process_weights_after_loading (oneDNN path)",
-    )
-    if llm is not None:
-        from vllm.platforms import current_platform
-
-        speculative = llm.llm_engine.vllm_config.speculative_config is not None
-        problems += runtime_problems(
-            list(llm.collective_rpc("lrtune_probe")),
-            async_scheduling=bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
-            speculative=speculative,
-            on_cpu=current_platform.is_cpu(),
-        )
-    return problems
