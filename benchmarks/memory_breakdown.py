@@ -2,14 +2,16 @@
 process, with the resident set after each.
 
     python -m benchmarks.memory_breakdown [--max-num-batched-tokens N] [--kv-cache-gib G]
-        [--max-num-seqs N] [--methods target,sd,lr+sd] [--out benchmarks/memory/breakdown.json]
+        [--max-num-seqs N] [--methods target,sd,lr+sd] [--no-share-weights]
+        [--out benchmarks/memory/breakdown.json]
 
 The parts are those of the demo's evaluate (default pair, vLLM on the CPU, shared SD
 engine): the target's SD engine (target + its draft copy, γ2 = 4), the draft's own engine,
 the embedding verifier, then one decode per method. Each part's growth is set beside what
 its weights and KV cache account for, so the rest (packed GEMM copies, activation and
 sampler buffers sized by ``max_num_batched_tokens``, allocator slack) shows. RSS is the
-whole process tree's (:mod:`lrtune.peakmem`); GiB = 2^30 bytes.
+whole process tree's (:mod:`lrtune.peakmem`), and each part also records the largest sample
+taken while it ran (every 0.2 s); GiB = 2^30 bytes.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ def rss_gib() -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-num-batched-tokens", type=int, default=None)
-    ap.add_argument("--kv-cache-gib", type=float, default=1.0)
+    ap.add_argument("--kv-cache-gib", type=float, default=None, help="KV cache per engine (default: lrtune's sizing)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--max-num-seqs", type=int, default=None, help="vLLM max_num_seqs (default: lrtune's, 64 on CPU)")
     ap.add_argument("--methods", default="target,sd,lr+sd", help="decodes after the engines start ('' for none)")
+    ap.add_argument("--no-share-weights", action="store_true", help="each engine loads its own weights")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,8 +48,8 @@ def main() -> int:
     from lrtune.peakmem import PeakMemory
 
     with PeakMemory(interval=0.2) as peak:  # the run's peak, start-up transients included
-        result, dec = measure(args)
-    result["peak_gib"] = round(peak.peak_gib, 3)
+        result, dec = measure(args, peak)
+    result["peak_gib"] = round(max(p["peak_gib"] for p in result["parts"]), 3)
     print(f"peak {result['peak_gib']} GiB", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -55,9 +58,10 @@ def main() -> int:
     return 0
 
 
-def measure(args: argparse.Namespace) -> tuple[dict, object]:
-    """The parts of the module docstring, each with the resident set after it; and the
-    decoder (still open)."""
+def measure(args: argparse.Namespace, peak) -> tuple[dict, object]:
+    """The parts of the module docstring, each with the resident set after it and the peak
+    while it ran (``peak``: a running :class:`~lrtune.peakmem.PeakMemory`); and the decoder
+    (still open)."""
     from lrtune import Decoder
     from lrtune.machine import machine_info
     from lrtune.memory import weight_bytes
@@ -70,7 +74,14 @@ def measure(args: argparse.Namespace) -> tuple[dict, object]:
     def mark(name: str, accounted_gib: float | None = None, **extra) -> None:
         nonlocal last
         now = rss_gib()
-        row = {"part": name, "rss_gib": round(now, 3), "growth_gib": round(now - last, 3), **extra}
+        peak_gib, peak.peak_bytes = max(peak.peak_gib, now), 0  # the peak since the last part
+        row = {
+            "part": name,
+            "rss_gib": round(now, 3),
+            "growth_gib": round(now - last, 3),
+            "peak_gib": round(peak_gib, 3),
+        }
+        row.update(extra)
         if accounted_gib is not None:
             row["accounted_gib"] = round(accounted_gib, 3)
             row["unaccounted_gib"] = round(now - last - accounted_gib, 3)
@@ -84,10 +95,11 @@ def measure(args: argparse.Namespace) -> tuple[dict, object]:
     mark("python + torch + vllm imported")
     target, draft = resolve_model("default", "target"), resolve_model("default", "draft")
     wt, wd = weight_bytes(target) / GIB, weight_bytes(draft) / GIB
-    kv = args.kv_cache_gib
-    kwargs = {"kv_cache_gib": kv}
+    kwargs = {} if args.kv_cache_gib is None else {"kv_cache_gib": args.kv_cache_gib}
     if args.max_num_seqs:
         kwargs["max_num_seqs"] = args.max_num_seqs
+    if args.no_share_weights:
+        kwargs["share_weights"] = False
     if args.max_num_batched_tokens:
         kwargs["max_num_batched_tokens"] = args.max_num_batched_tokens
     t0 = time.perf_counter()
@@ -98,10 +110,14 @@ def measure(args: argparse.Namespace) -> tuple[dict, object]:
     lm = dec.decoder
     t0 = time.perf_counter()
     lm.target.start(4)
-    mark("target SD engine (target + draft copy, γ2 4)", wt + wd + kv, seconds=round(time.perf_counter() - t0, 1))
+    kv_sd, kv_draft = lm.target.config.kv_cache_gib, lm.draft.config.kv_cache_gib
+    took = round(time.perf_counter() - t0, 1)
+    mark("target SD engine (target + draft copy, γ2 4)", wt + wd + kv_sd, seconds=took, kv_cache_gib=kv_sd)
     t0 = time.perf_counter()
     lm.draft.start(0)
-    mark("draft engine", wd + kv, seconds=round(time.perf_counter() - t0, 1))
+    shared = bool(lm.draft.probes[0][0].get("shared_weights", {}).get("model"))  # took the SD drafter's weights
+    took = round(time.perf_counter() - t0, 1)
+    mark("draft engine", (0 if shared else wd) + kv_draft, seconds=took, kv_cache_gib=kv_draft, shared_weights=shared)
     task = get_task("gsm_symbolic")
     prompt = task.prompt(task.load(1, seed=1)[0])
     for method in [m for m in args.methods.split(",") if m]:
@@ -111,9 +127,10 @@ def measure(args: argparse.Namespace) -> tuple[dict, object]:
     result = {
         "machine": machine_info(),
         "options": {
-            "kv_cache_gib": kv,
+            "kv_cache_gib": args.kv_cache_gib,
             "max_num_batched_tokens": args.max_num_batched_tokens,
             "max_num_seqs": args.max_num_seqs,
+            "share_weights": not args.no_share_weights,
         },
         "weights_gib": {"target": round(wt, 3), "draft": round(wd, 3)},
         "parts": parts,

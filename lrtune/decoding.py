@@ -248,10 +248,10 @@ class Decoder:
             dtype=models.dtype,
             max_model_len=eng.max_model_len,
             seed=cfg.seed,
-            kv_cache_gib=eng.kv_cache_gib,
             max_num_batched_tokens=eng.max_num_batched_tokens,
             max_num_seqs=eng.max_num_seqs,
             enforce_eager=eng.enforce_eager,
+            share_weights=eng.share_weights,
         )
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
         # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
@@ -274,13 +274,18 @@ class Decoder:
                 heterogeneous_vocab=paths.heterogeneous_vocab,
                 gpu_memory_utilization=engine_share(plan, "target"),
                 max_engines=len(paths.target_engines) if plan else None,
+                kv_cache_gib=paths.kv_gib["target"],
                 **common,
             ),
             name="target",
         )
         draft_backend = (
             VLLMBackend(
-                draft_path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "draft"), **common), name="draft"
+                draft_path,
+                VLLMConfig(
+                    gpu_memory_utilization=engine_share(plan, "draft"), kv_cache_gib=paths.kv_gib["draft"], **common
+                ),
+                name="draft",
             )
             if draft_path
             else None
@@ -293,7 +298,13 @@ class Decoder:
             target,
             judge_dir,
             lambda path: VLLMBackend(
-                path, VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"), **common), name="judge"
+                path,
+                VLLMConfig(
+                    gpu_memory_utilization=engine_share(plan, "judge"),
+                    kv_cache_gib=paths.kv_gib.get("judge", paths.kv_gib["target"]),
+                    **common,
+                ),
+                name="judge",
             ),
         )
         return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)

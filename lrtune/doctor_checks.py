@@ -200,7 +200,13 @@ def memory(r):
     t, d = weight_bytes(r.target_dir) * factor, weight_bytes(r.draft_dir) * factor
     cpu = (
         cpumemory.plan_vllm(
-            t, d, target_engines=(1,), draft_engine=True, spec_bytes=d, kv_cache_gib=r.opts.kv_cache_gib
+            t,
+            d,
+            target_engines=(1,),
+            draft_engine=True,
+            spec_bytes=d,
+            kv_cache_gib=r.opts.kv_cache_gib,
+            draft_shared=True,  # lrtune's default (share_weights): the draft engine takes the drafter's weights
         )
         if r.backend == "vllm"
         else cpumemory.plan_torch(t, d)

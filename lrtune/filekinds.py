@@ -197,10 +197,25 @@ class ModelSideConfig(FileKind):
     quantization_config: dict[str, Any] | None = None
     vocab_size: Annotated[int, Interval(ge=1)] | None = None
     max_position_embeddings: Annotated[int, Interval(ge=1)] | None = None
+    num_hidden_layers: Annotated[int, Interval(ge=1)] | None = None
+    num_attention_heads: Annotated[int, Interval(ge=1)] | None = None
+    num_key_value_heads: Annotated[int, Interval(ge=1)] | None = None
+    head_dim: Annotated[int, Interval(ge=1)] | None = None
+    hidden_size: Annotated[int, Interval(ge=1)] | None = None
 
     @property
     def saved_dtype(self) -> str | None:
         return self.torch_dtype or self.dtype
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int] | None:
+        """(layers, KV heads, head dim) of the attention cache; None where config.json does not say."""
+        if not (self.num_hidden_layers and self.num_attention_heads):
+            return None
+        head_dim = self.head_dim or (self.hidden_size // self.num_attention_heads if self.hidden_size else None)
+        if not head_dim:
+            return None
+        return self.num_hidden_layers, self.num_key_value_heads or self.num_attention_heads, head_dim
 
 
 class TokenizerSideConfig(FileKind):

@@ -77,8 +77,12 @@ class EngineConfig(Checked):
 
     __pydantic_config__ = STRICT
 
-    kv_cache_gib: Annotated[float, Interval(gt=0, le=4096)] = field(
-        default=1.0, metadata={"help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides)"}
+    kv_cache_gib: Annotated[float, Interval(gt=0, le=4096)] | None = field(
+        default=None,
+        metadata={
+            "help": "KV cache per engine on CPU, GiB (VLLM_CPU_KVCACHE_SPACE overrides); default: 4 sequences of "
+            "--max-model-len tokens of the engine's models, at most 1 GiB"
+        },
     )
     max_model_len: Annotated[int, Interval(ge=16, le=10_000_000)] = field(
         default=4096, metadata={"help": "engine context length (prompt + generation)"}
@@ -106,6 +110,13 @@ class EngineConfig(Checked):
         metadata={
             "help": "refuse, before any model loads, a CPU run whose planned resident memory exceeds this many GiB "
             "(lrtune doctor prints the plan)"
+        },
+    )
+    share_weights: bool = field(
+        default=True,
+        metadata={
+            "help": "vLLM on CPU: an engine loading a model another engine of the process holds takes its weights "
+            "(the draft's own engine and the SD engine's drafter: 1.4 GiB less on the default pair)"
         },
     )
     shared_engine: bool = field(

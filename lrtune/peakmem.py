@@ -1,8 +1,9 @@
 """Peak resident memory of a run: this process and every child it starts (vLLM's engine
 processes), sampled in a daemon thread.
 
-RSS is summed over the process tree, so a page two processes share counts in each (an upper
-bound of what the run holds); GiB = 2^30 bytes.
+Each process counts its proportional set size (PSS: a page shared by k processes counts 1/k
+in each), so the tree's sum is what the run holds even where a child was forked from a large
+parent (HumanEval's sandbox, vLLM's helpers); RSS where PSS cannot be read. GiB = 2^30 bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ GIB = 2**30
 
 
 def tree_rss_bytes() -> int:
-    """Resident bytes of this process plus its children, now (0 where psutil is missing)."""
+    """Resident bytes of this process plus its children, now, by PSS (module docstring; 0 where
+    psutil is missing)."""
     try:
         import psutil
     except ImportError:  # pragma: no cover - vLLM and the cpu extra bring psutil
@@ -22,10 +24,20 @@ def tree_rss_bytes() -> int:
     total = 0
     for p in (me, *me.children(recursive=True)):
         try:
-            total += p.memory_info().rss
+            total += _pss(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return total
+
+
+def _pss(proc) -> int:
+    """A process's PSS (``/proc/PID/smaps_rollup``), or its RSS where that cannot be read."""
+    import psutil
+
+    try:
+        return proc.memory_full_info().pss
+    except (AttributeError, OSError, psutil.AccessDenied):  # no PSS on this OS, or not ours to read
+        return proc.memory_info().rss
 
 
 def trim_heap() -> bool:

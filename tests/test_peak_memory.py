@@ -60,3 +60,30 @@ def test_trim_heap_hands_freed_heap_pages_back_to_the_os():
     out = subprocess.run([sys.executable, "-c", TRIM_CHILD], capture_output=True, text=True, check=True).stdout
     ok, returned_mib = out.split()
     assert ok == "True" and float(returned_mib) > 150
+
+
+def test_a_child_forked_from_the_run_does_not_count_the_pages_it_shares_twice():
+    """PSS, not RSS: a forked child shares its parent's pages, and the tree holds them once."""
+    import os
+    import platform
+
+    import pytest
+
+    if platform.system() != "Linux":
+        pytest.skip("PSS is Linux's")
+    block = bytearray(300 * 2**20)
+    block[::4096] = b"x" * len(block[::4096])  # touched: resident
+    before = tree_rss_bytes()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child holds the shared pages until the parent has measured
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    try:
+        during = tree_rss_bytes()
+    finally:
+        os.write(w, b"x")
+        os.waitpid(pid, 0)
+    assert during - before < 100 * 2**20, (before, during)  # RSS would add another 300 MiB

@@ -59,26 +59,33 @@ def test_every_engine_runs_the_v1_runner_with_sync_scheduling_and_lrtune_patches
         assert internals_problems(backend.engine(k)) == []
 
 
-def test_cpu_engines_hold_each_output_head_once_and_decode_as_before(engines, prompts):
-    """vLLM-CPU packs the output head for oneDNN and, unpatched, keeps the loaded weight too;
-    patch_cpu_lm_head_release drops it (target, its drafter, the draft's engine) and the logits,
-    which come from the packed copy, do not change: greedy tokens equal the transformers
-    reference."""
+def test_cpu_engines_hold_each_weight_once_and_decode_as_before(engines, prompts):
+    """vLLM-CPU keeps a loaded output head beside its oneDNN-packed copy (patch_cpu_lm_head_release
+    drops it), and two engines of one process each load the draft (vllm_shared: the second takes
+    the first one's tensors). Neither changes a logit: greedy tokens of the target and of the
+    draft's own engine equal the transformers reference."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from lrtune.backends.vllm import _on_cpu
 
     if not _on_cpu():
-        pytest.skip("the patch serves vLLM's CPU GEMM")
+        pytest.skip("both serve vLLM's CPU engines")
     target, draft = engines
-    for backend, k in ((target, GAMMA2), (draft, 0)):
-        (probe,) = backend.probes[k]
+    for backend in (target, draft):  # engines start on first use: this order is the fixture's own
+        backend.generate(
+            prompts[:1], GenParams(max_tokens=2, num_speculative_tokens=GAMMA2 if backend is target else 0)
+        )
+    (tp,), (dp,) = target.probes[GAMMA2], draft.probes[0]
+    for probe in (tp, dp):
         assert probe["patches"]["cpu_lm_head_release"] and probe["lm_heads_kept"] == 0
-    ids = greedy(target, prompts[0], 24)
-    ref = AutoModelForCausalLM.from_pretrained(str(target.model), dtype=torch.float32)
-    want = ref.generate(torch.tensor([prompts[0]]), max_new_tokens=24, do_sample=False)[0, len(prompts[0]) :]
-    assert ids == want.tolist()[: len(ids)] and len(ids) > 0
+    assert tp["shared_weights"].get("drafter") or dp["shared_weights"].get("model"), (tp, dp)
+    assert not tp["shared_weights"].get("model")  # nothing else holds the target
+    for backend in (target, draft):
+        ids = greedy(backend, prompts[0], 24)
+        ref = AutoModelForCausalLM.from_pretrained(str(backend.model), dtype=torch.float32)
+        want = ref.generate(torch.tensor([prompts[0]]), max_new_tokens=24, do_sample=False)[0, len(prompts[0]) :]
+        assert ids == want.tolist()[: len(ids)] and len(ids) > 0, backend.name
 
 
 def test_tiny_target_writes_several_steps(engines, prompts):

@@ -36,6 +36,7 @@ from lrtune.backends.vllm_steps import EngineSteps, run_continuous
 from lrtune.backends.vllm_platform import (
     check_free_memory,
     claim_graph_engine,
+    engine_in_process,
     explain,
     gpu_memory,
     graph_kwargs,
@@ -53,6 +54,7 @@ from lrtune.backends.vllm_patches import (
     sd_stat_logger,
 )
 from lrtune.errors import ConfigError, ModelError
+from lrtune.backends.vllm_shared import LOAD_FORMAT as SHARED_LOAD_FORMAT
 from lrtune.peakmem import trim_heap
 
 
@@ -101,6 +103,8 @@ class VLLMConfig:
     plain_graphs: bool = False
     # engines this backend may start (the GPU memory plan's count for its role); None: any
     max_engines: int | None = None
+    # CPU, engines in this process: a model another engine holds is shared, not loaded (vllm_shared)
+    share_weights: bool = True
 
 
 CPU_MAX_NUM_SEQS = 64
@@ -185,6 +189,9 @@ class VLLMBackend(TokenizerMixin):
         )
         if cfg.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+        share = cfg.share_weights and on_cpu and cfg.tensor_parallel_size == 1 and engine_in_process(os.environ)
+        if share:
+            kwargs["load_format"] = SHARED_LOAD_FORMAT
         if on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
         block_size = cfg.block_size
@@ -230,6 +237,8 @@ class VLLMBackend(TokenizerMixin):
             release_graph_engine(label)
             raise ModelError(f"vLLM could not start {self.name} ({self.model}): {with_cause(e)}") from None
         _KEEP_ALIVE.append(llm)
+        if share:
+            llm.collective_rpc("lrtune_publish")  # later engines of this process take its weights
         if on_cpu:
             trim_heap()  # start-up's freed buffers: about 0.4 GiB per engine (benchmarks/memory)
         self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)

@@ -59,6 +59,7 @@ import sys
 import warnings
 
 from lrtune.backends.base import SDCounters
+from lrtune.backends.vllm_shared import publish, register_loader, shared_report
 from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.errors import ConfigError, ModelError
 
@@ -161,6 +162,7 @@ def apply_patches(by: str) -> None:
         patch_cpu_expand_batch_to_tokens()
         patch_cpu_int8_float32()
         patch_cpu_lm_head_release()
+        register_loader()
     patch_prompt_logprobs_fill()
     patch_runner_no_spec()
     _APPLIED_BY = _APPLIED_BY or by
@@ -212,7 +214,18 @@ class LrtuneWorkerExtension:
             "patches": patches_in_process(),
             "lm_heads_kept": lm_heads_kept(getattr(runner, "model", None))
             + lm_heads_kept(getattr(getattr(runner, "drafter", None), "model", None)),
+            "shared_weights": shared_report(runner),
         }
+
+    def lrtune_publish(self) -> bool:
+        """Offer this worker's models (and its drafter's) to later engines of its process."""
+        runner = self.model_runner
+        spec = runner.vllm_config.speculative_config
+        drafter = getattr(getattr(runner, "drafter", None), "model", None)
+        done = publish(getattr(runner, "model", None), runner.vllm_config.model_config)
+        if drafter is not None and getattr(spec, "draft_model_config", None) is not None:
+            done = publish(drafter, spec.draft_model_config) or done
+        return done
 
 
 def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative: bool, on_cpu: bool) -> list[str]:
