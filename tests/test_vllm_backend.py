@@ -79,8 +79,9 @@ def test_cpu_engines_hold_each_weight_once_and_decode_as_before(engines, prompts
     (tp,), (dp,) = target.probes[GAMMA2], draft.probes[0]
     for probe in (tp, dp):
         assert probe["patches"]["cpu_lm_head_release"] and probe["lm_heads_kept"] == 0
+    # one of the two took the other's draft (the target may share too, where an earlier engine of
+    # this process loaded the same checkpoint, as in a full test run)
     assert tp["shared_weights"].get("drafter") or dp["shared_weights"].get("model"), (tp, dp)
-    assert not tp["shared_weights"].get("model")  # nothing else holds the target
     for backend in (target, draft):
         ids = greedy(backend, prompts[0], 24)
         ref = AutoModelForCausalLM.from_pretrained(str(backend.model), dtype=torch.float32)
