@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 
-from lrtune.backends.vllm_patches import _embedding_method, _int8_kernel, _lm_head_release_patched, runtime_problems
+from lrtune.backends.vllm_patches import _embedding_method, _int8_kernel, runtime_problems
 
 
 def internals_problems(llm=None) -> list[str]:
@@ -84,10 +84,9 @@ def internals_problems(llm=None) -> list[str]:
         "quant_method.apply" in inspect.getsource(LogitsProcessor._apply_head),
         "LogitsProcessor._apply_head projects through quant_method.apply (the packed head)",
     )
+    embed = _embedding_method().process_weights_after_loading
     need(
-        "remove_weight=False" in inspect.getsource(_embedding_method().process_weights_after_loading.__wrapped__)
-        if _lm_head_release_patched()
-        else "remove_weight=False" in inspect.getsource(_embedding_method().process_weights_after_loading),
+        "remove_weight=False" in inspect.getsource(getattr(embed, "__wrapped__", embed)),
         "UnquantizedEmbeddingMethod keeps the loaded weight beside the packed one",
     )
     kernel = _int8_kernel()
