@@ -59,7 +59,8 @@ LR round measured. Counting every LR round a total loss, the run never takes mor
 lose spend it. Until the slack covers w (for the arm the draw chose, or the cheapest LR arm
 when it chose SD), the controller runs SD at the run's α2 for ⌈(w − slack)·R/ε⌉ tokens (the
 slack grows ε/R s per SD token), so a run where LR never pays makes one engine call per answer. No SD
-rate yet: SD first. ``explore_budget`` is ε (0.02); None turns the budget off, and a run whose
+rate yet: SD first. ``explore_budget`` is ε (0.01: half the 2% a user tolerates against
+SD, the other half left to timing noise); None turns the budget off, and a run whose
 rounds report no seconds (a test that times nothing) is not budgeted.
 """
 
@@ -96,7 +97,7 @@ class BanditController:
         pooled: bool = False,
         pool_strength: float = 16.0,
         rate_rounds: int = 3,
-        explore_budget: float | None = 0.02,
+        explore_budget: float | None = 0.01,
         **legacy,
     ) -> None:
         pricing = _legacy_pricing(pricing, legacy)
