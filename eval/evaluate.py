@@ -216,9 +216,9 @@ def run(cfg: EvalConfig) -> Summary:
                 f"note: {opts.profile} has no batch cost of SD rows (batch_cost_sd): lr+sd rows are predicted with "
                 "plain b(n), which SD rows exceed; rerun lrtune profile"
             )
-    peak = None
+    peak = max_rss = None
     if todo:
-        from lrtune.peakmem import PeakMemory
+        from lrtune.peakmem import PeakMemory, max_rss_gib
 
         with PeakMemory() as pm:
             eng, measured, measured_sd = _start(cfg, specs, task, problems, timing, pricing, ctl, own)
@@ -228,8 +228,12 @@ def run(cfg: EvalConfig) -> Summary:
                 _decode_throughput(eng, cfg, specs, task, problems, done, out, timing)
             else:
                 _decode_all(eng, cfg, specs, task, problems, done, out, timing)
-        peak = round(pm.peak_gib, 2)
-        log(f"peak resident memory of this run: {peak:.1f} GiB (this process and its engine processes)")
+        peak, max_rss = round(pm.peak_gib, 2), max_rss_gib()
+        max_rss = None if max_rss is None else round(max_rss, 2)
+        log(
+            f"peak resident memory of this run: {peak:.1f} GiB (PSS, this process and its children)"
+            + ("" if max_rss is None else f"; this process's high-water RSS {max_rss:.1f} GiB")
+        )
     records = load_records(out / RECORDS)
     total = {k: timing[k] + float(previous.get("timing", {}).get(k, 0.0)) for k in timing}
     data = write_reports(
@@ -244,6 +248,7 @@ def run(cfg: EvalConfig) -> Summary:
         batch_cost_sd=batch_cost_sd,
         draft={"path": resolved.draft, "quantization": resolved.draft_quantization},
         peak_rss_gib=peak,
+        max_rss_gib=max_rss,
         memory_plan=resolved.cpu_memory.to_dict() if resolved.cpu_memory is not None else None,
     )
     return Summary(methods=data["methods"], out_dir=out, data=data)
@@ -332,6 +337,7 @@ def write_reports(
     batch_cost_sd: dict | None = None,
     draft: dict | None = None,
     peak_rss_gib: float | None = None,
+    max_rss_gib: float | None = None,
     memory_plan: dict | None = None,
 ) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
@@ -371,6 +377,8 @@ def write_reports(
         "timing_this_invocation": this_run if this_run is not None else timing,
         # resident memory at peak while this invocation loaded and decoded (GiB, summed over its processes)
         "peak_rss_gib": peak_rss_gib,
+        # this process's own high-water RSS to the end of decoding (the kernel's, exact; shared pages in full)
+        "max_rss_gib": max_rss_gib,
         # what lrtune.cpumemory planned before any model loaded (an upper bound; None on a GPU)
         "memory_plan": memory_plan,
         "sweep": bool(cfg.options.sweep),

@@ -90,3 +90,24 @@ class PeakMemory:
     @property
     def peak_gib(self) -> float:
         return self.peak_bytes / GIB
+
+
+def max_rss_gib() -> float | None:
+    """This process's own resident high-water mark (the kernel's ``ru_maxrss``, what
+    ``/usr/bin/time -v`` prints for it), in GiB: exact where :class:`PeakMemory` samples, but an
+    RSS, so pages it shares with other processes count in full, and on Linux a process started
+    by fork and exec begins at its parent's resident set. None where the OS has no
+    ``getrusage``."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    return ru_maxrss_gib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def ru_maxrss_gib(ru_maxrss: int, platform: str | None = None) -> float:
+    """A ``ru_maxrss`` in GiB: the kernel reports KiB on Linux, bytes on macOS (``platform``:
+    ``sys.platform`` when None)."""
+    import sys
+
+    return ru_maxrss / (GIB if (platform or sys.platform) == "darwin" else 2**20)

@@ -164,17 +164,35 @@ def to_flags(cfg, drop: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def run_stage(name: str, argv: list[str]) -> None:
-    """``lrtune ARGV`` in a child process (each stage loads and frees its own engines)."""
+def run_stage(name: str, argv: list[str]) -> float | None:
+    """``lrtune ARGV`` in a child process (each stage loads and frees its own engines); returns
+    the stage's peak resident memory in GiB: the largest ``ru_maxrss`` of the child and of the
+    processes it waited for (the figure ``/usr/bin/time -v`` prints; at least this process's
+    resident set, which a forked child starts from), None where the OS has no ``wait4``."""
+    import os
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "lrtune", *argv])
+    from lrtune.peakmem import ru_maxrss_gib
+
+    proc = subprocess.Popen([sys.executable, "-m", "lrtune", *argv])
+    peak = None
+    if hasattr(os, "wait4"):
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it save its state and stop
+            proc.wait()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak = round(ru_maxrss_gib(usage.ru_maxrss), 2)
+    else:  # pragma: no cover - Windows
+        proc.wait()
     if proc.returncode != 0:
         raise LrtuneError(
             f"stage {name!r} failed (exit {proc.returncode}); its output is above. Fix it and "
             "re-run the same command: finished stages are skipped"
         )
+    return peak
 
 
 def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, size: DemoSize | None = None) -> None:
@@ -228,13 +246,16 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         dataclasses.replace(decode, max_new_tokens=size.collect_tokens), drop=("record", "schedule")
     )
     timings: dict[str, float] = {}
+    peaks: dict[str, float] = {}
 
     def stage(name: str, argv: list[str]) -> None:
         t0 = time.perf_counter()
         log(f"== {name}: lrtune {' '.join(argv[:2])} ...")
-        run_stage(name, argv)
+        peak = run_stage(name, argv)
         timings[name] = time.perf_counter() - t0
-        log(f"== {name}: {timings[name]:.0f} s")
+        if peak is not None:
+            peaks[name] = peak
+        log(f"== {name}: {timings[name]:.0f} s" + ("" if peak is None else f", peak {peak:.1f} GiB resident"))
 
     collect_dir, verifier_dir, controller_dir = root / "collect", root / "verifier", root / "controller"
     profile_path = root / "profile.json"
@@ -336,12 +357,19 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     )
     summary = read_json_object(root / "eval" / "summary.json", "evaluate summary")
     write_atomic(
-        root / "pipeline.json", json.dumps({"timings_s": timings, "sizes": dataclasses.asdict(size)}, indent=1)
+        root / "pipeline.json",
+        json.dumps({"timings_s": timings, "peak_rss_gib": peaks, "sizes": dataclasses.asdict(size)}, indent=1),
     )
     from lrtune.verifiers.distilled import read_meta
 
     student = read_meta(verifier_dir)
-    return {"summary": summary, "timings": timings, "student": student, "eval_tokens": size.eval_tokens}
+    return {
+        "summary": summary,
+        "timings": timings,
+        "peak_rss_gib": peaks,
+        "student": student,
+        "eval_tokens": size.eval_tokens,
+    }
 
 
 def closing_lines(res: dict) -> list[str]:
@@ -383,6 +411,12 @@ def closing_lines(res: dict) -> list[str]:
     out += promise_lines(res)
     times = res["timings"]
     out.append("Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    peaks = res.get("peak_rss_gib") or {}
+    if peaks:  # a stage skipped on resume has no figure
+        import textwrap
+
+        line = "Peak resident memory (GiB): " + ", ".join(f"{k} {v:.1f}" for k, v in peaks.items())
+        out += textwrap.wrap(line, 80, subsequent_indent="  ")
     out.append(f"Total: {sum(times.values()) / 60:.1f} min")
     return out
 

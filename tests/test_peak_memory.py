@@ -87,3 +87,34 @@ def test_a_child_forked_from_the_run_does_not_count_the_pages_it_shares_twice():
         os.write(w, b"x")
         os.waitpid(pid, 0)
     assert during - before < 100 * 2**20, (before, during)  # RSS would add another 300 MiB
+
+
+MAXRSS_CHILD = """
+import psutil
+from lrtune.peakmem import max_rss_gib
+before = max_rss_gib()  # a forked child starts from its parent's resident set: its mark may be above its own
+now = psutil.Process().memory_info().rss / 2**30
+b = bytearray(int((max(before - now, 0.0) + 300 / 1024) * 2**30))  # up to 300 MiB past the mark
+b[::4096] = b"x" * len(b[::4096])
+del b  # freed: the high-water mark keeps it
+print(before, max_rss_gib())
+"""
+
+
+def test_the_high_water_rss_keeps_memory_freed_before_it_was_read():
+    """max_rss_gib is the kernel's high-water mark: a peak between two samples is not lost."""
+    import platform
+
+    import pytest
+
+    if platform.system() not in ("Linux", "Darwin"):
+        pytest.skip("getrusage's ru_maxrss")
+    out = subprocess.run([sys.executable, "-c", MAXRSS_CHILD], capture_output=True, text=True, check=True).stdout
+    before, after = map(float, out.split())
+    assert after - before > 250 / 1024
+
+
+def test_ru_maxrss_is_kib_on_linux_and_bytes_on_macos():
+    from lrtune.peakmem import ru_maxrss_gib
+
+    assert ru_maxrss_gib(8 * 2**20, "linux") == 8.0 and ru_maxrss_gib(8 * 2**30, "darwin") == 8.0

@@ -209,6 +209,7 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
             },
         },
         "timings": {"profile": 100.0, "collect": 300.0, "train verifier": 60.0, "evaluate": 200.0},
+        "peak_rss_gib": {"profile": 6.04, "collect": 7.5, "train verifier": 1.2, "evaluate": 7.91},
         "student": {
             "kind": "cross-encoder",
             "metrics": {
@@ -223,6 +224,23 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
     assert "The target finished 4 of 4 answers" in text and "46 test pairs" in text and "Total: 11.0 min" in text
     assert "lr+sd/v=resu" in text and "0.41" in text
     assert "auto ran sd: the verifier states no accuracy bound" in text
+    assert "Peak resident memory (GiB): profile 6.0, collect 7.5," in text and "evaluate 7.9" in text
+
+
+def test_a_stage_reports_its_own_peak_resident_memory_and_a_failed_stage_raises(tmp_path):
+    """run_stage returns the child's ru_maxrss (what /usr/bin/time -v prints): a real child that
+    imports the CLI holds tens of MiB, far from both 0 and the parent's size in GiB."""
+    import os
+
+    from lrtune import pipeline
+    from lrtune.errors import LrtuneError
+
+    if not hasattr(os, "wait4"):
+        pytest.skip("no wait4 on this OS")
+    peak = pipeline.run_stage("help", ["--help"])
+    assert 0.01 < peak < 4
+    with pytest.raises(LrtuneError, match="stage 'bad' failed"):
+        pipeline.run_stage("bad", ["no-such-command"])
 
 
 def test_the_demo_states_the_students_promise_and_what_the_run_measured_against_it():

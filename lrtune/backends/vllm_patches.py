@@ -59,7 +59,7 @@ import sys
 import warnings
 
 from lrtune.backends.base import SDCounters
-from lrtune.backends.vllm_shared import publish, register_loader, shared_report
+from lrtune.backends.vllm_shared import publish, register_loader, runner_models, shared_report
 from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.errors import ConfigError, ModelError
 
@@ -206,14 +206,14 @@ class LrtuneWorkerExtension:
 
         runner = getattr(self, "model_runner", None)
         cls = type(runner)
+        models = runner_models(runner)
         return {
             "pid": os.getpid(),
             "runner": f"{cls.__module__}.{cls.__qualname__}",
             "v1_runner": isinstance(runner, GPUModelRunner),
             "async_scheduling": bool(getattr(runner, "use_async_scheduling", False)),
             "patches": patches_in_process(),
-            "lm_heads_kept": lm_heads_kept(getattr(runner, "model", None))
-            + lm_heads_kept(getattr(getattr(runner, "drafter", None), "model", None)),
+            "lm_heads_kept": lm_heads_kept(models["model"]) + lm_heads_kept(models["drafter"]),
             "shared_weights": shared_report(runner),
         }
 
@@ -221,8 +221,9 @@ class LrtuneWorkerExtension:
         """Offer this worker's models (and its drafter's) to later engines of its process."""
         runner = self.model_runner
         spec = runner.vllm_config.speculative_config
-        drafter = getattr(getattr(runner, "drafter", None), "model", None)
-        done = publish(getattr(runner, "model", None), runner.vllm_config.model_config)
+        models = runner_models(runner)
+        drafter = models["drafter"]
+        done = publish(models["model"], runner.vllm_config.model_config)
         if drafter is not None and getattr(spec, "draft_model_config", None) is not None:
             done = publish(drafter, spec.draft_model_config) or done
         return done

@@ -147,10 +147,15 @@ def register_loader() -> None:
 SharedWeightsLoader = None  # the registered class, once register_loader ran
 
 
-def shared_report(runner) -> dict:
-    """For the worker probe: which of a runner's models took another engine's weights."""
-    models = {
+def runner_models(runner) -> dict:
+    """A vLLM model runner's loaded modules: ``model`` (the target) and ``drafter`` (its SD
+    draft model, when speculating with one), None where it has none."""
+    return {
         "model": getattr(runner, "model", None),
         "drafter": getattr(getattr(runner, "drafter", None), "model", None),
     }
-    return {name: hasattr(m, "_lrtune_shared_from") for name, m in models.items() if m is not None}
+
+
+def shared_report(runner) -> dict:
+    """For the worker probe: which of a runner's models took another engine's weights."""
+    return {name: hasattr(m, "_lrtune_shared_from") for name, m in runner_models(runner).items() if m is not None}
