@@ -92,6 +92,19 @@ class PeakMemory:
         return self.peak_bytes / GIB
 
 
+def high_water_bytes(pid: int) -> int | None:
+    """The resident high-water mark of process ``pid``'s own memory (``VmHWM`` in
+    ``/proc/PID/status``, bytes); None where it cannot be read (not Linux, or it has exited)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def max_rss_gib() -> float | None:
     """This process's own resident high-water mark (the kernel's ``ru_maxrss``, what
     ``/usr/bin/time -v`` prints for it), in GiB: exact where :class:`PeakMemory` samples, but an

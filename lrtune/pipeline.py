@@ -166,33 +166,43 @@ def to_flags(cfg, drop: tuple[str, ...] = ()) -> list[str]:
 
 def run_stage(name: str, argv: list[str]) -> float | None:
     """``lrtune ARGV`` in a child process (each stage loads and frees its own engines); returns
-    the stage's peak resident memory in GiB: the largest ``ru_maxrss`` of the child and of the
-    processes it waited for (the figure ``/usr/bin/time -v`` prints; at least this process's
-    resident set, which a forked child starts from), None where the OS has no ``wait4``."""
-    import os
-    import subprocess
+    the stage's peak resident memory in GiB (:func:`run_child`)."""
     import sys
 
-    from lrtune.peakmem import ru_maxrss_gib
+    return run_child(name, [sys.executable, "-m", "lrtune", *argv])
 
-    proc = subprocess.Popen([sys.executable, "-m", "lrtune", *argv])
+
+def run_child(name: str, cmd: list[str], poll_s: float = 0.2) -> float | None:
+    """Run ``cmd``; raise when it fails; return its peak resident memory in GiB: the largest
+    ``VmHWM`` (the kernel's high-water mark of the process's own memory) read every ``poll_s``
+    seconds while it runs, so only a peak in its last ``poll_s`` can be missed. Not
+    ``ru_maxrss``: on Linux a forked child's starts at its parent's resident set. None where
+    ``/proc`` has no ``VmHWM`` (not Linux)."""
+    import subprocess
+
+    from lrtune.peakmem import high_water_bytes
+
+    proc = subprocess.Popen(cmd)
     peak = None
-    if hasattr(os, "wait4"):
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it save its state and stop
-            proc.wait()
-            raise
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        peak = round(ru_maxrss_gib(usage.ru_maxrss), 2)
-    else:  # pragma: no cover - Windows
+    try:
+        while True:
+            hwm = high_water_bytes(proc.pid)
+            if hwm is not None:
+                peak = max(peak or 0, hwm)
+            try:
+                proc.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    except KeyboardInterrupt:  # the child got the same Ctrl-C: let it save its state and stop
         proc.wait()
+        raise
     if proc.returncode != 0:
         raise LrtuneError(
             f"stage {name!r} failed (exit {proc.returncode}); its output is above. Fix it and "
             "re-run the same command: finished stages are skipped"
         )
-    return peak
+    return None if peak is None else round(peak / 2**30, 2)
 
 
 def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, size: DemoSize | None = None) -> None:

@@ -118,3 +118,18 @@ def test_ru_maxrss_is_kib_on_linux_and_bytes_on_macos():
     from lrtune.peakmem import ru_maxrss_gib
 
     assert ru_maxrss_gib(8 * 2**20, "linux") == 8.0 and ru_maxrss_gib(8 * 2**30, "darwin") == 8.0
+
+
+def test_the_high_water_mark_of_a_process_is_read_while_it_runs_and_none_once_it_is_gone():
+    import os
+    import platform
+
+    import pytest
+
+    from lrtune.peakmem import high_water_bytes
+
+    if platform.system() != "Linux":
+        pytest.skip("VmHWM is Linux's")
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    assert high_water_bytes(os.getpid()) > 10 * 2**20 and high_water_bytes(child.pid) is None
