@@ -180,13 +180,13 @@ def run_child(name: str, cmd: list[str], poll_s: float = 0.2) -> float | None:
     ``/proc`` has no ``VmHWM`` (not Linux)."""
     import subprocess
 
-    from lrtune.peakmem import high_water_bytes
+    from lrtune import peakmem
 
     proc = subprocess.Popen(cmd)
     peak = None
     try:
         while True:
-            hwm = high_water_bytes(proc.pid)
+            hwm = peakmem.high_water_bytes(proc.pid)
             if hwm is not None:
                 peak = max(peak or 0, hwm)
             try:
@@ -202,7 +202,7 @@ def run_child(name: str, cmd: list[str], poll_s: float = 0.2) -> float | None:
             f"stage {name!r} failed (exit {proc.returncode}); its output is above. Fix it and "
             "re-run the same command: finished stages are skipped"
         )
-    return None if peak is None else round(peak / 2**30, 2)
+    return None if peak is None else round(peak / peakmem.GIB, 2)
 
 
 def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, size: DemoSize | None = None) -> None:

@@ -227,23 +227,42 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
     assert "Peak resident memory (GiB): profile 6.0, collect 7.5," in text and "evaluate 7.9" in text
 
 
-def test_a_stage_reports_its_own_peak_resident_memory_not_its_parents_and_a_failed_stage_raises():
+def test_a_stage_reports_its_own_peak_resident_memory_not_its_parents_and_a_failed_stage_raises(tmp_path, monkeypatch):
     """run_child returns the child's own high-water mark: a child that held 300 MiB (freed before
     it exits) reports at least that, and one that held nothing reports far less than 300 MiB
-    even where this (parent) process is large, as in a full test run."""
+    even where this (parent) process is large, as in a full test run. Each child stays up until
+    run_child has read its mark after its peak (a readiness handshake, not a fixed sleep)."""
     import platform
     import sys
 
-    from lrtune import pipeline
+    from lrtune import peakmem, pipeline
     from lrtune.errors import LrtuneError
 
     if platform.system() != "Linux":
         pytest.skip("VmHWM is Linux's")
-    # the child stays up for many of the parent's polls after its peak (VmHWM keeps the freed 300 MiB)
-    hold = "import time; b = bytearray({n} * 2**20); b[::4096] = b'x' * len(b[::4096]); del b; time.sleep(3)"
-    big = pipeline.run_child("big", [sys.executable, "-c", hold.format(n=300)], poll_s=0.05)
-    small = pipeline.run_child("small", [sys.executable, "-c", hold.format(n=0)], poll_s=0.05)
-    assert big - small > 250 / 1024 and small < 250 / 1024
+    read = peakmem.high_water_bytes
+    ready, seen = tmp_path / "ready", tmp_path / "seen"
+
+    def spy(pid):  # the real reading; tells the child once it was taken after the child's peak
+        was_ready = ready.exists()
+        value = read(pid)
+        if value is not None and was_ready:
+            seen.touch()
+        return value
+
+    monkeypatch.setattr(peakmem, "high_water_bytes", spy)
+    hold = (
+        "import os, time; b = bytearray({n} * 2**20); b[::4096] = b'x' * len(b[::4096]); del b; "
+        f"open({str(ready)!r}, 'w').close(); end = time.monotonic() + 120\n"
+        f"while not os.path.exists({str(seen)!r}) and time.monotonic() < end: time.sleep(0.01)"
+    )
+    peaks = {}
+    for n in (300, 0):
+        ready.unlink(missing_ok=True)
+        seen.unlink(missing_ok=True)
+        peaks[n] = pipeline.run_child(f"hold {n}", [sys.executable, "-c", hold.format(n=n)], poll_s=0.05)
+        assert seen.exists()  # the mark was read after the peak, not at the 120 s deadline
+    assert peaks[300] - peaks[0] > 250 / 1024 and peaks[0] < 250 / 1024
     with pytest.raises(LrtuneError, match="stage 'bad' failed"):
         pipeline.run_child("bad", [sys.executable, "-c", "raise SystemExit(3)"])
 
