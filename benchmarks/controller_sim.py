@@ -26,6 +26,9 @@ A round, as the decoder runs it and reports it to ``controller.update``
 * γ1 = 0: SD alone (γ2 > 0) or the target alone runs ``controller.horizon()`` tokens (to the end
   of the answer when None), passes × (c2·γ2 + 1)/L; no verdicts.
 
+A round reports its committed tokens as the decoder does, before the answer's token budget cuts
+the last round's steps (the run's time counts what the round cost, its tokens what was kept).
+
 The priced row is one token stream per problem whose tokens beyond a round's L carry to the next
 round (:func:`lrtune.simulate.simulate_combined`'s stream), so a fixed arm's long-run speedup is
 the closed form :func:`lrtune.speedup.h`. Speedup = committed steps / time (the target alone: 1).
@@ -252,21 +255,20 @@ def decode_problem(controller, problem: str, sc: Scenario, rng: np.random.Genera
                 n_pass = len(j0)
             draft_s, target_s = g1 * p.c1, _b(p.batch_cost, g1 + 1) * n_pass * pass_time
             tokens = (acc_steps + 1) * L
-        tokens = min(tokens, budget - gen)
         controller.update(
             RoundOutcome(
                 gamma1=g1,
                 gamma2=g2,
                 verdicts=verdicts,
                 accepted_steps=acc_steps,
-                committed_tokens=tokens,
+                committed_tokens=tokens,  # as the decoder reports it: before the answer's budget cuts it
                 sd=_counters(js, g2),
                 draft_s=draft_s,
                 target_s=target_s,
                 extra={"kind": kind},
             )
         )
-        gen += tokens
+        gen += min(tokens, budget - gen)
         secs = draft_s + target_s
         run.time += secs
         run.rounds += 1

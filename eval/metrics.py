@@ -121,7 +121,8 @@ def rate_guard(records: Sequence[dict]) -> dict | None:
     """The adaptive controller's measured-rate guard over the run (the bandit's
     ``controller_state`` in each record, in problem order): the state after the last problem
     and ``lr_closed_from``, the index of the first problem after which no γ1 > 0 arm could be
-    tried (None: LR stayed open); None when no record holds a state."""
+    tried (None: LR stayed open; a re-test may open it again, ``guard_retests``); None when no
+    record holds a state."""
     states = sorted((r["index"], r["controller_state"]) for r in records if isinstance(r.get("controller_state"), dict))
     if not states:
         return None

@@ -289,6 +289,7 @@ def render_markdown(data: dict) -> str:
                 "SD tokens/s",
                 "ρ [ρ⁺]",
                 "LR closed from problem",
+                "re-tests",
                 "budget slack s",
             ],
             [
@@ -300,6 +301,7 @@ def render_markdown(data: dict) -> str:
                     _f(g["sd_tokens_per_s"], ".2f"),
                     f"{g['rho']:.2f} [{g['rho_upper']:.2f}]",
                     "—" if g["lr_closed_from"] is None else g["lr_closed_from"],
+                    g.get("guard_retests", "—"),
                     _f(g.get("budget_slack_s"), ".1f"),
                 ]
                 for k, g in guards.items()

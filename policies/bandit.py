@@ -46,7 +46,12 @@ it happened to accept). Once ``rate_rounds`` (k = 3) LR rounds and one SD round 
 α̃1 the 0.8-quantile of the run's α1: at the acceptance the run has seen and the cost LR rounds
 have measured, some LR arm must still beat SD. A measurement rules LR out, never in, and the arm
 a round runs is still chosen by the model alone. Once LR is ruled out, SD runs to the end of
-every later answer in one call. ``rate_rounds=0`` turns the guard off.
+every later answer in one call, until a re-test: a few LR rounds can close the guard by bad
+luck (three rounds that each rejected their first step), so a guard first found closed with the
+run at N committed tokens opens again for ``rate_rounds`` more LR rounds once the run reaches 2N
+tokens, and after each re-test that leaves it closed the next waits for twice the tokens again.
+A run of N_end tokens re-tests at most log2(N_end / N) times, each re-test's rounds within the
+exploration budget below; the evidence they add stays. ``rate_rounds=0`` turns the guard off.
 
 The exploration budget (a conservative bandit, Wu et al. 2016, with SD as the baseline). With
 T the run's seconds so far, N its committed tokens and R the rate its SD rounds ran at
@@ -327,20 +332,31 @@ class BanditController:
             "alpha1_q": self.rates.alpha1_quantile(ALPHA1_Q),
             "budget_slack_s": None if self.explore_budget is None else self.rates.budget_slack(self.explore_budget),
             "lr_open": self._lr_can_win(),
+            "guard_retests": self.rates.retests,
         }
 
     def _lr_can_win(self) -> bool:
         """Whether a γ1 > 0 arm may be tried: the model's rule (some γ1 > 0 arm beats the best
-        γ1 = 0 arm at the optimistic α1 and the posterior mean of α2) and, once measured, the
-        measured-rate guard (the same comparison at the 0.8-quantile of the run's α1, the LR arms
-        scaled by min(ρ⁺, 1); module docstring)."""
+        γ1 = 0 arm at the optimistic α1 and the posterior mean of α2) and the measured-rate guard
+        (:meth:`_guard_open`)."""
         a2, b2 = self.post[2:]
         m2 = min(a2 / (a2 + b2), 0.999)
-        if not self._lr_beats_sd(self.optimistic_alpha1(), m2, 1.0):
-            return False
-        if self.rate_rounds > 0 and self.rates.measured(self.rate_rounds):
-            return self._lr_beats_sd(self.rates.alpha1_quantile(ALPHA1_Q), m2, min(self.lr_correction(RHO_Z), 1.0))
-        return True
+        return self._lr_beats_sd(self.optimistic_alpha1(), m2, 1.0) and self._guard_open()
+
+    def _guard_open(self) -> bool:
+        """The measured-rate guard (module docstring): open until ``rate_rounds`` LR rounds and an
+        SD round are measured and while a re-test runs; otherwise open while some γ1 > 0 arm,
+        scaled by min(ρ⁺, 1), beats the best γ1 = 0 arm at the 0.8-quantile of the run's α1 and
+        the posterior mean of α2. Finding it closed advances the re-test schedule."""
+        if self.rate_rounds == 0 or not self.rates.measured(self.rate_rounds) or self.rates.retesting():
+            return True
+        a2, b2 = self.post[2:]
+        m2 = min(a2 / (a2 + b2), 0.999)
+        if self._lr_beats_sd(self.rates.alpha1_quantile(ALPHA1_Q), m2, min(self.lr_correction(RHO_Z), 1.0)):
+            self.rates.opened()
+            return True
+        self.rates.closed(self.rate_rounds)
+        return self.rates.retesting()
 
     def _lr_beats_sd(self, a1: float, a2: float, rho: float) -> bool:
         """max_{γ1>0} ρ·h(γ1, γ2; α1, α2) > max_{γ2} g(γ2; α2) over the allowed arms."""

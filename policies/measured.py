@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+RETEST_GROWTH = 2  # a closed guard re-tests once the run has this many times the tokens it had
+
 
 def beta_quantile(a: float, b: float, q: float) -> float:
     """The q-quantile of Beta(a, b) (the inverse of the regularised incomplete beta)."""
@@ -31,6 +33,11 @@ class MeasuredRates:
         self.spent = {cls: [0.0, 0] for cls in ("lr", "sd")}
         self.longest_lr = 0.0
         self.untimed = 0  # rounds reported without seconds (a simulation or test that times nothing)
+        # the guard's re-tests: the run's committed tokens at which a closed guard opens again
+        # (None: not scheduled), the LR round count a re-test lasts until, and how many started
+        self.retest_at: int | None = None
+        self.retest_until: int | None = None
+        self.retests = 0
 
     def timed(self, lr: bool, tokens: int, seconds: float) -> None:
         """One round of the run, whichever it was (a problem's first included)."""
@@ -63,6 +70,30 @@ class MeasuredRates:
         t = self.spent["lr"][0] + self.spent["sd"][0]
         n = self.spent["lr"][1] + self.spent["sd"][1]
         return (1 + eps) * n / r - t
+
+    def tokens(self) -> int:
+        """Tokens every timed round of the run committed, first rounds included."""
+        return self.spent["lr"][1] + self.spent["sd"][1]
+
+    def retesting(self) -> bool:
+        """Whether a re-test of the guard is under way (it has not measured its LR rounds yet)."""
+        return self.retest_until is not None and self.sums["lr"]["rounds"] < self.retest_until
+
+    def closed(self, k: int) -> None:
+        """The guard found LR closed with the run at N committed tokens. The first time (and the
+        first time after a re-test), schedule a re-test at 2N tokens; at or past it, start one:
+        the guard stays open until k more LR rounds are measured. A run of N_end tokens re-tests
+        at most log2(N_end / N_closed) times."""
+        n = self.tokens()
+        if self.retest_at is None:
+            self.retest_at = RETEST_GROWTH * max(n, 1)
+        elif n >= self.retest_at:
+            self.retest_at, self.retests = None, self.retests + 1
+            self.retest_until = int(self.sums["lr"]["rounds"]) + k
+
+    def opened(self) -> None:
+        """The evidence leaves LR open: no re-test is scheduled."""
+        self.retest_at = None
 
     def passes(self, accepted: int, stopped: int) -> None:
         self.tokens_judged[0] += accepted

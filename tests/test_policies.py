@@ -480,7 +480,7 @@ def _rated(ctl: BanditController, g1: int, speed: float, rounds: int) -> None:
 PLAN = Pricing(c1=0.1, c2=0.1, batch_cost=(1.0, 1.02, 1.04, 1.06))
 
 
-def test_lr_rounds_measured_slower_than_the_model_says_stop_lr_for_the_rest_of_the_run():
+def test_lr_rounds_measured_slower_than_the_model_says_stop_lr_in_every_copy():
     """ρ = Q_LR / Q_SD: LR rounds at a fifth of their modelled rate, next to SD rounds at theirs."""
     import copy
 
@@ -497,6 +497,40 @@ def test_lr_rounds_measured_slower_than_the_model_says_stop_lr_for_the_rest_of_t
     assert ctl.choose(ProblemInfo("a"), ControlState(5, 600, 400))[0] == 0
     other = copy.copy(ctl)  # another prompt in flight, a later problem: the same measurements
     assert other.choose(ProblemInfo("b"), ControlState(0, 0, 1000))[0] == 0 and other.horizon() is None
+
+
+def _closed_guard() -> BanditController:
+    """A guard closed by 3 LR rounds at a fifth of their modelled rate, the run at 384 tokens."""
+    ctl = BanditController(Bounds(gamma1_max=3, gamma2_max=4, M=12), PLAN)
+    ctl.choose(ProblemInfo("a"), ControlState(0, 0, 1000))
+    _rated(ctl, 0, 1.0, 3)
+    _rated(ctl, 3, 0.2, 3)
+    assert ctl.horizon() is None and ctl.rates.tokens() == 384
+    return ctl
+
+
+def test_a_closed_guard_re_tests_when_the_runs_tokens_double_and_waits_twice_as_long_after():
+    ctl = _closed_guard()  # found closed at N = 384 tokens: the re-test is due at 768
+    _rated(ctl, 0, 1.0, 5)  # 704 tokens
+    assert ctl.horizon() is None and ctl.measured()["guard_retests"] == 0
+    _rated(ctl, 0, 1.0, 1)  # 768
+    assert ctl.horizon() is not None and ctl.measured()["guard_retests"] == 1
+    _rated(ctl, 3, 0.2, 2)
+    assert ctl.horizon() is not None  # a re-test lasts rate_rounds (3) LR rounds
+    _rated(ctl, 3, 0.2, 1)  # still slow: closed again at 960 tokens, the next re-test at 1920
+    assert ctl.horizon() is None
+    _rated(ctl, 0, 1.0, 14)  # 1856
+    assert ctl.horizon() is None
+    _rated(ctl, 0, 1.0, 1)  # 1920
+    assert ctl.horizon() is not None and ctl.measured()["guard_retests"] == 2
+
+
+def test_lr_rounds_a_re_test_measures_as_the_model_says_reopen_lr():
+    ctl = _closed_guard()
+    _rated(ctl, 0, 1.0, 6)
+    assert ctl.horizon() is not None  # the re-test
+    _rated(ctl, 3, 1.0, 30)
+    assert ctl.horizon() is not None and ctl.measured()["lr_open"] and ctl.rates.retest_at is None
 
 
 def test_lr_rounds_that_run_as_the_model_says_keep_lr_open_whatever_arm_they_ran():
