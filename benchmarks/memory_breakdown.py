@@ -11,7 +11,10 @@ the embedding verifier, then one decode per method. Each part's growth is set be
 its weights and KV cache account for, so the rest (packed GEMM copies, activation and
 sampler buffers sized by ``max_num_batched_tokens``, allocator slack) shows. RSS is the
 whole process tree's (:mod:`lrtune.peakmem`), and each part also records the largest sample
-taken while it ran (every 0.2 s); GiB = 2^30 bytes.
+taken while it ran (every 0.2 s) and, from this process's own samples (every 0.1 s,
+``/proc/self/status``), how much of its largest resident set was file-backed
+(``peak_file_gib``: pages of a checkpoint mapped while it loads) and anonymous
+(``peak_anon_gib``); GiB = 2^30 bytes.
 """
 
 from __future__ import annotations
@@ -20,10 +23,47 @@ import argparse
 import gc
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
 GIB = 2**30
+
+
+def own_status() -> dict[str, float]:
+    """This process's VmRSS, RssAnon and RssFile in GiB (Linux; empty elsewhere)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    out[key] = int(value.split()[0]) * 1024 / GIB
+    except OSError:
+        pass
+    return out
+
+
+class SplitPeak:
+    """The sample with the largest own VmRSS since the last :meth:`take`, read every
+    ``interval`` seconds by a daemon thread, with its anonymous and file-backed parts."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval, self.best, self._stop = interval, {}, threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            now = own_status()
+            if now.get("VmRSS", 0) > self.best.get("VmRSS", -1):
+                self.best = now
+
+    def take(self) -> dict[str, float]:
+        best, self.best = self.best, {}
+        return best
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def rss_gib() -> float:
@@ -70,6 +110,7 @@ def measure(args: argparse.Namespace, peak) -> tuple[dict, object]:
 
     parts: list[dict] = []
     last = rss_gib()
+    split = SplitPeak()
 
     def mark(name: str, accounted_gib: float | None = None, **extra) -> None:
         nonlocal last
@@ -81,6 +122,10 @@ def measure(args: argparse.Namespace, peak) -> tuple[dict, object]:
             "growth_gib": round(now - last, 3),
             "peak_gib": round(peak_gib, 3),
         }
+        at_peak = split.take()
+        if "RssFile" in at_peak:
+            row["peak_anon_gib"] = round(at_peak.get("RssAnon", 0.0), 3)
+            row["peak_file_gib"] = round(at_peak["RssFile"], 3)
         row.update(extra)
         if accounted_gib is not None:
             row["accounted_gib"] = round(accounted_gib, 3)
@@ -136,6 +181,7 @@ def measure(args: argparse.Namespace, peak) -> tuple[dict, object]:
         "parts": parts,
         "total_gib": round(last, 3),
     }
+    split.stop()
     return result, dec
 
 
