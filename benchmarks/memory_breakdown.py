@@ -32,16 +32,9 @@ GIB = 2**30
 
 def own_status() -> dict[str, float]:
     """This process's VmRSS, RssAnon and RssFile in GiB (Linux; empty elsewhere)."""
-    out = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "RssAnon", "RssFile"):
-                    out[key] = int(value.split()[0]) * 1024 / GIB
-    except OSError:
-        pass
-    return out
+    from lrtune.peakmem import status_bytes
+
+    return {k: v / GIB for k, v in status_bytes("self", ("VmRSS", "RssAnon", "RssFile")).items()}
 
 
 class SplitPeak:

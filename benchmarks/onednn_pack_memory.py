@@ -28,11 +28,12 @@ SHAPES = {  # (N, K) of the weight as vLLM holds it: out x in
 
 
 def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    from lrtune.peakmem import status_bytes
+
+    rss = status_bytes("self", ("VmRSS",)).get("VmRSS")
+    if rss is None:
+        raise RuntimeError("no VmRSS in /proc/self/status")
+    return rss / MIB
 
 
 def main(argv: list[str] | None = None) -> int:

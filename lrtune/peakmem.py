@@ -92,17 +92,26 @@ class PeakMemory:
         return self.peak_bytes / GIB
 
 
-def high_water_bytes(pid: int) -> int | None:
-    """The resident high-water mark of process ``pid``'s own memory (``VmHWM`` in
-    ``/proc/PID/status``, bytes); None where it cannot be read (not Linux, or it has exited)."""
+def status_bytes(pid: int | str, keys: tuple[str, ...]) -> dict[str, int]:
+    """The ``keys`` fields of ``/proc/PID/status`` (``VmHWM``, ``VmRSS``, ``RssAnon``,
+    ``RssFile``, ...; kB there) in bytes; ``pid`` ``"self"`` for this process. Empty where the
+    file cannot be read (not Linux, or the process has exited); a key it lacks is left out."""
+    out: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                key, _, value = line.partition(":")
+                if key in keys:
+                    out[key] = int(value.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
-        return None
-    return None
+        return {}
+    return out
+
+
+def high_water_bytes(pid: int) -> int | None:
+    """The resident high-water mark of process ``pid``'s own memory (``VmHWM`` in
+    ``/proc/PID/status``, bytes); None where it cannot be read (not Linux, or it has exited)."""
+    return status_bytes(pid, ("VmHWM",)).get("VmHWM")
 
 
 def max_rss_gib() -> float | None:

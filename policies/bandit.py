@@ -339,9 +339,12 @@ class BanditController:
         """Whether a γ1 > 0 arm may be tried: the model's rule (some γ1 > 0 arm beats the best
         γ1 = 0 arm at the optimistic α1 and the posterior mean of α2) and the measured-rate guard
         (:meth:`_guard_open`)."""
-        a2, b2 = self.post[2:]
-        m2 = min(a2 / (a2 + b2), 0.999)
-        return self._lr_beats_sd(self.optimistic_alpha1(), m2, 1.0) and self._guard_open()
+        return self._lr_beats_sd(self.optimistic_alpha1(), self._mean_alpha2(), 1.0) and self._guard_open()
+
+    def _mean_alpha2(self) -> float:
+        """This problem's posterior mean of α2, below 1 (the guard and the model's rule price SD
+        with it)."""
+        return min(self.estimate()[1], 0.999)
 
     def _guard_open(self) -> bool:
         """The measured-rate guard (module docstring): open until ``rate_rounds`` LR rounds and an
@@ -350,9 +353,8 @@ class BanditController:
         the posterior mean of α2. Finding it closed advances the re-test schedule."""
         if self.rate_rounds == 0 or not self.rates.measured(self.rate_rounds) or self.rates.retesting():
             return True
-        a2, b2 = self.post[2:]
-        m2 = min(a2 / (a2 + b2), 0.999)
-        if self._lr_beats_sd(self.rates.alpha1_quantile(ALPHA1_Q), m2, min(self.lr_correction(RHO_Z), 1.0)):
+        rho = min(self.lr_correction(RHO_Z), 1.0)
+        if self._lr_beats_sd(self.rates.alpha1_quantile(ALPHA1_Q), self._mean_alpha2(), rho):
             self.rates.opened()
             return True
         self.rates.closed(self.rate_rounds)

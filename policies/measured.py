@@ -68,8 +68,7 @@ class MeasuredRates:
         if r is None:
             return None
         t = self.spent["lr"][0] + self.spent["sd"][0]
-        n = self.spent["lr"][1] + self.spent["sd"][1]
-        return (1 + eps) * n / r - t
+        return (1 + eps) * self.tokens() / r - t
 
     def tokens(self) -> int:
         """Tokens every timed round of the run committed, first rounds included."""
