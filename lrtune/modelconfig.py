@@ -97,8 +97,8 @@ class EngineConfig(Checked):
     max_num_batched_tokens: Annotated[int, Interval(ge=16, le=10_000_000)] | None = field(
         default=None,
         metadata={
-            "help": "vLLM tokens per engine step (CPU default 16384; lower saves RAM, but seeded sampling crashes on "
-            "chunked prefills)"
+            "help": "vLLM tokens per engine step (CPU default: --max-model-len, no prompt split; a value set turns "
+            "vLLM's chunked prefill on, where vLLM-CPU crashes on seeded sampling of a split prompt)"
         },
     )
     max_num_seqs: Annotated[int, Interval(ge=1, le=100_000)] | None = field(

@@ -19,7 +19,7 @@ def test_only_a_non_utf8_locale_asks_for_utf8_mode():
 def test_an_ascii_locale_reads_a_non_ascii_prompt_and_prints_greek_letters():
     pair = get_tiny_pair()
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("LC_") and k not in ("LANG", "LRTUNE_UTF8_REEXEC")},
+        **{k: v for k, v in os.environ.items() if not k.startswith("LC_") and k not in ("LANG", "LRTUNE_REEXEC")},
         "LC_ALL": "C",
         "PYTHONUTF8": "0",
         "HF_HUB_OFFLINE": "1",

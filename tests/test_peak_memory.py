@@ -133,3 +133,41 @@ def test_the_high_water_mark_of_a_process_is_read_while_it_runs_and_none_once_it
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait(timeout=60)
     assert high_water_bytes(os.getpid()) > 10 * 2**20 and high_water_bytes(child.pid) is None
+
+
+def test_the_heap_is_trimmed_only_once_a_call_has_left_more_than_the_slack():
+    from lrtune.peakmem import HeapTrimmer
+
+    rss, trims = [1000], []
+
+    def trim():
+        trims.append(rss[0])
+        rss[0] = 1010  # what the heap kept after the trim
+
+    heap = HeapTrimmer(slack_bytes=100, rss=lambda: rss[0], trim=trim)
+    heap.mark()
+    rss[0] = 1100  # grew by exactly the slack: no trim
+    assert heap.after_call() is False and trims == []
+    rss[0] = 1101
+    assert heap.after_call() is True and trims == [1101] and heap.trims == 1
+    assert heap.level == 1010  # the new level is what the trim left
+    rss[0] = 1050
+    assert heap.after_call() is False
+    rss[0] = 900  # the set shrank (an engine closed): the level follows it down
+    assert heap.after_call() is False and heap.level == 900
+    rss[0] = 1001
+    assert heap.after_call() is True and len(trims) == 2
+
+
+def test_the_heap_trimmer_reads_this_process_resident_set():
+    import platform
+
+    import psutil
+    import pytest
+
+    from lrtune.peakmem import _own_rss_bytes
+
+    if platform.system() != "Linux":
+        pytest.skip("reads /proc/self/statm")
+    mine, theirs = _own_rss_bytes(), psutil.Process().memory_info().rss
+    assert abs(mine - theirs) < 0.1 * theirs

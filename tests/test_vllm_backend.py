@@ -172,6 +172,28 @@ def test_seeded_sampling_is_reproducible_and_seeds_matter(engines, prompts):
     assert a != c
 
 
+def test_a_cpu_engine_never_splits_a_prompt_so_seeded_sampling_of_many_long_prompts_runs(engines, prompts):
+    """vllm_platform rule F: on a CPU an engine takes max_model_len tokens per step with
+    chunked prefill off (vLLM's CPU runner crashes when it splits a seeded prefill), checked on
+    the started engine, and seeded rows whose prompts need many steps (more than 16384 tokens,
+    lrtune's former budget, so that a split would have happened) sample reproducibly."""
+    from lrtune.backends.vllm import _on_cpu
+
+    if not _on_cpu():
+        pytest.skip("the CPU's step budget")
+    target, _ = engines
+    sched = target.engine(0).llm_engine.vllm_config.scheduler_config
+    assert sched.enable_chunked_prefill is False and sched.max_num_batched_tokens == target.config.max_model_len
+    long = [(p * 60)[:900] for p in prompts]
+    # 60 distinct prompts (no shared cached prefix past the first token): 54,000 prompt tokens
+    rows = [long[i % len(long)][:1] + [10 + i] + long[i % len(long)][1:] for i in range(60)]
+    assert sum(map(len, rows)) > 16384
+    params = GenParams(max_tokens=6, temperature=0.9, seeds=tuple(range(60)), stop_at_delimiter=False)
+    first, again = target.generate(rows, params), target.generate(rows, params)
+    assert all(len(o.token_ids) == 6 for o in first.outputs)
+    assert [o.token_ids for o in first.outputs] == [o.token_ids for o in again.outputs]
+
+
 def test_ngram_sd_output_equals_target_greedy(pair, engines, prompts):
     target, _ = engines
     ngram = VLLMBackend(

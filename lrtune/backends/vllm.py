@@ -41,6 +41,7 @@ from lrtune.backends.vllm_platform import (
     gpu_memory,
     graph_kwargs,
     release_graph_engine,
+    step_budget,
     with_cause,
 )
 from lrtune.backends.vllm_patches import (
@@ -55,7 +56,7 @@ from lrtune.backends.vllm_patches import (
 )
 from lrtune.errors import ConfigError, ModelError
 from lrtune.backends.vllm_shared import LOAD_FORMAT as SHARED_LOAD_FORMAT
-from lrtune.peakmem import trim_heap
+from lrtune.peakmem import GIB, HeapTrimmer, trim_heap
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ class VLLMConfig:
     # KV block size; None = 32 on CPU (vLLM's CPU default of 128 makes every step
     # recompute up to 127 uncached prefix tokens), the engine's default elsewhere.
     block_size: int | None = None
-    # Tokens per engine step; None = 16384 on CPU, where vLLM 0.32 crashes on seeded
-    # sampling when a prefill is split into chunks (its default budget is 4096 tokens).
+    # Tokens per engine step; None: vllm_platform rule F (on a CPU max_model_len, no prompt
+    # ever split); a value set here keeps vLLM's chunked prefill.
     max_num_batched_tokens: int | None = None
     # Sequences an engine schedules at once; None = 64 on CPU (lrtune runs at most
     # max_concurrent x (γ1 + 1) rows; vLLM's 256 sizes sampler buffers for 256: +0.4-0.7 GiB
@@ -108,6 +109,7 @@ class VLLMConfig:
 
 
 CPU_MAX_NUM_SEQS = 64
+HEAP = HeapTrimmer(slack_bytes=GIB // 4)  # CPU: heap left by calls handed back past 0.25 GiB
 _KEEP_ALIVE: list = []  # every engine of this process (see VLLMBackend.close)
 
 
@@ -199,11 +201,7 @@ class VLLMBackend(TokenizerMixin):
             block_size = 32
         if block_size is not None:
             kwargs["block_size"] = block_size
-        batched = cfg.max_num_batched_tokens
-        if batched is None and on_cpu:
-            batched = max(16384, cfg.max_model_len)
-        if batched is not None:
-            kwargs["max_num_batched_tokens"] = batched
+        kwargs.update(step_budget(cfg.max_num_batched_tokens, cfg.max_model_len, on_cpu=on_cpu))
         seqs = cfg.max_num_seqs if cfg.max_num_seqs is not None else (CPU_MAX_NUM_SEQS if on_cpu else None)
         if seqs is not None:
             kwargs["max_num_seqs"] = seqs
@@ -241,6 +239,7 @@ class VLLMBackend(TokenizerMixin):
             llm.collective_rpc("lrtune_publish")  # later engines of this process take its weights
         if on_cpu:
             trim_heap()  # start-up's freed buffers: about 0.4 GiB per engine (benchmarks/memory)
+            HEAP.mark()
         self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)
         if k > 0:
             counter = sd_stat_logger()
@@ -300,6 +299,8 @@ class VLLMBackend(TokenizerMixin):
             if outputs[i] is None:
                 outputs[i] = aborted()
         sd = add_counters(total)
+        if _on_cpu():
+            HEAP.after_call()
         return GenBatch(
             outputs=outputs,
             seconds=seconds,

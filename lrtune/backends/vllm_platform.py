@@ -35,6 +35,17 @@ a platform default; each rule cites the vLLM source it answers (``vllm/...:line`
   plus ``VLLM_RAY_EXTRA_ENV_VARS_TO_COPY`` to its workers (``ray/ray_env.py:81-96``);
   :func:`ray_vars_to_copy` adds lrtune's switch to that list.
 
+* **F. Tokens per step on a CPU.** With chunked prefill on (vLLM's default), a prompt that
+  does not fit a step's token budget is split, and for a seeded request the runner then
+  rewinds its generator (``gpu_model_runner.py:3502``, ``gen.set_offset``), which a CPU
+  generator refuses ("CPU Generator does not use offset"): seeded sampling crashes. lrtune
+  used to avoid splits with 16384 tokens per step, whose activations cost 0.5 GiB of RAM
+  more than 4096 on a step of long prompts (``benchmarks/memory``). :func:`step_budget` now
+  gives a CPU engine ``max_model_len`` tokens per step with chunked prefill off: a prompt
+  that does not fit waits for the next step (``v1/core/sched/scheduler.py:1161``), none is
+  ever split, and vLLM accepts the pair (``config/scheduler.py:314``). A user's
+  ``max_num_batched_tokens`` keeps vLLM's chunked prefill.
+
 (C, the GPU memory plan that counts every engine, lives in :mod:`lrtune.memory`.)
 """
 
@@ -206,3 +217,13 @@ def with_cause(error: BaseException | str) -> str:
     first = (str(error).splitlines() or [type(error).__name__])[0]
     cause = explain(error)
     return f"{first} [cause {cause}]" if cause else first
+
+
+def step_budget(max_num_batched_tokens: int | None, max_model_len: int, *, on_cpu: bool) -> dict:
+    """vLLM's tokens-per-step settings (rule F): a user's value as given, chunked prefill on;
+    by default on a CPU ``max_model_len`` tokens with chunked prefill off; elsewhere vLLM's."""
+    if max_num_batched_tokens is not None:
+        return {"max_num_batched_tokens": max_num_batched_tokens}
+    if on_cpu:
+        return {"max_num_batched_tokens": max_model_len, "enable_chunked_prefill": False}
+    return {}
