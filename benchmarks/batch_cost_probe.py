@@ -84,6 +84,7 @@ def main(argv=None) -> int:
         "command": f"python -m benchmarks.batch_cost_probe --engine {a.engine}"
         + (" --same-prompt" if a.same_prompt else ""),
         "engine": a.engine,
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),  # set: oneDNN's kernels capped
         "same_prompt": a.same_prompt,
         "tokens": a.tokens,
         "repeats": a.repeats,

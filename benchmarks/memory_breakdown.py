@@ -108,7 +108,8 @@ def measure(args: argparse.Namespace, peak) -> tuple[dict, object]:
     def mark(name: str, accounted_gib: float | None = None, **extra) -> None:
         nonlocal last
         now = rss_gib()
-        peak_gib, peak.peak_bytes = max(peak.peak_gib, now), 0  # the peak since the last part
+        peak_gib = max(peak.peak_gib, now)  # the peak since the last part
+        peak.reset()
         row = {
             "part": name,
             "rss_gib": round(now, 3),

@@ -197,13 +197,14 @@ def _dispatch(args) -> int:
 def cmd_pipeline(args) -> int:
     from lrtune.modelconfig import ModelConfig
     from lrtune.errors import ConfigError
-    from lrtune.pipeline import PipelineOptions, run
+    from lrtune.pipeline import PipelineOptions, run, sized_context
 
     if args.command == "pipeline" and not args.config:
         raise ConfigError("lrtune pipeline needs --config FILE (lrtune demo runs the built-in default)")
     file_values = load_config_file(args.config)
     check_unknown_keys(file_values, PipelineOptions, ModelConfig)
-    res = run(build(PipelineOptions, args, file_values), build(ModelConfig, args, file_values))
+    opts = build(PipelineOptions, args, file_values)
+    res = run(opts, build(ModelConfig, args, sized_context(opts.size, args, file_values)))
     from lrtune.pipeline import closing_lines
 
     print("\n".join(closing_lines(res)))

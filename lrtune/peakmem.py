@@ -111,11 +111,21 @@ class PeakMemory:
     def __init__(self, interval: float = 0.5) -> None:
         self.interval = interval
         self.peak_bytes = 0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
-        self.peak_bytes = max(self.peak_bytes, tree_rss_bytes())
+        now = tree_rss_bytes()  # slow on a large process: read before taking the lock
+        with self._lock:
+            self.peak_bytes = max(self.peak_bytes, now)
+
+    def reset(self) -> None:
+        """Start a new window: the peak from now on (a sample in flight may count the moment
+        just before). Setting ``peak_bytes = 0`` instead races the sampler, which can write
+        back the old peak it read before the reset."""
+        with self._lock:
+            self.peak_bytes = 0
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -58,6 +58,8 @@ class DemoSize:
     sd_tokens: int = 128  # tokens of each profile SD run that measures c2 (0: none, c2 = c1)
     sd_prompts: int = 3  # prompts of those runs
     warmup_tokens: int = 32  # evaluation warm-up tokens
+    # engine context when --max-model-len is not given (None: ModelConfig's); it sizes each KV cache
+    max_model_len: int | None = None
 
 
 SIZES = {
@@ -67,7 +69,9 @@ SIZES = {
         4, 2, 48, 48, 2, min_train_pairs=2, profile_tokens=16, profile_repeats=1, warmup_tokens=8, sd_tokens=0
     ),
     # the README's demo on the default pair (2 CPU cores, <= 20 min): the student is tested on >= 30 pairs
-    # (held-out answers get 512 tokens: the target finishes nearly every gsm_symbolic answer within it)
+    # (held-out answers get 512 tokens: the target finishes nearly every gsm_symbolic answer within it);
+    # 2048 tokens of context hold a prompt and 512 tokens, and the judge's prompt with all four worked
+    # examples (at most 1184 tokens on the demo's pairs), in KV caches half those of 4096 (0.4 GiB less)
     "default": DemoSize(
         9,
         4,
@@ -81,6 +85,7 @@ SIZES = {
         warmup_tokens=16,
         sd_tokens=64,
         sd_prompts=2,
+        max_model_len=2048,
     ),
     "medium": DemoSize(12, 6, 256, 256, 6, profile_rows=48),
     "large": DemoSize(50, 20, 256, 256, 6, profile_rows=64),
@@ -227,6 +232,15 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, s
         )
     check_out(opts.out, "pipeline")
     check_configs(models, decode, load_all_methods=True)
+
+
+def sized_context(size: str, args, file_values: dict) -> dict:
+    """``file_values`` with the size's ``max_model_len`` where neither a flag nor the file sets
+    one (an unknown size is left to :func:`run` to refuse)."""
+    want = SIZES[size].max_model_len if size in SIZES else None
+    if want is None or getattr(args, "max_model_len", None) is not None or "max_model_len" in file_values:
+        return file_values
+    return {**file_values, "max_model_len": want}
 
 
 def run(opts: PipelineOptions, models: ModelConfig) -> dict:

@@ -171,3 +171,27 @@ def test_the_heap_trimmer_reads_this_process_resident_set():
         pytest.skip("reads /proc/self/statm")
     mine, theirs = _own_rss_bytes(), psutil.Process().memory_info().rss
     assert abs(mine - theirs) < 0.1 * theirs
+
+
+def test_a_reset_during_a_slow_sample_does_not_bring_the_old_peak_back(monkeypatch):
+    import threading
+
+    from lrtune import peakmem
+
+    pm = peakmem.PeakMemory(interval=3600)  # no sampler thread: samples are taken by hand
+    pm.peak_bytes = 9 * 2**30  # the previous window's peak
+    reading, release = threading.Event(), threading.Event()
+
+    def slow_rss():
+        reading.set()
+        release.wait(10)
+        return 7 * 2**30  # what the process holds now
+
+    monkeypatch.setattr(peakmem, "tree_rss_bytes", slow_rss)
+    sampler = threading.Thread(target=pm._sample)
+    sampler.start()
+    assert reading.wait(10)
+    pm.reset()  # while the sample is being read
+    release.set()
+    sampler.join(10)
+    assert pm.peak_bytes == 7 * 2**30

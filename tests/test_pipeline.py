@@ -334,3 +334,17 @@ def test_allowed_values_live_in_the_type_so_every_source_is_checked():
         for bad in ("\x00", "huge"):
             with pytest.raises(ConfigError, match=key):
                 build(cls, argparse.Namespace(), {key: bad})
+
+
+def test_the_default_demo_runs_a_2048_token_context_unless_one_is_given():
+    import argparse
+
+    from lrtune.pipeline import SIZES, sized_context
+
+    unset, given = argparse.Namespace(max_model_len=None), argparse.Namespace(max_model_len=4096)
+    assert SIZES["default"].max_model_len == 2048
+    assert sized_context("default", unset, {}) == {"max_model_len": 2048}
+    assert sized_context("default", given, {}) == {}  # the flag wins (build reads it from args)
+    assert sized_context("default", unset, {"max_model_len": 1536}) == {"max_model_len": 1536}
+    assert sized_context("tiny", unset, {"task": "x"}) == {"task": "x"}  # sizes without one keep ModelConfig's
+    assert sized_context("nonesuch", unset, {}) == {}
