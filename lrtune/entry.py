@@ -85,17 +85,23 @@ def ensure_process_settings() -> None:
         return
     os.environ.update(env)
     os.environ[REEXEC_ENV] = "1"
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    _sigint_mask(block=True)
     try:
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
     except OSError:  # cannot re-run: go on as this process
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _sigint_mask(block=False)
+
+
+def _sigint_mask(block: bool) -> None:
+    """Block or unblock SIGINT for this thread (no-op where there are no signal masks: Windows)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK if block else signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def main() -> int:
     install()
     ensure_process_settings()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held across the re-run lands now
+    _sigint_mask(block=False)  # a Ctrl-C held across the re-run lands now
     try:
         from lrtune.cli import main as cli_main
 

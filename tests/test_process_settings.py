@@ -64,3 +64,13 @@ def test_the_command_runs_with_the_tunables_so_freed_large_buffers_leave_the_res
     # the control: glibc's defaults keep the freed buffers resident
     _, kept_default = run({**env, REEXEC_ENV: "1"}).stdout.split()
     assert float(kept_default) > 100
+
+
+def test_without_signal_masks_the_re_run_does_not_touch_sigint(monkeypatch):
+    import signal
+
+    from lrtune import entry
+
+    monkeypatch.delattr(signal, "pthread_sigmask")  # Windows has none
+    entry._sigint_mask(block=True)
+    entry._sigint_mask(block=False)
