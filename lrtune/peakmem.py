@@ -94,14 +94,8 @@ class HeapTrimmer:
 
 
 def _own_rss_bytes() -> int:
-    """This process's resident set in bytes (``/proc/self/statm``; 0 where it cannot be read)."""
-    import os
-
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    """This process's resident set in bytes (:func:`status_bytes`; 0 where it cannot be read)."""
+    return status_bytes("self", ("VmRSS",)).get("VmRSS", 0)
 
 
 class PeakMemory:
