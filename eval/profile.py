@@ -59,6 +59,7 @@ def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.eval.evaluate import machine_info
     from lrtune.decoding import Decoder
+    from lrtune.peakmem import max_rss_gib
     from lrtune.tasks import get_task
 
     schema.check(opts)
@@ -90,6 +91,9 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
         "machine": machine_info(),
         "options": dataclasses.asdict(opts),
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        # what the run planned to hold in RAM (lrtune.cpumemory) and held (this process's high-water mark)
+        "memory_plan": dec.memory_plan.to_dict() if dec.memory_plan is not None else None,
+        "max_rss_gib": None if (rss := max_rss_gib()) is None else round(rss, 2),
     }
     write_json_file(out, prof)
     dec.close()

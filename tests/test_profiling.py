@@ -105,10 +105,67 @@ def test_the_checks_flag_what_a_profile_cannot_mean():
         "prefill": {"overhead_tokens": -1.0, "ratio_per_token": {"16": -0.1}},
     }
     failed = " | ".join(profile_checks(bad))
-    for words in ("c1 = 0.0", "c2 = 2.0", "overhead", "π(16)", "b(3) = 0.80 < 1", "below b(2)"):
+    for words in ("c1 = 0.0", "c2 = 2.0", "overhead", "π(16)", "b(3) = 0.80 [0.79, 0.81] < 1", "below b(2)"):
         assert words in failed
     noisy = {**good, "batch_cost": [1.0, 1.3, 1.2], "batch_cost_range": {"2": [1.1, 1.5], "3": [1.0, 1.4]}}
     assert profile_checks(noisy) == []  # a dip within the noise is no failure
+
+
+def test_a_dip_below_one_whose_tries_reach_back_to_one_is_noise_not_a_failure():
+    """A demo profile (2 tries of 16 tokens) with b(2) = 0.89 [0.75, 1.19]: one try's one-row time
+    was slow, the other's was not; a dip as deep with tries that agree is flagged."""
+    from lrtune.profiling import profile_checks
+
+    noisy = {
+        "c1": 0.36,
+        "c2": 0.45,
+        "batch_cost": [1.0, 0.89, 0.90],
+        "batch_cost_range": {"2": [0.75, 1.19], "3": [0.77, 1.02]},
+    }
+    assert profile_checks(noisy) == []
+    agreeing = {**noisy, "batch_cost": [1.0, 0.85, 0.86], "batch_cost_range": {"2": [0.84, 0.86], "3": [0.85, 0.87]}}
+    failed = " | ".join(profile_checks(agreeing))
+    assert "b(2) = 0.85 [0.84, 0.86] < 1" in failed and "b(3) = 0.86 [0.85, 0.87] < 1" in failed
+
+
+def test_where_the_kernel_makes_four_rows_cheaper_than_one_the_curve_may_dip_down_to_its_floor():
+    """AVX-512 bf16 without AMX (benchmarks/engine_costs): 1-3 rows cost about one row, 4 rows 0.75,
+    then the cost rises; on that machine the dip is no failure, a b(n) far below it is."""
+    from lrtune.profiling import KERNEL_FLOOR, profile_checks
+
+    kernel = {"c1": 0.3, "c2": 0.3, "batch_cost": [1.0, 1.0, 0.98, 0.75, 0.85, 0.95, 1.3]}
+    assert profile_checks(kernel, floor=KERNEL_FLOOR) == []
+    assert any("below b(3)" in f for f in profile_checks(kernel, floor=1.0))  # no kernel effect known: a drop
+    too_low = {**kernel, "batch_cost": [1.0, 1.0, 0.98, 0.45, 0.85, 0.95, 1.3]}
+    (failed,) = profile_checks(too_low, floor=KERNEL_FLOOR)
+    assert "b(4) = 0.45" in failed and "kernel explains" in failed
+
+
+@pytest.mark.parametrize(
+    "flags, floor",
+    [
+        (["avx2", "avx512f", "avx512_bf16", "avx512_vnni"], 0.7),  # AMD EPYC (Zen 4): AVX-512 bf16 matmul
+        (["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8"], 1.0),  # Intel with AMX
+        (["avx2"], 1.0),  # AVX2, float32
+    ],
+)
+def test_the_batch_cost_floor_follows_the_cpus_matmul_kernel(flags, floor):
+    from lrtune.profiling import batch_floor
+
+    assert batch_floor(flags) == floor
+
+
+def test_the_committed_demo_profile_that_failed_the_interval_blind_rule_passes_with_its_intervals():
+    """benchmarks/memory/demo_2048/profile.json failed the old rule (b(3) = 0.90 < 0.9 with its
+    tries at [0.77, 1.02]); on its AMX machine (floor 1) every dip lies within its tries' spread."""
+    import json
+    from pathlib import Path
+
+    from lrtune.profiling import batch_floor, profile_checks
+
+    prof = json.loads((Path(__file__).parents[1] / "benchmarks/memory/demo_2048/profile.json").read_text())
+    assert prof["checks"]["failed"] and batch_floor(prof["machine"]["cpu_flags"]) == 1.0
+    assert profile_checks(prof, floor=1.0) == []
 
 
 def _options():
@@ -132,7 +189,7 @@ def test_a_profile_that_fails_its_checks_is_measured_once_more_and_the_second_ke
     from lrtune.profiling import measure
 
     target = _Clock(cost)
-    prof = measure(target, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
+    prof = measure(target, _Clock(lambda n, call: 0.2), [[1]] * 3, _options(), floor=1.0)
     assert prof["checks"]["remeasured"] is True and prof["checks"]["failed"] == []
     assert any("b(3)" in f for f in prof["checks"]["first_failed"])
     assert prof["batch_cost"] == pytest.approx([1.0, 1.1, 1.2])
@@ -142,10 +199,10 @@ def test_a_profile_that_passes_its_checks_is_measured_once_and_one_that_fails_tw
     from lrtune.profiling import measure
 
     steady = _Clock(lambda n, call: 1 + 0.1 * (n - 1))
-    prof = measure(steady, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
-    assert prof["checks"] == {"failed": [], "remeasured": False}
+    prof = measure(steady, _Clock(lambda n, call: 0.2), [[1]] * 3, _options(), floor=1.0)
+    assert prof["checks"] == {"failed": [], "remeasured": False, "b_floor": 1.0}
     calls_once = len(steady.calls)
     broken = _Clock(lambda n, call: 0.3 if n == 3 else 1.0)
-    prof = measure(broken, _Clock(lambda n, call: 0.2), [[1]] * 3, _options())
+    prof = measure(broken, _Clock(lambda n, call: 0.2), [[1]] * 3, _options(), floor=1.0)
     assert prof["checks"]["remeasured"] and prof["checks"]["failed"] and len(broken.calls) == 2 * calls_once
     assert "fails its checks" in capsys.readouterr().err
