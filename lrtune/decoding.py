@@ -94,12 +94,12 @@ class Decoder:
     """Loads models once; ``generate`` decodes prompts with any method, one or many at a time.
     A context manager: ``with Decoder.from_pretrained(...) as dec:`` closes the engines."""
 
-    def __init__(self, decoder: LookaheadDecoder, models: ModelConfig) -> None:
+    def __init__(self, decoder: LookaheadDecoder, models: ModelConfig, memory_plan=None) -> None:
         self.decoder = decoder
         self.models = models
+        self.memory_plan = memory_plan  # lrtune.cpumemory.CpuMemoryPlan where the engines hold their models in RAM
         self.last_batch: BatchStats | None = None  # the last generate()'s (also its outputs' .batch)
         self.auto = None  # method="auto": what it chose and why (policies.auto.AutoChoice)
-        self.memory_plan = None  # lrtune.cpumemory.CpuMemoryPlan where the engines hold their models in RAM
         self.closed = False
 
     def __enter__(self) -> Decoder:
@@ -239,9 +239,9 @@ class Decoder:
             )
 
         if models.backend == "transformers":
-            dec = cls._from_configs_hf(models, cfg, target_path, draft_path, verifier, judge_dir, priced)
-            dec.memory_plan = paths.cpu_memory
-            return dec
+            return cls._from_configs_hf(
+                models, cfg, target_path, draft_path, verifier, judge_dir, priced, paths.cpu_memory
+            )
         from lrtune.backends.vllm import VLLMBackend, VLLMConfig
         from lrtune.memory import engine_share
 
@@ -310,9 +310,8 @@ class Decoder:
                 name="judge",
             ),
         )
-        dec = cls(LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared)), models)
-        dec.memory_plan = paths.cpu_memory
-        return dec
+        decoder = LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared))
+        return cls(decoder, models, paths.cpu_memory)
 
     @classmethod
     def _from_configs_hf(
@@ -324,6 +323,7 @@ class Decoder:
         verifier,
         judge_dir: str | None,
         controller_for,
+        memory_plan=None,
     ) -> Decoder:
         """The transformers backend: one draft model serves LR drafting and SD; the controller
         is ``controller_for(verifier)``."""
@@ -345,7 +345,7 @@ class Decoder:
             judge_dir,
             lambda path: HFBackend(path, hcfg, name="judge"),
         )
-        return cls(LookaheadDecoder(target, draft, ver, cfg, controller=controller_for(ver)), models)
+        return cls(LookaheadDecoder(target, draft, ver, cfg, controller=controller_for(ver)), models, memory_plan)
 
     @property
     def target(self) -> Backend:

@@ -97,6 +97,7 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     assert summary["methods"]["lr+sd"]["verifier"] == str(out / "verifier")
     prof = json.loads((out / "profile.json").read_text())
     assert set(prof["batch_cost_curve"]) == {"8", "12", "16"}  # up to 4 collected problems x (γ1 + 1) rows
+    assert prof["memory_plan"]["total_gib"] > 0 and prof["max_rss_gib"] > 0  # what it planned, what it held
     # evaluate reused the profile's b(n)
     assert summary["batch_cost"] == {
         **{str(n): b for n, b in enumerate(prof["batch_cost"], 1)},
