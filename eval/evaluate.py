@@ -342,12 +342,13 @@ def write_reports(
 ) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
-    from lrtune.eval.parity import alarming, parity, parity_lines
+    from lrtune.eval.parity import alarming, changed_answers, parity, parity_lines
     from lrtune.eval.report import render_markdown, write_plots
 
     ids = {p.id for p in problems}
     recs = [r for r in records if r["problem"] in ids]
     labels = [s.label for s in specs]
+    lossless = {s.label for s in specs if s.lossless(cfg.models.verification.spec)}
     rows = metrics.summarize(recs, labels)
     latency = cfg.options.mode == "latency"  # the model predicts one decode alone; throughput: latencies under load
     c = predict_rows(specs, rows, recs, batch_cost, latency, cfg.models.verification.spec, batch_cost_sd)
@@ -361,7 +362,9 @@ def write_reports(
         "methods": rows,
         "paired": metrics.paired_comparisons(recs, labels),
         "accuracy_vs_target": [
-            r for r in (metrics.paired_accuracy(recs, lab) for lab in labels if lab != "target") if r is not None
+            {**r, "changed": changed_answers(recs, r["a"]), "lossless": r["a"] in lossless}
+            for r in (metrics.paired_accuracy(recs, lab) for lab in labels if lab != "target")
+            if r is not None
         ],
         # a task mix: every method's accuracy, finished answers, α1 and speedup on each task's problems
         "by_task": metrics.summarize_by_group(recs, labels, task_of) if len(set(task_of.values())) > 1 else None,

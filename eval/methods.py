@@ -70,6 +70,14 @@ class MethodSpec(ScheduleFlags):
         opts += [f"v={self.verifier}"] if self.verifier else []
         return "/".join([self.kind, *opts])
 
+    def lossless(self, run_verifier: str) -> bool:
+        """True when this row equals target-only greedy in exact arithmetic: sd, or lr / lr+sd
+        whose verifier (``run_verifier`` unless its own) is ``never``; its changed answers
+        against target-only are then the numeric floor (``benchmarks/lossless``)."""
+        if self.control is not None:
+            return False
+        return self.kind == "sd" or (self.kind in ("lr", "lr+sd") and (self.verifier or run_verifier) == "never")
+
     def decode_config(self, base: DecodeConfig) -> DecodeConfig:
         """``base`` with this method's kind, depths and width; the schedule is the method's,
         with the run's early abort and reuse added (``--schedule abort`` makes every sync

@@ -70,6 +70,20 @@ def _budget_cell(b: dict | None) -> str:
     )
 
 
+def _changed_cell(c: dict | None) -> str:
+    """``k of n (rate [CI])`` of a row's answers that differ from target-only, or —."""
+    return "—" if not c else f"{c['changed']} of {c['problems']} ({_f(c['rate'])}{_ci(c['ci95'])})"
+
+
+def _floor_sentence(rows: list[dict]) -> str:
+    """The most answers any lossless row changed (the floor), or nothing without a lossless row."""
+    floors = [r["changed"] for r in rows if r.get("lossless") and r.get("changed")]
+    if not floors:
+        return ""
+    worst = max(floors, key=lambda c: c["rate"])
+    return f" Floor in this run: {worst['changed']} of {worst['problems']} answers."
+
+
 def render_markdown(data: dict) -> str:
     """The human-readable report (one table per concern)."""
     m = data["machine"]
@@ -169,11 +183,15 @@ def render_markdown(data: dict) -> str:
         lines += _section(
             "Accuracy against target-only (paired)",
             "On the problems both decoded: the difference in accuracy, the "
-            "problems only one of the two solved, and the two-sided exact McNemar p-value.",
-            ["A", "problems", "accuracy A", "target", "A − target", "only A", "only target", "McNemar p"],
+            "problems only one of the two solved, the two-sided exact McNemar p-value, and the answers that "
+            "differ from target-only's (95% Clopper–Pearson). A lossless row (sd; lr or lr+sd with the never "
+            "verifier) equals target-only in exact arithmetic: its changed answers are the numeric floor, which "
+            "a lossy row's changed answers include (--numerics exact removes it; docs/limits.md)."
+            + _floor_sentence(data["accuracy_vs_target"]),
+            ["A", "problems", "accuracy A", "target", "A − target", "only A", "only target", "McNemar p", "changed"],
             [
                 [
-                    p["a"],
+                    p["a"] + (" (lossless)" if p.get("lossless") else ""),
                     p["problems"],
                     _f(p["accuracy_a"]),
                     _f(p["accuracy_b"]),
@@ -181,6 +199,7 @@ def render_markdown(data: dict) -> str:
                     p["only_a"],
                     p["only_b"],
                     _f(p["mcnemar_p"], ".3f"),
+                    _changed_cell(p.get("changed")),
                 ]
                 for p in data["accuracy_vs_target"]
             ],

@@ -8,6 +8,8 @@ one call of N·r rows, so problems finish at a rate proportional to N / b(N·r):
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
 
 from lrtune.errors import ConfigError
@@ -57,9 +59,9 @@ def read_profile_curve(path: str) -> dict[int, float]:
         if not isinstance(extra, dict):
             raise ValueError("batch_cost_curve must be an object {n: b(n)}")
         for n, v in extra.items():
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise ValueError("batch_cost_curve values must be positive numbers")
-            curve[int(n)] = float(v)
+            if not _BATCH_SIZE.fullmatch(n):  # JSON keys are text: "8", never "-3", "0", "8.0" or " 8"
+                raise ValueError(f"batch_cost_curve key {n[:20]!r} is not a batch size n (an integer >= 1)")
+            curve[int(n)] = _cost(v, f"batch_cost_curve[{n!r}]")
         return dict(sorted(curve.items()))
 
     return _from_profile(path, curve_of)
@@ -108,11 +110,21 @@ def _from_profile(path: str, read):
         raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None
 
 
+_BATCH_SIZE = re.compile(r"[1-9][0-9]{0,6}")  # n = 1 .. 9,999,999 rows in one call
+
+
+def _cost(v, where: str) -> float:
+    """``v`` as a b(n): a finite JSON number > 0 (not a bool); ValueError naming ``where`` otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{where} must be a finite number > 0, got {v!r:.40}")
+    return float(v)
+
+
 def _sizes(b, name: str) -> dict[int, float]:
-    """{n: b(n)} of a profile list b(1), b(2), ...; ValueError unless a non-empty list of numbers > 0."""
-    if not isinstance(b, list) or not b or not all(isinstance(v, (int, float)) and v > 0 for v in b):
+    """{n: b(n)} of a profile list b(1), b(2), ...; ValueError unless a non-empty list of finite numbers > 0."""
+    if not isinstance(b, list) or not b:
         raise ValueError(f"{name} must be a non-empty list of positive numbers")
-    return {n: float(v) for n, v in enumerate(b, start=1)}
+    return {n: _cost(v, f"{name}[{n - 1}] (b({n}))") for n, v in enumerate(b, start=1)}
 
 
 def profile_c2(prof: Mapping) -> tuple[float, str | None]:

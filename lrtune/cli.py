@@ -26,6 +26,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
@@ -49,6 +50,9 @@ class DecodeOptions(Checked):
     task_seed: Seed = field(default=0, metadata={"help": "task generator seed"})
     chat: bool = field(default=True, metadata={"help": "apply the chat template to PROMPT (--no-chat: feed it raw)"})
     json: bool = field(default=False, metadata={"help": "print one JSON object instead of text + table"})
+    profile: Text | None = field(
+        default=None, metadata={"help": "--method auto: lrtune profile JSON with this machine's measured SD and costs"}
+    )
 
 
 def make_parser() -> ArgumentParser:
@@ -64,6 +68,7 @@ def make_parser() -> ArgumentParser:
     add_dataclass_args(dec, DecodeOptions, skip=("prompt",))
     add_dataclass_args(dec, ModelConfig)
     add_dataclass_args(dec, DecodeConfig)
+    _allow_auto(dec)
 
     from lrtune.serve.main import ServeOptions
 
@@ -248,11 +253,35 @@ def command_configs(args, options: type):
     )
 
 
+def _allow_auto(parser) -> None:
+    """``lrtune decode --method auto``: the method a user can pick blindly (policies.auto)."""
+    for action in parser._actions:
+        if action.dest == "method":
+            action.choices = (*action.choices, "auto")
+            action.help = action.help.replace("lr+sd", "lr+sd | auto" + AUTO_HELP, 1)
+
+
+AUTO_HELP = " (target, sd or adaptive lr+sd, whichever the measured SD of --profile and the verifier's promise allow)"
+
+
+def _take_auto(args) -> bool:
+    """True when ``--method auto`` (or ``method: auto`` in --config) was asked; the configs are
+    then built with lr+sd and the choice replaces it."""
+    asked = args.method if args.method is not None else load_config_file(args.config).get("method")
+    if asked != "auto":
+        return False
+    args.method = "lr+sd"
+    return True
+
+
 def cmd_decode(args) -> int:
     from lrtune.decoding import Decoder
     from lrtune.errors import ConfigError
 
+    auto = _take_auto(args)
     opts, models, cfg = command_configs(args, DecodeOptions)
+    if opts.profile is not None and not auto:
+        raise ConfigError("--profile: used by --method auto only")
     prompt, problem, task = opts.prompt, None, None
     if opts.task_problem is not None:
         from lrtune.tasks import get_task
@@ -265,11 +294,26 @@ def cmd_decode(args) -> int:
     if prompt is None or not prompt.strip():
         raise ConfigError("empty prompt: pass PROMPT or --task-problem N")
 
-    dec = Decoder.from_configs(models, cfg, progress=not opts.json)
+    controller, choice = None, None
+    if auto:
+        from lrtune.build import auto_controller
+        from lrtune.decoding import auto_choice_for
+
+        spec = models.control.controller
+        choice = auto_choice_for(
+            models, cfg.gamma1, cfg.gamma2, cfg.max_step_tokens, cfg.seed, opts.profile, spec, own_verifier=False
+        )
+        cfg = dataclasses.replace(cfg, method=choice.decode_method)
+        controller = (spec or auto_controller()) if choice.method == "adaptive" else None
+        if not opts.json:
+            print(f"auto: {choice.method}: {choice.reason}", file=sys.stderr)
+    dec = Decoder.from_configs(models, cfg, controller=controller, progress=not opts.json)
     out = dec.generate([prompt], chat=opts.chat)[0]
     if out.error:
         raise ConfigError(out.error)
     record = {"method": cfg.method, "text": out.text, "finish": out.finish, "stats": out.stats.to_dict()}
+    if choice is not None:
+        record["auto"] = choice.to_dict()
     if problem is not None:
         pred, ok = task.check(problem, out.text)
         record.update(problem_id=problem.id, expected=problem.answer, answer=pred, correct=ok)

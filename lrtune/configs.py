@@ -115,7 +115,10 @@ def build(cls: type, args: argparse.Namespace, file_values: dict[str, Any]) -> A
             f"removed in lrtune {removed}; use --schedule {getattr(obj, 'schedule', '')} --record "
             f"{getattr(obj, 'record', '')}\n"
         )
-    return schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
+    obj = schema.check(obj) if hasattr(cls, "__pydantic_config__") else obj
+    if hasattr(obj, "check_asked"):  # the rules of what a user asks for (DecodeConfig.check_asked)
+        obj.check_asked(set(vars(args)))
+    return obj
 
 
 def from_flat(cls: type, values: dict[str, Any], prefix: str = "") -> Any:

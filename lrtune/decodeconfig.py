@@ -17,6 +17,7 @@ temperature) are checked when a config is built.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -217,6 +218,19 @@ class DecodeConfig(Checked, ScheduleFlags):
         this config was built; this catches a change since); returns self."""
         schema.check(self)
         self.check_rules()
+        return self
+
+    def check_asked(self, options: Collection[str] = ("method", "schedule")) -> DecodeConfig:
+        """The rules of a config as a user asks for it, where ``options`` are the options the user
+        could set (a command's flags, a request's fields); returns self. Not in
+        :meth:`check_rules`: the configs lrtune derives from a user's may break them (evaluate's
+        target and sd rows under ``--schedule abort``, what ``--method auto`` picks, a
+        controller's rounds: :meth:`for_round`), and a command whose method is its own
+        (evaluate's ``--methods``) offers no ``method``."""
+        if "method" in options and "schedule" in options and self.schedule != "sync" and not self.uses_lr:
+            raise ConfigError(
+                f"--schedule {self.schedule} applies to lr and lr+sd only; --method {self.method} has no draft steps"
+            )
         return self
 
     def check_rules(self) -> None:

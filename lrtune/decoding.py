@@ -255,6 +255,7 @@ class Decoder:
             max_num_seqs=eng.max_num_seqs,
             enforce_eager=eng.enforce_eager,
             share_weights=eng.share_weights,
+            numerics=eng.numerics,
         )
         # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
         # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
@@ -406,6 +407,8 @@ class Decoder:
         if unknown:
             raise ConfigError(f"unknown decode option(s): {', '.join(sorted(unknown))}")
         cfg = replace(self.decoder.config, **overrides).validate()
+        if "schedule" in overrides:  # this call asks a schedule: its method must run it (the decoder's own need not)
+            cfg.check_asked()
         if cfg.uses_lr and self.decoder.draft is None:
             raise ConfigError(f"method {cfg.method!r} needs the draft model; load with a draft")
         encoded = [self.encode(p, chat=chat) for p in prompts]

@@ -447,6 +447,16 @@ def _build(model: DefaultModel, root: Path, models_root: Path, final: Path, prog
         shutil.rmtree(build, ignore_errors=True)
 
 
+def built_default_model(role: str, *, cache_dir: str | Path | None = None) -> Path | None:
+    """The converted default model directory for ``role`` when it is already built, else None
+    (builds nothing)."""
+    _check_role(role)
+    model = DEFAULT_MODELS[role]
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    final = root / "models" / model.name
+    return final if _marker_ok(final, model) else None
+
+
 def ensure_default_model(role: str, *, cache_dir: str | Path | None = None, progress: bool = True) -> Path:
     """Return the converted default model directory for ``role``, building it once."""
     _check_role(role)

@@ -24,8 +24,9 @@ One line per check (ok / warn / fail / skip):
   γ2 = 1 request at most 1 token per pass, by the engine's own counters;
 * **prompt scores**: the target's log-probabilities of a prefix's tokens (``score_from``)
   against one plain transformers forward (float32, CPU), and again from the prefix cache;
-* **greedy equality**: target = sd = lr = lr+sd token for token (the ``never`` verifier),
-  exact in float32 (a bf16/fp16 divergence is a warning: batched numerics);
+* **greedy equality**: target = sd = lr = lr+sd token for token (the ``never`` verifier), a
+  failure under ``--numerics exact`` and a warning otherwise (in the engine's own numerics a
+  near tie can flip where a row prefills what target-only decodes: docs/limits.md);
 * **timing** (``--timing``): ms per token of target and draft, c1, c2, α2 and b(n)
   (:func:`lrtune.profiling.measure`), and, with vLLM, a γ2 = 0 call on the shared SD engine
   against a plain vLLM engine of the target (a warning above 1.10×: the baseline would be
@@ -78,6 +79,10 @@ class DoctorOptions(Checked):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
         default="auto", metadata={"help": "model dtype (auto: as lrtune would choose)"}
     )
+    numerics: Literal["fast", "exact"] = field(
+        default="fast",
+        metadata={"help": "the engines' numerics (vLLM on CPU): exact makes greedy equality a hard check"},
+    )
     gamma2: Annotated[int, Interval(ge=1, le=8)] = field(
         default=3, metadata={"help": "draft tokens per SD pass of the shared SD engine"}
     )
@@ -103,6 +108,8 @@ class DoctorOptions(Checked):
         schema.check(self)
         if (self.target is None) != (self.draft is None):
             raise ConfigError("--target and --draft go together")
+        if self.numerics == "exact" and self.backend == "transformers":
+            raise ConfigError("--numerics exact needs the vLLM backend (--backend vllm or auto with vLLM installed)")
         if self.target is not None:
             from lrtune.errors import ModelError
             from lrtune.modeldir import validate_model_dir

@@ -119,6 +119,13 @@ class EngineConfig(Checked):
             "(the draft's own engine and the SD engine's drafter: 1.4 GiB less on the default pair)"
         },
     )
+    numerics: Literal["fast", "exact"] = field(
+        default="fast",
+        metadata={
+            "help": "fast | exact: exact makes a token's logits independent of how many tokens share its engine "
+            "call, so target, sd and LR's own steps agree token for token (vLLM on CPU; cost in docs/limits.md)"
+        },
+    )
     shared_engine: bool = field(
         default=True,
         metadata={
@@ -228,6 +235,11 @@ class ModelConfig(Checked):
         return self
 
     def check_rules(self) -> None:
+        if self.engine.numerics == "exact" and self.backend != "vllm":
+            raise ConfigError(
+                "--numerics exact needs --backend vllm (its batch-invariant attention and matmul checks are "
+                "vLLM-CPU patches; the transformers backend has no exact mode)"
+            )
         if self.draft_quantization == "int8" and self.backend != "vllm":
             raise ConfigError(
                 "--draft-quantization int8 needs --backend vllm (transformers would dequantize the "

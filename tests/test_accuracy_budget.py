@@ -3,6 +3,7 @@ threshold ladder on answers that differ from target-only, with an exact binomial
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -81,9 +82,14 @@ def test_a_real_ladder_on_the_tiny_pair_certifies_the_strict_end_and_resumes_wit
     assert json.loads((tmp_path / "budget.json").read_text())["steps"] == budget["steps"]
     progress = tmp_path / "budget.json.progress.jsonl"
     lines = progress.read_text().splitlines()
-    assert len(lines) == 4 + sum(s["decoded"] for s in budget["steps"])  # target-only once, then each step
+    # target-only and the lossless twin once each, then each step (vLLM's own numerics: the twin is the reference)
+    assert budget["reference"] == "lossless twin" and budget["floor"] == {"changed": 0, "problems": 4}
+    assert len(lines) == 8 + sum(s["decoded"] for s in budget["steps"])
     again = run(cfg, models, decode)  # every decode is in the progress file: nothing is decoded again
     assert again["steps"] == budget["steps"] and progress.read_text().splitlines() == lines
+    # problems decoded one at a time (default: 8 at once) walk the same ladder to the same evidence
+    alone = run(dataclasses.replace(cfg, max_concurrent=1, out=str(tmp_path / "alone.json")), models, decode)
+    assert alone["steps"] == budget["steps"] and alone["floor"] == budget["floor"]
 
 
 def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_says_so(tmp_path, monkeypatch):

@@ -96,3 +96,11 @@ def test_the_decoder_is_a_context_manager_that_closes_its_engines():
     with dec as d:
         assert d.generate([[5, 6]])[0].ok
     assert closed == ["target", "draft"]
+
+
+def test_a_generate_call_that_asks_a_schedule_its_method_cannot_run_is_refused_before_decoding():
+    dec = fake_decoder(schedule="abort")
+    with pytest.raises(ConfigError, match="--schedule score applies to lr and lr\\+sd only; --method sd has no draft"):
+        dec.generate([[5, 6]], method="sd", schedule="score")
+    assert dec.last_batch is None  # nothing decoded
+    assert dec.generate([[5, 6]], method="target")[0].ok  # the decoder's own schedule is for its LR calls

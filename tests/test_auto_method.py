@@ -192,3 +192,26 @@ def test_the_python_api_decodes_with_what_auto_chose(tmp_path):
     assert out.stats.draft_calls == 0 and dec.decoder.config.method == "target"
     with pytest.raises(Exception, match="profile"):
         Decoder.from_pretrained(str(pair.target), str(pair.draft), method="sd", profile=str(prof), **kw)
+
+
+def test_decode_refuses_a_profile_without_method_auto(capsys):
+    from lrtune.cli import main
+
+    assert main(["decode", "hi", "--profile", "p.json", "--target", "t", "--draft", "d"]) == 2
+    assert "--profile: used by --method auto only" in capsys.readouterr().err
+
+
+def test_lrtune_decode_method_auto_runs_what_it_chose_and_records_why(capsys):
+    """``lrtune decode --method auto`` (flag or config file) on the tiny pair: the embedding
+    verifier states no accuracy bound, so auto keeps to lossless decoding and says so."""
+    pytest.importorskip("vllm")
+    from lrtune.cli import main
+    from tests.tiny_models import get_tiny_pair, sample_questions
+
+    pair = get_tiny_pair()
+    args = ["decode", sample_questions(1)[0], "--target", str(pair.target), "--draft", str(pair.draft)]
+    args += ["--dtype", "float32", "--max-model-len", "512", "--kv-cache-gib", "0.25", "--max-new-tokens", "16"]
+    assert main([*args, "--method", "auto", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["auto"]["method"] in ("target", "sd") and record["method"] == record["auto"]["method"]
+    assert "no accuracy bound" in record["auto"]["reason"] and record["text"]

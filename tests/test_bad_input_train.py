@@ -461,13 +461,18 @@ def test_write_atomic_removes_its_temp_file_when_the_write_fails(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
 
 
-def test_a_features_student_with_a_huge_intercept_scores_0_or_1_and_never_overflows(tmp_path):
+def test_a_features_student_with_a_large_intercept_scores_0_or_1_and_never_overflows(tmp_path):
+    """Within the bound a checkpoint may hold (distilled.LEARNED_BOUND) the score saturates
+    without overflow (math.exp(800) overflows); past it the checkpoint is refused at load."""
     pair = StepPair("ctx", "a 1", "b 2")
-    for b, want in ((1e308, 1.0), (-1e308, 0.0), (800.0, 1.0), (-800.0, 0.0)):  # math.exp(800) overflows
+    for b, want in ((800.0, 1.0), (-800.0, 0.0), (9000.0, 1.0)):
         v = distilled.load(
             _checkpoint(tmp_path, f"b{b:g}", {**LOGISTIC, "intercept": np.array([b])}, "features", kind="features")
         )
         assert v.score([pair]) == [want]
+    huge = _checkpoint(tmp_path, "huge", {**LOGISTIC, "intercept": np.array([1e308])}, "features", kind="features")
+    with pytest.raises(ConfigError, match="intercept"):
+        distilled.load(huge)
 
 
 @pytest.mark.parametrize("record", [{"options": []}, {"options": "x"}, {"format": 1}])

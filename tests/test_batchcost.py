@@ -1,6 +1,7 @@
 """The batch cost curve and the concurrency it implies (``lrtune.batchcost``)."""
 
 import json
+import re
 
 import pytest
 
@@ -44,6 +45,26 @@ def test_read_profile_curve_merges_the_list_and_the_large_sizes(tmp_path):
         read_profile_curve(str(p))
     p.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not an lrtune profile"):
+        read_profile_curve(str(p))
+
+
+@pytest.mark.parametrize(
+    "profile,where",
+    [
+        ({"batch_cost_curve": {"-3": 2.0, "8": 1.9}}, "batch_cost_curve key '-3' is not a batch size"),
+        ({"batch_cost_curve": {"0": 1.0}}, "batch_cost_curve key '0' is not a batch size"),
+        ({"batch_cost_curve": {"8.5": 1.0}}, "batch_cost_curve key '8.5' is not a batch size"),
+        ({"batch_cost_curve": {"8": 0}}, r"batch_cost_curve\['8'\] must be a finite number > 0, got 0"),
+        ({"batch_cost_curve": {"8": True}}, r"batch_cost_curve\['8'\] must be a finite number > 0, got True"),
+        ({"batch_cost_curve": {"8": float("inf")}}, r"batch_cost_curve\['8'\] must be a finite number > 0, got inf"),
+        ({"batch_cost": [1.0, float("inf")]}, r"batch_cost\[1\] \(b\(2\)\) must be a finite number > 0, got inf"),
+        ({"batch_cost": [True, 1.2]}, r"batch_cost\[0\] \(b\(1\)\) must be a finite number > 0, got True"),
+    ],
+)
+def test_a_batch_cost_curve_holds_sizes_of_at_least_one_and_finite_costs_above_zero(tmp_path, profile, where):
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps({"batch_cost": [1.0, 1.1], **profile}))  # json writes inf as Infinity
+    with pytest.raises(ConfigError, match=rf"^--profile {re.escape(str(p))}: not an lrtune profile \({where}"):
         read_profile_curve(str(p))
 
 

@@ -55,6 +55,14 @@ def test_gamma_and_method_out_of_range_are_one_line_errors(flags, needle):
     assert_one_line_error(run_cli("decode", "What is 2+2?", *flags), needle)
 
 
+@pytest.mark.parametrize("command", ["decode", "serve"])
+def test_a_schedule_for_a_method_without_lr_steps_is_one_line_before_any_model_resolves(tmp_path, command):
+    missing = str(tmp_path / "no-such-model")  # refused before this path is looked at
+    args = ["--method", "sd", "--schedule", "score", "--target", missing, "--draft", missing]
+    proc = run_cli(command, *(["What is 2+2?"] if command == "decode" else []), *args)
+    assert_one_line_error(proc, "--schedule score applies to lr and lr+sd only; --method sd has no draft steps")
+
+
 @pytest.mark.parametrize("prompt", ["", "   "])
 def test_empty_prompt_is_a_one_line_error(prompt):
     assert_one_line_error(run_cli("decode", prompt), "empty prompt")

@@ -66,3 +66,28 @@ def test_a_run_records_its_options_in_the_flat_shape_of_its_flags():
     rec = flat_dict(collect_options(teacher="exact", rollout_tokens=32, ray=True))
     assert rec["teacher"] == "exact" and rec["rollout_tokens"] == 32 and rec["ray"] is True
     assert "rollout" not in rec and "shards" not in rec and {"num_shards", "shard_id"} <= set(rec)
+
+
+@pytest.mark.parametrize("method,schedule", [("sd", "score"), ("target", "async"), ("sd", "abort")])
+def test_a_schedule_asked_for_a_method_without_lr_steps_is_refused_saying_why(method, schedule):
+    from lrtune.decodeconfig import DecodeConfig
+
+    args = argparse.Namespace(method=method, schedule=schedule)  # `lrtune decode/serve --method M --schedule S`
+    with pytest.raises(ConfigError) as e:
+        build(DecodeConfig, args, {})
+    assert str(e.value) == f"--schedule {schedule} applies to lr and lr+sd only; --method {method} has no draft steps"
+    with pytest.raises(ConfigError, match="applies to lr and lr"):  # the same from a config file
+        build(DecodeConfig, argparse.Namespace(method=None, schedule=None), {"method": method, "schedule": schedule})
+    assert build(DecodeConfig, argparse.Namespace(method="lr", schedule=schedule), {}).schedule == schedule
+
+
+def test_configs_lrtune_derives_from_a_users_may_keep_a_schedule_their_method_does_not_run():
+    from dataclasses import replace
+
+    from lrtune.decodeconfig import DecodeConfig
+    from lrtune.eval.methods import parse_method
+
+    base = build(DecodeConfig, argparse.Namespace(schedule="abort"), {})  # evaluate: no --method flag
+    assert parse_method("target", 3, 4).decode_config(base).schedule == "abort"  # evaluate's target row
+    assert replace(base, method="sd").validate().method == "sd"  # what --method auto picked
+    assert base.for_round(0, 4, "score").schedule == "score"

@@ -121,10 +121,18 @@ def test_a_cache_that_does_not_fit_is_rebuilt_not_trusted(tmp_path):
     digest = quantize.sha256(copy / "model.safetensors")
     _write(copy / quantize.MARKER, {"format": quantize.FORMAT, "sha256": {"model.safetensors": digest}})
     assert quantize._complete(copy)
-    for marker in ({"format": quantize.FORMAT, "sha256": {}}, {"format": quantize.FORMAT, "sha256": []}, [1]):
+    for marker in (
+        {"format": quantize.FORMAT, "sha256": {}},
+        {"format": quantize.FORMAT, "sha256": []},
+        {"format": quantize.FORMAT},  # no checksums at all
+        [1],
+    ):
         _write(copy / quantize.MARKER, marker)
         assert not quantize._complete(copy)
     assert filekinds.read_or_none(copy / quantize.MARKER, Int8Marker) is None
+    _write(copy / quantize.MARKER, {"format": quantize.FORMAT, "sha256": {"model.safetensors": digest}})
+    (copy / "model-00002.safetensors").write_bytes(b"garbage")  # a weight file the marker does not cover
+    assert not quantize._complete(copy)
 
 
 @pytest.mark.parametrize("entry", [{"int8_faster": "no"}, [], 0, {"plain_tok_s": 1, "int8_tok_s": 2, "int8_faster": 1}])

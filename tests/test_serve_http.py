@@ -48,6 +48,9 @@ def ok(url: str) -> dict:
         (json.dumps({**CHAT, "gamma1": -1}).encode(), "gamma1"),
         (json.dumps({**CHAT, "messages": [{"role": "robot", "content": "x"}]}).encode(), "messages[0].role"),
         (json.dumps({**CHAT, "temperature": "warm"}).encode(), "temperature"),
+        (json.dumps({**CHAT, "max_tokens": "5"}).encode(), "max_tokens"),  # strict JSON types, as OpenAI's
+        (json.dumps({**CHAT, "temperature": "0.5"}).encode(), "temperature"),
+        (json.dumps({**CHAT, "max_tokens": -1, "max_completion_tokens": 9}).encode(), "max_tokens"),
     ],
 )
 def test_a_bad_request_is_a_400_json_error_naming_the_field_and_the_server_goes_on(server, body, param):

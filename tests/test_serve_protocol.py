@@ -123,3 +123,47 @@ def test_method_auto_runs_what_the_server_resolved_at_start():
     )
     assert parse_request({**CHAT, "method": "auto"}, "chat", target_server).cfg.method == "target"
     assert not parse_request(CHAT, "chat", LIMITS).auto
+
+
+def test_a_request_asking_a_schedule_its_method_cannot_run_is_refused_naming_the_schedule():
+    e = refused({**CHAT, "method": "sd", "schedule": "score"})
+    assert e.param == "schedule" and e.status == 400 and "--method sd has no draft steps" in str(e)
+    sd_server = ServerLimits(defaults=DecodeConfig(method="sd"), models=("m",), has_draft=True, gamma2_max=4)
+    assert refused({**CHAT, "schedule": "abort"}, limits=sd_server).param == "schedule"
+    score_server = ServerLimits(
+        defaults=DecodeConfig(schedule="score"), models=("m",), has_draft=True, gamma2_max=4, auto_method="sd"
+    )  # the server's own schedule runs its LR requests; an sd request or auto's sd runs without it
+    assert parse_request({**CHAT, "method": "sd"}, "chat", score_server).cfg.method == "sd"
+    assert parse_request({**CHAT, "method": "auto", "schedule": "score"}, "chat", score_server).cfg.method == "sd"
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"max_tokens": "5"}, "max_tokens"),  # OpenAI's API refuses a string for an integer
+        ({"max_tokens": True}, "max_tokens"),
+        ({"max_tokens": 5.0}, "max_tokens"),
+        ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+        ({"seed": "7"}, "seed"),
+        ({"temperature": "0.5"}, "temperature"),
+        ({"temperature": True}, "temperature"),
+        ({"top_p": "1"}, "top_p"),
+        ({"n": 1.0}, "n"),
+        ({"stream_options": {"include_usage": 1}, "stream": True}, "stream_options.include_usage"),
+        ({"gamma1": "2"}, "gamma1"),  # lrtune's own fields: DecodeConfig's strict types
+        ({"gamma2": True}, "gamma2"),
+        ({"max_tokens": -1, "max_completion_tokens": 9}, "max_tokens"),  # superseded, still a count
+        ({"max_tokens": 10**9, "max_completion_tokens": 9}, "max_tokens"),
+    ],
+)
+def test_request_fields_are_json_types_strictly_and_every_count_given_is_in_range(extra, param):
+    e = refused({**CHAT, **extra})
+    assert e.param == param and e.status == 400 and str(e).startswith(param)
+
+
+def test_json_integers_pass_for_number_fields_and_the_completion_count_wins_over_max_tokens():
+    req = parse_request(
+        {**CHAT, "temperature": 1, "top_p": 1, "max_tokens": 5, "max_completion_tokens": 9}, "chat", LIMITS
+    )
+    assert (req.cfg.temperature, req.cfg.top_p, req.cfg.max_new_tokens) == (1.0, 1.0, 9)
+    assert refused({"model": "m", "prompt": [5.0, 6.0]}, "completion").param == "prompt[0]"  # token ids: integers

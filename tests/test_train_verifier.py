@@ -514,6 +514,27 @@ def test_loading_refuses_bad_checkpoints_with_a_clear_message(tmp_path, mutate, 
         distilled.load(d)
 
 
+@pytest.mark.parametrize("kind", ["features", "router"])
+@pytest.mark.parametrize(
+    "field,value",
+    [("intercept", [-1e6]), ("intercept", [2e4]), ("coef", [1.0, -5e4]), ("intercept", [float("nan")])],
+)
+def test_a_features_checkpoint_with_a_learned_value_no_training_produces_is_refused(tmp_path, kind, field, value):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    d = _fake_checkpoint(tmp_path / "ckpt", kind=kind, features=["log_len_draft", "draft_arith_wrong"])
+    weights = {"mean": [3.0, 0.1], "scale": [1.0, 0.3], "coef": [0.5, -2.0], "intercept": [0.7]}
+    save_file({k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}, str(d / "features.safetensors"))
+    assert distilled.load(d).intercept == 0.7  # the values a fit produces load
+    weights[field] = value
+    save_file({k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}, str(d / "features.safetensors"))
+    with pytest.raises(ConfigError) as e:
+        distilled.load(d)
+    line = str(e.value)
+    assert f"features.safetensors: {field} holds" in line and "\n" not in line
+
+
 def test_loading_a_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         distilled.read_meta(tmp_path / "missing")

@@ -18,6 +18,7 @@ PATCHED = {
     "cpu_expand": True,
     "cpu_int8_float32": True,
     "cpu_lm_head_release": True,
+    "cpu_attention_exact": True,
     "applied_by": "plugin",
 }
 V1 = {
@@ -47,6 +48,7 @@ def test_runtime_check_accepts_the_v1_runner_with_sync_scheduling_and_patches():
         (dict(V1, patches=dict(PATCHED, cpu_expand=False)), False, "(cpu_expand)"),
         (dict(V1, patches=dict(PATCHED, cpu_int8_float32=False)), False, "(cpu_int8_float32)"),
         (dict(V1, patches=dict(PATCHED, cpu_lm_head_release=False)), False, "(cpu_lm_head_release)"),
+        (dict(V1, patches=dict(PATCHED, cpu_attention_exact=False)), False, "(cpu_attention_exact)"),
     ],
 )
 def test_runtime_check_names_each_path_the_patches_do_not_serve(report, async_on, words):

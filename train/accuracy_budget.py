@@ -1,8 +1,14 @@
 """An accuracy budget for a lossy decoder: ``lrtune calibrate --max-accuracy-loss Δ``.
 
-Decodes N calibration problems (templates the verifier never trained on) with target-only
-greedy and with lr+sd at a ladder of verifier thresholds t1 > t2 > … (strict to permissive).
-At threshold t, D(t) = the number of problems whose answer differs from target-only's. The
+Decodes N calibration problems (templates the verifier never trained on) with a lossless
+reference and with lr+sd at a ladder of verifier thresholds t1 > t2 > … (strict to permissive).
+At threshold t, D(t) = the number of problems whose answer differs from the reference's, so D
+counts what the verifier changed and nothing else. The reference is target-only greedy under
+``--numerics exact`` (where lr+sd with the ``never`` verifier writes target-only's tokens);
+otherwise it is the method's *lossless twin*, lr+sd with the same schedule and the ``never``
+verifier, and target-only is decoded too: the twin's changed answers against it are the
+numeric *floor* (lossless decodes that differ, ``benchmarks/lossless``), written into the
+evidence beside D. The
 null "P(answer differs) > Δ" is rejected when P(Bin(N, Δ) ≤ D(t)) ≤ δ (an exact binomial test,
 equivalently the Clopper–Pearson bound on D(t)/N ≤ Δ). Fixed-sequence testing (Learn then
 Test, Angelopoulos et al. 2021) goes down the ladder and stops at the first threshold it
@@ -21,6 +27,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+TWIN = "never"  # the reference decode of the lossless twin (progress lines' threshold)
 DEFAULT_LADDER = (1.0, 0.99, 0.97, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
@@ -106,12 +113,19 @@ def run_ladder(
     key: str,
     log=print,
     write: bool = True,
+    numerics: str = "fast",
+    max_concurrent: int = 1,
 ) -> dict:
     """Walk the ladder (see module docstring) with the loaded decoder ``dec``; returns the
     evidence: every step's threshold, changed answers, decodes, bound and verdict, the
     choice, and the target's answers. ``write``: append each decode to ``progress_path`` (a
-    dry run reads what is there and writes nothing)."""
+    dry run reads what is there and writes nothing); ``numerics``: the engines' mode, which
+    picks the reference (module docstring); ``max_concurrent``: problems decoded at once
+    (calibration measures answers, not latency; batched greedy decodes equal decoding alone
+    under ``--numerics exact``)."""
     import dataclasses
+
+    from lrtune.verifiers import make_verifier
 
     from lrtune.runfiles import append_jsonl
     from lrtune.train.calibrate import false_accept_bound
@@ -120,40 +134,59 @@ def run_ladder(
     k_max = max_differences(n, max_loss, confidence)
     done = _progress(progress_path, key)
 
-    def decode(prob, threshold):
-        hit = done.get((threshold, prob.id))
-        if hit is not None:
-            return hit
-        ids = dec.encode(task.prompt(prob))
+    def decode(probs, threshold) -> list[dict]:  # None: target-only; TWIN: lr+sd with the never verifier
+        """``probs``' decodes at ``threshold``: those in the progress file read back, the rest
+        decoded ``max_concurrent`` at a time, each appended to the progress file as it ends."""
+        todo = [p for p in probs if (threshold, p.id) not in done]
         cfg = dataclasses.replace(dcfg, method="target") if threshold is None else dcfg
-        v = None if threshold is None else AtThreshold(verifier, threshold)
-        res, stats = dec.decoder.decode(ids, cfg, **({} if v is None else {"verifier": v}))
-        answer, ok = task.check(prob, res.text)
-        line = {
-            "key": key,
-            "threshold": threshold,
-            "problem": prob.id,
-            "answer": answer,
-            "correct": bool(ok),
-            "finish": res.finish,
-            "drafted": stats.drafted_steps,
-            "accepted": stats.accepted_steps,
-        }
-        if write:
-            append_jsonl(progress_path, line)
-        return line
+        v = make_verifier(TWIN) if threshold == TWIN else None
+        if threshold not in (None, TWIN):
+            v = AtThreshold(verifier, threshold)
 
-    reference = {p.id: decode(p, None) for p in problems}
+        def finished(i: int, out) -> None:
+            if not hasattr(out, "result"):
+                raise out.error
+            prob, (res, stats) = todo[i], out
+            answer, ok = task.check(prob, res.text)
+            line = {
+                "key": key,
+                "threshold": threshold,
+                "problem": prob.id,
+                "answer": answer,
+                "correct": bool(ok),
+                "finish": res.finish,
+                "drafted": stats.drafted_steps,
+                "accepted": stats.accepted_steps,
+            }
+            done[(threshold, prob.id)] = line
+            if write:
+                append_jsonl(progress_path, line)
+
+        if todo:
+            prompts = [dec.encode(task.prompt(p)) for p in todo]
+            dec.decoder.decode_many(prompts, cfg, max_concurrent=max_concurrent, verifier=v, on_done=finished)
+        return [done[(threshold, p.id)] for p in probs]
+
+    exact = numerics == "exact"
+    ids = [p.id for p in problems]
+    target_only = dict(zip(ids, decode(problems, None)))
+    reference = target_only if exact else dict(zip(ids, decode(problems, TWIN)))
+    named = "target-only" if exact else "the lossless twin (lr+sd, never)"
+    floor = None if exact else sum(reference[i]["answer"] != target_only[i]["answer"] for i in reference)
+    if floor:
+        log(f"the lossless twin's answers differ from target-only's on {floor} of {n} problems (numeric floor)")
     steps = []
     for t in ladder:
         changed = drafted = accepted = decoded = 0
-        for p in problems:
-            got = decode(p, t)
-            decoded += 1
-            changed += got["answer"] != reference[p.id]["answer"]
-            drafted, accepted = drafted + got["drafted"], accepted + got["accepted"]
+        for start in range(0, n, max_concurrent):  # counted in problem order: the same walk at any batch size
+            for got in decode(problems[start : start + max_concurrent], t):
+                decoded += 1
+                changed += got["answer"] != reference[got["problem"]]["answer"]
+                drafted, accepted = drafted + got["drafted"], accepted + got["accepted"]
+                if changed > k_max:
+                    break  # this step can no longer be certified
             if changed > k_max:
-                break  # this step can no longer be certified
+                break
         bound = false_accept_bound(changed, n, confidence) if decoded == n else None
         step = {
             "threshold": t,
@@ -166,7 +199,7 @@ def run_ladder(
         }
         steps.append(step)
         log(
-            f"threshold {t:g}: {changed} of {decoded} answers differ from target-only"
+            f"threshold {t:g}: {changed} of {decoded} answers differ from {named}"
             + (f" (bound {bound:.3f})" if bound is not None else "")
             + (" certified" if step["certified"] else " NOT certified: the walk stops")
         )
@@ -183,7 +216,10 @@ def run_ladder(
         "steps": steps,
         "threshold": chosen["threshold"] if chosen else None,
         "certified": chosen is not None,
-        "target_accuracy": sum(r["correct"] for r in reference.values()) / n if n else None,
+        "target_accuracy": sum(r["correct"] for r in target_only.values()) / n if n else None,
+        "numerics": numerics,
+        "reference": "target-only" if exact else "lossless twin",
+        "floor": None if exact else {"changed": floor, "problems": n},
         "problem_ids": [p.id for p in problems],
         "method": "accuracy budget (LTT fixed-sequence, exact binomial)",
     }
@@ -197,8 +233,13 @@ def budget_story(b: dict) -> str:
             f"{b['confidence']:g} on {b['problems']} problems"
         )
     step = next(s for s in b["steps"] if s["threshold"] == b["threshold"])
+    twin = b.get("reference") == "lossless twin"
+    floor = b.get("floor") or {}
     return (
-        f"answers differ from target-only on <= {b['max_accuracy_loss']:g} of problems with probability "
+        f"answers differ from {'the lossless twin (lr+sd, never)' if twin else 'target-only'} on "
+        f"<= {b['max_accuracy_loss']:g} of problems with probability "
         f"{b['confidence']:g} ({step['changed']} of {b['problems']} calibration problems changed, bound "
-        f"{step['bound']:.3f})"
+        f"{step['bound']:.3f}"
+        + (f"; the twin itself differs from target-only on {floor['changed']} of {floor['problems']}" if twin else "")
+        + ")"
     )

@@ -29,7 +29,9 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+from annotated_types import Interval
 
 
 from lrtune.configs import Command, Section
@@ -95,6 +97,13 @@ class CalibrateConfig(Budget):
     thresholds: Text = field(
         default=",".join(f"{t:g}" for t in DEFAULT_LADDER),
         metadata={"help": "--max-accuracy-loss: the ladder, strict to permissive"},
+    )
+    max_concurrent: Annotated[int, Interval(ge=1, le=64)] = field(
+        default=8,
+        metadata={
+            "help": "--max-accuracy-loss: calibration problems decoded at once (answers, not latency, are measured; "
+            "under --numerics exact a problem gets the tokens it gets alone)"
+        },
     )
     out: Text | None = field(
         default=None,
@@ -315,6 +324,8 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
             key,
             log=log,
             write=not cfg.dry_run,
+            numerics=models.engine.numerics,
+            max_concurrent=cfg.max_concurrent,
         )
     budget.update(
         task=cfg.task,

@@ -55,7 +55,9 @@ from lrtune.backends.vllm_patches import (
     sd_stat_logger,
 )
 from lrtune.errors import ConfigError, ModelError
+from lrtune.machine import cpu_flags, native_bf16
 from lrtune.backends.vllm_shared import LOAD_FORMAT as SHARED_LOAD_FORMAT
+from lrtune.backends.vllm_exact import check_exact, numerics_kwargs
 from lrtune.peakmem import GIB, HeapTrimmer, trim_heap
 
 
@@ -106,6 +108,8 @@ class VLLMConfig:
     max_engines: int | None = None
     # CPU, engines in this process: a model another engine holds is shared, not loaded (vllm_shared)
     share_weights: bool = True
+    # "exact": a token's logits do not depend on the call's shape (vllm_exact; CPU only)
+    numerics: str = "fast"
 
 
 CPU_MAX_NUM_SEQS = 64
@@ -126,6 +130,7 @@ class VLLMBackend(TokenizerMixin):
         self._engines: dict[int, object] = {}
         self._counters: dict[int, object] = {}  # engine key -> its SD stat logger
         self.probes: dict[int, list[dict]] = {}  # engine key -> its workers' answers to the path check
+        self.exact_reports: dict[int, list[dict]] = {}  # engine key -> its workers' exact-numerics reports
         self._serving = False  # serve_resident() was called: engine calls step through EngineSteps
         self._between: Callable[[], None] | None = None
         self._steps: dict[int, EngineSteps] = {}  # engine key -> its requests while serving
@@ -191,14 +196,13 @@ class VLLMBackend(TokenizerMixin):
         )
         if cfg.gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+        kwargs.update(numerics_kwargs(cfg.numerics, on_cpu=on_cpu))
         share = cfg.share_weights and on_cpu and cfg.tensor_parallel_size == 1 and engine_in_process(os.environ)
         if share:
             kwargs["load_format"] = SHARED_LOAD_FORMAT
         if on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             kwargs["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
-        block_size = cfg.block_size
-        if block_size is None and on_cpu:
-            block_size = 32
+        block_size = cfg.block_size if cfg.block_size is not None else (32 if on_cpu else None)
         if block_size is not None:
             kwargs["block_size"] = block_size
         kwargs.update(step_budget(cfg.max_num_batched_tokens, cfg.max_model_len, on_cpu=on_cpu))
@@ -241,6 +245,7 @@ class VLLMBackend(TokenizerMixin):
             trim_heap()  # start-up's freed buffers: about 0.4 GiB per engine (benchmarks/memory)
             HEAP.mark()
         self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)
+        self.exact_reports[k] = check_exact(llm, self.name) if cfg.numerics == "exact" else []
         if k > 0:
             counter = sd_stat_logger()
             attach_stat_logger(llm, counter)
@@ -511,11 +516,7 @@ class VLLMBackend(TokenizerMixin):
 
 def cpu_has_native_bf16() -> bool:
     """True when the CPU advertises bf16 matmul instructions (avx512_bf16 or amx_bf16)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return native_bf16(cpu_flags())
 
 
 def resolve_dtype(dtype: str, model: str) -> str:
@@ -596,5 +597,4 @@ def prompt_scores(
 
 def _sampled_logprob(entry, token_id: int) -> float:
     """The sampled token's logprob from one position of vLLM's logprobs output."""
-    lp = entry[token_id]
-    return float(getattr(lp, "logprob", lp))
+    return float(getattr(entry[token_id], "logprob", entry[token_id]))

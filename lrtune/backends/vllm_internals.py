@@ -98,6 +98,7 @@ def internals_problems(llm=None) -> list[str]:
         ),
         "CPUInt8ScaledMMLinearKernel picks linear_method in process_weights_after_loading (oneDNN path)",
     )
+    problems += _exact_internals(params)
     if llm is not None:
         from vllm.platforms import current_platform
 
@@ -108,4 +109,38 @@ def internals_problems(llm=None) -> list[str]:
             speculative=speculative,
             on_cpu=current_platform.is_cpu(),
         )
+    return problems
+
+
+def _exact_internals(params) -> list[str]:
+    """What ``--numerics exact`` (:mod:`lrtune.backends.vllm_exact`) relies on: the CPU
+    attention builder's ``build`` and the metadata fields it rewrites, the scheduler-metadata
+    call's keywords, the runner's per-group builders, and a ``cpu_linear`` per CPU linear layer."""
+    from dataclasses import fields as dc_fields
+
+    from vllm import _custom_ops as ops
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadata, CPUAttentionMetadataBuilder
+    from vllm.v1.worker.utils import AttentionGroup
+
+    problems = []
+    build = getattr(CPUAttentionMetadataBuilder.build, "__wrapped__", CPUAttentionMetadataBuilder.build)
+    if not getattr(build, "_lrtune_exact", False) and params(build) != [
+        "self",
+        "common_prefix_len",
+        "common_attn_metadata",
+        "fast_build",
+    ]:
+        problems.append("CPUAttentionMetadataBuilder.build(self, common_prefix_len, common_attn_metadata, fast_build)")
+    wanted = {"query_start_loc", "seq_lens", "block_table", "scheduler_metadata", "max_query_len", "causal"}
+    if not wanted <= {f.name for f in dc_fields(CPUAttentionMetadata)}:
+        problems.append(f"CPUAttentionMetadata fields {sorted(wanted)}")
+    if not {"num_reqs", "seq_lens", "query_start_loc", "enable_kv_split"} <= set(
+        params(ops.cpu_attn_get_scheduler_metadata)
+    ):
+        problems.append("cpu_attn_get_scheduler_metadata(num_reqs, ..., seq_lens, query_start_loc, enable_kv_split)")
+    if "metadata_builders" not in {f.name for f in dc_fields(AttentionGroup)}:
+        problems.append("AttentionGroup.metadata_builders")
+    if "layer.cpu_linear" not in inspect.getsource(dispatch_cpu_unquantized_gemm):
+        problems.append("dispatch_cpu_unquantized_gemm sets layer.cpu_linear")
     return problems

@@ -23,6 +23,10 @@ things that version does not offer; each is a small patch here:
   packs every linear layer for oneDNN and drops the loaded weight, except the output head
   (``ParallelLMHead``), whose loaded weight it keeps beside the packed copy although the
   packed GEMM never reads it: 0.43 GiB for the default target, 0.25 GiB per draft copy.
+* **Exact numerics** (:mod:`lrtune.backends.vllm_exact`, CPU): an engine started with
+  ``--numerics exact`` runs attention one query token at a time and matmuls in row-invariant
+  calls, so a token's logits do not depend on the shape of the call (:func:`check_exact`
+  reads each worker's report after start-up, ``lrtune_exact``).
 * **Per-engine SD counters** (:func:`sd_stat_logger`): a subclass of vLLM's
   ``StatLoggerBase`` added to one engine's ``logger_manager`` (``LLM`` takes no
   ``stat_loggers`` argument; ``get_metrics()`` cannot tell engines of one process apart).
@@ -60,6 +64,7 @@ import warnings
 
 from lrtune.backends.base import SDCounters
 from lrtune.backends.vllm_shared import publish, register_loader, runner_models, shared_report
+from lrtune.backends.vllm_exact import attention_patched, patch_cpu_attention_exact
 from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.errors import ConfigError, ModelError
 
@@ -162,6 +167,7 @@ def apply_patches(by: str) -> None:
         patch_cpu_expand_batch_to_tokens()
         patch_cpu_int8_float32()
         patch_cpu_lm_head_release()
+        patch_cpu_attention_exact()
         register_loader()
     patch_prompt_logprobs_fill()
     patch_runner_no_spec()
@@ -191,6 +197,7 @@ def patches_in_process() -> dict:
         "cpu_expand": bool(getattr(rs.expand_batch_to_tokens, "_lrtune_fixed", False)),
         "cpu_int8_float32": _int8_kernel_fixed(),
         "cpu_lm_head_release": _lm_head_release_patched(),
+        "cpu_attention_exact": attention_patched(),
         "applied_by": _APPLIED_BY,
     }
 
@@ -215,6 +222,25 @@ class LrtuneWorkerExtension:
             "patches": patches_in_process(),
             "lm_heads_kept": lm_heads_kept(models["model"]) + lm_heads_kept(models["drafter"]),
             "shared_weights": shared_report(runner),
+        }
+
+    def lrtune_exact(self) -> dict:
+        """Make this worker's matmuls row-invariant (:func:`lrtune.backends.vllm_exact.make_gemms_exact`)
+        and report them with whether its attention builder honours exact engines."""
+        from lrtune.backends.vllm_exact import cpu_attention_builder, exact_requested, make_gemms_exact
+
+        runner = self.model_runner
+        dtype = runner.vllm_config.model_config.dtype
+        gemms = {
+            role: make_gemms_exact(model, dtype) for role, model in runner_models(runner).items() if model is not None
+        }
+        builders = [type(b) for groups in runner.attn_groups for g in groups for b in g.metadata_builders]
+        return {
+            "pid": os.getpid(),
+            "requested": exact_requested(runner.vllm_config),
+            "attention": attention_patched() and bool(builders) and all(cpu_attention_builder(b) for b in builders),
+            "builders": sorted({f"{b.__module__}.{b.__qualname__}" for b in builders}),
+            "gemms": gemms,
         }
 
     def lrtune_publish(self) -> bool:
@@ -254,7 +280,9 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
         if on_cpu and speculative and not patched.get("cpu_expand"):
             missing.append("cpu_expand")
         if on_cpu:
-            missing += [k for k in ("cpu_int8_float32", "cpu_lm_head_release") if not patched.get(k)]
+            missing += [
+                k for k in ("cpu_int8_float32", "cpu_lm_head_release", "cpu_attention_exact") if not patched.get(k)
+            ]
         if missing:
             problems.append(
                 f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "

@@ -1,12 +1,14 @@
 """What an OpenAI request to ``lrtune serve`` asks for, checked before it is queued.
 
 The request schemas are the ``openai`` package's own (``CompletionCreateParams`` of chat and
-of completions, validated with pydantic); lrtune's options ride in the same JSON object as
-extra fields (the OpenAI client's ``extra_body``) and are checked by :class:`DecodeConfig`,
-exactly as the CLI checks them. What the server cannot honour is refused by name, never
-ignored: ``n`` > 1, penalties, logprobs, tools, images. Every refusal is a
-:class:`RequestError` naming the field; the app answers it with a 400 in OpenAI's error shape.
-Pure: no engine, no I/O.
+of completions, validated strictly with pydantic: as in OpenAI's API, ``"5"``, ``5.0`` and
+``true`` are no integer, ``"0.5"`` no number, and every count given is checked, even one another
+supersedes); lrtune's options ride in the same JSON object as extra fields (the OpenAI
+client's ``extra_body``) and are checked by :class:`DecodeConfig`, exactly as the CLI checks
+them, and a ``schedule`` a request names must be one its method runs. What the server
+cannot honour is refused by name, never ignored: ``n`` > 1, penalties, logprobs, tools,
+images. Every refusal is a :class:`RequestError` naming the field; the app answers it with
+a 400 in OpenAI's error shape. Pure: no engine, no I/O.
 """
 
 from __future__ import annotations
@@ -174,8 +176,8 @@ def parse_request(body: Any, kind: Kind, limits: ServerLimits) -> ServeRequest:
     if unknown:
         raise RequestError(unknown[0], f"unknown field (OpenAI's, or lrtune's own: {', '.join(LRTUNE_FIELDS)})")
     standard = {k: v for k, v in body.items() if k in openai_fields}
-    try:
-        checked = _materialize(dict(adapter.validate_python(standard)), ())
+    try:  # strict, as OpenAI's API: "5", 5.0 and true are no integer, "0.5" and true no number
+        checked = _materialize(dict(adapter.validate_python(standard, strict=True)), ())
     except ValidationError as e:
         raise _first_error(e) from None
     stream = body.get("stream", False)
@@ -256,10 +258,11 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
     own checks name the field."""
     values: dict[str, Any] = {}
     source: dict[str, str] = {}  # DecodeConfig field -> the request field that set it
-    for name in ("max_completion_tokens", "max_tokens"):
-        if checked.get(name) is not None:
-            values["max_new_tokens"], source["max_new_tokens"] = checked[name], name
-            break
+    counts = [name for name in ("max_completion_tokens", "max_tokens") if checked.get(name) is not None]
+    for name in counts[1:]:  # superseded by max_completion_tokens, and still refused out of range
+        _checked_config(limits.defaults, {"max_new_tokens": checked[name]}, {"max_new_tokens": name})
+    if counts:
+        values["max_new_tokens"], source["max_new_tokens"] = checked[counts[0]], counts[0]
     for name in ("temperature", "top_p", "seed"):
         if checked.get(name) is not None:
             values[name], source[name] = checked[name], name
@@ -268,14 +271,12 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
             values[name], source[name] = body[name], name
     if values.get("method") == "auto":  # the server's choice for this machine and verifier
         values["method"] = limits.auto_method
-    try:
-        cfg = replace(limits.defaults, **values).validate()
-    except ConfigError as e:
-        m = re.match(r"--([a-z0-9-]+): (.*)", str(e))
-        field = m.group(1).replace("-", "_") if m else None
-        if field in source:
-            raise RequestError(source[field], m.group(2)) from None
-        raise RequestError(None, str(e)) from None
+    cfg = _checked_config(limits.defaults, values, source)
+    if "schedule" in body and body.get("method") != "auto":  # the server's own schedule runs its LR requests
+        try:
+            cfg.check_asked()
+        except ConfigError as e:
+            raise RequestError("schedule", str(e)) from None
     if cfg.async_lr:
         raise RequestError("schedule", f"the server batches sync rounds: one of {', '.join(SERVED_SCHEDULES)}")
     if (cfg.uses_lr or cfg.uses_sd) and not limits.has_draft:
@@ -283,3 +284,16 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
     if cfg.uses_sd and cfg.gamma2 > limits.gamma2_max:
         raise RequestError("gamma2", f"at most {limits.gamma2_max} (the server's SD engine drafts that many)")
     return cfg
+
+
+def _checked_config(defaults: DecodeConfig, values: dict, source: dict[str, str]) -> DecodeConfig:
+    """``defaults`` with ``values``, checked by DecodeConfig; a :class:`RequestError` names the
+    request field (``source``: DecodeConfig field -> request field) its error is about."""
+    try:
+        return replace(defaults, **values).validate()
+    except ConfigError as e:
+        m = re.match(r"--([a-z0-9-]+): (.*)", str(e))
+        field = m.group(1).replace("-", "_") if m else None
+        if field in source:
+            raise RequestError(source[field], m.group(2)) from None
+        raise RequestError(None, str(e)) from None

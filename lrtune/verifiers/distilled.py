@@ -22,7 +22,6 @@ A checkpoint is a directory::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +43,12 @@ _REQUIRED = {
     "router": ("features.safetensors",),
 }
 ENCODERS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
+# the largest |coef| or |intercept| a features/router checkpoint may hold: training fits a
+# logistic regression with an L2 penalty (C <= 10, train/students.py) on standardised features,
+# and the penalty keeps ||coef|| <= sqrt(2 C n ln 2) (its objective at coef = 0), under 1e4 for
+# fewer than 7 million pairs, with the intercept near the logit of the acceptance rate; a value
+# past 1e4 would score every pair 0 or 1 whatever it says
+LEARNED_BOUND = 1e4
 
 
 def is_checkpoint(spec: str) -> bool:
@@ -243,14 +248,20 @@ class FeatureVerifier(_FeatureStudent):
             raise ConfigError(f"{root}: {self.WEIGHTS} does not match its {len(self.feature_names)} features")
         import numpy as np
 
-        if not (
-            np.isfinite(mean).all()
-            and np.isfinite(self.coef).all()
-            and math.isfinite(self.intercept)
-            and np.isfinite(self.scale).all()
-            and (self.scale > 0).all()
-        ):
-            raise ConfigError(f"{root}: {self.WEIGHTS} holds weights that are not finite (or a scale <= 0)")
+        where = root / self.WEIGHTS
+        learned = {"mean": mean, "scale": self.scale, "coef": self.coef, "intercept": np.asarray([self.intercept])}
+        for field, values in learned.items():
+            if not np.isfinite(values).all():
+                raise ConfigError(f"{where}: {field} holds weights that are not finite")
+        if not (self.scale > 0).all():
+            raise ConfigError(f"{where}: scale holds a scale <= 0 (a feature's standard deviation is > 0)")
+        for field in ("coef", "intercept"):
+            worst = float(learned[field][np.argmax(np.abs(learned[field]))]) if learned[field].size else 0.0
+            if abs(worst) > LEARNED_BOUND:
+                raise ConfigError(
+                    f"{where}: {field} holds {worst:g}, beyond the ±{LEARNED_BOUND:g} no training produces "
+                    "(a corrupt or edited checkpoint)"
+                )
         return mean
 
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
