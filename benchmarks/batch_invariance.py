@@ -17,13 +17,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """The first index where two token sequences differ (None when equal)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+from lrtune.drift import first_difference
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -87,6 +87,7 @@ def main(args: argparse.Namespace) -> dict:
     from lrtune.drift import Decode, first_difference, pair_drift
     from lrtune.machine import machine_info
     from lrtune.modelconfig import ModelConfig
+    from lrtune.runfiles import write_atomic
     from lrtune.tasks import get_task
 
     methods = [m for m in args.methods.split(",") if m]
@@ -129,7 +130,7 @@ def main(args: argparse.Namespace) -> dict:
         res["methods"][name] = r
         print(f"{name}: {r['tokens_per_s']:.2f} tokens/s, {sum(r['finished'])}/{n} finished", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=1))
+        write_atomic(out, json.dumps(res, indent=1))
 
     def decodes(name: str, n: int) -> list[Decode]:
         m = res["methods"][name]
@@ -164,7 +165,7 @@ def main(args: argparse.Namespace) -> dict:
         }
         for name, m in res["methods"].items()
     }
-    out.write_text(json.dumps(res, indent=1))
+    write_atomic(out, json.dumps(res, indent=1))
     return res
 
 

@@ -447,23 +447,25 @@ def _build(model: DefaultModel, root: Path, models_root: Path, final: Path, prog
         shutil.rmtree(build, ignore_errors=True)
 
 
-def built_default_model(role: str, *, cache_dir: str | Path | None = None) -> Path | None:
-    """The converted default model directory for ``role`` when it is already built, else None
-    (builds nothing)."""
+def _placed(role: str, cache_dir: str | Path | None) -> tuple[DefaultModel, Path, Path]:
+    """``role``'s model, the cache root and the directory its converted copy lives in."""
     _check_role(role)
     model = DEFAULT_MODELS[role]
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    final = root / "models" / model.name
+    return model, root, root / "models" / model.name
+
+
+def built_default_model(role: str, *, cache_dir: str | Path | None = None) -> Path | None:
+    """The converted default model directory for ``role`` when it is already built, else None
+    (builds nothing)."""
+    model, _, final = _placed(role, cache_dir)
     return final if _marker_ok(final, model) else None
 
 
 def ensure_default_model(role: str, *, cache_dir: str | Path | None = None, progress: bool = True) -> Path:
     """Return the converted default model directory for ``role``, building it once."""
-    _check_role(role)
-    model = DEFAULT_MODELS[role]
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    models_root = root / "models"
-    final = models_root / model.name
+    model, root, final = _placed(role, cache_dir)
+    models_root = final.parent
     if _marker_ok(final, model):
         return final
     try:

@@ -351,6 +351,7 @@ def per_request_speculation(r):
 
 def greedy_equality(r):
     from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.drift import first_difference
     from lrtune.verifiers import make_verifier
 
     o = r.opts
@@ -364,8 +365,8 @@ def greedy_equality(r):
     diverged = {}
     for method in ("sd", "lr", "lr+sd"):
         for i, (a, b) in enumerate(zip(results["target"], results[method])):
-            if a != b:
-                first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            first = first_difference(a, b)
+            if first is not None:
                 diverged.setdefault(method, []).append({"prompt": i, "first_divergence": first})
     tokens = [len(t) for t in results["target"]]
     data = {"tokens": tokens, "diverged": diverged}

@@ -597,4 +597,4 @@ def prompt_scores(
 
 def _sampled_logprob(entry, token_id: int) -> float:
     """The sampled token's logprob from one position of vLLM's logprobs output."""
-    return float(getattr(entry[token_id], "logprob", entry[token_id]))
+    return float(getattr(lp := entry[token_id], "logprob", lp))

@@ -200,10 +200,10 @@ def make_gemms_exact(model, dtype, block: int = GEMM_BLOCK) -> dict:
     for (k, n), modules in groups.items():
         first = modules[0]
         weight, bias = getattr(first, "weight", None), getattr(first, "bias", None)
-        fn = first.cpu_linear
-        if getattr(fn, "_lrtune_block", None) is None and row_invariant(fn, k, weight, bias, dtype):
-            continue
-        if getattr(fn, "_lrtune_block", None) is None:
+        wrapped = getattr(first.cpu_linear, "_lrtune_block", None) is not None  # an earlier call blocked it
+        if not wrapped:
+            if row_invariant(first.cpu_linear, k, weight, bias, dtype):
+                continue
             for m in modules:
                 m.cpu_linear = blocked(m.cpu_linear, block)
         report["blocked"].append(f"{k}x{n}")
