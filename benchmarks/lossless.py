@@ -77,8 +77,13 @@ def _top2_gap(dec, prompt: list[int], prefix: list[int], gamma2: int) -> float |
 
 
 def _settings(args: argparse.Namespace) -> dict:
-    """The settings a stored decode depends on (a rerun with other --methods or --alone keeps it)."""
-    return {k: v for k, v in vars(args).items() if k not in ("out", "config", "methods", "alone")}
+    """The settings every stored decode depends on (a rerun with other --methods or --alone keeps it).
+
+    Problems in flight are kept per method (``concurrent`` in its record): a method stored at
+    another concurrency is decoded again, the others are kept.
+    """
+    per_run = ("out", "config", "methods", "alone", "concurrent", "lr_concurrent")
+    return {k: v for k, v in vars(args).items() if k not in per_run}
 
 
 def main(args: argparse.Namespace) -> dict:
@@ -121,12 +126,14 @@ def main(args: argparse.Namespace) -> dict:
     if args.alone:
         runs.append(("target/alone", "target", 1, args.alone))
     for name, method, concurrent, n in runs:
-        if len(res["methods"].get(name, {}).get("token_ids", ())) == n:
+        stored = res["methods"].get(name, {})
+        if len(stored.get("token_ids", ())) == n and stored.get("concurrent") == concurrent:
             continue
         dec = engines()
         prompts = [dec.encode(task.prompt(p)) for p in probs[:n]]
         r = _decode(dec, prompts, replace(base, method=method), concurrent)
         r["answers"] = [list(task.check(p, t)) for p, t in zip(probs, r["texts"])]
+        r["concurrent"] = concurrent
         res["methods"][name] = r
         print(f"{name}: {r['tokens_per_s']:.2f} tokens/s, {sum(r['finished'])}/{n} finished", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
