@@ -53,7 +53,7 @@ import numpy as np
 from lrtune.backends.base import SDCounters
 from lrtune.control import ControlState, ProblemInfo, RoundOutcome
 from lrtune.pricing import Pricing
-from lrtune.speedup import _b, _leading_accepts
+from lrtune.speedup import b_at, sample_leading_accepts
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP_TOKENS = 40  # L: eval_balanced's lr+sd row drafted 10315 tokens in 87 rounds of 3 steps (39.5 per step)
@@ -177,7 +177,7 @@ def _passes(rng: np.random.Generator, a2: float, g2: int, need: int) -> np.ndarr
     out: list[np.ndarray] = []
     total = 0
     while total < need:
-        j = _leading_accepts(a2, g2, int((need - total) / mean * 1.2) + 4, rng)
+        j = sample_leading_accepts(a2, g2, int((need - total) / mean * 1.2) + 4, rng)
         cum = total + np.cumsum(j + 1)
         k = int(np.searchsorted(cum, need, side="left"))
         if k < len(j):
@@ -253,7 +253,7 @@ def decode_problem(controller, problem: str, sc: Scenario, rng: np.random.Genera
                 carry = int((j0 + 1).sum()) - new if len(j0) else carry - L
                 js = [j0] + [_passes(rng, a2, g2, L) for _ in range(g1)]  # the other rows: counters only
                 n_pass = len(j0)
-            draft_s, target_s = g1 * p.c1, _b(p.batch_cost, g1 + 1) * n_pass * pass_time
+            draft_s, target_s = g1 * p.c1, b_at(p.batch_cost, g1 + 1) * n_pass * pass_time
             tokens = (acc_steps + 1) * L
         controller.update(
             RoundOutcome(

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from lrtune.decoder import DecodeConfig
     from lrtune.eval import metrics
     from lrtune.eval.config import EvalConfig, EvalOptions
-    from lrtune.eval.loops import _controlled, _fresh_cache, _record, _start
+    from lrtune.eval.loops import _controlled, _fresh_cache, _record, open_engines
     from lrtune.eval.methods import parse_methods
     from lrtune.machine import machine_info
     from lrtune.profiling import ProfileOptions, measure
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         )
         cfg = EvalConfig(EvalOptions(task=a.task, methods=a.methods, warmup_tokens=32, progress=False), models, decode)
         timing = {"load_s": 0.0, "warmup_s": 0.0}
-        eng, batch_cost, _ = _start(cfg, specs, task, problems, timing)
+        eng, batch_cost, _ = open_engines(cfg, specs, task, problems, timing)
         variants[name] = (cfg, eng, batch_cost)
         log(f"{name}: draft {eng.dec.draft.model}")
 

@@ -34,7 +34,7 @@ from lrtune.outdir import check_out, claim_out
 from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, write_atomic
 from lrtune.store import ShardStore
 
-from lrtune.data_gen.collector import JUDGE_FEATURES, _Collector, divergent_starts, pair_rows
+from lrtune.data_gen.collector import JUDGE_FEATURES, Collector, divergent_starts, pair_rows
 from lrtune.data_gen.config import CollectConfig, CollectOptions, collect_options, teacher_name
 
 __all__ = [
@@ -227,10 +227,10 @@ def _decode_models(cfg: CollectConfig, spec) -> ModelConfig:
 
 def _collect(cfg: CollectConfig, dcfg: DecodeConfig, task, todo, store: ShardStore) -> None:
     """Decode ``todo`` (batched, ``--max-concurrent`` in flight) and store each problem's
-    labelled pairs and problem row as it ends (:class:`_Collector`)."""
+    labelled pairs and problem row as it ends (:class:`Collector`)."""
     spec = cfg.options.teacher.parsed
     models = _decode_models(cfg, spec)
-    _Collector(cfg, dcfg, models, spec, models.verification.spec, task, todo, store).run()
+    Collector(cfg, dcfg, models, spec, models.verification.spec, task, todo, store).run()
 
 
 # ---- Ray --------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import math
 from lrtune.dataset import PAIR_FIELDS, PROBLEM_FIELDS
 from lrtune.dataset import schema as arrow_schema
 from lrtune.decoder import DecodeConfig
-from lrtune.roundstate import Failed
+from lrtune.slots import Failed
 from lrtune.runfiles import ProgressBar, log
 from lrtune.store import ShardStore
 from lrtune.verifiers.base import mean_topk_entropy
@@ -97,7 +97,7 @@ def _finite(x):
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
-class _Collector:
+class Collector:
     """One collect run: the decoder and feature verifiers, and what happens as problems end
     (rows, rollout labels for outcome teachers, features, the store)."""
 
@@ -228,7 +228,7 @@ class _Collector:
             items,
             max_tokens=self.opts.rollout.tokens,
             max_len=self.cfg.models.engine.max_model_len,
-            gamma2=self.dcfg.gamma2 if self.dcfg.uses_sd else 0,
+            gamma2=self.dcfg.sd_gamma2,
         )
         votes = [None] * len(items)
         if self.opts.rollout.samples:  # the vote teacher: sampled rollouts beside the greedy ones
@@ -292,7 +292,7 @@ class _Collector:
             "task": prob.meta.get("task", opts.task),
             "method": dcfg.method,
             "gamma1": dcfg.gamma1,
-            "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
+            "gamma2": dcfg.sd_gamma2,
             "alpha1": st.alpha1,
             "alpha2": st.alpha2,
             "c1": c1,

@@ -83,7 +83,7 @@ class ShardOptions(Checked):
 
 
 @dataclass
-class FeatureOptions(Checked):
+class FeatureColumns(Checked):
     """Feature columns recorded beside the teacher's label."""
 
     __pydantic_config__ = STRICT
@@ -154,7 +154,7 @@ class CollectOptions(Checked):
         default=False, metadata={"help": "also decode target-only per problem (reference answer and time)"}
     )
     shards: ShardOptions = field(default_factory=ShardOptions, metadata={"prefix": ""})
-    features: FeatureOptions = field(default_factory=FeatureOptions, metadata={"prefix": ""})
+    features: FeatureColumns = field(default_factory=FeatureColumns, metadata={"prefix": ""})
     force_new: bool = field(
         default=False,
         metadata={

@@ -72,26 +72,14 @@ def _backend(args):
 
 def main(args: JudgeProbeConfig) -> dict:
     """Score a dataset's pairs with each judge spec and compare with its labels (phase 1 first)."""
-    from lrtune.dataset import load_tables
     from lrtune.outdir import json_out_file
     from lrtune.runfiles import write_json_file
-    from lrtune.pairstats import auroc
-    from lrtune.verifiers import StepPair, make_verifier
+    from lrtune.verifiers import StepPair
     from lrtune.verifiers.base import same_step
 
     args.validate()
     out = json_out_file(args.out, inputs=(args.data, args.target))
-    pairs_t, _ = load_tables(Path(args.data))
-    rows = pairs_t.to_pylist()
-    n_all = len(rows)
-    index = list(range(n_all))
-    if args.sample and args.sample < n_all:
-        import random
-
-        index = sorted(random.Random(args.seed).sample(index, args.sample))
-    if args.limit:
-        index = index[: args.limit]
-    rows = [rows[i] for i in index]
+    rows, n_all, index = _chosen_rows(args)
     pairs = [StepPair(r["context"] or "", r["draft_step"], r["target_step"]) for r in rows]
     labels = [bool(r["label"]) for r in rows]
     same = [same_step(p.draft, p.target) for p in pairs]
@@ -108,32 +96,8 @@ def main(args: JudgeProbeConfig) -> dict:
         "specs": {},
     }
     for spec in [x.strip() for x in args.specs.split(",") if x.strip()]:
-        ver = make_verifier(spec.strip(), backend=backend)
-        sample = next((p for p, s in zip(pairs, same) if not s), None)
-        example = None
-        if sample is not None:
-            ids = ver.prompts([sample])[0]
-            example = {"token_ids": ids, "text": backend.decode(ids, skip_special_tokens=False)}
-            print(
-                f"--- {spec}: one production prompt, {len(ids)} token ids ---\n{ids}\n{example['text']}\n---",
-                flush=True,
-            )
-        t0 = time.perf_counter()
-        scores = ver.score(pairs)
-        secs = time.perf_counter() - t0
-        accept = [s >= ver.threshold for s in scores]
-        ident = [a for a, s in zip(accept, same) if s]
-        res["specs"][spec] = {
-            "threshold": ver.threshold,
-            "auroc": auroc(scores, labels),
-            "agreement": sum(a == y for a, y in zip(accept, labels)) / len(labels) if labels else None,
-            "accept_rate": sum(accept) / len(accept) if accept else None,
-            "identical_acceptance": sum(ident) / len(ident) if ident else None,
-            "seconds_per_pair": secs / len(pairs) if pairs else None,
-            "example_prompt": example,
-            "scores": scores,
-        }
-        r = res["specs"][spec]
+        r = _score_spec(spec, backend, pairs, labels, same)
+        res["specs"][spec] = r
         print(
             f"{spec}: AUROC {r['auroc']}, agreement {r['agreement']}, accept rate {r['accept_rate']}, "
             f"accepts identical {r['identical_acceptance']}, {r['seconds_per_pair']} s/pair",
@@ -141,6 +105,57 @@ def main(args: JudgeProbeConfig) -> dict:
         )
         write_json_file(out, res)  # after every spec: a long probe keeps what it has
     return res
+
+
+def _chosen_rows(args: JudgeProbeConfig) -> tuple[list[dict], int, list[int]]:
+    """The dataset's pairs to score (a seeded ``--sample``, then the first ``--limit``), the
+    dataset's number of pairs and the chosen rows' indices in it."""
+    from lrtune.dataset import load_tables
+
+    pairs_t, _ = load_tables(Path(args.data))
+    rows = pairs_t.to_pylist()
+    n_all = len(rows)
+    index = list(range(n_all))
+    if args.sample and args.sample < n_all:
+        import random
+
+        index = sorted(random.Random(args.seed).sample(index, args.sample))
+    if args.limit:
+        index = index[: args.limit]
+    return [rows[i] for i in index], n_all, index
+
+
+def _score_spec(spec: str, backend, pairs: list, labels: list[bool], same: list[bool]) -> dict:
+    """Score every pair with one judge spec (after printing one real prompt of it); its
+    AUROC, agreement and acceptance against ``labels``, and seconds per pair."""
+    from lrtune.pairstats import auroc
+    from lrtune.verifiers import make_verifier
+
+    ver = make_verifier(spec.strip(), backend=backend)
+    sample = next((p for p, s in zip(pairs, same) if not s), None)
+    example = None
+    if sample is not None:
+        ids = ver.prompts([sample])[0]
+        example = {"token_ids": ids, "text": backend.decode(ids, skip_special_tokens=False)}
+        print(
+            f"--- {spec}: one production prompt, {len(ids)} token ids ---\n{ids}\n{example['text']}\n---",
+            flush=True,
+        )
+    t0 = time.perf_counter()
+    scores = ver.score(pairs)
+    secs = time.perf_counter() - t0
+    accept = [s >= ver.threshold for s in scores]
+    ident = [a for a, s in zip(accept, same) if s]
+    return {
+        "threshold": ver.threshold,
+        "auroc": auroc(scores, labels),
+        "agreement": sum(a == y for a, y in zip(accept, labels)) / len(labels) if labels else None,
+        "accept_rate": sum(accept) / len(accept) if accept else None,
+        "identical_acceptance": sum(ident) / len(ident) if ident else None,
+        "seconds_per_pair": secs / len(pairs) if pairs else None,
+        "example_prompt": example,
+        "scores": scores,
+    }
 
 
 COMMAND = Command(("labels", "judge-probe"), __doc__.splitlines()[0], (Section(JudgeProbeConfig),))

@@ -157,17 +157,64 @@ def flip_rates(rows: list[dict], seed: int) -> dict:
     return out
 
 
+@dataclass
+class _NoiseJob:
+    """What ``main`` reads before any model loads: the output file, the collect's settings,
+    task and problems, and its labelled position-0 pairs in a seeded order."""
+
+    out: Path
+    data: Path
+    models: object
+    dcfg: object
+    opts: object
+    task: object
+    problems: dict
+    rows: list[dict]
+
+
 def main(args: LabelNoiseConfig) -> int:
     """Probe the rollout teacher (phase 1 -- every input checked -- before any model loads)."""
-    from lrtune.data_gen.rollout import RolloutItem, rollout_labels
+    from lrtune.data_gen.rollout import rollout_labels
     from lrtune.decoding import Decoder
+    from lrtune.runfiles import write_json_file
+
+    job = _read_collect(args)
+    dec = Decoder.from_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
+    dec.start_engines(job.dcfg)
+    target = dec.target
+    items, meta, skipped = _probe_items(args, job, target)
+    print(
+        f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
+        "(rebuilt prefix differs from the recorded one)",
+        flush=True,
+    )
+    outcomes, secs = rollout_labels(
+        target,
+        job.task,
+        items,
+        max_tokens=job.opts.rollout.tokens,
+        max_len=job.models.engine.max_model_len,
+        gamma2=job.dcfg.sd_gamma2,
+    )
+    votes = [None] * len(items)
+    if args.samples > 0:
+        votes, vsecs = _vote_accepts(args, job, target, items, meta, outcomes)
+        secs += vsecs
+    probed = _probed_pairs(meta, outcomes, votes)
+    res = _results(args, job, meta, probed, skipped, secs)
+    write_json_file(job.out, res)
+    _print_results(args, res, secs)
+    return 0
+
+
+def _read_collect(args: LabelNoiseConfig) -> _NoiseJob:
+    """Phase 1: the settings and output file checked, the collect's settings (a rollout
+    teacher's), its task's problems and its labelled position-0 pairs, shuffled by ``--seed``."""
     from lrtune.dataset import load_tables
     from lrtune.outdir import json_out_file
-    from lrtune.runfiles import write_json_file
     from lrtune.tasks import get_task
 
     args.validate()
-    edits = args.edit_list
     out = json_out_file(args.out, inputs=(args.data,))
     data = Path(args.data)
     models, dcfg, opts = collect_settings(data)
@@ -185,16 +232,21 @@ def main(args: LabelNoiseConfig) -> int:
         and r["problem_id"] in problems
     ]
     random.Random(args.seed).shuffle(rows)
+    return _NoiseJob(out, data, models, dcfg, opts, task, problems, rows)
 
-    dec = Decoder.from_configs(models, dcfg, progress=True, load_all_methods=dcfg.uses_sd)
-    dec.start_engines(dcfg)
-    target = dec.target
+
+def _probe_items(args: LabelNoiseConfig, job: _NoiseJob, target) -> tuple[list, list[dict], int]:
+    """The rollout items of up to ``--sample`` pairs whose prefix rebuilds: per pair its
+    unedited step (``none``) and each edit that applies; their meta, and the pairs skipped."""
+    from lrtune.data_gen.rollout import RolloutItem
+
+    edits = args.edit_list
     items, meta, skipped = [], [], 0
-    for r in rows:
+    for r in job.rows:
         if len({m["row"] for m in meta}) >= args.sample:
             break
-        prob = problems[r["problem_id"]]
-        prompt = target.encode_prompt(task.prompt(prob))
+        prob = job.problems[r["problem_id"]]
+        prompt = target.encode_prompt(job.task.prompt(prob))
         pre = rebuild_prefix(r, prompt, target)
         if pre is None:
             skipped += 1
@@ -216,37 +268,36 @@ def main(args: LabelNoiseConfig) -> int:
                     "recorded_label": bool(r["label"]),
                 }
             )
-    print(
-        f"probing {len({m['row'] for m in meta})} pairs ({len(items)} rollout items); {skipped} skipped "
-        "(rebuilt prefix differs from the recorded one)",
-        flush=True,
-    )
-    outcomes, secs = rollout_labels(
-        target,
-        task,
-        items,
-        max_tokens=opts.rollout.tokens,
-        max_len=models.engine.max_model_len,
-        gamma2=dcfg.gamma2 if dcfg.uses_sd else 0,
-    )
-    votes = [None] * len(items)
-    if args.samples > 0:
-        from lrtune.data_gen.rollout import sampled_outcomes, vote_on
+    return items, meta, skipped
 
-        got, vsecs = sampled_outcomes(
-            target,
-            task,
-            items,
-            samples=args.samples,
-            temperature=args.temperature,
-            seed=args.seed,
-            max_tokens=opts.rollout.tokens,
-            max_len=models.engine.max_model_len,
-        )
-        secs += vsecs
-        for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
-            greedy = o["rollout_draft_answer"], o["rollout_target_answer"]
-            votes[i] = vote_on(task, problems[m["problem"]], greedy, g, identical=m["edit"] == "none")[0]
+
+def _vote_accepts(
+    args: LabelNoiseConfig, job: _NoiseJob, target, items: list, meta: list[dict], outcomes: list[dict]
+) -> tuple[list, float]:
+    """The vote teacher's verdict on every item (its greedy outcomes and ``--samples`` sampled
+    rollouts per branch) and the sampling call's seconds."""
+    from lrtune.data_gen.rollout import sampled_outcomes, vote_on
+
+    votes = [None] * len(items)
+    got, vsecs = sampled_outcomes(
+        target,
+        job.task,
+        items,
+        samples=args.samples,
+        temperature=args.temperature,
+        seed=args.seed,
+        max_tokens=job.opts.rollout.tokens,
+        max_len=job.models.engine.max_model_len,
+    )
+    for i, (m, o, g) in enumerate(zip(meta, outcomes, got)):
+        greedy = o["rollout_draft_answer"], o["rollout_target_answer"]
+        votes[i] = vote_on(job.task, job.problems[m["problem"]], greedy, g, identical=m["edit"] == "none")[0]
+    return votes, vsecs
+
+
+def _probed_pairs(meta: list[dict], outcomes: list[dict], votes: list) -> list[dict]:
+    """One record per edited pair (the teacher's and vote teacher's verdicts); an unedited
+    one instead gets ``reproduced`` (its rollout reached the recorded answer) in its meta."""
     probed = []
     for m, o, vote in zip(meta, outcomes, votes):
         if m["edit"] == "none":  # identical steps: the teacher accepts by construction; is the answer the recorded one?
@@ -262,13 +313,19 @@ def main(args: LabelNoiseConfig) -> int:
                     "vote_accept": vote,
                 }
             )
+    return probed
+
+
+def _results(args: LabelNoiseConfig, job: _NoiseJob, meta: list[dict], probed: list[dict], skipped: int, secs) -> dict:
+    """The JSON the probe writes: reproduction and recorded accept rates, flip rates per edit
+    (and the vote teacher's, with ``--samples``) and every probed pair."""
     base = [m for m in meta if m["edit"] == "none"]
     res = {
-        "data": str(data),
-        "task": opts.task,
+        "data": str(job.data),
+        "task": job.opts.task,
         "teacher": "rollout",
-        "rollout_tokens": opts.rollout.tokens,
-        "gamma2": dcfg.gamma2 if dcfg.uses_sd else 0,
+        "rollout_tokens": job.opts.rollout.tokens,
+        "gamma2": job.dcfg.sd_gamma2,
         "sample": args.sample,
         "seed": args.seed,
         "pairs_probed": len(base),
@@ -285,9 +342,13 @@ def main(args: LabelNoiseConfig) -> int:
             "temperature": args.temperature,
             "edits": flip_rates([{**r, "accept": r["vote_accept"]} for r in probed], args.seed),
         }
-    write_json_file(out, res)
+    return res
+
+
+def _print_results(args: LabelNoiseConfig, res: dict, secs) -> None:
+    """Print the probe's rates: reproduction, recorded accepts, then each edit's flip rates."""
     print(
-        f"{opts.task}: {len(base)} pairs; the unedited step reproduced the recorded answer on "
+        f"{res['task']}: {res['pairs_probed']} pairs; the unedited step reproduced the recorded answer on "
         f"{res['reproduced']:.2f}; recorded accept rate {res['recorded_accept_rate']:.2f}"
     )
     for e, f in res["edits"].items():
@@ -301,7 +362,6 @@ def main(args: LabelNoiseConfig) -> int:
             f"[{f['flip_rate_ci95'][0]:.3f}, {f['flip_rate_ci95'][1]:.3f}]"
         )
     print(f"wrote {args.out} ({secs:.0f} s of rollouts)")
-    return 0
 
 
 COMMAND = Command(("labels", "noise"), __doc__.splitlines()[0], (Section(LabelNoiseConfig),))

@@ -80,8 +80,18 @@ def rollout_labels(
     ``known`` is reused, and identical P·step ids (identical draft and target steps, or one
     branch shared by several items) share one row. A row's budget is
     ``min(max_tokens, max_len - len(P·step) - 1)``."""
+    rows, params, plan = _rollout_plan(backend, items, max_tokens=max_tokens, max_len=max_len, gamma2=gamma2)
+    outs, seconds = _timed_generate(backend, rows, params)
+    return [_rollout_label(backend, task, it, ways, outs) for it, ways in zip(items, plan)], seconds
+
+
+def _rollout_plan(
+    backend, items: list[RolloutItem], *, max_tokens: int, max_len: int, gamma2: int
+) -> tuple[list[list[int]], list, list[list[tuple]]]:
+    """The engine rows to decode, their parameters, and per item how each branch (draft,
+    target) gets its continuation: ``("end",)`` (none), ``("known", ids, ended)`` or
+    ``("row", index)``, a row shared by identical P·step ids with the same budget."""
     from lrtune.backends.base import GenParams
-    from lrtune.tasks import same_outcome
 
     rows, params, plan = [], [], []  # plan[n][b]: ("end",) | ("known", ids, ended) | ("row", index)
     seen: dict[tuple, int] = {}  # (P·step ids, budget) -> its row
@@ -104,32 +114,34 @@ def rollout_labels(
                 rows.append(ids)
                 params.append(GenParams(max_tokens=room, stop_at_delimiter=False, num_speculative_tokens=gamma2))
         plan.append(ways)
-    outs, seconds = _timed_generate(backend, rows, params)
-    labels = []
-    for it, ways in zip(items, plan):
-        texts, ended = [], []
-        for step, way in zip((it.draft, it.target), ways):
-            if way[0] == "row":
-                cont, end = list(outs[way[1]].token_ids), outs[way[1]].finish == "eos"
-            elif way[0] == "known":
-                cont, end = list(way[1]), bool(way[2])
-            else:
-                cont, end = [], True
-            ended.append(end)
-            texts.append(backend.decode(it.prefix[it.prompt_len :] + step + cont, skip_special_tokens=True))
-        same, a_draft, a_target = same_outcome(task, it.problem, texts[0], texts[1])
-        labels.append(
-            {
-                "rollout_label": same,
-                "rollout_draft_answer": a_draft,
-                "rollout_target_answer": a_target,
-                "rollout_draft_text": texts[0],
-                "rollout_target_text": texts[1],
-                "rollout_finished": all(ended),
-                "rollout_reused": any(w[0] == "known" for w in ways),
-            }
-        )
-    return labels, seconds
+    return rows, params, plan
+
+
+def _rollout_label(backend, task, it: RolloutItem, ways: list[tuple], outs: list) -> dict:
+    """One item's label from its two branches' continuations (decoded ``outs`` rows, known
+    ones, or none): whether both reach the same outcome, their answers and texts."""
+    from lrtune.tasks import same_outcome
+
+    texts, ended = [], []
+    for step, way in zip((it.draft, it.target), ways):
+        if way[0] == "row":
+            cont, end = list(outs[way[1]].token_ids), outs[way[1]].finish == "eos"
+        elif way[0] == "known":
+            cont, end = list(way[1]), bool(way[2])
+        else:
+            cont, end = [], True
+        ended.append(end)
+        texts.append(backend.decode(it.prefix[it.prompt_len :] + step + cont, skip_special_tokens=True))
+    same, a_draft, a_target = same_outcome(task, it.problem, texts[0], texts[1])
+    return {
+        "rollout_label": same,
+        "rollout_draft_answer": a_draft,
+        "rollout_target_answer": a_target,
+        "rollout_draft_text": texts[0],
+        "rollout_target_text": texts[1],
+        "rollout_finished": all(ended),
+        "rollout_reused": any(w[0] == "known" for w in ways),
+    }
 
 
 def _timed_generate(backend, rows: list[list[int]], params: list) -> tuple[list, float]:

@@ -163,15 +163,36 @@ def read_votes(log: Path, vote_cfg: dict) -> dict[str, dict]:
     return done
 
 
+@dataclass
+class _VoteJob:
+    """What ``main`` reads before it claims OUT: the collect's settings, task and problems,
+    and its labelled pairs by problem with the seeded order to vote the problems in."""
+
+    data: Path
+    out: Path
+    models: object
+    dcfg: object
+    opts: object
+    task: object
+    problems: dict
+    by_problem: dict[str, list[dict]]
+    order: list[str]
+
+
 def main(args: VoteLabelsConfig) -> int:
     """Relabel a rollout-labelled collect with the vote teacher (resumable; phase 1 first)."""
+    _check_outputs(args)
+    job = _read_collect(args)
+    log, vote_cfg, done, todo = _open_vote_log(args, job)  # phase 2: every input checked
+    skipped = _vote(args, job, todo, done, log) if todo else 0
+    _write_results(args, job, done, vote_cfg, skipped)
+    return 0
+
+
+def _check_outputs(args: VoteLabelsConfig) -> None:
+    """Phase 1 for the outputs: the settings, OUT, ``--greedy-out`` and ``--summary`` can be written."""
     from lrtune import outdir
-    from lrtune.data_gen.label_noise import collect_settings, rebuild_prefix
-    from lrtune.data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
-    from lrtune.decoding import Decoder
-    from lrtune.dataset import load_tables
     from lrtune.outdir import json_out_file
-    from lrtune.tasks import get_task
 
     args.validate()
     outdir.check_out(args.out, "labels vote")
@@ -179,6 +200,15 @@ def main(args: VoteLabelsConfig) -> int:
         outdir.check_out(args.greedy_out, "labels vote", "--greedy-out")
     if args.summary:
         json_out_file(args.summary, "--summary", inputs=(args.data,))
+
+
+def _read_collect(args: VoteLabelsConfig) -> _VoteJob:
+    """Phase 1 for the input: the collect's settings (a rollout teacher's), its task's problems
+    and the labelled pairs of the asked tasks, grouped by problem in a seeded order."""
+    from lrtune.data_gen.label_noise import collect_settings
+    from lrtune.dataset import load_tables
+    from lrtune.tasks import get_task
+
     data, out = Path(args.data), Path(args.out)
     models, dcfg, opts = collect_settings(data)
     if opts.teacher.spec != "rollout":
@@ -205,112 +235,153 @@ def main(args: VoteLabelsConfig) -> int:
     random.Random(args.seed).shuffle(order)
     if args.max_problems:
         order = order[: args.max_problems]
+    return _VoteJob(data, out, models, dcfg, opts, task, problems, by_problem, order)
 
-    outdir.claim_out(out, "labels vote")  # phase 2: every input checked
-    log = out / "votes.jsonl"
+
+def _open_vote_log(args: VoteLabelsConfig, job: _VoteJob) -> tuple[Path, dict, dict[str, dict], list[str]]:
+    """Claim OUT and open ``votes.jsonl`` (its settings line first); returns the log, the vote
+    settings, the votes it already holds by pair key and the problems still to vote."""
+    from lrtune import outdir
+
+    outdir.claim_out(job.out, "labels vote")
+    log = job.out / "votes.jsonl"
     vote_cfg = {
-        "source": str(data),
+        "source": str(job.data),
         "samples": args.samples,
         "temperature": args.temperature,
         "seed": args.seed,
-        "rollout_tokens": opts.rollout.tokens,
+        "rollout_tokens": job.opts.rollout.tokens,
     }
     done = read_votes(log, vote_cfg)
     if not log.is_file():
         append_jsonl(log, {"config": vote_cfg})
-    todo = [p for p in order if any(pair_key(r) not in done for r in by_problem[p])]
+    todo = [p for p in job.order if any(pair_key(r) not in done for r in job.by_problem[p])]
     print(
-        f"{len(order)} problems, {len(order) - len(todo)} already voted; {args.samples} sampled rollouts per "
+        f"{len(job.order)} problems, {len(job.order) - len(todo)} already voted; {args.samples} sampled rollouts per "
         f"branch at temperature {args.temperature}",
         flush=True,
     )
+    return log, vote_cfg, done, todo
 
+
+def _vote(args: VoteLabelsConfig, job: _VoteJob, todo: list[str], done: dict[str, dict], log: Path) -> int:
+    """Vote the ``todo`` problems' pairs, ``--chunk`` problems per engine call, each call's votes
+    added to ``done`` and appended to ``log``; returns the pairs skipped (prefix mismatch)."""
+    from lrtune.data_gen.rollout import sampled_outcomes
+    from lrtune.decoding import Decoder
+
+    dec = Decoder.from_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
+    dec.start_engines(job.dcfg)
+    target = dec.target
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc="vote rollouts", unit="problem")
     skipped = 0
-    if todo:
-        dec = Decoder.from_configs(models, dcfg, progress=True, load_all_methods=dcfg.uses_sd)
-        dec.start_engines(dcfg)
-        target = dec.target
-        from tqdm import tqdm
+    for c in range(0, len(todo), args.chunk):
+        items, meta, missed = _chunk_items(job, todo[c : c + args.chunk], target)
+        skipped += missed
+        t0 = time.perf_counter()
+        got, _ = sampled_outcomes(
+            target,
+            job.task,
+            items,
+            samples=args.samples,
+            temperature=args.temperature,
+            seed=args.seed,
+            max_tokens=job.opts.rollout.tokens,
+            max_len=job.models.engine.max_model_len,
+        )
+        secs = time.perf_counter() - t0
+        lines = _vote_records(job, meta, got, secs / max(1, len(items)))
+        for v in lines:
+            done[v["key"]] = v
+        append_jsonl(log, *lines)  # appended whole, after the call: a stop loses at most this chunk
+        bar.update(len(todo[c : c + args.chunk]))
+    bar.close()
+    return skipped
 
-        bar = tqdm(total=len(todo), desc="vote rollouts", unit="problem")
-        enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
-        for c in range(0, len(todo), args.chunk):
-            items, meta = [], []
-            for pid in todo[c : c + args.chunk]:
-                prob = problems[pid]
-                prompt = target.encode_prompt(task.prompt(prob))
-                steps = {(r["round"], r["branch"], r["position"]): r["draft_step"] for r in by_problem[pid]}
-                for r in by_problem[pid]:
-                    earlier = [steps.get((r["round"], r["branch"], q)) for q in range(r["position"])]
-                    pre = None if None in earlier else rebuild_prefix(r, prompt, target, tuple(earlier))
-                    if pre is None:
-                        skipped += 1
-                        continue
-                    items.append(RolloutItem(prob, len(prompt), pre, enc(r["draft_step"]), enc(r["target_step"])))
-                    meta.append(r)
-            t0 = time.perf_counter()
-            got, _ = sampled_outcomes(
-                target,
-                task,
-                items,
-                samples=args.samples,
-                temperature=args.temperature,
-                seed=args.seed,
-                max_tokens=opts.rollout.tokens,
-                max_len=models.engine.max_model_len,
-            )
-            secs = time.perf_counter() - t0
-            lines = []
-            for r, g in zip(meta, got):
-                prob = problems[r["problem_id"]]
-                gd, gt = recorded_outcomes(r)
-                label, score, d_votes, t_votes = vote_on(
-                    task, prob, (gd, gt), g, identical=r["draft_step"] == r["target_step"]
-                )
-                eq = outcome_equality(task, prob)
-                v = {
-                    "key": pair_key(r),
-                    "task": r["task"],
-                    "problem": f"{r['task']}/{r['problem_id']}",
-                    "position": r["position"],
-                    "greedy_label": bool(r["label"]),
-                    "vote_label": label,
-                    "vote_score": score,
-                    "draft_votes": d_votes,
-                    "target_votes": t_votes,
-                    "greedy_is_mode": [
-                        gd is not None and modal_outcome(d_votes, eq) == gd,
-                        gt is not None and modal_outcome(t_votes, eq) == gt,
-                    ],
-                    "seconds": secs / max(1, len(items)),
-                }
-                done[v["key"]] = v
-                lines.append(v)
-            append_jsonl(log, *lines)  # appended whole, after the call: a stop loses at most this chunk
-            bar.update(len(todo[c : c + args.chunk]))
-        bar.close()
+
+def _chunk_items(job: _VoteJob, pids: list[str], target) -> tuple[list, list[dict], int]:
+    """The rollout items of the pairs of problems ``pids`` whose prefix rebuilds, the pairs
+    they come from, and how many pairs did not rebuild (skipped)."""
+    from lrtune.data_gen.label_noise import rebuild_prefix
+    from lrtune.data_gen.rollout import RolloutItem
+
+    enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+    items, meta, skipped = [], [], 0
+    for pid in pids:
+        prob = job.problems[pid]
+        prompt = target.encode_prompt(job.task.prompt(prob))
+        steps = {(r["round"], r["branch"], r["position"]): r["draft_step"] for r in job.by_problem[pid]}
+        for r in job.by_problem[pid]:
+            earlier = [steps.get((r["round"], r["branch"], q)) for q in range(r["position"])]
+            pre = None if None in earlier else rebuild_prefix(r, prompt, target, tuple(earlier))
+            if pre is None:
+                skipped += 1
+                continue
+            items.append(RolloutItem(prob, len(prompt), pre, enc(r["draft_step"]), enc(r["target_step"])))
+            meta.append(r)
+    return items, meta, skipped
+
+
+def _vote_records(job: _VoteJob, meta: list[dict], got: list[dict], seconds: float) -> list[dict]:
+    """One ``votes.jsonl`` record per pair: its greedy label, the vote teacher's label, score
+    and votes, whether each greedy outcome is its branch's mode, and its share of the call's seconds."""
+    from lrtune.data_gen.rollout import modal_outcome, outcome_equality, vote_on
+
+    lines = []
+    for r, g in zip(meta, got):
+        prob = job.problems[r["problem_id"]]
+        gd, gt = recorded_outcomes(r)
+        label, score, d_votes, t_votes = vote_on(
+            job.task, prob, (gd, gt), g, identical=r["draft_step"] == r["target_step"]
+        )
+        eq = outcome_equality(job.task, prob)
+        lines.append(
+            {
+                "key": pair_key(r),
+                "task": r["task"],
+                "problem": f"{r['task']}/{r['problem_id']}",
+                "position": r["position"],
+                "greedy_label": bool(r["label"]),
+                "vote_label": label,
+                "vote_score": score,
+                "draft_votes": d_votes,
+                "target_votes": t_votes,
+                "greedy_is_mode": [
+                    gd is not None and modal_outcome(d_votes, eq) == gd,
+                    gt is not None and modal_outcome(t_votes, eq) == gt,
+                ],
+                "seconds": seconds,
+            }
+        )
+    return lines
+
+
+def _write_results(args: VoteLabelsConfig, job: _VoteJob, done: dict[str, dict], vote_cfg: dict, skipped: int) -> None:
+    """Write OUT (and ``--greedy-out``) as collect datasets and the summary JSON, and print the summary."""
+    from lrtune import outdir
     from lrtune.dataset import vote_teacher
+    from lrtune.runfiles import write_json_file
 
     teacher = vote_teacher(args.samples, args.temperature)
-    n = write_dataset(data, out, done, teacher, vote_cfg)
+    n = write_dataset(job.data, job.out, done, teacher, vote_cfg)
     if args.greedy_out:
-        write_dataset(data, outdir.claim_out(args.greedy_out, "labels vote", "--greedy-out"), done, None, vote_cfg)
+        write_dataset(job.data, outdir.claim_out(args.greedy_out, "labels vote", "--greedy-out"), done, None, vote_cfg)
     votes = list(done.values())
     res = {
-        "data": str(data),
-        "out": str(out),
+        "data": str(job.data),
+        "out": str(job.out),
         "teacher": teacher,
         **vote_cfg,
-        "problems": len(order),
+        "problems": len(job.order),
         "pairs_voted": len(votes),
         "pairs_written": n,
         "skipped_prefix_mismatch_this_run": skipped,
         "seconds_per_pair_mean": sum(v["seconds"] for v in votes) / max(1, len(votes)),
         "summary": summarize(votes, args.seed),
     }
-    from lrtune.runfiles import write_json_file
-
-    dest = Path(args.summary) if args.summary else out / "summary.json"
+    dest = Path(args.summary) if args.summary else job.out / "summary.json"
     write_json_file(dest, res)
     for name, s in res["summary"].items():
         print(
@@ -319,8 +390,7 @@ def main(args: VoteLabelsConfig) -> int:
             f"[{s['agreement_ci95'][0]:.3f}, {s['agreement_ci95'][1]:.3f}]; greedy outcome is the mode on "
             f"{s['greedy_is_mode']:.3f} of branches"
         )
-    print(f"wrote {out} ({n} pairs) and {dest}")
-    return 0
+    print(f"wrote {job.out} ({n} pairs) and {dest}")
 
 
 COMMAND = Command(("labels", "vote"), __doc__.splitlines()[0], (Section(VoteLabelsConfig),))

@@ -106,4 +106,4 @@ class EvalConfig:
 
     options: EvalOptions = field(default_factory=EvalOptions)
     models: ModelConfig = field(default_factory=ModelConfig)
-    decode: DecodeConfig = field(default_factory=lambda: DecodeConfig(gamma1=2, max_new_tokens=512, max_step_tokens=96))
+    decode: DecodeConfig = field(default_factory=lambda: DecodeConfig(max_new_tokens=512, max_step_tokens=96))

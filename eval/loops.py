@@ -14,7 +14,7 @@ from lrtune.batchcost import measure_batch_cost
 from lrtune.control import Bounds
 from lrtune.errors import ConfigError
 from lrtune.pricing import Pricing, priced
-from lrtune.roundstate import Failed
+from lrtune.slots import Failed
 from lrtune.runfiles import ProgressBar, log
 
 from lrtune.eval import metrics
@@ -58,7 +58,7 @@ class _Engines:
         return self.kinds[key]
 
 
-def _uses_draft(cfg: EvalConfig, specs) -> bool:
+def uses_draft_model(cfg: EvalConfig, specs) -> bool:
     return any(s.kind in ("lr", "lr+sd") for s in specs) or (
         any(s.kind in ("sd", "lr+sd") for s in specs) and cfg.models.sd_method == "draft"
     )
@@ -90,7 +90,7 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
         cfg.models,
         dataclasses.replace(cfg.decode, method="lr+sd"),
         has_draft=True,
-        load_all_methods=_uses_draft(cfg, specs),
+        load_all_methods=uses_draft_model(cfg, specs),
     )
     base = plan(profile=cfg.options.profile, engine_drafts=int(shared or 0))
     # what the run's verifier's calibration admits (its checkpoint, at its own threshold)
@@ -115,7 +115,7 @@ def resolve_auto(cfg: EvalConfig, specs, pricing: Pricing) -> list:
     return [resolved_auto(s, choice, own) if s.control == AUTO else s for s in specs]
 
 
-def _check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
+def check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
     """The run's controller and each method's own (``adaptive/c=``), built with the run's plan
     (cheap: no model loads) so that a bad name or directory fails before ``--out`` is touched."""
     from lrtune.build import build_controller
@@ -145,15 +145,15 @@ def asked_gamma2s(cfg: EvalConfig, specs, controllers=(), pricing: Pricing | Non
     return out
 
 
-def _start(
+def open_engines(
     cfg: EvalConfig, specs, task, problems, timing, pricing: Pricing, ctl, own: dict
 ) -> tuple[_Engines, dict | None, dict | None]:
     """Start the engines; ``pricing``, ``ctl`` and ``own``: the run's plan and controllers, decided
-    and built before any model loaded (:func:`run_pricing`, :func:`_check_controllers`)."""
+    and built before any model loaded (:func:`run_pricing`, :func:`check_controllers`)."""
     from lrtune.decoding import Decoder
 
     t0 = time.perf_counter()
-    uses_draft = _uses_draft(cfg, specs)
+    uses_draft = uses_draft_model(cfg, specs)
     dec = Decoder.from_configs(
         dataclasses.replace(cfg.models, controller=None),
         dataclasses.replace(cfg.decode, method="lr+sd"),
@@ -210,9 +210,9 @@ def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
     return out
 
 
-def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
-    from lrtune.control import ProblemInfo
-
+def decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+    """Every pending (problem, method) row, one at a time, each problem's methods in a balanced
+    order (the oracle last); records appended as they land (resumable); live accuracy and speed."""
     dec = eng.dec
 
     progress = ProgressBar(
@@ -232,40 +232,14 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
             pending = [s for s in specs if (prob.id, s.label) not in done]
             if not pending:
                 continue
-            try:
-                ids = dec.encode(task.prompt(prob))
-            except ConfigError as e:
-                log(f"skipping {prob.id}: {e}")
-                progress.advance(len(pending))
-                continue
-            need = len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens
-            if need > cfg.models.engine.max_model_len:
-                log(
-                    f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
-                    f"{cfg.models.engine.max_model_len}"
-                )
+            ids = _prompt_ids(dec, cfg, task, prob)
+            if ids is None:
                 progress.advance(len(pending))
                 continue
             order = [pending[j] for j in metrics.balanced_order(len(pending), i)]
             order = [s for s in order if s.control != "oracle"] + [s for s in order if s.control == "oracle"]
             for spec in order:
-                dcfg, kwargs = _controlled(
-                    eng.controller_for(spec), cfg, spec, prob, task, lrsd_stats.get(prob.id), eng.pricing
-                )
-                kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
-                t_warm = time.perf_counter()
-                _fresh_cache(dec, ids)
-                timing["prompt_cache_s"] += time.perf_counter() - t_warm
-                judged, on_round = _pair_recorder(cfg, dcfg, dec)
-                res, stats = dec.decoder.decode(
-                    ids,
-                    dcfg,
-                    verifier=eng.verifier(spec),
-                    **kwargs,
-                    on_round=None if on_round is None else (lambda r: on_round(0, r)),
-                )
-                timing["decode_s"] += stats.wall_s
-                rec = _record(prob, i, spec, dcfg, cfg, task, res, stats, judged.get(0), kwargs.get("controller"))
+                rec, stats = _decode_row(eng, cfg, spec, task, prob, i, ids, lrsd_stats.get(prob.id), timing)
                 ok = rec["correct"]
                 append_record(out / RECORDS, rec)
                 done.add((prob.id, spec.label))
@@ -283,6 +257,46 @@ def _decode_all(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out
     finally:
         timing["loop_s"] += time.perf_counter() - t_loop
         progress.close()
+
+
+def _prompt_ids(dec, cfg: EvalConfig, task, prob) -> list[int] | None:
+    """The problem's prompt ids, or None (with one line saying why) when it cannot be encoded or
+    does not fit ``max_model_len`` with the budget."""
+    try:
+        ids = dec.encode(task.prompt(prob))
+    except ConfigError as e:
+        log(f"skipping {prob.id}: {e}")
+        return None
+    if len(ids) + cfg.decode.max_new_tokens + cfg.decode.max_step_tokens > cfg.models.engine.max_model_len:
+        log(
+            f"skipping {prob.id}: prompt of {len(ids)} tokens + budget exceeds max_model_len "
+            f"{cfg.models.engine.max_model_len}"
+        )
+        return None
+    return ids
+
+
+def _decode_row(eng: _Engines, cfg: EvalConfig, spec, task, prob, i: int, ids: list[int], lrsd, timing) -> tuple:
+    """One (problem, method) row decoded from a fresh prompt cache: its record and stats
+    (``lrsd``: the problem's lr+sd stats, which the oracle reads)."""
+    from lrtune.control import ProblemInfo
+
+    dec = eng.dec
+    dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd, eng.pricing)
+    kwargs.setdefault("problem", ProblemInfo(prob.id, task.prompt(prob), len(ids), cfg.options.task))
+    t_warm = time.perf_counter()
+    _fresh_cache(dec, ids)
+    timing["prompt_cache_s"] += time.perf_counter() - t_warm
+    judged, on_round = _pair_recorder(cfg, dcfg, dec)
+    res, stats = dec.decoder.decode(
+        ids,
+        dcfg,
+        verifier=eng.verifier(spec),
+        **kwargs,
+        on_round=None if on_round is None else (lambda r: on_round(0, r)),
+    )
+    timing["decode_s"] += stats.wall_s
+    return _record(prob, i, spec, dcfg, cfg, task, res, stats, judged.get(0), kwargs.get("controller")), stats
 
 
 def _pair_recorder(cfg: EvalConfig, dcfg, dec):
@@ -319,7 +333,7 @@ def _record(
         "kind": spec.kind,
         # depths actually run (0 = not used); adaptive rows change them per round
         "gamma1": None if spec.control == "adaptive" else dcfg.gamma1 * dcfg.uses_lr,
-        "gamma2": None if spec.control == "adaptive" else dcfg.gamma2 * dcfg.uses_sd,
+        "gamma2": None if spec.control == "adaptive" else dcfg.sd_gamma2,
         "control": spec.control,
         "decode_method": dcfg.method,
         "schedule": spec.schedule,
@@ -340,7 +354,7 @@ def _record(
     }
 
 
-def _decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
+def decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, done, out: Path, timing) -> None:
     """Throughput mode: each method over every problem it has not finished, with
     ``--max-concurrent`` in flight; a record is written as each problem ends and one
     :class:`~lrtune.stats.BatchStats` line per method to ``throughput.jsonl``."""
@@ -466,7 +480,7 @@ def _fixed_depths(dcfg, gamma1: int, gamma2: int):
     )
 
 
-def _reuse_keep(records: list[dict], label: str) -> float | None:
+def reuse_keep_share(records: list[dict], label: str) -> float | None:
     """Draft-prefix reuse: the share of the target's tokens at drafted positions that its
     rows still generated, 1 − reused / all (None without such tokens in ``label``'s records)."""
     st = [r["stats"] for r in records if r["method"] == label]

@@ -56,7 +56,7 @@ def check_resume(cfg: EvalConfig) -> None:
     of another config unless ``--overwrite``; reads only."""
     out = check_out(cfg.options.out, "evaluate")
     if not cfg.options.overwrite:
-        _previous_summary(out)  # a summary whose carried-over keys do not fit is refused now
+        previous_summary(out)  # a summary whose carried-over keys do not fit is refused now
     cfg_path = out / CONFIG
     if not cfg_path.is_file():
         return
@@ -125,7 +125,7 @@ def throughput_rows(path: Path, labels) -> dict[str, dict]:
     return {k: out[k] for k in labels if k in out}
 
 
-def _previous_summary(out: Path) -> dict:
+def previous_summary(out: Path) -> dict:
     """The last summary of this run directory (its timings and b(n) carry over to this
     invocation); ConfigError naming the file and field when they do not fit
     (:class:`lrtune.filekinds.EvalSummary`), before any model loads."""

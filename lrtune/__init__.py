@@ -12,21 +12,6 @@ from __future__ import annotations
 
 from lrtune.version import __version__  # noqa: F401 - the public version
 
-__all__ = [
-    "ControlConfig",
-    "DecodeConfig",
-    "DecodeOutput",
-    "DecodeStats",
-    "Decoder",
-    "EngineConfig",
-    "GpuMemoryConfig",
-    "LookaheadDecoder",
-    "LrtuneError",
-    "ModelConfig",
-    "Pricing",
-    "VerifierConfig",
-]
-
 
 _HOMES = {  # where each public name lives (lrtune/api.py re-exports the same names)
     "ControlConfig": "lrtune.modelconfig",
@@ -42,6 +27,7 @@ _HOMES = {  # where each public name lives (lrtune/api.py re-exports the same na
     "Pricing": "lrtune.pricing",
     "VerifierConfig": "lrtune.modelconfig",
 }
+__all__ = sorted(_HOMES)  # the public names: one list
 
 
 def __getattr__(name: str):

@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from lrtune.backends.base import GenParams
-from lrtune.rounds import ends_apart, mix_seed, step_pair, step_params
+from lrtune.rounds import chain_ids, ends_apart, mix_seed, step_pair, step_params
 from lrtune.stats import DecodeStats
 from lrtune.verifiers import accept
 
@@ -170,7 +170,7 @@ class _AsyncRun:
     def _params(self, role: int, prefix_len: int, budget: int, draft: bool) -> GenParams:
         # seeded by the prefix, so a step's sample never depends on when it was scheduled
         seeds = (mix_seed(self.cfg.seed, prefix_len, role),) if self.cfg.temperature > 0 else None
-        return _with_seeds(step_params(self.cfg, budget, 0, 0, 1, draft=draft), seeds)
+        return _with_seeds(step_params(self.cfg, budget, 0, 0, 1, gamma2=self.cfg.sd_gamma2, draft=draft), seeds)
 
     def _schedule(self) -> None:
         """Submit the next draft step (up to γ1 ahead of P) and every target step whose
@@ -188,14 +188,14 @@ class _AsyncRun:
             and not chain_ended
             and not self.draft_dead
         ):
-            prefix = base + _ids(chain)
+            prefix = base + chain_ids(chain)
             self.draft_job = self.draft_w.submit(_Job(self.epoch, prefix, self._params(1, len(prefix), budget, True)))
         for i in range(1, min(len(chain) + 1, cfg.gamma1 + 1) + 1):
             if i in self.tjobs:
                 continue
             if i == len(chain) + 1 and (answer_ended or drafted >= budget):
                 break
-            prefix = base + _ids(chain[: i - 1])
+            prefix = base + chain_ids(chain[: i - 1])
             self.tjobs[i] = self.target_w.submit(_Job(self.epoch, prefix, self._params(2, len(prefix), budget, False)))
 
     def _restart(self) -> None:
@@ -260,13 +260,6 @@ class _AsyncRun:
             self.verdicts = []
             done = self._commit("target", list(s1.token_ids))
             self._restart()
-
-
-def _ids(steps) -> list[int]:
-    out: list[int] = []
-    for s in steps:
-        out.extend(s.token_ids)
-    return out
 
 
 def _wait_first(futures: list[Future]) -> None:

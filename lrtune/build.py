@@ -35,7 +35,7 @@ def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
     return None
 
 
-def _build_verifier(
+def build_verifier(
     verification: VerifierConfig, device: str, cfg: DecodeConfig, verifier, target, judge_dir: str | None, load_judge
 ) -> Verifier:
     """The verifier: ``verifier`` (parsed, :func:`verifier_of`) at ``verification``'s threshold;
@@ -73,7 +73,7 @@ def build_controller(spec, cfg: DecodeConfig, pricing=None):
     from lrtune.control import Bounds
     from lrtune.policies import make_controller
 
-    gamma2 = cfg.gamma2 if cfg.uses_sd else 0
+    gamma2 = cfg.sd_gamma2
     bounds = Bounds.covering(cfg.gamma1, gamma2)
     if not cfg.uses_sd:
         bounds = replace(bounds, gamma2_max=0)
@@ -172,23 +172,7 @@ def check_configs(
     ``Decoder.from_configs`` calls it too."""
     from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
 
-    cfg.validate()
-    models.validate()
-    spec = verifier_of(models, verifier)
-    if isinstance(spec, VerifierSpec):
-        from lrtune.verifiers import check_verifier_spec
-
-        parsed = check_verifier_spec(spec)
-        if cfg.uses_lr and cfg.score_rounds:
-            from lrtune.score_round import require_one_sided
-
-            require_one_sided(parsed)
-    if models.engine.max_model_len < cfg.max_step_tokens + 2:
-        raise ConfigError("max_model_len is too small for one step")
-    if models.draft_quantization == "int8":
-        from lrtune.quantize import check_int8_runs
-
-        check_int8_runs(models.backend)
+    spec = _checked_options(models, cfg, verifier)
     needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
     target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
     draft_path = None
@@ -213,27 +197,8 @@ def check_configs(
     judge_dir = judge_path(models, spec, progress)
     plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
-        from lrtune.backends.vllm import gpu_memory_plan
-        from lrtune.memory import target_engine_keys
-
-        shared = shared_spec_tokens(
-            models,
-            cfg,
-            has_draft=bool(draft_path),
-            load_all_methods=load_all_methods,
-            controller_gamma2_max=controller_gamma2_max,
-        )
-        sd = cfg.uses_sd or load_all_methods
-        # a controller on the shared engine picks within its γ2 (Pricing.cap); without one, any γ2 of its range
-        ranged = range(1, controller_gamma2_max + 1) if sd and not shared else ()
-        asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
-        keys = target_engine_keys(asked, shared=shared)
-        spec_model = draft_path if models.sd_method == "draft" else None
-        plan = gpu_memory_plan(
-            models.engine,
-            {"target": target_path, "draft": draft_path, "judge": judge_dir},
-            spec_model,
-            engines={"target": len(keys)},
+        plan, shared, keys = _gpu_plan(
+            models, cfg, target_path, draft_path, judge_dir, load_all_methods, gamma2s, controller_gamma2_max
         )
     sd_draft = bool(draft_path) and models.sd_method == "draft"
     kv = kv_cache_plan(models, target_path, draft_path if sd_draft else None, draft_path, judge_dir)
@@ -245,6 +210,56 @@ def check_configs(
 
         check_budget(cpu_plan, models.engine.memory_budget_gib)
     return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys, cpu_plan, kv)
+
+
+def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
+    """Every option (schema and rules) and the verifier spec, before anything is read; the spec."""
+    cfg.validate()
+    models.validate()
+    spec = verifier_of(models, verifier)
+    if isinstance(spec, VerifierSpec):
+        from lrtune.verifiers import check_verifier_spec
+
+        parsed = check_verifier_spec(spec)
+        if cfg.uses_lr and cfg.score_rounds:
+            from lrtune.score_round import require_one_sided
+
+            require_one_sided(parsed)
+    if models.engine.max_model_len < cfg.max_step_tokens + 2:
+        raise ConfigError("max_model_len is too small for one step")
+    if models.draft_quantization == "int8":
+        from lrtune.quantize import check_int8_runs
+
+        check_int8_runs(models.backend)
+    return spec
+
+
+def _gpu_plan(models, cfg, target_path, draft_path, judge_dir, load_all_methods, gamma2s, controller_gamma2_max):
+    """vLLM: the GPU memory plan (None on a CPU), the shared SD engine's γ2, and the keys of the
+    target engines the run will start (every γ2 it asks for)."""
+    from lrtune.backends.vllm import gpu_memory_plan
+    from lrtune.memory import target_engine_keys
+
+    shared = shared_spec_tokens(
+        models,
+        cfg,
+        has_draft=bool(draft_path),
+        load_all_methods=load_all_methods,
+        controller_gamma2_max=controller_gamma2_max,
+    )
+    sd = cfg.uses_sd or load_all_methods
+    # a controller on the shared engine picks within its γ2 (Pricing.cap); without one, any γ2 of its range
+    ranged = range(1, controller_gamma2_max + 1) if sd and not shared else ()
+    asked = [*gamma2s, *ranged, cfg.gamma2 if sd else 0]
+    keys = target_engine_keys(asked, shared=shared)
+    spec_model = draft_path if models.sd_method == "draft" else None
+    plan = gpu_memory_plan(
+        models.engine,
+        {"target": target_path, "draft": draft_path, "judge": judge_dir},
+        spec_model,
+        engines={"target": len(keys)},
+    )
+    return plan, shared, keys
 
 
 def kv_token_bytes(model_dir: str, dtype: str) -> int:
@@ -306,9 +321,9 @@ def cpu_memory_plan(
     if models.backend == "transformers" and verifier_device(models.device) != "cpu":  # auto: CUDA when present
         return None
     if models.backend == "vllm":
-        from lrtune.backends.vllm import _on_cpu
+        from lrtune.backends.vllm import on_cpu_platform
 
-        if not _on_cpu():
+        if not on_cpu_platform():
             return None
         from lrtune.backends.vllm import resolve_dtype
 

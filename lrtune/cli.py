@@ -56,11 +56,20 @@ class DecodeOptions(Checked):
 
 
 def make_parser() -> ArgumentParser:
-    from lrtune.modelconfig import ModelConfig
-    from lrtune.decoder import DecodeConfig
-
+    """The ``lrtune`` parser: every command with its flags."""
     parser = ArgumentParser(prog="lrtune", description="Lookahead Reasoning + speculative decoding")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    _add_decoding_commands(sub)
+    _add_stage_commands(sub)
+    _add_loop_commands(sub)
+    _add_tool_commands(sub)
+    return parser
+
+
+def _add_decoding_commands(sub) -> None:
+    """``decode`` and ``serve``: their own options, the models and the decoding."""
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.decoder import DecodeConfig
 
     dec = sub.add_parser("decode", help="decode one prompt with target | sd | lr | lr+sd")
     dec.add_argument("prompt", nargs="?", help="the user prompt (chat template applied)")
@@ -78,6 +87,10 @@ def make_parser() -> ArgumentParser:
     add_dataclass_args(srv, ModelConfig)
     add_dataclass_args(srv, DecodeConfig)
 
+
+def _add_stage_commands(sub) -> None:
+    """The stages, each with the flags its own module declares: ``evaluate``, ``collect``,
+    ``train verifier|controller``, ``calibrate``, ``labels ...`` and ``profile``."""
     from lrtune.eval.evaluate import add_arguments as add_eval_arguments
 
     ev = sub.add_parser("evaluate", help="accuracy, acceptance and speedup of every method on a task, in one run")
@@ -88,16 +101,7 @@ def make_parser() -> ArgumentParser:
     col = sub.add_parser("collect", help="record every draft/target step pair with teacher labels (parquet)")
     add_collect_arguments(col)
 
-    from lrtune.train.verifier import add_arguments as add_train_verifier_arguments
-
-    tr = sub.add_parser("train", help="train a distilled verifier or a controller")
-    tr_sub = tr.add_subparsers(dest="train_command", required=True, parser_class=ArgumentParser)
-    trv = tr_sub.add_parser("verifier", help="distil a collected teacher judge into a lightweight verifier checkpoint")
-    add_train_verifier_arguments(trv)
-    from lrtune.train.controller import add_arguments as add_train_controller_arguments
-
-    trc = tr_sub.add_parser("controller", help="fit the learned (γ1, γ2) controller on collected problems")
-    add_train_controller_arguments(trc)
+    _add_train_commands(sub)
 
     from lrtune.train.recalibrate import add_arguments as add_calibrate_arguments
 
@@ -124,6 +128,24 @@ def make_parser() -> ArgumentParser:
     prof = sub.add_parser("profile", help="measure c1, c2 and the batch-cost curve b(n) of a backend/model pair")
     add_profile_arguments(prof)
 
+
+def _add_train_commands(sub) -> None:
+    """``train verifier`` and ``train controller``."""
+    from lrtune.train.verifier import add_arguments as add_train_verifier_arguments
+
+    tr = sub.add_parser("train", help="train a distilled verifier or a controller")
+    tr_sub = tr.add_subparsers(dest="train_command", required=True, parser_class=ArgumentParser)
+    trv = tr_sub.add_parser("verifier", help="distil a collected teacher judge into a lightweight verifier checkpoint")
+    add_train_verifier_arguments(trv)
+    from lrtune.train.controller import add_arguments as add_train_controller_arguments
+
+    trc = tr_sub.add_parser("controller", help="fit the learned (γ1, γ2) controller on collected problems")
+    add_train_controller_arguments(trc)
+
+
+def _add_loop_commands(sub) -> None:
+    """``demo`` and ``pipeline``: the whole loop's options and the models (less those it trains)."""
+    from lrtune.modelconfig import ModelConfig
     from lrtune.pipeline import PipelineOptions
 
     for name, help_ in (
@@ -135,6 +157,9 @@ def make_parser() -> ArgumentParser:
         add_dataclass_args(pp, PipelineOptions)
         add_dataclass_args(pp, ModelConfig, skip=("verifier", "verifier_threshold", "controller"))
 
+
+def _add_tool_commands(sub) -> None:
+    """``doctor`` and ``prepare``: check this machine, build the offline default pair."""
     from lrtune.doctor import DoctorOptions
 
     doc = sub.add_parser(
@@ -146,7 +171,6 @@ def make_parser() -> ArgumentParser:
 
     prep = sub.add_parser("prepare", help="assemble and convert the offline default pair into the cache")
     prep.add_argument("--cache-dir", default=None, help="cache root (default: $LRTUNE_CACHE or ~/.cache/lrtune)")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

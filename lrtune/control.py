@@ -133,6 +133,7 @@ class RoundOutcome:
     draft_s: float = 0.0
     target_s: float = 0.0
     verify_s: float = 0.0
+    kind: str = "lr"  # lr | score | sd (a γ1 = 0 round, or one whose drafts came out empty)
     extra: dict = field(default_factory=dict)
 
     @property

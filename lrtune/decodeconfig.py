@@ -160,6 +160,12 @@ class DecodeConfig(Checked, ScheduleFlags):
     def uses_sd(self) -> bool:
         return self.method in ("sd", "lr+sd")
 
+    @property
+    def sd_gamma2(self) -> int:
+        """γ2 of this method's target calls: ``gamma2`` with SD, 0 (no SD) for target and lr.
+        The one place a method's name turns into γ2; everything after reads γ2 = 0 as "no SD"."""
+        return self.gamma2 if self.uses_sd else 0
+
     def tokens_needed(self, prompt_tokens: int) -> int:
         """Context a prompt of ``prompt_tokens`` needs: the prompt, the budget, and for LR one
         step more (a round's rows may run a step past the budget)."""
@@ -173,17 +179,6 @@ class DecodeConfig(Checked, ScheduleFlags):
     @property
     def score_drafts(self) -> bool:
         return self.record in ("draft_scores", "logprobs+draft_scores")
-
-    def for_round(self, gamma1: int, gamma2: int, schedule: str) -> DecodeConfig:
-        """One round's config at a controller's (γ1, γ2) and round kind (``schedule``): a copy,
-        not a new user config, so 0 is allowed (γ1 = 0: the target alone or SD; γ2 = 0: no SD
-        inside the step) where a user's depths start at 1. The controller's bounds and the
-        decoder checked the values."""
-        import copy
-
-        out = copy.copy(self)
-        out.gamma1, out.gamma2, out.schedule = int(gamma1), int(gamma2), schedule
-        return out
 
     @staticmethod
     def legacy_values(values: dict) -> dict:

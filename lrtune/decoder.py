@@ -1,24 +1,12 @@
-"""Lookahead Reasoning decoder (sync, paper Algorithm 1) with token-level SD inside steps.
+"""The decoder: target alone, target + token-level SD, Lookahead Reasoning (LR) and LR + SD.
 
-One round, with committed ids ``P`` (prompt + generated so far)::
-
-    draft:    ŝ1 = D(P), ŝ2 = D(P ŝ1), ..., ŝd = D(P ŝ1..ŝ(d-1))      d <= γ1 sequential steps
-    target:   s1 = T(P), s2 = T(P ŝ1), ..., s(d+1) = T(P ŝ1..ŝd)          ONE batched call
-    verify:   v_i = V(ŝi, si) for i = 1..d                                 ONE batched call
-    commit:   j = number of leading accepted v_i; P <- P ŝ1..ŝj s(j+1)
-
-So a round commits ``j + 1`` steps (the target's step always follows the accepted draft
-prefix — the *bonus-step rule*), and the speedup model ``lrtune.speedup.f_sync`` uses
-exactly this: E[committed] = (1 - α1^(γ1+1)) / (1 - α1), time = γ1·c1 + b(γ1+1).
-The bonus target step s(d+1) is skipped when ŝd ended the sequence (the target's EOS) or
-the token budget, since nothing can follow it; a draft-only EOS just ends the draft chain.
-The answer ends on the target's EOS ids only, and a pair where exactly one of ŝi, si ends the
-sequence is rejected without asking the verifier (its text, without special tokens, may match).
-With ``method="lr+sd"`` the target's steps are produced by an engine that runs token-level
-speculative decoding with γ2 draft tokens, so the two speedups multiply.
-
-Token ids are the state (DESIGN §3.4): committed ids are the draft's or target's own
-ids, never re-tokenized text. Decoding never prints; it returns ``(result, stats)``.
+:class:`LookaheadDecoder` decodes one prompt (:meth:`~LookaheadDecoder.decode`) or many in
+flight (:meth:`~LookaheadDecoder.decode_many`, continuous admission at the round level, DESIGN
+§3.7). ``target`` and ``sd`` answers run as one engine call; LR methods run rounds
+(:func:`lrtune.round.run_round`, where one round reads top to bottom) over prompts in flight
+(:meth:`~LookaheadDecoder.open_slot` / :meth:`~LookaheadDecoder.run_round` /
+:meth:`~LookaheadDecoder.close_slot`, which ``lrtune serve`` drives directly); async LR is
+:mod:`lrtune.async_lr`. Decoding never prints; it returns ``(result, stats)``.
 """
 
 from __future__ import annotations
@@ -26,41 +14,21 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Literal
 
-
+from lrtune import round as lr_round
 from lrtune import score_round
-from lrtune.backends.base import Backend, GenBatch, Generation, GenParams, add_counters, per_row
-from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, Method  # noqa: F401  (re-exported)
-from lrtune.roundstate import (
-    Decoded,
-    DecodeResult,
-    Failed,
-    PromptResult,
-    PromptState,
-    RoundRecord,
-    RoundState,
-    _concat,  # noqa: F401
-    _refuse_async_extras,
-    _row_counters,
-    _target_rows,
-    _time_shares,
-    stable_digest,
-)
-from lrtune.reuse import joined_step, row_params, whole_draft
-from lrtune.control import Controller, ControlState, ProblemInfo, checked_choice, checked_controller
+from lrtune.backends.base import Backend, GenParams, row_counters, time_shares
+from lrtune.control import Controller, ProblemInfo, checked_controller
+from lrtune.decodeconfig import DecodeConfig
 from lrtune.errors import ConfigError, check_count
+from lrtune.slots import Decoded, DecodeResult, Failed, PromptResult, PromptState, RoundRecord, stable_digest
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.verifiers import Verifier
-from lrtune.verifiers.base import wants_draft_scores, wants_target_scores
-from lrtune.round_commit import RoundCommit
-from lrtune.round_draft import DRAFT_TOP_K, RoundDrafting, doubted  # noqa: F401  (re-exported)
-from lrtune.round_verify import RoundVerification
-from lrtune.rounds import step_params
+from lrtune.verifiers.base import wants_draft_scores
 
 
-class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
+class LookaheadDecoder:
     """Decode with ``target`` alone, target+SD, LR, or LR+SD (see module docstring).
 
     ``draft`` is the step drafter (needed for ``lr``/``lr+sd``); token-level SD is the
@@ -191,40 +159,13 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
             raise ConfigError(f"method {cfg.method!r} needs a draft model")
         if cfg.uses_lr and (cfg.score_rounds or "score" in getattr(controller, "round_kinds", ())):
             score_round.check_one_sided(verifier)
-        results: list[PromptResult | None] = [None] * len(prompts)
-        runnable = []
-        for i, ids in enumerate(prompts):
-            if not ids:
-                results[i] = Failed(ConfigError(f"prompt {i} is empty"))
-            elif max_len is not None and cfg.tokens_needed(len(ids)) > max_len:
-                results[i] = Failed(
-                    ConfigError(
-                        f"prompt {i} ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
-                        f"max_model_len "
-                        f"{max_len}; lower --max-new-tokens or raise --max-model-len"
-                    )
-                )
-            else:
-                runnable.append(i)
-                continue
-            if on_done:
-                on_done(i, results[i])
+        results, runnable = _admit(prompts, cfg, max_len, on_done)
         batch = BatchStats(prompts=len(runnable), failed=len(prompts) - len(runnable), max_concurrent=max_concurrent)
         t0 = time.perf_counter()
         if cfg.uses_lr:
+            hooks = (on_round, on_commit, on_done)
             self._lookahead_many(
-                prompts,
-                runnable,
-                cfg,
-                max_concurrent,
-                controller,
-                verifier,
-                problems,
-                on_round,
-                on_commit,
-                on_done,
-                results,
-                batch,
+                prompts, runnable, cfg, max_concurrent, controller, verifier, problems, hooks, results, batch
             )
         else:
             self._plain_many(prompts, runnable, cfg, max_concurrent, on_commit, on_done, results, batch)
@@ -268,7 +209,7 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             seeds=(cfg.seed,),
-            num_speculative_tokens=cfg.gamma2 if cfg.uses_sd else 0,
+            num_speculative_tokens=cfg.sd_gamma2,
         )
 
     def _plain_many(
@@ -291,8 +232,8 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
                 [list(prompts[i]) for i in group], [self.plain_params(cfg)] * len(group), max_concurrent=max_concurrent
             )
             batch.observe_call("target", len(group))
-            shares = _time_shares(call, [[k] for k in range(len(group))])
-            row_sd = _row_counters(call)
+            shares = time_shares(call, [[k] for k in range(len(group))])
+            row_sd = row_counters(call)
             for k, i in enumerate(group):
                 out = call.outputs[k]
                 stats = DecodeStats(prompt_tokens=len(prompts[i]), target_calls=1, target_s=shares[k])
@@ -324,12 +265,13 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         controller,
         verifier: Verifier,
         problems,
-        on_round,
-        on_commit,
-        on_done,
+        hooks: tuple,
         results: list,
         batch: BatchStats,
     ) -> None:
+        """Sync LR with continuous admission: up to ``max_concurrent`` prompts run a round
+        together; a prompt that ends frees its place. ``hooks``: (on_round, on_commit, on_done)."""
+        on_round, on_commit, on_done = hooks
         waiting = list(runnable)
         active: list[PromptState] = []
         while waiting or active:
@@ -398,7 +340,15 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         verifier = verifier if verifier is not None else self.verifier
         if any(s.cfg.uses_lr and s.cfg.score_rounds for s in slots):
             score_round.check_one_sided(verifier)
-        self._round(slots, verifier, self.target.eos_ids, on_round, on_commit, batch or BatchStats())
+        lr_round.run_round(
+            self.target,
+            self.draft,
+            verifier,
+            slots,
+            on_round=on_round,
+            on_commit=on_commit,
+            batch=batch or BatchStats(),
+        )
 
     def close_slot(self, slot: PromptState) -> Decoded:
         """The result of a slot that ended (or of what it committed so far)."""
@@ -408,143 +358,34 @@ class LookaheadDecoder(RoundDrafting, RoundVerification, RoundCommit):
         finish: Literal["eos", "length"] = "eos" if slot.gen and slot.gen[-1] in self.target.eos_ids else "length"
         return Decoded(DecodeResult(token_ids=slot.gen, text=text, finish=finish, steps=slot.steps), slot.stats)
 
-    def _round(
-        self,
-        slots: list[PromptState],
-        verifier: Verifier,
-        eos: frozenset[int],
-        on_round,
-        on_commit,
-        batch: BatchStats,
-    ) -> None:
-        """One LR round for every slot: batched drafts per position, one target call, one
-        verifier call, then each slot commits its accepted prefix and the target's step."""
-        for s in slots:  # 0. this round's depths (γ1 = 0: no drafts, the target runs to the horizon)
-            self._plan(s)
-        # 1. draft W chains of up to γ1 steps; chain w's step j follows its own steps < j.
-        self._draft_chains(slots, batch, verifier)
-        scored = [s for s in slots if s.round.cfg.score_rounds]  # the controller may pick the kind per slot
-        if scored:  # 2'. one prefill scores every chain; judge one-sided; the target's own step
-            # (a verifier that reads no target score of a draft step, e.g. a draft-only router,
-            # needs no prefill: the target's own step then prefills the accepted steps itself)
-            self._reuse_prefill(
-                scored if wants_target_scores(verifier) else [s for s in scored if s.round.cfg.reuse_drafts], batch
-            )
-            score_round.judge_and_continue(self, scored, verifier, eos, batch)
-        generated = [s for s in slots if not s.round.cfg.score_rounds]
-        if generated:
-            # 2. the target regenerates every drafted position (+ bonus steps) of every slot in ONE call
-            #    (early abort: each position is judged as its row ends).
-            early = self._target_call(generated, eos, verifier, batch)
-            # 3. verify every other (slot, branch, position) pair in ONE call.
-            self._verify(generated, early, verifier, batch)
-        for s in slots:  # 4. commit
-            self._commit(s, eos, on_round, on_commit)
 
-    def _plan(self, s: PromptState) -> None:
-        """The slot's round config: the controller's (γ1, γ2), within its bounds, and the kind
-        of round when it picks one (``round_kind``: lr or score); γ1 = 0 runs the target to
-        the controller's horizon. A ``target``/``sd`` slot runs the target alone (with SD)
-        for ``s.horizon`` tokens."""
-        base_cfg = s.cfg
-        budget = base_cfg.max_new_tokens - len(s.gen)
-        if not base_cfg.uses_lr:  # horizon 0: one step per round (a step-sized row, as LR's target rows)
-            cfg = base_cfg.for_round(0, base_cfg.gamma2 if base_cfg.uses_sd else 0, "sync")
-            horizon = None if s.horizon == 0 else budget if s.horizon is None else max(1, min(s.horizon, budget))
-            s.round = RoundState.start(cfg, budget, s.prompt + s.gen, horizon)
-            return
-        cfg, horizon = base_cfg, None
-        if s.controller is not None:
-            g1, g2 = checked_choice(
-                s.controller,
-                s.controller.choose(
-                    s.problem, ControlState(round=s.rnd, generated_tokens=len(s.gen), budget_left=budget)
-                ),
-            )
-            if not s.controller.bounds.allows(g1, g2):
-                raise ConfigError(f"controller chose (γ1, γ2) = ({g1}, {g2}) outside its bounds {s.controller.bounds}")
-            kind = s.controller.round_kind() if g1 > 0 and callable(getattr(s.controller, "round_kind", None)) else None
-            schedule = base_cfg.schedule
-            if kind is not None:  # lr: the target generates its own steps; score: a prefill judges them
-                if kind not in ("lr", "score"):
-                    raise ConfigError(f"controller chose round kind {kind!r}; expected lr or score")
-                schedule = "score" if kind == "score" else "sync" if base_cfg.score_rounds else base_cfg.schedule
-            cfg = base_cfg.for_round(g1, g2 if base_cfg.uses_sd else base_cfg.gamma2, schedule)
-            if g1 == 0:
-                h = s.controller.horizon()
-                horizon = budget if h is None else max(1, min(h, budget))
-        s.round = RoundState.start(cfg, budget, s.prompt + s.gen, horizon)
-
-    def _target_call(
-        self, slots: list[PromptState], eos: frozenset[int], verifier: Verifier, batch: BatchStats
-    ) -> dict[int, PromptState]:
-        """Every slot's target rows in one call; returns the slots judged during it (early abort).
-        With draft-prefix reuse, one prefill call first finds the target's own draft tokens
-        (:meth:`_reuse_prefill`) and the rows start after them."""
-        self._reuse_prefill(slots, batch)
-        rows: list[list[int]] = []
-        params: list[GenParams] = []
-        owner: list[list[int]] = []  # row indices of each slot
-        wheres = []
-        joins: dict[int, tuple[list[int], GenParams]] = {}  # reuse: row -> (draft tokens it continues, step params)
-        early = {id(s): s for s in slots if s.round.cfg.early_abort and s.round.chains[0]}
-        for s in slots:
-            last = self._prejudge(s, verifier, batch) if id(s) in early and s.round.matched else None
-            srows, where, froms, reused = _target_rows(
-                s.round.base, s.round.chains, s.round.budget, eos, s.round.matched or None, last
-            )
-            owner.append(list(range(len(rows), len(rows) + len(srows))))
-            p = step_params(s.round.cfg, s.round.budget, s.rnd, 0, len(srows), draft=False)
-            if s.round.horizon is not None:  # γ1 = 0: one uninterrupted SD run, not one call per step
-                p = replace(p, max_tokens=s.round.horizon, stop_at_delimiter=False)
-            srow_params = per_row(p, len(srows))
-            if s.round.matched:  # reuse: scores came from the prefill; rows continue after the reused tokens
-                for r, (q, (k, m)) in enumerate(zip(srow_params, reused)):
-                    if m:
-                        joins[len(rows) + r] = (list(s.round.chains[0][k].token_ids[:m]), q)
-                        srow_params[r] = row_params(q, m)
-            elif s.round.cfg.score_drafts or wants_draft_scores(verifier):  # row k + 1 prefills draft step k: score it
-                srow_params = [replace(q, score_from=f) for q, f in zip(srow_params, froms)]
-            rows += srows
-            params += srow_params
-            wheres.append(where)
-
-        def joined(row: int, out: Generation) -> Generation:
-            if row not in joins:
-                return out
-            ids, q = joins[row]
-            return joined_step(ids, out, q, self.target.decode, eos)
-
-        on_done = self._early_judge(slots, owner, wheres, verifier, batch, joined) if early else None
-        tb = self.target.generate(rows, params, on_done=on_done) if rows else GenBatch(outputs=[], seconds=0.0)
-        if rows:
-            batch.observe_call("target", len(rows))
-        shares = _time_shares(tb, owner)
-        row_sd = _row_counters(tb)
-        for s, mine, share, where in zip(slots, owner, shares, wheres):
-            s.round.target_s = share + s.round.prefill_s
-            s.round.round_sd = add_counters([row_sd[r] for r in mine]) if row_sd is not None else None
-            if mine:  # a slot whose rows reuse or an early rejection made unnecessary was not in the call
-                s.stats.observe_target_call(share, s.round.round_sd)
-            s.stats.target_step_tokens += sum(len(tb.outputs[r].token_ids) for r in mine)
-            s.stats.aborted_target_rows += sum(tb.outputs[r].finish == "aborted" for r in mine)
-            s.round.targets = [
-                [
-                    joined(mine[where[w, k]], tb.outputs[mine[where[w, k]]])
-                    if (w, k) in where
-                    else whole_draft(c[k])
-                    if (s.round.matched and k < len(c) and s.round.matched[k] == len(c[k].token_ids))
-                    else None
-                    for k in range(len(c) + 1)
-                ]
-                for w, c in enumerate(s.round.chains)
-            ]
-            if s.round.chains and s.round.chains[0]:
-                s.stats.target_tokens_at_drafts += sum(
-                    len(t.token_ids) for t in s.round.targets[0][: len(s.round.chains[0])] if t is not None
+def _admit(prompts, cfg: DecodeConfig, max_len: int | None, on_done) -> tuple[list, list[int]]:
+    """Per-prompt results with a :class:`Failed` for each prompt that cannot run (empty, or
+    longer than ``max_len`` with its budget; ``on_done`` is told at once), and the indices of
+    the others."""
+    results: list[PromptResult | None] = [None] * len(prompts)
+    runnable = []
+    for i, ids in enumerate(prompts):
+        if not ids:
+            results[i] = Failed(ConfigError(f"prompt {i} is empty"))
+        elif max_len is not None and cfg.tokens_needed(len(ids)) > max_len:
+            results[i] = Failed(
+                ConfigError(
+                    f"prompt {i} ({len(ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) does not fit "
+                    f"max_model_len {max_len}; lower --max-new-tokens or raise --max-model-len"
                 )
-            if s.round.matched:
-                s.stats.reused_target_tokens += sum(
-                    min(m, len(t.token_ids)) for m, t in zip(s.round.matched, s.round.targets[0]) if t is not None
-                )
-        return early
+            )
+        else:
+            runnable.append(i)
+            continue
+        if on_done:
+            on_done(i, results[i])
+    return results, runnable
+
+
+def _refuse_async_extras(on_round, controller) -> None:
+    """Async LR keeps no round records and fixed depths: refuse ``on_round`` and a controller."""
+    if on_round is not None:
+        raise ConfigError("async LR keeps no round records (on_round): use --schedule sync")
+    if controller is not None:
+        raise ConfigError("a controller drives sync LR rounds; async LR keeps fixed depths")

@@ -8,12 +8,12 @@ import os
 from dataclasses import dataclass, replace
 
 from lrtune.backends.base import Backend
-from lrtune.build import _build_verifier, auto_controller, build_controller, check_configs, prompt_list, verifier_of
+from lrtune.build import build_verifier, auto_controller, build_controller, check_configs, prompt_list, verifier_of
 from lrtune.control import ProblemInfo
-from lrtune.decoder import DecodeConfig, LookaheadDecoder, stable_digest
+from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError, ConfigTypeError
 from lrtune.modelconfig import ModelConfig
-from lrtune.roundstate import Failed
+from lrtune.slots import Failed, stable_digest
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.verifiers import Verifier
 
@@ -94,12 +94,12 @@ class Decoder:
     """Loads models once; ``generate`` decodes prompts with any method, one or many at a time.
     A context manager: ``with Decoder.from_pretrained(...) as dec:`` closes the engines."""
 
-    def __init__(self, decoder: LookaheadDecoder, models: ModelConfig, memory_plan=None) -> None:
+    def __init__(self, decoder: LookaheadDecoder, models: ModelConfig, memory_plan=None, auto=None) -> None:
         self.decoder = decoder
         self.models = models
         self.memory_plan = memory_plan  # lrtune.cpumemory.CpuMemoryPlan where the engines hold their models in RAM
         self.last_batch: BatchStats | None = None  # the last generate()'s (also its outputs' .batch)
-        self.auto = None  # method="auto": what it chose and why (policies.auto.AutoChoice)
+        self.auto = auto  # method="auto": what it chose and why (policies.auto.AutoChoice)
         self.closed = False
 
     def __enter__(self) -> Decoder:
@@ -139,21 +139,7 @@ class Decoder:
         ``model_kwargs`` are :class:`ModelConfig` fields (``sd_method``, ``dtype``,
         ``max_model_len``, ``tensor_parallel_size``, ``gpu_memory_utilization``, ``cache_dir``).
         """
-        unknown = sorted(set(model_kwargs) - set(ModelConfig.option_names()))
-        if unknown:
-            raise ConfigTypeError(
-                f"Decoder.from_pretrained() has no option {', '.join(map(repr, unknown))} (model "
-                f"options are ModelConfig's: {', '.join(ModelConfig.option_names())})"
-            )
-        models = ModelConfig(
-            target=target,
-            draft=draft,
-            backend=backend,
-            verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
-            verifier_threshold=verifier_threshold,
-            controller=controller if isinstance(controller, str) else None,
-            **model_kwargs,
-        )
+        models = _pretrained_models(target, draft, backend, verifier, verifier_threshold, controller, model_kwargs)
         auto = None
         if method == "auto":
             auto = auto_choice_for(
@@ -173,9 +159,8 @@ class Decoder:
         cfg = DecodeConfig(
             method=method, gamma1=gamma1, gamma2=gamma2, max_step_tokens=max_step_tokens, seed=seed
         ).validate()
-        dec = cls.from_configs(models, cfg, verifier=verifier, controller=controller, progress=progress)
-        dec.auto = auto
-        return dec
+        built = cls.from_configs(models, cfg, verifier=verifier, controller=controller, progress=progress)
+        return cls(built.decoder, built.models, built.memory_plan, auto=auto)
 
     @classmethod
     def from_configs(
@@ -242,75 +227,9 @@ class Decoder:
             return cls._from_configs_hf(
                 models, cfg, target_path, draft_path, verifier, judge_dir, priced, paths.cpu_memory
             )
-        from lrtune.backends.vllm import VLLMBackend, VLLMConfig
-        from lrtune.memory import engine_share
-
-        plan = paths.memory
-        eng = models.engine
-        common = dict(
-            dtype=models.dtype,
-            max_model_len=eng.max_model_len,
-            seed=cfg.seed,
-            max_num_batched_tokens=eng.max_num_batched_tokens,
-            max_num_seqs=eng.max_num_seqs,
-            enforce_eager=eng.enforce_eager,
-            share_weights=eng.share_weights,
-            numerics=eng.numerics,
-        )
-        # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
-        # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
+        target, draft_backend, judge = _vllm_backends(models, cfg, paths)
+        ver = build_verifier(models.verification, models.device, cfg, verifier, target, judge_dir, judge)
         shared = paths.shared_spec_tokens
-        if shared > cfg.gamma2 and cfg.uses_sd:
-            from lrtune.runfiles import log
-
-            log(
-                f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
-                f"γ2 = {cfg.gamma2} verify only their first {cfg.gamma2} but pay for all {shared} drafts "
-                "(train the controller with --gamma2-max to match)"
-            )
-        target = VLLMBackend(
-            target_path,
-            VLLMConfig(
-                tensor_parallel_size=eng.tensor_parallel_size,
-                spec_method=models.sd_method,
-                spec_model=draft_path,
-                shared_spec_tokens=shared,
-                heterogeneous_vocab=paths.heterogeneous_vocab,
-                gpu_memory_utilization=engine_share(plan, "target"),
-                max_engines=len(paths.target_engines) if plan else None,
-                kv_cache_gib=paths.kv_gib["target"],
-                **common,
-            ),
-            name="target",
-        )
-        draft_backend = (
-            VLLMBackend(
-                draft_path,
-                VLLMConfig(
-                    gpu_memory_utilization=engine_share(plan, "draft"), kv_cache_gib=paths.kv_gib["draft"], **common
-                ),
-                name="draft",
-            )
-            if draft_path
-            else None
-        )
-        ver = _build_verifier(
-            models.verification,
-            models.device,
-            cfg,
-            verifier,
-            target,
-            judge_dir,
-            lambda path: VLLMBackend(
-                path,
-                VLLMConfig(
-                    gpu_memory_utilization=engine_share(plan, "judge"),
-                    kv_cache_gib=paths.kv_gib.get("judge", paths.kv_gib["target"]),
-                    **common,
-                ),
-                name="judge",
-            ),
-        )
         decoder = LookaheadDecoder(target, draft_backend, ver, cfg, controller=priced(ver, shared))
         return cls(decoder, models, paths.cpu_memory)
 
@@ -337,7 +256,7 @@ class Decoder:
         hcfg = HFConfig(device=models.device, dtype=models.dtype, seed=cfg.seed)
         draft = HFBackend(draft_path, hcfg, name="draft") if draft_path else None
         target = HFBackend(target_path, hcfg, name="target", spec=draft)
-        ver = _build_verifier(
+        ver = build_verifier(
             models.verification,
             models.device,
             cfg,
@@ -394,23 +313,8 @@ class Decoder:
         can run, :class:`ConfigError` is raised with the first reason). Returns
         :class:`Outputs`: the outputs in order, with the set's throughput record as ``.batch``.
         """
-        if self.closed:
-            raise ConfigError("this Decoder is closed: build another (Decoder.from_pretrained) to decode")
+        cfg = self._call_config(chat, on_step, max_concurrent, overrides)
         prompts = prompt_list(prompts)
-        if not isinstance(chat, bool):
-            raise ConfigTypeError(f"chat: True or False, got {chat!r}")
-        if on_step is not None and not callable(on_step):
-            raise ConfigTypeError(f"on_step: a function (prompt_index, source, text), got {type(on_step).__name__}")
-        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
-            raise ConfigTypeError(f"max_concurrent: an integer >= 1, got {max_concurrent!r}")
-        unknown = set(overrides) - set(DecodeConfig.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"unknown decode option(s): {', '.join(sorted(unknown))}")
-        cfg = replace(self.decoder.config, **overrides).validate()
-        if "schedule" in overrides:  # this call asks a schedule: its method must run it (the decoder's own need not)
-            cfg.check_asked()
-        if cfg.uses_lr and self.decoder.draft is None:
-            raise ConfigError(f"method {cfg.method!r} needs the draft model; load with a draft")
         encoded = [self.encode(p, chat=chat) for p in prompts]
         self.start_engines(cfg)
         cb = None
@@ -437,33 +341,33 @@ class Decoder:
         )
         if all(isinstance(r, Failed) for r in results):
             raise results[0].error
-        outs = []
-        for prompt, ids, res in zip(prompts, encoded, results):
-            if isinstance(res, Failed):
-                outs.append(
-                    DecodeOutput(
-                        prompt=prompt,
-                        text="",
-                        token_ids=[],
-                        finish="error",
-                        stats=DecodeStats(prompt_tokens=len(ids)),
-                        steps=[],
-                        error=res.message,
-                    )
-                )
-            else:
-                r, stats = res
-                outs.append(
-                    DecodeOutput(
-                        prompt=prompt, text=r.text, token_ids=r.token_ids, finish=r.finish, stats=stats, steps=r.steps
-                    )
-                )
+        outs = [_output(prompt, ids, res) for prompt, ids, res in zip(prompts, encoded, results)]
         self.last_batch = batch
         return Outputs(outs, batch)
 
+    def _call_config(self, chat, on_step, max_concurrent, overrides: dict) -> DecodeConfig:
+        """The config of one ``generate`` call, its arguments checked before anything runs."""
+        if self.closed:
+            raise ConfigError("this Decoder is closed: build another (Decoder.from_pretrained) to decode")
+        if not isinstance(chat, bool):
+            raise ConfigTypeError(f"chat: True or False, got {chat!r}")
+        if on_step is not None and not callable(on_step):
+            raise ConfigTypeError(f"on_step: a function (prompt_index, source, text), got {type(on_step).__name__}")
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int):
+            raise ConfigTypeError(f"max_concurrent: an integer >= 1, got {max_concurrent!r}")
+        unknown = set(overrides) - set(DecodeConfig.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown decode option(s): {', '.join(sorted(unknown))}")
+        cfg = replace(self.decoder.config, **overrides).validate()
+        if "schedule" in overrides:  # this call asks a schedule: its method must run it (the decoder's own need not)
+            cfg.check_asked()
+        if cfg.uses_lr and self.decoder.draft is None:
+            raise ConfigError(f"method {cfg.method!r} needs the draft model; load with a draft")
+        return cfg
+
     def start_engines(self, cfg: DecodeConfig) -> None:
         """Start the engines ``cfg`` needs now, so their start-up is not billed to a decode."""
-        self.target.start(cfg.gamma2 if cfg.uses_sd else 0)
+        self.target.start(cfg.sd_gamma2)
         if cfg.uses_lr and self.draft is not None:
             self.draft.start(0)
 
@@ -474,3 +378,106 @@ class Decoder:
         self.decoder.target.close()
         if self.decoder.draft is not None:
             self.decoder.draft.close()
+
+
+def _pretrained_models(target, draft, backend, verifier, verifier_threshold, controller, model_kwargs) -> ModelConfig:
+    """``from_pretrained``'s :class:`ModelConfig` (``model_kwargs``: its other fields, checked by name)."""
+    unknown = sorted(set(model_kwargs) - set(ModelConfig.option_names()))
+    if unknown:
+        raise ConfigTypeError(
+            f"Decoder.from_pretrained() has no option {', '.join(map(repr, unknown))} (model "
+            f"options are ModelConfig's: {', '.join(ModelConfig.option_names())})"
+        )
+    return ModelConfig(
+        target=target,
+        draft=draft,
+        backend=backend,
+        verifier=verifier if isinstance(verifier, str) else getattr(verifier, "name", "custom"),
+        verifier_threshold=verifier_threshold,
+        controller=controller if isinstance(controller, str) else None,
+        **model_kwargs,
+    )
+
+
+def _output(prompt, ids: list[int], res) -> DecodeOutput:
+    """One prompt's :class:`DecodeOutput`: its result, or ``finish == "error"`` with why it failed."""
+    if isinstance(res, Failed):
+        stats = DecodeStats(prompt_tokens=len(ids))
+        return DecodeOutput(
+            prompt=prompt, text="", token_ids=[], finish="error", stats=stats, steps=[], error=res.message
+        )
+    r, stats = res
+    return DecodeOutput(prompt=prompt, text=r.text, token_ids=r.token_ids, finish=r.finish, stats=stats, steps=r.steps)
+
+
+def _note_shared_drafts(shared: int, cfg: DecodeConfig) -> None:
+    """One line when the shared SD engine drafts more tokens than this run's calls verify."""
+    if shared > cfg.gamma2 and cfg.uses_sd:
+        from lrtune.runfiles import log
+
+        log(
+            f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
+            f"γ2 = {cfg.gamma2} verify only their first {cfg.gamma2} but pay for all {shared} drafts "
+            "(train the controller with --gamma2-max to match)"
+        )
+
+
+def _vllm_backends(models: ModelConfig, cfg: DecodeConfig, paths):
+    """The vLLM target backend (its engine runs SD with the shared γ2 and serves every method's
+    target calls), the draft backend (None without a draft), and how to build a judge backend,
+    each with its share of the memory plan."""
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+    from lrtune.memory import engine_share
+
+    plan = paths.memory
+    eng = models.engine
+    common = dict(
+        dtype=models.dtype,
+        max_model_len=eng.max_model_len,
+        seed=cfg.seed,
+        max_num_batched_tokens=eng.max_num_batched_tokens,
+        max_num_seqs=eng.max_num_seqs,
+        enforce_eager=eng.enforce_eager,
+        share_weights=eng.share_weights,
+        numerics=eng.numerics,
+    )
+    # One SD engine (γ2 = cfg.gamma2) also serves target-only and LR target calls.
+    # With a controller, the engine drafts its largest γ2 and smaller ones are cut per request.
+    shared = paths.shared_spec_tokens
+    _note_shared_drafts(shared, cfg)
+    target = VLLMBackend(
+        paths.target,
+        VLLMConfig(
+            tensor_parallel_size=eng.tensor_parallel_size,
+            spec_method=models.sd_method,
+            spec_model=paths.draft,
+            shared_spec_tokens=shared,
+            heterogeneous_vocab=paths.heterogeneous_vocab,
+            gpu_memory_utilization=engine_share(plan, "target"),
+            max_engines=len(paths.target_engines) if plan else None,
+            kv_cache_gib=paths.kv_gib["target"],
+            **common,
+        ),
+        name="target",
+    )
+    draft_backend = (
+        VLLMBackend(
+            paths.draft,
+            VLLMConfig(
+                gpu_memory_utilization=engine_share(plan, "draft"), kv_cache_gib=paths.kv_gib["draft"], **common
+            ),
+            name="draft",
+        )
+        if paths.draft
+        else None
+    )
+
+    def judge(path: str) -> VLLMBackend:
+        kv = paths.kv_gib.get("judge", paths.kv_gib["target"])
+        return VLLMBackend(
+            path,
+            VLLMConfig(gpu_memory_utilization=engine_share(plan, "judge"), kv_cache_gib=kv, **common),
+            name="judge",
+        )
+
+    return target, draft_backend, judge

@@ -56,7 +56,7 @@ CACHE_ENV = "LRTUNE_CACHE"
 CONVERSION_REQUIREMENTS = ("gguf>=0.10.0", "accelerate>=1.1.0")
 
 
-_CHUNK = 8 * 1024 * 1024
+CHUNK = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "lrtune"
 
 
-def _env_flag(name: str) -> bool:
+def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -164,7 +164,7 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
-def _check_role(role: str) -> None:
+def check_role(role: str) -> None:
     if role not in ROLES:
         raise ModelError(f"unknown model role {role!r}: expected one of {', '.join(ROLES)}")
 
@@ -177,7 +177,7 @@ def _marker_ok(d: Path, model: DefaultModel) -> bool:
 
 
 @contextlib.contextmanager
-def _file_lock(lock_path: Path, what: str, progress: bool) -> Iterator[None]:
+def file_lock(lock_path: Path, what: str, progress: bool) -> Iterator[None]:
     import fcntl
 
     with open(lock_path, "a+") as fh:
@@ -264,7 +264,7 @@ def _assemble(model: DefaultModel, parts: list[Path], dest: Path, progress: bool
     ):
         for part in parts:
             with open(part, "rb") as fh:
-                while chunk := fh.read(_CHUNK):
+                while chunk := fh.read(CHUNK):
                     out.write(chunk)
                     h.update(chunk)
                     bar.update(len(chunk))
@@ -288,7 +288,7 @@ def _sha256_file(path: Path, progress: bool, desc: str) -> str:
         total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024,
         desc=desc, disable=not progress, file=sys.stderr,
     ) as bar:  # fmt: skip
-        while chunk := fh.read(_CHUNK):
+        while chunk := fh.read(CHUNK):
             h.update(chunk)
             bar.update(len(chunk))
     return h.hexdigest()
@@ -434,7 +434,7 @@ def _build(model: DefaultModel, root: Path, models_root: Path, final: Path, prog
         validate_model_dir(out)
         _write_marker(out, model)
         os.rename(out, final)  # the only step that publishes the model
-        if gguf != kept and _env_flag(KEEP_GGUF_ENV):
+        if gguf != kept and env_flag(KEEP_GGUF_ENV):
             kept.parent.mkdir(parents=True, exist_ok=True)
             os.replace(gguf, kept)
             _status(f"kept the assembled GGUF at {kept}", progress)
@@ -449,7 +449,7 @@ def _build(model: DefaultModel, root: Path, models_root: Path, final: Path, prog
 
 def _placed(role: str, cache_dir: str | Path | None) -> tuple[DefaultModel, Path, Path]:
     """``role``'s model, the cache root and the directory its converted copy lives in."""
-    _check_role(role)
+    check_role(role)
     model = DEFAULT_MODELS[role]
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     return model, root, root / "models" / model.name
@@ -472,7 +472,7 @@ def ensure_default_model(role: str, *, cache_dir: str | Path | None = None, prog
         models_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(f"cannot create the model cache {models_root}: {exc.strerror}; set {CACHE_ENV}") from None
-    with _file_lock(models_root / f".{model.name}.lock", model.name, progress):
+    with file_lock(models_root / f".{model.name}.lock", model.name, progress):
         if _marker_ok(final, model):  # another process finished it while we waited
             _status(f"reusing {final}", progress)
             return final

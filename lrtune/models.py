@@ -35,16 +35,16 @@ import tempfile
 from pathlib import Path
 
 from lrtune.default_pair import (
-    _CHUNK,
+    CHUNK,
     DEFAULT_MODELS,
     INSTALL_HINT,
     MARKER_FILE,
     ROLES,
     DefaultModel,
     PartPackage,
-    _check_role,
-    _env_flag,
-    _file_lock,
+    check_role,
+    env_flag,
+    file_lock,
     convert_gguf_to_hf,
     default_cache_dir,
     default_model_requirements,
@@ -96,7 +96,7 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def _hub_offline() -> bool:
-    return _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE")
+    return env_flag("HF_HUB_OFFLINE") or env_flag("TRANSFORMERS_OFFLINE")
 
 
 def _resolve_hub_offline(repo_id: str) -> str:
@@ -132,7 +132,7 @@ def resolve_model(
     ``role``; a local directory is validated and returned (absolute); a hub id is
     returned unchanged when online, or as its cached snapshot path when offline.
     """
-    _check_role(role)
+    check_role(role)
     s = os.fspath(spec).strip() if spec is not None else ""
     if not s:
         raise ModelError(f"empty {role} model: pass 'default', a local model directory, or a hub id (org/name)")
@@ -168,7 +168,7 @@ def _same_tokenizer_files(a: Path, b: Path) -> bool:
             return False
         with open(fa, "rb") as x, open(fb, "rb") as y:
             while True:
-                ca, cb = x.read(_CHUNK), y.read(_CHUNK)
+                ca, cb = x.read(CHUNK), y.read(CHUNK)
                 if ca != cb:
                     return False
                 if not ca:
@@ -261,7 +261,7 @@ def mpnet_encoder_path(cache_dir: str | Path | None = None, *, search: list[str]
     if not (dest / ".complete").is_file():
         parts = _mpnet_part_files(search)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with _file_lock(dest.parent / ".mpnet.lock", "all-mpnet-base-v2", False):
+        with file_lock(dest.parent / ".mpnet.lock", "all-mpnet-base-v2", False):
             if not (dest / ".complete").is_file():
                 tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".mpnet-"))
                 try:

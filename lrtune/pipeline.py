@@ -245,13 +245,6 @@ def sized_context(size: str, args, file_values: dict) -> dict:
 
 def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     """Run (or resume) every stage; returns the evaluation summary and stage timings."""
-    from lrtune.eval.evaluate import EvalOptions
-    from lrtune.eval.profile import ProfileOptions
-    from lrtune.train.controller import TrainControllerConfig
-    from lrtune.train.verifier import TrainVerifierConfig
-
-    from lrtune.data_gen.config import collect_options
-
     if opts.size not in SIZES:
         raise ConfigError(f"unknown --size {opts.size!r}; choose from {', '.join(SIZES)}")
     size = _sized(opts)
@@ -265,27 +258,48 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
     )
     validate(opts, models, decode, size)
     root = claim_out(opts.out, "pipeline")  # phase 2: every input checked
-    model_flags = to_flags(models, drop=("verifier", "verifier_threshold"))
-    collect_flags = to_flags(
-        dataclasses.replace(decode, max_new_tokens=size.collect_tokens), drop=("record", "schedule")
-    )
-    timings: dict[str, float] = {}
-    peaks: dict[str, float] = {}
+    st = _Stages(root)
+    _profile_stage(st, opts, size, models)
+    _collect_stage(st, opts, size, models, decode)
+    _train_verifier_stage(st, opts, size, models)
+    _train_controller_stage(st, opts, size)
+    _evaluate_stage(st, opts, size, models, decode)
+    return _results(st, size)
 
-    def stage(name: str, argv: list[str]) -> None:
+
+class _Stages:
+    """The stages' output paths under ``root`` and what each stage that ran measured."""
+
+    def __init__(self, root: Path) -> None:
+        """Paths of every stage's output under ``root``; no timings yet."""
+        self.root = root
+        self.collect_dir, self.verifier_dir, self.controller_dir = (
+            root / "collect",
+            root / "verifier",
+            root / "controller",
+        )
+        self.profile_path = root / "profile.json"
+        self.timings: dict[str, float] = {}
+        self.peaks: dict[str, float] = {}
+
+    def run(self, name: str, argv: list[str]) -> None:
+        """Run stage ``name`` (``lrtune ARGV`` in a child process); log and keep its time and peak memory."""
         t0 = time.perf_counter()
         log(f"== {name}: lrtune {' '.join(argv[:2])} ...")
         peak = run_stage(name, argv)
-        timings[name] = time.perf_counter() - t0
+        self.timings[name] = time.perf_counter() - t0
         if peak is not None:
-            peaks[name] = peak
-        log(f"== {name}: {timings[name]:.0f} s" + ("" if peak is None else f", peak {peak:.1f} GiB resident"))
+            self.peaks[name] = peak
+        log(f"== {name}: {self.timings[name]:.0f} s" + ("" if peak is None else f", peak {peak:.1f} GiB resident"))
 
-    collect_dir, verifier_dir, controller_dir = root / "collect", root / "verifier", root / "controller"
-    profile_path = root / "profile.json"
+
+def _profile_stage(st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig) -> None:
+    """Stage 1: measure c1, c2 and b(n), unless ``profile.json`` holds a profile with these settings."""
+    from lrtune.eval.profile import ProfileOptions
+
     # b(n) up to the rows of every collected problem in flight at once (caps collect's concurrency)
     prof = ProfileOptions(
-        out=str(profile_path),
+        out=str(st.profile_path),
         gamma1_max=6,
         tokens=size.profile_tokens,
         repeats=size.profile_repeats,
@@ -296,68 +310,79 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         sd_tokens=size.sd_tokens or ProfileOptions.sd_tokens,
         sd_prompts=size.sd_prompts,
     )
-    if not _profile_matches(profile_path, prof, models):
-        stage(
+    if not _profile_matches(st.profile_path, prof, models):
+        st.run(
             "profile",
             ["profile", *to_flags(prof), *to_flags(models, drop=("verifier", "verifier_threshold", "judge_model"))],
         )
-    stage(
+
+
+def _collect_stage(
+    st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig, decode: DecodeConfig
+) -> None:
+    """Stage 2: collect teacher-labelled step pairs of the training problems."""
+    from lrtune.data_gen.config import collect_options
+
+    collect = collect_options(
+        task=opts.task,
+        data=opts.data,
+        limit=size.collect_problems,
+        teacher=opts.teacher,
+        out=str(st.collect_dir),
+        progress=opts.progress,
+        profile=str(st.profile_path),
+    )
+    st.run(
         "collect",
         [
             "collect",
-            *to_flags(
-                collect_options(
-                    task=opts.task,
-                    data=opts.data,
-                    limit=size.collect_problems,
-                    teacher=opts.teacher,
-                    out=str(collect_dir),
-                    progress=opts.progress,
-                    profile=str(profile_path),
-                )
-            ),
-            *model_flags,
-            *collect_flags,
+            *to_flags(collect),
+            *to_flags(models, drop=("verifier", "verifier_threshold")),
+            *to_flags(dataclasses.replace(decode, max_new_tokens=size.collect_tokens), drop=("record", "schedule")),
         ],
     )
-    stage(
-        "train verifier",
-        [
-            "train",
-            "verifier",
-            *to_flags(
-                TrainVerifierConfig.of(
-                    data=str(collect_dir),
-                    out=str(verifier_dir),
-                    student=opts.student,
-                    epochs=size.epochs,
-                    progress=opts.progress,
-                    test_fraction=size.test_fraction,
-                    val_fraction=size.val_fraction,
-                    min_train_pairs=size.min_train_pairs,
-                    device="cpu" if models.device == "auto" else models.device,
-                )
-            ),
-        ],
+
+
+def _train_verifier_stage(st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig) -> None:
+    """Stage 3: distil the teacher into the student verifier."""
+    from lrtune.train.verifier import TrainVerifierConfig
+
+    cfg = TrainVerifierConfig.of(
+        data=str(st.collect_dir),
+        out=str(st.verifier_dir),
+        student=opts.student,
+        epochs=size.epochs,
+        progress=opts.progress,
+        test_fraction=size.test_fraction,
+        val_fraction=size.val_fraction,
+        min_train_pairs=size.min_train_pairs,
+        device="cpu" if models.device == "auto" else models.device,
     )
-    stage(
-        "train controller",
-        [
-            "train",
-            "controller",
-            *to_flags(
-                TrainControllerConfig(
-                    data=str(collect_dir),
-                    out=str(controller_dir),
-                    profile=str(profile_path),
-                    folds=min(5, max(2, size.collect_problems)),
-                    # vLLM drafts the engine's γ2 (the controller's γ2 max) every SD pass and cuts per request: a
-                    # larger max would slow the fixed rows' SD, so the controller chooses γ2 <= the rows' γ2
-                    gamma2_max=opts.gamma2,
-                )
-            ),
-        ],
+    st.run("train verifier", ["train", "verifier", *to_flags(cfg)])
+
+
+def _train_controller_stage(st: _Stages, opts: PipelineOptions, size: DemoSize) -> None:
+    """Stage 4: fit the learned (γ1, γ2) controller on the collected problems and the profile."""
+    from lrtune.train.controller import TrainControllerConfig
+
+    cfg = TrainControllerConfig(
+        data=str(st.collect_dir),
+        out=str(st.controller_dir),
+        profile=str(st.profile_path),
+        folds=min(5, max(2, size.collect_problems)),
+        # vLLM drafts the engine's γ2 (the controller's γ2 max) every SD pass and cuts per request: a
+        # larger max would slow the fixed rows' SD, so the controller chooses γ2 <= the rows' γ2
+        gamma2_max=opts.gamma2,
     )
+    st.run("train controller", ["train", "controller", *to_flags(cfg)])
+
+
+def _evaluate_stage(
+    st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig, decode: DecodeConfig
+) -> None:
+    """Stage 5: every method on the held-out problems, with the student and the controller."""
+    from lrtune.eval.evaluate import EvalOptions
+
     teacher_row = f"lr+sd/v={opts.teacher}," if size.teacher_row else ""
     ev = EvalOptions(
         task=opts.task,
@@ -365,32 +390,32 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         limit=size.eval_problems,
         task_seed=opts.eval_task_seed,
         methods=f"target,sd,{teacher_row}lr+sd,auto",
-        out=str(root / "eval"),
+        out=str(st.root / "eval"),
         progress=opts.progress,
         warmup_tokens=size.warmup_tokens,
-        profile=str(profile_path),
+        profile=str(st.profile_path),
     )  # b(n) as measured by the profile stage
-    stage(
+    trained = dataclasses.replace(models, verifier=str(st.verifier_dir), controller=str(st.controller_dir))
+    st.run(
         "evaluate",
-        [
-            "evaluate",
-            *to_flags(ev),
-            *to_flags(dataclasses.replace(models, verifier=str(verifier_dir), controller=str(controller_dir))),
-            *to_flags(decode, drop=("method", "record", "schedule")),
-        ],
+        ["evaluate", *to_flags(ev), *to_flags(trained), *to_flags(decode, drop=("method", "record", "schedule"))],
     )
-    summary = read_json_object(root / "eval" / "summary.json", "evaluate summary")
-    write_atomic(
-        root / "pipeline.json",
-        json.dumps({"timings_s": timings, "peak_rss_gib": peaks, "sizes": dataclasses.asdict(size)}, indent=1),
-    )
+
+
+def _results(st: _Stages, size: DemoSize) -> dict:
+    """Write ``pipeline.json`` (timings, peaks, sizes); the evaluation summary, timings and student metadata."""
     from lrtune.verifiers.distilled import read_meta
 
-    student = read_meta(verifier_dir)
+    summary = read_json_object(st.root / "eval" / "summary.json", "evaluate summary")
+    write_atomic(
+        st.root / "pipeline.json",
+        json.dumps({"timings_s": st.timings, "peak_rss_gib": st.peaks, "sizes": dataclasses.asdict(size)}, indent=1),
+    )
+    student = read_meta(st.verifier_dir)
     return {
         "summary": summary,
-        "timings": timings,
-        "peak_rss_gib": peaks,
+        "timings": st.timings,
+        "peak_rss_gib": st.peaks,
         "student": student,
         "eval_tokens": size.eval_tokens,
     }

@@ -270,10 +270,10 @@ def time_drafts(
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
     that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
     GPU each engine takes ``gpu_share`` of it (:func:`timing_share`)."""
-    from lrtune.backends.vllm import VLLMBackend, VLLMConfig, _on_cpu
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig, on_cpu_platform
     from lrtune.profiling import time_alternately
 
-    share = None if _on_cpu() else (gpu_share or 0.2)
+    share = None if on_cpu_platform() else (gpu_share or 0.2)
     engines = {
         name: VLLMBackend(
             path,

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lrtune.toymodels import TinyPair, _versions, default_cache_root, get_tiny_pair
+from lrtune.toymodels import TinyPair, library_versions, default_cache_root, get_tiny_pair
 
 
 # Qwen2.5-Coder-Instruct 1.5B / 0.5B as lrtune's default pair has them (untied embeddings)
@@ -78,7 +78,7 @@ def build_random_pair(
                 "dtype": dtype,
                 "seed": seed,
                 "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-                "versions": _versions(),
+                "versions": library_versions(),
             },
             sort_keys=True,
         ).encode()

@@ -69,6 +69,14 @@ def joined_step(
     return Generation(token_ids=ids, text=decode(ids), finish=finish)
 
 
+def reusable(matched: int, step: Generation, eos_ids: frozenset[int]) -> int:
+    """The matched tokens of a draft step the target's step may start with: a step cut by a
+    draft-only EOS (not in the target's ``eos_ids``) keeps one token back, so its row runs on
+    past the point where the target's step does not end."""
+    n = len(step.token_ids)
+    return min(matched, n - 1) if step.finish == "eos" and step.token_ids[-1] not in eos_ids else matched
+
+
 def whole_draft(step: Generation) -> Generation:
     """The target's step when it equals the draft step token for token (m = |ŝ|)."""
     return Generation(token_ids=list(step.token_ids), text=step.text, finish=step.finish)

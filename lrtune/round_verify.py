@@ -1,169 +1,185 @@
-"""How a round's draft steps are judged (DESIGN §3): every slot's pairs in one verifier call,
-or, with early abort, each draft step as soon as its target row ends.
-
-:class:`RoundVerification` is the part of :class:`lrtune.decoder.LookaheadDecoder` that builds a
-round's step pairs and asks the verifier; it reads the decoder's ``target`` backend only. A pair
-whose two steps end apart (one ends the answer, the other not) is rejected without asking the
-verifier (:func:`lrtune.rounds.ends_apart`).
+"""How a round's draft steps are judged (DESIGN §3): every prompt's pairs in one verifier call
+(:func:`verify`), or, under early abort, each draft step as soon as its target row ends
+(:class:`EarlyJudge`, the abort schedule's own state). A pair whose two steps end apart (one
+ends the answer, the other not) is rejected without asking the verifier
+(:func:`lrtune.rounds.ends_apart`). The result per prompt is one :class:`Verdicts`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from lrtune.backends.base import Generation
+from lrtune.backends.base import Backend, Generation
 from lrtune.errors import ConfigError
 from lrtune.reuse import whole_draft
-from lrtune.roundstate import PromptState, _concat
-from lrtune.rounds import ends_apart, step_pair
+from lrtune.round_draft import Drafted
+from lrtune.roundplan import RoundKind
+from lrtune.rounds import chain_ids, ends_apart, step_pair
 from lrtune.stats import BatchStats
 from lrtune.verifiers import StepPair, Verifier, accept
 from lrtune.verifiers.base import DraftScores, wants_draft_scores
 
+Steps = list[list[Generation | None]]  # the target's step per (branch, position); None: no row ran
 
-class RoundVerification:
-    """Verification of a round's draft steps against the target's (mixed into the decoder)."""
 
-    def _prejudge(self, s: PromptState, verifier: Verifier, batch: BatchStats) -> int | None:
-        """Early abort with reuse: judge the positions whose target step is the draft step
-        itself (no row) before the call, in order; returns the first rejected one (the rows
-        after it are useless), or None."""
-        for k, (m, step) in enumerate(zip(s.round.matched, s.round.chains[0])):
-            if m < len(step.token_ids):
-                continue
-            if not self._judge_one(s, k, whole_draft(step), verifier, batch):
-                return k
-        return None
+@dataclass(frozen=True)
+class Verdicts:
+    """One prompt's judged pairs per branch and position: the verifier's inputs, its verdicts and
+    scores, the seconds it took (this prompt's share), and the (branch, position) pairs
+    rejected unasked."""
 
-    def _judge_one(self, s: PromptState, k: int, target: Generation, verifier: Verifier, batch: BatchStats) -> bool:
-        """Early abort: the verdict on the slot's draft step k against ``target``, judged alone
-        (kept in ``s.round.judged[k]``)."""
-        pair = self._pair(s, 0, k, target)
-        apart = ends_apart(s.round.chains[0][k].token_ids, target.token_ids, self.target.eos_ids)
-        tv = time.perf_counter()
-        (ok,), (score,) = accept(verifier, [pair], [apart])
-        s.round.verify_s += time.perf_counter() - tv
-        if apart:
-            s.round.unasked.add((0, k))
+    pairs: list[list[StepPair]]
+    accepted: list[list[bool]]
+    scores: list[list[float]]
+    seconds: float
+    unasked: frozenset[tuple[int, int]]
+
+
+def pair_at(target: Backend, d: Drafted, w: int, k: int, step: Generation | None, steps: Steps | None) -> StepPair:
+    """Branch ``w``'s pair at position ``k`` with the target's ``step`` there (None in a score
+    round: the verifier is one-sided). The target saw the committed steps, then this branch's
+    drafts before ``k``. The draft step's scores come from the chain's prefill, else from the
+    row of position ``k + 1`` of ``steps`` (which prefilled it, when it was scored); a score
+    round without a prefill carries the draft's own confidence."""
+    draft = d.drafts.chains[w][k]
+    if d.prefill is not None:
+        scores = DraftScores.of(d.prefill.scores[k], draft)
+    else:
+        follows = steps[w][k + 1] if (steps and k + 1 < len(steps[w])) else None
+        scores = DraftScores.of(follows.prompt_scores, draft) if follows is not None else None
+        if scores is None and d.plan.kind is RoundKind.SCORE:
+            scores = DraftScores.draft_only(draft)
+    return step_pair(
+        target,
+        d.slot.problem.text,
+        d.slot.gen + chain_ids(d.drafts.chains[w][:k]),
+        d.plan.cfg.context_tokens,
+        draft.token_ids,
+        step.token_ids if step is not None else [],
+        scores,
+    )
+
+
+def verify(
+    target: Backend, items: list[Drafted], steps: list[Steps], verifier: Verifier, batch: BatchStats
+) -> list[Verdicts]:
+    """Every pair of every prompt in ONE verifier call; a pair whose steps end apart is
+    rejected unasked. Each prompt's seconds are its share of the call by pairs asked."""
+    keys = [(i, w, k) for i, d in enumerate(items) for w, c in enumerate(d.drafts.chains) for k in range(len(c))]
+    pairs = [pair_at(target, items[i], w, k, steps[i][w][k], steps[i]) for i, w, k in keys]
+    apart = [
+        ends_apart(items[i].drafts.chains[w][k].token_ids, steps[i][w][k].token_ids, target.eos_ids) for i, w, k in keys
+    ]
+    asked = len(pairs) - sum(apart)
+    tv = time.perf_counter()
+    flat_v, flat_s = accept(verifier, pairs, apart) if keys else ([], [])
+    each = (time.perf_counter() - tv) / asked if asked else 0.0
+    if asked:
+        batch.observe_call("verify", asked)
+    out = [[[[] for _ in d.drafts.chains] for _ in range(3)] for d in items]  # pairs, verdicts, scores
+    unasked: list[set] = [set() for _ in items]
+    seconds = [0.0] * len(items)
+    for (i, w, k), p, v, sc, a in zip(keys, pairs, flat_v, flat_s, apart):
+        for part, x in zip(out[i], (p, v, sc)):
+            part[w].append(x)
+        if a:
+            unasked[i].add((w, k))
         else:
-            s.stats.verifier_calls += 1
-            batch.observe_call("verify", 1)
-        s.round.judged[k] = (ok, score, pair)
-        return ok
+            seconds[i] += each
+    for i, d in enumerate(items):
+        if any(d.drafts.chains):
+            d.slot.stats.verify_s += seconds[i]
+        if any(not a for (j, *_), a in zip(keys, apart) if j == i):
+            d.slot.stats.verifier_calls += 1
+    return [Verdicts(p, v, s, sec, frozenset(u)) for (p, v, s), sec, u in zip(out, seconds, unasked)]
 
-    def _verify(
-        self, slots: list[PromptState], early: dict[int, PromptState], verifier: Verifier, batch: BatchStats
-    ) -> None:
-        """Verdicts of every slot's pairs: one verifier call for all slots not judged early (a pair
-        whose steps end apart, :func:`ends_apart`, is rejected unasked); an early slot's verdicts
-        run up to its first position whose row was stopped."""
-        for s in early.values():
-            n = len(s.round.chains[0])
-            judged = [s.round.judged[k] for k in range(next((k for k in range(n) if k not in s.round.judged), n))]
-            s.round.verdicts, s.round.scores, s.round.pairs = (
-                [[v for v, _, _ in judged]],
-                [[c for _, c, _ in judged]],
-                [[p for *_, p in judged]],
-            )
-            s.stats.verify_s += s.round.verify_s
-        keys = [
-            (s, w, k) for s in slots if id(s) not in early for w, c in enumerate(s.round.chains) for k in range(len(c))
-        ]
-        for s in slots:
-            if id(s) not in early:
-                s.round.pairs = [
-                    [self._pair(s, w, k, s.round.targets[w][k]) for k in range(len(c))]
-                    for w, c in enumerate(s.round.chains)
-                ]
-        if not keys:
-            return
-        pairs = [s.round.pairs[w][k] for s, w, k in keys]
-        apart = [
-            ends_apart(s.round.chains[w][k].token_ids, s.round.targets[w][k].token_ids, self.target.eos_ids)
-            for s, w, k in keys
-        ]  # one step ends the answer, the other not: rejected unasked
-        asked = len(pairs) - sum(apart)
-        tv = time.perf_counter()
-        flat_v, flat_s = accept(verifier, pairs, apart)
-        vsec = time.perf_counter() - tv
-        if asked:
-            batch.observe_call("verify", asked)
-        for (s, w, k), v, sc, a in zip(keys, flat_v, flat_s, apart):
-            if a:
-                s.round.unasked.add((w, k))
-            s.round.verdicts[w].append(v)
-            s.round.scores[w].append(sc)
-            s.round.verify_s += 0.0 if a else vsec / asked
-        for s in {id(s): s for s, _, _ in keys}.values():
-            s.stats.verify_s += s.round.verify_s
-        for s in {id(s): s for (s, _, _), a in zip(keys, apart) if not a}.values():
-            s.stats.verifier_calls += 1
 
-    def _early_judge(
-        self,
-        slots: list[PromptState],
-        owner: list[list[int]],
-        wheres,
-        verifier: Verifier,
-        batch: BatchStats,
-        joined: Callable[[int, Generation], Generation],
-    ):
-        """The target call's ``on_done`` for early abort: when the row of (slot, position k)
-        ends, judge draft step k against it at once; on a rejection, stop the slot's rows of
-        the positions after k (their steps can no longer be committed). ``joined(row, out)``:
-        the row's target step (with draft-prefix reuse, the reused tokens and the row's)."""
-        if getattr(verifier, "backend", None) is self.target:
+class EarlyJudge:
+    """Early abort (``--schedule abort``, ``reuse+abort``): judges draft step k of a prompt as
+    soon as its target row ends (:meth:`on_done`, the target call's callback), and on a
+    rejection stops that prompt's rows of the positions after k, whose steps can no longer be
+    committed. With draft-prefix reuse the positions whose target step is the draft step
+    itself are judged before the call (:meth:`prejudge`). Holds each prompt's verdicts
+    (position → (accepted, score, pair)) until :meth:`verdicts` reads them."""
+
+    def __init__(self, target: Backend, items: list[Drafted], verifier: Verifier, batch: BatchStats) -> None:
+        if getattr(verifier, "backend", None) is target:
             raise ConfigError(
                 f"early abort judges steps while the target engine runs, but verifier {verifier.name!r} "
                 "runs on the target's own engine: give it another model (--judge-model) or use --schedule sync (not "
                 "abort)"
             )
         if wants_draft_scores(verifier) and not all(
-            s.round.matched for s in slots if s.round.cfg.early_abort and s.round.chains[0]
+            d.prefill for d in items if d.plan.early_abort and d.drafts.chains[0]
         ):
             raise ConfigError(
                 f"early abort judges position k when its target row ends, before the row that scores "
                 f"draft step k does; verifier {verifier.name!r} reads those scores: use --schedule reuse+abort "
                 "(its prefill scores every draft step first) or --schedule sync"
             )
-        row_of = {}
-        for s, mine, where in zip(slots, owner, wheres):
-            if s.round.cfg.early_abort and s.round.chains[0]:
-                for (w, k), r in where.items():
-                    row_of[mine[r]] = (
-                        s,
-                        k,
-                        [mine[where[0, j]] for j in range(k + 1, len(s.round.chains[0]) + 1) if (0, j) in where],
-                    )
+        self.target, self.items, self.verifier, self.batch = target, items, verifier, batch
+        self.judged: list[dict[int, tuple[bool, float, StepPair]]] = [{} for _ in items]
+        self.seconds = [0.0] * len(items)
+        self.unasked: list[set[tuple[int, int]]] = [set() for _ in items]
+        self.rows: dict[int, tuple[int, int, list[int]]] = {}  # call row -> (prompt, position, later rows)
+        self.joined: Callable[[int, Generation], Generation] = lambda _row, out: out
 
-        def on_done(row: int, out: Generation) -> list[int]:
-            hit = row_of.get(row)
-            if hit is None or hit[1] >= len(hit[0].round.chains[0]):  # not early, or the bonus position
-                return []
-            s, k, later = hit
-            return [] if self._judge_one(s, k, joined(row, out), verifier, batch) else later
+    def covers(self, i: int) -> bool:
+        """Prompt ``i`` is judged early: an abort-schedule round with a draft chain."""
+        d = self.items[i]
+        return d.plan.early_abort and bool(d.drafts.chains[0])
 
-        return on_done
+    def prejudge(self, i: int) -> int | None:
+        """Reuse: judge, in order, the positions whose target step is the whole draft step (no
+        row runs for them); the first rejected one (no row after it is needed), or None."""
+        d = self.items[i]
+        for k, (m, step) in enumerate(zip(d.prefill.matched, d.drafts.chains[0])):
+            if m >= len(step.token_ids) and not self.judge(i, k, whole_draft(step)):
+                return k
+        return None
 
-    def _pair(self, s: PromptState, w: int, k: int, target: Generation) -> StepPair:
-        """Branch ``w``'s pair at position ``k`` with the target's step there: the target saw
-        the committed steps, then this branch's drafts before ``k``; the draft step's scores
-        come from the row of position ``k + 1``, which prefilled it (when it was scored), or
-        with draft-prefix reuse from the prefill of the whole chain."""
-        if s.round.chain_scores:  # reuse: the prefill scored the whole chain
-            scores = DraftScores.of(s.round.chain_scores[k], s.round.chains[w][k])
+    def watch(self, i: int, first_row: int, where: dict[tuple[int, int], int]) -> None:
+        """Prompt ``i``'s rows in the call start at ``first_row``; ``where[w, k]``: its row of (branch, position)."""
+        n = len(self.items[i].drafts.chains[0])
+        for (_, k), r in where.items():
+            later = [first_row + where[0, j] for j in range(k + 1, n + 1) if (0, j) in where]
+            self.rows[first_row + r] = (i, k, later)
+
+    def on_done(self, row: int, out: Generation) -> list[int]:
+        """The target call's callback: judge the row's position; the rows to stop on a rejection."""
+        hit = self.rows.get(row)
+        if hit is None or hit[1] >= len(self.items[hit[0]].drafts.chains[0]):  # not early, or the bonus position
+            return []
+        i, k, later = hit
+        return [] if self.judge(i, k, self.joined(row, out)) else later
+
+    def judge(self, i: int, k: int, step: Generation) -> bool:
+        """The verdict on prompt ``i``'s draft step k against the target's ``step``, judged alone."""
+        d = self.items[i]
+        pair = pair_at(self.target, d, 0, k, step, None)
+        apart = ends_apart(d.drafts.chains[0][k].token_ids, step.token_ids, self.target.eos_ids)
+        tv = time.perf_counter()
+        (ok,), (score,) = accept(self.verifier, [pair], [apart])
+        self.seconds[i] += time.perf_counter() - tv
+        if apart:
+            self.unasked[i].add((0, k))
         else:
-            follows = s.round.targets[w][k + 1] if (s.round.targets and k + 1 < len(s.round.targets[w])) else None
-            scores = DraftScores.of(follows.prompt_scores, s.round.chains[w][k]) if follows is not None else None
-            if scores is None and s.round.cfg.score_rounds:  # no prefill: the draft's own confidence alone
-                scores = DraftScores.draft_only(s.round.chains[w][k])
-        return step_pair(
-            self.target,
-            s.problem.text,
-            s.gen + _concat(s.round.chains[w][:k]),
-            s.round.cfg.context_tokens,
-            s.round.chains[w][k].token_ids,
-            target.token_ids,
-            scores,
+            d.slot.stats.verifier_calls += 1
+            self.batch.observe_call("verify", 1)
+        self.judged[i][k] = (ok, score, pair)
+        return ok
+
+    def verdicts(self, i: int) -> Verdicts:
+        """Prompt ``i``'s verdicts, up to its first position whose row was stopped."""
+        n = len(self.items[i].drafts.chains[0])
+        got = [self.judged[i][k] for k in range(next((k for k in range(n) if k not in self.judged[i]), n))]
+        self.items[i].slot.stats.verify_s += self.seconds[i]
+        return Verdicts(
+            [[p for *_, p in got]],
+            [[v for v, *_ in got]],
+            [[s for _, s, _ in got]],
+            self.seconds[i],
+            frozenset(self.unasked[i]),
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lrtune.backends.base import Backend, GenParams
+from lrtune.backends.base import Backend, Generation, GenParams
 from lrtune.verifiers.base import DraftScores, StepPair, verifier_context
 
 DRAFT, TARGET = 1, 2  # seed roles
@@ -24,11 +24,11 @@ def mix_seed(*xs: int) -> int:
     return int(h >> 33)
 
 
-def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, draft: bool) -> GenParams:
+def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, gamma2: int, draft: bool = False) -> GenParams:
     """Params of ``n`` step rows (1 for a draft step) of round ``rnd`` from position ``pos``:
-    at most ``min(max_step_tokens, budget)`` tokens each, ending at the delimiter; target rows
-    run token-level SD with γ2 draft tokens when the method uses SD; seeds (temperature > 0)
-    ``mix_seed(seed, rnd, pos + k, role)``."""
+    at most ``min(max_step_tokens, budget)`` tokens each, ending at the delimiter; token-level
+    SD with ``gamma2`` draft tokens inside the step (0: none; draft steps always 0); seeds
+    (temperature > 0) ``mix_seed(seed, rnd, pos + k, role)``."""
     count = 1 if draft else n
     seeds = None
     if cfg.temperature > 0:
@@ -42,8 +42,13 @@ def step_params(cfg, budget: int, rnd: int, pos: int, n: int, *, draft: bool) ->
         top_p=cfg.top_p,
         seeds=seeds,
         logprobs=cfg.logprobs,
-        num_speculative_tokens=cfg.gamma2 if (cfg.uses_sd and not draft) else 0,
+        num_speculative_tokens=0 if draft else gamma2,
     )
+
+
+def chain_ids(steps: Sequence[Generation]) -> list[int]:
+    """The ids of ``steps`` one after another."""
+    return [t for step in steps for t in step.token_ids]
 
 
 def step_pair(

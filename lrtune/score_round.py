@@ -24,19 +24,22 @@ constant baselines) gets no prefill: the round is one target call, the step, whi
 
 The verifier sees no target step (``StepPair.target`` is empty): it must be **one-sided**
 (``one_sided = True``: ``target_logprob``, a router checkpoint, or the constant/random
-baselines). The decoder runs :func:`judge_and_continue` after the prefill of
-:meth:`LookaheadDecoder._reuse_prefill`, which scores every chain whose verifier reads scores.
+baselines). :func:`lrtune.round.run_round` runs :func:`judge` and :func:`bonus_steps` after the
+chain's prefill (:func:`lrtune.round_draft.prefill_chains`), which scores every chain whose
+verifier reads scores.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import time
 
-from lrtune.backends.base import GenBatch
+from lrtune.backends.base import Backend, GenBatch, row_counters, time_shares
 from lrtune.errors import ConfigError
-from lrtune.rounds import step_params
-from lrtune.roundstate import _concat, _row_counters, _time_shares
-from lrtune.stats import leading_accepts
+from lrtune.round_draft import Drafted
+from lrtune.round_target import TargetSteps
+from lrtune.round_verify import Verdicts, pair_at
+from lrtune.rounds import chain_ids, step_params
+from lrtune.stats import BatchStats, leading_accepts
 from lrtune.verifiers import accept
 
 
@@ -62,73 +65,68 @@ def _two_sided(name: str) -> str:
     )
 
 
-def judge_and_continue(dec, slots, verifier, eos: frozenset[int], batch) -> None:
-    """Verdicts of every slot's draft steps from the chain's prefill (one verifier call), then
-    the target's own step after each slot's accepted prefix (one target call); leaves each
-    slot's round as ``_commit`` reads it: ``targets[0][J]`` is the target's step."""
-    keys = [(s, k) for s in slots for k in range(len(s.round.chains[0]) if s.round.chains else 0)]
-    for s in slots:
-        s.round.pairs = (
-            [[dec._pair(s, 0, k, _EMPTY) for k in range(len(s.round.chains[0]))]] if s.round.chains else [[]]
-        )
+def judge(target: Backend, items: list[Drafted], verifier, batch: BatchStats) -> list[Verdicts]:
+    """Verdicts of every prompt's draft steps from its chain's prefill (or the draft's own
+    confidence where none ran), in ONE verifier call; the pairs carry no target step."""
+    keys = [(i, k) for i, d in enumerate(items) for k in range(len(d.drafts.chains[0]))]
+    pairs = [pair_at(target, items[i], 0, k, None, None) for i, k in keys]
+    tv = time.perf_counter()
+    verdicts, scores = accept(verifier, pairs) if keys else ([], [])
+    each = (time.perf_counter() - tv) / len(keys) if keys else 0.0
     if keys:
-        import time
-
-        tv = time.perf_counter()
-        verdicts, scores = accept(verifier, [s.round.pairs[0][k] for s, k in keys])
-        vsec = (time.perf_counter() - tv) / len(keys)
         batch.observe_call("verify", len(keys))
-        for (s, _), v, sc in zip(keys, verdicts, scores):
-            s.round.verdicts[0].append(v)
-            s.round.scores[0].append(sc)
-            s.round.verify_s += vsec
-        for s in {id(s): s for s, _ in keys}.values():
-            s.stats.verify_s += s.round.verify_s
-            s.stats.verifier_calls += 1
-    _bonus_steps(dec, slots, eos, batch)
+    out = []
+    for i, d in enumerate(items):
+        mine = [n for n, (j, _) in enumerate(keys) if j == i]
+        seconds = each * len(mine)
+        if mine:
+            d.slot.stats.verify_s += seconds
+            d.slot.stats.verifier_calls += 1
+        out.append(
+            Verdicts(
+                [[pairs[n] for n in mine]],
+                [[verdicts[n] for n in mine]],
+                [[scores[n] for n in mine]],
+                seconds,
+                frozenset(),
+            )
+        )
+    return out
 
 
-def _bonus_steps(dec, slots, eos: frozenset[int], batch) -> None:
-    """One target call: each slot's own step after its accepted draft prefix (none when that
-    prefix ended the answer or the budget)."""
+def bonus_steps(
+    target: Backend, items: list[Drafted], verdicts: list[Verdicts], batch: BatchStats
+) -> list[TargetSteps]:
+    """ONE target call: each prompt's own step after its accepted draft prefix (none when that
+    prefix ended the answer or the budget); ``steps[0][J]`` is that step."""
+    eos = target.eos_ids
     rows, params, owner = [], [], []
-    for s in slots:
-        chain = s.round.chains[0] if s.round.chains else []
-        j = leading_accepts(s.round.verdicts[0]) if chain else 0
-        accepted = chain[:j]
-        used = sum(len(d.token_ids) for d in accepted)
-        ends = bool(accepted) and (accepted[-1].token_ids[-1] in eos or used >= s.round.budget)
-        s.round.targets = [[None] * (j + 1)]
-        if ends:
+    for d, v in zip(items, verdicts):
+        chain = d.drafts.chains[0]
+        accepted = chain[: leading_accepts(v.accepted[0])]
+        used = sum(len(s.token_ids) for s in accepted)
+        if accepted and (accepted[-1].token_ids[-1] in eos or used >= d.plan.budget):
             owner.append(None)
             continue
-        p = step_params(s.round.cfg, s.round.budget - used, s.rnd, j, 1, draft=False)
-        if s.round.horizon is not None:  # γ1 = 0: one uninterrupted SD run to the controller's horizon
-            p = replace(p, max_tokens=s.round.horizon, stop_at_delimiter=False)
+        p = step_params(d.plan.cfg, d.plan.budget - used, d.slot.rnd, len(accepted), 1, gamma2=d.plan.gamma2)
         owner.append(len(rows))
-        rows.append(s.round.base + _concat(accepted))
+        rows.append(list(d.plan.base) + chain_ids(accepted))
         params.append(p)
-    tb = dec.target.generate(rows, params) if rows else GenBatch(outputs=[], seconds=0.0)
+    call = target.generate(rows, params) if rows else GenBatch(outputs=[], seconds=0.0)
     if rows:
         batch.observe_call("target", len(rows))
-    shares = _time_shares(tb, [[r] for r in range(len(rows))])
-    row_sd = _row_counters(tb)
-    for s, r in zip(slots, owner):
-        s.round.target_s = s.round.prefill_s
-        if r is None:
-            continue
-        s.round.target_s += shares[r]
-        s.round.round_sd = row_sd[r] if row_sd is not None else None
-        s.stats.observe_target_call(shares[r], s.round.round_sd)
-        s.stats.target_step_tokens += len(tb.outputs[r].token_ids)
-        s.round.targets[0][-1] = tb.outputs[r]
-
-
-class _NoStep:
-    """The target step a score round's pair carries: none (a one-sided verifier reads the draft
-    step and the target's log-probabilities of it only)."""
-
-    token_ids: list[int] = []
-
-
-_EMPTY = _NoStep()
+    shares = time_shares(call, [[r] for r in range(len(rows))])
+    sd = row_counters(call)
+    out = []
+    for d, v, r in zip(items, verdicts, owner):
+        steps = [[None] * (leading_accepts(v.accepted[0]) + 1)]
+        seconds = d.prefill.seconds if d.prefill is not None else 0.0
+        counters = None
+        if r is not None:
+            seconds += shares[r]
+            counters = sd[r] if sd is not None else None
+            d.slot.stats.observe_target_call(shares[r], counters)
+            d.slot.stats.target_step_tokens += len(call.outputs[r].token_ids)
+            steps[0][-1] = call.outputs[r]
+        out.append(TargetSteps(steps, seconds, counters))
+    return out

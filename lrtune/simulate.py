@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lrtune.speedup import BatchCost, _b, _check_alpha, _check_c, _check_int, _geom_sum, _leading_accepts, _rng
+from lrtune.speedup import BatchCost, b_at, check_alpha, check_c, check_int, geom_sum, sample_leading_accepts, as_rng
 from lrtune.speedup_async import async_verify_times
 
 __all__ = ["simulate_sync", "simulate_sd", "simulate_combined", "simulate_async", "simulate_score"]
@@ -26,12 +26,12 @@ def simulate_sync(
     Each round samples J (leading accepts among γ draft steps, i.i.d. α), commits J + 1
     steps and takes γ·c + b(γ + 1) T. Estimates :func:`f_sync`.
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
-    r = _check_int(rounds, "rounds", minimum=1)
-    j = _leading_accepts(a, n, r, _rng(rng))
-    return float((j + 1).sum()) / (r * (cc * n + _b(batch_cost, n + 1)))
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
+    r = check_int(rounds, "rounds", minimum=1)
+    j = sample_leading_accepts(a, n, r, as_rng(rng))
+    return float((j + 1).sum()) / (r * (cc * n + b_at(batch_cost, n + 1)))
 
 
 def simulate_sd(alpha: float, c: float, gamma: int, iterations: int, rng: np.random.Generator | int | None) -> float:
@@ -40,11 +40,11 @@ def simulate_sd(alpha: float, c: float, gamma: int, iterations: int, rng: np.ran
     Each iteration samples the leading accepts J among γ draft tokens, commits J + 1 tokens
     and takes γ·c + 1 target-forward times. Estimates :func:`g`.
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
-    it = _check_int(iterations, "iterations", minimum=1)
-    j = _leading_accepts(a, n, it, _rng(rng))
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
+    it = check_int(iterations, "iterations", minimum=1)
+    j = sample_leading_accepts(a, n, it, as_rng(rng))
     return float((j + 1).sum()) / (it * (cc * n + 1.0))
 
 
@@ -73,26 +73,26 @@ def simulate_combined(
     long-run target time per step is exactly b/g(γ2). The round commits J1 + 1 steps (J1
     leading accepts among γ1, i.i.d. α1). Estimates :func:`h`.
     """
-    a1 = _check_alpha(alpha1, "alpha1")
-    a2 = _check_alpha(alpha2, "alpha2")
-    cc1 = _check_c(c1, "c1")
-    cc2 = _check_c(c2, "c2")
-    n1 = _check_int(gamma1, "gamma1")
-    n2 = _check_int(gamma2, "gamma2")
-    r = _check_int(rounds, "rounds", minimum=1)
-    L = _check_int(tokens_per_step, "tokens_per_step", minimum=1)
-    gen = _rng(rng)
-    bb = _b(batch_cost, n1 + 1)
+    a1 = check_alpha(alpha1, "alpha1")
+    a2 = check_alpha(alpha2, "alpha2")
+    cc1 = check_c(c1, "c1")
+    cc2 = check_c(c2, "c2")
+    n1 = check_int(gamma1, "gamma1")
+    n2 = check_int(gamma2, "gamma2")
+    r = check_int(rounds, "rounds", minimum=1)
+    L = check_int(tokens_per_step, "tokens_per_step", minimum=1)
+    gen = as_rng(rng)
+    bb = b_at(batch_cost, n1 + 1)
 
-    j1 = _leading_accepts(a1, n1, r, gen)
+    j1 = sample_leading_accepts(a1, n1, r, gen)
 
     need = r * L  # tokens the target stream must emit
-    mean_tokens = _geom_sum(a2, n2 + 1)
+    mean_tokens = geom_sum(a2, n2 + 1)
     chunks: list[np.ndarray] = []
     total = 0
     while total < need:
         size = int((need - total) / mean_tokens * 1.05) + 64
-        chunk = _leading_accepts(a2, n2, size, gen) + 1
+        chunk = sample_leading_accepts(a2, n2, size, gen) + 1
         chunks.append(chunk)
         total += int(chunk.sum())
     cum = np.cumsum(np.concatenate(chunks))
@@ -113,10 +113,10 @@ def simulate_async(alpha: float, c: float, gamma: int, n_segments: int, rng: np.
     rejection ever): one segment of ``n_segments`` accepted steps, n / v_n. γ = 0: the
     target alone, 1. Estimates :func:`speedup_async`.
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
-    ns = _check_int(n_segments, "n_segments", minimum=1)
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
+    ns = check_int(n_segments, "n_segments", minimum=1)
     if n == 0:
         return 1.0
     if a >= 1.0:
@@ -125,7 +125,7 @@ def simulate_async(alpha: float, c: float, gamma: int, n_segments: int, rng: np.
     if a <= 0.0:
         k = np.ones(ns, dtype=np.int64)  # every first step is rejected
     else:
-        k = _rng(rng).geometric(1.0 - a, size=ns)  # K − 1 accepts, then a rejection
+        k = as_rng(rng).geometric(1.0 - a, size=ns)  # K − 1 accepts, then a rejection
     v = async_verify_times(cc, n, int(k.max()))
     return float(k.sum()) / float(v[k - 1].sum())
 
@@ -137,11 +137,11 @@ def simulate_score(
     ``gamma`` steps (``c`` each), prefills them (``prefill``), draws their one-sided verdicts
     (i.i.d. accept with ``alpha``), commits the leading accepts and the target's own step
     (``step_time``: 1/g(γ2) with SD); committed steps over time."""
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
-    r = _rng(rng)
-    accepted = _leading_accepts(a, n, rounds, r) if n else np.zeros(rounds)
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
+    r = as_rng(rng)
+    accepted = sample_leading_accepts(a, n, rounds, r) if n else np.zeros(rounds)
     steps = float(np.sum(accepted + 1))
     time = rounds * (cc * n + (prefill if n else 0.0) + step_time)
     return steps / time

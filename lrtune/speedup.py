@@ -70,7 +70,7 @@ class BestGammas(NamedTuple):
 # ---------------------------------------------------------------------------------------
 
 
-def _check_alpha(alpha: float, name: str = "alpha") -> float:
+def check_alpha(alpha: float, name: str = "alpha") -> float:
     try:
         a = float(alpha)
     except (TypeError, ValueError):
@@ -80,7 +80,7 @@ def _check_alpha(alpha: float, name: str = "alpha") -> float:
     return a
 
 
-def _check_c(c: float, name: str = "c") -> float:
+def check_c(c: float, name: str = "c") -> float:
     try:
         v = float(c)
     except (TypeError, ValueError):
@@ -90,7 +90,7 @@ def _check_c(c: float, name: str = "c") -> float:
     return v
 
 
-def _check_int(value: int, name: str, minimum: int = 0) -> int:
+def check_int(value: int, name: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     v = int(value)
@@ -99,16 +99,16 @@ def _check_int(value: int, name: str, minimum: int = 0) -> int:
     return v
 
 
-def _rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+def as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
 
-def _b(batch_cost: BatchCost, n: int) -> float:
+def b_at(batch_cost: BatchCost, n: int) -> float:
     """b(n): time of a batched target pass over ``n`` steps, in T (b(1) must be 1)."""
     if batch_cost is None:
         return 1.0
     if n != 1:
-        _b(batch_cost, 1)  # a curve is only valid if it is normalised: b(1) = 1
+        b_at(batch_cost, 1)  # a curve is only valid if it is normalised: b(1) = 1
     if callable(batch_cost):
         value = batch_cost(n)
     else:
@@ -128,14 +128,14 @@ def _b(batch_cost: BatchCost, n: int) -> float:
     return v
 
 
-def _geom_sum(alpha: float, n: int) -> float:
+def geom_sum(alpha: float, n: int) -> float:
     """Σ_{j=0}^{n-1} α^j = (1 − α^n)/(1 − α), evaluated without dividing by 1 − α."""
     if n <= 0:
         return 0.0
     return float(np.sum(alpha ** np.arange(n, dtype=float)))
 
 
-def _leading_accepts(alpha: float, gamma: int, size: int, rng: np.random.Generator) -> np.ndarray:
+def sample_leading_accepts(alpha: float, gamma: int, size: int, rng: np.random.Generator) -> np.ndarray:
     """Samples of J = number of leading accepts among γ i.i.d. Bernoulli(α) trials."""
     if gamma == 0 or alpha <= 0.0:
         return np.zeros(size, dtype=np.int64)
@@ -157,9 +157,9 @@ def expected_accepted_per_round(alpha: float, gamma: int) -> float:
     probability α); the +1 is the target's own unit (its step s_{J+1} for LR, the
     bonus/correction token for SD). Equals γ + 1 at α = 1 and 1 at α = 0.
     """
-    a = _check_alpha(alpha)
-    n = _check_int(gamma, "gamma")
-    return _geom_sum(a, n + 1)
+    a = check_alpha(alpha)
+    n = check_int(gamma, "gamma")
+    return geom_sum(a, n + 1)
 
 
 def f_sync(alpha: float, c: float, gamma: int, batch_cost: BatchCost = None) -> float:
@@ -178,13 +178,13 @@ def f_sync(alpha: float, c: float, gamma: int, batch_cost: BatchCost = None) -> 
     (drafts + 1); substituting γ_paper = γ + 1 gives
     our (1 + c·γ) with b ≡ 1, since this process drafts γ steps before the batch.
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
     if n == 0:
-        _b(batch_cost, 1)  # validate the curve; b(1) = 1, so the target alone scores 1
+        b_at(batch_cost, 1)  # validate the curve; b(1) = 1, so the target alone scores 1
         return 1.0
-    return _geom_sum(a, n + 1) / (cc * n + _b(batch_cost, n + 1))
+    return geom_sum(a, n + 1) / (cc * n + b_at(batch_cost, n + 1))
 
 
 def c_from_sd(speedup: float, alpha: float, gamma: int) -> float:
@@ -195,10 +195,10 @@ def c_from_sd(speedup: float, alpha: float, gamma: int) -> float:
     the c2 that SD really pays on an engine (its drafting loop, batching and overheads),
     which can differ from a plain draft-vs-target per-token ratio.
     """
-    a = _check_alpha(alpha)
-    n = _check_int(gamma, "gamma", 1)
-    s = _check_c(speedup, "speedup")
-    return (_geom_sum(a, n + 1) / s - 1.0) / n
+    a = check_alpha(alpha)
+    n = check_int(gamma, "gamma", 1)
+    s = check_c(speedup, "speedup")
+    return (geom_sum(a, n + 1) / s - 1.0) / n
 
 
 def alpha_from_rate(rate: float, gamma: int) -> float:
@@ -209,12 +209,12 @@ def alpha_from_rate(rate: float, gamma: int) -> float:
     r(1) = 1 (bisection to 1e-12). For SD counters that report only accepted/drafted
     tokens (profiles written before ``SDCounters.stopped`` was counted).
     """
-    r = _check_alpha(rate, "rate")
-    n = _check_int(gamma, "gamma", 1)
+    r = check_alpha(rate, "rate")
+    n = check_int(gamma, "gamma", 1)
     lo, hi = 0.0, 1.0
     while hi - lo > 1e-12:
         mid = (lo + hi) / 2
-        if (_geom_sum(mid, n + 1) - 1.0) / n < r:
+        if (geom_sum(mid, n + 1) - 1.0) / n < r:
             lo = mid
         else:
             hi = mid
@@ -235,7 +235,7 @@ def expected_longest(step_tokens: Sequence[float], n: int) -> float:
     With the sample sorted, x_(1) ≤ ... ≤ x_(m): P(max ≤ x_(k)) = (k/m)^n, so
     E[max] = Σ_k x_(k)·((k/m)^n − ((k − 1)/m)^n). n = 1 gives the mean.
     """
-    n = _check_int(n, "n", 1)
+    n = check_int(n, "n", 1)
     x = _sorted_steps(step_tokens)
     k = np.arange(1, x.size + 1, dtype=float) / x.size
     return float(np.sum(x * (k**n - (k - 1.0 / x.size) ** n)))
@@ -262,7 +262,7 @@ def longest_step_batch_cost(batch_cost: BatchCost, step_tokens: Sequence[float])
     longest of n steps, in units of the mean step. b'(1) = b(1) = 1.
     """
     mean = _mean_step(step_tokens)
-    return lambda n: _b(batch_cost, n) * (1.0 if n == 1 else expected_longest(step_tokens, n) / mean)
+    return lambda n: b_at(batch_cost, n) * (1.0 if n == 1 else expected_longest(step_tokens, n) / mean)
 
 
 def early_abort_batch_cost(
@@ -279,14 +279,14 @@ def early_abort_batch_cost(
     at the n-row per-token cost b(n) until then. Without abort it is the longest of all n
     (:func:`longest_step_batch_cost`). b_abort(1) = b(1) = 1.
     """
-    a = _check_alpha(alpha)
+    a = check_alpha(alpha)
     mean = _mean_step(step_tokens)
 
     def cost(n: int) -> float:
         if n == 1:
-            return _b(batch_cost, 1)
+            return b_at(batch_cost, 1)
         p = _first_rejection(a, n)
-        return _b(batch_cost, n) * sum(pj * expected_longest(step_tokens, j + 1) / mean for j, pj in enumerate(p))
+        return b_at(batch_cost, n) * sum(pj * expected_longest(step_tokens, j + 1) / mean for j, pj in enumerate(p))
 
     return cost
 
@@ -299,7 +299,7 @@ def expected_longest_mixed(step_tokens: Sequence[float], full: int, shortened: i
     E[max] = Σ_i (1 − P(max ≤ x_i)) · (x_(i+1) − x_i) over the sorted jump points x_i of
     both (from 0). shortened = 0 gives :func:`expected_longest`.
     """
-    full, shortened = _check_int(full, "full"), _check_int(shortened, "shortened")
+    full, shortened = check_int(full, "full"), check_int(shortened, "shortened")
     if full + shortened < 1:
         raise ConfigError("expected_longest_mixed needs at least one draw")
     if not 0.0 <= keep <= 1.0:
@@ -325,18 +325,18 @@ def reuse_batch_cost(
     rows: J + 1 shortened rows for J < n − 1, all n rows for J = n − 1. keep = 1 without
     abort gives :func:`longest_step_batch_cost`. b_reuse(1) = b(1) = 1.
     """
-    a = None if alpha is None else _check_alpha(alpha)
+    a = None if alpha is None else check_alpha(alpha)
     mean = _mean_step(step_tokens)
 
     def cost(n: int) -> float:
         if n == 1:
-            return _b(batch_cost, 1)
+            return b_at(batch_cost, 1)
         if a is None:
-            return _b(batch_cost, n) * expected_longest_mixed(step_tokens, 1, n - 1, keep) / mean
+            return b_at(batch_cost, n) * expected_longest_mixed(step_tokens, 1, n - 1, keep) / mean
         p = _first_rejection(a, n)
         rows = [expected_longest_mixed(step_tokens, 0, j + 1, keep) for j in range(n - 1)]
         rows.append(expected_longest_mixed(step_tokens, 1, n - 1, keep))
-        return _b(batch_cost, n) * sum(pj * r / mean for pj, r in zip(p, rows))
+        return b_at(batch_cost, n) * sum(pj * r / mean for pj, r in zip(p, rows))
 
     return cost
 
@@ -352,11 +352,11 @@ def g(alpha: float, c: float, gamma: int, drafted: int | None = None) -> float:
     engine drafts per iteration whatever the request's γ (a shared SD engine cut to γ per
     request drafts its own number; None: γ). γ = 0 gives exactly 1.
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
     d = max(n, int(drafted or 0)) if n > 0 else 0
-    return _geom_sum(a, n + 1) / (cc * d + 1.0)
+    return geom_sum(a, n + 1) / (cc * d + 1.0)
 
 
 def h(
@@ -383,9 +383,9 @@ def h(
     the paper's h = f·g. γ1 = 0 gives g(γ2); γ2 = 0 gives f_sync(γ1; α1, c1).
     ``drafted``: draft tokens the SD engine proposes per iteration (see :func:`g`).
     """
-    n1 = _check_int(gamma1, "gamma1")
+    n1 = check_int(gamma1, "gamma1")
     gg = g(alpha2, c2, gamma2, drafted)
-    return gg * f_sync(alpha1, _check_c(c1, "c1") * gg, n1, batch_cost)
+    return gg * f_sync(alpha1, check_c(c1, "c1") * gg, n1, batch_cost)
 
 
 # ---------------------------------------------------------------------------------------
@@ -422,15 +422,15 @@ def h_score(
     Σ_{j≤γ1} α1^j. No batch of γ1 + 1 target steps, so no b(n). γ1 = 0 is SD alone: g(γ2)
     (no chain, no prefill); γ2 = 0: g = 1.
     """
-    n1 = _check_int(gamma1, "gamma1")
+    n1 = check_int(gamma1, "gamma1")
     gg = g(alpha2, c2, gamma2, drafted) if gamma2 else 1.0
     if n1 == 0:
         return gg
-    a = _check_alpha(alpha1, "alpha1")
-    cc = _check_c(c1, "c1")
+    a = check_alpha(alpha1, "alpha1")
+    cc = check_c(c1, "c1")
     if not math.isfinite(prefill) or prefill < 0:
         raise ConfigError(f"prefill must be a number >= 0, got {prefill!r}")
-    return _geom_sum(a, n1 + 1) / (cc * n1 + prefill + 1.0 / gg)
+    return geom_sum(a, n1 + 1) / (cc * n1 + prefill + 1.0 / gg)
 
 
 # ---------------------------------------------------------------------------------------
@@ -467,18 +467,18 @@ def best_gammas(
     then the smaller γ1. Raises :class:`~lrtune.errors.ConfigError` for α outside [0, 1],
     c ≤ 0, M < 0, negative γ bounds, or a batch_cost that does not cover b(gamma1_max + 1).
     """
-    a1 = _check_alpha(alpha1, "alpha1")
-    a2 = _check_alpha(alpha2, "alpha2")
-    cc1 = _check_c(c1, "c1")
-    cc2 = _check_c(c2, "c2")
+    a1 = check_alpha(alpha1, "alpha1")
+    a2 = check_alpha(alpha2, "alpha2")
+    cc1 = check_c(c1, "c1")
+    cc2 = check_c(c2, "c2")
     try:
         budget = float(M)
     except (TypeError, ValueError):
         raise ConfigError(f"M must be a number >= 0, got {M!r}") from None
     if not budget >= 0.0:
         raise ConfigError(f"M must be >= 0, got {M!r}")
-    n1 = _check_int(gamma1_max, "gamma1_max")
-    n2 = _check_int(gamma2_max, "gamma2_max")
+    n1 = check_int(gamma1_max, "gamma1_max")
+    n2 = check_int(gamma2_max, "gamma2_max")
     best: tuple[float, int, int, int] | None = None  # (h, budget, total, γ1)
     result = BestGammas(0, 0, 1.0)
     for g1 in range(n1 + 1):

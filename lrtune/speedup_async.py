@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lrtune.errors import ConfigError
-from lrtune.speedup import _check_alpha, _check_c, _check_int, _geom_sum, g
+from lrtune.speedup import check_alpha, check_c, check_int, geom_sum, g
 
 __all__ = ["S1", "S2", "S2_paper", "speedup_async", "h_async", "async_event_sim", "async_verify_times"]
 
@@ -28,8 +28,8 @@ def S1(alpha: float, c: float) -> float:
     S1 = E[K] / E[1 + (K − 1)c]. α = 1 gives 1/c, α = 0 gives 1. c > 1 (a draft slower
     than the target) is outside the formula: ConfigError (use :func:`speedup_async`).
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
+    a = check_alpha(alpha)
+    cc = check_c(c)
     if cc > 1.0:
         raise ConfigError(f"S1 needs 0 < c <= 1 (a draft slower than the target stalls it), got {c!r}")
     return 1.0 / (cc + (1.0 - cc) * (1.0 - a))
@@ -46,11 +46,11 @@ def S2_paper(alpha: float, c: float, gamma: int) -> float:
     the draft's throughput bound 1/c, and at γ = 1 it is 1/c for every α. Use
     :func:`S2` / :func:`speedup_async`.
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma", minimum=1)
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma", minimum=1)
     den = cc + a - a ** (n + 1) - n * (1.0 - a) * a**n
-    return _geom_sum(a, n) / den
+    return geom_sum(a, n) / den
 
 
 def S2(alpha: float, c: float, gamma: int) -> float:
@@ -63,7 +63,7 @@ def S2(alpha: float, c: float, gamma: int) -> float:
     the process, the stall rule and the derivation. For γ ≥ 1/c the correction term is
     dropped and S2 equals S1. α = 1 gives (γ + 1)/(1 + c); α = 0 gives 1.
     """
-    return speedup_async(alpha, c, _check_int(gamma, "gamma", minimum=1))
+    return speedup_async(alpha, c, check_int(gamma, "gamma", minimum=1))
 
 
 def speedup_async(alpha: float, c: float, gamma: int) -> float:
@@ -97,12 +97,12 @@ def speedup_async(alpha: float, c: float, gamma: int) -> float:
     the limit binds; α = 0 gives 1/max(1, c). γ = 0 means no lookahead: the target alone,
     speedup 1. The paper's S2 does not match this process (see :func:`S2_paper`).
     """
-    a = _check_alpha(alpha)
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma")
+    a = check_alpha(alpha)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma")
     if n == 0:
         return 1.0
-    stall = max(0.0, 1.0 - n * cc) * a ** (n + 1) / _geom_sum(a, n + 1)
+    stall = max(0.0, 1.0 - n * cc) * a ** (n + 1) / geom_sum(a, n + 1)
     return 1.0 / ((1.0 - a) * max(1.0, cc) + a * cc + stall)
 
 
@@ -118,9 +118,9 @@ def h_async(
     a speedup over the plain target. γ2 = 0 gives speedup_async(α1, c1, γ1), γ1 = 0 gives
     g(γ2). ``drafted``: as in :func:`g`.
     """
-    n1 = _check_int(gamma1, "gamma1")
+    n1 = check_int(gamma1, "gamma1")
     gg = g(alpha2, c2, gamma2, drafted)
-    return gg * speedup_async(alpha1, _check_c(c1, "c1") * gg, n1)
+    return gg * speedup_async(alpha1, check_c(c1, "c1") * gg, n1)
 
 
 def _async_events(outcomes: Sequence[bool], c: float, gamma: int) -> tuple[float, int, list[float]]:
@@ -194,8 +194,8 @@ def async_event_sim(outcomes: Sequence[bool], c: float, gamma: int) -> tuple[flo
     draft step is committed when verified; a rejection commits the target's step and
     starts a new segment). Requires γ ≥ 1 (γ = 0 is the target alone) and c > 0.
     """
-    cc = _check_c(c)
-    n = _check_int(gamma, "gamma", minimum=1)
+    cc = check_c(c)
+    n = check_int(gamma, "gamma", minimum=1)
     t, k, _ = _async_events(outcomes, cc, n)
     return t, k
 
@@ -207,8 +207,8 @@ def async_verify_times(c: float, gamma: int, n: int) -> np.ndarray:
     is deterministic until its first rejection, a segment ending with a rejection at step K
     lasts exactly v_K.
     """
-    cc = _check_c(c)
-    g_ = _check_int(gamma, "gamma", minimum=1)
-    nn = _check_int(n, "n", minimum=1)
+    cc = check_c(c)
+    g_ = check_int(gamma, "gamma", minimum=1)
+    nn = check_int(n, "n", minimum=1)
     _, _, times = _async_events([True] * nn, cc, g_)
     return np.asarray(times, dtype=float)

@@ -390,7 +390,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-def _versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
     import tokenizers
     import torch
     import transformers
@@ -405,7 +405,7 @@ def cache_key(dtype: str = "float32", **overrides: Any) -> str:
             "builder_version": BUILDER_VERSION,
             "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
             "params": params,
-            "versions": _versions(),
+            "versions": library_versions(),
         },
         sort_keys=True,
     )
@@ -492,7 +492,7 @@ def _build_into(out: Path, params: dict[str, Any], dtype: str) -> dict[str, Any]
         "builder_version": BUILDER_VERSION,
         "params": p,
         "dtype": dtype,
-        "versions": _versions(),
+        "versions": library_versions(),
         "vocab_size": tok.get_vocab_size(),
         "other_vocab_size": other_tok.get_vocab_size(),
         "eos_token_id": eos_id,

@@ -20,13 +20,13 @@ from lrtune.backends import vllm as vb  # noqa: E402
 )
 def test_auto_dtype_avoids_emulated_bf16_on_cpu(tmp_path, monkeypatch, saved, native_bf16, expected):
     (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": saved}))
-    monkeypatch.setattr(vb, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vb, "on_cpu_platform", lambda: True)
     monkeypatch.setattr(vb, "cpu_has_native_bf16", lambda: native_bf16)
     assert vb.resolve_dtype("auto", str(tmp_path)) == expected
 
 
 def test_explicit_dtype_is_never_changed(tmp_path, monkeypatch):
-    monkeypatch.setattr(vb, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vb, "on_cpu_platform", lambda: True)
     monkeypatch.setattr(vb, "cpu_has_native_bf16", lambda: False)
     assert vb.resolve_dtype("bfloat16", str(tmp_path)) == "bfloat16"
 

@@ -425,7 +425,7 @@ def test_an_unusable_resume_state_is_a_one_line_error_saying_to_delete_it(tmp_pa
     last = sdir / "last"
     last.mkdir(parents=True)
     save_file(get_peft_model_state_dict(old), str(last / "adapter_model.safetensors"))
-    students._save_optimizer(opt_old, last)
+    students.save_optimizer(opt_old, last)
     (last / "trainer.json").write_text(
         trainer_json or json.dumps({"epoch": 1, "best_auroc": 0.5, "bad_epochs": 0, "history": []})
     )

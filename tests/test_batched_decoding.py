@@ -14,7 +14,7 @@ from lrtune.backends.base import SDCounters, split_counters, split_counts
 from lrtune.control import Bounds
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
-from lrtune.roundstate import Failed
+from lrtune.slots import Failed
 from lrtune.verifiers import make_verifier
 
 PROMPTS = [[5, 7, 9], [11, 4], [20, 21, 22, 23, 24, 25], [8], [30, 31, 6]]

@@ -194,7 +194,7 @@ def test_the_runs_plan_counts_bf16_weights_twice_where_vllm_runs_them_in_float32
     target, draft = _model_dir(tmp_path, "t", "bfloat16", GIB), _model_dir(tmp_path, "d", "bfloat16", GIB // 4)
     models = ModelConfig(target=target, draft=draft, verifier="exact")
     cfg = DecodeConfig(method="lr", gamma1=3)
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: True)
+    monkeypatch.setattr(vllm_backend, "on_cpu_platform", lambda: True)
     plans = {}
     for native in (True, False):
         monkeypatch.setattr(vllm_backend, "cpu_has_native_bf16", lambda native=native: native)

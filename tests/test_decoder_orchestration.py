@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from fake_backend import EOS, FakeBackend, chain
-from lrtune.decoder import DRAFT_TOP_K, DecodeConfig, LookaheadDecoder
+from lrtune.decoder import DecodeConfig, LookaheadDecoder
+from lrtune.round_draft import DRAFT_TOP_K
 from lrtune.errors import ConfigError
 from lrtune.rounds import step_params
 from lrtune.verifiers import make_verifier
@@ -95,7 +96,7 @@ def test_target_step_j_is_conditioned_on_draft_steps_before_j(seed):
             ctx = [9, 8, 7]  # only checked in round 0, where the base prefix is the prompt
             if r.index == 0:
                 prefix = ctx + [tok for d in r.drafts[:k] for tok in d.token_ids]
-                expect = target.generate([prefix], step_params(cfg, 50, 0, 0, 1, draft=False)).outputs[0]
+                expect = target.generate([prefix], step_params(cfg, 50, 0, 0, 1, gamma2=cfg.sd_gamma2)).outputs[0]
                 assert t.token_ids == expect.token_ids
 
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from lrtune.backends.vllm import VLLMBackend, VLLMConfig, _on_cpu  # noqa: E402
+from lrtune.backends.vllm import VLLMBackend, VLLMConfig, on_cpu_platform  # noqa: E402
 from lrtune.decoder import DecodeConfig, LookaheadDecoder  # noqa: E402
 from lrtune.verifiers import make_verifier  # noqa: E402
 
@@ -33,7 +33,7 @@ NEW = 48
 
 @pytest.fixture(scope="module")
 def pair():
-    if not _on_cpu():
+    if not on_cpu_platform():
         pytest.skip("exact numerics are a vLLM-CPU mode")
     from lrtune.randommodels import build_random_pair
 

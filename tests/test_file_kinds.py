@@ -172,14 +172,14 @@ def _write(path, data):
     [([1], "must hold a JSON object"), ({"timing": "slow"}, "timing"), ({"batch_cost": {SECRET: 1.0}}, "batch_cost")],
 )
 def test_an_evaluate_summary_that_does_not_fit_is_refused_before_a_resume_writes(tmp_path, summary, field):
-    from lrtune.eval.records import _previous_summary
+    from lrtune.eval.records import previous_summary
 
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(ConfigError, match=field) as e:
-        _previous_summary(tmp_path)
+        previous_summary(tmp_path)
     assert SECRET not in str(e.value)
     (tmp_path / "summary.json").write_text(json.dumps({"timing": {"loop_s": 2.0}, "batch_cost": {"2": 1.1}}))
-    assert _previous_summary(tmp_path)["batch_cost"] == {"2": 1.1}
+    assert previous_summary(tmp_path)["batch_cost"] == {"2": 1.1}
 
 
 @pytest.mark.parametrize("bad", [{"wall_s": "slow"}, {"correct": "yes"}, {"stats": []}])

@@ -110,7 +110,7 @@ def test_an_engine_on_a_cuda_stub_gets_piecewise_graphs_the_mapped_vocab_and_its
         seen.append(kwargs)
         raise Stop
 
-    monkeypatch.setattr(vb, "_on_cpu", lambda: False)
+    monkeypatch.setattr(vb, "on_cpu_platform", lambda: False)
     monkeypatch.setattr(vllm, "LLM", fake_llm)
     monkeypatch.setenv(vp.MULTIPROC_ENV, "1")
     b = vb.VLLMBackend(

@@ -334,15 +334,15 @@ def test_block_acceptance_greedy_keeps_the_longest_argmax_prefix_and_the_targets
     import torch
 
     from lrtune.backends.base import GenParams
-    from lrtune.backends.hf_sampling import _accept
+    from lrtune.backends.hf_sampling import accept_block
 
     logits = torch.tensor([[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0], [0.0, 5.0, 0.0]])
     params = GenParams(max_tokens=8, logprobs=True)
-    assert _accept([1, 0, 1], [None] * 3, logits, params, None)[:2] == (2, [1, 0, 2])  # rejected at 2
-    n, toks, infos = _accept([1, 0, 2], [None] * 3, logits, params, None)
+    assert accept_block([1, 0, 1], [None] * 3, logits, params, None)[:2] == (2, [1, 0, 2])  # rejected at 2
+    n, toks, infos = accept_block([1, 0, 2], [None] * 3, logits, params, None)
     assert (n, toks) == (3, [1, 0, 2, 1])  # all accepted: the target's bonus token follows
     assert [i[0] for i in infos] == toks and infos[0][1] == pytest.approx(float(torch.log_softmax(logits[0], -1)[1]))
-    assert _accept([], [], logits, params, None)[:2] == (0, [1])
+    assert accept_block([], [], logits, params, None)[:2] == (0, [1])
 
 
 def test_block_acceptance_sampled_commits_tokens_distributed_as_the_target():
@@ -351,7 +351,7 @@ def test_block_acceptance_sampled_commits_tokens_distributed_as_the_target():
     import torch
 
     from lrtune.backends.base import GenParams
-    from lrtune.backends.hf_sampling import _accept, _probs
+    from lrtune.backends.hf_sampling import accept_block, probs
 
     params = GenParams(max_tokens=8, temperature=1.0)
     logits = torch.tensor([[1.0, 0.2, -1.0, 0.5], [0.0, 0.0, 0.0, 0.0]])
@@ -361,8 +361,8 @@ def test_block_acceptance_sampled_commits_tokens_distributed_as_the_target():
     n_trials = 20000
     for _ in range(n_trials):
         d = int(torch.multinomial(q, 1, generator=gen))
-        counts[_accept([d], [q], logits, params, gen)[1][0]] += 1
-    assert torch.allclose(counts / n_trials, _probs(logits[0], params), atol=0.015)
+        counts[accept_block([d], [q], logits, params, gen)[1][0]] += 1
+    assert torch.allclose(counts / n_trials, probs(logits[0], params), atol=0.015)
 
 
 @pytest.mark.parametrize("method", ["lr", "lr+sd"])

@@ -124,7 +124,7 @@ class _Alternating:
         return 6
 
     def update(self, outcome):
-        self.seen.append(outcome.extra["kind"])
+        self.seen.append(outcome.kind)
 
 
 @pytest.mark.parametrize("spec", ["never", "target_logprob"])

@@ -23,7 +23,7 @@ def _count_parses(monkeypatch) -> list[str]:
 
 
 def test_building_a_decoder_parses_the_verifier_spec_once(monkeypatch):
-    from lrtune.build import _build_verifier, check_configs, judge_path, verifier_of
+    from lrtune.build import build_verifier, check_configs, judge_path, verifier_of
     from lrtune.decodeconfig import DecodeConfig
 
     calls = _count_parses(monkeypatch)
@@ -35,7 +35,7 @@ def test_building_a_decoder_parses_the_verifier_spec_once(monkeypatch):
     check_configs(models, DecodeConfig(), verifier=spec, progress=False)
     assert judge_path(models, spec, progress=False) == "/models/X"
     assert (
-        _build_verifier(
+        build_verifier(
             models.verification,
             models.device,
             DecodeConfig(),

@@ -167,7 +167,7 @@ def test_evaluate_checks_an_accuracy_budget_against_the_answers_that_changed(mon
 
 def test_judged_pairs_mark_the_pairs_rejected_without_asking_the_verifier():
     from lrtune.backends.base import Generation
-    from lrtune.roundstate import RoundRecord
+    from lrtune.slots import RoundRecord
     from lrtune.verifiers.pairrecords import judged_pairs
 
     g = Generation(token_ids=[1, 2], text="x", finish="delimiter")

@@ -67,9 +67,9 @@ def test_cpu_engines_hold_each_weight_once_and_decode_as_before(engines, prompts
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lrtune.backends.vllm import _on_cpu
+    from lrtune.backends.vllm import on_cpu_platform
 
-    if not _on_cpu():
+    if not on_cpu_platform():
         pytest.skip("both serve vLLM's CPU engines")
     target, draft = engines
     for backend in (target, draft):  # engines start on first use: this order is the fixture's own
@@ -177,9 +177,9 @@ def test_a_cpu_engine_never_splits_a_prompt_so_seeded_sampling_of_many_long_prom
     chunked prefill off (vLLM's CPU runner crashes when it splits a seeded prefill), checked on
     the started engine, and seeded rows whose prompts need many steps (more than 16384 tokens,
     lrtune's former budget, so that a split would have happened) sample reproducibly."""
-    from lrtune.backends.vllm import _on_cpu
+    from lrtune.backends.vllm import on_cpu_platform
 
-    if not _on_cpu():
+    if not on_cpu_platform():
         pytest.skip("the CPU's step budget")
     target, _ = engines
     sched = target.engine(0).llm_engine.vllm_config.scheduler_config

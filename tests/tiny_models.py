@@ -107,7 +107,8 @@ def check_scored_lr_rounds(
 
     import pytest
 
-    from lrtune.decoder import DRAFT_TOP_K, DecodeConfig, LookaheadDecoder
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.round_draft import DRAFT_TOP_K
     from lrtune.verifiers import make_verifier
     from lrtune.verifiers.base import topk_entropy
 

@@ -100,6 +100,62 @@ def _progress(path: Path, key: str) -> dict[tuple, dict]:
     return done
 
 
+class _Decodes:
+    """The ladder's decodes of one configuration (``key``): those in the progress file read
+    back, the rest decoded with the loaded decoder and appended to the file as each ends."""
+
+    def __init__(self, dec, verifier, task, dcfg, progress_path: Path, key: str, write: bool, max_concurrent: int):
+        """Read back the decodes ``progress_path`` already holds for ``key``."""
+        self.dec, self.verifier, self.task, self.dcfg = dec, verifier, task, dcfg
+        self.progress_path, self.key, self.write, self.max_concurrent = progress_path, key, write, max_concurrent
+        self.done = _progress(progress_path, key)
+
+    def __call__(self, probs, threshold) -> list[dict]:  # None: target-only; TWIN: lr+sd with the never verifier
+        """``probs``' decodes at ``threshold``: those in the progress file read back, the rest
+        decoded ``max_concurrent`` at a time, each appended to the progress file as it ends."""
+        import dataclasses
+
+        from lrtune.verifiers import make_verifier
+
+        todo = [p for p in probs if (threshold, p.id) not in self.done]
+        cfg = dataclasses.replace(self.dcfg, method="target") if threshold is None else self.dcfg
+        v = make_verifier(TWIN) if threshold == TWIN else None
+        if threshold not in (None, TWIN):
+            v = AtThreshold(self.verifier, threshold)
+        if todo:
+            prompts = [self.dec.encode(self.task.prompt(p)) for p in todo]
+            self.dec.decoder.decode_many(
+                prompts,
+                cfg,
+                max_concurrent=self.max_concurrent,
+                verifier=v,
+                on_done=lambda i, out: self._finished(todo[i], threshold, out),
+            )
+        return [self.done[(threshold, p.id)] for p in probs]
+
+    def _finished(self, prob, threshold, out) -> None:
+        """Keep (and append to the progress file) the decode ``out`` of ``prob``; raise its error."""
+        from lrtune.runfiles import append_jsonl
+
+        if not hasattr(out, "result"):
+            raise out.error
+        res, stats = out
+        answer, ok = self.task.check(prob, res.text)
+        line = {
+            "key": self.key,
+            "threshold": threshold,
+            "problem": prob.id,
+            "answer": answer,
+            "correct": bool(ok),
+            "finish": res.finish,
+            "drafted": stats.drafted_steps,
+            "accepted": stats.accepted_steps,
+        }
+        self.done[(threshold, prob.id)] = line
+        if self.write:
+            append_jsonl(self.progress_path, line)
+
+
 def run_ladder(
     dec,
     verifier,
@@ -123,84 +179,21 @@ def run_ladder(
     picks the reference (module docstring); ``max_concurrent``: problems decoded at once
     (calibration measures answers, not latency; batched greedy decodes equal decoding alone
     under ``--numerics exact``)."""
-    import dataclasses
-
-    from lrtune.verifiers import make_verifier
-
-    from lrtune.runfiles import append_jsonl
-    from lrtune.train.calibrate import false_accept_bound
-
     n = len(problems)
     k_max = max_differences(n, max_loss, confidence)
-    done = _progress(progress_path, key)
-
-    def decode(probs, threshold) -> list[dict]:  # None: target-only; TWIN: lr+sd with the never verifier
-        """``probs``' decodes at ``threshold``: those in the progress file read back, the rest
-        decoded ``max_concurrent`` at a time, each appended to the progress file as it ends."""
-        todo = [p for p in probs if (threshold, p.id) not in done]
-        cfg = dataclasses.replace(dcfg, method="target") if threshold is None else dcfg
-        v = make_verifier(TWIN) if threshold == TWIN else None
-        if threshold not in (None, TWIN):
-            v = AtThreshold(verifier, threshold)
-
-        def finished(i: int, out) -> None:
-            if not hasattr(out, "result"):
-                raise out.error
-            prob, (res, stats) = todo[i], out
-            answer, ok = task.check(prob, res.text)
-            line = {
-                "key": key,
-                "threshold": threshold,
-                "problem": prob.id,
-                "answer": answer,
-                "correct": bool(ok),
-                "finish": res.finish,
-                "drafted": stats.drafted_steps,
-                "accepted": stats.accepted_steps,
-            }
-            done[(threshold, prob.id)] = line
-            if write:
-                append_jsonl(progress_path, line)
-
-        if todo:
-            prompts = [dec.encode(task.prompt(p)) for p in todo]
-            dec.decoder.decode_many(prompts, cfg, max_concurrent=max_concurrent, verifier=v, on_done=finished)
-        return [done[(threshold, p.id)] for p in probs]
-
+    decode = _Decodes(dec, verifier, task, dcfg, progress_path, key, write, max_concurrent)
     exact = numerics == "exact"
-    ids = [p.id for p in problems]
-    target_only = dict(zip(ids, decode(problems, None)))
-    reference = target_only if exact else dict(zip(ids, decode(problems, TWIN)))
-    named = "target-only" if exact else "the lossless twin (lr+sd, never)"
-    floor = None if exact else sum(reference[i]["answer"] != target_only[i]["answer"] for i in reference)
+    target_only, reference, floor = _references(decode, problems, exact)
     if floor:
         log(f"the lossless twin's answers differ from target-only's on {floor} of {n} problems (numeric floor)")
+    named = "target-only" if exact else "the lossless twin (lr+sd, never)"
     steps = []
     for t in ladder:
-        changed = drafted = accepted = decoded = 0
-        for start in range(0, n, max_concurrent):  # counted in problem order: the same walk at any batch size
-            for got in decode(problems[start : start + max_concurrent], t):
-                decoded += 1
-                changed += got["answer"] != reference[got["problem"]]["answer"]
-                drafted, accepted = drafted + got["drafted"], accepted + got["accepted"]
-                if changed > k_max:
-                    break  # this step can no longer be certified
-            if changed > k_max:
-                break
-        bound = false_accept_bound(changed, n, confidence) if decoded == n else None
-        step = {
-            "threshold": t,
-            "changed": changed,
-            "decoded": decoded,
-            "problems": n,
-            "bound": bound,
-            "certified": decoded == n and changed <= k_max,
-            "alpha1": accepted / drafted if drafted else None,
-        }
+        step = _ladder_step(decode, problems, t, reference, k_max, confidence, max_concurrent)
         steps.append(step)
         log(
-            f"threshold {t:g}: {changed} of {decoded} answers differ from {named}"
-            + (f" (bound {bound:.3f})" if bound is not None else "")
+            f"threshold {t:g}: {step['changed']} of {step['decoded']} answers differ from {named}"
+            + (f" (bound {step['bound']:.3f})" if step["bound"] is not None else "")
             + (" certified" if step["certified"] else " NOT certified: the walk stops")
         )
         if not step["certified"]:
@@ -222,6 +215,47 @@ def run_ladder(
         "floor": None if exact else {"changed": floor, "problems": n},
         "problem_ids": [p.id for p in problems],
         "method": "accuracy budget (LTT fixed-sequence, exact binomial)",
+    }
+
+
+def _references(decode: _Decodes, problems: Sequence, exact: bool) -> tuple[dict, dict, int | None]:
+    """(target-only's decodes, the reference's, the numeric floor) by problem id: under exact
+    numerics the reference is target-only and there is no floor; otherwise it is the lossless
+    twin and the floor counts the answers where the twin differs from target-only."""
+    ids = [p.id for p in problems]
+    target_only = dict(zip(ids, decode(problems, None)))
+    reference = target_only if exact else dict(zip(ids, decode(problems, TWIN)))
+    floor = None if exact else sum(reference[i]["answer"] != target_only[i]["answer"] for i in reference)
+    return target_only, reference, floor
+
+
+def _ladder_step(
+    decode: _Decodes, problems: Sequence, t: float, reference: dict, k_max: int, confidence: float, max_concurrent: int
+) -> dict:
+    """One ladder step: the answers at threshold ``t`` that differ from ``reference``, counted in
+    problem order and stopped once more than ``k_max`` differ; its bound and verdict."""
+    from lrtune.train.calibrate import false_accept_bound
+
+    n = len(problems)
+    changed = drafted = accepted = decoded = 0
+    for start in range(0, n, max_concurrent):  # counted in problem order: the same walk at any batch size
+        for got in decode(problems[start : start + max_concurrent], t):
+            decoded += 1
+            changed += got["answer"] != reference[got["problem"]]["answer"]
+            drafted, accepted = drafted + got["drafted"], accepted + got["accepted"]
+            if changed > k_max:
+                break  # this step can no longer be certified
+        if changed > k_max:
+            break
+    bound = false_accept_bound(changed, n, confidence) if decoded == n else None
+    return {
+        "threshold": t,
+        "changed": changed,
+        "decoded": decoded,
+        "problems": n,
+        "bound": bound,
+        "certified": decoded == n and changed <= k_max,
+        "alpha1": accepted / drafted if drafted else None,
     }
 
 

@@ -350,32 +350,10 @@ def template_controlled_threshold(
     with :func:`hoeffding_bentkus_pvalue`, stopping at the first p > δ; P(R(t) > ε) ≤ δ for
     templates exchangeable with the calibration ones. With fewer than :func:`units_needed`
     templates nothing is certified: threshold 1.0 (identical steps only)."""
-    if not 0.0 <= max_false_accept <= 1.0:
-        raise ValueError(f"max_false_accept must be in [0, 1], got {max_false_accept}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if len(groups) != len(scores):
-        raise ValueError(f"groups: {len(groups)} given for {len(scores)} scores")
-    clean = [(float(s), bool(y), str(g)) for s, y, g in zip(scores, labels, groups) if not math.isnan(s)]
-    if not clean:
-        raise ValueError("no scores to calibrate on")
-    by_template: dict[str, list[float]] = {}
-    for s, y, g in clean:
-        if not y:
-            by_template.setdefault(g, []).append(s)
+    clean, by_template = _rejected_by_template(scores, labels, groups, max_false_accept, confidence)
     m = len(by_template)
-    delta = 1.0 - confidence
-
-    def risk(t: float) -> float:
-        return sum(sum(s >= t for s in v) / len(v) for v in by_template.values()) / m if m else 0.0
-
-    t = 1.0
-    for x in sorted({s for v in by_template.values() for s in v}, reverse=True):
-        cand = min(1.0, math.nextafter(x, math.inf))  # just above x: the rejected pairs above x pass
-        if hoeffding_bentkus_pvalue(risk(cand), m, max_false_accept) > delta:
-            break
-        t = cand
-    r = risk(t)
+    t = _walk_templates(by_template, max_false_accept, 1.0 - confidence)
+    r = _template_risk(by_template, t)
     bound = hoeffding_bentkus_bound(r, m, confidence)
     neg = [s for v in by_template.values() for s in v]
     k = sum(s >= t for s in neg)
@@ -397,6 +375,46 @@ def template_controlled_threshold(
         "val_acceptance": sum(1 for s, _, _ in clean if s >= t) / len(clean),
         "rejected_pairs_needed": units_needed(max_false_accept, confidence),
     }
+
+
+def _rejected_by_template(
+    scores: Sequence[float], labels: Sequence[bool], groups: Sequence[str], max_false_accept: float, confidence: float
+) -> tuple[list[tuple[float, bool, str]], dict[str, list[float]]]:
+    """(the scored pairs as (score, label, template), the scores of teacher-rejected pairs by
+    template); ValueError for a budget out of range, unmatched groups or no score."""
+    if not 0.0 <= max_false_accept <= 1.0:
+        raise ValueError(f"max_false_accept must be in [0, 1], got {max_false_accept}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if len(groups) != len(scores):
+        raise ValueError(f"groups: {len(groups)} given for {len(scores)} scores")
+    clean = [(float(s), bool(y), str(g)) for s, y, g in zip(scores, labels, groups) if not math.isnan(s)]
+    if not clean:
+        raise ValueError("no scores to calibrate on")
+    by_template: dict[str, list[float]] = {}
+    for s, y, g in clean:
+        if not y:
+            by_template.setdefault(g, []).append(s)
+    return clean, by_template
+
+
+def _template_risk(by_template: dict[str, list[float]], t: float) -> float:
+    """R(t): the mean over templates of the share of their rejected pairs that threshold ``t`` accepts."""
+    m = len(by_template)
+    return sum(sum(s >= t for s in v) / len(v) for v in by_template.values()) / m if m else 0.0
+
+
+def _walk_templates(by_template: dict[str, list[float]], max_false_accept: float, delta: float) -> float:
+    """The most permissive threshold of the fixed-sequence walk (strict to permissive, each
+    rejected score a step) whose Hoeffding-Bentkus p-value stays ≤ ``delta``; 1.0 when none."""
+    m = len(by_template)
+    t = 1.0
+    for x in sorted({s for v in by_template.values() for s in v}, reverse=True):
+        cand = min(1.0, math.nextafter(x, math.inf))  # just above x: the rejected pairs above x pass
+        if hoeffding_bentkus_pvalue(_template_risk(by_template, cand), m, max_false_accept) > delta:
+            break
+        t = cand
+    return t
 
 
 CALIBRATION_UNITS = ("template", "pair")

@@ -281,8 +281,6 @@ def cross_validate(
 def run(cfg: TrainControllerConfig) -> dict:
     """Fit, cross-validate and export; a controller already in ``--out`` with this config is
     returned as is (its metrics)."""
-    import dataclasses
-
     from lrtune.runfiles import write_atomic
 
     cfg.validate()
@@ -290,13 +288,11 @@ def run(cfg: TrainControllerConfig) -> dict:
     given = read_profile(cfg.profile) if cfg.profile else None  # checked before any work
     dirs = [d for d in cfg.data.split(",") if d]
     problems, Y, c1s = load_problem_rows(dirs)
-    digest = hashlib.sha256(json.dumps([[p.id for p in problems], Y.round(9).tolist()]).encode()).hexdigest()
-    key = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "out"}, "data_sha256": digest}
-    prev = read_json(Path(cfg.out).expanduser() / TRAIN_CONFIG)
-    meta = read_json(Path(cfg.out).expanduser() / learned.META)
-    if prev == key and meta and "metrics" in meta:
+    key = _train_key(cfg, problems, Y)
+    done = _up_to_date(cfg, key)
+    if done is not None:
         log(f"{cfg.out} is up to date (same data and settings): nothing to fit")
-        return meta["metrics"]
+        return done["metrics"]
     check_controller_out(Path(cfg.out).expanduser(), key)
     prof = _profile(cfg, c1s, given)
     prof["step_tokens"] = step_lengths(dirs, seed=cfg.seed)
@@ -309,6 +305,41 @@ def run(cfg: TrainControllerConfig) -> dict:
         f"{len(problems)} problems; mean α1 {Y[:, 0].mean():.3f}, α2 {Y[:, 1].mean():.3f}; "
         f"c1 {prof['c1']:.3f}, c2 {prof['c2']:.3f}"
     )
+    model, metrics = _fit(X, Y, cfg, bounds, prof)
+    out = outdir.claim_out(cfg.out, "train controller")  # phase 2: the fit is done, only writes follow
+    _keep_backup(out)
+    data = {
+        "dirs": dirs,
+        "problems": len(problems),
+        "mean_alpha1": float(Y[:, 0].mean()),
+        "mean_alpha2": float(Y[:, 1].mean()),
+    }
+    learned.save(
+        out, model, feats, bounds=bounds, profile=prof, prior_strength=cfg.prior_strength, metrics=metrics, data=data
+    )
+    _write_card(out, metrics, prof, bounds, len(problems))
+    write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
+    return metrics
+
+
+def _train_key(cfg: TrainControllerConfig, problems, Y: np.ndarray) -> dict:
+    """What a fit depends on: every setting but ``--out`` and a digest of the problems' rows."""
+    import dataclasses
+
+    digest = hashlib.sha256(json.dumps([[p.id for p in problems], Y.round(9).tolist()]).encode()).hexdigest()
+    return {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "out"}, "data_sha256": digest}
+
+
+def _up_to_date(cfg: TrainControllerConfig, key: dict) -> dict | None:
+    """The metadata of a controller in ``--out`` fitted with ``key`` (with its metrics); None when there is none."""
+    prev = read_json(Path(cfg.out).expanduser() / TRAIN_CONFIG)
+    meta = read_json(Path(cfg.out).expanduser() / learned.META)
+    return meta if prev == key and meta and "metrics" in meta else None
+
+
+def _fit(X: np.ndarray, Y: np.ndarray, cfg: TrainControllerConfig, bounds: Bounds, prof: dict) -> tuple:
+    """(the α predictor at the ridge strength with the least cross-validated error, the metrics:
+    cross-validation by strength and the best fixed (γ1, γ2) arm on these problems)."""
     scores = {r: cross_validate(X, Y, r, cfg, bounds, prof) for r in (0.1, 1.0, 10.0, 100.0, 1000.0)}
     ridge = min(scores, key=lambda r: scores[r]["mae_alpha1"] + scores[r]["mae_alpha2"])
     model = learned.AlphaPredictor(alpha=ridge).fit(X, Y)
@@ -326,26 +357,7 @@ def run(cfg: TrainControllerConfig) -> dict:
         "folds": cfg.folds,
     }
     metrics["best_fixed"] = list(best_fixed)
-    out = outdir.claim_out(cfg.out, "train controller")  # phase 2: the fit is done, only writes follow
-    _keep_backup(out)
-    learned.save(
-        out,
-        model,
-        feats,
-        bounds=bounds,
-        profile=prof,
-        prior_strength=cfg.prior_strength,
-        metrics=metrics,
-        data={
-            "dirs": dirs,
-            "problems": len(problems),
-            "mean_alpha1": float(Y[:, 0].mean()),
-            "mean_alpha2": float(Y[:, 1].mean()),
-        },
-    )
-    _write_card(out, metrics, prof, bounds, len(problems))
-    write_atomic(out / TRAIN_CONFIG, json.dumps(key, indent=1))
-    return metrics
+    return model, metrics
 
 
 def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) -> None:

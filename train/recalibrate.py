@@ -247,24 +247,48 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     input checked before an engine starts); a checkpoint gets the chosen threshold (1.0 when
     none is certified) and the evidence as ``accuracy_budget``."""
     import dataclasses
-    import hashlib
 
-    from lrtune.decoding import Decoder
-    from lrtune.modelconfig import ModelConfig
     from lrtune.build import check_configs
-    from lrtune.configs import flat_dict
     from lrtune.decoder import DecodeConfig
-    from lrtune.dataset import unseen_problems
+    from lrtune.modelconfig import ModelConfig
     from lrtune.tasks import get_task
-    from lrtune.train.accuracy_budget import budget_story, parse_ladder, run_ladder
+    from lrtune.train.accuracy_budget import budget_story, parse_ladder
 
     cfg.validate()
-    spec = cfg.verifier_spec
     models = dataclasses.replace(
         models or ModelConfig(), verifier=cfg.verifier, verifier_threshold=None, controller=None
     ).validate()
     dcfg = dataclasses.replace(decode or DecodeConfig(), method="lr+sd").validate()
-    meta, heldout = None, cfg.heldout_from
+    meta, heldout = _checkpoint_heldout(cfg)
+    out = None
+    if cfg.out:
+        from lrtune.outdir import json_out_file
+
+        out = json_out_file(cfg.out, inputs=_inputs(cfg))
+    progress_path = _progress_path(cfg, out)
+    task = get_task(cfg.task)
+    problems = _calibration_problems(cfg, task, heldout)
+    check_configs(models, dcfg, load_all_methods=True)
+    ladder = parse_ladder(cfg.thresholds)
+    budget = _decode_ladder(cfg, models, dcfg, task, problems, ladder, progress_path, meta)
+    budget.update(
+        task=cfg.task,
+        task_seed=cfg.task_seed,
+        heldout_from=heldout,
+        spec=cfg.verifier,
+        decode={k: getattr(dcfg, k) for k in ("gamma1", "gamma2", "max_new_tokens", "max_step_tokens")},
+    )
+    if not budget["certified"]:
+        log(f"warning: {budget_story(budget)}; the threshold is set to 1.0 (identical steps only)")
+    if not cfg.dry_run:
+        _write_budget(cfg, meta, out, budget)
+    return budget
+
+
+def _checkpoint_heldout(cfg: CalibrateConfig) -> tuple[dict | None, str | None]:
+    """(the checkpoint's metadata or None, the data whose templates the calibration problems
+    avoid): ``--heldout-from``, else the checkpoint's own training data when it is here."""
+    spec, meta, heldout = cfg.verifier_spec, None, cfg.heldout_from
     if spec.kind == "checkpoint":
         from lrtune.verifiers.distilled import read_meta
 
@@ -277,17 +301,21 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
                 "warning: the checkpoint's training data is not here; calibration problems may share its templates "
                 "(pass --heldout-from)"
             )
-    out = None
-    if cfg.out:
-        from lrtune.outdir import json_out_file
+    return meta, heldout
 
-        out = json_out_file(cfg.out, inputs=_inputs(cfg))
-    progress_path = (
-        out.with_name(out.name + ".progress.jsonl")
-        if out is not None
-        else Path(spec.path).expanduser() / "accuracy_budget.progress.jsonl"
-    )
-    task = get_task(cfg.task)
+
+def _progress_path(cfg: CalibrateConfig, out: Path | None) -> Path:
+    """Where the ladder's decodes are appended: beside ``--out``, else in the checkpoint."""
+    if out is not None:
+        return out.with_name(out.name + ".progress.jsonl")
+    return Path(cfg.verifier_spec.path).expanduser() / "accuracy_budget.progress.jsonl"
+
+
+def _calibration_problems(cfg: CalibrateConfig, task, heldout: str | None) -> list:
+    """``--limit`` problems of ``--task`` (of templates ``heldout`` lacks, when given);
+    ConfigError when fewer exist."""
+    from lrtune.dataset import unseen_problems
+
     problems = (
         unseen_problems(task, cfg.task, heldout, cfg.limit, cfg.task_seed, cfg.task_data)[0]
         if heldout
@@ -295,23 +323,33 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     )
     if len(problems) < cfg.limit:
         raise ConfigError(f"--limit {cfg.limit}: only {len(problems)} calibration problems of unseen templates")
-    check_configs(models, dcfg, load_all_methods=True)
-    ladder = parse_ladder(cfg.thresholds)
-    key = hashlib.sha256(
-        json.dumps(
-            {
-                "models": flat_dict(models),
-                "decode": flat_dict(dcfg),
-                "task": cfg.task,
-                "problems": [p.id for p in problems],
-                "data": (meta or {}).get("data"),
-            },
-            sort_keys=True,
-            default=str,
-        ).encode()
-    ).hexdigest()[:16]
+    return problems
+
+
+def _ladder_key(models, dcfg, cfg: CalibrateConfig, problems, meta: dict | None) -> str:
+    """The progress file's key of this configuration: models, decoding, task, problems, training data."""
+    import hashlib
+
+    from lrtune.configs import flat_dict
+
+    settings = {
+        "models": flat_dict(models),
+        "decode": flat_dict(dcfg),
+        "task": cfg.task,
+        "problems": [p.id for p in problems],
+        "data": (meta or {}).get("data"),
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _decode_ladder(cfg: CalibrateConfig, models, dcfg, task, problems, ladder, progress_path: Path, meta) -> dict:
+    """Load the engines and walk the ladder (:func:`~lrtune.train.accuracy_budget.run_ladder`)."""
+    from lrtune.decoding import Decoder
+    from lrtune.train.accuracy_budget import run_ladder
+
+    key = _ladder_key(models, dcfg, cfg, problems, meta)
     with Decoder.from_configs(models, dcfg, load_all_methods=True) as dec:
-        budget = run_ladder(
+        return run_ladder(
             dec,
             dec.verifier,
             task,
@@ -327,24 +365,18 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
             numerics=models.engine.numerics,
             max_concurrent=cfg.max_concurrent,
         )
-    budget.update(
-        task=cfg.task,
-        task_seed=cfg.task_seed,
-        heldout_from=heldout,
-        spec=cfg.verifier,
-        decode={k: getattr(dcfg, k) for k in ("gamma1", "gamma2", "max_new_tokens", "max_step_tokens")},
-    )
-    if not budget["certified"]:
-        log(f"warning: {budget_story(budget)}; the threshold is set to 1.0 (identical steps only)")
-    if not cfg.dry_run:
-        if meta is not None:
-            thr = budget["threshold"] if budget["certified"] else 1.0
-            _write_checkpoint(Path(spec.path).expanduser(), meta, {**budget, "threshold": thr}, accuracy_budget=budget)
-        if out is not None:
-            from lrtune.runfiles import write_json_file
 
-            write_json_file(out, budget)
-    return budget
+
+def _write_budget(cfg: CalibrateConfig, meta: dict | None, out: Path | None, budget: dict) -> None:
+    """The checkpoint's threshold (1.0 when none is certified) and evidence; the ``--out`` JSON."""
+    if meta is not None:
+        thr = budget["threshold"] if budget["certified"] else 1.0
+        path = Path(cfg.verifier_spec.path).expanduser()
+        _write_checkpoint(path, meta, {**budget, "threshold": thr}, accuracy_budget=budget)
+    if out is not None:
+        from lrtune.runfiles import write_json_file
+
+        write_json_file(out, budget)
 
 
 def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:

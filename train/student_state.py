@@ -62,7 +62,7 @@ def check_state(sdir: Path, key: dict) -> None:
         )
 
 
-def _claim_state(sdir: Path, key: dict, resume: bool, resumable: Sequence[Path]) -> None:
+def claim_state(sdir: Path, key: dict, resume: bool, resumable: Sequence[Path]) -> None:
     """Record ``key`` in the state dir (the state written from now on is this run's): resuming,
     after :func:`check_state`; starting over, after removing the ``resumable`` state of before."""
     if resume:
@@ -84,13 +84,13 @@ def _first_line(e: Exception) -> str:
     return line[:300]
 
 
-def _cannot_resume(sdir: Path, what: Path, e: Exception) -> ConfigError:
+def cannot_resume(sdir: Path, what: Path, e: Exception) -> ConfigError:
     return ConfigError(
         f"cannot resume from {what} ({_first_line(e)}); delete {sdir} (or pass --no-resume) to start over"
     )
 
 
-def _read_counters(path: Path, sdir: Path, keys: dict) -> dict:
+def read_counters(path: Path, sdir: Path, keys: dict) -> dict:
     """The JSON object in state file ``path`` holding ``keys`` (name -> type); ConfigError
     (delete the state dir) when it is unreadable or lacks one."""
     try:
@@ -98,11 +98,11 @@ def _read_counters(path: Path, sdir: Path, keys: dict) -> dict:
         if not isinstance(st, dict) or not all(isinstance(st.get(k), t) for k, t in keys.items()):
             raise ValueError(f"not the counters {', '.join(keys)}")
     except (OSError, ValueError) as e:
-        raise _cannot_resume(sdir, path, e) from None
+        raise cannot_resume(sdir, path, e) from None
     return st
 
 
-def _save_optimizer(opt, path: Path) -> None:
+def save_optimizer(opt, path: Path) -> None:
     from safetensors.torch import save_file
 
     sd = opt.state_dict()
@@ -111,7 +111,7 @@ def _save_optimizer(opt, path: Path) -> None:
     write_atomic(path / "optimizer.json", json.dumps({"param_groups": sd["param_groups"]}))
 
 
-def _load_optimizer(opt, path: Path) -> None:
+def load_optimizer(opt, path: Path) -> None:
     from safetensors.torch import load_file
 
     tensors = load_file(str(path / "optimizer.safetensors"))

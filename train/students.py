@@ -37,11 +37,11 @@ from lrtune.train.student_state import (  # noqa: F401  (STATE_KEY, check_state:
     COUNTERS,
     STATE_KEY,
     check_state,
-    _cannot_resume,
-    _claim_state,
-    _load_optimizer,
-    _read_counters,
-    _save_optimizer,
+    cannot_resume,
+    claim_state,
+    load_optimizer,
+    read_counters,
+    save_optimizer,
     state_dir,
     state_key,
 )
@@ -279,12 +279,12 @@ def _resume_cross_encoder(model, opt, sdir: Path) -> dict:
     from safetensors.torch import load_file
 
     last = sdir / "last"
-    st = _read_counters(last / "trainer.json", sdir, {"epoch": int, **COUNTERS})
+    st = read_counters(last / "trainer.json", sdir, {"epoch": int, **COUNTERS})
     try:
         set_peft_model_state_dict(model, load_file(str(last / "adapter_model.safetensors")))
-        _load_optimizer(opt, last)
+        load_optimizer(opt, last)
     except Exception as e:  # noqa: BLE001 - safetensors, torch, json: their own types for a state that does not fit
-        raise _cannot_resume(sdir, last, e) from None
+        raise cannot_resume(sdir, last, e) from None
     return st
 
 
@@ -300,60 +300,13 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         [p for p in model.parameters() if p.requires_grad], lr=cfg.neural.learning_rate, weight_decay=0.01
     )
     sdir = state_dir(out)
-    last, best_dir = sdir / "last", sdir / "best"
-    st = {"epoch": 0, "best_auroc": None, "bad_epochs": 0, "history": []}
-    _claim_state(sdir, state_key(train, val, cfg), cfg.neural.resume, (last,))
-    if cfg.neural.resume and (last / "trainer.json").is_file():
-        st = _resume_cross_encoder(model, opt, sdir)
-        log(f"resuming cross-encoder training after epoch {st['epoch']} (best val AUROC {st['best_auroc']})")
-
-    def encode(batch: Sequence[PairExample]):
-        pairs = [e.pair for e in batch]
-        return student_inputs.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length).to(device)
-
-    def val_scores():
-        model.eval()
-        out_s = []
-        with torch.inference_mode():
-            for i in range(0, len(val), 64):
-                out_s += torch.sigmoid(model(**encode(val[i : i + 64])).logits[:, 0]).tolist()
-        return out_s
-
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    steps_per_epoch = math.ceil(len(train) / cfg.neural.batch_size)
+    st = _cross_encoder_state(model, opt, sdir, state_key(train, val, cfg), cfg)
     while st["epoch"] < cfg.neural.epochs and st["bad_epochs"] < cfg.neural.patience:
-        epoch = st["epoch"]
-        order = list(range(len(train)))
-        random.Random(cfg.split.seed * 1000 + epoch).shuffle(order)
-        model.train()
-        bar = ProgressBar(f"epoch {epoch + 1}/{cfg.neural.epochs}", steps_per_epoch, cfg.progress)
-        losses = []
-        for i in range(0, len(order), cfg.neural.batch_size):
-            batch = [train[j] for j in order[i : i + cfg.neural.batch_size]]
-            y = torch.tensor([e.target if cfg.neural.soft_targets else float(e.label) for e in batch], device=device)
-            loss = loss_fn(model(**encode(batch)).logits[:, 0].float(), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            bar.advance(1, f"loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
-        bar.close()
-        a = _auroc(val_scores(), val)
-        improved = st["best_auroc"] is None or (not math.isnan(a) and a > st["best_auroc"])
-        st["history"].append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "val_auroc": a})
-        st["epoch"] = epoch + 1
-        st["bad_epochs"] = 0 if improved else st["bad_epochs"] + 1
-        if improved:
-            st["best_auroc"] = a
-            _save_adapter(model, best_dir)
-        log(
-            f"epoch {epoch + 1}: train loss {st['history'][-1]['train_loss']:.4f}, val AUROC {a:.4f}"
-            + (" (best)" if improved else "")
+        losses = _cross_encoder_epoch(model, opt, tok, train, cfg, device, st["epoch"])
+        _end_cross_encoder_epoch(
+            model, opt, sdir, st, losses, _auroc(_cross_encoder_scores(model, tok, val, cfg, device), val)
         )
-        _save_adapter(model, last)  # the resumable state: adapter, optimizer, counters
-        _save_optimizer(opt, last)
-        write_atomic(last / "trainer.json", json.dumps(st))
-    _export_adapter(best_dir, out)
+    _export_adapter(sdir / "best", out)
     tok.save_pretrained(str(out))
     return {
         "base_model": cfg.neural.base_model or distilled.ENCODERS[0],
@@ -363,6 +316,82 @@ def fit_cross_encoder(train: Sequence[PairExample], val: Sequence[PairExample], 
         "history": st["history"],
         "best_val_auroc": st["best_auroc"],
     }
+
+
+def _cross_encoder_state(model, opt, sdir: Path, key: str, cfg) -> dict:
+    """Claim the state dir ``sdir`` for this training (``key``); the counters to start from:
+    fresh, or those of the last finished epoch (its adapter and optimizer loaded) with ``--resume``."""
+    last = sdir / "last"
+    st = {"epoch": 0, "best_auroc": None, "bad_epochs": 0, "history": []}
+    claim_state(sdir, key, cfg.neural.resume, (last,))
+    if cfg.neural.resume and (last / "trainer.json").is_file():
+        st = _resume_cross_encoder(model, opt, sdir)
+        log(f"resuming cross-encoder training after epoch {st['epoch']} (best val AUROC {st['best_auroc']})")
+    return st
+
+
+def _encode_pairs(tok, batch: Sequence[PairExample], cfg, device: str):
+    """The cross-encoder's inputs of ``batch``, on ``device``."""
+    pairs = [e.pair for e in batch]
+    return student_inputs.encode_cross_encoder(tok, pairs, cfg.context_chars, cfg.neural.max_length).to(device)
+
+
+def _cross_encoder_scores(model, tok, val: Sequence[PairExample], cfg, device: str) -> list[float]:
+    """The model's acceptance probabilities of ``val``'s pairs (eval mode, 64 at a time)."""
+    import torch
+
+    model.eval()
+    out_s = []
+    with torch.inference_mode():
+        for i in range(0, len(val), 64):
+            out_s += torch.sigmoid(model(**_encode_pairs(tok, val[i : i + 64], cfg, device)).logits[:, 0]).tolist()
+    return out_s
+
+
+def _cross_encoder_epoch(model, opt, tok, train: Sequence[PairExample], cfg, device: str, epoch: int) -> list[float]:
+    """One epoch of BCE training over ``train`` in the order seeded by ``epoch``; its batch losses."""
+    import torch
+
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    order = list(range(len(train)))
+    random.Random(cfg.split.seed * 1000 + epoch).shuffle(order)
+    model.train()
+    bar = ProgressBar(
+        f"epoch {epoch + 1}/{cfg.neural.epochs}", math.ceil(len(train) / cfg.neural.batch_size), cfg.progress
+    )
+    losses = []
+    for i in range(0, len(order), cfg.neural.batch_size):
+        batch = [train[j] for j in order[i : i + cfg.neural.batch_size]]
+        y = torch.tensor([e.target if cfg.neural.soft_targets else float(e.label) for e in batch], device=device)
+        loss = loss_fn(model(**_encode_pairs(tok, batch, cfg, device)).logits[:, 0].float(), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        bar.advance(1, f"loss {sum(losses[-20:]) / len(losses[-20:]):.4f}")
+    bar.close()
+    return losses
+
+
+def _end_cross_encoder_epoch(model, opt, sdir: Path, st: dict, losses: list[float], a: float) -> None:
+    """Record the finished epoch (train loss, validation AUROC ``a``) in ``st``; keep the adapter
+    when it is the best so far; save the resumable state (adapter, optimizer, counters)."""
+    epoch = st["epoch"]
+    last = sdir / "last"
+    improved = st["best_auroc"] is None or (not math.isnan(a) and a > st["best_auroc"])
+    st["history"].append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses), "val_auroc": a})
+    st["epoch"] = epoch + 1
+    st["bad_epochs"] = 0 if improved else st["bad_epochs"] + 1
+    if improved:
+        st["best_auroc"] = a
+        _save_adapter(model, sdir / "best")
+    log(
+        f"epoch {epoch + 1}: train loss {st['history'][-1]['train_loss']:.4f}, val AUROC {a:.4f}"
+        + (" (best)" if improved else "")
+    )
+    _save_adapter(model, last)  # the resumable state: adapter, optimizer, counters
+    save_optimizer(opt, last)
+    write_atomic(last / "trainer.json", json.dumps(st))
 
 
 def _save_adapter(model, d: Path) -> None:
@@ -437,8 +466,7 @@ def sft_args(cfg, output_dir: Path, device: str):
 
 
 def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: Path, cfg) -> dict:
-    from peft import LoraConfig
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl import SFTTrainer
 
     base_spec = cfg.neural.base_model or "default:draft"
@@ -447,13 +475,63 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
     tok = AutoTokenizer.from_pretrained(base)
     sdir = state_dir(out)
     best_dir = sdir / "best"
-    track_file = sdir / "early_stopping.json"
-    _claim_state(sdir, state_key(train, val, cfg), cfg.neural.resume, (track_file, *sdir.glob("checkpoint-*")))
-    track = (
-        _read_counters(track_file, sdir, COUNTERS)
-        if cfg.neural.resume and track_file.is_file()
-        else {"best_auroc": None, "bad_epochs": 0, "history": []}
+    track = _lm_judge_track(sdir, state_key(train, val, cfg), cfg)
+    trainer = SFTTrainer(
+        model=base,
+        args=sft_args(cfg, sdir, device),
+        train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.neural.max_length),
+        processing_class=tok,
+        peft_config=_judge_lora(cfg),
+        callbacks=[_early_stop_on_auroc(tok, val, cfg, device, track, sdir)],
     )
+    ckpts = sorted(sdir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    resume = str(ckpts[-1]) if cfg.neural.resume and ckpts else None
+    if resume:
+        log(f"resuming lm-judge training from {resume}")
+    if track["bad_epochs"] < cfg.neural.patience:
+        trainer.train(resume_from_checkpoint=resume)
+    if not (best_dir / "adapter_model.safetensors").is_file():
+        raise ConfigError("lm-judge training produced no adapter (no epoch finished)")
+    _export_adapter(best_dir, out)
+    tok.save_pretrained(str(out))
+    return {
+        "base_model": base_spec,
+        "context_chars": cfg.context_chars,
+        "context_form": student_inputs.CONTEXT_FORM,
+        "max_length": cfg.neural.max_length,
+        "history": track["history"],
+        "best_val_auroc": track["best_auroc"],
+    }
+
+
+def _lm_judge_track(sdir: Path, key: str, cfg) -> dict:
+    """Claim the state dir ``sdir`` for this training (``key``); the early-stopping counters:
+    those saved there with ``--resume``, else fresh."""
+    track_file = sdir / "early_stopping.json"
+    claim_state(sdir, key, cfg.neural.resume, (track_file, *sdir.glob("checkpoint-*")))
+    if cfg.neural.resume and track_file.is_file():
+        return read_counters(track_file, sdir, COUNTERS)
+    return {"best_auroc": None, "bad_epochs": 0, "history": []}
+
+
+def _judge_lora(cfg):
+    """The lm-judge's LoRA adapter on the attention projections."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.neural.lora_r,
+        lora_alpha=cfg.neural.lora_alpha,
+        lora_dropout=cfg.neural.lora_dropout,
+        task_type="CAUSAL_LM",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+    )
+
+
+def _early_stop_on_auroc(tok, val: Sequence[PairExample], cfg, device: str, track: dict, sdir: Path):
+    """A trainer callback that updates ``track`` (saved in ``sdir``) after each epoch."""
+    from transformers import TrainerCallback
+
+    best_dir, track_file = sdir / "best", sdir / "early_stopping.json"
 
     class EarlyStopOnAuroc(TrainerCallback):
         """Scores the validation pairs after each epoch; keeps the best adapter; stops
@@ -486,40 +564,7 @@ def fit_lm_judge(train: Sequence[PairExample], val: Sequence[PairExample], out: 
                 control.should_training_stop = True
             return control
 
-    args = sft_args(cfg, sdir, device)
-    lora = LoraConfig(
-        r=cfg.neural.lora_r,
-        lora_alpha=cfg.neural.lora_alpha,
-        lora_dropout=cfg.neural.lora_dropout,
-        task_type="CAUSAL_LM",
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-    )
-    trainer = SFTTrainer(
-        model=base,
-        args=args,
-        train_dataset=_judge_dataset(train, tok, cfg.context_chars, cfg.neural.max_length),
-        processing_class=tok,
-        peft_config=lora,
-        callbacks=[EarlyStopOnAuroc()],
-    )
-    ckpts = sorted(sdir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    resume = str(ckpts[-1]) if cfg.neural.resume and ckpts else None
-    if resume:
-        log(f"resuming lm-judge training from {resume}")
-    if track["bad_epochs"] < cfg.neural.patience:
-        trainer.train(resume_from_checkpoint=resume)
-    if not (best_dir / "adapter_model.safetensors").is_file():
-        raise ConfigError("lm-judge training produced no adapter (no epoch finished)")
-    _export_adapter(best_dir, out)
-    tok.save_pretrained(str(out))
-    return {
-        "base_model": base_spec,
-        "context_chars": cfg.context_chars,
-        "context_form": student_inputs.CONTEXT_FORM,
-        "max_length": cfg.neural.max_length,
-        "history": track["history"],
-        "best_val_auroc": track["best_auroc"],
-    }
+    return EarlyStopOnAuroc()
 
 
 FITTERS: dict[str, Callable] = {

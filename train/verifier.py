@@ -126,7 +126,7 @@ class NeuralOptions(Checked):
 
 
 @dataclass
-class FeatureOptions(Checked):
+class FeatureStudentOptions(Checked):
     """The features and forest students."""
 
     __pydantic_config__ = STRICT
@@ -184,7 +184,7 @@ class TrainVerifierConfig(Checked):
     )
     split: SplitOptions = field(default_factory=SplitOptions, metadata={"prefix": ""})
     neural: NeuralOptions = field(default_factory=NeuralOptions, metadata={"prefix": ""})
-    feature: FeatureOptions = field(default_factory=FeatureOptions, metadata={"prefix": ""})
+    feature: FeatureStudentOptions = field(default_factory=FeatureStudentOptions, metadata={"prefix": ""})
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions, metadata={"prefix": ""})
     context_chars: Count = field(
         default=800,
@@ -471,6 +471,47 @@ def fit_and_load(cfg: TrainVerifierConfig, out: Path, train, val, teacher: str) 
 
 def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: str, splits: dict, train) -> dict:
     """Fit the student into ``out``, reload, calibrate, measure; write the metadata and card."""
+    counts = _split_counts(splits, train, examples, teacher)
+    v, meta, train_s = fit_and_load(cfg, out, train, splits["val"], teacher)
+    calib, val_scores = _calibrate_student(cfg, v, splits["val"])
+    v.threshold = calib["threshold"]
+    test = splits["test"]
+    t0 = time.perf_counter()
+    test_scores = students.score_pairs(v, [e.pair for e in test])
+    batched_s = (time.perf_counter() - t0) / max(1, len(test))
+    metrics = {
+        "test": {
+            **agreement_with_intervals(test_scores, test, calib["threshold"], cfg.split.seed),
+            "brier": brier(test_scores, [e.label for e in test]),
+        },
+        "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"]),
+    }
+    meta.update(
+        threshold=calib["threshold"],
+        calibration=calib,
+        data={
+            "dirs": cfg.data,
+            "fingerprint": fingerprint(examples),
+            "splits": counts,
+            "split_by": "template",
+            "seed": cfg.split.seed,
+        },
+        metrics={
+            **metrics,
+            "latency": _student_latency(cfg, v, test, batched_s),
+            "baselines_test": cheap_baselines(test, cfg.split.seed, one_sided=cfg.student == "router"),
+            "train_seconds": train_s,
+        },
+        training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE},
+    )
+    write_atomic(out / "README.md", model_card(meta))
+    write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done
+    return meta
+
+
+def _split_counts(splits: dict, train, examples, teacher: str) -> dict:
+    """Pairs, problems, templates and teacher acceptance of each split (logged, with a warning
+    for a val or test split of one label)."""
     counts = {
         s: {
             "pairs": len(v),
@@ -488,59 +529,36 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
     for s in ("val", "test"):
         if len({e.label for e in splits[s]}) < 2:
             log(f"warning: the {s} split holds one teacher label only; AUROC is undefined there")
-    v, meta, train_s = fit_and_load(cfg, out, train, splits["val"], teacher)
-    val_scores = students.score_pairs(v, [e.pair for e in splits["val"]])
-    val_labels = [e.label for e in splits["val"]]
+    return counts
+
+
+def _calibrate_student(cfg: TrainVerifierConfig, v, val) -> tuple[dict, list[float]]:
+    """(the calibration by ``--threshold-rule`` on the validation split, the student's validation scores)."""
+    val_scores = students.score_pairs(v, [e.pair for e in val])
+    val_labels = [e.label for e in val]
     if cfg.calibration.threshold_rule == "agreement":
         calib = agreement_threshold(val_scores, val_labels)
         coarse = None
     elif cfg.calibration.threshold_rule == "bound":
-        calib = bound_threshold(val_scores, val_labels, [e.split_group for e in splits["val"]], cfg.calibration)
+        calib = bound_threshold(val_scores, val_labels, [e.split_group for e in val], cfg.calibration)
         coarse = uncertified_warning(calib)
     else:
         calib = calibrate_threshold(val_scores, val_labels, cfg.calibration.max_false_accept)
         coarse = coarse_cap_warning(calib["val_rejected"], cfg.calibration.max_false_accept)
     if coarse:
         log(f"warning: {coarse}")
-    v.threshold = calib["threshold"]
-    test = splits["test"]
-    t0 = time.perf_counter()
-    test_scores = students.score_pairs(v, [e.pair for e in test])
-    batched_s = (time.perf_counter() - t0) / max(1, len(test))
-    metrics = {
-        "test": {
-            **agreement_with_intervals(test_scores, test, calib["threshold"], cfg.split.seed),
-            "brier": brier(test_scores, [e.label for e in test]),
-        },
-        "val": agreement(val_scores, [e.label for e in splits["val"]], calib["threshold"]),
-    }
+    return calib, val_scores
+
+
+def _student_latency(cfg: TrainVerifierConfig, v, test, batched_s: float) -> dict:
+    """The student's seconds per pair (single and batched) beside the teacher's as collect recorded them."""
     lat = measure_latency(v, [e.pair for e in test], cfg.calibration.latency_pairs, batched_s)
     teacher_s = [e.teacher_s for e in test if e.teacher_s is not None]
     lat["teacher_s_per_pair"] = statistics.median(teacher_s) if teacher_s else None
     lat["teacher_note"] = "median judge seconds per pair as recorded by collect (batched per round, same machine)"
     if lat["teacher_s_per_pair"] and lat["batched_s_per_pair"]:
         lat["cost_ratio_batched"] = lat["batched_s_per_pair"] / lat["teacher_s_per_pair"]
-    meta.update(
-        threshold=calib["threshold"],
-        calibration=calib,
-        data={
-            "dirs": cfg.data,
-            "fingerprint": fingerprint(examples),
-            "splits": counts,
-            "split_by": "template",
-            "seed": cfg.split.seed,
-        },
-        metrics={
-            **metrics,
-            "latency": lat,
-            "baselines_test": cheap_baselines(test, cfg.split.seed, one_sided=cfg.student == "router"),
-            "train_seconds": train_s,
-        },
-        training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE},
-    )
-    write_atomic(out / "README.md", model_card(meta))
-    write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done
-    return meta
+    return lat
 
 
 COMMAND = Command(("train", "verifier"), __doc__.splitlines()[0], (Section(TrainVerifierConfig),))

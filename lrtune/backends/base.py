@@ -247,6 +247,22 @@ def split_counters(total: SDCounters, weights: Sequence[float]) -> list[SDCounte
     return parts
 
 
+def time_shares(call: GenBatch, rows_of: Sequence[Sequence[int]]) -> list[float]:
+    """A shared call's seconds split over groups of its rows in proportion to the tokens
+    each group generated (equal shares over the groups with rows when none generated any)."""
+    tokens = [sum(len(call.outputs[r].token_ids) for r in rows) for rows in rows_of]
+    total = sum(tokens)
+    n = sum(1 for rows in rows_of if rows)
+    return [call.seconds * (t / total if total else (1 / n if rows else 0.0)) for t, rows in zip(tokens, rows_of)]
+
+
+def row_counters(call: GenBatch) -> list[SDCounters | None] | None:
+    """Per-row SD counters of a call: the backend's, else its call total split by generated tokens."""
+    if call.row_sd is not None or call.sd is None:
+        return call.row_sd
+    return split_counters(call.sd, [len(o.token_ids) for o in call.outputs])
+
+
 def add_counters(parts: Sequence[SDCounters | None]) -> SDCounters | None:
     """The sum of SD counters (``None`` when no part has any)."""
     real = [p for p in parts if p is not None]

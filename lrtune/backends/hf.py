@@ -46,13 +46,13 @@ from lrtune.backends.base import (
 from lrtune.backends.tokenizer import TokenizerMixin
 from lrtune.errors import ConfigError, ModelError
 from lrtune.backends.hf_sampling import (
-    _accept,
-    _torch,
-    _common_prefix,
-    _draft_choices,
-    _fit_vocab,
-    _infos,
-    _probs,
+    accept_block,
+    torch_module,
+    common_prefix,
+    draft_choices,
+    fit_vocab,
+    token_infos,
+    probs,
     prompt_scores,
 )
 
@@ -76,7 +76,7 @@ class HFBackend(TokenizerMixin):
     def __init__(
         self, model: str, config: HFConfig | None = None, *, name: str | None = None, spec: HFBackend | None = None
     ) -> None:
-        torch = _torch()
+        torch = torch_module()
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
@@ -128,7 +128,7 @@ class HFBackend(TokenizerMixin):
         ``max_concurrent`` runs a group in waves of that many rows. ``on_done`` sees each
         row as it ends; the rows it returns stop at once (a loop ends when its last live
         row does) and rows of loops not yet started never run."""
-        torch = _torch()
+        torch = torch_module()
         if not prefixes:
             return GenBatch(outputs=[], seconds=0.0)
         if any(len(p) == 0 for p in prefixes):
@@ -147,42 +147,7 @@ class HFBackend(TokenizerMixin):
                 idx = [i for i in members[start : start + wave] if i not in stop]
                 if not idx:
                     continue
-                group = [prefixes[i] for i in idx]
-                with torch.inference_mode():
-                    state = self._rows(group, [rows[i].score_from for i in idx])
-                scores = state.scores
-                ended = None
-                if on_done is not None:
-                    local = local_on_done(on_done, idx, stop)
-
-                    def ended(
-                        b: int, ids: list[int], top: list[tuple], idx=idx, local=local, scores=scores
-                    ) -> list[int]:
-                        outputs[idx[b]] = self._output(ids, top, rows[idx[b]], scores[b])
-                        return local(b, outputs[idx[b]])
-
-                gens = None
-                if shape.temperature > 0:
-                    gens = []
-                    for i in idx:
-                        g = torch.Generator(device=self.device)
-                        seed = (
-                            rows[i].seeds[0]
-                            if rows[i].seeds is not None
-                            else hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF
-                        )
-                        g.manual_seed(seed)
-                        gens.append(g)
-                limits = [rows[i].max_tokens for i in idx]
-                with torch.inference_mode():
-                    if shape.num_speculative_tokens > 0:
-                        gen_ids, tops, sds, cut = self._generate_sd(group, state, shape, limits, gens, ended)
-                    else:
-                        gen_ids, tops, cut = self._generate_plain(group, state, shape, limits, gens, ended)
-                        sds = [None] * len(idx)
-                for b, (i, ids, top, sd) in enumerate(zip(idx, gen_ids, tops, sds)):
-                    outputs[i] = aborted() if b in cut else outputs[i] or self._output(ids, top, rows[i], scores[b])
-                    row_sd[i] = sd
+                self._wave(prefixes, rows, shape, idx, (outputs, row_sd, stop), on_done)
         for i in stop:
             if outputs[i] is None:
                 outputs[i] = aborted()
@@ -196,6 +161,46 @@ class HFBackend(TokenizerMixin):
             sd=add_counters(row_sd) if has_sd else None,
             row_sd=row_sd if has_sd else None,
         )
+
+    def _wave(self, prefixes, rows: list[GenParams], shape: GenParams, idx: list[int], into: tuple, on_done) -> None:
+        """Rows ``idx`` (one sampling shape) generated in one loop; their outputs and SD counters
+        written into ``into`` = (outputs, row_sd, stop), by row index."""
+        torch = torch_module()
+        outputs, row_sd, stop = into
+        group = [prefixes[i] for i in idx]
+        with torch.inference_mode():
+            state = self._rows(group, [rows[i].score_from for i in idx])
+        scores = state.scores
+        ended = None
+        if on_done is not None:
+            local = local_on_done(on_done, idx, stop)
+
+            def ended(b: int, ids: list[int], top: list[tuple]) -> list[int]:
+                outputs[idx[b]] = self._output(ids, top, rows[idx[b]], scores[b])
+                return local(b, outputs[idx[b]])
+
+        gens = self._generators(idx, rows) if shape.temperature > 0 else None
+        limits = [rows[i].max_tokens for i in idx]
+        with torch.inference_mode():
+            if shape.num_speculative_tokens > 0:
+                gen_ids, tops, sds, cut = self._generate_sd(group, state, shape, limits, gens, ended)
+            else:
+                gen_ids, tops, cut = self._generate_plain(group, state, shape, limits, gens, ended)
+                sds = [None] * len(idx)
+        for b, (i, ids, top, sd) in enumerate(zip(idx, gen_ids, tops, sds)):
+            outputs[i] = aborted() if b in cut else outputs[i] or self._output(ids, top, rows[i], scores[b])
+            row_sd[i] = sd
+
+    def _generators(self, idx: list[int], rows: list[GenParams]) -> list:
+        """One seeded torch generator per sampled row: its own seed, else one of (seed, call, row)."""
+        torch = torch_module()
+        gens = []
+        for i in idx:
+            g = torch.Generator(device=self.device)
+            seeds = rows[i].seeds
+            g.manual_seed(seeds[0] if seeds is not None else hash((self.config.seed, self._calls, i)) & 0x7FFFFFFF)
+            gens.append(g)
+        return gens
 
     def _output(self, ids: list[int], top: list[tuple], params: GenParams, scores=None) -> Generation:
         cut, finish = finish_step(ids, self.decode, params, self.eos_ids)
@@ -230,11 +235,11 @@ class HFBackend(TokenizerMixin):
         """Per-layer (k, v) of shape [1, H, len(prefix) - 1, D], from the store + prefill, and
         the scores of ``prefix[score_from:]`` (the store is reused only up to the token
         before the first scored one, so the prefill's logits cover every scored token)."""
-        torch = _torch()
+        torch = torch_module()
         want = prefix[:-1]
         best, best_n = None, 0
         for key, kv in self._store.items():
-            n = _common_prefix(key, want)
+            n = common_prefix(key, want)
             if n > best_n:
                 best, best_n = (key, kv), n
         if score_from is not None:
@@ -274,7 +279,7 @@ class HFBackend(TokenizerMixin):
 
     def _forward(self, rows: _Rows, tokens):
         """Feed ``tokens`` [B, T] (−1 = hole) to every row; returns float logits [B, T, V]."""
-        torch = _torch()
+        torch = torch_module()
         hole = tokens < 0
         feed = tokens.clamp(min=0)
         real = (~hole).long()
@@ -300,7 +305,7 @@ class HFBackend(TokenizerMixin):
                 cut.add(j)
 
     def _generate_plain(self, prefixes, rows: _Rows, params: GenParams, limits: list[int], gens, ended=None):
-        torch = _torch()
+        torch = torch_module()
         B = rows.batch
         gen: list[list[int]] = [[] for _ in range(B)]
         tops: list[list[tuple]] = [[] for _ in range(B)]
@@ -314,9 +319,9 @@ class HFBackend(TokenizerMixin):
             else:
                 toks = [
                     0 if d else int(torch.multinomial(q, 1, generator=g))  # finished rows draw nothing
-                    for q, g, d in zip(_probs(logits, params), gens, done)
+                    for q, g, d in zip(probs(logits, params), gens, done)
                 ]
-            infos = _infos(logits, toks, params)
+            infos = token_infos(logits, toks, params)
             nxt = []
             for b in range(B):
                 if done[b]:
@@ -351,7 +356,7 @@ class HFBackend(TokenizerMixin):
 
     # ---- batched token-level speculative decoding ------------------------------------
     def _generate_sd(self, prefixes, rows: _Rows, params: GenParams, limits: list[int], gens, ended=None):
-        torch = _torch()
+        torch = torch_module()
         k = params.num_speculative_tokens
         draft = self.spec
         drows = draft._rows(prefixes)
@@ -375,8 +380,8 @@ class HFBackend(TokenizerMixin):
             proposals = [[] for _ in range(B)]
             qs = [[] for _ in range(B)]
             for step in range(kk):
-                logits = _fit_vocab(draft._forward(drows, feed)[:, -1], self.output_width)
-                toks, q_rows = _draft_choices(logits, params, gens)
+                logits = fit_vocab(draft._forward(drows, feed)[:, -1], self.output_width)
+                toks, q_rows = draft_choices(logits, params, gens)
                 for b in range(B):
                     proposals[b].append(toks[b])
                     qs[b].append(q_rows[b])
@@ -390,7 +395,7 @@ class HFBackend(TokenizerMixin):
                 if done[b]:
                     continue
                 g = gens[b] if gens else None
-                n, toks, infos = _accept(proposals[b], qs[b], logits[b], params, g)
+                n, toks, infos = accept_block(proposals[b], qs[b], logits[b], params, g)
                 if kk:
                     sd[b].observe(1, kk, n, [1] * n, stopped=int(n < kk))  # a shortened pass may accept all
                 # holes for rejected draft tokens in both caches
@@ -432,7 +437,7 @@ class _Rows:
 
     @classmethod
     def stack(cls, caches: list[list[tuple]], prefixes: list[list[int]], device) -> _Rows:
-        torch = _torch()
+        torch = torch_module()
         lens = [len(p) - 1 for p in prefixes]
         S = max(lens)
         B = len(prefixes)
@@ -496,7 +501,7 @@ def onednn_linears(model) -> int:
     γ1 + 1 steps), so this sets both the speed and the batch cost b(n)."""
     import functools
 
-    torch = _torch()
+    torch = torch_module()
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return 0
     op, n = torch.ops.mkldnn._linear_pointwise, 0  # resolved once, not on every call

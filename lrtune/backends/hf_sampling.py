@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from lrtune.backends.base import GenParams
 
 
-def _torch():
+def torch_module():
     import torch  # imported when first used: lrtune imports without it
 
     return torch
@@ -20,7 +20,7 @@ def prompt_scores(logits, prefix: Sequence[int], start: int, score_from: int) ->
     """(log p(x_t | x_<t) in nats, x_t is the argmax) for t = ``score_from`` .. len(prefix) - 1,
     from ``logits`` [T, V] of a prefill of ``prefix[start:-1]`` (row r predicts token
     ``start + r + 1``); token 0, which nothing predicts, scores None."""
-    torch = _torch()
+    torch = torch_module()
     first = max(score_from, 1)
     out: list[tuple[float, bool] | None] = [None] * (first - score_from)
     if first >= len(prefix):
@@ -32,7 +32,7 @@ def prompt_scores(logits, prefix: Sequence[int], start: int, score_from: int) ->
     return out + [(float(lp), bool(t)) for lp, t in zip(lps.tolist(), top.tolist())]
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
@@ -40,9 +40,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def _probs(logits, params: GenParams):
+def probs(logits, params: GenParams):
     """The sampling distribution over the last dim: softmax(logits / T), cut to the top-p nucleus."""
-    torch = _torch()
+    torch = torch_module()
     p = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sp, si = torch.sort(p, dim=-1, descending=True)
@@ -53,11 +53,11 @@ def _probs(logits, params: GenParams):
     return p
 
 
-def _fit_vocab(logits, width: int):
+def fit_vocab(logits, width: int):
     """Draft logits [B, V_draft] on the target's output width: ids beyond it dropped, ids the
     draft lacks at -inf (never proposed), so q and p compare id by id (padded vocab sizes
     of one tokenizer, e.g. 151,936 against 152,064)."""
-    torch = _torch()
+    torch = torch_module()
     have = logits.shape[-1]
     if have == width:
         return logits
@@ -67,20 +67,20 @@ def _fit_vocab(logits, width: int):
     return torch.cat([logits, pad], dim=-1)
 
 
-def _draft_choices(logits, params: GenParams, gens) -> tuple[list[int], list]:
+def draft_choices(logits, params: GenParams, gens) -> tuple[list[int], list]:
     """One draft token per row of ``logits`` [B, V] and the distribution q it came from
     (None when greedy: one argmax and one host transfer for the whole batch)."""
-    torch = _torch()
+    torch = torch_module()
     if params.temperature <= 0:
         return logits.argmax(-1).tolist(), [None] * logits.shape[0]
-    q = _probs(logits, params)
+    q = probs(logits, params)
     return [int(torch.multinomial(q[b], 1, generator=g)) for b, g in enumerate(gens)], list(q)
 
 
-def _infos(logits, toks: list[int], params: GenParams) -> list[tuple]:
+def token_infos(logits, toks: list[int], params: GenParams) -> list[tuple]:
     """(token, logprob, top-k {id: logprob}) of ``toks[i]`` under ``logits[i]`` (the target's
     raw distribution), for all positions at once."""
-    torch = _torch()
+    torch = torch_module()
     lp = torch.log_softmax(logits[: len(toks)], dim=-1)
     idx = torch.tensor(toks, device=lp.device)
     chosen = lp.gather(1, idx[:, None])[:, 0].tolist()
@@ -93,7 +93,7 @@ def _infos(logits, toks: list[int], params: GenParams) -> list[tuple]:
     return list(zip(toks, chosen, tops))
 
 
-def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
+def accept_block(proposals: list[int], qs: list, logits, params: GenParams, gen):
     """Speculative acceptance of one row's whole draft block: (accepted count n, committed
     tokens, their infos).
 
@@ -103,7 +103,7 @@ def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
     tensor ops and one host transfer. Sampled: proposal i is kept when u_i < p_i(d)/q_i(d)
     (all positions at once); at the first rejection the token comes from the residual
     max(p - q, 0), after a full accept from p[k]."""
-    torch = _torch()
+    torch = torch_module()
     k = len(proposals)
     if params.temperature <= 0:
         tgt = logits[: k + 1].argmax(-1)
@@ -115,8 +115,8 @@ def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
         both = torch.cat([n_t, tgt]).tolist()
         n = both[0]
         toks = both[1 : n + 2]
-        return n, toks, _infos(logits, toks, params)
-    p = _probs(logits[: k + 1], params)
+        return n, toks, token_infos(logits, toks, params)
+    p = probs(logits[: k + 1], params)
     n = k
     if k:
         idx = torch.tensor(proposals, device=p.device)
@@ -133,4 +133,4 @@ def _accept(proposals: list[int], qs: list, logits, params: GenParams, gen):
     else:
         dist = p[k]
     toks = list(proposals[:n]) + [int(torch.multinomial(dist, 1, generator=gen))]
-    return n, toks, _infos(logits, toks, params)
+    return n, toks, token_infos(logits, toks, params)

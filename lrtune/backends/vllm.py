@@ -180,7 +180,7 @@ class VLLMBackend(TokenizerMixin):
         from vllm import LLM
 
         cfg = self.config
-        on_cpu = _on_cpu()
+        on_cpu = on_cpu_platform()
         eager = on_cpu if cfg.enforce_eager is None else cfg.enforce_eager
         kwargs: dict = dict(
             model=self.model,
@@ -304,7 +304,7 @@ class VLLMBackend(TokenizerMixin):
             if outputs[i] is None:
                 outputs[i] = aborted()
         sd = add_counters(total)
-        if _on_cpu():
+        if on_cpu_platform():
             HEAP.after_call()
         return GenBatch(
             outputs=outputs,
@@ -521,7 +521,7 @@ def cpu_has_native_bf16() -> bool:
 
 def resolve_dtype(dtype: str, model: str) -> str:
     """The engine dtype for ``dtype`` (see :class:`VLLMConfig`)."""
-    if dtype != "auto" or not _on_cpu() or cpu_has_native_bf16():
+    if dtype != "auto" or not on_cpu_platform() or cpu_has_native_bf16():
         return dtype
     from lrtune.filekinds import model_side_config
 
@@ -529,7 +529,7 @@ def resolve_dtype(dtype: str, model: str) -> str:
     return "float32" if saved in ("bfloat16", "float16", None) else "auto"
 
 
-def _on_cpu() -> bool:
+def on_cpu_platform() -> bool:
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
@@ -538,7 +538,7 @@ def _on_cpu() -> bool:
 def gpu_device_bytes() -> int | None:
     """Memory of GPU 0 in bytes, or None where vLLM runs on the CPU."""
     configure_env()
-    if _on_cpu():
+    if on_cpu_platform():
         return None
     mem = gpu_memory(0)  # NVML: no CUDA context in this process (vllm_platform.gpu_memory)
     if mem is not None:

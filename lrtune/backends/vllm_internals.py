@@ -6,99 +6,14 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 
-from lrtune.backends.vllm_patches import _embedding_method, _int8_kernel, runtime_problems
+from lrtune.backends.vllm_patches import embedding_method, int8_kernel, runtime_problems
 
 
 def internals_problems(llm=None) -> list[str]:
     """Every vLLM internal the patches above rely on that is missing or changed shape
     (empty on the supported version), and, given a started ``llm``, every way its engine
     does not run the patched path (:func:`runtime_problems` on its workers' probes)."""
-    from vllm.model_executor.layers.logits_processor import LogitsProcessor
-    from vllm.v1.engine.llm_engine import LLMEngine
-    from vllm.v1.metrics.loggers import StatLoggerBase, StatLoggerManager
-    from vllm.v1.metrics.stats import SchedulerStats
-    from vllm.v1.outputs import DraftTokenIds, LogprobsTensors
-    from vllm.v1.spec_decode.metrics import SpecDecodingStats
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    import vllm.v1.sample.rejection_sampler as rs
-
-    problems = []
-
-    def params(fn) -> list[str]:
-        return list(inspect.signature(getattr(fn, "__wrapped__", fn)).parameters)
-
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            problems.append(what)
-
-    need(callable(getattr(GPUModelRunner, "propose_draft_token_ids", None)), "GPUModelRunner.propose_draft_token_ids")
-    take = getattr(GPUModelRunner, "take_draft_token_ids", None)
-    need(callable(take) and params(take) == ["self"], "GPUModelRunner.take_draft_token_ids(self)")
-    need(
-        {f.name for f in fields(DraftTokenIds)} >= {"req_ids", "draft_token_ids"},
-        "DraftTokenIds.req_ids / draft_token_ids",
-    )
-    need(
-        "requests" in inspect.getsource(GPUModelRunner.__init__)
-        and "input_batch" in inspect.getsource(GPUModelRunner.__init__),
-        "GPUModelRunner.requests / input_batch",
-    )
-    fn = getattr(rs.expand_batch_to_tokens, "__wrapped__", rs.expand_batch_to_tokens)
-    if not getattr(fn, "_lrtune_fixed", False):
-        need(
-            params(fn) == ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"],
-            "rejection_sampler.expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from, replace_to)",
-        )
-    empty = getattr(LogprobsTensors.empty_cpu, "__wrapped__", LogprobsTensors.empty_cpu)
-    if not getattr(empty, "_lrtune_fixed", False):
-        need(
-            params(empty) == ["num_positions", "num_tokens_per_position"],
-            "LogprobsTensors.empty_cpu(num_positions, num_tokens_per_position)",
-        )
-    need(
-        "request.num_computed_tokens" in inspect.getsource(GPUModelRunner._get_prompt_logprobs_dict),
-        "GPUModelRunner._get_prompt_logprobs_dict fills from num_computed_tokens",
-    )
-    need(
-        getattr(StatLoggerBase, "__abstractmethods__", set()) <= {"__init__", "record", "log_engine_initialized"},
-        "StatLoggerBase abstract methods",
-    )
-    need(
-        callable(getattr(StatLoggerManager, "record_admission_rejection", None)),
-        "StatLoggerManager.record_admission_rejection",
-    )
-    need("self.logger_manager" in inspect.getsource(LLMEngine.__init__), "LLMEngine.logger_manager")
-    need("stat_loggers" in inspect.getsource(StatLoggerManager.__init__), "StatLoggerManager.stat_loggers")
-    need("spec_decoding_stats" in {f.name for f in fields(SchedulerStats)}, "SchedulerStats.spec_decoding_stats")
-    need(
-        {f.name for f in fields(SpecDecodingStats)}
-        >= {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"},
-        "SpecDecodingStats fields",
-    )
-    need(
-        callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None))
-        and "isinstance(self._draft_token_ids, list)" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu),
-        "GPUModelRunner passes list drafts on as they are",
-    )
-    need(
-        "quant_method.apply" in inspect.getsource(LogitsProcessor._apply_head),
-        "LogitsProcessor._apply_head projects through quant_method.apply (the packed head)",
-    )
-    embed = _embedding_method().process_weights_after_loading
-    need(
-        "remove_weight=False" in inspect.getsource(getattr(embed, "__wrapped__", embed)),
-        "UnquantizedEmbeddingMethod keeps the loaded weight beside the packed one",
-    )
-    kernel = _int8_kernel()
-    need(
-        all(callable(getattr(kernel, m, None)) for m in ("_apply_weights_onednn", "process_weights_for_onednn"))
-        and "linear_method"
-        in inspect.getsource(
-            getattr(kernel.process_weights_after_loading, "__wrapped__", kernel.process_weights_after_loading)
-        ),
-        "CPUInt8ScaledMMLinearKernel picks linear_method in process_weights_after_loading (oneDNN path)",
-    )
-    problems += _exact_internals(params)
+    problems = _spec_internals() + _stats_internals() + _weight_internals() + _exact_internals(_params)
     if llm is not None:
         from vllm.platforms import current_platform
 
@@ -110,6 +25,119 @@ def internals_problems(llm=None) -> list[str]:
             on_cpu=current_platform.is_cpu(),
         )
     return problems
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(getattr(fn, "__wrapped__", fn)).parameters)
+
+
+def _missing(checks: list[tuple[bool, str]]) -> list[str]:
+    """The names of the checks that failed."""
+    return [what for ok, what in checks if not ok]
+
+
+def _spec_internals() -> list[str]:
+    """Token-level SD: the runner's draft hand-over, the rejection sampler, prompt logprobs."""
+    from vllm.v1.outputs import DraftTokenIds, LogprobsTensors
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    import vllm.v1.sample.rejection_sampler as rs
+
+    take = getattr(GPUModelRunner, "take_draft_token_ids", None)
+    checks = [
+        (callable(getattr(GPUModelRunner, "propose_draft_token_ids", None)), "GPUModelRunner.propose_draft_token_ids"),
+        (callable(take) and _params(take) == ["self"], "GPUModelRunner.take_draft_token_ids(self)"),
+        (
+            {f.name for f in fields(DraftTokenIds)} >= {"req_ids", "draft_token_ids"},
+            "DraftTokenIds.req_ids / draft_token_ids",
+        ),
+        (
+            "requests" in inspect.getsource(GPUModelRunner.__init__)
+            and "input_batch" in inspect.getsource(GPUModelRunner.__init__),
+            "GPUModelRunner.requests / input_batch",
+        ),
+        (
+            "request.num_computed_tokens" in inspect.getsource(GPUModelRunner._get_prompt_logprobs_dict),
+            "GPUModelRunner._get_prompt_logprobs_dict fills from num_computed_tokens",
+        ),
+        (
+            callable(getattr(GPUModelRunner, "_get_draft_token_ids_cpu", None))
+            and "isinstance(self._draft_token_ids, list)" in inspect.getsource(GPUModelRunner._get_draft_token_ids_cpu),
+            "GPUModelRunner passes list drafts on as they are",
+        ),
+    ]
+    fn = getattr(rs.expand_batch_to_tokens, "__wrapped__", rs.expand_batch_to_tokens)
+    if not getattr(fn, "_lrtune_fixed", False):
+        checks.append(
+            (
+                _params(fn) == ["x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"],
+                "rejection_sampler.expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from, replace_to)",
+            )
+        )
+    empty = getattr(LogprobsTensors.empty_cpu, "__wrapped__", LogprobsTensors.empty_cpu)
+    if not getattr(empty, "_lrtune_fixed", False):
+        checks.append(
+            (
+                _params(empty) == ["num_positions", "num_tokens_per_position"],
+                "LogprobsTensors.empty_cpu(num_positions, num_tokens_per_position)",
+            )
+        )
+    return _missing(checks)
+
+
+def _stats_internals() -> list[str]:
+    """The stat loggers the SD counters are read from."""
+    from vllm.v1.engine.llm_engine import LLMEngine
+    from vllm.v1.metrics.loggers import StatLoggerBase, StatLoggerManager
+    from vllm.v1.metrics.stats import SchedulerStats
+    from vllm.v1.spec_decode.metrics import SpecDecodingStats
+
+    return _missing(
+        [
+            (
+                getattr(StatLoggerBase, "__abstractmethods__", set())
+                <= {"__init__", "record", "log_engine_initialized"},
+                "StatLoggerBase abstract methods",
+            ),
+            (
+                callable(getattr(StatLoggerManager, "record_admission_rejection", None)),
+                "StatLoggerManager.record_admission_rejection",
+            ),
+            ("self.logger_manager" in inspect.getsource(LLMEngine.__init__), "LLMEngine.logger_manager"),
+            ("stat_loggers" in inspect.getsource(StatLoggerManager.__init__), "StatLoggerManager.stat_loggers"),
+            ("spec_decoding_stats" in {f.name for f in fields(SchedulerStats)}, "SchedulerStats.spec_decoding_stats"),
+            (
+                {f.name for f in fields(SpecDecodingStats)}
+                >= {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"},
+                "SpecDecodingStats fields",
+            ),
+        ]
+    )
+
+
+def _weight_internals() -> list[str]:
+    """The packed head and embedding, and the int8 kernel's oneDNN path."""
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    embed = embedding_method().process_weights_after_loading
+    kernel = int8_kernel()
+    after = getattr(kernel.process_weights_after_loading, "__wrapped__", kernel.process_weights_after_loading)
+    return _missing(
+        [
+            (
+                "quant_method.apply" in inspect.getsource(LogitsProcessor._apply_head),
+                "LogitsProcessor._apply_head projects through quant_method.apply (the packed head)",
+            ),
+            (
+                "remove_weight=False" in inspect.getsource(getattr(embed, "__wrapped__", embed)),
+                "UnquantizedEmbeddingMethod keeps the loaded weight beside the packed one",
+            ),
+            (
+                all(callable(getattr(kernel, m, None)) for m in ("_apply_weights_onednn", "process_weights_for_onednn"))
+                and "linear_method" in inspect.getsource(after),
+                "CPUInt8ScaledMMLinearKernel picks linear_method in process_weights_after_loading (oneDNN path)",
+            ),
+        ]
+    )
 
 
 def _exact_internals(params) -> list[str]:

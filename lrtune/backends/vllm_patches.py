@@ -383,7 +383,7 @@ def patch_cpu_expand_batch_to_tokens() -> None:
 
 
 # ---- prompt logprobs beside the prefix cache ------------------------------------------
-def _int8_kernel():
+def int8_kernel():
     from vllm.model_executor.kernels.linear.scaled_mm import cpu as scaled_mm_cpu
 
     return scaled_mm_cpu.CPUInt8ScaledMMLinearKernel
@@ -391,7 +391,7 @@ def _int8_kernel():
 
 def _int8_kernel_fixed() -> bool:
     try:
-        return bool(getattr(_int8_kernel().process_weights_after_loading, "_lrtune_fixed", False))
+        return bool(getattr(int8_kernel().process_weights_after_loading, "_lrtune_fixed", False))
     except ImportError:
         return False
 
@@ -404,7 +404,7 @@ def patch_cpu_int8_float32() -> None:
     bfloat16 and float16 engines keep vLLM's own choice."""
     import torch
 
-    kernel = _int8_kernel()
+    kernel = int8_kernel()
     original = kernel.process_weights_after_loading
     if getattr(original, "_lrtune_fixed", False):
         return
@@ -420,14 +420,14 @@ def patch_cpu_int8_float32() -> None:
     kernel.process_weights_after_loading = process_weights_after_loading
 
 
-def _embedding_method():
+def embedding_method():
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
     return UnquantizedEmbeddingMethod
 
 
 def _lm_head_release_patched() -> bool:
-    return bool(getattr(_embedding_method().process_weights_after_loading, "_lrtune_fixed", False))
+    return bool(getattr(embedding_method().process_weights_after_loading, "_lrtune_fixed", False))
 
 
 def _packed_gemm(layer) -> bool:
@@ -461,7 +461,7 @@ def patch_cpu_lm_head_release() -> None:
     import torch
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-    method = _embedding_method()
+    method = embedding_method()
     original = method.process_weights_after_loading
     if getattr(original, "_lrtune_fixed", False):
         return

@@ -170,150 +170,194 @@ def _public_stats(stats: dict) -> dict:
 
 def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMetrics | None = None) -> Starlette:
     """The ASGI app over ``scheduler`` (which the caller started and shuts down)."""
-    metrics = metrics or ServeMetrics(lambda: scheduler.queued, lambda: scheduler.running)
+    routes = _Routes(scheduler, settings, metrics or ServeMetrics(lambda: scheduler.queued, lambda: scheduler.running))
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", routes.chat, methods=["POST"]),
+            Route("/v1/completions", routes.completions, methods=["POST"]),
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/metrics", routes.prometheus, methods=["GET"]),
+        ],
+        exception_handlers={Exception: _crash},
+    )
 
-    def answered(endpoint: str, method: str, status: int) -> None:
-        metrics.requests.labels(endpoint, method, str(status)).inc()
+
+async def _crash(_: Request, exc: Exception) -> Response:
+    """The 500 of an unexpected exception: one line naming it, never a traceback."""
+    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+class _Routes:
+    """The app's state (scheduler, settings, metrics) with one method per route."""
+
+    def __init__(self, scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMetrics) -> None:
+        """Hold what every route reads."""
+        self.scheduler, self.settings, self.metrics = scheduler, settings, metrics
+
+    def answered(self, endpoint: str, method: str, status: int) -> None:
+        """Count one answered request (and its error, from 400 up)."""
+        self.metrics.requests.labels(endpoint, method, str(status)).inc()
         if status >= 400:
-            metrics.errors.labels(str(status)).inc()
+            self.metrics.errors.labels(str(status)).inc()
 
-    async def health(_: Request) -> Response:
-        if scheduler.stopping:
+    async def health(self, _: Request) -> Response:
+        """``GET /health``: ok with the running and queued counts, 503 while draining or without a decode thread."""
+        if self.scheduler.stopping:
             return error_response(503, "the server is draining")
-        if not scheduler.alive:
+        if not self.scheduler.alive:
             return error_response(503, "the decode thread has stopped")
-        return JSONResponse({"status": "ok", "running": scheduler.running, "queued": scheduler.queued})
+        return JSONResponse({"status": "ok", "running": self.scheduler.running, "queued": self.scheduler.queued})
 
-    async def models(_: Request) -> Response:
+    async def models(self, _: Request) -> Response:
+        """``GET /v1/models``: the served model names as OpenAI ``Model`` objects."""
         from openai.types import Model
 
-        data = [_dump(Model(id=m, created=0, object="model", owned_by="lrtune")) for m in settings.limits.models]
+        data = [_dump(Model(id=m, created=0, object="model", owned_by="lrtune")) for m in self.settings.limits.models]
         return JSONResponse({"object": "list", "data": data})
 
-    async def prometheus(_: Request) -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
+    async def prometheus(self, _: Request) -> Response:
+        """``GET /metrics``: the Prometheus text exposition."""
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
-    async def complete(request: Request, kind: str, endpoint: str) -> Response:
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        return await self.complete(request, "chat", "/v1/chat/completions")
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``."""
+        return await self.complete(request, "completion", "/v1/completions")
+
+    async def complete(self, request: Request, kind: str, endpoint: str) -> Response:
+        """Parse, queue and answer one request of ``kind``: whole JSON, or server-sent events with ``stream``."""
         arrived = time.monotonic()
-        deadline = None if settings.request_timeout is None else arrived + settings.request_timeout
         try:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError):
-            answered(endpoint, "-", 400)
+            self.answered(endpoint, "-", 400)
             return error_response(400, "the request body is not valid JSON")
         try:
-            req = parse_request(body, kind, settings.limits)  # type: ignore[arg-type]
+            req = parse_request(body, kind, self.settings.limits)  # type: ignore[arg-type]
         except RequestError as e:
-            answered(endpoint, "-", e.status)
+            self.answered(endpoint, "-", e.status)
             return error_response(e.status, str(e), e.param)
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-        job = Job(req, emit=lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
-        method = req.cfg.method
-        try:
-            scheduler.submit(job)
-        except QueueFull as e:
-            answered(endpoint, method, 429)
-            return error_response(429, str(e), headers={"Retry-After": str(settings.retry_after)})
-        except Stopping as e:
-            answered(endpoint, method, 503)
-            return error_response(503, str(e))
-
-        async def next_event():
-            """The job's next event; "gone" when the client left, "timeout" past the deadline."""
-            while True:
-                wait = DISCONNECT_POLL_S if deadline is None else min(DISCONNECT_POLL_S, deadline - time.monotonic())
-                if wait <= 0:
-                    return "timeout"
-                try:
-                    return await asyncio.wait_for(events.get(), wait)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        return "gone"
-
-        def ending(ev) -> tuple[int, str, str | None]:
-            """Status, message and field of a request that ends without its answer: an
-            :class:`Error` event, the deadline ("timeout") or the client gone ("gone")."""
-            if isinstance(ev, Error):
-                return ev.status, ev.message, ev.param
-            if ev == "timeout":
-                return 504, f"request timed out after {settings.request_timeout:g} s", None
-            return 499, "client went away", None
-
-        def refused(ev) -> Response:
-            scheduler.cancel(job)
-            status, message, param = ending(ev)
-            answered(endpoint, method, status)
-            return error_response(status, message, param)
-
-        first = await next_event()
+        call = _Call(self, request, req, endpoint, arrived)
+        refusal = call.submit()
+        if refusal is not None:
+            return refusal
+        first = await call.next_event()
         if not isinstance(first, Admitted):
-            return refused(first)
+            return call.refused(first)
         out = Responses(req)
         if not req.stream:
-            parts: list[str] = []
-            while True:
-                ev = await next_event()
-                if isinstance(ev, Delta):
-                    if not parts:
-                        metrics.first_step.observe(time.monotonic() - arrived)
-                    parts.append(ev.text)
-                    continue
-                if not isinstance(ev, Done):
-                    return refused(ev)
-                scheduler.cancel(job)
-                metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
-                metrics.latency.observe(time.monotonic() - arrived)
-                answered(endpoint, method, 200)
-                return JSONResponse(out.whole("".join(parts), ev))
+            return await call.whole(out)
+        return StreamingResponse(
+            call.stream(out), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
 
-        async def stream():
-            status = None  # how it ended; None in `finally`: the client went away mid-stream
-            sent_any = False
+
+class _Call:
+    """One parsed request on its way through the scheduler: its job, the job's events, its deadline."""
+
+    def __init__(self, routes: _Routes, request: Request, req: ServeRequest, endpoint: str, arrived: float) -> None:
+        """A job for ``req`` whose events come back on this event loop; the deadline counts from ``arrived``."""
+        timeout = routes.settings.request_timeout
+        self.routes, self.request, self.req, self.endpoint, self.arrived = routes, request, req, endpoint, arrived
+        self.deadline = None if timeout is None else arrived + timeout
+        self.method = req.cfg.method
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        self.events = events
+        self.job = Job(req, emit=lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+
+    def submit(self) -> Response | None:
+        """Queue the job; the 429 (queue full) or 503 (draining) that refuses it, else None."""
+        try:
+            self.routes.scheduler.submit(self.job)
+        except QueueFull as e:
+            self.routes.answered(self.endpoint, self.method, 429)
+            return error_response(429, str(e), headers={"Retry-After": str(self.routes.settings.retry_after)})
+        except Stopping as e:
+            self.routes.answered(self.endpoint, self.method, 503)
+            return error_response(503, str(e))
+        return None
+
+    async def next_event(self):
+        """The job's next event; "gone" when the client left, "timeout" past the deadline."""
+        while True:
+            wait = (
+                DISCONNECT_POLL_S if self.deadline is None else min(DISCONNECT_POLL_S, self.deadline - time.monotonic())
+            )
+            if wait <= 0:
+                return "timeout"
             try:
-                if req.kind == "chat":
-                    yield _sse(out.chunk(first=True))
-                while status is None:
-                    ev = await next_event()
-                    if isinstance(ev, Delta):
-                        if not sent_any:
-                            metrics.first_step.observe(time.monotonic() - arrived)
-                            sent_any = True
-                        yield _sse(out.chunk(ev.text))
-                    elif isinstance(ev, Done):
-                        metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
-                        yield _sse(out.chunk(done=ev))
-                        if req.include_usage:
-                            yield _sse(out.usage_chunk(ev))
-                        yield _sse("[DONE]")
-                        metrics.latency.observe(time.monotonic() - arrived)
-                        status = 200
-                    else:
-                        status, message, param = ending(ev)
-                        if status != 499:  # nobody is left to read it
-                            yield _sse(error_body(message, "timeout" if status == 504 else "server_error", param))
-            finally:
-                scheduler.cancel(job)  # a client that left mid-stream frees its slot at the next round
-                answered(endpoint, method, 499 if status is None else status)
+                return await asyncio.wait_for(self.events.get(), wait)
+            except asyncio.TimeoutError:
+                if await self.request.is_disconnected():
+                    return "gone"
 
-        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    def ending(self, ev) -> tuple[int, str, str | None]:
+        """Status, message and field of a request that ends without its answer: an
+        :class:`Error` event, the deadline ("timeout") or the client gone ("gone")."""
+        if isinstance(ev, Error):
+            return ev.status, ev.message, ev.param
+        if ev == "timeout":
+            return 504, f"request timed out after {self.routes.settings.request_timeout:g} s", None
+        return 499, "client went away", None
 
-    async def chat(request: Request) -> Response:
-        return await complete(request, "chat", "/v1/chat/completions")
+    def refused(self, ev) -> Response:
+        """Cancel the job and answer the error that ended it (:meth:`ending`)."""
+        self.routes.scheduler.cancel(self.job)
+        status, message, param = self.ending(ev)
+        self.routes.answered(self.endpoint, self.method, status)
+        return error_response(status, message, param)
 
-    async def completions(request: Request) -> Response:
-        return await complete(request, "completion", "/v1/completions")
+    async def whole(self, out: Responses) -> Response:
+        """The non-streamed answer: every delta gathered, then one JSON response (or the error)."""
+        metrics = self.routes.metrics
+        parts: list[str] = []
+        while True:
+            ev = await self.next_event()
+            if isinstance(ev, Delta):
+                if not parts:
+                    metrics.first_step.observe(time.monotonic() - self.arrived)
+                parts.append(ev.text)
+                continue
+            if not isinstance(ev, Done):
+                return self.refused(ev)
+            self.routes.scheduler.cancel(self.job)
+            metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
+            metrics.latency.observe(time.monotonic() - self.arrived)
+            self.routes.answered(self.endpoint, self.method, 200)
+            return JSONResponse(out.whole("".join(parts), ev))
 
-    async def crash(_: Request, exc: Exception) -> Response:
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
-
-    return Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/metrics", prometheus, methods=["GET"]),
-        ],
-        exception_handlers={Exception: crash},
-    )
+    async def stream(self, out: Responses):
+        """The streamed answer's server-sent events: role, deltas, finish (usage), ``[DONE]``, or an error event."""
+        metrics = self.routes.metrics
+        status = None  # how it ended; None in `finally`: the client went away mid-stream
+        sent_any = False
+        try:
+            if self.req.kind == "chat":
+                yield _sse(out.chunk(first=True))
+            while status is None:
+                ev = await self.next_event()
+                if isinstance(ev, Delta):
+                    if not sent_any:
+                        metrics.first_step.observe(time.monotonic() - self.arrived)
+                        sent_any = True
+                    yield _sse(out.chunk(ev.text))
+                elif isinstance(ev, Done):
+                    metrics.observe_done(ev.stats, ev.prompt_tokens, ev.completion_tokens)
+                    yield _sse(out.chunk(done=ev))
+                    if self.req.include_usage:
+                        yield _sse(out.usage_chunk(ev))
+                    yield _sse("[DONE]")
+                    metrics.latency.observe(time.monotonic() - self.arrived)
+                    status = 200
+                else:
+                    status, message, param = self.ending(ev)
+                    if status != 499:  # nobody is left to read it
+                        yield _sse(error_body(message, "timeout" if status == 504 else "server_error", param))
+        finally:
+            self.routes.scheduler.cancel(self.job)  # a client that left mid-stream frees its slot at the next round
+            self.routes.answered(self.endpoint, self.method, 499 if status is None else status)

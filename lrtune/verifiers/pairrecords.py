@@ -82,7 +82,7 @@ def pair_from_columns(row: Mapping) -> StepPair:
 
 
 def judged_pairs(record) -> list[dict]:
-    """Every pair one LR round (a :class:`~lrtune.roundstate.RoundRecord`) judged, branch by
+    """Every pair one LR round (a :class:`~lrtune.slots.RoundRecord`) judged, branch by
     branch, position by position: the pair's columns, its score and verdict, and ``asked``
     (False: rejected unasked, score 0, because exactly one step ends the answer)."""
     out = []
