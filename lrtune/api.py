@@ -22,7 +22,7 @@ from lrtune.build import (
     verifier_device,
 )
 from lrtune.decodeconfig import DecodeConfig
-from lrtune.decoding import Decoder, DecodeOutput, Outputs
+from lrtune.decoding import DecodeOutput, Decoder, Outputs
 from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError
 from lrtune.modelconfig import BACKENDS, ControlConfig, EngineConfig, GpuMemoryConfig, ModelConfig, VerifierConfig
 from lrtune.pricing import Pricing

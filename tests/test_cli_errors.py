@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-
 from tiny_models import get_tiny_pair
 
 

@@ -90,4 +90,7 @@ def test_configs_lrtune_derives_from_a_users_may_keep_a_schedule_their_method_do
     base = build(DecodeConfig, argparse.Namespace(schedule="abort"), {})  # evaluate: no --method flag
     assert parse_method("target", 3, 4).decode_config(base).schedule == "abort"  # evaluate's target row
     assert replace(base, method="sd").validate().method == "sd"  # what --method auto picked
-    assert base.for_round(0, 4, "score").schedule == "score"
+    from lrtune.roundplan import RoundKind, plan_round
+
+    target = parse_method("target", 3, 4).decode_config(base)  # a round of it: the target alone, schedule unread
+    assert plan_round(target, index=0, base=[1], generated=0).kind is RoundKind.TARGET

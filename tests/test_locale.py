@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-from lrtune.entry import needs_utf8_mode
 from tiny_models import get_tiny_pair
+
+from lrtune.entry import needs_utf8_mode
 
 
 def test_only_a_non_utf8_locale_asks_for_utf8_mode():

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tiny_models import get_tiny_pair
 
 
