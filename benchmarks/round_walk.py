@@ -13,6 +13,8 @@ tree in a subprocess):
   different files) and returns (a frame in a file the route had already left).
 * **method to γ2**: mentions of ``uses_sd`` in library code outside ``DecodeConfig`` (each a
   place that turns a method's name into "SD or not" again).
+* **import time**: seconds ``import`` of the entry points takes (``python -X importtime``,
+  median of five, the two trees measured in turn).
 * **functions**: library functions (``lrtune``, ``data_gen``, ``train``, ``eval``,
   ``policies``; nested ones and methods included) over 60 and over 80 lines, the longest ten,
   and import statements inside function bodies.
@@ -25,6 +27,8 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -34,6 +38,7 @@ from pathlib import Path
 from benchmarks import parse
 
 LIBRARY = ("lrtune", "data_gen", "train", "eval", "policies")
+ENTRY_POINTS = ("lrtune.cli", "lrtune.decoding", "lrtune.pipeline", "lrtune.serve.app")
 
 PROBE = r"""
 import json, os, sys
@@ -153,40 +158,68 @@ def _sites(root: Path, word: str) -> int:
     )
 
 
-def at_revision(rev: str) -> dict:
-    sha = subprocess.run(
-        ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    with tempfile.TemporaryDirectory() as tmp:
-        blob = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True, check=True).stdout
-        tar_path = Path(tmp) / "tree.tar"
-        tar_path.write_bytes(blob)
-        root = Path(tmp) / "tree"
-        with tarfile.open(tar_path) as tar:
-            tar.extractall(root, filter="data")
-        got = subprocess.run(
-            [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, check=True, cwd=tmp
-        )
-        probe = json.loads(got.stdout.strip().splitlines()[-1])
-        files = sorted({f for sched in probe["round"].values() for f in sched})
-        core = {f: (root / f).read_text().count("\n") for f in files}
-        return {
-            "revision": sha,
-            "round_files": {s: len(fs) for s, fs in probe["round"].items()},
-            "round_functions": {
-                s: sum(1 for v in fs.values() for q in v if ".<" not in q) for s, fs in probe["round"].items()
-            },
-            "decode_core_files": core,
-            "decode_core_lines": sum(core.values()),
-            "method_to_gamma2_sites": _sites(root, "uses_sd"),
-            "routes": {s: {k: route_shape(v) for k, v in r.items()} for s, r in probe["routes"].items()},
-            "round": probe["round"],
-            **functions(root),
-        }
+def extract(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` under ``into``."""
+    blob = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True, check=True).stdout
+    (into / "tree.tar").write_bytes(blob)
+    with tarfile.open(into / "tree.tar") as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def import_seconds(root: Path, module: str) -> float:
+    """Cumulative seconds ``import module`` takes from the tree at ``root`` (python -X importtime)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    got = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, env=env
+    )
+    line = next(ln for ln in got.stderr.splitlines() if ln.rstrip().endswith(f"| {module}"))
+    return int(line.split("|")[1]) / 1e6
+
+
+def import_times(roots: dict[str, Path], tries: int = 5) -> dict[str, dict[str, float]]:
+    """Median import seconds of each entry point per tree, the trees measured in turn."""
+    seen: dict[str, dict[str, list[float]]] = {k: {m: [] for m in ENTRY_POINTS} for k in roots}
+    for _ in range(tries):
+        for key, root in roots.items():
+            for m in ENTRY_POINTS:
+                seen[key][m].append(import_seconds(root, m))
+    return {k: {m: round(statistics.median(v), 3) for m, v in per.items()} for k, per in seen.items()}
+
+
+def at_revision(rev: str, root: Path) -> dict:
+    """The round's files, routes and functions of the tree of ``rev`` at ``root``."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True)
+    got = subprocess.run(
+        [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, check=True, cwd=root.parent
+    )
+    probe = json.loads(got.stdout.strip().splitlines()[-1])
+    files = sorted({f for sched in probe["round"].values() for f in sched})
+    core = {f: (root / f).read_text().count("\n") for f in files}
+    return {
+        "revision": sha.stdout.strip(),
+        "round_files": {s: len(fs) for s, fs in probe["round"].items()},
+        "round_functions": {
+            s: sum(1 for v in fs.values() for q in v if ".<" not in q) for s, fs in probe["round"].items()
+        },
+        "decode_core_files": core,
+        "decode_core_lines": sum(core.values()),
+        "method_to_gamma2_sites": _sites(root, "uses_sd"),
+        "routes": {s: {k: route_shape(v) for k, v in r.items()} for s, r in probe["routes"].items()},
+        "round": probe["round"],
+        **functions(root),
+    }
 
 
 def main(args: argparse.Namespace) -> dict:
-    out = {"before": at_revision(args.before), "after": at_revision(args.after)}
+    with tempfile.TemporaryDirectory() as tmp:
+        roots = {}
+        for key, rev in (("before", args.before), ("after", args.after)):
+            (Path(tmp) / key).mkdir()
+            roots[key] = extract(rev, Path(tmp) / key)
+        out = {key: at_revision(rev, roots[key]) for key, rev in (("before", args.before), ("after", args.after))}
+        for key, times in import_times(roots).items():
+            out[key]["import_s"] = times
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     for key, m in out.items():
