@@ -10,6 +10,7 @@ the core and the stages import the modules below.
 
 from __future__ import annotations
 
+import lrtune
 from lrtune.build import (
     ResolvedModels,
     build_controller,
@@ -22,36 +23,30 @@ from lrtune.build import (
     verifier_device,
 )
 from lrtune.decodeconfig import DecodeConfig
+from lrtune.decoder import LookaheadDecoder
 from lrtune.decoding import DecodeOutput, Decoder, Outputs
 from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError
 from lrtune.modelconfig import BACKENDS, ControlConfig, EngineConfig, GpuMemoryConfig, ModelConfig, VerifierConfig
 from lrtune.pricing import Pricing
 from lrtune.stats import BatchStats, DecodeStats
 
-__all__ = [
-    "BACKENDS",
-    "BatchStats",
-    "ConfigError",
-    "ConfigTypeError",
-    "ControlConfig",
-    "DecodeConfig",
-    "DecodeOutput",
-    "DecodeStats",
-    "Decoder",
-    "EngineConfig",
-    "GpuMemoryConfig",
-    "LrtuneError",
-    "ModelConfig",
-    "Outputs",
-    "Pricing",
-    "ResolvedModels",
-    "VerifierConfig",
-    "build_controller",
-    "check_configs",
-    "encode_prompts",
-    "judge_path",
-    "prompt_list",
-    "require_a_prompt_that_fits",
-    "shared_spec_tokens",
-    "verifier_device",
-]
+# the names `from lrtune import ...` gives are listed once, in lrtune/__init__.py; this face adds the builders
+__all__ = sorted(
+    {
+        *lrtune.__all__,
+        "BACKENDS",
+        "BatchStats",
+        "ConfigError",
+        "ConfigTypeError",
+        "Outputs",
+        "ResolvedModels",
+        "build_controller",
+        "check_configs",
+        "encode_prompts",
+        "judge_path",
+        "prompt_list",
+        "require_a_prompt_that_fits",
+        "shared_spec_tokens",
+        "verifier_device",
+    }
+)
