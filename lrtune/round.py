@@ -67,25 +67,23 @@ def run_round(
     drafts = draft_chains(draft, target.eos_ids, slots, plans, verifier, batch)
     prefills = prefill_chains(target, slots, plans, drafts, verifier, batch)
     items = [Drafted(*x) for x in zip(slots, plans, drafts, prefills)]
+    outcome: dict[int, tuple[TargetSteps, Verdicts]] = {}  # id(prompt) -> its target steps and verdicts
     scored = [d for d in items if d.plan.kind is RoundKind.SCORE]
-    regenerated = [d for d in items if d.plan.kind is not RoundKind.SCORE]
-    judged: dict[int, tuple[TargetSteps, Verdicts]] = {}
-    if scored:
+    if scored:  # score rounds: the prefill's scores judged one-sided, then the target's own step
         verdicts = judge(target, scored, verifier, batch)
-        for d, t, v in zip(scored, bonus_steps(target, scored, verdicts, batch), verdicts):
-            judged[id(d.slot)] = (t, v)
-    if regenerated:
-        early = None
-        if any(d.plan.early_abort and d.drafts.chains[0] for d in regenerated):
-            early = EarlyJudge(target, regenerated, verifier, batch)
-        steps = target_steps(target, regenerated, verifier, batch, early)
-        late = [i for i in range(len(regenerated)) if early is None or not early.covers(i)]
-        checked = verify(target, [regenerated[i] for i in late], [steps[i].steps for i in late], verifier, batch)
-        verdicts = dict(zip(late, checked))
-        for i, d in enumerate(regenerated):
-            judged[id(d.slot)] = (steps[i], verdicts[i] if i in verdicts else early.verdicts(i))
+        outcome.update(zip((id(d.slot) for d in scored), zip(bonus_steps(target, scored, verdicts, batch), verdicts)))
+    generated = [d for d in items if d.plan.kind is not RoundKind.SCORE]
+    if generated:  # lr and target rounds: the target regenerates every position, then one verifier call
+        early = None  # --schedule abort: positions judged as their rows end
+        if any(d.plan.early_abort and d.drafts.chains[0] for d in generated):
+            early = EarlyJudge(target, generated, verifier, batch)
+        steps = target_steps(target, generated, verifier, batch, early)
+        late = [i for i in range(len(generated)) if early is None or not early.covers(i)]
+        checked = iter(verify(target, [generated[i] for i in late], [steps[i].steps for i in late], verifier, batch))
+        verdicts = [next(checked) if i in late else early.verdicts(i) for i in range(len(generated))]
+        outcome.update(zip((id(d.slot) for d in generated), zip(steps, verdicts)))
     for d in items:
-        commit(target, d, *judged[id(d.slot)], on_round, on_commit)
+        commit(target, d, *outcome[id(d.slot)], on_round, on_commit)
 
 
 def plan_of(slot: PromptState) -> RoundPlan:

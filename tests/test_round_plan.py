@@ -105,7 +105,8 @@ def test_one_round_runs_its_phases_as_plain_functions_in_order():
     in the decode core is a mixin over shared round state."""
     tree = ast.parse((ROOT / "lrtune/round.py").read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_round")
-    calls = [c.func.id for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+    found = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+    calls = [c.func.id for c in sorted(found, key=lambda c: (c.lineno, c.col_offset))]  # in source order
     order = [c for c in calls if c in ("draft_chains", "prefill_chains", "target_steps", "verify", "commit")]
     assert order == ["draft_chains", "prefill_chains", "target_steps", "verify", "commit"]
     decoder = ast.parse((ROOT / "lrtune/decoder.py").read_text())
