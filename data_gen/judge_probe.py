@@ -28,7 +28,7 @@ from lrtune.models import resolve_model
 from lrtune.outdir import json_out_file
 from lrtune.pairstats import auroc
 from lrtune.runfiles import write_json_file
-from lrtune.schema import STRICT, Checked, Positive, Seed, Size, Text
+from lrtune.schema import STRICT, Checked, ContextLength, Positive, Seed, Size, Text
 from lrtune.verifiers import StepPair, check_verifier_spec, make_verifier
 from lrtune.verifiers.base import same_step
 
@@ -49,7 +49,7 @@ class JudgeProbeConfig(Checked):
         default="default", metadata={"help": "the judge model: default, or a local HF model directory"}
     )
     backend: Text = field(default="vllm", metadata={"help": "vllm | transformers"})
-    max_model_len: Size = field(default=4096, metadata={"help": "engine context length (tokens)"})
+    max_model_len: ContextLength = field(default=4096, metadata={"help": "engine context length (tokens)"})
     kv_cache_gib: Positive = field(default=1.0, metadata={"help": "vLLM-CPU KV cache (GiB)"})
 
     def validate(self) -> "JudgeProbeConfig":

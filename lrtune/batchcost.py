@@ -88,13 +88,18 @@ PROFILE_KEYS = frozenset({"c1", "c2", "batch_cost", "sd", "prefill"})  # what lr
 
 
 def read_profile_json(path: str) -> dict:
-    """The ``lrtune profile`` JSON object at ``path``; ConfigError naming the file otherwise."""
+    """The ``lrtune profile`` JSON object at ``path``; ConfigError naming the file otherwise, and
+    the field when its c1 or c2 is not a finite number > 0 (whatever else it holds: a reader
+    that takes only some of its keys must never take a c1 of -3 or NaN)."""
 
     def an_object(data):
         if not isinstance(data, Mapping):
             raise TypeError("a JSON object is expected")
         if not PROFILE_KEYS & set(data):  # nothing lrtune reads: defaults would stand in silently
             raise ValueError(f"none of {', '.join(sorted(PROFILE_KEYS))}")
+        for key in ("c1", "c2"):
+            if key in data:
+                _cost(data[key], key)
         return dict(data)
 
     return _from_profile(path, an_object)

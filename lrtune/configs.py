@@ -191,6 +191,36 @@ def check_unknown_keys(file_values: dict[str, Any], *classes: type, extra: tuple
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) in config file: {', '.join(unknown)}")
+    for cls in classes:
+        seen: dict[str, str] = {}
+        for name, spelled in spelled_options(cls, file_values):
+            if name in seen:
+                raise ConfigError(
+                    f"option {name!r} is given twice in config file ({seen[name]} and {spelled}); give it once"
+                )
+            seen[name] = spelled
+
+
+def spelled_options(
+    cls: type, values: dict[str, Any], prefix: str = "", shown: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """``(flat name, how the file spells it)`` of every option of ``cls`` that config-file
+    ``values`` give: flat (``max_model_len``) or inside a sub-config's mapping
+    (``engine.max_model_len``), the two ways :func:`from_flat` reads; an option may appear twice.
+    ``shown``: the file's own key of each of ``values``' flat names (a sub-config's field names)."""
+    flat = {n for n, _, _ in flat_fields(cls, prefix)}
+    subs = nested(cls) if not prefix else {}  # from_flat reads a mapping only where no prefix applies
+    out = []
+    for key, value in values.items():
+        spelled = (shown or {}).get(key, key)
+        if key in subs and isinstance(value, dict):
+            sub, sub_prefix = subs[key]
+            names = {flat_name(g, sub_prefix): g.name for g in dataclasses.fields(sub) if g.name in value}
+            inner = spelled_options(sub, {n: value[g] for n, g in names.items()}, prefix + sub_prefix, names)
+            out += [(n, f"{spelled}.{s}") for n, s in inner]
+        elif key in flat:
+            out.append((key, spelled))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

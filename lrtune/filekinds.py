@@ -53,6 +53,27 @@ class VerifierMetrics(FileKind):
     test: VerifierTestMetrics | None = None
 
 
+class VerifierCalibration(FileKind):
+    """How a checkpoint's threshold was set (``calibration``, ``calibration_history``): the
+    fields a promise is read from. ``certified`` is JSON ``true`` or ``false`` (a recorded
+    ``"no"`` is refused, never read as true)."""
+
+    threshold: Probability | None = None
+    certified: bool | None = None
+    max_false_accept: Probability | None = None
+    confidence: Probability | None = None
+
+
+class VerifierAccuracyBudget(FileKind):
+    """``accuracy_budget`` of a checkpoint (``lrtune calibrate --max-accuracy-loss``)."""
+
+    threshold: Probability | None = None
+    certified: bool | None = None
+    max_accuracy_loss: Probability | None = None
+    confidence: Probability | None = None
+    problems: NonNegativeInt | None = None
+
+
 class VerifierMeta(FileKind):
     """``lrtune_verifier.json``: what a distilled verifier is and how it reads a pair."""
 
@@ -68,9 +89,9 @@ class VerifierMeta(FileKind):
     features: list[str] | None = None
     metrics: VerifierMetrics | None = None
     data: dict[str, Any] | None = None  # the training data: dirs, fingerprint, splits
-    calibration: dict[str, Any] | None = None  # how the threshold was set (train/calibrate.py)
-    calibration_history: list[dict[str, Any]] | None = None  # earlier calibrations (lrtune calibrate)
-    accuracy_budget: dict[str, Any] | None = None  # lrtune calibrate --max-accuracy-loss
+    calibration: VerifierCalibration | None = None  # how the threshold was set (train/calibrate.py)
+    calibration_history: list[VerifierCalibration | None] | None = None  # earlier calibrations (lrtune calibrate)
+    accuracy_budget: VerifierAccuracyBudget | None = None  # lrtune calibrate --max-accuracy-loss
 
     @model_validator(mode="after")
     def _features_once_each(self):
@@ -268,6 +289,14 @@ class CollectConfigFile(FileKind):
 
 
 # ---- lines of the JSONL files lrtune appends (lrtune.runfiles.load_jsonl) ---------------------
+class JudgedPair(FileKind):
+    """A judged step pair of an evaluate record (``--record-pairs``): its verdict and whether it was asked."""
+
+    accepted: bool
+    asked: bool = True
+    chosen: bool | None = None
+
+
 class EvalRecord(FileKind):
     """A line of evaluate's ``records.jsonl``: one decode of one problem by one method."""
 
@@ -276,6 +305,7 @@ class EvalRecord(FileKind):
     wall_s: NonNegativeNumber
     correct: bool
     stats: dict[str, Any]
+    pairs: list[JudgedPair] | None = None
 
 
 class EvalSummary(FileKind):
@@ -284,6 +314,18 @@ class EvalSummary(FileKind):
     timing: dict[str, NonNegativeNumber] | None = None
     batch_cost: dict[Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,3}$")], PositiveNumber] | None = None
     batch_cost_sd: dict[str, Any] | None = None
+
+
+class CalibrateProgressLine(FileKind):
+    """A line of ``accuracy_budget.progress.jsonl``: one decode ``lrtune calibrate
+    --max-accuracy-loss`` made (threshold None: target-only; ``"never"``: the lossless twin)."""
+
+    key: str
+    problem: str
+    threshold: Probability | Literal["never"] | None
+    correct: bool
+    drafted: NonNegativeInt
+    accepted: NonNegativeInt
 
 
 class VoteRecord(FileKind):
@@ -379,6 +421,7 @@ def _describe(kind: type[FileKind]) -> str:
 
 
 __all__ = [
+    "CalibrateProgressLine",
     "CollectConfigFile",
     "ControllerMeta",
     "DefaultPairMarker",
@@ -389,10 +432,13 @@ __all__ = [
     "FileKind",
     "Int8Marker",
     "Int8Measurement",
+    "JudgedPair",
     "Manifest",
     "ModelSideConfig",
     "OwnerFile",
     "TokenizerSideConfig",
+    "VerifierAccuracyBudget",
+    "VerifierCalibration",
     "VerifierMeta",
     "WeightIndex",
     "check",

@@ -18,7 +18,7 @@ from pydantic import StringConstraints
 from lrtune import schema
 from lrtune.configshape import flat_fields, flat_name, nested
 from lrtune.errors import ConfigError, ConfigTypeError
-from lrtune.schema import STRICT, Checked, Fraction, Share, Text
+from lrtune.schema import STRICT, Checked, ContextLength, Fraction, Share, Text
 from lrtune.verifiers import VerifierSpec
 
 if TYPE_CHECKING:
@@ -70,6 +70,14 @@ class GpuMemoryConfig(Checked):
         """Role -> its fixed share (None: planned by weight size)."""
         return {"target": self.target_share, "draft": self.draft_share, "judge": self.judge_share}
 
+    def check_rules(self) -> None:
+        """The fixed shares together hold at most the whole GPU (checked on every device: a CPU
+        run ignores them, but a config that cannot run on a GPU is refused wherever it is given)."""
+        given = {r: s for r, s in self.fixed().items() if s is not None}
+        if sum(given.values()) > 1 + 1e-9:
+            spelled = " + ".join(f"--{r}-gpu-share {s:g}" for r, s in given.items())
+            raise ConfigError(f"{spelled} = {sum(given.values()):.2f}: the GPU shares must sum to at most 1")
+
 
 @dataclass
 class EngineConfig(Checked):
@@ -85,9 +93,7 @@ class EngineConfig(Checked):
             "--max-model-len tokens of the engine's models, at most 1 GiB"
         },
     )
-    max_model_len: Annotated[int, Interval(ge=16, le=10_000_000)] = field(
-        default=4096, metadata={"help": "engine context length (prompt + generation)"}
-    )
+    max_model_len: ContextLength = field(default=4096, metadata={"help": "engine context length (prompt + generation)"})
     tensor_parallel_size: Annotated[int, Interval(ge=1, le=1024)] = field(
         default=1, metadata={"help": "vLLM tensor parallelism for the target (GPU)"}
     )
@@ -235,6 +241,7 @@ class ModelConfig(Checked):
         return self
 
     def check_rules(self) -> None:
+        self.engine.gpu.check_rules()  # again: a sub-config changed after it was built
         if self.engine.numerics == "exact" and self.backend != "vllm":
             raise ConfigError(
                 "--numerics exact needs --backend vllm (its batch-invariant attention and matmul checks are "

@@ -29,7 +29,7 @@ from typing import Literal
 
 from lrtune import peakmem, schema
 from lrtune.build import check_configs
-from lrtune.configs import flat_dict, flat_fields
+from lrtune.configs import flat_dict, flat_fields, spelled_options
 from lrtune.data_gen.config import collect_options
 from lrtune.data_gen.rollout import parse_teacher
 from lrtune.decoder import DecodeConfig
@@ -238,7 +238,8 @@ def sized_context(size: str, args, file_values: dict) -> dict:
     """``file_values`` with the size's ``max_model_len`` where neither a flag nor the file sets
     one (an unknown size is left to :func:`run` to refuse)."""
     want = SIZES[size].max_model_len if size in SIZES else None
-    if want is None or getattr(args, "max_model_len", None) is not None or "max_model_len" in file_values:
+    in_file = any(name == "max_model_len" for name, _ in spelled_options(ModelConfig, file_values))  # engine: too
+    if want is None or getattr(args, "max_model_len", None) is not None or in_file:
         return file_values
     return {**file_values, "max_model_len": want}
 

@@ -43,6 +43,8 @@ Problems = Annotated[int, Interval(ge=1, le=MAX_PROBLEMS)]  # a number of proble
 ProblemIndex = Annotated[int, Interval(ge=0, le=MAX_PROBLEMS - 1)]
 Seed = Annotated[int, Interval(ge=0, le=2**63 - 1)]
 Gamma = Annotated[int, Interval(ge=1, le=16)]
+MIN_CONTEXT = 16  # tokens of an engine's context (--max-model-len): a prompt token and a step at least
+ContextLength = Annotated[int, Interval(ge=MIN_CONTEXT, le=MAX_COUNT)]  # an engine's --max-model-len
 Share = Annotated[float, Interval(gt=0, le=1)]  # a share of a device
 Fraction = Annotated[float, Interval(ge=0, le=1)]
 Positive = Annotated[float, Gt(0)]

@@ -45,6 +45,8 @@ def ws(tmp_path_factory):
     (root / "alias.yaml").write_text("a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: [*b, *b, *b, *b]\n")
     (root / "deep.yaml").write_text("gamma1: " + "[" * 3000 + "]" * 3000 + "\n")
     (root / "list_prompt.yaml").write_text("prompt: [1, 2]\n")
+    (root / "nested_and_flat.yaml").write_text("engine:\n  max_model_len: 2048\nmax_model_len: 1024\n")
+    (root / "nan_c2_profile.json").write_text('{"c1": 0.3, "c2": NaN}')
     (root / "deep.json").write_text("[" * 3000 + "]" * 3000)
     (root / "big_row.json").write_text(json.dumps([{"id": "b", "question": "x" * (2 << 20), "answer": "1"}]))
     (root / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (root / "good.jsonl").read_bytes())
@@ -310,6 +312,41 @@ CASES.update(
             ],
             "finite",
         ),
+        "decode --max-model-len 0": (lambda ws: ["decode", "hi", *tiny(ws), "--max-model-len", "0"], ">= 16"),
+        "labels judge-probe --max-model-len 0": (
+            lambda ws: [
+                "labels",
+                "judge-probe",
+                "--data",
+                str(ws["root"] / "bad_ds"),
+                "--out",
+                str(ws["out"] / "jp.json"),
+                "--max-model-len",
+                "0",
+            ],
+            "--max-model-len: must be >= 16",
+        ),
+        "decode: GPU shares summing past 1": (
+            lambda ws: [
+                "decode",
+                "hi",
+                *tiny(ws),
+                *("--target-gpu-share", "0.9", "--draft-gpu-share", "0.9", "--judge-gpu-share", "0.3"),
+            ],
+            "the GPU shares must sum to at most 1",
+        ),
+        "decode --profile whose c2 is NaN": (
+            lambda ws: [
+                "decode",
+                "hi",
+                *tiny(ws),
+                "--method",
+                "auto",
+                "--profile",
+                str(ws["root"] / "nan_c2_profile.json"),
+            ],
+            "c2 must be a finite number > 0",
+        ),
         "demo --gamma1 0": (lambda ws: ["demo", "--gamma1", "0", "--out", str(ws["out"]), *tiny(ws)], "--gamma1"),
         "profile --task unknown": (
             lambda ws: ["profile", "--task", "no_such_task", "--out", str(ws["out"] / "p.json"), *tiny(ws)],
@@ -319,6 +356,10 @@ CASES.update(
         "yaml key given twice": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "twice.yaml")], "twice"),
         "yaml aliases": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "alias.yaml")], "aliases"),
         "yaml nested 3000 deep": (lambda ws: ["decode", "hi", "--config", str(ws["root"] / "deep.yaml")], "deep"),
+        "yaml option nested and flat": (
+            lambda ws: ["decode", "hi", "--config", str(ws["root"] / "nested_and_flat.yaml"), *tiny(ws)],
+            "'max_model_len' is given twice in config file (engine.max_model_len and max_model_len)",
+        ),
         "yaml list as the prompt": (
             lambda ws: ["decode", "--config", str(ws["root"] / "list_prompt.yaml"), *tiny(ws)],
             "must be text",

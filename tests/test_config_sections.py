@@ -94,3 +94,70 @@ def test_configs_lrtune_derives_from_a_users_may_keep_a_schedule_their_method_do
 
     target = parse_method("target", 3, 4).decode_config(base)  # a round of it: the target alone, schedule unread
     assert plan_round(target, index=0, base=[1], generated=0).kind is RoundKind.TARGET
+
+
+@pytest.mark.parametrize(
+    "text, twice",
+    [
+        ("engine: {max_model_len: 2048}\nmax_model_len: 1024\n", "(engine.max_model_len and max_model_len)"),
+        ("max-model-len: 1024\nengine: {max_model_len: 2048}\n", "(max_model_len and engine.max_model_len)"),
+        (
+            "engine: {gpu: {target_share: 0.5}}\ntarget_gpu_share: 0.4\n",
+            "(engine.gpu.target_share and target_gpu_share)",
+        ),
+        ("verification: {spec: exact}\nverifier: never\n", "(verification.spec and verifier)"),
+        ("rollout: {tokens: 64}\nrollout_tokens: 32\n", "(rollout.tokens and rollout_tokens)"),
+    ],
+)
+def test_an_option_given_both_nested_and_flat_in_a_config_file_is_refused_naming_it(tmp_path, text, twice):
+    from lrtune.configs import load_config_file
+    from lrtune.decodeconfig import DecodeConfig
+    from lrtune.modelconfig import ModelConfig
+
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match="is given twice in config file") as e:
+        check_unknown_keys(load_config_file(str(f)), ModelConfig, DecodeConfig, CollectOptions)
+    assert twice in str(e.value) and "\n" not in str(e.value)
+    f.write_text("engine: {max_model_len: 2048}\nkv_cache_gib: 0.5\n")  # each once, either way: fine
+    check_unknown_keys(load_config_file(str(f)), ModelConfig, DecodeConfig)
+    models = build(ModelConfig, argparse.Namespace(max_model_len=1024), load_config_file(str(f)))
+    assert (models.engine.max_model_len, models.engine.kv_cache_gib) == (1024, 0.5)  # a flag still overrides
+
+
+def test_a_demo_size_does_not_override_a_context_the_config_file_gives_nested():
+    from lrtune.pipeline import sized_context
+
+    nested = {"engine": {"max_model_len": 4096}}
+    assert sized_context("default", argparse.Namespace(max_model_len=None), nested) == nested
+    assert sized_context("default", argparse.Namespace(max_model_len=None), {})["max_model_len"] == 2048
+
+
+@pytest.mark.parametrize(
+    "shares",
+    [
+        {"target_gpu_share": 0.9, "draft_gpu_share": 0.9, "judge_gpu_share": 0.3},
+        {"target_gpu_share": 0.6, "draft_gpu_share": 0.5},
+    ],
+)
+def test_gpu_shares_summing_past_the_whole_gpu_are_refused_when_the_config_is_built(shares):
+    from lrtune.modelconfig import ModelConfig
+
+    with pytest.raises(ConfigError, match=r"^--target-gpu-share .* the GPU shares must sum to at most 1$"):
+        ModelConfig(**shares)  # on any device: a CPU run ignores them, the config is still one no GPU runs
+    with pytest.raises(ConfigError, match="the GPU shares must sum to at most 1"):
+        build(ModelConfig, argparse.Namespace(**shares), {})
+    ModelConfig(target_gpu_share=0.5, draft_gpu_share=0.3, judge_gpu_share=0.2)  # the whole GPU: allowed
+
+
+@pytest.mark.parametrize("length", [0, -1, 15])
+def test_a_context_too_short_for_one_step_is_refused_before_anything_runs(length):
+    from lrtune.data_gen.judge_probe import JudgeProbeConfig
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.schema import MIN_CONTEXT
+
+    assert MIN_CONTEXT == 16
+    with pytest.raises(ConfigError, match=f"^--max-model-len: must be >= 16, got {length}$"):
+        ModelConfig(max_model_len=length)
+    with pytest.raises(ConfigError, match=f"^--max-model-len: must be >= 16, got {length}$"):
+        build(JudgeProbeConfig, argparse.Namespace(max_model_len=length), {})  # lrtune labels judge-probe

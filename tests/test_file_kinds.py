@@ -232,3 +232,58 @@ def test_a_models_side_file_with_a_mistyped_key_is_refused_naming_it(tmp_path, n
     f.write_text(json.dumps({**data, key: value}))
     with pytest.raises(ModelError, match=rf"{name}: {key}"):
         validate_model_dir(model)
+
+
+@pytest.mark.parametrize(
+    "recorded,field",
+    [
+        ({"calibration": {"threshold": 0.5, "certified": "no"}}, "calibration.certified"),
+        ({"calibration": {"threshold": 0.5, "certified": 1}}, "calibration.certified"),
+        ({"accuracy_budget": {"threshold": 0.5, "certified": "false"}}, "accuracy_budget.certified"),
+        ({"calibration_history": [None, {"certified": "no"}]}, "calibration_history.1.certified"),
+    ],
+)
+def test_a_recorded_boolean_is_json_true_or_false_and_a_recorded_no_is_refused_naming_file_and_field(
+    tmp_path, recorded, field
+):
+    from lrtune.policies.auto import accuracy_promise
+    from lrtune.verifiers import VerifierSpec
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "features.safetensors").write_bytes(b"")
+    meta = _write(ck / distilled.META, {**GOOD_VERIFIER, **recorded})
+    with pytest.raises(ConfigError) as e:  # "no" read with bool() was a certified promise
+        accuracy_promise(VerifierSpec.of(str(ck)))
+    msg = str(e.value)
+    assert f"{meta}: {field}: Input should be a valid boolean" in msg and "\n" not in msg
+    certified = {"threshold": 0.5, "certified": True, "max_false_accept": 0.05, "confidence": 0.9}
+    _write(meta, {**GOOD_VERIFIER, "calibration": certified})
+    assert accuracy_promise(VerifierSpec.of(str(ck))) == "false-accept rate <= 0.05 at 0.9"
+
+
+def test_a_recorded_verdict_in_a_jsonl_line_is_true_or_false_never_a_string(tmp_path):
+    from lrtune.data_gen.vote_labels import read_votes
+    from lrtune.eval.parity import decode_acceptance
+    from lrtune.eval.records import load_records
+    from lrtune.train.accuracy_budget import _progress
+
+    record = {"problem": "p0", "method": "lr", "wall_s": 1.0, "correct": True, "stats": {}}
+    f = _write(tmp_path / "records.jsonl", {**record, "pairs": [{"accepted": True}, {"accepted": "no"}]})
+    with pytest.raises(ConfigError, match=r"records.jsonl:1: not an lrtune evaluate record \(pairs\.1\.accepted"):
+        load_records(f)
+    _write(f, {**record, "pairs": [{"accepted": True}, {"accepted": False, "asked": False}, {"accepted": False}]})
+    assert decode_acceptance(load_records(f))["acceptance"] == 0.5  # the unasked pair is left out
+
+    line = {"key": "k", "problem": "p0", "threshold": 0.9, "correct": "no", "drafted": 4, "accepted": 3}
+    progress = _write(tmp_path / "accuracy_budget.progress.jsonl", line)
+    with pytest.raises(ConfigError, match=r"progress.jsonl:1: not an lrtune calibrate progress line \(correct"):
+        _progress(progress, "k")
+    _write(progress, {**line, "correct": False, "threshold": "never"})
+    assert _progress(progress, "k")[("never", "p0")]["correct"] is False
+
+    votes = tmp_path / "votes.jsonl"
+    vote = {"key": "k", "greedy_label": "no", "vote_label": True, "vote_score": 1.0, "seconds": 1.0}
+    votes.write_text(json.dumps({"config": {}}) + "\n" + json.dumps(vote) + "\n")
+    with pytest.raises(ConfigError, match=r"votes.jsonl:2: not an lrtune vote \(greedy_label"):
+        read_votes(votes, {})

@@ -209,3 +209,73 @@ def test_serve_refuses_a_profile_that_is_no_profile_before_any_model_loads(tmp_p
     cmd = [sys.executable, "-m", "lrtune", "serve", "--target", str(tmp_path / "no-model"), "--profile", str(prof)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "not an lrtune profile" in proc.stderr and "no-model" not in proc.stderr
+
+
+def test_serve_refuses_a_profile_whose_c1_or_c2_is_not_a_finite_number_above_0_before_any_model_loads(tmp_path):
+    import subprocess
+    import sys
+
+    for text, field in (('{"c1": -3, "c2": 0.2}', "c1"), ('{"c1": 0.3, "c2": NaN}', "c2")):
+        prof = tmp_path / "p.json"
+        prof.write_text(text)
+        cmd = [sys.executable, "-m", "lrtune", "serve", "--target", str(tmp_path / "no-model"), "--profile", str(prof)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and f"{field} must be a finite number > 0" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "no-model" not in proc.stderr
+
+
+def _openai_error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status and r.headers["content-type"] == "application/json", r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and "\n" not in err["message"]
+    return err
+
+
+def test_an_unknown_route_is_a_404_and_a_method_a_route_does_not_take_a_405_in_openai_error_shape(server):
+    url, _, _ = server
+    err = _openai_error(httpx.post(f"{url}/v1/embeddings", json={"model": "fake", "input": "x"}), 404)
+    assert err["type"] == "not_found_error" and "/v1/embeddings" in err["message"]
+    r = httpx.get(f"{url}/v1/chat/completions")
+    err = _openai_error(r, 405)
+    assert err["type"] == "invalid_request_error" and r.headers["allow"] == "POST" and "POST" in err["message"]
+    _openai_error(httpx.delete(f"{url}/v1/models"), 405)
+    ok(url)
+
+
+def test_a_body_nested_too_deep_is_a_400_in_openai_error_shape_not_a_500(server):
+    url, _, _ = server
+    for depth in (100_000, 40):  # past json's recursion, and past MAX_BODY_DEPTH within it
+        body = b'{"model": "fake", "messages": ' + b"[" * depth + b"]" * depth + b"}"
+        r = httpx.post(f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert "nested more than" in _openai_error(r, 400)["message"]
+    ok(url)
+
+
+def test_a_body_over_the_size_limit_is_a_413_before_it_is_parsed():
+    from lrtune.serve.app import MAX_BODY_BYTES
+
+    assert MAX_BODY_BYTES == 4 * 2**20
+    dec, gated = gated_decoder()
+    gated.gate.set()
+    sched = RoundScheduler(dec, max_concurrent=1, log=lambda line: None)
+    app = make_app(sched, AppSettings(limits=LIMITS, request_timeout=30.0, max_body_bytes=1024))
+    big = json.dumps({**CHAT, "messages": [{"role": "user", "content": "x" * 2000}]}).encode()
+    try:
+        with serving(app) as url:
+            headers = {"content-type": "application/json"}
+            r = httpx.post(f"{url}/v1/chat/completions", content=big, headers=headers, timeout=WAIT)
+            assert "1024 bytes" in _openai_error(r, 413)["message"]
+            chunked = httpx.post(f"{url}/v1/chat/completions", content=iter([big[:1000], big[1000:]]), timeout=WAIT)
+            _openai_error(chunked, 413)  # no Content-Length: counted as it arrives
+            assert httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=WAIT).status_code == 200
+    finally:
+        sched.shutdown(WAIT)
+
+
+def test_a_lone_surrogate_in_a_message_is_a_400_naming_the_field_not_a_tokenizer_500(server):
+    url, _, _ = server
+    body = b'{"model": "fake", "messages": [{"role": "user", "content": "two \\ud800 two"}], "max_tokens": 8}'
+    r = httpx.post(f"{url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    err = _openai_error(r, 400)
+    assert err["param"] == "messages[0].content" and "surrogate" in err["message"]
+    ok(url)

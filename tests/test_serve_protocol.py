@@ -167,3 +167,25 @@ def test_json_integers_pass_for_number_fields_and_the_completion_count_wins_over
     )
     assert (req.cfg.temperature, req.cfg.top_p, req.cfg.max_new_tokens) == (1.0, 1.0, 9)
     assert refused({"model": "m", "prompt": [5.0, 6.0]}, "completion").param == "prompt[0]"  # token ids: integers
+
+
+@pytest.mark.parametrize(
+    "body, kind, param",
+    [
+        ({"model": "m", "messages": [{"role": "user", "content": "a\ud800b"}]}, "chat", "messages[0].content"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+            "chat",
+            "messages[0].content[0].text",
+        ),
+        ({"model": "m", "prompt": "\ud800"}, "completion", "prompt"),
+        ({**CHAT, "stop": ["ok", "\ud83d"]}, "chat", "stop[1]"),
+        ({**CHAT, "user\ud800": "u"}, "chat", "body"),  # a key: the object it is in
+    ],
+)
+def test_a_lone_utf16_surrogate_is_no_text_and_is_refused_naming_its_field(body, kind, param):
+    e = refused(body, kind)
+    assert e.param == param and e.status == 400 and "surrogate" in str(e)
+    str(e).encode("utf-8")  # the message itself is text a JSON response can carry
+    paired = parse_request({"model": "m", "messages": [{"role": "user", "content": "\U0001f600"}]}, "chat", LIMITS)
+    assert paired.messages[0]["content"] == "\U0001f600"  # a pair ("\ud83d\ude00" in JSON) is one character

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lrtune.errors import ConfigError
+from lrtune.filekinds import CalibrateProgressLine
 from lrtune.runfiles import append_jsonl, load_jsonl
 from lrtune.train.calibrate import false_accept_bound
 from lrtune.verifiers import make_verifier
@@ -98,7 +99,10 @@ def _progress(path: Path, key: str) -> dict[tuple, dict]:
     """Decodes already made with this configuration (``key``): (threshold or None, problem) -> line."""
 
     done = {}
-    for r in load_jsonl(path, ("key", "problem", "threshold"), what="lrtune calibrate progress line"):
+    lines = load_jsonl(
+        path, ("key", "problem", "threshold"), what="lrtune calibrate progress line", kinds=(CalibrateProgressLine,)
+    )
+    for r in lines:
         if r.get("key") == key:
             done[(r.get("threshold"), r.get("problem"))] = r
     return done

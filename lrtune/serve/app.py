@@ -6,9 +6,12 @@ events with ``stream: true``), ``GET /v1/models``, ``GET /health``, ``GET /metri
 Responses are the ``openai`` package's own models (``ChatCompletion``, ``ChatCompletionChunk``,
 ``Completion``, ``Model``), with lrtune's per-request stats in an extra ``lrtune`` field. An
 error is OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
-request (naming the field), 404 for an unknown model, 429 with ``Retry-After`` when the queue
-is full, 503 while draining, 504 when a request runs past ``request_timeout``, 500 when its
-round failed. No error is ever a traceback, and none stops the server.
+request (naming the field; a body that is not JSON, nested deeper than :data:`MAX_BODY_DEPTH`
+or holding a lone UTF-16 surrogate included), 404 for an unknown model or route, 405 for a
+method a route does not take, 413 for a body over :data:`MAX_BODY_BYTES` (refused before it is
+parsed), 429 with ``Retry-After`` when the queue is full, 503 while draining, 504 when a request
+runs past ``request_timeout``, 500 when its round failed. No error is ever a traceback, and none
+stops the server.
 """
 
 from __future__ import annotations
@@ -20,17 +23,21 @@ import uuid
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from lrtune.errors import one_line
+from lrtune.inputs import nesting
 from lrtune.serve.metrics import CONTENT_TYPE, ServeMetrics
 from lrtune.serve.protocol import RequestError, ServeRequest, ServerLimits, parse_request
 from lrtune.serve.scheduler import Admitted, Delta, Done, Error, Job, QueueFull, RoundScheduler, Stopping
 
 ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error"}
 DISCONNECT_POLL_S = 0.5
+MAX_BODY_BYTES = 4 * 2**20  # a request body: 4 MiB (a 128k-token prompt is about 0.5 MiB of text)
+MAX_BODY_DEPTH = 32  # lists and objects nested in a request body (OpenAI's deepest request is about 5)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class AppSettings:
     limits: ServerLimits
     request_timeout: float | None = 600.0  # seconds from arrival to the answer's end; None: none
     retry_after: int = 1  # seconds, the 429's Retry-After
+    max_body_bytes: int = MAX_BODY_BYTES  # a larger request body is a 413, refused before it is parsed
 
 
 def error_body(message: str, kind: str, param: str | None = None) -> dict:
@@ -179,13 +187,56 @@ def make_app(scheduler: RoundScheduler, settings: AppSettings, metrics: ServeMet
             Route("/health", routes.health, methods=["GET"]),
             Route("/metrics", routes.prometheus, methods=["GET"]),
         ],
-        exception_handlers={Exception: _crash},
+        exception_handlers={Exception: _crash, HTTPException: _no_route},
     )
 
 
 async def _crash(_: Request, exc: Exception) -> Response:
     """The 500 of an unexpected exception: one line naming it, never a traceback."""
     return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _no_route(request: Request, exc: HTTPException) -> Response:
+    """An unknown route (404) or a method its route does not take (405, with ``Allow``), in
+    OpenAI's error shape like every other error."""
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 404:
+        message = f"no route {where} (served: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)"
+    elif exc.status_code == 405:
+        message = f"method not allowed: {where} (allowed: {(exc.headers or {}).get('Allow', '')})"
+    else:
+        message = f"{where}: {exc.detail}"
+    return error_response(exc.status_code, message, headers=exc.headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The request's body; None once it is larger than ``limit`` bytes (by its Content-Length,
+    or as it arrives), with no more of it read."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_body(raw: bytes):
+    """The JSON value of a request body; a :class:`RequestError` (400) when it is not JSON or is
+    nested deeper than :data:`MAX_BODY_DEPTH` (json's decoder recurses: far deeper input raises
+    RecursionError, caught here)."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise RequestError(None, f"the request body is nested more than {MAX_BODY_DEPTH} levels deep") from None
+    except (ValueError, UnicodeDecodeError):
+        raise RequestError(None, "the request body is not valid JSON") from None
+    if nesting(body) > MAX_BODY_DEPTH:
+        raise RequestError(None, f"the request body is nested more than {MAX_BODY_DEPTH} levels deep")
+    return body
 
 
 class _Routes:
@@ -231,13 +282,13 @@ class _Routes:
     async def complete(self, request: Request, kind: str, endpoint: str) -> Response:
         """Parse, queue and answer one request of ``kind``: whole JSON, or server-sent events with ``stream``."""
         arrived = time.monotonic()
+        limit = self.settings.max_body_bytes
+        raw = await read_body(request, limit)
+        if raw is None:
+            self.answered(endpoint, "-", 413)
+            return error_response(413, f"the request body is larger than {limit} bytes ({limit / 2**20:g} MiB)")
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            self.answered(endpoint, "-", 400)
-            return error_response(400, "the request body is not valid JSON")
-        try:
-            req = parse_request(body, kind, self.settings.limits)  # type: ignore[arg-type]
+            req = parse_request(parse_body(raw), kind, self.settings.limits)  # type: ignore[arg-type]
         except RequestError as e:
             self.answered(endpoint, "-", e.status)
             return error_response(e.status, str(e), e.param)

@@ -162,12 +162,40 @@ def _text_of(content: Any, path: str) -> str:
     return "".join(parts)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str only from JSON's "\\ud800" escapes: no UTF-8 text
+
+
+def lone_surrogate_at(body: Any) -> str | None:
+    """The field (``messages[0].content``) of the first text in ``body`` holding a lone UTF-16
+    surrogate, which no tokenizer encodes (a key holding one: the object it is in); None when
+    there is none. Walked without recursion."""
+    stack = [(body, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path or "body"
+        elif isinstance(item, Mapping):
+            for k, v in reversed(list(item.items())):
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    return path or "body"
+                stack.append((v, f"{path}.{k}" if path else str(k)))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
 def parse_request(body: Any, kind: Kind, limits: ServerLimits) -> ServeRequest:
     """``body`` (the decoded JSON of a request) checked against OpenAI's schema of ``kind``
     and the server's ``limits``; :class:`RequestError` naming the first bad field."""
 
     if not isinstance(body, Mapping):
         raise RequestError(None, "the request body must be a JSON object")
+    bad = lone_surrogate_at(body)
+    if bad is not None:
+        raise RequestError(
+            bad, "holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape that pairs with none): not text"
+        )
     adapter, openai_fields = _schema(kind)
     known = openai_fields | {"stream"}
     unknown = sorted(k for k in body if k not in known and k not in LRTUNE_FIELDS)
