@@ -27,3 +27,28 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> arg
         parser.exit(2, f"{parser.prog}: error: unknown option(s) in {pre.config}: {', '.join(unknown)}\n")
     parser.set_defaults(**values)
     return parser.parse_args(argv if argv is not None else sys.argv[1:])
+
+
+STAGES = {"lrtune": "lrtune", "lrtune.data_gen": "data_gen", "lrtune.eval": "eval", "lrtune.policies": "policies"}
+STAGES["lrtune.train"] = "train"
+
+
+def tree_env(root) -> dict:
+    """The environment of a child process that imports lrtune from the source tree at ``root``
+    (another revision's ``git archive``): ``PYTHONPATH`` puts the tree first, and a
+    ``sitecustomize`` beside it points the editable install's package map (``lrtune.train``,
+    ``lrtune.eval``, ... live in top-level folders) at the tree's folders too."""
+    import os
+    from pathlib import Path
+
+    shim = Path(root).parent / "shim"
+    shim.mkdir(exist_ok=True)
+    mapping = {k: str(Path(root) / v) for k, v in STAGES.items()}
+    (shim / "sitecustomize.py").write_text(
+        "try:\n"
+        "    import __editable___lrtune_0_1_0_finder as _finder\n"
+        f"    _finder.MAPPING.update({mapping!r})\n"
+        "except ImportError:\n"
+        "    pass\n"
+    )
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{shim}", "HF_HUB_OFFLINE": "1"}

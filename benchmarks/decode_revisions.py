@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from benchmarks import parse
+from benchmarks import parse, tree_env
 
 CHILD = r"""
 import json, sys, time
@@ -82,7 +81,7 @@ def run_child(root: Path, args: argparse.Namespace) -> dict:
         "max_new_tokens": args.max_new_tokens,
         "max_step_tokens": args.max_step_tokens,
     }
-    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    env = tree_env(root)
     got = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, env=env, cwd=root
     )

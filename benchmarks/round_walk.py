@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from benchmarks import parse
+from benchmarks import parse, tree_env
 
 LIBRARY = ("lrtune", "data_gen", "train", "eval", "policies")
 ENTRY_POINTS = ("lrtune.cli", "lrtune.decoding", "lrtune.pipeline", "lrtune.serve.app")
@@ -169,7 +168,7 @@ def extract(rev: str, into: Path) -> Path:
 
 def import_seconds(root: Path, module: str) -> float:
     """Cumulative seconds ``import module`` takes from the tree at ``root`` (python -X importtime)."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = tree_env(root)
     got = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, env=env
     )
@@ -191,7 +190,12 @@ def at_revision(rev: str, root: Path) -> dict:
     """The round's files, routes and functions of the tree of ``rev`` at ``root``."""
     sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True)
     got = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, check=True, cwd=root.parent
+        [sys.executable, "-c", PROBE, str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root.parent,
+        env=tree_env(root),
     )
     probe = json.loads(got.stdout.strip().splitlines()[-1])
     files = sorted({f for sched in probe["round"].values() for f in sched})
