@@ -20,7 +20,6 @@ FOLDERS = {"lrtune": "lrtune", "data_gen": "lrtune.data_gen", "train": "lrtune.t
 FOLDERS["policies"] = "lrtune.policies"
 SPECIAL = {
     "lrtune/cli.py": "start-up: `lrtune --help` and each command load only the command they run",
-    "lrtune/configs.py": "start-up: yaml loads only when `--config` is given",
     "lrtune/entry.py": "start-up: the entry point re-runs the process under its heap tunables before anything loads",
     "lrtune/peakmem.py": "`resource` exists on POSIX only",
     "lrtune/verifiers/__init__.py": "the package's face: `lrtune.verifiers.distilled` imports the package",
