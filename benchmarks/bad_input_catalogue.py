@@ -119,8 +119,8 @@ def workspace(root: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lrtune.policies import learned
     from lrtune.verifiers import distilled
+    from lrtune.policies import learned
 
     nolabel = root / "ds_no_label"
     nolabel.mkdir()

@@ -31,9 +31,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from lrtune.decoder import DecodeConfig
     from lrtune.decoding import Decoder
     from lrtune.modelconfig import ModelConfig
+    from lrtune.decoder import DecodeConfig
     from lrtune.tasks import get_task
 
     idx = [int(x) for x in args.problems.split(",")]

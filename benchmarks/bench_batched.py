@@ -57,12 +57,12 @@ def _same_mixed(one, grouped, mixed) -> bool:
 
 
 def main(args: argparse.Namespace) -> dict:
+    from lrtune.decoding import Decoder
+    from lrtune.modelconfig import ModelConfig
     from lrtune.backends.base import GenParams
     from lrtune.batchcost import measure_batch_cost
-    from lrtune.decoder import DecodeConfig
-    from lrtune.decoding import Decoder
     from lrtune.eval.metrics import answer_counts
-    from lrtune.modelconfig import ModelConfig
+    from lrtune.decoder import DecodeConfig
     from lrtune.runfiles import write_atomic
     from lrtune.tasks import get_task
 

@@ -23,8 +23,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from lrtune.backends.hf import HFBackend, HFConfig
     from lrtune.batchcost import batch_runs
+    from lrtune.backends.hf import HFBackend, HFConfig
     from lrtune.models import resolve_model
 
     path = resolve_model(args.target, "target", progress=True)

@@ -376,8 +376,8 @@ def build_workspace(ws: Path):
     d = variant(ws, "ckpt", "v_weights_trunc")
     (d / "features.safetensors").write_bytes((d / "features.safetensors").read_bytes()[:100])
     d = variant(ws, "ckpt", "v_weights_nan")
-    import numpy as np
     from safetensors.numpy import load_file, save_file
+    import numpy as np
 
     w = load_file(str(d / "features.safetensors"))
     save_file(

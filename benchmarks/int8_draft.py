@@ -48,13 +48,13 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    from lrtune.modelconfig import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.eval import metrics
     from lrtune.eval.config import EvalConfig, EvalOptions
     from lrtune.eval.loops import _controlled, _fresh_cache, _record, open_engines
     from lrtune.eval.methods import parse_methods
     from lrtune.machine import machine_info
-    from lrtune.modelconfig import ModelConfig
     from lrtune.profiling import ProfileOptions, measure
     from lrtune.runfiles import log, write_atomic
     from lrtune.tasks import get_task

@@ -52,8 +52,8 @@ def target_step_lengths(records: list[dict], tokenizer, delimiter: str, max_step
 def main(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
-    from lrtune.errors import ConfigError
     from lrtune.eval.metrics import predicted_speedup
+    from lrtune.errors import ConfigError
     from lrtune.models import resolve_model
     from lrtune.speedup import expected_longest, g, longest_step_batch_cost
 

@@ -62,6 +62,7 @@ def attention_probe(dtype, length: int = 600, heads: int = 12, kv_heads: int = 2
     """Query tokens whose multi-token result differs from their decode (one token) result."""
     import torch
     import vllm._custom_ops as ops
+
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
     block = 32

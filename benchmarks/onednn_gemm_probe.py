@@ -16,9 +16,9 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
+import statistics
 import time
 from pathlib import Path
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 def reprice(run: Path, sd_profile: str | None = None) -> dict:
     """Per method of ``run``: old and current α2, predicted speedup and measured/predicted."""
-    from lrtune.batchcost import read_profile_sd_curve
     from lrtune.eval import metrics
     from lrtune.eval.evaluate import parse_methods, predict_rows, sd_curve
+    from lrtune.batchcost import read_profile_sd_curve
 
     cfg = json.loads((run / "config.json").read_text())
     summary = json.loads((run / "summary.json").read_text())

@@ -51,10 +51,10 @@ def main(args) -> int:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from lrtune.decoding import Decoder
+    from lrtune.build import encode_prompts
     from lrtune.backends.base import GenParams
     from lrtune.backends.vllm_patches import NO_SPEC_KEY
-    from lrtune.build import encode_prompts
-    from lrtune.decoding import Decoder
     from lrtune.machine import machine_info
     from lrtune.tasks import get_task
 

@@ -56,9 +56,9 @@ def bootstrap_auroc(
 
 def summarize(data: str, probe: str | None, reps: int = 1000, seed: int = 0, max_false_accept: float = 0.05) -> dict:
     from lrtune import pairstats
-    from lrtune.dataset import load_tables
     from lrtune.tasks import template_of
     from lrtune.train.calibrate import cross_fitted
+    from lrtune.dataset import load_tables
     from lrtune.verifiers.base import same_step
 
     pairs_t, probs_t = load_tables(Path(data))

@@ -25,20 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune import schema
-from lrtune.batchcost import read_profile_curve
-from lrtune.build import check_configs, require_a_prompt_that_fits
+from lrtune.modelconfig import ModelConfig
 from lrtune.configs import ArgumentParser, Command, Section
-from lrtune.data_gen.collector import JUDGE_FEATURES, Collector, divergent_starts, pair_rows
-from lrtune.data_gen.config import CollectConfig, CollectOptions, collect_options, teacher_name
-from lrtune.dataset import CONFIG, merge, move_to_backup, num, overview_lines, read_config, summarize_pairs, write_card
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.modelconfig import ModelConfig
+from lrtune.dataset import CONFIG, merge, move_to_backup, num, overview_lines, read_config, summarize_pairs, write_card
 from lrtune.outdir import check_out, claim_out
-from lrtune.runfiles import ProgressBar, changed_keys, config_key, console, log, write_atomic
-from lrtune.sandbox import require_isolation
+from lrtune.runfiles import ProgressBar, changed_keys, config_key, log, write_atomic
 from lrtune.store import ShardStore
-from lrtune.tasks import get_task
+
+from lrtune.data_gen.collector import JUDGE_FEATURES, Collector, divergent_starts, pair_rows
+from lrtune.data_gen.config import CollectConfig, CollectOptions, collect_options, teacher_name
 
 __all__ = [
     "JUDGE_FEATURES",
@@ -139,6 +136,7 @@ class _Plan:
 def validate_run(cfg: CollectConfig) -> _Plan:
     """Phase 1 of a collect run: every option, the teacher, the task and its problems, the
     models (directories, tokenizers, prompts that fit) and ``--out``; no side effect."""
+    from lrtune.tasks import get_task
 
     opts = schema.check(cfg.options)
     cfg.models.validate()
@@ -147,6 +145,8 @@ def validate_run(cfg: CollectConfig) -> _Plan:
             f"--shard-id must be in 0..{opts.shards.num_shards - 1} (--num-shards {opts.shards.num_shards})"
         )
     if opts.profile is not None:
+        from lrtune.batchcost import read_profile_curve
+
         read_profile_curve(opts.profile)  # a bad file fails now, before any model loads
     why = {
         "async": "async LR keeps no rounds",
@@ -175,12 +175,15 @@ def validate_run(cfg: CollectConfig) -> _Plan:
         )
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
+        from lrtune.sandbox import require_isolation
+
         require_isolation(opts.unsafe_exec)
     problems = task.load(limit=opts.limit, seed=opts.task_seed, path=opts.data)
     if not problems:
         raise ConfigError("no problems to collect")
     mine = [(i, p) for i, p in enumerate(problems) if i % opts.shards.num_shards == opts.shards.shard_id]
     backup = check_collect_out(cfg)  # cheap: before the models, which may be built on first use
+    from lrtune.build import check_configs, require_a_prompt_that_fits
 
     models = _decode_models(cfg, spec)
     check_configs(models, dcfg, progress=opts.progress, load_all_methods=dcfg.uses_sd)
@@ -313,6 +316,8 @@ def _ray_shard(cfg: CollectConfig) -> dict:
 
 def print_stats(s: dict) -> None:
     from rich.table import Table
+
+    from lrtune.runfiles import console
 
     c = console()
     for line in overview_lines(s):

@@ -9,22 +9,16 @@ import hashlib
 import json
 import math
 
-from lrtune.batchcost import choose_concurrency, measure_batch_cost, read_profile_curve
-from lrtune.control import ProblemInfo
-from lrtune.data_gen.config import CollectConfig, CollectOptions, teacher_name
-from lrtune.data_gen.rollout import RolloutItem, rollout_labels, sampled_outcomes, trajectory_continuation, vote_on
 from lrtune.dataset import PAIR_FIELDS, PROBLEM_FIELDS
 from lrtune.dataset import schema as arrow_schema
 from lrtune.decoder import DecodeConfig
-from lrtune.decoding import Decoder
-from lrtune.runfiles import ProgressBar, log
 from lrtune.slots import Failed
+from lrtune.runfiles import ProgressBar, log
 from lrtune.store import ShardStore
-from lrtune.verifiers import StepPair, make_verifier
 from lrtune.verifiers.base import mean_topk_entropy
-from lrtune.verifiers.embedding import EmbeddingVerifier
 from lrtune.verifiers.pairrecords import TARGET_SCORE_COLUMNS, pair_columns
-from lrtune.verifiers.simple import ExactVerifier
+
+from lrtune.data_gen.config import CollectConfig, CollectOptions, teacher_name
 
 
 def _lp_stats(g) -> tuple[float | None, float | None]:
@@ -110,6 +104,9 @@ class Collector:
     def __init__(
         self, cfg: CollectConfig, dcfg: DecodeConfig, models, spec, live: str, task, todo, store: ShardStore
     ) -> None:
+        from lrtune.decoding import Decoder
+        from lrtune.verifiers.simple import ExactVerifier
+
         self.cfg, self.dcfg, self.opts, self.spec, self.live = cfg, dcfg, cfg.options, spec, live
         self.task, self.todo, self.store = task, todo, store
         self.teacher = teacher_name(self.opts)
@@ -118,11 +115,17 @@ class Collector:
         self.exact = ExactVerifier()
         self.embed = self.scorer = None
         if self.opts.features.embedding_feature:
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
             self.embed = self.dec.verifier if self.dec.verifier.name == "embedding" else EmbeddingVerifier()
         if self.opts.features.target_score_feature:
+            from lrtune.verifiers import make_verifier
+
             self.scorer = make_verifier("target_score", backend=self.dec.target)
         self.judges = {}
         if self.opts.features.judge_features:
+            from lrtune.verifiers import make_verifier
+
             self.judges = {col: make_verifier(spec, backend=self.dec.target) for col, spec in JUDGE_FEATURES.items()}
         self.schemas = arrow_schema(PAIR_FIELDS), arrow_schema(PROBLEM_FIELDS)
         self.encoded = [self.dec.encode(task.prompt(prob)) for _, prob in todo]
@@ -133,6 +136,8 @@ class Collector:
         self.bar = None
 
     def run(self) -> None:
+        from lrtune.control import ProblemInfo
+
         self.bar = ProgressBar("collect", len(self.todo), self.opts.progress)
         try:
             self.dec.decoder.decode_many(
@@ -173,6 +178,7 @@ class Collector:
         roll out for each (``--rollout-pairs committed``: only the pairs on the answer's path;
         the answer itself is the committed branch's rollout where it is the target's greedy
         continuation)."""
+        from lrtune.data_gen.rollout import RolloutItem, trajectory_continuation
 
         (_, prob), ids, opts = self.todo[k], self.encoded[k], self.opts
         rows, items = [], []
@@ -212,6 +218,7 @@ class Collector:
 
     def flush(self) -> None:
         """Outcome labels of the pending problems' pairs, one engine call; then store them."""
+        from lrtune.data_gen.rollout import rollout_labels, sampled_outcomes, vote_on
 
         batch, self.pending = self.pending, []
         items = [it for *_, its in batch for it in its]
@@ -261,6 +268,7 @@ class Collector:
 
     def complete(self, k: int, res, st, rows: list[dict], disagreements: int | None = None) -> None:
         """Features of the labelled pairs, the problem row, and both to the store."""
+        from lrtune.verifiers import StepPair
 
         (i, prob), ids, opts, dcfg = self.todo[k], self.encoded[k], self.opts, self.dcfg
         pairs = [StepPair(r["context"], r["draft_step"], r["target_step"]) for r in rows]
@@ -326,6 +334,7 @@ JUDGE_FEATURES = {"llm_judge_context_score": "llm_judge(context)", "llm_judge_pa
 def _default_concurrency(dec, dcfg: DecodeConfig, opts: CollectOptions, prompts: list[list[int]]) -> int:
     """Problems in flight: the best for the b(n) curve (``--profile``, else measured now on
     the target with a few of the problems' prompts; ``lrtune.batchcost.choose_concurrency``)."""
+    from lrtune.batchcost import choose_concurrency, measure_batch_cost, read_profile_curve
 
     rows = dcfg.width * dcfg.gamma1 + 1  # target rows per problem and round (at most)
     cap = max(1, min(16, len(prompts)))

@@ -9,11 +9,8 @@ from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune.configs import check_unknown_keys, flat_dict, from_flat
-from lrtune.data_gen.rollout import parse_teacher
-from lrtune.dataset import teacher_spec
-from lrtune.decoder import DecodeConfig
 from lrtune.modelconfig import ModelConfig
+from lrtune.decoder import DecodeConfig
 from lrtune.schema import STRICT, Checked, Count, Fraction, Problems, Seed, Text
 
 
@@ -38,6 +35,7 @@ class TeacherOptions(Checked):
     @cached_property
     def parsed(self):
         """``spec`` parsed once (:func:`lrtune.data_gen.rollout.parse_teacher`); every step reads it."""
+        from lrtune.data_gen.rollout import parse_teacher
 
         return parse_teacher(self.spec)
 
@@ -186,6 +184,8 @@ class CollectConfig:
 
 def teacher_name(opts: CollectOptions) -> str:
     """The teacher as recorded in every row (:func:`lrtune.dataset.teacher_spec`)."""
+    from lrtune.configs import flat_dict
+    from lrtune.dataset import teacher_spec
 
     return teacher_spec(flat_dict(opts))
 
@@ -193,6 +193,7 @@ def teacher_name(opts: CollectOptions) -> str:
 def collect_options(**flat) -> CollectOptions:
     """:class:`CollectOptions` from its flat option names, as the command line spells them
     (``teacher="rollout", rollout_tokens=64, num_shards=2``); ConfigError for a name it lacks."""
+    from lrtune.configs import check_unknown_keys, from_flat
 
     check_unknown_keys(flat, CollectOptions)
     return from_flat(CollectOptions, flat)

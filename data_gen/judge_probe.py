@@ -14,23 +14,13 @@ seconds per pair; writes JSON.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrtune.backends.hf import HFBackend
-from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 from lrtune.configs import Command, Section
-from lrtune.dataset import load_tables
 from lrtune.errors import ConfigError
-from lrtune.models import resolve_model
-from lrtune.outdir import json_out_file
-from lrtune.pairstats import auroc
-from lrtune.runfiles import write_json_file
 from lrtune.schema import STRICT, Checked, ContextLength, Positive, Seed, Size, Text
-from lrtune.verifiers import StepPair, check_verifier_spec, make_verifier
-from lrtune.verifiers.base import same_step
 
 
 @dataclass
@@ -53,6 +43,8 @@ class JudgeProbeConfig(Checked):
     kv_cache_gib: Positive = field(default=1.0, metadata={"help": "vLLM-CPU KV cache (GiB)"})
 
     def validate(self) -> "JudgeProbeConfig":
+        from lrtune.verifiers import check_verifier_spec
+
         if not self.data or not self.out:
             raise ConfigError("lrtune labels judge-probe needs --data DIR and --out FILE")
         if self.backend not in ("vllm", "transformers"):
@@ -66,15 +58,24 @@ class JudgeProbeConfig(Checked):
 
 
 def _backend(args):
+    from lrtune.models import resolve_model
+
     path = resolve_model(args.target, "target", progress=True)
     if args.backend == "transformers":
+        from lrtune.backends.hf import HFBackend
+
         return HFBackend(path, name="judge")
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig
 
     return VLLMBackend(path, VLLMConfig(max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib), name="judge")
 
 
 def main(args: JudgeProbeConfig) -> dict:
     """Score a dataset's pairs with each judge spec and compare with its labels (phase 1 first)."""
+    from lrtune.outdir import json_out_file
+    from lrtune.runfiles import write_json_file
+    from lrtune.verifiers import StepPair
+    from lrtune.verifiers.base import same_step
 
     args.validate()
     out = json_out_file(args.out, inputs=(args.data, args.target))
@@ -109,12 +110,15 @@ def main(args: JudgeProbeConfig) -> dict:
 def _chosen_rows(args: JudgeProbeConfig) -> tuple[list[dict], int, list[int]]:
     """The dataset's pairs to score (a seeded ``--sample``, then the first ``--limit``), the
     dataset's number of pairs and the chosen rows' indices in it."""
+    from lrtune.dataset import load_tables
 
     pairs_t, _ = load_tables(Path(args.data))
     rows = pairs_t.to_pylist()
     n_all = len(rows)
     index = list(range(n_all))
     if args.sample and args.sample < n_all:
+        import random
+
         index = sorted(random.Random(args.seed).sample(index, args.sample))
     if args.limit:
         index = index[: args.limit]
@@ -124,6 +128,8 @@ def _chosen_rows(args: JudgeProbeConfig) -> tuple[list[dict], int, list[int]]:
 def _score_spec(spec: str, backend, pairs: list, labels: list[bool], same: list[bool]) -> dict:
     """Score every pair with one judge spec (after printing one real prompt of it); its
     AUROC, agreement and acceptance against ``labels``, and seconds per pair."""
+    from lrtune.pairstats import auroc
+    from lrtune.verifiers import make_verifier
 
     ver = make_verifier(spec.strip(), backend=backend)
     sample = next((p for p, s in zip(pairs, same) if not s), None)

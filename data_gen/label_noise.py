@@ -33,19 +33,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrtune.configs import Command, Section, from_flat
-from lrtune.data_gen.collect import CollectOptions
-from lrtune.data_gen.rollout import RolloutItem, rollout_labels, sampled_outcomes, vote_on
-from lrtune.dataset import load_tables, read_config
-from lrtune.decoder import DecodeConfig
-from lrtune.decoding import Decoder
+from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
-from lrtune.modelconfig import ModelConfig
-from lrtune.outdir import json_out_file
-from lrtune.pairstats import bootstrap_interval
-from lrtune.runfiles import write_json_file
 from lrtune.schema import STRICT, Checked, Count, NonNegative, Seed, Size, Text
-from lrtune.tasks import get_task
 
 EDITS = ("space", "bold")
 
@@ -123,6 +113,12 @@ def rebuild_prefix(row: dict, prompt_ids: list[int], target, earlier_steps: tupl
 def collect_settings(data: Path):
     """(ModelConfig, DecodeConfig, CollectOptions) a collect directory was made with, from its
     ``collect_config.json`` (keys this lrtune does not know are ignored)."""
+    from lrtune.data_gen.collect import CollectOptions
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.dataset import read_config
+    from lrtune.decoder import DecodeConfig
+
+    from lrtune.configs import from_flat
 
     path = data / "collect_config.json"
     conf = read_config(path)
@@ -142,6 +138,7 @@ def collect_settings(data: Path):
 def flip_rates(rows: list[dict], seed: int) -> dict:
     """Per edit: probed pairs, the share the teacher rejects with a 95% bootstrap interval
     over problems; ``rows``: {edit, problem, accept}."""
+    from lrtune.pairstats import bootstrap_interval
 
     out = {}
     for edit in dict.fromkeys(r["edit"] for r in rows):
@@ -177,6 +174,9 @@ class _NoiseJob:
 
 def main(args: LabelNoiseConfig) -> int:
     """Probe the rollout teacher (phase 1 -- every input checked -- before any model loads)."""
+    from lrtune.data_gen.rollout import rollout_labels
+    from lrtune.decoding import Decoder
+    from lrtune.runfiles import write_json_file
 
     job = _read_collect(args)
     dec = Decoder.from_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
@@ -210,6 +210,9 @@ def main(args: LabelNoiseConfig) -> int:
 def _read_collect(args: LabelNoiseConfig) -> _NoiseJob:
     """Phase 1: the settings and output file checked, the collect's settings (a rollout
     teacher's), its task's problems and its labelled position-0 pairs, shuffled by ``--seed``."""
+    from lrtune.dataset import load_tables
+    from lrtune.outdir import json_out_file
+    from lrtune.tasks import get_task
 
     args.validate()
     out = json_out_file(args.out, inputs=(args.data,))
@@ -235,6 +238,7 @@ def _read_collect(args: LabelNoiseConfig) -> _NoiseJob:
 def _probe_items(args: LabelNoiseConfig, job: _NoiseJob, target) -> tuple[list, list[dict], int]:
     """The rollout items of up to ``--sample`` pairs whose prefix rebuilds: per pair its
     unedited step (``none``) and each edit that applies; their meta, and the pairs skipped."""
+    from lrtune.data_gen.rollout import RolloutItem
 
     edits = args.edit_list
     items, meta, skipped = [], [], 0
@@ -272,6 +276,7 @@ def _vote_accepts(
 ) -> tuple[list, float]:
     """The vote teacher's verdict on every item (its greedy outcomes and ``--samples`` sampled
     rollouts per branch) and the sampling call's seconds."""
+    from lrtune.data_gen.rollout import sampled_outcomes, vote_on
 
     votes = [None] * len(items)
     got, vsecs = sampled_outcomes(

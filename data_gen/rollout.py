@@ -22,11 +22,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from lrtune.backends.base import GenParams
 from lrtune.errors import ConfigError
-from lrtune.tasks import own_task, same_outcome
-from lrtune.tasks.checker import math_equal
-from lrtune.verifiers import check_verifier_spec
 
 _CONSENSUS = re.compile(r"^consensus\(\s*rollout\s*,\s*(?P<judge>.+)\)$")
 
@@ -42,6 +38,7 @@ class TeacherSpec:
 
 def parse_teacher(spec: str) -> TeacherSpec:
     """``rollout`` | ``consensus(rollout,SPEC)`` | a verifier spec (checked, no model loads)."""
+    from lrtune.verifiers import check_verifier_spec
 
     s = spec.strip()
     if s == "rollout":
@@ -94,6 +91,7 @@ def _rollout_plan(
     """The engine rows to decode, their parameters, and per item how each branch (draft,
     target) gets its continuation: ``("end",)`` (none), ``("known", ids, ended)`` or
     ``("row", index)``, a row shared by identical P·step ids with the same budget."""
+    from lrtune.backends.base import GenParams
 
     rows, params, plan = [], [], []  # plan[n][b]: ("end",) | ("known", ids, ended) | ("row", index)
     seen: dict[tuple, int] = {}  # (P·step ids, budget) -> its row
@@ -122,6 +120,7 @@ def _rollout_plan(
 def _rollout_label(backend, task, it: RolloutItem, ways: list[tuple], outs: list) -> dict:
     """One item's label from its two branches' continuations (decoded ``outs`` rows, known
     ones, or none): whether both reach the same outcome, their answers and texts."""
+    from lrtune.tasks import same_outcome
 
     texts, ended = [], []
     for step, way in zip((it.draft, it.target), ways):
@@ -172,6 +171,7 @@ def trajectory_continuation(
 def branch_outcome(task, problem, completion: str) -> str | None:
     """How one completion of ``problem`` ends by the task's checker: ``"passed"``/``"failed"``
     for code, the final answer for math (None: no answer)."""
+    from lrtune.tasks import own_task
 
     task = own_task(task, problem)
     answer, ok = task.check(problem, completion)
@@ -208,6 +208,8 @@ def outcome_equality(task, problem=None):
     """``same(a, b)`` for the outcomes :func:`branch_outcome` returns: string equality for code,
     :func:`lrtune.tasks.checker.math_equal` for math answers (``problem`` given: by its own task
     in a mix)."""
+    from lrtune.tasks import own_task
+    from lrtune.tasks.checker import math_equal
 
     if problem is not None:
         task = own_task(task, problem)
@@ -241,6 +243,7 @@ def sampled_outcomes(
     [...]}`` (:func:`branch_outcome`) and the call's seconds. A branch whose step ended the
     answer, or that has no room left, has its own text as every outcome; identical P·step ids
     share rows. ``known`` continuations are not used (they are greedy)."""
+    from lrtune.backends.base import GenParams
 
     if samples < 1 or temperature <= 0:
         raise ValueError("sampled rollouts need samples >= 1 and temperature > 0")

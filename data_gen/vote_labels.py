@@ -31,19 +31,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lrtune import outdir
 from lrtune.configs import Command, Section
-from lrtune.data_gen.label_noise import collect_settings, rebuild_prefix
-from lrtune.data_gen.rollout import RolloutItem, modal_outcome, outcome_equality, sampled_outcomes, vote_on
-from lrtune.dataset import CONFIG, PAIR_FIELDS, load_tables, read_config, schema, vote_teacher, write_card
-from lrtune.decoding import Decoder
 from lrtune.errors import ConfigError
-from lrtune.filekinds import VoteLogHead, VoteRecord
-from lrtune.outdir import json_out_file
-from lrtune.pairstats import bootstrap_interval
-from lrtune.runfiles import append_jsonl, load_jsonl, write_atomic, write_json_file
+from lrtune.runfiles import append_jsonl
 from lrtune.schema import STRICT, Checked, Count, Positive, Seed, Size, Text
-from lrtune.tasks import get_task
 
 
 @dataclass
@@ -94,6 +85,7 @@ def summarize(votes: list[dict], seed: int) -> dict:
     """Accept rates of the greedy and vote teachers and their agreement, overall and per task,
     with 95% bootstrap intervals over problems; the share of branches whose greedy outcome is
     their modal one (``greedy_is_mode``)."""
+    from lrtune.pairstats import bootstrap_interval
 
     def block(rows: list[dict]) -> dict:
         groups = [r["problem"] for r in rows]
@@ -126,6 +118,9 @@ def write_dataset(src: Path, out: Path, votes: dict[str, dict], teacher: str | N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from lrtune.dataset import CONFIG, PAIR_FIELDS, load_tables, read_config, schema, write_card
+    from lrtune.runfiles import write_atomic
+
     pairs, problems = load_tables(src)
     rows = []
     for r in pairs.to_pylist():
@@ -154,6 +149,8 @@ def read_votes(log: Path, vote_cfg: dict) -> dict[str, dict]:
     """The votes already in ``log`` (``votes.jsonl``, appended as each call ends), by pair key. A
     torn last line (a kill mid-append) is dropped with a warning and its pair voted again; a log
     of other settings, or a line that is neither the settings nor a vote, is a ConfigError."""
+    from lrtune.filekinds import VoteLogHead, VoteRecord
+    from lrtune.runfiles import load_jsonl
 
     done: dict[str, dict] = {}
     for v in load_jsonl(log, keys=(), what="lrtune vote", kinds=(VoteRecord, VoteLogHead)):
@@ -194,6 +191,8 @@ def main(args: VoteLabelsConfig) -> int:
 
 def _check_outputs(args: VoteLabelsConfig) -> None:
     """Phase 1 for the outputs: the settings, OUT, ``--greedy-out`` and ``--summary`` can be written."""
+    from lrtune import outdir
+    from lrtune.outdir import json_out_file
 
     args.validate()
     outdir.check_out(args.out, "labels vote")
@@ -206,6 +205,9 @@ def _check_outputs(args: VoteLabelsConfig) -> None:
 def _read_collect(args: VoteLabelsConfig) -> _VoteJob:
     """Phase 1 for the input: the collect's settings (a rollout teacher's), its task's problems
     and the labelled pairs of the asked tasks, grouped by problem in a seeded order."""
+    from lrtune.data_gen.label_noise import collect_settings
+    from lrtune.dataset import load_tables
+    from lrtune.tasks import get_task
 
     data, out = Path(args.data), Path(args.out)
     models, dcfg, opts = collect_settings(data)
@@ -239,6 +241,7 @@ def _read_collect(args: VoteLabelsConfig) -> _VoteJob:
 def _open_vote_log(args: VoteLabelsConfig, job: _VoteJob) -> tuple[Path, dict, dict[str, dict], list[str]]:
     """Claim OUT and open ``votes.jsonl`` (its settings line first); returns the log, the vote
     settings, the votes it already holds by pair key and the problems still to vote."""
+    from lrtune import outdir
 
     outdir.claim_out(job.out, "labels vote")
     log = job.out / "votes.jsonl"
@@ -264,6 +267,8 @@ def _open_vote_log(args: VoteLabelsConfig, job: _VoteJob) -> tuple[Path, dict, d
 def _vote(args: VoteLabelsConfig, job: _VoteJob, todo: list[str], done: dict[str, dict], log: Path) -> int:
     """Vote the ``todo`` problems' pairs, ``--chunk`` problems per engine call, each call's votes
     added to ``done`` and appended to ``log``; returns the pairs skipped (prefix mismatch)."""
+    from lrtune.data_gen.rollout import sampled_outcomes
+    from lrtune.decoding import Decoder
 
     dec = Decoder.from_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
     dec.start_engines(job.dcfg)
@@ -299,6 +304,8 @@ def _vote(args: VoteLabelsConfig, job: _VoteJob, todo: list[str], done: dict[str
 def _chunk_items(job: _VoteJob, pids: list[str], target) -> tuple[list, list[dict], int]:
     """The rollout items of the pairs of problems ``pids`` whose prefix rebuilds, the pairs
     they come from, and how many pairs did not rebuild (skipped)."""
+    from lrtune.data_gen.label_noise import rebuild_prefix
+    from lrtune.data_gen.rollout import RolloutItem
 
     enc = lambda s: list(target.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
     items, meta, skipped = [], [], 0
@@ -320,6 +327,7 @@ def _chunk_items(job: _VoteJob, pids: list[str], target) -> tuple[list, list[dic
 def _vote_records(job: _VoteJob, meta: list[dict], got: list[dict], seconds: float) -> list[dict]:
     """One ``votes.jsonl`` record per pair: its greedy label, the vote teacher's label, score
     and votes, whether each greedy outcome is its branch's mode, and its share of the call's seconds."""
+    from lrtune.data_gen.rollout import modal_outcome, outcome_equality, vote_on
 
     lines = []
     for r, g in zip(meta, got):
@@ -352,6 +360,9 @@ def _vote_records(job: _VoteJob, meta: list[dict], got: list[dict], seconds: flo
 
 def _write_results(args: VoteLabelsConfig, job: _VoteJob, done: dict[str, dict], vote_cfg: dict, skipped: int) -> None:
     """Write OUT (and ``--greedy-out``) as collect datasets and the summary JSON, and print the summary."""
+    from lrtune import outdir
+    from lrtune.dataset import vote_teacher
+    from lrtune.runfiles import write_json_file
 
     teacher = vote_teacher(args.samples, args.temperature)
     n = write_dataset(job.data, job.out, done, teacher, vote_cfg)

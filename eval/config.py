@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune.decoder import DecodeConfig
 from lrtune.modelconfig import ModelConfig
+from lrtune.decoder import DecodeConfig
 from lrtune.schema import STRICT, Checked, Problems, Seed, Size, Text
 
 MODES = ("latency", "throughput")

@@ -36,26 +36,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lrtune import schema
+from lrtune.modelconfig import ModelConfig
 from lrtune.batchcost import interpolate, read_profile_curve, read_profile_sd_curve
-from lrtune.build import check_configs, require_a_prompt_that_fits
+from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
 from lrtune.configs import Command, Section
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError
+from lrtune.runfiles import log, write_atomic
+
 from lrtune.eval import metrics
 from lrtune.eval.config import MODES, EvalConfig, EvalOptions
 from lrtune.eval.loops import (
-    asked_gamma2s,
     check_controllers,
     decode_all,
     decode_throughput,
-    open_engines,
-    resolve_auto,
     reuse_keep_share,
-    run_pricing,
+    open_engines,
     uses_draft_model,
+    asked_gamma2s,
+    resolve_auto,
+    run_pricing,
 )
+from lrtune.score_round import require_one_sided
 from lrtune.eval.methods import CONTROLLED, MethodSpec, parse_method, parse_methods, parse_sweep
-from lrtune.eval.parity import alarming, changed_answers, parity, parity_lines
 from lrtune.eval.problems import heldout_problems, listed_problems, seen_templates
 from lrtune.eval.records import (
     CONFIG,
@@ -64,24 +67,14 @@ from lrtune.eval.records import (
     RESUME_FREE,
     SUMMARY,
     THROUGHPUT,
+    previous_summary,
     append_record,
     check_resume,
     load_records,
     prepare_out_dir,
-    previous_summary,
     resume_key,
     throughput_rows,
 )
-from lrtune.eval.report import print_table, render_markdown, write_plots
-from lrtune.machine import machine_info as info
-from lrtune.modelconfig import ModelConfig
-from lrtune.peakmem import PeakMemory, max_rss_gib
-from lrtune.runfiles import log, write_atomic
-from lrtune.sandbox import require_isolation
-from lrtune.score_round import require_one_sided
-from lrtune.speedup import early_abort_batch_cost, expected_longest, longest_step_batch_cost, reuse_batch_cost
-from lrtune.tasks import get_task
-from lrtune.verifiers import check_verifier_spec
 
 __all__ = [
     "CONFIG",
@@ -184,6 +177,7 @@ def run(cfg: EvalConfig) -> Summary:
 def _checked_specs(cfg: EvalConfig) -> list[MethodSpec]:
     """The run's method specs, parsed and checked against the mode, the oracle's needs and
     their verifiers (score rounds need a one-sided one), before anything loads."""
+    from lrtune.verifiers import check_verifier_spec
 
     opts = cfg.options
     schema.check(opts)
@@ -209,9 +203,12 @@ def _checked_specs(cfg: EvalConfig) -> list[MethodSpec]:
 def _task_problems(opts: EvalOptions) -> tuple:
     """The task (code tasks: the sandbox's isolation checked) and its problems to evaluate,
     loaded with their warnings logged; none, or ids that repeat, is a ConfigError."""
+    from lrtune.tasks import get_task
 
     task = get_task(opts.task)
     if getattr(task, "KIND", "math") == "code":
+        from lrtune.sandbox import require_isolation
+
         require_isolation(opts.unsafe_exec)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -234,6 +231,7 @@ def _task_problems(opts: EvalOptions) -> tuple:
 def _check_models(cfg: EvalConfig, specs, task, problems, pricing, controllers: list):
     """The models resolved (every γ2 the methods and ``controllers`` may ask for) and a
     prompt that fits the context checked, before ``--out`` is claimed."""
+    from lrtune.build import check_configs, require_a_prompt_that_fits
 
     opts = cfg.options
     resolved = check_configs(
@@ -284,6 +282,7 @@ def _batch_costs(opts: EvalOptions, specs, previous: dict, profile_curve, profil
 def _decode_todo(cfg: EvalConfig, specs, task, problems, done, out: Path, timing: dict, pricing, ctl, own) -> tuple:
     """Start the engines and decode what is left (in the run's mode), watching resident
     memory; returns the measured b(n) and b_SD, the peak PSS and this process's max RSS (GiB)."""
+    from lrtune.peakmem import PeakMemory, max_rss_gib
 
     opts = cfg.options
     with PeakMemory() as pm:
@@ -402,6 +401,7 @@ def write_reports(
 ) -> dict:
     """summary.json, report.md and plots from the records of the current problems (``draft``:
     the draft directory the engines ran and its quantization, as resolved)."""
+    from lrtune.eval.report import render_markdown, write_plots
 
     ids = {p.id for p in problems}
     recs = [r for r in records if r["problem"] in ids]
@@ -447,6 +447,7 @@ def write_reports(
 def _comparisons(cfg: EvalConfig, specs, problems, recs: list[dict], labels: list[str]) -> dict:
     """The summary's paired parts: speedups of method against method, accuracy against
     target-only, per task of a mix, and each verifier's acceptance against its test split."""
+    from lrtune.eval.parity import changed_answers, parity
 
     lossless = {s.label for s in specs if s.lossless(cfg.models.verification.spec)}
     task_of = {p.id: p.meta["task"] for p in problems if p.meta.get("task")}  # set by a task mix
@@ -479,6 +480,7 @@ def _evaluator_overhead(timing: dict) -> float | None:
 
 def _log_parity(verifier_parity: dict) -> None:
     """Log each verifier row with a gap or an accuracy budget (a warning where it is alarming)."""
+    from lrtune.eval.parity import alarming, parity_lines
 
     for label, row in verifier_parity.items():
         if row["gap"] or row["accuracy_budget"]:
@@ -488,6 +490,7 @@ def _log_parity(verifier_parity: dict) -> None:
 
 def machine_info() -> dict:
     """The machine a run measured (:func:`lrtune.machine.machine_info`: versions, CPU flags, GPUs)."""
+    from lrtune.machine import machine_info as info
 
     return info()
 
@@ -516,6 +519,7 @@ def config_from_args(args) -> EvalConfig:
 
 def main(cfg: EvalConfig) -> int:
     summary = run(cfg)
+    from lrtune.eval.report import print_table
 
     print_table(summary.data)
     log(f"wrote {summary.out_dir / REPORT}")

@@ -10,22 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lrtune.backends.base import GenParams
 from lrtune.batchcost import measure_batch_cost
-from lrtune.build import auto_choice, build_controller, shared_spec_tokens
-from lrtune.control import Bounds, ProblemInfo, method_for_depths
-from lrtune.decoding import Decoder
+from lrtune.control import Bounds
 from lrtune.errors import ConfigError
+from lrtune.pricing import Pricing, priced
+from lrtune.slots import Failed
+from lrtune.runfiles import ProgressBar, log
+
 from lrtune.eval import metrics
 from lrtune.eval.config import EvalConfig
-from lrtune.eval.methods import AUTO, MethodSpec, resolved_auto
+from lrtune.eval.methods import MethodSpec
 from lrtune.eval.records import RECORDS, THROUGHPUT, append_record, load_records
-from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
-from lrtune.pricing import Pricing, admitted_acceptance, needs_scoring_call, plan, priced
-from lrtune.runfiles import ProgressBar, log
-from lrtune.slots import Failed
-from lrtune.verifiers import make_verifier
-from lrtune.verifiers.pairrecords import judged_pairs
 
 
 @dataclass
@@ -51,6 +46,7 @@ class _Engines:
         ctl = self.controllers[spec.controller] if spec.controller else self.controller
         if spec.control != "adaptive" or ctl is None:
             return ctl
+        from lrtune.pricing import needs_scoring_call
 
         scoring = needs_scoring_call(self.verifiers.get(spec.verifier))
         key = (spec.controller, spec.round_kinds, scoring)
@@ -86,6 +82,8 @@ def run_pricing(cfg: EvalConfig, specs) -> Pricing:
     shared SD engine's draft count (the engine the decoder will start,
     :func:`lrtune.api.shared_spec_tokens`; 0 without one) and the highest α1 the run's verifier's
     calibration admits (:func:`lrtune.pricing.admitted_acceptance`)."""
+    from lrtune.build import shared_spec_tokens
+    from lrtune.pricing import admitted_acceptance, plan
 
     # the decoder is built for lr+sd (so it always loads the draft) and loads every method's engines
     shared = cfg.models.backend == "vllm" and shared_spec_tokens(
@@ -106,6 +104,9 @@ def resolve_auto(cfg: EvalConfig, specs, pricing: Pricing) -> list:
     """``specs`` with every ``auto`` row resolved (:mod:`policies.auto`) from ``--profile``'s
     measured SD, the run's plan and what its verifier promises; before any model loads. An
     adaptive choice runs the run's ``--controller``, or :data:`policies.auto.CONTROLLER` without one."""
+    from lrtune.build import auto_choice
+    from lrtune.eval.methods import AUTO, resolved_auto
+    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
 
     if not any(s.control == AUTO for s in specs):
         return specs
@@ -117,6 +118,7 @@ def resolve_auto(cfg: EvalConfig, specs, pricing: Pricing) -> list:
 def check_controllers(cfg: EvalConfig, specs, pricing: Pricing) -> tuple:
     """The run's controller and each method's own (``adaptive/c=``), built with the run's plan
     (cheap: no model loads) so that a bad name or directory fails before ``--out`` is touched."""
+    from lrtune.build import build_controller
 
     ctl = build_controller(cfg.models.control.controller, cfg.decode, pricing)
     own = {s.controller: build_controller(s.controller, cfg.decode, pricing) for s in specs if s.controller}
@@ -148,6 +150,7 @@ def open_engines(
 ) -> tuple[_Engines, dict | None, dict | None]:
     """Start the engines; ``pricing``, ``ctl`` and ``own``: the run's plan and controllers, decided
     and built before any model loaded (:func:`run_pricing`, :func:`check_controllers`)."""
+    from lrtune.decoding import Decoder
 
     t0 = time.perf_counter()
     uses_draft = uses_draft_model(cfg, specs)
@@ -198,6 +201,7 @@ def open_engines(
 
 def _method_verifiers(dec, cfg: EvalConfig, specs) -> dict:
     """One verifier object per distinct ``v=`` option (model verifiers judge with the target)."""
+    from lrtune.verifiers import make_verifier
 
     out = {None: dec.verifier}
     for s in specs:
@@ -275,6 +279,7 @@ def _prompt_ids(dec, cfg: EvalConfig, task, prob) -> list[int] | None:
 def _decode_row(eng: _Engines, cfg: EvalConfig, spec, task, prob, i: int, ids: list[int], lrsd, timing) -> tuple:
     """One (problem, method) row decoded from a fresh prompt cache: its record and stats
     (``lrsd``: the problem's lr+sd stats, which the oracle reads)."""
+    from lrtune.control import ProblemInfo
 
     dec = eng.dec
     dcfg, kwargs = _controlled(eng.controller_for(spec), cfg, spec, prob, task, lrsd, eng.pricing)
@@ -298,6 +303,7 @@ def _pair_recorder(cfg: EvalConfig, dcfg, dec):
     """(pairs by prompt index, ``on_round(i, record)``) that keeps every pair the verifier
     judged (:func:`~lrtune.verifiers.pairrecords.judged_pairs`) when ``--record-pairs`` is on
     and the rows run sync LR rounds; (empty, None) otherwise (async LR reports no rounds)."""
+    from lrtune.verifiers.pairrecords import judged_pairs
 
     judged: dict[int, list[dict]] = {}
     if not (cfg.options.record_pairs and dcfg.uses_lr and not dcfg.async_lr):
@@ -352,6 +358,7 @@ def decode_throughput(eng: _Engines, cfg: EvalConfig, specs, task, problems, don
     """Throughput mode: each method over every problem it has not finished, with
     ``--max-concurrent`` in flight; a record is written as each problem ends and one
     :class:`~lrtune.stats.BatchStats` line per method to ``throughput.jsonl``."""
+    from lrtune.control import ProblemInfo
 
     dec = eng.dec
     opts = cfg.options
@@ -408,6 +415,7 @@ def _cache_prompt(dec, ids: list[int] | list[list[int]]) -> None:
     untimed. Engines cache prefixes, so otherwise the first method run on a problem would
     pay the prompt's prefill for all the others (a bias that the balanced order only cancels
     over many problems)."""
+    from lrtune.backends.base import GenParams
 
     prompts = ids if ids and isinstance(ids[0], list) else [ids]
     params = GenParams(max_tokens=1, stop_at_delimiter=False)
@@ -440,6 +448,7 @@ def _controlled(
     from ``ctl`` (the run's controller). ``ref_stats``: the lr+sd row's DecodeStats of this
     problem (the oracle reads its α); ``pricing``: the run's plan (the oracle's prices
     without a controller)."""
+    from lrtune.control import ProblemInfo
 
     pricing = pricing or Pricing()
 
@@ -464,6 +473,7 @@ def _controlled(
 
 def _fixed_depths(dcfg, gamma1: int, gamma2: int):
     """``dcfg`` running fixed (γ1, γ2); a zero depth switches the method (γ1 = 0 → sd, ...)."""
+    from lrtune.control import method_for_depths
 
     return dataclasses.replace(
         dcfg, method=method_for_depths(gamma1, gamma2), gamma1=max(1, gamma1), gamma2=max(1, gamma2)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from lrtune.decodeconfig import GAMMA_MAX, METHODS, DecodeConfig, ScheduleFlags, schedule_of
 from lrtune.errors import ConfigError
 
+
 # lr+sd whose depths come from a controller: per round (adaptive, needs --controller), per
 # problem from its measured α under the speedup model (oracle, after lr+sd on the problem),
 # or the best fixed pair on the controller's training data (best-fixed).

@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lrtune.errors import ConfigError
 from lrtune.eval.metrics import wilson_ci
 from lrtune.pairstats import bootstrap_interval
-from lrtune.verifiers.distilled import read_meta
 
 
 def decode_acceptance(records: Sequence[dict], seed: int = 0) -> dict | None:
@@ -47,6 +45,8 @@ def checkpoint_meta(verifier: str | None) -> dict | None:
     unreadable checkpoint."""
     if not verifier or not Path(verifier).expanduser().is_dir():
         return None
+    from lrtune.errors import ConfigError
+    from lrtune.verifiers.distilled import read_meta
 
     try:
         return read_meta(verifier)

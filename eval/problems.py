@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrtune.dataset import seen_templates as seen
-from lrtune.dataset import unseen_problems
 from lrtune.errors import ConfigError
-from lrtune.eval.config import EvalOptions
 from lrtune.runfiles import log
+
+from lrtune.eval.config import EvalOptions
 
 
 def seen_templates(task_name: str, dirs: str) -> set[str]:
     """The split groups of every problem in collect dirs (:func:`lrtune.dataset.seen_templates`)."""
+    from lrtune.dataset import seen_templates as seen
 
     return seen(task_name, dirs, flag="--heldout-from")
 
@@ -21,6 +21,7 @@ def seen_templates(task_name: str, dirs: str) -> set[str]:
 def heldout_problems(task, opts: EvalOptions) -> list:
     """The first ``opts.limit`` problems whose template is in none of ``opts.heldout_from``
     (:func:`lrtune.dataset.unseen_problems`)."""
+    from lrtune.dataset import unseen_problems
 
     kept, pool = unseen_problems(task, opts.task, opts.heldout_from, opts.limit, opts.task_seed, opts.data)
     log(f"held-out templates: {len(kept)} of the first {pool} problems are unseen by {opts.heldout_from}")

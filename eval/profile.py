@@ -27,24 +27,22 @@ import dataclasses
 import time
 from dataclasses import replace
 
-from lrtune import schema
-from lrtune.build import encode_prompts
-from lrtune.configs import Command, Section
-from lrtune.decoder import DecodeConfig
-from lrtune.decoding import Decoder
-from lrtune.errors import ConfigError
 from lrtune.modelconfig import ModelConfig
+from lrtune.configs import Command, Section
+from lrtune.errors import ConfigError
+from lrtune.decoder import DecodeConfig
+from lrtune import schema
+from lrtune.profiling import ProfileOptions, curve_sizes, measure
 from lrtune.outdir import json_out_file
-from lrtune.peakmem import max_rss_gib
-from lrtune.profiling import ProfileOptions, curve_sizes, measure, prefill_lengths
 from lrtune.runfiles import write_json_file
-from lrtune.tasks import get_task
 
 
 def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list[str]) -> None:
     """ConfigError unless the longest timed draft chain fits after the prompts it follows in
     ``--max-model-len`` (from the tokenizer alone, before any model loads): a chain cut short
     by the context would time too little and report a cost below zero."""
+    from lrtune.build import encode_prompts
+    from lrtune.profiling import prefill_lengths
 
     lengths = prefill_lengths(opts.prefill_max)
     if not lengths:
@@ -60,6 +58,9 @@ def _check_prefill_fits(opts: ProfileOptions, models: ModelConfig, prompts: list
 
 def run(opts: ProfileOptions, models: ModelConfig) -> dict:
     from lrtune.eval.evaluate import machine_info
+    from lrtune.decoding import Decoder
+    from lrtune.peakmem import max_rss_gib
+    from lrtune.tasks import get_task
 
     schema.check(opts)
     out = json_out_file(opts.out, inputs=(opts.data, models.target, models.draft))

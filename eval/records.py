@@ -7,14 +7,14 @@ import json
 import time
 from pathlib import Path
 
+from lrtune.modelconfig import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError
-from lrtune.eval.config import EvalConfig, EvalOptions
-from lrtune.filekinds import EvalRecord, EvalSummary, read
-from lrtune.modelconfig import ModelConfig
 from lrtune.outdir import check_out, claim_out
 from lrtune.runfiles import append_jsonl as append_record  # noqa: F401 - evaluate appends through this name
 from lrtune.runfiles import changed_keys, config_key, load_jsonl, log, read_json, write_atomic
+
+from lrtune.eval.config import EvalConfig, EvalOptions
 
 RECORDS, SUMMARY, REPORT, CONFIG = "records.jsonl", "summary.json", "report.md", "config.json"
 THROUGHPUT = "throughput.jsonl"  # one line per (method, invocation) in throughput mode: BatchStats
@@ -35,6 +35,7 @@ RESUME_FREE = (
 def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> list[dict]:
     """Records of ``records.jsonl`` (:func:`lrtune.runfiles.load_jsonl`: a torn last line is
     dropped and the file rewritten without it, so appending can continue)."""
+    from lrtune.filekinds import EvalRecord
 
     return load_jsonl(
         path,
@@ -128,5 +129,6 @@ def previous_summary(out: Path) -> dict:
     """The last summary of this run directory (its timings and b(n) carry over to this
     invocation); ConfigError naming the file and field when they do not fit
     (:class:`lrtune.filekinds.EvalSummary`), before any model loads."""
+    from lrtune.filekinds import EvalSummary, read
 
     return read(out / SUMMARY, EvalSummary, "evaluate summary") if (out / SUMMARY).exists() else {}

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lrtune.runfiles import console
-
 FLAG_GAP = 0.10  # flag methods whose measured/predicted speedup differs by more than this
 
 
@@ -459,6 +457,8 @@ def _md_plots(data: dict) -> list[str]:
 def print_table(data: dict) -> None:
     """The summary as a rich table on stdout."""
     from rich.table import Table
+
+    from lrtune.runfiles import console
 
     t = Table(title=f"lrtune evaluate — {data['task']} ({data['decoded_problems']} problems)")
     for col in ("method", "acc", "finished", "speedup", "mean [95% CI]", "pred", "α1", "α2", "steps/rnd", "tok/s"):

@@ -10,9 +10,8 @@ Public API (imported lazily so ``import lrtune`` stays cheap)::
 
 from __future__ import annotations
 
-import importlib
-
 from lrtune.version import __version__  # noqa: F401 - the public version
+
 
 _HOMES = {  # where each public name lives (lrtune/api.py re-exports the same names)
     "ControlConfig": "lrtune.modelconfig",
@@ -33,5 +32,7 @@ __all__ = sorted(_HOMES)  # the public names: one list
 
 def __getattr__(name: str):
     if name in _HOMES:
+        import importlib
+
         return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'lrtune' has no attribute {name!r}")

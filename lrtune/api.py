@@ -24,7 +24,7 @@ from lrtune.build import (
 )
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.decoder import LookaheadDecoder
-from lrtune.decoding import DecodeOutput, Decoder, Outputs
+from lrtune.decoding import Decoder, DecodeOutput, Outputs
 from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError
 from lrtune.modelconfig import BACKENDS, ControlConfig, EngineConfig, GpuMemoryConfig, ModelConfig, VerifierConfig
 from lrtune.pricing import Pricing

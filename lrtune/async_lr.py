@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 from lrtune.backends.base import GenParams
 from lrtune.rounds import chain_ids, ends_apart, mix_seed, step_pair, step_params
@@ -116,6 +116,8 @@ class _Worker:
 
 
 def _with_seeds(params: GenParams, seeds: tuple[int, ...] | None) -> GenParams:
+    from dataclasses import replace
+
     return replace(params, seeds=seeds)
 
 
@@ -261,4 +263,6 @@ class _AsyncRun:
 
 
 def _wait_first(futures: list[Future]) -> None:
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     wait(futures, return_when=FIRST_COMPLETED)

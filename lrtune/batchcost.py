@@ -12,9 +12,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from lrtune.backends.base import GenParams
 from lrtune.errors import ConfigError
-from lrtune.inputs import read_json
 
 
 def batch_runs(
@@ -27,6 +25,7 @@ def batch_runs(
     is ``prompts[i % len]`` plus ``i // len + 1`` repeats of its last token, so every row
     differs. Each size's prefixes are prefilled first, untimed (a round's rows extend cached
     prefixes: b(n) prices decoding, not a cold prompt)."""
+    from lrtune.backends.base import GenParams
 
     params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=gamma2)
     prefill = GenParams(max_tokens=1, stop_at_delimiter=False)
@@ -109,6 +108,8 @@ def _from_profile(path: str, read):
     """``read(data)`` of the profile JSON at ``path``; a ConfigError names the file when it is
     unreadable or ``read`` finds it malformed (KeyError, TypeError, ValueError)."""
     try:
+        from lrtune.inputs import read_json
+
         return read(read_json(path, "--profile"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ValueError: bad JSON, not UTF-8
         raise ConfigError(f"--profile {path}: not an lrtune profile ({e})") from None

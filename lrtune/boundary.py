@@ -21,7 +21,6 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from lrtune import locks
 from lrtune.errors import LrtuneError, one_line, os_error_message
 
 
@@ -36,6 +35,7 @@ def run_guarded(command: Callable[[], int], debug: bool = False) -> int:
     # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read
     # from the environment when torch loads, which the commands do; a user value wins
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    from lrtune import locks
 
     with _one_line_warnings(debug):
         try:

@@ -8,22 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from lrtune import cpumemory
-from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm import gpu_memory_plan, on_cpu_platform, resolve_dtype
-from lrtune.control import Bounds, checked_controller
-from lrtune.cpumemory import auto_kv_gib, check_budget, kv_bytes_per_token
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.errors import ConfigError, ConfigTypeError
-from lrtune.filekinds import model_side_config
-from lrtune.memory import held_weight_bytes, target_engine_keys
 from lrtune.modelconfig import ModelConfig, VerifierConfig
-from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
-from lrtune.quantize import check_int8_runs, draft_for_engines
-from lrtune.score_round import require_one_sided
-from lrtune.verifiers import MODEL_VERIFIERS, Verifier, VerifierSpec, check_verifier_spec, make_verifier
+from lrtune.verifiers import MODEL_VERIFIERS, Verifier, VerifierSpec, make_verifier
 
 
 def verifier_of(models: ModelConfig, verifier=None) -> VerifierSpec | Verifier:
@@ -37,6 +26,7 @@ def verifier_of(models: ModelConfig, verifier=None) -> VerifierSpec | Verifier:
 def judge_path(models: ModelConfig, verifier, progress: bool) -> str | None:
     """The ``--judge-model`` directory when the verifier is a model verifier that uses it
     (``llm_judge``/``target_score``), else None (the target judges itself)."""
+    from lrtune.models import resolve_model
 
     spec, judge = verifier_of(models, verifier), models.verification.judge_model
     if judge and isinstance(spec, VerifierSpec) and spec.kind in MODEL_VERIFIERS:
@@ -67,7 +57,10 @@ def build_controller(spec, cfg: DecodeConfig, pricing=None):
     if spec is None:
         return None
     if not isinstance(spec, str):
+        from lrtune.control import checked_controller
+
         return checked_controller(spec)
+    from pathlib import Path
 
     from lrtune.pricing import Pricing
 
@@ -77,6 +70,7 @@ def build_controller(spec, cfg: DecodeConfig, pricing=None):
 
         ctl = load(spec, seed=cfg.seed, pricing=pricing)
         return ctl if cfg.uses_sd else ctl.derive(bounds=replace(ctl.bounds, gamma2_max=0, gamma2_min=0))
+    from lrtune.control import Bounds
     from lrtune.policies import make_controller
 
     gamma2 = cfg.sd_gamma2
@@ -91,6 +85,8 @@ def build_controller(spec, cfg: DecodeConfig, pricing=None):
 def encode_prompts(models: ModelConfig, prompts: Sequence[str], *, progress: bool = True) -> list[list[int]]:
     """Token ids of ``prompts`` as the target will see them (chat template applied), from
     the target's tokenizer alone: lengths can be checked before any model loads."""
+    from lrtune.backends.tokenizer import TokenizerMixin
+    from lrtune.models import resolve_model
 
     tok = TokenizerMixin()
     tok.model = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
@@ -174,6 +170,7 @@ def check_configs(
     besides ``cfg.gamma2`` (``gamma2s``: an evaluate sweep) and a controller's range up to
     ``controller_gamma2_max``. Commands call it before they claim an output directory;
     ``Decoder.from_configs`` calls it too."""
+    from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
 
     spec = _checked_options(models, cfg, verifier)
     needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
@@ -185,6 +182,8 @@ def check_configs(
     padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
     quant = "none"
     if models.draft_quantization != "none":
+        from lrtune.quantize import draft_for_engines
+
         if draft_path:
             draft_path, quant = draft_for_engines(
                 models.draft_quantization,
@@ -207,6 +206,8 @@ def check_configs(
         models, cfg, target_path, draft_path, judge_dir, keys, on_gpu=plan is not None, quantized=quant != "none", kv=kv
     )
     if cpu_plan is not None:
+        from lrtune.cpumemory import check_budget
+
         check_budget(cpu_plan, models.engine.memory_budget_gib)
     return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys, cpu_plan, kv)
 
@@ -217,12 +218,18 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
     models.validate()
     spec = verifier_of(models, verifier)
     if isinstance(spec, VerifierSpec):
+        from lrtune.verifiers import check_verifier_spec
+
         parsed = check_verifier_spec(spec)
         if cfg.uses_lr and cfg.score_rounds:
+            from lrtune.score_round import require_one_sided
+
             require_one_sided(parsed)
     if models.engine.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
     if models.draft_quantization == "int8":
+        from lrtune.quantize import check_int8_runs
+
         check_int8_runs(models.backend)
     return spec
 
@@ -230,6 +237,8 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
 def _gpu_plan(models, cfg, target_path, draft_path, judge_dir, load_all_methods, gamma2s, controller_gamma2_max):
     """vLLM: the GPU memory plan (None on a CPU), the shared SD engine's γ2, and the keys of the
     target engines the run will start (every γ2 it asks for)."""
+    from lrtune.backends.vllm import gpu_memory_plan
+    from lrtune.memory import target_engine_keys
 
     shared = shared_spec_tokens(
         models,
@@ -256,6 +265,9 @@ def _gpu_plan(models, cfg, target_path, draft_path, judge_dir, load_all_methods,
 def kv_token_bytes(model_dir: str, dtype: str) -> int:
     """Bytes a token of ``model_dir`` holds in a vLLM engine's KV cache at ``--dtype``
     (:func:`lrtune.cpumemory.kv_bytes_per_token`); 0 where its config.json does not say."""
+    from lrtune.backends.vllm import resolve_dtype
+    from lrtune.cpumemory import kv_bytes_per_token
+    from lrtune.filekinds import model_side_config
 
     side = model_side_config(model_dir)
     if side.kv_shape is None:
@@ -276,6 +288,7 @@ def kv_cache_plan(models: ModelConfig, target: str, spec: str | None, draft: str
     roles = {"target": [target, spec], "draft": [draft], "judge": [judge]}
     if eng.kv_cache_gib is not None:
         return {role: eng.kv_cache_gib for role, paths in roles.items() if paths[0]}
+    from lrtune.cpumemory import auto_kv_gib
 
     out = {}
     for role, paths in roles.items():
@@ -300,14 +313,19 @@ def cpu_memory_plan(
     """The resident memory the run's engines will hold in RAM (:mod:`lrtune.cpumemory`); None on a GPU.
     ``quantized``: the draft engines run a quantized copy (which they cannot share); ``kv``: the
     KV cache per engine role (:func:`kv_cache_plan`)."""
+    from lrtune import cpumemory
+    from lrtune.memory import held_weight_bytes
 
     if on_gpu:
         return None
     if models.backend == "transformers" and verifier_device(models.device) != "cpu":  # auto: CUDA when present
         return None
     if models.backend == "vllm":
+        from lrtune.backends.vllm import on_cpu_platform
+
         if not on_cpu_platform():
             return None
+        from lrtune.backends.vllm import resolve_dtype
 
         def weight_bytes(path):  # as the engine holds them: a bf16 checkpoint runs in float32 without native bf16
             return held_weight_bytes(path, float32=bool(path) and resolve_dtype(models.dtype, path) == "float32")
@@ -347,8 +365,7 @@ def auto_choice(models: ModelConfig, decode: DecodeConfig, pricing, profile: str
     threshold other than its calibrated one is set), the bounds and round kinds of the run's controller
     (``bandit`` without one); ``own_verifier``: a verifier object handed in, which states no
     bound. Reads files only; no model loads."""
-    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER
-    from lrtune.policies.auto import accuracy_promise, choose, measured_sd
+    from lrtune.policies.auto import CONTROLLER as AUTO_CONTROLLER, accuracy_promise, choose, measured_sd
 
     speed, alpha2 = measured_sd(profile)
     ver = models.verification

@@ -22,14 +22,15 @@ unexpected one line and status 1 (``--debug`` shows the traceback); Ctrl-C exits
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+
+import dataclasses
 from dataclasses import dataclass, field
 
-from lrtune.boundary import run_guarded, split_debug
 from lrtune.configs import ArgumentParser, add_dataclass_args, build, check_unknown_keys, load_config_file
+from lrtune.boundary import run_guarded, split_debug
 from lrtune.schema import STRICT, Checked, ProblemIndex, Seed, Text
 
 
@@ -67,8 +68,8 @@ def make_parser() -> ArgumentParser:
 
 def _add_decoding_commands(sub) -> None:
     """``decode`` and ``serve``: their own options, the models and the decoding."""
-    from lrtune.decoder import DecodeConfig
     from lrtune.modelconfig import ModelConfig
+    from lrtune.decoder import DecodeConfig
 
     dec = sub.add_parser("decode", help="decode one prompt with target | sd | lr | lr+sd")
     dec.add_argument("prompt", nargs="?", help="the user prompt (chat template applied)")
@@ -205,8 +206,7 @@ def _dispatch(args) -> int:
     if args.command == "train":
         return cmd_train(args)
     if args.command == "calibrate":
-        from lrtune.train.recalibrate import config_from_args as calibrate_config
-        from lrtune.train.recalibrate import main as calibrate_main
+        from lrtune.train.recalibrate import config_from_args as calibrate_config, main as calibrate_main
 
         return calibrate_main(calibrate_config(args))
     if args.command == "labels":
@@ -224,8 +224,8 @@ def _dispatch(args) -> int:
 
 
 def cmd_pipeline(args) -> int:
-    from lrtune.errors import ConfigError
     from lrtune.modelconfig import ModelConfig
+    from lrtune.errors import ConfigError
     from lrtune.pipeline import PipelineOptions, run, sized_context
 
     if args.command == "pipeline" and not args.config:
@@ -242,13 +242,11 @@ def cmd_pipeline(args) -> int:
 
 def cmd_train(args) -> int:
     if args.train_command == "verifier":
-        from lrtune.train.verifier import config_from_args
-        from lrtune.train.verifier import main as train_verifier_main
+        from lrtune.train.verifier import config_from_args, main as train_verifier_main
 
         return train_verifier_main(config_from_args(args))
     if args.train_command == "controller":
-        from lrtune.train.controller import config_from_args as controller_config
-        from lrtune.train.controller import main as train_controller_main
+        from lrtune.train.controller import config_from_args as controller_config, main as train_controller_main
 
         return train_controller_main(controller_config(args))
     return 2
@@ -352,8 +350,7 @@ def cmd_decode(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from lrtune.serve.main import ServeOptions, check_listen
-    from lrtune.serve.main import main as serve_main
+    from lrtune.serve.main import ServeOptions, check_listen, main as serve_main
 
     opts, models, cfg = command_configs(args, ServeOptions)
     check_listen(opts, cfg)  # before any model loads
@@ -362,9 +359,8 @@ def cmd_serve(args) -> int:
 
 def print_stats(record: dict) -> None:
     """A compact rich table of one decode (DESIGN §4 names)."""
-    from rich.table import Table
-
     from lrtune.runfiles import console
+    from rich.table import Table
 
     s = record["stats"]
     t = Table(title=f"lrtune decode — {record['method']}", show_header=False)

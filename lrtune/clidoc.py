@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lrtune.cli import make_parser
-
 HEADER = (
     "# lrtune command-line reference\n\n"
     "Generated from the config dataclasses by `python -m lrtune.clidoc > docs/cli.md`; "
@@ -87,6 +85,7 @@ def command_section(path: str, help_: str, parser: argparse.ArgumentParser) -> l
 
 def render(parser: argparse.ArgumentParser | None = None) -> str:
     """The whole reference: one section per leaf command, in parser order."""
+    from lrtune.cli import make_parser
 
     parser = parser or make_parser()
     lines = [HEADER]

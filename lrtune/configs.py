@@ -13,10 +13,8 @@ from collections.abc import Callable
 from typing import Any, Literal, get_args, get_origin
 
 from lrtune import schema
-from lrtune.boundary import run_guarded, split_debug
 from lrtune.configshape import flat_dict, flat_fields, flat_name, nested  # noqa: F401 - re-exported
-from lrtune.errors import ConfigError, one_line
-from lrtune.inputs import read_yaml_mapping
+from lrtune.errors import ConfigError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -28,6 +26,8 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        from lrtune.errors import one_line
+
         sys.stderr.write(f"lrtune: error: {one_line(message)} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
@@ -150,6 +150,7 @@ def load_config_file(path: str | None) -> dict[str, Any]:
     (:func:`lrtune.inputs.read_yaml_mapping`: size, UTF-8, no aliases, no key twice)."""
     if not path:
         return {}
+    from lrtune.inputs import read_yaml_mapping
 
     data = read_yaml_mapping(path, "config file")
     out: dict[str, Any] = {}
@@ -270,6 +271,7 @@ class Command:
     def main(self, run: Callable[[argparse.Namespace], int]) -> None:
         """``python -m <stage> ARGS``: the same as ``lrtune <words> ARGS`` (``run`` is what the
         command line calls with the parsed flags), through the same error boundary."""
+        from lrtune.boundary import run_guarded, split_debug
 
         argv, debug = split_debug(sys.argv[1:])
         raise SystemExit(run_guarded(lambda: run(self.make_parser().parse_args(argv)), debug))

@@ -18,13 +18,13 @@ step (SD does not restart at every step boundary).
 
 from __future__ import annotations
 
-import copy
 import numbers
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from lrtune.backends.base import SDCounters
 from lrtune.errors import ConfigError
+
 
 DEFAULT_COST_RATIO = 0.4  # c1 = c2 (draft : target seconds per token) where nothing measured it (lrtune profile does)
 
@@ -180,7 +180,9 @@ class Controller(Protocol):
     bounds: Bounds
 
     def choose(self, problem: ProblemInfo, state: ControlState) -> tuple[int, int]: ...
+
     def horizon(self) -> int | None: ...
+
     def update(self, outcome: RoundOutcome) -> None: ...
 
 
@@ -189,6 +191,7 @@ def checked_controller(obj) -> Controller:
     callable, ``bounds`` a :class:`Bounds`; an object without the optional ``horizon`` gets the
     default (None: the target runs to the end of the answer after a γ1 = 0 choice). ConfigError
     names what is missing, before any decode starts."""
+    from lrtune.errors import ConfigError
 
     missing = [m for m in ("choose", "update") if not callable(getattr(obj, m, None))]
     if missing or not isinstance(getattr(obj, "bounds", None), Bounds):
@@ -230,4 +233,6 @@ class _WithDefaultHorizon:
         setattr(self._inner, name, value)
 
     def __copy__(self):
+        import copy
+
         return _WithDefaultHorizon(copy.copy(self._inner))

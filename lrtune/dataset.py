@@ -15,15 +15,9 @@ from pathlib import Path
 
 from lrtune import pairstats
 from lrtune.errors import ConfigError
-from lrtune.filekinds import CollectConfigFile, read
-from lrtune.inputs import checked_dir
-from lrtune.outdir import check_out, claim_out
-from lrtune.runfiles import backup_path, changed_keys, write_atomic
+from lrtune.runfiles import backup_path, write_atomic
 from lrtune.store import all_entries
-from lrtune.tasks import template_of
-from lrtune.verifiers.base import same_step
 from lrtune.verifiers.judge import JUDGE_FORMS, default_threshold
-from lrtune.verifiers.simple import target_logprob_score
 
 CONFIG = "collect_config.json"  # the config a dataset was collected with, beside its rows
 # (decider name, column, threshold) of the optional judge feature columns (collect --judge-features),
@@ -230,6 +224,7 @@ def read_config(path: Path) -> dict:
     """The collect config in ``path``; a ConfigError naming it and the field when it is not a
     JSON object (UTF-8) whose ``options``, ``models`` and ``decode`` are objects
     (:class:`lrtune.filekinds.CollectConfigFile`)."""
+    from lrtune.filekinds import CollectConfigFile, read
 
     return read(path, CollectConfigFile, "collect config")
 
@@ -253,6 +248,9 @@ def merge(dirs: list[str], out: str, force_new: bool = False, defaults: dict | N
     lrtune added it) matches another's default (:func:`same_settings`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from lrtune.inputs import checked_dir
+    from lrtune.outdir import check_out
 
     check_out(out, "collect --merge")
     srcs = [checked_dir(d, "--merge") for d in dirs]
@@ -292,6 +290,7 @@ def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool,
         raise ConfigError(
             f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a backup folder)"
         )
+    from lrtune.outdir import claim_out
 
     if why:
         move_to_backup(dest)
@@ -354,6 +353,7 @@ def same_settings(a: dict, b: dict, defaults: dict) -> bool:
     holds its value in ``defaults``, the default config's recorded form; one the defaults do not
     know either (this lrtune no longer has it) is ignored (:func:`lrtune.runfiles.changed_keys`,
     both ways)."""
+    from lrtune.runfiles import changed_keys
 
     sa, sb = _settings(a), _settings(b)
     return not changed_keys(sa, sb, defaults) and not changed_keys(sb, sa, defaults)
@@ -391,6 +391,7 @@ def summarize_pairs(src: Path) -> dict:
     for name, col, thr in JUDGE_DECIDERS:
         if any(x is not None for x in d.get(col, ())):
             agree[name] = pairstats.agreement(d[col], labels, thr)
+    from lrtune.verifiers.base import same_step
 
     same = [same_step(a, b) for a, b in zip(d["draft_step"], d["target_step"])]
     likely = target_logprob_scores(d.get("draft_target_mean_logprob"), same)
@@ -432,6 +433,7 @@ def summarize_pairs(src: Path) -> dict:
 def target_logprob_scores(mean_logprobs, same: list[bool]) -> list[float] | None:
     """The ``target_logprob`` verifier's scores from recorded columns
     (:func:`~lrtune.verifiers.simple.target_logprob_score`); None when no row was scored."""
+    from lrtune.verifiers.simple import target_logprob_score
 
     if not mean_logprobs or all(x is None for x in mean_logprobs):
         return None
@@ -552,6 +554,7 @@ def matrix_lines(s: dict) -> list[str]:
 def seen_templates(task_name: str, dirs: str, flag: str = "--heldout-from") -> set[str]:
     """The split groups (:func:`lrtune.tasks.template_of`) of every problem in collect dirs
     (a comma list); ConfigError naming ``flag`` for one that is not a directory."""
+    from lrtune.tasks import template_of
 
     seen = set()
     for d in [x.strip() for x in dirs.split(",") if x.strip()]:
@@ -569,6 +572,7 @@ def unseen_problems(
     """(the first ``limit`` problems of ``task`` whose template no collect dir of ``dirs``
     holds, the size of the pool searched). In a task mix each problem is grouped under its own
     task and the tasks keep equal shares (unseen problems of one task may come much later)."""
+    from lrtune.tasks import template_of
 
     seen = seen_templates(task_name, dirs, flag)
     pool = task.load(limit=20 * limit + 100, seed=seed, path=path)

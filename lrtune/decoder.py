@@ -18,7 +18,6 @@ from typing import Literal
 
 from lrtune import round as lr_round
 from lrtune import score_round
-from lrtune.async_lr import decode_async
 from lrtune.backends.base import Backend, GenParams, row_counters, time_shares
 from lrtune.control import Controller, ProblemInfo, checked_controller
 from lrtune.decodeconfig import DecodeConfig
@@ -86,6 +85,7 @@ class LookaheadDecoder:
                 )
             if self.draft is None:
                 raise ConfigError(f"method {cfg.method!r} needs a draft model")
+            from lrtune.async_lr import decode_async
 
             stats = DecodeStats(prompt_tokens=len(prompt_ids))
             t0 = time.perf_counter()

@@ -3,31 +3,16 @@ decodes prompts with any method, one or many at a time; :class:`DecodeOutput` pe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
+import os
 from dataclasses import dataclass, replace
 
-from lrtune import pricing
-from lrtune import pricing as pricing_mod
 from lrtune.backends.base import Backend
-from lrtune.backends.hf import HFBackend, HFConfig
-from lrtune.backends.vllm import VLLMBackend, VLLMConfig
-from lrtune.build import (
-    auto_choice,
-    auto_controller,
-    build_controller,
-    build_verifier,
-    check_configs,
-    prompt_list,
-    shared_spec_tokens,
-    verifier_of,
-)
+from lrtune.build import build_verifier, auto_controller, build_controller, check_configs, prompt_list, verifier_of
 from lrtune.control import ProblemInfo
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError, ConfigTypeError
-from lrtune.memory import engine_share
 from lrtune.modelconfig import ModelConfig
-from lrtune.runfiles import log
 from lrtune.slots import Failed, stable_digest
 from lrtune.stats import BatchStats, DecodeStats
 from lrtune.verifiers import Verifier
@@ -85,6 +70,8 @@ def auto_choice_for(
 ):
     """What ``method="auto"`` runs for these models (:func:`lrtune.build.auto_choice`), priced
     like the decoder would price an lr+sd run (its shared SD engine, its verifier)."""
+    from lrtune import pricing as pricing_mod
+    from lrtune.build import auto_choice, shared_spec_tokens
 
     if controller is not None and not isinstance(controller, str):
         raise ConfigTypeError("controller: method='auto' takes a policy name or a controller directory")
@@ -227,6 +214,7 @@ class Decoder:
             controller_gamma2_max=controller.bounds.gamma2_max if controller is not None else 0,
         )
         target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
+        from lrtune import pricing
 
         def priced(ver, drafts: int = 0):  # the pricing plan, decided once: engine drafts, verifier's needs
             return (
@@ -259,6 +247,7 @@ class Decoder:
     ) -> Decoder:
         """The transformers backend: one draft model serves LR drafting and SD; the controller
         is ``controller_for(verifier)``."""
+        from lrtune.backends.hf import HFBackend, HFConfig
 
         if models.sd_method != "draft":
             raise ConfigError(
@@ -424,6 +413,8 @@ def _output(prompt, ids: list[int], res) -> DecodeOutput:
 def _note_shared_drafts(shared: int, cfg: DecodeConfig) -> None:
     """One line when the shared SD engine drafts more tokens than this run's calls verify."""
     if shared > cfg.gamma2 and cfg.uses_sd:
+        from lrtune.runfiles import log
+
         log(
             f"note: the SD engine drafts {shared} tokens per pass (the controller's largest γ2); calls with "
             f"γ2 = {cfg.gamma2} verify only their first {cfg.gamma2} but pay for all {shared} drafts "
@@ -435,6 +426,8 @@ def _vllm_backends(models: ModelConfig, cfg: DecodeConfig, paths):
     """The vLLM target backend (its engine runs SD with the shared γ2 and serves every method's
     target calls), the draft backend (None without a draft), and how to build a judge backend,
     each with its share of the memory plan."""
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+    from lrtune.memory import engine_share
 
     plan = paths.memory
     eng = models.engine

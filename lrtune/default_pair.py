@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -32,9 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lrtune.errors import ModelError
-from lrtune.filekinds import DefaultPairMarker, read_or_none
-from lrtune.modeldir import validate_model_dir
-from lrtune.version import __version__ as lrtune_version
+
 
 ROLES = ("target", "draft")
 
@@ -173,12 +170,16 @@ def check_role(role: str) -> None:
 
 
 def _marker_ok(d: Path, model: DefaultModel) -> bool:
+    from lrtune.filekinds import DefaultPairMarker, read_or_none
+
     meta = read_or_none(d / MARKER_FILE, DefaultPairMarker)
     return meta is not None and meta["gguf_sha256"] == model.sha256 and (d / "config.json").is_file()
 
 
 @contextlib.contextmanager
 def file_lock(lock_path: Path, what: str, progress: bool) -> Iterator[None]:
+    import fcntl
+
     with open(lock_path, "a+") as fh:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -376,6 +377,8 @@ def _remove_stale(models_root: Path, model: DefaultModel, final: Path) -> None:
 
 
 def _write_marker(out_dir: Path, model: DefaultModel) -> None:
+    from lrtune.version import __version__ as lrtune_version
+
     meta = {
         "format": MARKER_FORMAT,
         "role": model.role,
@@ -426,6 +429,7 @@ def _build(model: DefaultModel, root: Path, models_root: Path, final: Path, prog
         t0 = time.monotonic()
         # Looked up on the module at call time so tests can monkeypatch it.
         sys.modules[__name__].convert_gguf_to_hf(gguf, out, progress=progress)
+        from lrtune.modeldir import validate_model_dir
 
         validate_model_dir(out)
         _write_marker(out, model)

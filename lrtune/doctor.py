@@ -50,14 +50,8 @@ from typing import Annotated, Literal
 from annotated_types import Interval
 from pydantic import StringConstraints
 
-from lrtune import doctor_checks as dc
 from lrtune import schema
-from lrtune.backends.vllm_platform import with_cause
-from lrtune.errors import ConfigError, LrtuneError, ModelError
-from lrtune.machine import machine_info
-from lrtune.modeldir import validate_model_dir
-from lrtune.outdir import json_out_file
-from lrtune.runfiles import write_json_file
+from lrtune.errors import ConfigError, LrtuneError
 from lrtune.schema import STRICT, Checked, Share, Text
 
 
@@ -117,6 +111,9 @@ class DoctorOptions(Checked):
         if self.numerics == "exact" and self.backend == "transformers":
             raise ConfigError("--numerics exact needs the vLLM backend (--backend vllm or auto with vLLM installed)")
         if self.target is not None:
+            from lrtune.errors import ModelError
+            from lrtune.modeldir import validate_model_dir
+
             for flag, path in (("--target", self.target), ("--draft", self.draft)):
                 try:
                     validate_model_dir(path)
@@ -155,6 +152,8 @@ class _Run:
         try:
             status, detail, data = fn()
         except (LrtuneError, OSError, RuntimeError, ValueError, ImportError, AssertionError) as e:
+            from lrtune.backends.vllm_platform import with_cause
+
             status, detail, data = "fail", f"{type(e).__name__}: {with_cause(e)}"[:600], {}
         c = Check(name, status, detail, {**data, "seconds": round(time.perf_counter() - t0, 2)})
         self.checks.append(c)
@@ -164,6 +163,7 @@ class _Run:
 
 def run(opts: DoctorOptions, echo: Callable[[Check], None] = lambda c: None) -> dict:
     """Every check (module docstring), in order; a check that needs a failed one is skipped."""
+    from lrtune import doctor_checks as dc
 
     opts.validate()
     r = _Run(opts, echo)
@@ -184,6 +184,7 @@ def run(opts: DoctorOptions, echo: Callable[[Check], None] = lambda c: None) -> 
             r.check(name, lambda fn=fn: fn(r))
         else:
             r.check(name, lambda: ("skip", "needs the engines", {}))
+    from lrtune.machine import machine_info
 
     return {
         "ok": all(c.status != "fail" for c in r.checks),
@@ -199,6 +200,9 @@ def print_check(c: Check) -> None:
 
 
 def main(opts: DoctorOptions) -> int:
+    from lrtune.outdir import json_out_file
+    from lrtune.runfiles import write_json_file
+
     opts.validate()
     out = None
     if opts.json and opts.json != "-":

@@ -6,25 +6,8 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import replace
-from importlib.metadata import entry_points
 
-from lrtune import cpumemory
-from lrtune.backends.base import GenParams, SDCounters
-from lrtune.backends.hf import HFBackend, HFConfig
-from lrtune.backends.vllm import VLLMBackend, VLLMConfig, gpu_device_bytes
-from lrtune.backends.vllm_patches import PLUGIN_NAME, SUPPORTED_VLLM, register_plugin
-from lrtune.decoder import DecodeConfig, LookaheadDecoder
-from lrtune.drift import first_difference
 from lrtune.errors import ConfigError
-from lrtune.machine import cpu_flags, cpu_model, gpus, int8_dot, native_bf16
-from lrtune.memory import GiB, engine_share, held_weight_bytes, plan_gpu_memory, weight_bytes
-from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
-from lrtune.profiling import ProfileOptions, measure, time_alternately
-from lrtune.quantize import check_int8_runs, ensure_w8a8, measure_in_subprocess, quantized_source, record_measurement
-from lrtune.randommodels import build_random_pair
-from lrtune.toymodels import get_tiny_pair, sample_questions
-from lrtune.verifiers import make_verifier
-from lrtune.version import __version__
 
 # tolerances of the prompt-score check (nats): float32 engines against a float32 forward
 # differ by kernel order only; bf16/fp16 engines by their rounding
@@ -37,6 +20,8 @@ QUESTIONS = (
 
 
 def versions():
+    from lrtune.version import __version__
+
     data = {"python": platform.python_version(), "lrtune": __version__}
     for mod in ("torch", "transformers", "vllm"):
         try:
@@ -47,6 +32,8 @@ def versions():
 
 
 def device():
+    from lrtune.machine import cpu_flags, cpu_model, gpus, int8_dot, native_bf16
+
     flags = cpu_flags()
     data = {
         "cpu": cpu_model(),
@@ -77,6 +64,8 @@ def _vllm_version() -> str | None:
 
 
 def choose_backend(r):
+    from lrtune.backends.vllm_patches import SUPPORTED_VLLM
+
     installed = _vllm_version()
     supported = installed is not None and installed.split("+")[0] == SUPPORTED_VLLM
     if r.opts.backend == "vllm" and not supported:
@@ -92,6 +81,10 @@ def choose_backend(r):
 
 
 def plugin():
+    from importlib.metadata import entry_points
+
+    from lrtune.backends.vllm_patches import PLUGIN_NAME, register_plugin
+
     found = [e for e in entry_points(group="vllm.general_plugins") if e.name == PLUGIN_NAME]
     if not found:
         return (
@@ -114,6 +107,8 @@ def plugin():
 
 def _on_gpu(r) -> bool:
     if r.backend == "vllm":
+        from lrtune.backends.vllm import gpu_device_bytes
+
         return gpu_device_bytes() is not None
     import torch
 
@@ -121,16 +116,24 @@ def _on_gpu(r) -> bool:
 
 
 def models(r):
+    from lrtune.memory import weight_bytes
+
     o = r.opts
     if o.target is not None:
         r.target_dir, r.draft_dir, kind = o.target, o.draft, "given"
     elif o.models == "tiny":
+        from lrtune.toymodels import get_tiny_pair
+
         pair = get_tiny_pair()
         r.target_dir, r.draft_dir, kind = str(pair.target), str(pair.draft), "tiny (trained, float32)"
     elif o.models == "random":
+        from lrtune.randommodels import build_random_pair
+
         pair = build_random_pair(dtype="bfloat16" if _on_gpu(r) else "float32")
         r.target_dir, r.draft_dir, kind = str(pair.target), str(pair.draft), "random weights, default-pair shapes"
     else:
+        from lrtune.models import check_tokenizers_compatible, resolve_model
+
         r.target_dir = resolve_model("default", "target", cache_dir=o.cache_dir, progress=True)
         r.draft_dir = resolve_model("default", "draft", cache_dir=o.cache_dir, progress=True)
         check_tokenizers_compatible(r.target_dir, r.draft_dir)
@@ -162,12 +165,18 @@ def dtype(r):
 
 
 def memory(r):
+    from lrtune.memory import GiB, plan_gpu_memory, weight_bytes
+
     sizes = {"target": weight_bytes(r.target_dir) + weight_bytes(r.draft_dir), "draft": weight_bytes(r.draft_dir)}
     if r.backend == "vllm":
+        from lrtune.backends.vllm import gpu_device_bytes
+
         dev = gpu_device_bytes()
         if dev is not None:
             engines = {}
             if r.opts.timing:  # the plain reference engine and the int8 child's two engines run beside these
+                from lrtune.quantize import quantized_source
+
                 sizes["plain_target"] = weight_bytes(r.target_dir)
                 if not quantized_source(r.draft_dir):
                     sizes["int8_timing"], engines["int8_timing"] = weight_bytes(r.draft_dir), 2
@@ -176,8 +185,11 @@ def memory(r):
     r.plan = None
     avail = _mem_available()
     # a bf16 checkpoint runs in float32 on CPUs without native bf16 (and in the transformers backend)
+    from lrtune.machine import cpu_flags, native_bf16
+    from lrtune.memory import held_weight_bytes
 
     float32 = r.backend == "transformers" or not native_bf16(cpu_flags())
+    from lrtune import cpumemory
 
     t, d = (held_weight_bytes(p, float32=float32) for p in (r.target_dir, r.draft_dir))
     cpu = (
@@ -219,6 +231,10 @@ def _mem_available() -> float | None:
 def engines(r):
     o = r.opts
     if r.backend == "vllm":
+        from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+
+        from lrtune.models import needs_heterogeneous_vocab
+
         common = dict(dtype=o.dtype, max_model_len=1024, kv_cache_gib=o.kv_cache_gib, seed=0, numerics=o.numerics)
         padded = needs_heterogeneous_vocab(r.target_dir, r.draft_dir)
         r.target = VLLMBackend(
@@ -239,6 +255,7 @@ def engines(r):
         r.draft.start(0)
         data = {role: engine_facts(b, k) for role, b, k in (("target", r.target, o.gamma2), ("draft", r.draft, 0))}
         return "ok", "; ".join(f"{role}: {describe_engine(d)}" for role, d in data.items()), data
+    from lrtune.backends.hf import HFBackend, HFConfig
 
     cfg = HFConfig(device=o.device, dtype=o.dtype, seed=0)
     r.draft = HFBackend(r.draft_dir, cfg, name="draft")
@@ -248,12 +265,15 @@ def engines(r):
 
 
 def _share(r, role: str) -> float | None:
+    from lrtune.memory import engine_share
+
     return engine_share(r.plan, role)
 
 
 def engine_facts(backend, k: int) -> dict:
     """What vLLM chose for one started engine: its workers' probes (runner, patches, pid),
     where its engine core runs, scheduling, graph kind, speculation and vocab mapping."""
+    import os
 
     cfg = backend.engine(k).llm_engine.vllm_config
     probes = backend.probes[k]
@@ -284,6 +304,8 @@ def _prompts(r, n: int) -> list[list[int]]:
     if r.opts.models == "default" or r.opts.target is not None:
         questions = list(QUESTIONS)
     else:
+        from lrtune.toymodels import sample_questions
+
         questions = sample_questions(max(n, 2))
     while len(questions) < n:
         questions.append(questions[len(questions) % 2] + f" (variant {len(questions)})")
@@ -291,6 +313,8 @@ def _prompts(r, n: int) -> list[list[int]]:
 
 
 def per_request_speculation(r):
+    from lrtune.backends.base import GenParams
+
     k = r.opts.gamma2
     prompt = _prompts(r, 1)[0]
     rows = {}
@@ -302,6 +326,7 @@ def per_request_speculation(r):
             d = r.target.engine_sd_totals(k).minus(before)
         else:
             out = r.target.generate([prompt], params)
+            from lrtune.backends.base import SDCounters
 
             d = out.sd or SDCounters()
         rows[gamma2] = {
@@ -325,6 +350,10 @@ def per_request_speculation(r):
 
 
 def greedy_equality(r):
+    from lrtune.decoder import DecodeConfig, LookaheadDecoder
+    from lrtune.drift import first_difference
+    from lrtune.verifiers import make_verifier
+
     o = r.opts
     r.prompts = _prompts(r, 2)
     base = DecodeConfig(method="target", gamma1=2, gamma2=o.gamma2, max_new_tokens=o.max_new_tokens, max_step_tokens=16)
@@ -350,6 +379,8 @@ def greedy_equality(r):
 
 
 def prompt_scores(r):
+    from lrtune.backends.base import GenParams
+
     prompt, cont = r.prompts[0], r.greedy[0] or r.target.encode_prompt("x", chat=False)
     seq = list(prompt) + list(cont)
     ref = reference_prompt_scores(r.target_dir, seq, len(prompt))
@@ -413,6 +444,8 @@ def reference_prompt_scores(model_dir, prefix: list[int], score_from: int) -> li
 
 
 def timing(r):
+    from lrtune.profiling import ProfileOptions, measure
+
     opts = ProfileOptions(
         gamma1_max=3,
         tokens=r.opts.timing_tokens,
@@ -456,6 +489,8 @@ def shared_vs_plain(r, prompt: list[int], tokens: int = 64, repeats: int = 3) ->
     target-only baseline of every lrtune run) and on a plain vLLM engine of the target with
     vLLM's own defaults (graph kind included: what a user of plain vLLM gets), timed
     alternately, best of ``repeats``; ``ratio`` = shared / plain (vllm_platform rule D)."""
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig
+    from lrtune.profiling import time_alternately
 
     o = r.opts
     plain = VLLMBackend(
@@ -486,6 +521,14 @@ def shared_vs_plain(r, prompt: list[int], tokens: int = 64, repeats: int = 3) ->
 def draft_int8(r):
     """The draft as saved against its W8A8 copy (``--draft-quantization``), timed alternately
     in a child process; the result is what ``--draft-quantization auto`` reads on this machine."""
+    from lrtune.machine import cpu_flags, int8_dot
+    from lrtune.quantize import (
+        check_int8_runs,
+        ensure_w8a8,
+        measure_in_subprocess,
+        quantized_source,
+        record_measurement,
+    )
 
     if r.backend != "vllm":
         return "skip", "int8 drafts need vLLM", {}

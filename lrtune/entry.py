@@ -5,7 +5,6 @@ import."""
 
 from __future__ import annotations
 
-import locale
 import os
 import signal
 import sys
@@ -80,6 +79,7 @@ def ensure_process_settings() -> None:
     """Re-run this command once with :func:`process_plan`'s environment. SIGINT stays
     blocked across the ``exec`` (a signal mask survives it), so a Ctrl-C meanwhile waits for
     the re-run's handler instead of killing an interpreter that is still starting."""
+    import locale
 
     env = process_plan(os.environ, sys.flags.utf8_mode, locale.getpreferredencoding(False), _libc(), _thp_setting())
     if env is None:

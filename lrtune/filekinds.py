@@ -23,7 +23,6 @@ from annotated_types import Ge, Gt, Interval, Len
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_validator
 
 from lrtune.errors import ConfigError
-from lrtune.inputs import read_json
 
 Probability = Annotated[float, Interval(ge=0, le=1)]
 NonNegativeInt = Annotated[int, Ge(0)]
@@ -377,6 +376,7 @@ def check(data: Any, kind: type[FileKind], where: str) -> FileKind:
 def read(path: str | Path, kind: type[FileKind], what: str | None = None) -> dict:
     """The JSON object in ``path``, checked against ``kind``; ConfigError (one line naming the
     file and the field) when it is unreadable, too large, too deep, not UTF-8 or does not fit."""
+    from lrtune.inputs import read_json
 
     what = what or _describe(kind)
     data = read_json(path, what)
@@ -394,6 +394,7 @@ def read_or_none(path: str | Path, kind: type[FileKind]) -> dict | None:
 
 def read_json_object_or_none(path: str | Path) -> dict | None:
     """The JSON object in ``path`` (bounded, UTF-8), or None when it is missing, unreadable or not an object."""
+    from lrtune.inputs import read_json
 
     try:
         data = read_json(path, "file") if Path(path).is_file() else None
@@ -408,6 +409,7 @@ def model_side_config(model_dir: str | Path) -> ModelSideConfig:
     f = Path(model_dir) / "config.json"
     if not f.is_file():
         return ModelSideConfig()
+    from lrtune.inputs import read_json
 
     side = check(read_json(f, "model config"), ModelSideConfig, f"model config {f}")
     tok = Path(model_dir) / "tokenizer_config.json"

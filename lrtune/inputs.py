@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lrtune.errors import ConfigError, os_error_message
 
 MiB = 2**20
@@ -113,6 +111,7 @@ def read_json_object(path: str | Path, what: str, max_bytes: int = MAX_META_BYTE
 def read_yaml_mapping(path: str | Path, what: str = "config file", max_bytes: int = MAX_CONFIG_BYTES) -> dict:
     """A flat ``option: value`` mapping from a YAML (or JSON) file, parsed safely: no Python
     objects (safe loader), no aliases, no key given twice, nesting bounded."""
+    import yaml
 
     text = read_text(path, what, max_bytes)
     where = f"{what} {_short(Path(path))}"
@@ -131,6 +130,8 @@ def read_yaml_mapping(path: str | Path, what: str = "config file", max_bytes: in
 
 
 def _strict_loader(where: str):
+    import yaml
+
     class StrictLoader(yaml.SafeLoader):
         depth = 0
 

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lrtune.errors import ConfigError
-from lrtune.filekinds import model_side_config
 
 ROLES = ("target", "draft", "judge", "plain_target", "int8_timing")
 DEFAULT_CAP = 0.9
@@ -205,6 +204,7 @@ def held_weight_bytes(model_dir: str | Path | None, *, float32: bool) -> int:
     """Bytes of a model's weights as an engine holds them: :func:`weight_bytes`, twice that where
     a 16-bit checkpoint runs in float32 (``float32``: vLLM on a CPU without native bf16, the
     transformers backend on a CPU)."""
+    from lrtune.filekinds import model_side_config
 
     size = weight_bytes(model_dir)
     if size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16"):

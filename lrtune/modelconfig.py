@@ -19,7 +19,6 @@ from lrtune import schema
 from lrtune.configshape import flat_fields, flat_name, nested
 from lrtune.errors import ConfigError, ConfigTypeError
 from lrtune.schema import STRICT, Checked, ContextLength, Fraction, Share, Text
-from lrtune.verifiers import VerifierSpec
 
 if TYPE_CHECKING:
     from lrtune.verifiers import VerifierSpec
@@ -167,6 +166,7 @@ class VerifierConfig(Checked):
         """``spec`` parsed, once per config (:meth:`lrtune.verifiers.VerifierSpec.parse`); every
         consumer reads this typed value. Parsed when first read, since a checkpoint directory it
         names may be written by an earlier stage of the same run."""
+        from lrtune.verifiers import VerifierSpec
 
         return VerifierSpec.parse(self.spec)
 

@@ -9,8 +9,6 @@ import json
 from pathlib import Path
 
 from lrtune.errors import ConfigError, ModelError, os_error_message
-from lrtune.filekinds import model_side_config
-from lrtune.inputs import read_json_object
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
@@ -39,6 +37,7 @@ def validate_model_dir(path: str | Path) -> Path:
             if any(p.glob("*.gguf")):
                 hint = "; GGUF files are not loaded directly, convert them to a Hugging Face directory first"
             raise ModelError(f"not a Hugging Face model directory: {p} is missing {', '.join(missing)}{hint}")
+        from lrtune.filekinds import model_side_config
 
         try:
             model_side_config(p)  # the keys lrtune reads itself, typed (lrtune.filekinds.ModelSideConfig)
@@ -61,6 +60,7 @@ def generation_eos_ids(model_dir: str | Path) -> frozenset[int]:
     f = Path(model_dir) / "generation_config.json"
     if not f.is_file():
         return frozenset()
+    from lrtune.inputs import read_json_object
 
     try:
         ids = read_json_object(f, "generation config").get("eos_token_id")

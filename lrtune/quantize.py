@@ -26,27 +26,9 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-from lrtune.backends.vllm import VLLMBackend, VLLMConfig, gpu_device_bytes, on_cpu_platform
-from lrtune.default_pair import default_cache_dir
 from lrtune.errors import ConfigError
-from lrtune.filekinds import (
-    Int8Marker,
-    Int8Measurement,
-    WeightIndex,
-    model_side_config,
-    read,
-    read_json_object_or_none,
-    read_or_none,
-)
-from lrtune.inputs import read_json_object
-from lrtune.machine import cpu_flags, cpu_model, gpus
-from lrtune.memory import plan_gpu_memory, weight_bytes
-from lrtune.profiling import time_alternately
-from lrtune.runfiles import building_dir, log, write_atomic
 from lrtune.store import sha256
 
 MARKER = "lrtune_w8a8.json"
@@ -98,6 +80,7 @@ def _digest_of(model_dir: Path) -> str:
 
 def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head: bool = False) -> Path:
     """Where the W8A8 copy of ``model_dir`` lives (built or not)."""
+    from lrtune.default_pair import default_cache_dir
 
     src = Path(model_dir).resolve()
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
@@ -107,6 +90,7 @@ def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head
 def _complete(d: Path) -> bool:
     """Whether ``d`` is a finished copy: its marker (:class:`lrtune.filekinds.Int8Marker`) lists
     every weight file of the copy with a matching digest (an empty or partial list proves nothing)."""
+    from lrtune.filekinds import Int8Marker, read_or_none
 
     meta = read_or_none(d / MARKER, Int8Marker)
     weights = {f.name for f in d.glob("*.safetensors")}
@@ -121,6 +105,8 @@ def _complete(d: Path) -> bool:
 def untied_head(model_dir: str | Path) -> bool:
     """Whether the checkpoint stores its own ``lm_head.weight`` (not tied to the embeddings)."""
     from safetensors import safe_open
+
+    from lrtune.filekinds import model_side_config
 
     src = Path(model_dir)
     try:
@@ -155,7 +141,13 @@ def ensure_w8a8(
     if not weights:
         raise ConfigError(f"--draft-quantization int8 needs safetensors weights in {src}")
     if progress:
+        from lrtune.runfiles import log
+
         log(f"lrtune: building a W8A8 (int8) copy of {src.name} into {final} (once)")
+    from lrtune.runfiles import building_dir
+
+    from lrtune.filekinds import WeightIndex, read
+    from lrtune.inputs import read_json_object
 
     with building_dir(final) as tmp:
         quantized = 0
@@ -204,6 +196,8 @@ def ensure_w8a8(
 
 # ---- auto: int8 only where it measured faster here ------------------------------------------
 def _measure_key(model_dir: str | Path, dtype: str) -> str:
+    from lrtune.machine import cpu_flags, cpu_model, gpus
+
     where = json.dumps(
         {"cpu": cpu_model(), "flags": cpu_flags(), "gpus": [g["name"] for g in gpus()], "dtype": dtype}, sort_keys=True
     )
@@ -211,6 +205,8 @@ def _measure_key(model_dir: str | Path, dtype: str) -> str:
 
 
 def measurement_file(cache_dir: str | Path | None = None) -> Path:
+    from lrtune.default_pair import default_cache_dir
+
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return root / "measurements" / MEASURE_FILE
 
@@ -223,12 +219,17 @@ def record_measurement(
     dtype: str = "auto",
 ) -> dict:
     """Record this machine's draft speed with and without int8 (the ``auto`` decision)."""
+    from lrtune.machine import cpu_flags, cpu_model
+    from lrtune.runfiles import write_atomic
 
     path = measurement_file(cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from lrtune.filekinds import read_json_object_or_none
 
     data = read_json_object_or_none(path) if path.is_file() else {}
     if data is None:  # lrtune's own cache file, unreadable or not an object: start it again
+        from lrtune.runfiles import log
+
         log(f"warning: {path} was not a measurement record (a JSON object); it is written anew")
         data = {}
     entry = {
@@ -247,6 +248,7 @@ def record_measurement(
 
 def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, dtype: str = "auto") -> bool | None:
     """Whether int8 measured faster for ``model_dir`` on this machine; None when never measured."""
+    from lrtune.filekinds import Int8Measurement, read_json_object_or_none
 
     data = read_json_object_or_none(measurement_file(cache_dir)) or {}
     entry = data.get(_measure_key(model_dir, dtype))
@@ -268,6 +270,8 @@ def time_drafts(
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
     that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
     GPU each engine takes ``gpu_share`` of it (:func:`timing_share`)."""
+    from lrtune.backends.vllm import VLLMBackend, VLLMConfig, on_cpu_platform
+    from lrtune.profiling import time_alternately
 
     share = None if on_cpu_platform() else (gpu_share or 0.2)
     engines = {
@@ -290,6 +294,8 @@ def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None
     """The GPU share of each of the timing child's two engines (the memory plan's
     ``int8_timing`` role: what ``taken`` by engines already running leaves of ``cap``), or
     None off GPUs; :class:`ConfigError` naming the role when the draft does not fit."""
+    from lrtune.backends.vllm import gpu_device_bytes
+    from lrtune.memory import plan_gpu_memory, weight_bytes
 
     device = gpu_device_bytes()
     if device is None:
@@ -307,6 +313,8 @@ def measure_in_subprocess(
     plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900, gpu_share: float | None = None
 ) -> dict:
     """:func:`time_drafts` in a child process (its engines end with it)."""
+    import subprocess
+    import sys
 
     cmd = [sys.executable, "-m", "lrtune.quantize", plain_dir, int8_dir, dtype, str(gpu_share or "")]
     try:
@@ -337,6 +345,7 @@ def check_int8_runs(backend: str) -> None:
             "--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
             "int8 weights and run no faster)"
         )
+    from lrtune.machine import gpus
 
     for g in gpus():
         major, minor = (int(x) for x in g["capability"].split("."))
@@ -349,6 +358,7 @@ def check_int8_runs(backend: str) -> None:
 
 def quantized_source(model_dir: str | Path) -> str | None:
     """The ``quant_method`` of an already quantized checkpoint, else None."""
+    from lrtune.filekinds import model_side_config
 
     try:
         q = model_side_config(model_dir).quantization_config
@@ -390,6 +400,8 @@ def draft_for_engines(
         return draft_dir, "none"
     q = ensure_w8a8(draft_dir, cache_dir, progress)
     if faster is None:
+        from lrtune.runfiles import log
+
         if progress:
             log("lrtune: --draft-quantization auto: timing the draft and its int8 copy once on this machine")
         speeds = measure_in_subprocess(draft_dir, str(q), dtype, gpu_share=timing_share(draft_dir, gpu_cap))

@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lrtune.runfiles import building_dir
-from lrtune.toymodels import TinyPair, default_cache_root, get_tiny_pair, library_versions
+from lrtune.toymodels import TinyPair, library_versions, default_cache_root, get_tiny_pair
+
 
 # Qwen2.5-Coder-Instruct 1.5B / 0.5B as lrtune's default pair has them (untied embeddings)
 DEFAULT_SHAPES: dict[str, dict[str, Any]] = {
@@ -87,6 +87,7 @@ def build_random_pair(
     if (final / "manifest.json").is_file():
         return TinyPair(final / "target", final / "draft", final / "other_vocab")
     tiny = get_tiny_pair(root=root)
+    from lrtune.runfiles import building_dir
 
     with building_dir(final) as tmp:
         from transformers import AutoTokenizer

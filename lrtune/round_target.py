@@ -8,17 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from lrtune.backends.base import (
-    Backend,
-    GenBatch,
-    Generation,
-    GenParams,
-    SDCounters,
-    add_counters,
-    per_row,
-    row_counters,
-    time_shares,
-)
+from lrtune.backends.base import Backend, GenBatch, Generation, GenParams, SDCounters, add_counters, per_row
+from lrtune.backends.base import row_counters, time_shares
 from lrtune.reuse import joined_step, row_params, whole_draft
 from lrtune.round_draft import Drafted
 from lrtune.round_verify import EarlyJudge, Steps

@@ -7,18 +7,13 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
+import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from lrtune.configshape import flat_dict
 from lrtune.errors import ConfigError
-from lrtune.filekinds import problem
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -83,6 +78,7 @@ def read_json(path: Path) -> dict | None:
 def config_key(sections: dict[str, object], free: tuple[str, ...] = ()) -> dict:
     """``{section: asdict(config)}`` without the ``options`` keys in ``free`` (the ones that
     may change between invocations of one run without changing its results)."""
+    from lrtune.configshape import flat_dict
 
     key = {name: flat_dict(cfg) for name, cfg in sections.items()}
     for k in free:
@@ -206,6 +202,7 @@ def load_jsonl(
     ``text_keys``, and fit one of ``kinds``, :mod:`lrtune.filekinds`); a torn last line (a crash
     mid-append) is dropped with a warning and the file rewritten without it, so appending can
     continue; any other bad line is a ConfigError naming the file, line and field."""
+    import warnings
 
     if not path.is_file():
         return []
@@ -241,6 +238,9 @@ def load_jsonl(
 
 def _fits_a_kind(rec: dict, kinds: tuple, where: str) -> None:
     """ConfigError ``<where> (<field>: <problem>)`` unless ``rec`` fits one of ``kinds`` (the first one's problem)."""
+    from pydantic import ValidationError
+
+    from lrtune.filekinds import problem
 
     first = None
     for kind in kinds:

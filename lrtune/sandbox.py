@@ -32,7 +32,6 @@ the Python guard, the limits and ``unshare -rn`` only, which is not isolation.
 from __future__ import annotations
 
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -271,6 +270,8 @@ def _read(path: Path) -> str:
 
 def _limits(timeout_s: float, memory_mb: int, nproc: int | None, cgroup: _PidsCgroup | None):
     def apply() -> None:  # runs in the child between fork and exec
+        import resource
+
         os.setsid()
         if cgroup is not None:
             cgroup.join()

@@ -25,7 +25,6 @@ from typing import Annotated, Any
 from annotated_types import Ge, Gt, Interval
 from pydantic import ConfigDict, StringConstraints, TypeAdapter, ValidationError
 
-from lrtune.configshape import nested
 from lrtune.errors import ConfigError
 
 # on every config class: ``__pydantic_config__ = STRICT``
@@ -57,6 +56,7 @@ def flag_name(f: dataclasses.Field, prefix: str = "") -> str:
 
 def _flag_at(cls: type, loc: list[str]) -> str:
     """The flag of the option at ``loc`` (a field, or a sub-config's field) of ``cls``."""
+    from lrtune.configshape import nested
 
     prefix = ""
     for i, part in enumerate(loc):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lrtune.speedup import BatchCost, as_rng, b_at, check_alpha, check_c, check_int, g, geom_sum, sample_leading_accepts
+from lrtune.speedup import BatchCost, b_at, check_alpha, check_c, check_int, geom_sum, sample_leading_accepts, as_rng
 from lrtune.speedup_async import async_verify_times
 
 __all__ = ["simulate_sync", "simulate_sd", "simulate_combined", "simulate_async", "simulate_score"]
@@ -168,6 +168,8 @@ def simulate_priced(
             alpha1, pricing.c1, gamma1, alpha2, pricing.c2, gamma2, rounds, rng, batch_cost=pricing.batch_for(gamma2)
         )
     if kind == "score":
+        from lrtune.speedup import g
+
         step = 1.0 / g(alpha2, pricing.c2, gamma2, pricing.engine_drafts or None) if gamma2 else 1.0
         return simulate_score(alpha1, pricing.c1, pricing.score_prefill(gamma1), gamma1, step, rounds=rounds, rng=rng)
     raise ValueError(f"round kind must be lr or score, got {kind!r}")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lrtune.errors import ConfigError
-from lrtune.speedup import check_alpha, check_c, check_int, g, geom_sum
+from lrtune.speedup import check_alpha, check_c, check_int, geom_sum, g
 
 __all__ = ["S1", "S2", "S2_paper", "speedup_async", "h_async", "async_event_sim", "async_verify_times"]
 

@@ -26,12 +26,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import warnings
 from pathlib import Path
 
 from lrtune.errors import ConfigError
-from lrtune.filekinds import Manifest, check
 from lrtune.inputs import parse_json
 from lrtune.runfiles import write_atomic
 
@@ -71,6 +69,7 @@ class ShardStore:
         place; a reader leaves them where they lie and reads them there (reading never writes)."""
         if not self.manifest_path.is_file():
             return {}
+        from lrtune.filekinds import Manifest, check
 
         try:  # a part file of its own kind in this dataset, nothing else (lrtune.filekinds.Manifest)
             data = parse_json(self.manifest_path.read_bytes().decode("utf-8"), str(self.manifest_path))
@@ -176,6 +175,8 @@ def _fault_point(name: str, problem_number: int) -> None:
     process right after the pairs file of the second problem is written."""
     spec = os.environ.get("LRTUNE_FAULT")
     if spec and spec == f"{name}:{problem_number}":
+        import signal
+
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -33,7 +33,6 @@ the directory is built in a temporary sibling and renamed into place.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import hashlib
 import json
@@ -45,8 +44,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
-
-from filelock import FileLock
 
 BUILDER_VERSION = 1
 DELIMITER = "\n\n"
@@ -344,6 +341,7 @@ def _perturbed_copy(model, sigma: float, seed: int):
     tunable share of steps (sigma 0.1 -> ~60%, 0.2 -> ~35% of greedy steps).
     Norm weights are left as they are.
     """
+    import copy
 
     import torch
 
@@ -359,6 +357,7 @@ def _perturbed_copy(model, sigma: float, seed: int):
 def _save_model(model, tok, out: Path, dtype: str, eos_id: int) -> None:
     import torch
     from transformers import GenerationConfig
+
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # quiet logs: no "Writing model shards" bar per model
@@ -567,6 +566,7 @@ def default_cache_root() -> Path:
 
 def get_tiny_pair(*, dtype: str = "float32", root: Path | None = None) -> TinyPair:
     """The cached tiny pair (built on first use, under a file lock)."""
+    from filelock import FileLock
 
     root = Path(root) if root is not None else default_cache_root()
     final = root / cache_key(dtype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from lrtune.control import Bounds
 from lrtune.errors import ConfigError
+
 from lrtune.policies.bandit import BanditController
 from lrtune.policies.fixed import FixedController
 from lrtune.policies.grid_ucb import GridUCBController

@@ -27,11 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lrtune.batchcost import read_profile_json
 from lrtune.control import Bounds
 from lrtune.pricing import Pricing
-from lrtune.verifiers import VerifierSpec
-from lrtune.verifiers.distilled import read_meta
 
 # a step-level round must be modelled this much faster than SD before auto lets a controller
 # explore it (the bar of benchmarks/score_rounds/score_bound.json: alpha1 for 1.10x SD)
@@ -137,12 +134,14 @@ def choose(
 def accuracy_promise(verifier) -> str | None:
     """The accuracy bound ``verifier`` (a parsed spec or a built verifier) states before the run,
     as one clause; None when it states none (module docstring, rule 2)."""
+    from lrtune.verifiers import VerifierSpec
 
     kind = verifier.kind if isinstance(verifier, VerifierSpec) else getattr(verifier, "name", "")
     if kind in ("exact", "never"):
         return "lossless (identical steps only)" if kind == "exact" else "lossless (no draft step accepted)"
     if not isinstance(verifier, VerifierSpec) or kind != "checkpoint" or verifier.threshold is not None:
         return None
+    from lrtune.verifiers.distilled import read_meta
 
     meta = read_meta(verifier.path)
     budget = meta.get("accuracy_budget") or {}
@@ -161,6 +160,7 @@ def measured_sd(profile: str | None) -> tuple[float | None, float | None]:
     """(SD speedup, α2) the ``lrtune profile`` JSON at ``profile`` measured; (None, None) without one."""
     if not profile:
         return None, None
+    from lrtune.batchcost import read_profile_json
 
     sd = read_profile_json(profile).get("sd") or {}
     speed, a2 = sd.get("speedup"), sd.get("alpha2")

@@ -73,15 +73,11 @@ from __future__ import annotations
 
 import math
 import random
-import warnings
-from dataclasses import replace
 
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
-from lrtune.decodeconfig import LEGACY_REMOVED_IN
 from lrtune.errors import ConfigError
-from lrtune.policies.measured import MeasuredRates
-from lrtune.policies.measured import beta_quantile as _beta_quantile
 from lrtune.pricing import ROUND_KINDS, Prefill, Pricing
+from lrtune.policies.measured import MeasuredRates, beta_quantile as _beta_quantile
 
 _LEGACY_PRICES = ("c1", "c2", "batch_cost", "prefill")
 ALPHA1_Q = 0.8  # the guard prices LR at this quantile of the run's α1
@@ -423,6 +419,10 @@ def _legacy_pricing(pricing: Pricing | None, legacy: dict) -> Pricing:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
     if not legacy:
         return pricing or Pricing()
+    import warnings
+    from dataclasses import replace
+
+    from lrtune.decodeconfig import LEGACY_REMOVED_IN
 
     warnings.warn(
         f"{', '.join(sorted(legacy))}= on a controller is deprecated and will be removed in "

@@ -19,20 +19,16 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lrtune.control import Bounds, ProblemInfo
 from lrtune.errors import ConfigError
-from lrtune.filekinds import ControllerMeta, read
-from lrtune.policies.alpha_predictor import AlphaPredictor
+
 from lrtune.policies.bandit import BanditController
 from lrtune.pricing import Pricing
-from lrtune.runfiles import write_atomic
-from lrtune.speedup import f_sync, longest_step_batch_cost
-from lrtune.verifiers.distilled import PICKLE_SUFFIXES, resolve_encoder
-from lrtune.verifiers.embedding import EmbeddingVerifier
 
 META = "lrtune_controller.json"
 FORMAT = "lrtune-controller"
@@ -47,6 +43,8 @@ def __getattr__(name: str):
     """``learned.AlphaPredictor`` on first use: scikit-learn (about 0.9 s) is imported when a
     model is fitted or loaded, not by every command that reads this module's constants."""
     if name == "AlphaPredictor":
+        from lrtune.policies.alpha_predictor import AlphaPredictor
+
         return AlphaPredictor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -63,6 +61,9 @@ class ProblemFeaturizer:
         if self.encoder is None:
             return np.zeros((len(texts), 0))
         if self._enc is None:
+            from lrtune.verifiers.distilled import resolve_encoder
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
             self._enc = EmbeddingVerifier(model=resolve_encoder(self.encoder))
         return self._enc.embed(texts).numpy()
 
@@ -139,6 +140,7 @@ def save(
     data: dict,
 ) -> Path:
     """Write a controller directory (``lrtune_controller.json`` + README)."""
+    from lrtune.runfiles import write_atomic
 
     out = Path(path).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -168,12 +170,14 @@ def read_meta(path: str | Path) -> dict:
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ConfigError(f"controller not found: {path}")
+    from lrtune.verifiers.distilled import PICKLE_SUFFIXES
 
     if any(p.suffix.lower() in PICKLE_SUFFIXES for p in root.rglob("*")):
         raise ConfigError(f"refusing to load {path}: it holds pickle-capable files; controllers are JSON only")
     f = root / META
     if not f.is_file():
         raise ConfigError(f"{path} is not an lrtune controller (no {META})")
+    from lrtune.filekinds import ControllerMeta, read
 
     return read(f, ControllerMeta, "controller metadata")
 
@@ -181,6 +185,7 @@ def read_meta(path: str | Path) -> dict:
 def priced_batch_cost(prof: dict):
     """A profile's b(n), priced by the longest of n steps where its ``step_tokens`` (the
     collected target step lengths) are known (:func:`lrtune.speedup.longest_step_batch_cost`)."""
+    from lrtune.speedup import longest_step_batch_cost
 
     steps = prof.get("step_tokens")
     return longest_step_batch_cost(prof.get("batch_cost"), steps) if steps else prof.get("batch_cost")
@@ -206,6 +211,8 @@ def load(
     """A :class:`LearnedController` from a directory written by :func:`save`, priced by ``pricing``
     (the run's plan) with the machine costs it was trained with; ConfigError (one line) when its
     metadata is incomplete or mistyped."""
+    from lrtune.policies.alpha_predictor import AlphaPredictor
+    from lrtune.speedup import f_sync
 
     meta = read_meta(path)
     try:

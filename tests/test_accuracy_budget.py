@@ -47,10 +47,10 @@ def test_a_ladder_must_run_strict_to_permissive_within_0_and_1(text):
 
 def test_a_real_ladder_on_the_tiny_pair_certifies_the_strict_end_and_resumes_without_decoding(tmp_path):
     pytest.importorskip("vllm")
+    from tests.tiny_models import get_tiny_pair, sample_questions
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.train.recalibrate import CalibrateConfig, run
-    from tests.tiny_models import get_tiny_pair, sample_questions
 
     data = tmp_path / "problems.jsonl"
     data.write_text(
@@ -93,9 +93,8 @@ def test_a_real_ladder_on_the_tiny_pair_certifies_the_strict_end_and_resumes_wit
 
 
 def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_says_so(tmp_path, monkeypatch):
-    from lrtune.train import recalibrate
-    from lrtune.train.verifier import TrainVerifierConfig
-    from lrtune.train.verifier import run as train
+    from lrtune.train import accuracy_budget, recalibrate
+    from lrtune.train.verifier import TrainVerifierConfig, run as train
     from lrtune.verifiers import distilled
     from tests.test_train_verifier import _synthetic_rows, write_pairs
 
@@ -148,8 +147,8 @@ def test_a_checkpoint_gets_the_chosen_threshold_and_its_evidence_and_its_card_sa
         verifier = None
 
     monkeypatch.setattr("lrtune.decoding.Decoder.from_configs", lambda *a, **k: Dec())
-    monkeypatch.setattr(recalibrate, "check_configs", lambda *a, **k: None)
-    monkeypatch.setattr(recalibrate, "run_ladder", lambda *a, **k: dict(evidence))
+    monkeypatch.setattr("lrtune.build.check_configs", lambda *a, **k: None)
+    monkeypatch.setattr(accuracy_budget, "run_ladder", lambda *a, **k: dict(evidence))
     before = distilled.read_meta(tmp_path / "ckpt")
     got = recalibrate.run(
         recalibrate.CalibrateConfig(

@@ -6,12 +6,12 @@ where it enters, and the decoder keeps working afterwards."""
 import math
 
 import pytest
-from tiny_models import get_tiny_pair, sample_questions
 
 from lrtune import Decoder
 from lrtune.control import Bounds, checked_choice
 from lrtune.errors import ConfigError, ConfigTypeError, LrtuneError
 from lrtune.verifiers.base import accept, checked_scores, checked_threshold
+from tiny_models import get_tiny_pair, sample_questions
 
 
 @pytest.fixture(scope="module")

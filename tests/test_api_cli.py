@@ -8,9 +8,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tiny_models import get_tiny_pair, sample_questions, tiny_decoder  # noqa: E402
-
 from lrtune.errors import ConfigError  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions, tiny_decoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")

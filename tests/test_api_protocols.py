@@ -6,8 +6,8 @@ refused in one line before any decode."""
 from __future__ import annotations
 
 import pytest
-from fake_backend import FakeBackend, chain
 
+from fake_backend import FakeBackend, chain
 from lrtune.api import Decoder, ModelConfig, Outputs, build_controller
 from lrtune.control import Bounds, checked_controller
 from lrtune.decoder import DecodeConfig, LookaheadDecoder

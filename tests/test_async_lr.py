@@ -1,8 +1,8 @@
 """Async (pipelined) LR: correct commits under randomised completion order."""
 
 import pytest
-from fake_backend import FakeBackend, SlowFakeBackend, chain
 
+from fake_backend import FakeBackend, SlowFakeBackend, chain
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.verifiers import make_verifier

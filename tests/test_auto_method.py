@@ -8,9 +8,9 @@ import json
 import pytest
 
 from lrtune.control import Bounds
-from lrtune.policies.auto import MIN_GAIN, accuracy_promise, best_sd, best_step_round, choose, measured_sd
 from lrtune.pricing import Pricing
 from lrtune.verifiers import check_verifier_spec as parse_verifier_spec
+from lrtune.policies.auto import MIN_GAIN, accuracy_promise, best_sd, best_step_round, choose, measured_sd
 
 # this CPU's profile (benchmarks/demo/default/profile.json, rounded) and a GPU-like one
 CPU = Pricing(c1=0.35, c2=0.39, batch_cost=[1.0, 1.22, 1.01, 1.06, 1.11, 1.18, 1.39], engine_drafts=4)
@@ -101,11 +101,11 @@ def test_the_profiles_measured_sd_is_read_and_a_malformed_one_ignored(tmp_path):
 
 
 def test_evaluate_resolves_an_auto_row_before_any_model_loads_under_its_own_label(tmp_path, monkeypatch):
-    import lrtune.backends.vllm as vllm_backend
     from lrtune.eval.config import EvalConfig, EvalOptions
     from lrtune.eval.loops import resolve_auto, run_pricing
     from lrtune.eval.methods import parse_methods
     from lrtune.modelconfig import ModelConfig
+    import lrtune.backends.vllm as vllm_backend
 
     monkeypatch.setattr(vllm_backend.VLLMBackend, "_make_engine", lambda *a: pytest.fail("an engine started"))
     cfg = EvalConfig(

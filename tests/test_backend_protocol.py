@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from fake_backend import FakeBackend
 
+from fake_backend import FakeBackend
 from lrtune.backends.base import Backend
 from lrtune.backends.hf import HFBackend
 

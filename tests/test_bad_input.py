@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from tiny_models import get_tiny_pair, sample_questions
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -11,14 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lrtune.errors import ConfigError
 from lrtune.outdir import OWNER
-from lrtune.policies import learned
-from lrtune.train.data import PairExample, fingerprint
+
+from lrtune.errors import ConfigError
 from lrtune.verifiers import distilled
 from lrtune.verifiers.base import DraftScores, StepPair
+from lrtune.policies import learned
 from tests.test_learned_controller import _collect_dir, _controller
 from tests.test_train_verifier import _cfg, _synthetic_rows, write_pairs
+from lrtune.train.data import PairExample, fingerprint
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -366,8 +367,8 @@ def test_changing_only_a_likelihood_column_retrains(tmp_path, capsys):
 
 # ---- train verifier: --drop-features leaving nothing (defect 7) -------------------------------
 def test_dropping_every_feature_is_refused_before_out_is_touched(tmp_path):
-    from lrtune.train.verifier import run
     from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
+    from lrtune.train.verifier import run
 
     data = write_pairs(tmp_path / "d", _synthetic_rows())
     with pytest.raises(ConfigError, match="names every feature"):
@@ -438,8 +439,8 @@ def test_an_unusable_resume_state_is_a_one_line_error_saying_to_delete_it(tmp_pa
 
 # ---- lrtune profile --out and write_atomic (defect 11) ----------------------------------------
 def test_profile_refuses_an_out_directory_before_loading_any_model(tmp_path, monkeypatch):
-    from lrtune.api import Decoder, ModelConfig
     from lrtune.eval.profile import ProfileOptions, run
+    from lrtune.api import Decoder, ModelConfig
 
     def loaded(*a, **k):
         raise AssertionError("models were loaded")

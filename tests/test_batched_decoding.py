@@ -8,8 +8,8 @@ engines and on the transformers backend with the tiny float32 pair.
 from __future__ import annotations
 
 import pytest
-from fake_backend import FakeBackend, chain
 
+from fake_backend import FakeBackend, chain
 from lrtune.backends.base import SDCounters, split_counters, split_counts
 from lrtune.control import Bounds
 from lrtune.decoder import DecodeConfig, LookaheadDecoder

@@ -54,9 +54,8 @@ def test_calibration_over_single_pairs_is_the_exact_binomial_bound_over_pairs(he
 def test_a_checkpoint_is_recalibrated_in_place_keeping_its_previous_calibration(heldout, tmp_path):
     import shutil
 
-    from lrtune.train.verifier import TrainVerifierConfig
-    from lrtune.train.verifier import run as train
     from lrtune.verifiers import distilled
+    from lrtune.train.verifier import TrainVerifierConfig, run as train
 
     data = write_pairs(tmp_path / "train", _synthetic_rows())
     train(

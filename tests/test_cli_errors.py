@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tiny_models import get_tiny_pair
 
 

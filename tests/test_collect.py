@@ -11,15 +11,14 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
-
-from benchmarks.kill_trial import kill_after_files, rows_multiset, visible_parts_are_committed  # noqa: E402
-from lrtune.api import ModelConfig  # noqa: E402
 from lrtune.data_gen.collect import CollectConfig, collect_options, run  # noqa: E402
 from lrtune.dataset import load_tables, merge, summarize_pairs  # noqa: E402
+from lrtune.pairstats import auroc  # noqa: E402
+from lrtune.api import ModelConfig  # noqa: E402
 from lrtune.decoder import DecodeConfig  # noqa: E402
 from lrtune.errors import ConfigError  # noqa: E402
-from lrtune.pairstats import auroc  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
+from benchmarks.kill_trial import kill_after_files, rows_multiset, visible_parts_are_committed  # noqa: E402
 
 KEY = ("problem_id", "round", "position", "branch")
 

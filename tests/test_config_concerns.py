@@ -74,8 +74,8 @@ def test_the_gpu_memory_plan_takes_the_engine_concern_alone(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(vllm, "gpu_device_bytes", lambda: 80 * 2**30)
-    monkeypatch.setattr(vllm, "weight_bytes", lambda path: 2**30 if path else 0)
-    monkeypatch.setattr(vllm, "plan_gpu_memory", lambda sizes, **kw: seen.update(kw) or "plan")
+    monkeypatch.setattr("lrtune.memory.weight_bytes", lambda path: 2**30 if path else 0)
+    monkeypatch.setattr("lrtune.memory.plan_gpu_memory", lambda sizes, **kw: seen.update(kw) or "plan")
     engine = EngineConfig(tensor_parallel_size=2, gpu=GpuMemoryConfig(utilization=0.8, draft_share=0.1))
     assert vllm.gpu_memory_plan(engine, {"target": "/t", "draft": "/d"}, None) == "plan"
     assert seen["cap"] == 0.8 and seen["fixed"]["draft"] == 0.1 and seen["tensor_parallel_size"] == 2
@@ -86,7 +86,6 @@ def test_every_name_the_package_lists_imports_from_it():
 
     for name in lrtune.__all__:
         assert getattr(lrtune, name) is not None, name
-    from lrtune import EngineConfig as E  # noqa: F401
-    from lrtune import ModelConfig as M
+    from lrtune import EngineConfig as E, ModelConfig as M, Pricing as P  # noqa: F401
 
     assert M is ModelConfig and E is EngineConfig

@@ -4,8 +4,8 @@ EOS ids, γ1 = 0 step lengths, target-call counts and async LR's inputs."""
 from dataclasses import replace
 
 import pytest
-from fake_backend import DELIM, EOS, FakeBackend, SlowFakeBackend, V, chain
 
+from fake_backend import DELIM, EOS, V, FakeBackend, SlowFakeBackend, chain
 from lrtune.control import Bounds, ProblemInfo
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
@@ -249,8 +249,8 @@ def test_async_lr_refuses_round_records_and_a_controller():
 
 def test_collect_refuses_async_lr_before_loading_any_model(tmp_path):
     pytest.importorskip("pyarrow")
-    from lrtune.api import ModelConfig
     from lrtune.data_gen.collect import CollectConfig, CollectOptions, run  # noqa: F401
+    from lrtune.api import ModelConfig
 
     opts = CollectOptions(task="custom", data=str(tmp_path / "none.jsonl"), out=str(tmp_path / "o"), progress=False)
     cfg = CollectConfig(

@@ -7,11 +7,11 @@ import math
 from dataclasses import replace
 
 import pytest
-from fake_backend import EOS, FakeBackend, chain
 
+from fake_backend import EOS, FakeBackend, chain
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
-from lrtune.errors import ConfigError
 from lrtune.round_draft import DRAFT_TOP_K
+from lrtune.errors import ConfigError
 from lrtune.rounds import step_params
 from lrtune.verifiers import make_verifier
 from lrtune.verifiers.simple import RandomVerifier

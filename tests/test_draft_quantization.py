@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lrtune import quantize
-from lrtune.api import DecodeConfig, Decoder, ModelConfig, check_configs
+from lrtune.api import Decoder, DecodeConfig, ModelConfig, check_configs
 from lrtune.errors import ConfigError
 from lrtune.toymodels import get_tiny_pair
 

@@ -5,14 +5,14 @@ the real-engine versions are in test_hf_backend.py and test_vllm_backend.py."""
 from dataclasses import replace
 
 import pytest
-from fake_backend import FakeBackend, chain
-from test_decoder_orchestration import PROMPTS, SEEDS, ByContent, target_only
 
+from fake_backend import FakeBackend, chain
 from lrtune.backends.base import Generation, GenParams
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.reuse import joined_step, matched_tokens, row_params, split_scores
 from lrtune.verifiers import make_verifier
+from test_decoder_orchestration import PROMPTS, SEEDS, ByContent, target_only
 
 
 def mixed_draft(seed: int, every: int = 4) -> FakeBackend:

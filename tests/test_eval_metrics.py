@@ -5,9 +5,10 @@ import math
 import pytest
 
 from lrtune.decoder import DecodeConfig
-from lrtune.errors import ConfigError
+
 from lrtune.eval import metrics
 from lrtune.eval.evaluate import parse_methods, parse_sweep
+from lrtune.errors import ConfigError
 from lrtune.stats import DecodeStats
 
 

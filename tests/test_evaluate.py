@@ -8,14 +8,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
-
-from lrtune.api import ModelConfig  # noqa: E402
-from lrtune.control import method_for_depths  # noqa: E402
-from lrtune.decoder import DecodeConfig  # noqa: E402
-from lrtune.errors import ConfigError  # noqa: E402
 from lrtune.eval import metrics  # noqa: E402
 from lrtune.eval.evaluate import EvalConfig, EvalOptions, load_records, run  # noqa: E402
+from lrtune.control import method_for_depths  # noqa: E402
+from lrtune.api import ModelConfig  # noqa: E402
+from lrtune.decoder import DecodeConfig  # noqa: E402
+from lrtune.errors import ConfigError  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
 
 RECORD_KEYS = {
     "problem",

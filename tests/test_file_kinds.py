@@ -10,8 +10,8 @@ import pytest
 from lrtune import default_pair, filekinds, quantize
 from lrtune.errors import ConfigError, ModelError
 from lrtune.filekinds import ControllerMeta, Int8Marker, OwnerFile, VerifierMeta
-from lrtune.policies import learned
 from lrtune.verifiers import distilled
+from lrtune.policies import learned
 
 SECRET = "sk-LRTUNE-TEST-SECRET-0042"
 

@@ -96,9 +96,9 @@ def test_vllm_reads_lrtunes_graph_kind_as_piecewise():
 def test_an_engine_on_a_cuda_stub_gets_piecewise_graphs_the_mapped_vocab_and_its_planned_share(monkeypatch, tmp_path):
     """Orchestration only: which arguments ``VLLMBackend`` hands ``vllm.LLM`` on a GPU."""
     import vllm
-    from tiny_models import get_tiny_pair
 
     import lrtune.backends.vllm as vb
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     seen = []
@@ -140,8 +140,9 @@ def padded_target(tmp_path: Path, extra: int = 64) -> Path:
     """The tiny target with ``extra`` padding rows in its embedding and head (its tokenizer
     unchanged): the shape of R1-Distill-Qwen-32B beside its 1.5B."""
     import torch
-    from tiny_models import get_tiny_pair
     from transformers import AutoModelForCausalLM
+
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     out = tmp_path / "padded_target"
@@ -156,11 +157,10 @@ def padded_target(tmp_path: Path, extra: int = 64) -> Path:
 
 @requires_vllm
 def test_a_pair_with_padded_vocab_sizes_decodes_sd_losslessly_on_vllm(tmp_path):
-    from tiny_models import get_tiny_pair
-
     import lrtune.backends.vllm as vb
     from lrtune.backends.base import GenParams
     from lrtune.models import needs_heterogeneous_vocab
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     target = padded_target(tmp_path)
@@ -185,10 +185,9 @@ def test_a_pair_with_padded_vocab_sizes_decodes_sd_losslessly_on_vllm(tmp_path):
 
 
 def test_a_pair_with_padded_vocab_sizes_decodes_sd_losslessly_on_transformers(tmp_path):
-    from tiny_models import get_tiny_pair
-
     from lrtune.backends.base import GenParams
     from lrtune.backends.hf import HFBackend, HFConfig
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     cfg = HFConfig(device="cpu", dtype="float32", seed=0)
@@ -231,11 +230,10 @@ def test_each_engine_of_a_role_gets_its_own_share_and_the_refusal_names_the_role
 
 @requires_vllm
 def test_check_configs_plans_every_target_engine_an_ngram_run_starts(monkeypatch):
-    from tiny_models import get_tiny_pair
-
     import lrtune.backends.vllm as vb
     from lrtune.api import ModelConfig, check_configs
     from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     monkeypatch.setattr(vb, "gpu_device_bytes", lambda: 80 * GiB)
@@ -254,9 +252,8 @@ def test_check_configs_plans_every_target_engine_an_ngram_run_starts(monkeypatch
 
 @requires_vllm
 def test_a_backend_refuses_an_engine_its_memory_plan_does_not_hold():
-    from tiny_models import get_tiny_pair
-
     import lrtune.backends.vllm as vb
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     b = vb.VLLMBackend(str(pair.target), vb.VLLMConfig(max_engines=1, spec_method="ngram"), name="target")
@@ -313,11 +310,10 @@ def test_a_doctor_check_that_hits_a_known_vllm_failure_names_its_cause():
 def test_the_doctor_times_the_shared_engines_baseline_against_a_plain_vllm_engine():
     """Rule D's check, run for real on the tiny pair: a γ2 = 0 call on the shared SD engine and a
     plain engine with vLLM's defaults, both timed; the ratio is what the doctor reports."""
-    from tiny_models import get_tiny_pair
-
     import lrtune.backends.vllm as vb
     from lrtune.doctor import DoctorOptions
     from lrtune.doctor_checks import shared_vs_plain
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     opts = DoctorOptions(dtype="float32", kv_cache_gib=0.1)
@@ -377,11 +373,10 @@ def test_evaluate_counts_controllers_only_where_no_shared_engine_caps_them(tmp_p
 @requires_vllm
 def test_the_decoder_hands_each_backend_its_planned_share_and_engine_count(monkeypatch):
     """Orchestration on a GPU stub: nothing starts (engines start lazily), only the configs are read."""
-    from tiny_models import get_tiny_pair
-
     import lrtune.backends.vllm as vb
     from lrtune.api import Decoder, ModelConfig
     from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     monkeypatch.setattr(vb, "gpu_device_bytes", lambda: 80 * GiB)

@@ -4,12 +4,12 @@ import json
 
 import pytest
 import torch
-from tiny_models import get_tiny_pair, sample_questions
 
 from lrtune.backends.base import GenParams
 from lrtune.backends.hf import HFBackend
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.verifiers import StepPair, make_verifier
+from tiny_models import get_tiny_pair, sample_questions
 
 MAX_NEW = 96
 
@@ -192,10 +192,9 @@ def test_judge_model_loads_a_separate_judge_backend():
 
 
 def test_profile_measures_c_and_a_normalised_batch_cost_curve(tmp_path):
-    from tiny_models import get_tiny_pair
-
-    from lrtune.api import ModelConfig
     from lrtune.eval.profile import ProfileOptions, run
+    from lrtune.api import ModelConfig
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
     out = tmp_path / "profile.json"

@@ -210,7 +210,7 @@ def test_llm_judge_drops_worked_examples_that_do_not_fit_the_engine_context():
 def test_the_judge_model_judges_whatever_the_spec_carries_a_threshold_or_a_form(spec, monkeypatch):
     from lrtune import api
 
-    monkeypatch.setattr("lrtune.build.resolve_model", lambda name, role, **kw: f"/models/{name}")
+    monkeypatch.setattr("lrtune.models.resolve_model", lambda name, role, **kw: f"/models/{name}")
     models = api.ModelConfig(verifier=spec, judge_model="X")
     assert api.judge_path(models, None, progress=False) == "/models/X"
     assert api.judge_path(api.ModelConfig(verifier="embedding@0.9", judge_model="X"), None, progress=False) is None

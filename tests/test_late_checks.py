@@ -97,9 +97,8 @@ def test_profile_reads_a_file_tasks_problems_before_any_model_loads(tmp_path):
 def test_the_pipeline_hands_a_file_tasks_data_to_its_profile_stage(tmp_path, monkeypatch):
     import json
 
-    from tiny_models import get_tiny_pair
-
     from lrtune import pipeline
+    from tiny_models import get_tiny_pair
 
     data = tmp_path / "problems.jsonl"
     data.write_text(
@@ -152,10 +151,9 @@ def test_collect_refuses_a_record_setting_it_would_silently_replace(tmp_path):
 
 
 def test_profile_refuses_a_prefill_chain_that_cannot_fit_the_context_before_any_model_loads(tmp_path, monkeypatch):
-    from tiny_models import get_tiny_pair
-
     from lrtune.eval import profile
     from lrtune.profiling import ProfileOptions
+    from tiny_models import get_tiny_pair
 
     pair = get_tiny_pair()
 

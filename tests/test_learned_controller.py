@@ -10,9 +10,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from lrtune.control import Bounds, ControlState, ProblemInfo
 from lrtune.errors import ConfigError
+from lrtune.speedup import best_gammas
 from lrtune.policies import learned
 from lrtune.policies.learned import AlphaPredictor, LearnedController, ProblemFeaturizer
-from lrtune.speedup import best_gammas
 
 
 @parametrize_with_checks([AlphaPredictor(), AlphaPredictor(alpha=0.0)])

@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 
-from tiny_models import get_tiny_pair
-
 from lrtune.entry import needs_utf8_mode
+from tiny_models import get_tiny_pair
 
 
 def test_only_a_non_utf8_locale_asks_for_utf8_mode():

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tiny_models import get_tiny_pair
-
 from benchmarks.longest_step_pricing import target_step_lengths
+from tiny_models import get_tiny_pair
 
 
 def test_step_lengths_are_the_target_answers_steps_capped_like_the_decoder():

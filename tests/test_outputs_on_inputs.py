@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from tiny_models import get_tiny_pair
 
 from lrtune.errors import ConfigError
-from lrtune.outdir import check_out, json_out_file
+from lrtune.outdir import check_out
+from lrtune.outdir import json_out_file
+from tiny_models import get_tiny_pair
 
 
 def snapshot(root):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tiny_models import get_tiny_pair
 
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lrtune.pricing import Prefill, Pricing
 from lrtune.backends.base import SDCounters
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome, method_for_depths
 from lrtune.errors import ConfigError
-from lrtune.policies import BanditController, FixedController, HeuristicController, make_controller
-from lrtune.pricing import Prefill, Pricing
 from lrtune.speedup import h
+from lrtune.policies import BanditController, FixedController, HeuristicController, make_controller
 
 P = ProblemInfo(id="p0", text="q")
 
@@ -128,10 +128,9 @@ def test_bandit_converges_to_the_best_arm_of_a_bernoulli_process(a1, a2, mode):
 
 
 def test_decoder_asks_the_controller_every_round_and_reports_each_round():
-    from fake_backend import FakeBackend, chain
-
     from lrtune.decoder import DecodeConfig, LookaheadDecoder
     from lrtune.verifiers import make_verifier
+    from fake_backend import FakeBackend, chain
 
     class Recorder:
         bounds = Bounds(gamma1_max=4, gamma2_max=0, M=0)
@@ -168,10 +167,9 @@ def test_decoder_asks_the_controller_every_round_and_reports_each_round():
 
 
 def test_a_controller_outside_its_bounds_is_an_error():
-    from fake_backend import FakeBackend, chain
-
     from lrtune.decoder import DecodeConfig, LookaheadDecoder
     from lrtune.verifiers import make_verifier
+    from fake_backend import FakeBackend, chain
 
     class Bad:
         bounds = Bounds(gamma1_max=2, gamma2_max=0, M=0)
@@ -196,10 +194,9 @@ def test_a_controller_outside_its_bounds_is_an_error():
 def test_a_gamma1_zero_round_runs_the_target_uninterrupted_to_the_controllers_horizon(horizon):
     """γ1 = 0 decodes like SD: one target call per decision point (the horizon, or the whole
     answer), committed step by step, with the target's greedy output."""
-    from fake_backend import FakeBackend, chain
-
     from lrtune.decoder import DecodeConfig, LookaheadDecoder
     from lrtune.verifiers import make_verifier
+    from fake_backend import FakeBackend, chain
 
     class SDOnly:
         bounds = Bounds(gamma1_max=2, gamma2_max=4, M=8)

@@ -8,15 +8,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from lrtune.pricing import Pricing
 from lrtune.api import build_controller
 from lrtune.control import Bounds, ControlState, ProblemInfo, RoundOutcome
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError
-from lrtune.policies.bandit import BanditController
-from lrtune.policies.grid_ucb import GridUCBController
-from lrtune.pricing import Pricing
 from lrtune.speedup import best_gammas, f_sync, g, h
 from lrtune.speedup_async import S1, h_async, speedup_async
+from lrtune.policies.bandit import BanditController
+from lrtune.policies.grid_ucb import GridUCBController
 
 C1, C2 = 0.338, 0.220  # benchmarks/engine_costs/profile_sd.json
 ENGINE = Bounds(gamma1_min=0, gamma1_max=6, gamma2_min=0, gamma2_max=4, M=24.0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_backend import EOS, FakeBackend, chain
 
 from lrtune.data_gen.rollout import RolloutItem, parse_teacher, rollout_labels, trajectory_continuation
+from fake_backend import EOS, FakeBackend, chain
 from lrtune.errors import ConfigError
 from lrtune.tasks import Problem, get_task, same_outcome
 
@@ -110,13 +110,12 @@ def test_committed_pairs_reuse_the_answer_and_get_the_labels_a_full_rollout_give
     exact the answer is the target's greedy continuation, so the committed branch is not
     rolled out again, and every label and continuation equals what a run that rolls out
     both branches of every pair records for the same pair."""
-    from tiny_models import get_tiny_pair, sample_questions
-
     import lrtune.data_gen.rollout as rollout_module
-    from lrtune.api import ModelConfig
     from lrtune.data_gen.collect import CollectConfig, collect_options, run
     from lrtune.dataset import load_tables
+    from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair, sample_questions
 
     data = tmp_path / "p.jsonl"
     data.write_text(
@@ -176,12 +175,11 @@ def test_rollout_and_consensus_teachers_in_collect(tmp_path):
     """collect --teacher rollout (live verifier: --verifier exact) and consensus(rollout,exact)
     decode the same trajectories; consensus keeps exactly the rollout rows whose live verdict
     agrees with the rollout label and counts the others."""
-    from tiny_models import get_tiny_pair, sample_questions
-
-    from lrtune.api import ModelConfig
     from lrtune.data_gen.collect import CollectConfig, collect_options, run
     from lrtune.dataset import load_tables
+    from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair, sample_questions
 
     data = tmp_path / "p.jsonl"
     data.write_text(

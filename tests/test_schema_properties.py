@@ -18,12 +18,12 @@ from lrtune.errors import ConfigError
 
 
 def config_classes():
+    from lrtune.data_gen.collect import CollectOptions
+    from lrtune.eval.evaluate import EvalOptions
     from lrtune.api import ModelConfig
     from lrtune.cli import DecodeOptions
-    from lrtune.data_gen.collect import CollectOptions
     from lrtune.decoder import DecodeConfig
     from lrtune.doctor import DoctorOptions
-    from lrtune.eval.evaluate import EvalOptions
     from lrtune.pipeline import PipelineOptions
     from lrtune.profiling import ProfileOptions
     from lrtune.train.controller import TrainControllerConfig

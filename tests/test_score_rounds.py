@@ -4,8 +4,8 @@ prefill of the chain, then the target's own step after the accepted prefix."""
 from __future__ import annotations
 
 import pytest
-from fake_backend import FakeBackend, chain
 
+from fake_backend import FakeBackend, chain
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.verifiers import make_verifier

@@ -29,7 +29,6 @@ def test_the_implemented_round_commits_what_the_model_counts():
     steps per round match E[J + 1] = Σ_{j≤γ1} p^j within 1%, and each round makes one step
     call and no prefill (random reads no target score), as h_score prices it with P = 0."""
     from fake_backend import FakeBackend, chain
-
     from lrtune.decoder import DecodeConfig, LookaheadDecoder
     from lrtune.verifiers import make_verifier
 

@@ -10,12 +10,12 @@ import threading
 
 import httpx
 import pytest
-from serve_helpers import WAIT, serving, wait_until
-from test_serve_scheduler import BASE, gated_decoder
 
 from lrtune.serve.app import AppSettings, make_app
 from lrtune.serve.protocol import ServerLimits
 from lrtune.serve.scheduler import RoundScheduler
+from serve_helpers import WAIT, serving, wait_until
+from test_serve_scheduler import BASE, gated_decoder
 
 LIMITS = ServerLimits(defaults=BASE, models=("fake",), has_draft=True, gamma2_max=2)
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "two plus two"}], "max_tokens": 24}

@@ -12,10 +12,9 @@ import pytest
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
 
+from lrtune.serve.main import ServeOptions, build_server  # noqa: E402
 from serve_helpers import WAIT, serving  # noqa: E402
 from tiny_models import get_tiny_pair, sample_questions, tiny_decoder  # noqa: E402
-
-from lrtune.serve.main import ServeOptions, build_server  # noqa: E402
 
 METHODS = ("target", "sd", "lr", "lr+sd")
 MAX_NEW = 40
@@ -128,6 +127,7 @@ def test_sigterm_under_load_drains_running_and_queued_requests_then_exits_0():
     import threading
 
     import httpx
+
     from serve_helpers import wait_until
 
     pair = get_tiny_pair()

@@ -9,12 +9,12 @@ import threading
 from dataclasses import replace
 
 import pytest
-from fake_backend import FakeBackend
-from test_serve_scheduler import BASE, PROMPTS, WAIT, Sink, alone, pair, request, submit
 
+from fake_backend import FakeBackend
 from lrtune.decoder import LookaheadDecoder
 from lrtune.serve.scheduler import Admitted, Delta, Done, Error, Job, RoundScheduler
 from lrtune.verifiers import make_verifier
+from test_serve_scheduler import BASE, PROMPTS, WAIT, Sink, alone, pair, request, submit
 
 
 class ResidentFake(FakeBackend):

@@ -8,8 +8,8 @@ import threading
 from dataclasses import replace
 
 import pytest
-from fake_backend import FakeBackend, chain
 
+from fake_backend import FakeBackend, chain
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.errors import ConfigError
 from lrtune.serve.protocol import ServeRequest

@@ -27,9 +27,9 @@ def test_building_a_decoder_parses_the_verifier_spec_once(monkeypatch):
     from lrtune.decodeconfig import DecodeConfig
 
     calls = _count_parses(monkeypatch)
-    monkeypatch.setattr("lrtune.build.resolve_model", lambda name, role, **kw: f"/models/{name}")
-    monkeypatch.setattr("lrtune.build.check_tokenizers_compatible", lambda *a: None)
-    monkeypatch.setattr("lrtune.build.needs_heterogeneous_vocab", lambda *a: False)
+    monkeypatch.setattr("lrtune.models.resolve_model", lambda name, role, **kw: f"/models/{name}")
+    monkeypatch.setattr("lrtune.models.check_tokenizers_compatible", lambda *a: None)
+    monkeypatch.setattr("lrtune.models.needs_heterogeneous_vocab", lambda *a: False)
     models = ModelConfig(verifier="llm_judge@0.85", judge_model="X", backend="transformers")
     spec = verifier_of(models)
     check_configs(models, DecodeConfig(), verifier=spec, progress=False)

@@ -4,8 +4,8 @@ folds by template, every pair tested once."""
 import pytest
 
 from benchmarks.student_thresholds import best_accuracy_threshold
-from lrtune.train.calibrate import agreement
 from tests.test_train_verifier import pair_dir  # noqa: F401 - a fixture
+from lrtune.train.calibrate import agreement
 
 
 def test_best_accuracy_threshold_maximises_agreement_over_every_candidate():

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from lrtune.errors import ConfigError
+from lrtune.verifiers import StepPair, make_verifier
+from lrtune.verifiers import distilled, student_inputs
 from lrtune.train.calibrate import agreement, calibrate_threshold, cross_fitted
 from lrtune.train.data import PairExample, fingerprint, load_pairs, split_examples, split_groups
-from lrtune.verifiers import StepPair, distilled, make_verifier, student_inputs
 
 ITEMS = ["apples", "pens", "books", "coins", "cards"]
 
@@ -268,9 +269,9 @@ def test_features_student_exports_a_checkpoint_that_reloads_to_the_same_scores(t
 
 
 def test_students_train_on_each_likelihood_feature_that_half_the_pairs_carry():
-    from lrtune.train.students import feature_names
     from lrtune.verifiers.base import DraftScores
     from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES
+    from lrtune.train.students import feature_names
 
     def ex(scores):
         return PairExample("p", StepPair("c", "a", "b", scores), True, 1.0)

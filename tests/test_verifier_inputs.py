@@ -12,13 +12,13 @@ import threading
 import time
 
 import pytest
-from tiny_models import SPECIAL_TOKENS, get_tiny_pair, sample_questions
 
 from lrtune.async_lr import _ENGINE_LOCK as ENGINE_LOCK
 from lrtune.control import ProblemInfo
 from lrtune.decoder import DecodeConfig, LookaheadDecoder
 from lrtune.verifiers import StepPair
 from lrtune.verifiers.base import verifier_context
+from tiny_models import SPECIAL_TOKENS, get_tiny_pair, sample_questions
 
 
 class Recording:

@@ -33,8 +33,8 @@ def test_collect_rows_without_the_scored_flag_carry_scores_only_where_the_target
 
 
 def test_training_reads_collect_rows_through_the_same_function(tmp_path):
-    from lrtune.train.data import load_pairs
     from tests.test_train_verifier import _synthetic_rows, write_pairs
+    from lrtune.train.data import load_pairs
 
     rows = _synthetic_rows(3)
     rows[0].update(
@@ -71,8 +71,8 @@ def test_the_gap_flag_fires_only_when_the_intervals_do_not_overlap(monkeypatch):
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
     """A real features student (logistic regression on MiniLM cosine and text features)."""
-    from lrtune.train.verifier import TrainVerifierConfig, run
     from tests.test_train_verifier import _synthetic_rows, write_pairs
+    from lrtune.train.verifier import TrainVerifierConfig, run
 
     root = tmp_path_factory.mktemp("student")
     data = write_pairs(root / "pairs", _synthetic_rows())
@@ -93,11 +93,11 @@ def student(tmp_path_factory):
 
 def test_recorded_decode_pairs_rescore_offline_to_the_scores_the_decoder_saw(student, tmp_path):
     pytest.importorskip("vllm")
+    from tests.tiny_models import get_tiny_pair, sample_questions
     from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.eval.evaluate import EvalConfig, EvalOptions, load_records, run
     from lrtune.verifiers import distilled
-    from tests.tiny_models import get_tiny_pair, sample_questions
 
     data = tmp_path / "problems.jsonl"
     data.write_text(

@@ -150,8 +150,8 @@ def test_target_logprob_min_scores_the_least_likely_token_that_a_mean_hides():
     mean form accepts the step, the min form rejects it."""
     import math
 
-    from lrtune.errors import ConfigError
     from lrtune.verifiers.base import DraftScores
+    from lrtune.errors import ConfigError
 
     one_bad_token = StepPair("c", "105 + 55 = 160", "", DraftScores(-0.19, -5.39, 0.94, 68))
     mean, low = make_verifier("target_logprob"), make_verifier("target_logprob(min)")
@@ -190,7 +190,8 @@ def test_a_verifier_spec_prints_a_spec_that_parses_back_to_the_same_one(spec):
 def test_a_checkpoint_path_is_never_read_as_options(tmp_path):
     import json
 
-    from lrtune.verifiers import VerifierSpec, distilled
+    from lrtune.verifiers import VerifierSpec
+    from lrtune.verifiers import distilled
 
     d = tmp_path / "random(0.5)" / "ckpt"  # a path that looks like a spec
     d.mkdir(parents=True)

@@ -8,12 +8,11 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
-
 from lrtune.backends.base import GenParams  # noqa: E402
 from lrtune.backends.vllm import VLLMBackend, VLLMConfig  # noqa: E402
 from lrtune.decoder import DecodeConfig, LookaheadDecoder  # noqa: E402
 from lrtune.verifiers import make_verifier  # noqa: E402
+from tiny_models import get_tiny_pair, sample_questions  # noqa: E402
 
 GAMMA2 = 3
 MAX_NEW = 96

@@ -4,7 +4,6 @@ pair is accepted when its two branches' modal rollout outcomes are the same."""
 from __future__ import annotations
 
 import pytest
-from fake_backend import EOS, FakeBackend, chain
 
 from lrtune.data_gen.rollout import (
     RolloutItem,
@@ -14,6 +13,7 @@ from lrtune.data_gen.rollout import (
     sampled_outcomes,
     vote_label,
 )
+from fake_backend import EOS, FakeBackend, chain
 from lrtune.tasks import Problem, get_task
 
 GSM = get_task("gsm_symbolic")
@@ -92,8 +92,8 @@ def test_the_relabelled_dataset_trains_on_the_vote_labels_and_keeps_only_voted_p
     import json
 
     from lrtune.data_gen.vote_labels import summarize, write_dataset
-    from lrtune.train.data import load_pairs
     from tests.test_train_verifier import _synthetic_rows, write_pairs
+    from lrtune.train.data import load_pairs
 
     rows = _synthetic_rows(4)
     src = write_pairs(tmp_path / "src", rows)
@@ -129,12 +129,11 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
     decodes; every pair keeps its greedy label and gets the vote over greedy + 2 samples."""
     import json
 
-    from tiny_models import get_tiny_pair, sample_questions
-
-    from lrtune.api import ModelConfig
     from lrtune.data_gen.collect import CollectConfig, collect_options, run
+    from lrtune.api import ModelConfig
     from lrtune.dataset import load_tables
     from lrtune.decoder import DecodeConfig
+    from tiny_models import get_tiny_pair, sample_questions
 
     data = tmp_path / "p.jsonl"
     data.write_text(
@@ -220,8 +219,8 @@ def test_collect_with_rollout_samples_labels_by_vote_and_keeps_the_greedy_label(
     ],
 )
 def test_collect_refuses_vote_settings_that_cannot_vote(tmp_path, opts, match):
-    from lrtune.api import ModelConfig
     from lrtune.data_gen.collect import CollectConfig, collect_options, run
+    from lrtune.api import ModelConfig
     from lrtune.decoder import DecodeConfig
     from lrtune.errors import ConfigError
 

@@ -23,16 +23,9 @@ Progress is appended to ``<out>.progress.jsonl`` (one line per decode), so a rer
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-
-from lrtune.errors import ConfigError
-from lrtune.filekinds import CalibrateProgressLine
-from lrtune.runfiles import append_jsonl, load_jsonl
-from lrtune.train.calibrate import false_accept_bound
-from lrtune.verifiers import make_verifier
 
 TWIN = "never"  # the reference decode of the lossless twin (progress lines' threshold)
 DEFAULT_LADDER = (1.0, 0.99, 0.97, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5)
@@ -72,6 +65,7 @@ def choose(steps: Sequence[dict]) -> dict | None:
 
 def parse_ladder(text: str) -> tuple[float, ...]:
     """``"1.0,0.95,0.9"`` -> thresholds, strictly decreasing, each in [0, 1]; ConfigError otherwise."""
+    from lrtune.errors import ConfigError
 
     try:
         vals = tuple(float(x) for x in text.split(",") if x.strip())
@@ -97,6 +91,7 @@ class AtThreshold:
 
 def _progress(path: Path, key: str) -> dict[tuple, dict]:
     """Decodes already made with this configuration (``key``): (threshold or None, problem) -> line."""
+    from lrtune.runfiles import load_jsonl
 
     done = {}
     lines = load_jsonl(
@@ -121,6 +116,9 @@ class _Decodes:
     def __call__(self, probs, threshold) -> list[dict]:  # None: target-only; TWIN: lr+sd with the never verifier
         """``probs``' decodes at ``threshold``: those in the progress file read back, the rest
         decoded ``max_concurrent`` at a time, each appended to the progress file as it ends."""
+        import dataclasses
+
+        from lrtune.verifiers import make_verifier
 
         todo = [p for p in probs if (threshold, p.id) not in self.done]
         cfg = dataclasses.replace(self.dcfg, method="target") if threshold is None else self.dcfg
@@ -140,6 +138,7 @@ class _Decodes:
 
     def _finished(self, prob, threshold, out) -> None:
         """Keep (and append to the progress file) the decode ``out`` of ``prob``; raise its error."""
+        from lrtune.runfiles import append_jsonl
 
         if not hasattr(out, "result"):
             raise out.error
@@ -238,6 +237,7 @@ def _ladder_step(
 ) -> dict:
     """One ladder step: the answers at threshold ``t`` that differ from ``reference``, counted in
     problem order and stopped once more than ``k_max`` differ; its bound and verdict."""
+    from lrtune.train.calibrate import false_accept_bound
 
     n = len(problems)
     changed = drafted = accepted = decoded = 0

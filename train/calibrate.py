@@ -14,14 +14,12 @@ Calibration picks the t that maximises A(t) subject to a cap on FAR(t):
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune.pairstats import auroc
 from lrtune.schema import STRICT, Checked, Fraction
 
 
@@ -69,6 +67,7 @@ def _ratio(a: int, b: int) -> float | None:
 
 def agreement(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> dict:
     """Accuracy, F1, AUROC, FAR, FRR and acceptance of the student vs the teacher."""
+    from lrtune.pairstats import auroc
 
     c = confusion(scores, labels, threshold)
     n = len(scores)
@@ -178,6 +177,7 @@ def cross_fitted(
     :func:`calibrate_threshold` picks on the other folds, and the pooled decisions give the
     held-out FAR, acceptance and agreement. ``threshold`` is the one fitted on every pair
     (what a default would be set to)."""
+    import random
 
     keys = sorted(set(groups))
     if len(keys) < folds or folds < 2:

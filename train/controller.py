@@ -20,33 +20,33 @@ whatever γ2 a round asks for (:func:`lrtune.speedup.g` with ``drafted``; ``lrtu
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Annotated
+
+from annotated_types import Interval
+
+from lrtune import schema
+from lrtune.schema import STRICT, Checked, Seed, Text
+
 import hashlib
 import json
 import math
-import random
 import shutil
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
-from annotated_types import Interval
 
-from lrtune import inputs, outdir, schema
 from lrtune.batchcost import profile_c2
 from lrtune.configs import Command, Section
 from lrtune.control import DEFAULT_COST_RATIO, Bounds, ProblemInfo
-from lrtune.dataset import CONFIG, load_tables, read_config
 from lrtune.errors import ConfigError
-from lrtune.policies import learned
+from lrtune import outdir
+from lrtune.runfiles import backup_path, log, read_json
 from lrtune.pricing import Pricing
-from lrtune.runfiles import backup_path, log, read_json, write_atomic
-from lrtune.schema import STRICT, Checked, Seed, Text
-from lrtune.speedup import expected_longest
-from lrtune.tasks import get_task
-from lrtune.verifiers.distilled import META as VERIFIER_META
+
+from lrtune.policies import learned
+
 
 TRAIN_CONFIG = "train_config.json"
 
@@ -93,6 +93,9 @@ class TrainControllerConfig(Checked):
 def step_lengths(dirs: list[str], limit: int = 2000, seed: int = 0) -> list[int]:
     """Token lengths of the target steps of collect dirs (``target_len`` of every pair; a
     seeded sample of at most ``limit``): the sample that prices a batch by its longest step."""
+    import random
+
+    from lrtune.dataset import load_tables
 
     lengths = []
     for d in dirs:
@@ -103,12 +106,15 @@ def step_lengths(dirs: list[str], limit: int = 2000, seed: int = 0) -> list[int]
 
 
 def _longest_ratio(steps: list[int], n: int) -> float:
+    from lrtune.speedup import expected_longest
 
     return expected_longest(steps, n) / expected_longest(steps, 1)
 
 
 def load_problem_rows(dirs: list[str]) -> tuple[list[ProblemInfo], np.ndarray, list[float]]:
     """(problems with their texts, Y = [[α1, α2]], measured c1 values) from collect dirs."""
+    from lrtune.dataset import CONFIG, load_tables, read_config
+    from lrtune.tasks import get_task
 
     problems, ys, c1s = [], [], []
     for d in dirs:
@@ -150,7 +156,9 @@ def _positive(x) -> bool:
 def read_profile(path: str) -> dict:
     """The ``lrtune profile`` JSON at ``path``, checked: an object with c1, c2 numbers > 0 and
     ``batch_cost`` absent or a list of numbers > 0 (b(1), b(2), ...)."""
-    prof = inputs.read_json(path, "--profile")
+    from lrtune.inputs import read_json
+
+    prof = read_json(path, "--profile")
     if not isinstance(prof, dict):
         raise ConfigError(f"--profile {path} is not an lrtune profile (a JSON object)")
     for k in ("c1", "c2"):
@@ -189,8 +197,10 @@ def check_controller_out(out: Path, key: dict) -> None:
     holds another artifact (a verifier checkpoint or training run, a collect dataset) or a
     controller fitted with other settings; a controller fitted with these settings on other
     data is refitted in place (:func:`_keep_backup`). Reads only."""
+    from lrtune.dataset import CONFIG
 
     outdir.check_out(out, "train controller")
+    from lrtune.verifiers.distilled import META as VERIFIER_META
 
     for name, what in ((VERIFIER_META, "a verifier checkpoint"), (CONFIG, "a collect dataset")):
         if (out / name).exists():
@@ -271,6 +281,7 @@ def cross_validate(
 def run(cfg: TrainControllerConfig) -> dict:
     """Fit, cross-validate and export; a controller already in ``--out`` with this config is
     returned as is (its metrics)."""
+    from lrtune.runfiles import write_atomic
 
     cfg.validate()
     outdir.check_out(cfg.out, "train controller")  # a foreign --out fails before the data loads
@@ -313,6 +324,7 @@ def run(cfg: TrainControllerConfig) -> dict:
 
 def _train_key(cfg: TrainControllerConfig, problems, Y: np.ndarray) -> dict:
     """What a fit depends on: every setting but ``--out`` and a digest of the problems' rows."""
+    import dataclasses
 
     digest = hashlib.sha256(json.dumps([[p.id for p in problems], Y.round(9).tolist()]).encode()).hexdigest()
     return {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "out"}, "data_sha256": digest}
@@ -349,6 +361,8 @@ def _fit(X: np.ndarray, Y: np.ndarray, cfg: TrainControllerConfig, bounds: Bound
 
 
 def _write_card(out: Path, metrics: dict, prof: dict, bounds: Bounds, n: int) -> None:
+    from lrtune.runfiles import write_atomic
+
     cv = metrics["cv"]
     lines = [
         "# lrtune learned controller",

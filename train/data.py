@@ -11,9 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lrtune.dataset import load_tables
 from lrtune.errors import ConfigError
-from lrtune.tasks import template_of
 from lrtune.verifiers.base import StepPair
 from lrtune.verifiers.pairrecords import pair_from_columns
 
@@ -41,6 +39,8 @@ class PairExample:
 
 def load_pairs(data: str | Sequence[str]) -> tuple[list[PairExample], str]:
     """Examples from one or more collect (or merged) dirs, and the teacher's name."""
+    from lrtune.dataset import load_tables
+    from lrtune.tasks import template_of
 
     dirs = [data] if isinstance(data, str) else list(data)
     if not dirs:

@@ -25,8 +25,6 @@ differ from target-only is ≤ Δ at ``--confidence`` (:mod:`lrtune.train.accura
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,33 +33,13 @@ from typing import Annotated, Literal
 
 from annotated_types import Interval
 
-from lrtune import schema
-from lrtune.build import check_configs
-from lrtune.configs import Command, Section, flat_dict
-from lrtune.dataset import unseen_problems
-from lrtune.decoder import DecodeConfig
-from lrtune.decoding import Decoder
+
+from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
-from lrtune.modelconfig import ModelConfig
-from lrtune.outdir import json_out_file
-from lrtune.runfiles import log, write_atomic, write_json_file
+from lrtune.runfiles import log, write_atomic
 from lrtune.schema import STRICT, Fraction, Problems, Seed, Text
-from lrtune.tasks import get_task
-from lrtune.train.accuracy_budget import (
-    DEFAULT_LADDER,
-    budget_story,
-    max_differences,
-    parse_ladder,
-    problems_needed,
-    run_ladder,
-)
-from lrtune.train.calibrate import Budget, agreement, bound_threshold, uncertified_warning
-from lrtune.train.data import fingerprint, load_pairs
-from lrtune.train.students import score_pairs
-from lrtune.train.verifier import one_sided_view
-from lrtune.train.verifier_report import model_card, threshold_story
-from lrtune.verifiers import MODEL_VERIFIERS, VerifierSpec, check_verifier_spec, make_verifier
-from lrtune.verifiers.distilled import META, read_meta
+from lrtune.train.accuracy_budget import DEFAULT_LADDER
+from lrtune.train.calibrate import Budget
 
 
 @dataclass
@@ -138,10 +116,14 @@ class CalibrateConfig(Budget):
     @cached_property
     def verifier_spec(self):
         """``verifier`` parsed once (:class:`lrtune.verifiers.VerifierSpec`); every step reads it."""
+        from lrtune.verifiers import VerifierSpec
 
         return VerifierSpec.parse(self.verifier)
 
     def validate(self) -> "CalibrateConfig":
+        from lrtune import schema
+        from lrtune.verifiers import MODEL_VERIFIERS, check_verifier_spec
+
         schema.check(self)
         if not self.verifier:
             raise ConfigError("lrtune calibrate needs --verifier SPEC_OR_DIR")
@@ -166,6 +148,9 @@ class CalibrateConfig(Budget):
             if not Path(d.strip()).expanduser().is_dir():
                 raise ConfigError(f"--data: not a directory: {d.strip()}")
         if self.max_accuracy_loss is not None:
+            from lrtune.tasks import get_task
+            from lrtune.train.accuracy_budget import max_differences, parse_ladder, problems_needed
+
             if self.data:
                 raise ConfigError("--data: --max-accuracy-loss decodes problems of --task; give one of the two")
             parse_ladder(self.thresholds)
@@ -181,6 +166,9 @@ class CalibrateConfig(Budget):
 
 def _scored(cfg: CalibrateConfig, examples):
     """(scores, labels, the view) of ``examples``' pairs as the verifier sees them in its rounds."""
+    from lrtune.train.students import score_pairs
+    from lrtune.train.verifier import one_sided_view
+    from lrtune.verifiers import make_verifier
 
     v = make_verifier(cfg.verifier_spec)
     view = cfg.rounds if cfg.rounds != "auto" else ("score" if getattr(v, "name", "") == "distilled:router" else "lr")
@@ -190,6 +178,8 @@ def _scored(cfg: CalibrateConfig, examples):
 
 def _check_unseen(cfg: CalibrateConfig, examples) -> dict | None:
     """A checkpoint's metadata; ConfigError when ``--data`` is its own training data."""
+    from lrtune.train.data import fingerprint
+    from lrtune.verifiers.distilled import read_meta
 
     meta = read_meta(cfg.verifier)
     trained = meta.get("data") or {}
@@ -205,12 +195,17 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     ``models``/``decode`` (ModelConfig, DecodeConfig): the engines of ``--max-accuracy-loss``."""
     if cfg.max_accuracy_loss is not None:
         return run_accuracy(cfg, models, decode)
+    from lrtune.train.calibrate import agreement, bound_threshold, uncertified_warning
+    from lrtune.train.data import fingerprint
 
     cfg.validate()
     spec = cfg.verifier_spec
     out = None
     if cfg.out and not cfg.dry_run:
+        from lrtune.outdir import json_out_file
+
         out = json_out_file(cfg.out, inputs=_inputs(cfg))  # a bad --out is refused before any model loads
+    from lrtune.train.data import load_pairs
 
     examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
     meta = _check_unseen(cfg, examples) if spec.kind == "checkpoint" else None
@@ -235,6 +230,8 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
         if meta is not None:
             _write_checkpoint(Path(spec.path).expanduser(), meta, calib)
         if out is not None:
+            from lrtune.runfiles import write_json_file
+
             write_json_file(out, calib)
     return calib
 
@@ -249,6 +246,13 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     """``--max-accuracy-loss``: walk the threshold ladder on decoded answers (phase 1: every
     input checked before an engine starts); a checkpoint gets the chosen threshold (1.0 when
     none is certified) and the evidence as ``accuracy_budget``."""
+    import dataclasses
+
+    from lrtune.build import check_configs
+    from lrtune.decoder import DecodeConfig
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.tasks import get_task
+    from lrtune.train.accuracy_budget import budget_story, parse_ladder
 
     cfg.validate()
     models = dataclasses.replace(
@@ -258,6 +262,8 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     meta, heldout = _checkpoint_heldout(cfg)
     out = None
     if cfg.out:
+        from lrtune.outdir import json_out_file
+
         out = json_out_file(cfg.out, inputs=_inputs(cfg))
     progress_path = _progress_path(cfg, out)
     task = get_task(cfg.task)
@@ -284,6 +290,8 @@ def _checkpoint_heldout(cfg: CalibrateConfig) -> tuple[dict | None, str | None]:
     avoid): ``--heldout-from``, else the checkpoint's own training data when it is here."""
     spec, meta, heldout = cfg.verifier_spec, None, cfg.heldout_from
     if spec.kind == "checkpoint":
+        from lrtune.verifiers.distilled import read_meta
+
         meta = read_meta(spec.path)
         trained = str((meta.get("data") or {}).get("dirs") or "")
         if heldout is None and trained and all(Path(d.strip()).expanduser().is_dir() for d in trained.split(",")):
@@ -306,6 +314,7 @@ def _progress_path(cfg: CalibrateConfig, out: Path | None) -> Path:
 def _calibration_problems(cfg: CalibrateConfig, task, heldout: str | None) -> list:
     """``--limit`` problems of ``--task`` (of templates ``heldout`` lacks, when given);
     ConfigError when fewer exist."""
+    from lrtune.dataset import unseen_problems
 
     problems = (
         unseen_problems(task, cfg.task, heldout, cfg.limit, cfg.task_seed, cfg.task_data)[0]
@@ -319,6 +328,9 @@ def _calibration_problems(cfg: CalibrateConfig, task, heldout: str | None) -> li
 
 def _ladder_key(models, dcfg, cfg: CalibrateConfig, problems, meta: dict | None) -> str:
     """The progress file's key of this configuration: models, decoding, task, problems, training data."""
+    import hashlib
+
+    from lrtune.configs import flat_dict
 
     settings = {
         "models": flat_dict(models),
@@ -332,6 +344,8 @@ def _ladder_key(models, dcfg, cfg: CalibrateConfig, problems, meta: dict | None)
 
 def _decode_ladder(cfg: CalibrateConfig, models, dcfg, task, problems, ladder, progress_path: Path, meta) -> dict:
     """Load the engines and walk the ladder (:func:`~lrtune.train.accuracy_budget.run_ladder`)."""
+    from lrtune.decoding import Decoder
+    from lrtune.train.accuracy_budget import run_ladder
 
     key = _ladder_key(models, dcfg, cfg, problems, meta)
     with Decoder.from_configs(models, dcfg, load_all_methods=True) as dec:
@@ -360,12 +374,16 @@ def _write_budget(cfg: CalibrateConfig, meta: dict | None, out: Path | None, bud
         path = Path(cfg.verifier_spec.path).expanduser()
         _write_checkpoint(path, meta, {**budget, "threshold": thr}, accuracy_budget=budget)
     if out is not None:
+        from lrtune.runfiles import write_json_file
+
         write_json_file(out, budget)
 
 
 def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:
     """The checkpoint's threshold and calibration replaced, the previous calibration appended to
     ``calibration_history``, ``extra`` metadata set; card first, metadata last (it makes the change)."""
+    from lrtune.train.verifier_report import model_card
+    from lrtune.verifiers.distilled import META
 
     history = list(meta.get("calibration_history") or []) + [meta.get("calibration")]
     meta = {**meta, **extra, "threshold": calib["threshold"], "calibration": calib, "calibration_history": history}
@@ -375,8 +393,11 @@ def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:
 
 def summary_lines(calib: dict) -> list[str]:
     """What ``lrtune calibrate`` prints."""
+    from lrtune.train.verifier_report import threshold_story
 
     if "max_accuracy_loss" in calib:
+        from lrtune.train.accuracy_budget import budget_story
+
         return [
             f"threshold {calib['threshold'] if calib['certified'] else 1.0:g}: {budget_story(calib)}",
             f"target-only accuracy on the calibration problems: {calib['target_accuracy']:.2f}",
@@ -392,6 +413,9 @@ def summary_lines(calib: dict) -> list[str]:
 
 
 def _sections():
+    from lrtune.modelconfig import ModelConfig
+    from lrtune.decoder import DecodeConfig
+
     return (
         Section(CalibrateConfig),
         Section(ModelConfig, skip=("verifier", "verifier_threshold", "controller")),

@@ -10,10 +10,10 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from lrtune.configs import flat_dict
+from lrtune.train.data import PairExample, fingerprint
+
 from lrtune.errors import ConfigError
 from lrtune.runfiles import read_json, write_atomic
-from lrtune.train.data import PairExample, fingerprint
 
 STATE_KEY = "state_key.json"  # in the state dir: the settings and data its state was trained with
 STATE_SETTINGS = (
@@ -41,6 +41,7 @@ def state_dir(out: Path) -> Path:
 def state_key(train: Sequence[PairExample], val: Sequence[PairExample], cfg) -> dict:
     """What a resumable training state must have been trained with: :data:`STATE_SETTINGS`
     and the train/val data (the stopping rules, epochs and patience, may change on resume)."""
+    from lrtune.configs import flat_dict
 
     settings = flat_dict(cfg)
     return {"settings": {k: settings[k] for k in STATE_SETTINGS}, "data": fingerprint([*train, *val])}

@@ -28,14 +28,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lrtune.errors import ConfigError
-from lrtune.pairstats import auroc
 from lrtune.runfiles import ProgressBar, log, write_atomic
+from lrtune.verifiers import distilled, student_inputs
+from lrtune.verifiers.base import StepPair
+
 from lrtune.train.data import PairExample
 from lrtune.train.student_state import (  # noqa: F401  (STATE_KEY, check_state: read through this module)
     COUNTERS,
     STATE_KEY,
-    cannot_resume,
     check_state,
+    cannot_resume,
     claim_state,
     load_optimizer,
     read_counters,
@@ -43,23 +45,15 @@ from lrtune.train.student_state import (  # noqa: F401  (STATE_KEY, check_state:
     state_dir,
     state_key,
 )
-from lrtune.verifiers import distilled, student_inputs
-from lrtune.verifiers.base import StepPair
-from lrtune.verifiers.embedding import EmbeddingVerifier
-from lrtune.verifiers.features import (
-    FEATURE_NAMES,
-    LIKELIHOOD_FEATURES,
-    ONE_SIDED_FEATURES,
-    likelihood_features,
-    pair_features,
-)
-from lrtune.verifiers.trees import pack_forest
+
 
 FOREST_TREES = 300
 FOREST_LEAF_SIZES = (1, 3, 5, 10)  # min_samples_leaf candidates, chosen on validation AUROC
 
 
 def _auroc(scores, examples: Sequence[PairExample]) -> float:
+    from lrtune.pairstats import auroc
+
     a = auroc(list(scores), [e.label for e in examples])
     return float("nan") if a is None else a
 
@@ -70,6 +64,7 @@ def feature_names(examples: Sequence[PairExample]) -> tuple[str, ...]:
     cosine, and each likelihood feature (the target's scores of the draft step, the draft's own
     confidence) that at least half of ``examples`` carry (data collected before a feature
     existed lacks it)."""
+    from lrtune.verifiers.features import FEATURE_NAMES, LIKELIHOOD_FEATURES, likelihood_features
 
     rows = [likelihood_features(e.pair.draft_scores) for e in examples]
     have = {n: sum(r[j] is not None for r in rows) for j, n in enumerate(LIKELIHOOD_FEATURES)}
@@ -84,9 +79,13 @@ def feature_matrix(examples: Sequence[PairExample], encoder: str, names: Sequenc
     column when present, else from ``encoder``."""
     import numpy as np
 
+    from lrtune.verifiers.features import FEATURE_NAMES, pair_features
+
     cos = [e.embedding_cosine for e in examples]
     missing = [i for i, c in enumerate(cos) if c is None or (isinstance(c, float) and math.isnan(c))]
     if missing:
+        from lrtune.verifiers.embedding import EmbeddingVerifier
+
         enc = EmbeddingVerifier(model=distilled.resolve_encoder(encoder))
         for i, c in zip(missing, enc.score([examples[i].pair for i in missing])):
             cos[i] = c
@@ -100,6 +99,7 @@ def student_features(train: Sequence[PairExample], cfg) -> tuple[str, ...]:
     """The features a features/forest/router student trains on: :func:`feature_names` less
     ``--drop-features`` (a router: those of :data:`~lrtune.verifiers.features.ONE_SIDED_FEATURES`
     only); ConfigError when none remains."""
+    from lrtune.verifiers.features import ONE_SIDED_FEATURES
 
     names = tuple(
         n
@@ -131,6 +131,7 @@ def _data_value(e: PairExample, name: str) -> float | None:
     """Feature ``name`` of ``e`` as the data holds it: a likelihood column or the cosine; None
     for a text feature or a missing value (it takes the training mean; a NaN cosine is
     recomputed by the encoder)."""
+    from lrtune.verifiers.features import LIKELIHOOD_FEATURES, likelihood_features
 
     if name == "embedding_cosine":
         c = e.embedding_cosine
@@ -204,6 +205,8 @@ def fit_forest(train: Sequence[PairExample], val: Sequence[PairExample], out: Pa
     import numpy as np
     from safetensors.numpy import save_file
     from sklearn.ensemble import RandomForestClassifier
+
+    from lrtune.verifiers.trees import pack_forest
 
     encoder, names, xtr, ytr, xva = _feature_data(train, val, cfg)
     mean = np.nanmean(xtr, axis=0)  # feature_names keeps a likelihood feature only where half the pairs carry it

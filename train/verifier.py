@@ -17,42 +17,42 @@ while it runs: put back if the retrain fails, kept there as the backup if it suc
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from annotated_types import Interval
+
+from lrtune import schema
+from lrtune.schema import STRICT, Checked, Count, Seed, Text
+from pydantic import StringConstraints
+
 import contextlib
 import json
 import random
 import shutil
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
 
-from annotated_types import Interval
-from pydantic import StringConstraints
-
-from lrtune import schema
-from lrtune.configs import Command, Section, check_unknown_keys, flat_dict, from_flat
+from lrtune.configs import Command, Section, flat_dict
 from lrtune.errors import ConfigError
-from lrtune.filekinds import VerifierMeta, read_or_none
 from lrtune.interrupts import cleanup_on_interrupt
 from lrtune.outdir import OWNER, check_out, claim_out
-from lrtune.pairstats import agreement_intervals
 from lrtune.runfiles import backup_path, config_key, log, read_json, write_atomic
-from lrtune.schema import STRICT, Checked, Count, Seed, Text
+from lrtune.verifiers import distilled
+
 from lrtune.train import students
 from lrtune.train.calibrate import (
     Budget,
     agreement,
     agreement_threshold,
-    bound_threshold,
     calibrate_threshold,
     coarse_cap_warning,
+    bound_threshold,
     uncertified_warning,
 )
 from lrtune.train.data import fingerprint, load_pairs, split_examples
 from lrtune.train.verifier_report import model_card, print_metrics
-from lrtune.verifiers import distilled, make_verifier
-from lrtune.verifiers.features import FEATURE_NAMES
 
 TRAIN_CONFIG = "train_config.json"
 RESUME_FREE = ("progress", "resume", "out", "keep_train_state", "min_train_pairs")  # never change the result
@@ -210,6 +210,8 @@ class TrainVerifierConfig(Checked):
         if self.student not in distilled.STUDENT_KINDS:
             raise ConfigError(f"unknown student {self.student!r}; choose from {', '.join(distilled.STUDENT_KINDS)}")
         if self.feature.drop_features:
+            from lrtune.verifiers.features import FEATURE_NAMES
+
             if self.student not in FEATURE_STUDENTS:
                 raise ConfigError("--drop-features applies to the features, forest and router students only")
             unknown = sorted(set(self.dropped_features) - set(FEATURE_NAMES))
@@ -225,6 +227,7 @@ class TrainVerifierConfig(Checked):
     def of(cls, **flat) -> "TrainVerifierConfig":
         """The config from its flat option names, as the command line spells them
         (``student="features", epochs=3, drop_features="len_ratio"``); ConfigError for a name it lacks."""
+        from lrtune.configs import check_unknown_keys, from_flat
 
         check_unknown_keys(flat, cls)
         return from_flat(cls, flat)
@@ -239,6 +242,8 @@ def up_to_date(cfg: TrainVerifierConfig, data_fingerprint: str) -> dict | None:
     this data, or None."""
     out = Path(cfg.out).expanduser()
     if read_json(out / TRAIN_CONFIG) == config_key({"options": cfg}, free=RESUME_FREE):
+        from lrtune.filekinds import VerifierMeta, read_or_none
+
         meta = read_or_none(out / distilled.META, VerifierMeta)
         if meta and "metrics" in meta and (meta.get("data") or {}).get("fingerprint") == data_fingerprint:
             return meta
@@ -345,6 +350,7 @@ def measure_latency(verifier, pairs, n_single: int, batched: float) -> dict:
 def agreement_with_intervals(scores, examples, threshold: float, seed: int) -> dict:
     """:func:`lrtune.train.calibrate.agreement` plus 95% bootstrap intervals over problems of its
     accuracy, AUROC and acceptance (``accuracy_ci95``, ``auroc_ci95``, ``acceptance_ci95``)."""
+    from lrtune.pairstats import agreement_intervals
 
     labels = [e.label for e in examples]
     out = agreement(scores, labels, threshold)
@@ -376,6 +382,7 @@ def cheap_baselines(test, seed: int = 0, one_sided: bool = False) -> dict:
         out["exact"] = agreement_with_intervals([float(x) for x in ex], test, 0.5, seed)
     if test and any(e.pair.draft_scores is not None for e in test):
         # the training-free bar: the target's own likelihood of the draft step (recorded by collect)
+        from lrtune.verifiers import make_verifier
 
         pairs = [one_sided_view(e.pair) if one_sided else e.pair for e in test]
         for spec in ("target_logprob", "target_logprob(min)") if one_sided else ("target_logprob",):
@@ -386,6 +393,7 @@ def cheap_baselines(test, seed: int = 0, one_sided: bool = False) -> dict:
 
 def one_sided_view(pair):
     """``pair`` as a score round shows it to a verifier: the target step left blank."""
+    from dataclasses import replace
 
     return replace(pair, target="")
 

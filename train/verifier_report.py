@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-from lrtune.runfiles import console
-from lrtune.train.accuracy_budget import budget_story
 from lrtune.train.calibrate import (
     evidence_words,
     needed_words,
@@ -32,6 +30,8 @@ def metrics_rows(meta: dict) -> list[tuple[str, dict]]:
 def threshold_story(calib: dict) -> str:
     """How the threshold was chosen, in one clause (the card's and the CLI's words)."""
     if "max_accuracy_loss" in calib:  # lrtune calibrate --max-accuracy-loss
+        from lrtune.train.accuracy_budget import budget_story
+
         return budget_story(calib)
     if "false_accept_bound" in calib:  # rule bound
         head = (
@@ -101,6 +101,8 @@ def model_card(meta: dict) -> str:
 
 def print_metrics(meta: dict) -> None:
     from rich.table import Table
+
+    from lrtune.runfiles import console
 
     t = Table(title=f"verifier vs teacher {meta['teacher']!r} (test split)")
     for col in ("verifier", "accuracy", "F1", "AUROC", "FAR", "FRR", "accept", "teacher accept"):

@@ -24,7 +24,6 @@ Supports decoder-only models with a standard (non-sliding) ``DynamicCache``.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -44,18 +43,18 @@ from lrtune.backends.base import (
     per_row,
     row_groups,
 )
+from lrtune.backends.tokenizer import TokenizerMixin
+from lrtune.errors import ConfigError, ModelError
 from lrtune.backends.hf_sampling import (
     accept_block,
+    torch_module,
     common_prefix,
     draft_choices,
     fit_vocab,
+    token_infos,
     probs,
     prompt_scores,
-    token_infos,
-    torch_module,
 )
-from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.errors import ConfigError, ModelError
 
 
 @dataclass(frozen=True)
@@ -500,6 +499,7 @@ def onednn_linears(model) -> int:
     rows × one row: 2.5 ms at 1 row, 7.4 ms at 3 rows. oneDNN reads the same dense weight
     (no copy, ties kept) in 1.5 ms and 2.9 ms. Decoding is a few rows at a time (LR batches
     γ1 + 1 steps), so this sets both the speed and the batch cost b(n)."""
+    import functools
 
     torch = torch_module()
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lrtune.errors import ModelError
-from lrtune.modeldir import generation_eos_ids
 
 
 class TokenizerMixin:
@@ -20,6 +19,7 @@ class TokenizerMixin:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model)
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load tokenizer of {self.model}: {str(e).splitlines()[0]}") from None
+        from lrtune.modeldir import generation_eos_ids
 
         eos = {self.tokenizer.eos_token_id, *generation_eos_ids(self.model)}
         self.eos_ids = frozenset(i for i in eos if i is not None)

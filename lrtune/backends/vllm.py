@@ -32,17 +32,7 @@ from lrtune.backends.base import (
     split_counters,
 )
 from lrtune.backends.tokenizer import TokenizerMixin
-from lrtune.backends.vllm_exact import check_exact, numerics_kwargs
-from lrtune.backends.vllm_patches import (
-    GAMMA2_KEY,
-    NO_SPEC_KEY,
-    attach_stat_logger,
-    check_engine,
-    configure_env,
-    engine_kwargs,
-    prepare_engine,
-    sd_stat_logger,
-)
+from lrtune.backends.vllm_steps import EngineSteps, run_continuous
 from lrtune.backends.vllm_platform import (
     check_free_memory,
     claim_graph_engine,
@@ -54,12 +44,20 @@ from lrtune.backends.vllm_platform import (
     step_budget,
     with_cause,
 )
-from lrtune.backends.vllm_shared import LOAD_FORMAT as SHARED_LOAD_FORMAT
-from lrtune.backends.vllm_steps import EngineSteps, run_continuous
+from lrtune.backends.vllm_patches import (
+    GAMMA2_KEY,
+    NO_SPEC_KEY,
+    attach_stat_logger,
+    check_engine,
+    configure_env,
+    engine_kwargs,
+    prepare_engine,
+    sd_stat_logger,
+)
 from lrtune.errors import ConfigError, ModelError
-from lrtune.filekinds import model_side_config
 from lrtune.machine import cpu_flags, native_bf16
-from lrtune.memory import plan_gpu_memory, weight_bytes
+from lrtune.backends.vllm_shared import LOAD_FORMAT as SHARED_LOAD_FORMAT
+from lrtune.backends.vllm_exact import check_exact, numerics_kwargs
 from lrtune.peakmem import GIB, HeapTrimmer, trim_heap
 
 
@@ -525,6 +523,7 @@ def resolve_dtype(dtype: str, model: str) -> str:
     """The engine dtype for ``dtype`` (see :class:`VLLMConfig`)."""
     if dtype != "auto" or not on_cpu_platform() or cpu_has_native_bf16():
         return dtype
+    from lrtune.filekinds import model_side_config
 
     saved = model_side_config(model).saved_dtype
     return "float32" if saved in ("bfloat16", "float16", None) else "auto"
@@ -558,6 +557,7 @@ def gpu_memory_plan(
     engine starts (on CPU too, where the plan is then dropped: each engine gets
     ``kv_cache_gib`` of KV cache instead, and None is returned). The target's weights
     include its SD drafter's."""
+    from lrtune.memory import plan_gpu_memory, weight_bytes
 
     device = gpu_device_bytes()
     sizes = {role: weight_bytes(path) for role, path in paths.items() if path}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import fields
-from dataclasses import fields as dc_fields
 
 from lrtune.backends.vllm_patches import embedding_method, int8_kernel, runtime_problems
 
@@ -39,9 +38,9 @@ def _missing(checks: list[tuple[bool, str]]) -> list[str]:
 
 def _spec_internals() -> list[str]:
     """Token-level SD: the runner's draft hand-over, the rejection sampler, prompt logprobs."""
-    import vllm.v1.sample.rejection_sampler as rs
     from vllm.v1.outputs import DraftTokenIds, LogprobsTensors
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    import vllm.v1.sample.rejection_sampler as rs
 
     take = getattr(GPUModelRunner, "take_draft_token_ids", None)
     checks = [
@@ -145,6 +144,7 @@ def _exact_internals(params) -> list[str]:
     """What ``--numerics exact`` (:mod:`lrtune.backends.vllm_exact`) relies on: the CPU
     attention builder's ``build`` and the metadata fields it rewrites, the scheduler-metadata
     call's keywords, the runner's per-group builders, and a ``cpu_linear`` per CPU linear layer."""
+    from dataclasses import fields as dc_fields
 
     from vllm import _custom_ops as ops
     from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm

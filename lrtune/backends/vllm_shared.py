@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import weakref
-from dataclasses import replace
 
 LOAD_FORMAT = "lrtune_shared"
 _HOLDERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> nn.Module
@@ -106,6 +105,7 @@ def _finish_own_layers(model, model_config) -> None:
 
 def register_loader() -> None:
     """Register :class:`SharedWeightsLoader` with vLLM (idempotent)."""
+    from dataclasses import replace
 
     import torch
     from vllm.model_executor.model_loader import BaseModelLoader, DefaultModelLoader, register_model_loader

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from lrtune.backends.base import SDCounters, add_counters, split_counters
 
+
 # a resident row's callback: (its tokens so far, vLLM's final RequestOutput when it ended else
 # None, then its SD counters else None), called after every step that advanced it
 OnUpdate = Callable[[list[int], object | None, SDCounters | None], None]

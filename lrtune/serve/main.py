@@ -9,26 +9,15 @@ Ctrl-C (as every lrtune command).
 
 from __future__ import annotations
 
-import importlib.util
-import signal
-import socket
 import sys
-import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 from annotated_types import Interval
 
-from lrtune import pricing
-from lrtune.build import auto_controller, build_controller
-from lrtune.decodeconfig import GAMMA_MAX
-from lrtune.decoding import Decoder, auto_choice_for
-from lrtune.errors import ConfigError
 from lrtune.schema import STRICT, Checked, NonNegative, Positive, Text
-from lrtune.serve.protocol import SERVED_SCHEDULES, ServerLimits
-from lrtune.serve.scheduler import RoundScheduler
 
 Port = Annotated[int, Interval(ge=0, le=65535)]
 Slots = Annotated[int, Interval(ge=1, le=256)]
@@ -80,6 +69,10 @@ class ServeOptions(Checked):
 def check_listen(opts: ServeOptions, cfg) -> None:
     """ConfigError before any model loads: a default schedule the server cannot batch, or an
     address it cannot listen on (unknown host, port taken)."""
+    import socket
+
+    from lrtune.errors import ConfigError
+    from lrtune.serve.protocol import SERVED_SCHEDULES
 
     missing = [m for m in ("starlette", "uvicorn", "openai", "prometheus_client") if not _importable(m)]
     if missing:
@@ -87,6 +80,8 @@ def check_listen(opts: ServeOptions, cfg) -> None:
             f"lrtune serve needs {', '.join(missing)}: install the serve extra (bash scripts/install.sh cpu,serve)"
         )
     if opts.profile is not None:  # method auto reads it at start: a bad file is refused now
+        from lrtune import pricing
+
         pricing.plan(profile=opts.profile)
     if cfg.schedule not in SERVED_SCHEDULES:
         raise ConfigError(f"--schedule {cfg.schedule}: the server batches sync rounds ({', '.join(SERVED_SCHEDULES)})")
@@ -104,6 +99,8 @@ def check_listen(opts: ServeOptions, cfg) -> None:
 
 
 def _importable(module: str) -> bool:
+    import importlib.util
+
     return importlib.util.find_spec(module) is not None
 
 
@@ -114,6 +111,8 @@ def served_gamma2_max(decoder, cfg) -> int:
     if shared:
         return int(shared)
     if type(decoder.target).__name__ == "HFBackend":
+        from lrtune.decodeconfig import GAMMA_MAX
+
         return GAMMA_MAX
     return cfg.gamma2
 
@@ -124,6 +123,11 @@ def resolve_auto(dec, cfg, profile: str | None, gamma2_max: int):
     controller each such request gets a copy of (the server's own ``--controller`` if it has
     one, else :data:`lrtune.policies.auto.CONTROLLER`; its copies share what they learn),
     priced for the engine that drafts ``gamma2_max`` tokens."""
+    from dataclasses import replace
+
+    from lrtune import pricing
+    from lrtune.build import auto_controller, build_controller
+    from lrtune.decoding import auto_choice_for
 
     models = dec.models
     choice = auto_choice_for(
@@ -143,6 +147,8 @@ def build_server(dec, cfg, opts: ServeOptions, *, log=None):
     (requests default to ``cfg``). The caller shuts the scheduler down."""
     from lrtune.serve.app import AppSettings, make_app
     from lrtune.serve.metrics import ServeMetrics
+    from lrtune.serve.protocol import ServerLimits
+    from lrtune.serve.scheduler import RoundScheduler
 
     name = opts.served_model_name or Path(str(getattr(dec.target, "model", "lrtune"))).name
     gamma2_max = served_gamma2_max(dec.decoder, cfg)
@@ -176,6 +182,8 @@ def main(opts: ServeOptions, models, cfg) -> int:
     """Load, start the engines, serve until a signal, drain, exit 0."""
     import uvicorn
 
+    from lrtune.decoding import Decoder
+
     dec = Decoder.from_configs(models, cfg, load_all_methods=bool(models.draft))
     dec.start_engines(cfg)
     if dec.draft is not None:
@@ -204,6 +212,8 @@ def main(opts: ServeOptions, models, cfg) -> int:
     )
     server = Server(config)
 
+    import threading
+
     def announce() -> None:
         while not server.started and not server.should_exit:
             threading.Event().wait(0.05)
@@ -224,5 +234,6 @@ def main(opts: ServeOptions, models, cfg) -> int:
     if not drained:
         print("lrtune serve: stopped with requests still running (--drain-timeout)", file=sys.stderr)
     dec.close()
+    import signal
 
     return 130 if signal.SIGINT in signals else 0

@@ -18,8 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
-
 from lrtune.decodeconfig import DecodeConfig
 from lrtune.errors import ConfigError, one_line
 
@@ -93,6 +91,8 @@ class ServerLimits:
 
 
 def _adapter(kind: Kind):
+    from pydantic import TypeAdapter
+
     if kind == "chat":
         from openai.types.chat import completion_create_params as p
     else:
@@ -137,6 +137,7 @@ def _first_error(err, prefix: tuple = ()) -> RequestError:
 def _materialize(value: Any, loc: tuple) -> Any:
     """Consume pydantic's lazy iterators (OpenAI types declare lists as ``Iterable``) so that
     every element is checked now; lists and dicts inside are walked too."""
+    from pydantic import ValidationError
 
     if isinstance(value, dict):
         return {k: _materialize(v, loc + (k,)) for k, v in value.items()}
@@ -188,6 +189,7 @@ def lone_surrogate_at(body: Any) -> str | None:
 def parse_request(body: Any, kind: Kind, limits: ServerLimits) -> ServeRequest:
     """``body`` (the decoded JSON of a request) checked against OpenAI's schema of ``kind``
     and the server's ``limits``; :class:`RequestError` naming the first bad field."""
+    from pydantic import ValidationError
 
     if not isinstance(body, Mapping):
         raise RequestError(None, "the request body must be a JSON object")

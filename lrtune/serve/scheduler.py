@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from lrtune.control import ProblemInfo
 from lrtune.decoding import checked_token_ids
 from lrtune.errors import ConfigError, LrtuneError, check_count, one_line
-from lrtune.serve.protocol import RequestError, ServeRequest
 from lrtune.slots import PromptState
+from lrtune.serve.protocol import RequestError, ServeRequest
 from lrtune.stats import BatchStats
 
 

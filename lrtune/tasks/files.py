@@ -11,6 +11,7 @@ from pathlib import Path
 from lrtune.errors import ConfigError
 from lrtune.inputs import checked_file, probe, read_json
 
+
 MAX_LINE_BYTES = 1 << 20  # a problem row longer than 1 MiB is not a problem (and could exhaust memory)
 MAX_FILE_BYTES = 1 << 30
 

@@ -30,19 +30,7 @@ from dataclasses import dataclass
 
 from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, Verifier, accept
-from lrtune.verifiers.distilled import is_checkpoint, read_meta
-from lrtune.verifiers.distilled import load as load_checkpoint
-from lrtune.verifiers.embedding import DEFAULT_THRESHOLD, EmbeddingVerifier
-from lrtune.verifiers.features import ONE_SIDED_FEATURES
-from lrtune.verifiers.judge import JUDGE_FORMS, LLMJudgeVerifier, TargetScoreVerifier, default_threshold
-from lrtune.verifiers.simple import (
-    TARGET_LOGPROB_FORMS,
-    TARGET_LOGPROB_THRESHOLDS,
-    ConstantVerifier,
-    ExactVerifier,
-    RandomVerifier,
-    TargetLogprobVerifier,
-)
+from lrtune.verifiers.simple import ConstantVerifier, ExactVerifier, RandomVerifier, TargetLogprobVerifier
 
 __all__ = [
     "StepPair",
@@ -63,6 +51,7 @@ _SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?:[(:](?P<arg>[^)]*)\)?)?$")
 
 def load(path, *, device: str = "cpu", threshold: float | None = None) -> Verifier:
     """Load a distilled verifier checkpoint (see :mod:`lrtune.verifiers.distilled`)."""
+    from lrtune.verifiers.distilled import load as load_checkpoint
 
     return load_checkpoint(path, device=device, threshold=threshold)
 
@@ -82,6 +71,7 @@ class VerifierSpec:
     @classmethod
     def parse(cls, spec: str) -> VerifierSpec:
         """The spec of ``spec``; ConfigError (one line) when it names no verifier."""
+        from lrtune.verifiers.distilled import is_checkpoint
 
         base, thr = split_threshold(spec)
         if is_checkpoint(base):
@@ -102,6 +92,8 @@ class VerifierSpec:
         (None when its metadata cannot tell)."""
         if self.kind != "checkpoint":
             return self.kind in ONE_SIDED_KINDS
+        from lrtune.verifiers.distilled import read_meta
+        from lrtune.verifiers.features import ONE_SIDED_FEATURES
 
         meta = read_meta(self.path)
         if meta.get("kind") not in ("features", "forest", "router"):
@@ -146,6 +138,7 @@ def check_verifier_spec(spec: str | VerifierSpec) -> VerifierSpec:
     """The parsed spec; ConfigError when ``spec`` names no verifier (nothing is built; a
     checkpoint's metadata is read and checked, and a feature, forest or router student's
     weights, a few KB, are loaded and checked too)."""
+    from lrtune.verifiers.distilled import read_meta
 
     parsed = VerifierSpec.of(spec)
     if parsed.kind == "checkpoint":
@@ -176,10 +169,14 @@ def parse_spec(spec: str) -> tuple[str, float | str | None]:
             raise ConfigError(f"random verifier needs a probability in [0, 1], got {p}")
         return kind, p
     if kind == "llm_judge" and arg:
+        from lrtune.verifiers.judge import JUDGE_FORMS
+
         if arg not in JUDGE_FORMS:
             raise ConfigError(f"llm_judge form must be one of {', '.join(JUDGE_FORMS)}, got {arg!r}")
         return kind, arg
     if kind == "target_logprob" and arg:
+        from lrtune.verifiers.simple import TARGET_LOGPROB_FORMS
+
         if arg not in TARGET_LOGPROB_FORMS:
             raise ConfigError(f"target_logprob form must be one of {', '.join(TARGET_LOGPROB_FORMS)}, got {arg!r}")
         return kind, arg
@@ -215,16 +212,21 @@ def make_verifier(
     if kind == "exact":
         return ExactVerifier()
     if kind == "target_logprob":
+        from lrtune.verifiers.simple import TARGET_LOGPROB_THRESHOLDS
+
         form = arg or "mean"
         return TargetLogprobVerifier(TARGET_LOGPROB_THRESHOLDS[form] if threshold is None else threshold, form)
     if kind in ("never", "always"):
         return ConstantVerifier(kind == "always")
     if kind in MODEL_VERIFIERS:
+        from lrtune.verifiers.judge import LLMJudgeVerifier, TargetScoreVerifier, default_threshold
+
         if backend is None:
             raise ConfigError(f"verifier {kind!r} needs a model to judge with (a backend)")
         thr = default_threshold(kind, arg) if threshold is None else threshold
         if kind == "llm_judge":
             return LLMJudgeVerifier(backend, thr, form=arg or "context")
         return TargetScoreVerifier(backend, thr)
+    from lrtune.verifiers.embedding import DEFAULT_THRESHOLD, EmbeddingVerifier
 
     return EmbeddingVerifier(model=model, threshold=DEFAULT_THRESHOLD if threshold is None else threshold)

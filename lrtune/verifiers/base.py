@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from lrtune.errors import ConfigError
 
 _WS = re.compile(r"\s+")
 
@@ -157,6 +156,7 @@ def checked_scores(verifier: Verifier, got, n: int) -> list[float]:
     """What a verifier's ``score`` returned, checked where it enters the decoder: ``n`` real
     numbers in [0, 1] (NaN, ±inf, 5.0, text or a wrong count would silently reject or accept
     every step); :class:`~lrtune.errors.ConfigError` naming the verifier otherwise."""
+    from lrtune.errors import ConfigError
 
     name = getattr(verifier, "name", type(verifier).__name__)
     try:
@@ -180,6 +180,7 @@ def checked_scores(verifier: Verifier, got, n: int) -> list[float]:
 def checked_threshold(verifier: Verifier) -> float:
     """A verifier's ``threshold`` as a finite number (a text or NaN would refuse or accept every
     step); :class:`~lrtune.errors.ConfigError` naming the verifier otherwise."""
+    from lrtune.errors import ConfigError
 
     t = getattr(verifier, "threshold", None)
     if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(float(t)):

@@ -26,21 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lrtune.errors import ConfigError, ModelError
-from lrtune.filekinds import VerifierMeta, read
-from lrtune.models import mpnet_encoder_path, resolve_model
 from lrtune.verifiers.base import StepPair, score_pairs
-from lrtune.verifiers.embedding import EmbeddingVerifier, default_encoder_path
-from lrtune.verifiers.features import (
-    FEATURE_NAMES,
-    LIKELIHOOD_FEATURES,
-    ONE_SIDED_FEATURES,
-    TARGET_SCORE_FEATURES,
-    TEXT_FEATURES,
-    pair_features,
-)
-from lrtune.verifiers.judge import judge_score
 from lrtune.verifiers.student_inputs import CONTEXT_FORM, encode_cross_encoder, fit_judge_prompt
-from lrtune.verifiers.trees import check_forest, forest_proba
 
 META = "lrtune_verifier.json"
 FORMAT = "lrtune-verifier"
@@ -88,6 +75,7 @@ def read_meta(path: str | Path) -> dict:
     if not meta_file.is_file():
         raise ConfigError(f"{path} is not an lrtune verifier checkpoint (no {META})")
     refuse_pickles(root, path)
+    from lrtune.filekinds import VerifierMeta, read
 
     meta = read(meta_file, VerifierMeta, "verifier metadata")
     kind = meta["kind"]
@@ -136,14 +124,19 @@ def resolve_encoder(name: str) -> str:
         return str(Path(name).expanduser().resolve())
     key = name.split("/")[-1].lower()
     if key in ("all-minilm-l6-v2", "minilm"):
+        from lrtune.verifiers.embedding import default_encoder_path
+
         return default_encoder_path()
     if key in ("all-mpnet-base-v2", "mpnet"):
+        from lrtune.models import mpnet_encoder_path
+
         return mpnet_encoder_path()
     raise ModelError(f"sentence encoder not found: {name!r} (a local directory, or one of {', '.join(ENCODERS)})")
 
 
 def resolve_base_lm(name: str) -> str:
     """Directory of the lm-judge base model: ``default:draft`` / ``default:target`` or a path."""
+    from lrtune.models import resolve_model
 
     if name.startswith("default:"):
         return resolve_model("default", name.split(":", 1)[1], progress=False)
@@ -171,6 +164,14 @@ class _FeatureStudent:
 
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         from safetensors.numpy import load_file
+
+        from lrtune.verifiers.features import (
+            FEATURE_NAMES,
+            LIKELIHOOD_FEATURES,
+            ONE_SIDED_FEATURES,
+            TARGET_SCORE_FEATURES,
+            TEXT_FEATURES,
+        )
 
         self.meta = meta
         self.threshold = float(meta["threshold"])
@@ -208,7 +209,11 @@ class _FeatureStudent:
     def features(self, pairs: Sequence[StepPair]):
         import numpy as np
 
+        from lrtune.verifiers.features import pair_features
+
         if self._encoder is None and self._encoder_path is not None:
+            from lrtune.verifiers.embedding import EmbeddingVerifier
+
             self._encoder = EmbeddingVerifier(model=self._encoder_path)
         cos = self._encoder.score(pairs) if self._encoder is not None else [0.0] * len(pairs)
         rows = [pair_features(p, c) for p, c in zip(pairs, cos)]
@@ -279,6 +284,8 @@ class RouterVerifier(FeatureVerifier):
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         super().__init__(root, meta, device)
         if not self.one_sided:
+            from lrtune.verifiers.features import ONE_SIDED_FEATURES
+
             raise ConfigError(
                 f"{root}: a router reads one-sided features only ({', '.join(ONE_SIDED_FEATURES)}); "
                 f"its checkpoint lists {', '.join(sorted(set(self.feature_names) - set(ONE_SIDED_FEATURES)))}"
@@ -296,6 +303,8 @@ class ForestVerifier(_FeatureStudent):
     name = "distilled:forest"
 
     def _load(self, root: Path, w: dict):
+        from lrtune.verifiers.trees import check_forest
+
         if "mean" not in w:
             raise ConfigError(f"{root}: {self.WEIGHTS} lacks the tensor 'mean'")
         mean = w["mean"].astype("float64").reshape(-1)
@@ -306,6 +315,8 @@ class ForestVerifier(_FeatureStudent):
         return mean
 
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
+        from lrtune.verifiers.trees import forest_proba
+
         return [float(p) for p in forest_proba(self.forest, self.features(pairs))]
 
 
@@ -420,6 +431,8 @@ class LMJudgeStudent:
         return score_pairs(pairs, one_by_one(self._model_score))
 
     def _model_score(self, pairs: Sequence[StepPair]) -> list[float]:
+        from lrtune.verifiers.judge import judge_score
+
         torch = self._torch
         scores = []
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0

