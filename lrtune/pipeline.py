@@ -237,6 +237,8 @@ def validate(opts: PipelineOptions, models: ModelConfig, decode: DecodeConfig, s
 def sized_context(size: str, args, file_values: dict) -> dict:
     """``file_values`` with the size's ``max_model_len`` where neither a flag nor the file sets
     one (an unknown size is left to :func:`run` to refuse)."""
+    from lrtune.configs import spelled_options
+
     want = SIZES[size].max_model_len if size in SIZES else None
     in_file = any(name == "max_model_len" for name, _ in spelled_options(ModelConfig, file_values))  # engine: too
     if want is None or getattr(args, "max_model_len", None) is not None or in_file:

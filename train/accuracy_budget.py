@@ -91,6 +91,7 @@ class AtThreshold:
 
 def _progress(path: Path, key: str) -> dict[tuple, dict]:
     """Decodes already made with this configuration (``key``): (threshold or None, problem) -> line."""
+    from lrtune.filekinds import CalibrateProgressLine
     from lrtune.runfiles import load_jsonl
 
     done = {}
