@@ -13,8 +13,9 @@ tree in a subprocess):
   different files) and returns (a frame in a file the route had already left).
 * **method to γ2**: mentions of ``uses_sd`` in library code outside ``DecodeConfig`` (each a
   place that turns a method's name into "SD or not" again).
-* **import time**: seconds ``import`` of the entry points takes (``python -X importtime``,
-  median of five, the two trees measured in turn).
+* **import time**: seconds ``import`` of the entry points takes (``python -X importtime``), and
+  the wall seconds of ``python -m lrtune --help`` (its parser imports every command's options):
+  median of five, the two trees measured in turn.
 * **functions**: library functions (``lrtune``, ``data_gen``, ``train``, ``eval``,
   ``policies``; nested ones and methods included) over 60 and over 80 lines, the longest ten,
   and import statements inside function bodies.
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks import parse, tree_env
@@ -176,13 +178,21 @@ def import_seconds(root: Path, module: str) -> float:
     return int(line.split("|")[1]) / 1e6
 
 
+def help_seconds(root: Path) -> float:
+    """Wall seconds of ``python -m lrtune --help`` from the tree at ``root`` (the parser imports every command)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "lrtune", "--help"], capture_output=True, env=tree_env(root), cwd=root)
+    return time.perf_counter() - t0
+
+
 def import_times(roots: dict[str, Path], tries: int = 5) -> dict[str, dict[str, float]]:
     """Median import seconds of each entry point per tree, the trees measured in turn."""
-    seen: dict[str, dict[str, list[float]]] = {k: {m: [] for m in ENTRY_POINTS} for k in roots}
+    seen: dict[str, dict[str, list[float]]] = {k: {m: [] for m in (*ENTRY_POINTS, "lrtune --help")} for k in roots}
     for _ in range(tries):
         for key, root in roots.items():
             for m in ENTRY_POINTS:
                 seen[key][m].append(import_seconds(root, m))
+            seen[key]["lrtune --help"].append(help_seconds(root))
     return {k: {m: round(statistics.median(v), 3) for m, v in per.items()} for k, per in seen.items()}
 
 
