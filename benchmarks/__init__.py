@@ -33,6 +33,20 @@ STAGES = {"lrtune": "lrtune", "lrtune.data_gen": "data_gen", "lrtune.eval": "eva
 STAGES["lrtune.train"] = "train"
 
 
+def extract_revision(rev: str, into):
+    """The source tree of git revision ``rev`` (``git archive``), unpacked under ``into``/tree."""
+    import subprocess
+    import tarfile
+    from pathlib import Path
+
+    into = Path(into)
+    blob = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True, check=True).stdout
+    (into / "tree.tar").write_bytes(blob)
+    with tarfile.open(into / "tree.tar") as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
 def tree_env(root) -> dict:
     """The environment of a child process that imports lrtune from the source tree at ``root``
     (another revision's ``git archive``): ``PYTHONPATH`` puts the tree first, and a

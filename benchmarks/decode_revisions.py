@@ -19,11 +19,10 @@ import json
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
-from benchmarks import parse, tree_env
+from benchmarks import extract_revision, parse, tree_env
 
 CHILD = r"""
 import json, sys, time
@@ -64,15 +63,6 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def extract(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` under ``into``."""
-    blob = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True, check=True).stdout
-    (into / "tree.tar").write_bytes(blob)
-    with tarfile.open(into / "tree.tar") as tar:
-        tar.extractall(into / "tree", filter="data")
-    return into / "tree"
-
-
 def run_child(root: Path, args: argparse.Namespace) -> dict:
     """One fresh process decoding with the lrtune of ``root``."""
     spec = {
@@ -99,7 +89,7 @@ def main(args: argparse.Namespace) -> dict:
         roots = {}
         for key, rev in revs.items():
             (Path(tmp) / key).mkdir()
-            roots[key] = extract(rev, Path(tmp) / key)
+            roots[key] = extract_revision(rev, Path(tmp) / key)
             sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True)
             out[key] = {"revision": sha.stdout.strip(), "runs": []}
         for r in range(args.rounds):

@@ -31,12 +31,11 @@ import json
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import parse, tree_env
+from benchmarks import extract_revision, parse, tree_env
 
 LIBRARY = ("lrtune", "data_gen", "train", "eval", "policies")
 ENTRY_POINTS = ("lrtune.cli", "lrtune.decoding", "lrtune.pipeline", "lrtune.serve.app")
@@ -159,15 +158,6 @@ def _sites(root: Path, word: str) -> int:
     )
 
 
-def extract(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` under ``into``."""
-    blob = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True, check=True).stdout
-    (into / "tree.tar").write_bytes(blob)
-    with tarfile.open(into / "tree.tar") as tar:
-        tar.extractall(into / "tree", filter="data")
-    return into / "tree"
-
-
 def import_seconds(root: Path, module: str) -> float:
     """Cumulative seconds ``import module`` takes from the tree at ``root`` (python -X importtime)."""
     env = tree_env(root)
@@ -230,7 +220,7 @@ def main(args: argparse.Namespace) -> dict:
         roots = {}
         for key, rev in (("before", args.before), ("after", args.after)):
             (Path(tmp) / key).mkdir()
-            roots[key] = extract(rev, Path(tmp) / key)
+            roots[key] = extract_revision(rev, Path(tmp) / key)
         out = {key: at_revision(rev, roots[key]) for key, rev in (("before", args.before), ("after", args.after))}
         for key, times in import_times(roots).items():
             out[key]["import_s"] = times
