@@ -216,28 +216,3 @@ def test_the_core_never_imports_the_command_line():
 def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-
-
-# ---- imports where they can be seen --------------------------------------------------------
-def local_import_count(path: Path) -> int:
-    """Import statements inside function bodies of ``path`` (each counted once, nested or not)."""
-    inside = set()
-    for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inside |= {id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    return len(inside)
-
-
-def allowed_local_imports() -> dict[str, int]:
-    """The design page's table of the modules that may import inside functions, with their count."""
-    text = (ROOT / "docs/design.md").read_text(encoding="utf-8")
-    section = text.split("### Local imports", 1)[1].split("\n## ", 1)[0]
-    return {r.split("`")[1]: int(r.split("|")[2]) for r in section.splitlines() if r.startswith("| `")}
-
-
-def test_imports_inside_functions_only_where_the_design_page_lists_them_and_as_many():
-    """Module-level imports, unless the import loads an optional extra (torch, vLLM, transformers,
-    ... or a module of lrtune that wraps one) or the command line's start-up would pay for it:
-    the design page lists each module that keeps local imports and how many."""
-    counts = {str(f.relative_to(ROOT)): local_import_count(f) for f in module_files().values()}
-    assert {rel: n for rel, n in counts.items() if n} == allowed_local_imports()
