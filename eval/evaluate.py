@@ -167,6 +167,7 @@ def run(cfg: EvalConfig) -> Summary:
         this_run=timing,
         batch_cost_sd=batch_cost_sd,
         draft={"path": resolved.draft, "quantization": resolved.draft_quantization},
+        target={"path": resolved.target, "quantization": resolved.target_quantization},
         peak_rss_gib=peak,
         max_rss_gib=max_rss,
         memory_plan=resolved.cpu_memory.to_dict() if resolved.cpu_memory is not None else None,
@@ -395,12 +396,13 @@ def write_reports(
     this_run: dict | None = None,
     batch_cost_sd: dict | None = None,
     draft: dict | None = None,
+    target: dict | None = None,
     peak_rss_gib: float | None = None,
     max_rss_gib: float | None = None,
     memory_plan: dict | None = None,
 ) -> dict:
-    """summary.json, report.md and plots from the records of the current problems (``draft``:
-    the draft directory the engines ran and its quantization, as resolved)."""
+    """summary.json, report.md and plots from the records of the current problems (``draft``,
+    ``target``: the directory each model's engines ran and its quantization, as resolved)."""
     from lrtune.eval.report import render_markdown, write_plots
 
     ids = {p.id for p in problems}
@@ -433,6 +435,7 @@ def write_reports(
         "evaluator_overhead": _evaluator_overhead(timing),
         "machine": machine_info(),
         "draft": draft,
+        "target": target,
         "config": resume_key(cfg),
         "generated_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }

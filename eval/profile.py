@@ -88,6 +88,9 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
         "target": models.target,
         "draft": models.draft,
         "dtype": models.dtype,
+        # a quantized copy is another model: its costs are not the model's as saved
+        "target_quantization": models.target_quantization,
+        "draft_quantization": models.draft_quantization,
         "machine": machine_info(),
         "options": dataclasses.asdict(opts),
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

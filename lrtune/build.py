@@ -145,7 +145,8 @@ class ResolvedModels:
     draft: str | None
     judge: str | None
     memory: object | None = None  # lrtune.memory.MemoryPlan on a GPU with vLLM
-    draft_quantization: str = "none"  # what the draft engines run: "none" (as saved) or "int8"
+    draft_quantization: str = "none"  # what the draft engines run: "none" (as saved), "int8" or "int8-weights"
+    target_quantization: str = "none"  # what the target engines run: the same choices
     heterogeneous_vocab: bool = False  # one tokenizer, padded vocab sizes that differ (vllm_platform rule B)
     shared_spec_tokens: int = 0  # γ2 of the shared SD engine (0: one target engine per γ2)
     target_engines: tuple[int, ...] = (0,)  # γ2 keys of every target engine the memory plan counts
@@ -175,6 +176,20 @@ def check_configs(
     spec = _checked_options(models, cfg, verifier)
     needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
     target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
+    target_quant = "none"
+    if models.target_quantization != "none":
+        from lrtune.quantize import for_engines
+
+        target_path, target_quant = for_engines(
+            models.target_quantization,
+            target_path,
+            backend=models.backend,
+            role="target",
+            dtype=models.dtype,
+            cache_dir=models.cache_dir,
+            progress=progress,
+            gpu_cap=models.engine.gpu.utilization,
+        )
     draft_path = None
     if needs_draft:
         draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
@@ -182,10 +197,10 @@ def check_configs(
     padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
     quant = "none"
     if models.draft_quantization != "none":
-        from lrtune.quantize import draft_for_engines
+        from lrtune.quantize import for_engines
 
         if draft_path:
-            draft_path, quant = draft_for_engines(
+            draft_path, quant = for_engines(
                 models.draft_quantization,
                 draft_path,
                 backend=models.backend,
@@ -209,7 +224,9 @@ def check_configs(
         from lrtune.cpumemory import check_budget
 
         check_budget(cpu_plan, models.engine.memory_budget_gib)
-    return ResolvedModels(target_path, draft_path, judge_dir, plan, quant, padded, shared, keys, cpu_plan, kv)
+    return ResolvedModels(
+        target_path, draft_path, judge_dir, plan, quant, target_quant, padded, shared, keys, cpu_plan, kv
+    )
 
 
 def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
@@ -227,10 +244,11 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
             require_one_sided(parsed)
     if models.engine.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
-    if models.draft_quantization == "int8":
-        from lrtune.quantize import check_int8_runs
+    from lrtune.quantize import check_int8_runs
 
-        check_int8_runs(models.backend)
+    for role, mode in (("draft", models.draft_quantization), ("target", models.target_quantization)):
+        if mode in ("int8", "int8-weights"):
+            check_int8_runs(models.backend, role, mode)
     return spec
 
 

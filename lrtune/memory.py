@@ -201,12 +201,20 @@ def weight_bytes(model_dir: str | Path | None) -> int:
 
 
 def held_weight_bytes(model_dir: str | Path | None, *, float32: bool) -> int:
-    """Bytes of a model's weights as an engine holds them: :func:`weight_bytes`, twice that where
-    a 16-bit checkpoint runs in float32 (``float32``: vLLM on a CPU without native bf16, the
-    transformers backend on a CPU)."""
+    """Bytes of a model's weights as an engine holds them: :func:`weight_bytes`, with every 16-bit
+    tensor counted twice where it runs in float32 (``float32``: vLLM on a CPU without native
+    bf16, the transformers backend on a CPU); a quantized copy's int8 tensors stay as they are."""
     from lrtune.filekinds import model_side_config
+    from lrtune.modeldir import safetensors_dtype_bytes
 
     size = weight_bytes(model_dir)
-    if size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16"):
+    if not (size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16")):
+        return size
+    files = list(Path(str(model_dir)).glob("*.safetensors"))
+    if not files:  # .bin / .pt: no header to read per tensor
         return 2 * size
-    return size
+    sixteen = 0
+    for f in files:  # a file whose header cannot be read counts as all 16-bit: the plan is an upper bound
+        kinds = safetensors_dtype_bytes(f)
+        sixteen += sum(n for k, n in kinds.items() if k in ("BF16", "F16")) if kinds else f.stat().st_size
+    return size + sixteen

@@ -208,11 +208,21 @@ class ModelConfig(Checked):
     sd_method: Literal["draft", "ngram"] = field(
         default="draft", metadata={"help": "token-level SD drafter: draft | ngram"}
     )
-    draft_quantization: Literal["none", "int8", "auto"] = field(
+    draft_quantization: Literal["none", "int8", "int8-weights", "auto"] = field(
         default="none",
         metadata={
             "help": "the draft's weights for LR drafting and SD (vLLM): none (as saved) | int8 (a W8A8 copy built once "
-            "into the model cache) | auto (int8 only where it timed faster on this machine; timed once)"
+            "into the model cache) | int8-weights (weight-only int8, CPUs) | auto (the fastest copy where it timed "
+            "faster on this machine; timed once)"
+        },
+    )
+    target_quantization: Literal["none", "int8", "int8-weights", "auto"] = field(
+        default="none",
+        metadata={
+            "help": "the target's weights (vLLM): none (as saved) | int8 (a W8A8 copy built once into the model "
+            "cache) | int8-weights (weight-only int8, CPUs) | auto (the fastest copy where it timed faster on "
+            "this machine; timed once). A copy is a different model: lossless methods match it, not the target "
+            "as saved"
         },
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
@@ -247,11 +257,12 @@ class ModelConfig(Checked):
                 "--numerics exact needs --backend vllm (its batch-invariant attention and matmul checks are "
                 "vLLM-CPU patches; the transformers backend has no exact mode)"
             )
-        if self.draft_quantization == "int8" and self.backend != "vllm":
-            raise ConfigError(
-                "--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
-                "int8 weights and run no faster)"
-            )
+        for role, mode in (("draft", self.draft_quantization), ("target", self.target_quantization)):
+            if mode in ("int8", "int8-weights") and self.backend != "vllm":
+                raise ConfigError(
+                    f"--{role}-quantization {mode} needs --backend vllm (transformers would dequantize the "
+                    "int8 weights and run no faster)"
+                )
 
 
 def gathered(

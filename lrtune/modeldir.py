@@ -72,6 +72,21 @@ def generation_eos_ids(model_dir: str | Path) -> frozenset[int]:
     return frozenset(ids)
 
 
+def safetensors_dtype_bytes(path: Path) -> dict[str, int]:
+    """Bytes of a safetensors file's tensors per dtype (``{"BF16": n, "I8": m, ...}``), read from
+    its header alone; {} for a file whose header is unsound (:func:`safetensors_header_problem`)."""
+    if safetensors_header_problem(path) is not None:
+        return {}
+    with open(path, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")).decode("utf-8"))
+    out: dict[str, int] = {}
+    for name, t in header.items():
+        if name != "__metadata__" and isinstance(t, dict) and isinstance(t.get("dtype"), str):
+            start, end = t.get("data_offsets", [0, 0])
+            out[t["dtype"]] = out.get(t["dtype"], 0) + end - start
+    return out
+
+
 def safetensors_header_problem(path: Path) -> str | None:
     """Why a safetensors file cannot be loaded, read from its header alone (8-byte length,
     then that many bytes of JSON); None when the header is sound and the data fits the file."""

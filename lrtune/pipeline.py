@@ -527,4 +527,6 @@ def _profile_matches(path: Path, prof, models: ModelConfig) -> bool:
         and p.get("target") == models.target
         and p.get("draft") == models.draft
         and p.get("backend") == models.backend
+        and p.get("target_quantization", "none") == models.target_quantization
+        and p.get("draft_quantization", "none") == models.draft_quantization
     )

@@ -1,4 +1,5 @@
-"""A W8A8 copy of the draft model: int8 weights per output channel, int8 activations per token
+"""A W8A8 copy of a model (the draft under ``--draft-quantization``, the target under
+``--target-quantization``): int8 weights per output channel, int8 activations per token
 (dynamic), in the compressed-tensors format vLLM loads, built once into the model cache.
 
 Every linear layer of the decoder blocks is quantized by round-to-nearest,
@@ -6,7 +7,7 @@ Every linear layer of the decoder blocks is quantized by round-to-nearest,
     s_o = max_i |W_oi| / 127,    Q_oi = round(W_oi / s_o) in [-127, 127],    W ≈ s · Q,
 
 and stored as ``weight`` (int8) with ``weight_scale`` (float32, one per output row); vLLM
-quantizes each activation row to int8 at run time. An untied ``lm_head`` (the default draft's:
+quantizes each activation row to int8 at run time. An untied ``lm_head`` (both default models':
 151,936 rows read at every token) is quantized the same way; the embedding table stays in the
 checkpoint's dtype (one row is read per token). The copy lives in
 ``<cache>/models/<name>-w8a8[-head]-<digest>/``; a marker with the sha256 of every weight file
@@ -15,9 +16,13 @@ makes a half-built or edited copy count as missing, and no network is touched.
 Where int8 pays depends on the CPU: with int8 dot-product units (VNNI, AMX) int8 GEMMs are
 fast; without them they are slower than float32 (:mod:`lrtune.machine`). ``auto`` therefore
 uses the copy only where a measurement on this machine found it faster
-(:func:`record_measurement`: the first ``auto`` run for a draft on a machine times both
-copies once, ``lrtune doctor --timing`` too), keyed by the draft and the CPU model, flags
-and GPUs.
+(:func:`record_measurement`: the first ``auto`` run for a model on a machine times both
+copies once, ``lrtune doctor --timing`` too for the draft), keyed by the model and the CPU
+model, flags and GPUs.
+
+A quantized target is a different model: lossless methods stay lossless relative to the
+target that runs (its copy), not to the target as saved; ``benchmarks/target_formats.py``
+measures what the copy changes.
 """
 
 from __future__ import annotations
@@ -28,21 +33,30 @@ import os
 import shutil
 from pathlib import Path
 
+from lrtune.backends.vllm_int8w import NAME as WEIGHTS_METHOD
 from lrtune.errors import ConfigError
 from lrtune.store import sha256
 
 MARKER = "lrtune_w8a8.json"
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-MEASURE_FILE = "draft_int8.json"
+MEASURE_FILE = "int8_speed.json"  # one entry per model, scheme, dtype and machine
+# the copies --draft-quantization / --target-quantization build: W8A8 (int8 weights and
+# activations: vLLM's compressed-tensors kernels, fast with VNNI/AMX) and weight-only int8
+# (lrtune.backends.vllm_int8w: bf16 compute, 1 byte per weight read, no int8 units needed)
+SCHEMES = {"int8": "w8a8", "int8-weights": "w8"}
 FORMAT = 2  # of the copy; older copies are rebuilt
 
 
-def quantize_rows(weight):
-    """(int8 weight, float32 per-row scale of shape (out, 1)) by round-to-nearest (module docstring)."""
+def quantize_rows(weight, bf16_scale: bool = False):
+    """(int8 weight, float32 per-row scale of shape (out, 1)) by round-to-nearest (module
+    docstring); ``bf16_scale``: each scale rounded to the nearest bfloat16 first (the weight-only
+    kernel multiplies in bf16), and Q clamped to ±127, so |s·Q − W| ≤ s/2 + 127·|s − s_exact|."""
     import torch
 
     w = weight.float()
     scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+    if bf16_scale:
+        scale = scale.to(torch.bfloat16).float()
     q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
     return q, scale.to(torch.float32)
 
@@ -78,13 +92,15 @@ def _digest_of(model_dir: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def w8a8_dir(model_dir: str | Path, cache_dir: str | Path | None = None, lm_head: bool = False) -> Path:
-    """Where the W8A8 copy of ``model_dir`` lives (built or not)."""
+def w8a8_dir(
+    model_dir: str | Path, cache_dir: str | Path | None = None, lm_head: bool = False, scheme: str = "int8"
+) -> Path:
+    """Where the ``scheme`` copy (:data:`SCHEMES`; W8A8 by default) of ``model_dir`` lives (built or not)."""
     from lrtune.default_pair import default_cache_dir
 
     src = Path(model_dir).resolve()
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    return root / "models" / f"{src.name}-w8a8{'-head' if lm_head else ''}-{_digest_of(src)}"
+    return root / "models" / f"{src.name}-{SCHEMES[scheme]}{'-head' if lm_head else ''}-{_digest_of(src)}"
 
 
 def _complete(d: Path) -> bool:
@@ -122,13 +138,20 @@ def untied_head(model_dir: str | Path) -> bool:
 
 
 def ensure_w8a8(
-    model_dir: str | Path, cache_dir: str | Path | None = None, progress: bool = True, lm_head: bool | None = None
+    model_dir: str | Path,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    lm_head: bool | None = None,
+    role: str = "draft",
+    scheme: str = "int8",
 ) -> Path:
-    """The W8A8 copy of ``model_dir`` (a Hugging Face directory), built once (module docstring);
-    ``lm_head``: quantize the output head as well (None: when the checkpoint has an untied one)."""
+    """The ``scheme`` copy (:data:`SCHEMES`: ``int8`` W8A8, ``int8-weights`` weight-only) of
+    ``model_dir`` (a Hugging Face directory), built once (module docstring); ``lm_head``:
+    quantize the output head as well (None: when the checkpoint has an untied one); ``role``
+    ("draft" | "target") names the option in errors."""
     if lm_head is None:
         lm_head = untied_head(model_dir)
-    final = w8a8_dir(model_dir, cache_dir, lm_head)
+    final = w8a8_dir(model_dir, cache_dir, lm_head, scheme)
     if _complete(final):
         return final
     if quantized_source(model_dir):
@@ -139,11 +162,12 @@ def ensure_w8a8(
     src = Path(model_dir).resolve()
     weights = sorted(src.glob("*.safetensors"))
     if not weights:
-        raise ConfigError(f"--draft-quantization int8 needs safetensors weights in {src}")
+        raise ConfigError(f"--{role}-quantization {scheme} needs safetensors weights in {src}")
     if progress:
         from lrtune.runfiles import log
 
-        log(f"lrtune: building a W8A8 (int8) copy of {src.name} into {final} (once)")
+        what = "W8A8 (int8)" if scheme == "int8" else "weight-only int8"
+        log(f"lrtune: building a {what} copy of {src.name} into {final} (once)")
     from lrtune.runfiles import building_dir
 
     from lrtune.filekinds import WeightIndex, read
@@ -158,14 +182,14 @@ def ensure_w8a8(
                 parts = name.split(".")
                 head = lm_head and name == "lm_head.weight"
                 if name.endswith(".weight") and t.dim() == 2 and (head or (len(parts) >= 2 and parts[-2] in LINEARS)):
-                    q, s = quantize_rows(t)
+                    q, s = quantize_rows(t, bf16_scale=scheme == "int8-weights")
                     out[name], out[name[: -len("weight")] + "weight_scale"] = q, s
                     quantized += 1
                 else:
                     out[name] = t.contiguous()
             save_file(out, str(tmp / wf.name), metadata={"format": "pt"})
         if not quantized:
-            raise ConfigError(f"--draft-quantization int8: {src} has no linear layers named {', '.join(LINEARS)}")
+            raise ConfigError(f"--{role}-quantization {scheme}: {src} has no linear layers named {', '.join(LINEARS)}")
         for f in src.iterdir():
             if f.is_file() and f.suffix != ".safetensors" and f.name != MARKER and not f.name.endswith(".index.json"):
                 shutil.copy2(f, tmp / f.name)
@@ -179,12 +203,14 @@ def ensure_w8a8(
                     meta["weight_map"][name[: -len("weight")] + "weight_scale"] = file
             (tmp / index.name).write_text(json.dumps(meta, indent=1))
         cfg = read_json_object(src / "config.json", "model config")
-        cfg["quantization_config"] = quantization_config(lm_head)
+        cfg["quantization_config"] = (
+            quantization_config(lm_head) if scheme == "int8" else {"quant_method": WEIGHTS_METHOD, "lm_head": lm_head}
+        )
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         marker = {
             "format": FORMAT,
             "source": str(src),
-            "scheme": "w8a8-int8-channel-dynamic-token",
+            "scheme": "w8a8-int8-channel-dynamic-token" if scheme == "int8" else "w8-int8-channel-bf16-scale",
             "linears": quantized,
             "lm_head": lm_head,
             "torch": torch.__version__,
@@ -195,13 +221,14 @@ def ensure_w8a8(
 
 
 # ---- auto: int8 only where it measured faster here ------------------------------------------
-def _measure_key(model_dir: str | Path, dtype: str) -> str:
+def _measure_key(model_dir: str | Path, dtype: str, scheme: str = "int8") -> str:
     from lrtune.machine import cpu_flags, cpu_model, gpus
 
-    where = json.dumps(
-        {"cpu": cpu_model(), "flags": cpu_flags(), "gpus": [g["name"] for g in gpus()], "dtype": dtype}, sort_keys=True
-    )
-    return hashlib.sha256(f"{Path(model_dir).resolve()}|{where}".encode()).hexdigest()[:16]
+    where = {"cpu": cpu_model(), "flags": cpu_flags(), "gpus": [g["name"] for g in gpus()], "dtype": dtype}
+    if scheme != "int8":
+        where["scheme"] = scheme
+    text = json.dumps(where, sort_keys=True)
+    return hashlib.sha256(f"{Path(model_dir).resolve()}|{text}".encode()).hexdigest()[:16]
 
 
 def measurement_file(cache_dir: str | Path | None = None) -> Path:
@@ -217,8 +244,10 @@ def record_measurement(
     int8_tok_s: float,
     cache_dir: str | Path | None = None,
     dtype: str = "auto",
+    scheme: str = "int8",
 ) -> dict:
-    """Record this machine's draft speed with and without int8 (the ``auto`` decision)."""
+    """Record this machine's speed of ``model_dir`` as saved and as its ``scheme`` copy
+    (``int8_tok_s``; the ``auto`` decision)."""
     from lrtune.machine import cpu_flags, cpu_model
     from lrtune.runfiles import write_atomic
 
@@ -234,6 +263,7 @@ def record_measurement(
         data = {}
     entry = {
         "model": str(Path(model_dir).resolve()),
+        "scheme": scheme,
         "dtype": dtype,
         "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
@@ -241,24 +271,33 @@ def record_measurement(
         "int8_tok_s": int8_tok_s,
         "int8_faster": int8_tok_s > plain_tok_s,
     }
-    data[_measure_key(model_dir, dtype)] = entry
+    data[_measure_key(model_dir, dtype, scheme)] = entry
     write_atomic(path, json.dumps(data, indent=1))
     return entry
 
 
-def measured_faster(model_dir: str | Path, cache_dir: str | Path | None = None, dtype: str = "auto") -> bool | None:
-    """Whether int8 measured faster for ``model_dir`` on this machine; None when never measured."""
+def measurement(model_dir: str | Path, cache_dir: str | Path | None = None, dtype: str = "auto", scheme: str = "int8"):
+    """This machine's recorded speeds of ``model_dir`` and its ``scheme`` copy
+    (:class:`lrtune.filekinds.Int8Measurement`), or None when never measured."""
     from lrtune.filekinds import Int8Measurement, read_json_object_or_none
 
     data = read_json_object_or_none(measurement_file(cache_dir)) or {}
-    entry = data.get(_measure_key(model_dir, dtype))
+    entry = data.get(_measure_key(model_dir, dtype, scheme))
     try:  # an entry that is not a measurement ("no", 0, a list) is no answer: measure again
-        return Int8Measurement.model_validate(entry).int8_faster
+        return Int8Measurement.model_validate(entry)
     except ValueError:
         return None
 
 
-def time_drafts(
+def measured_faster(
+    model_dir: str | Path, cache_dir: str | Path | None = None, dtype: str = "auto", scheme: str = "int8"
+) -> bool | None:
+    """Whether the ``scheme`` copy measured faster for ``model_dir`` on this machine; None when never measured."""
+    m = measurement(model_dir, cache_dir, dtype, scheme)
+    return None if m is None else m.int8_faster
+
+
+def time_copies(
     plain_dir: str,
     int8_dir: str,
     dtype: str = "auto",
@@ -266,7 +305,7 @@ def time_drafts(
     repeats: int = 3,
     gpu_share: float | None = None,
 ) -> dict:
-    """Tokens/s of greedy batch-1 decoding with the draft as saved and with its W8A8 copy, on
+    """Tokens/s of greedy batch-1 decoding with a model as saved and with its W8A8 copy, on
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
     that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
     GPU each engine takes ``gpu_share`` of it (:func:`timing_share`)."""
@@ -290,10 +329,10 @@ def time_drafts(
     return {f"{name}_tok_s": 1.0 / s_per_token for name, (s_per_token, _) in best.items()}
 
 
-def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None:
+def timing_share(model_dir: str, cap: float, taken: float = 0.0) -> float | None:
     """The GPU share of each of the timing child's two engines (the memory plan's
     ``int8_timing`` role: what ``taken`` by engines already running leaves of ``cap``), or
-    None off GPUs; :class:`ConfigError` naming the role when the draft does not fit."""
+    None off GPUs; :class:`ConfigError` naming the role when the model does not fit."""
     from lrtune.backends.vllm import gpu_device_bytes
     from lrtune.memory import plan_gpu_memory, weight_bytes
 
@@ -301,7 +340,7 @@ def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None
     if device is None:
         return None
     plan = plan_gpu_memory(
-        {"int8_timing": weight_bytes(draft_dir)},
+        {"int8_timing": weight_bytes(model_dir)},
         engines={"int8_timing": 2},
         cap=max(cap - taken, 1e-6),
         device_bytes=device,
@@ -310,9 +349,14 @@ def timing_share(draft_dir: str, cap: float, taken: float = 0.0) -> float | None
 
 
 def measure_in_subprocess(
-    plain_dir: str, int8_dir: str, dtype: str = "auto", timeout_s: float = 900, gpu_share: float | None = None
+    plain_dir: str,
+    int8_dir: str,
+    dtype: str = "auto",
+    timeout_s: float = 900,
+    gpu_share: float | None = None,
+    role: str = "draft",
 ) -> dict:
-    """:func:`time_drafts` in a child process (its engines end with it)."""
+    """:func:`time_copies` in a child process (its engines end with it)."""
     import subprocess
     import sys
 
@@ -327,31 +371,38 @@ def measure_in_subprocess(
         )
     except subprocess.TimeoutExpired:
         raise ConfigError(
-            f"--draft-quantization auto: timing the int8 draft took over {timeout_s:.0f} s; choose none or int8"
+            f"--{role}-quantization auto: timing the int8 {role} took over {timeout_s:.0f} s; choose none or int8"
         ) from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(
-            f"--draft-quantization auto: timing the int8 draft failed ({tail[:300]}); choose none or int8"
+            f"--{role}-quantization auto: timing the int8 {role} failed ({tail[:300]}); choose none or int8"
         )
     return json.loads(lines[-1])
 
 
-def check_int8_runs(backend: str) -> None:
-    """One line when this engine or platform cannot run a W8A8 draft."""
+def check_int8_runs(backend: str, role: str = "draft", scheme: str = "int8") -> None:
+    """One line when this engine or platform cannot run a ``scheme`` copy of the ``role`` model."""
     if backend != "vllm":
         raise ConfigError(
-            "--draft-quantization int8 needs --backend vllm (transformers would dequantize the "
+            f"--{role}-quantization {scheme} needs --backend vllm (transformers would dequantize the "
             "int8 weights and run no faster)"
         )
     from lrtune.machine import gpus
 
+    if scheme == "int8-weights":
+        if gpus():
+            raise ConfigError(
+                f"--{role}-quantization int8-weights runs on CPUs only (its kernel is torch's CPU "
+                "int8 weight-only GEMM); on a GPU use int8"
+            )
+        return
     for g in gpus():
         major, minor = (int(x) for x in g["capability"].split("."))
         if (major, minor) < (7, 5):
             raise ConfigError(
-                f"--draft-quantization int8: {g['name']} (compute capability {g['capability']}) "
+                f"--{role}-quantization int8: {g['name']} (compute capability {g['capability']}) "
                 "has no int8 tensor cores vLLM can use (7.5 or newer)"
             )
 
@@ -367,61 +418,76 @@ def quantized_source(model_dir: str | Path) -> str | None:
     return str(q.get("quant_method") or "quantized") if q is not None else None
 
 
-def draft_for_engines(
+def for_engines(
     mode: str,
-    draft_dir: str,
+    model_dir: str,
     *,
     backend: str,
+    role: str = "draft",
     dtype: str = "auto",
     cache_dir: str | None = None,
     progress: bool = True,
     gpu_cap: float = 0.9,
 ) -> tuple[str, str]:
-    """(the draft directory the engines load, "int8" or "none") under ``--draft-quantization``
-    ``mode``: none keeps ``draft_dir``; int8 builds (once) and uses its W8A8 copy; auto uses the
-    copy only where this machine measured it faster (timed once per draft and machine, in a
-    child process, then read from the measurement file)."""
+    """(the directory the ``role`` engines load, the scheme: "none", "int8" or "int8-weights")
+    under ``--ROLE-quantization`` ``mode``: none keeps ``model_dir``; a scheme builds (once) and
+    uses that copy; auto uses the fastest copy that measured faster than the model as saved on
+    this machine (each timed once per model and machine, in a child process, then read from the
+    measurement file), else the model as saved."""
     if mode == "none":
-        return draft_dir, "none"
-    already = quantized_source(draft_dir)
-    if mode == "int8":
-        check_int8_runs(backend)
+        return model_dir, "none"
+    already = quantized_source(model_dir)
+    if mode in SCHEMES:
+        check_int8_runs(backend, role, mode)
         if already:
-            raise ConfigError(f"--draft-quantization int8: the draft {draft_dir} is already quantized ({already})")
-        return str(ensure_w8a8(draft_dir, cache_dir, progress)), "int8"
+            raise ConfigError(f"--{role}-quantization {mode}: the {role} {model_dir} is already quantized ({already})")
+        return str(ensure_w8a8(model_dir, cache_dir, progress, role=role, scheme=mode)), mode
     if already or backend != "vllm":
-        return draft_dir, "none"
-    try:
-        check_int8_runs(backend)
-    except ConfigError:
-        return draft_dir, "none"
-    faster = measured_faster(draft_dir, cache_dir, dtype)
-    if faster is False:
-        return draft_dir, "none"
-    q = ensure_w8a8(draft_dir, cache_dir, progress)
-    if faster is None:
-        from lrtune.runfiles import log
-
-        if progress:
-            log("lrtune: --draft-quantization auto: timing the draft and its int8 copy once on this machine")
-        speeds = measure_in_subprocess(draft_dir, str(q), dtype, gpu_share=timing_share(draft_dir, gpu_cap))
-        entry = record_measurement(draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], cache_dir, dtype)
-        faster = entry["int8_faster"]
-        if progress:
-            log(
-                f"lrtune: draft {speeds['plain_tok_s']:.1f} tok/s, int8 {speeds['int8_tok_s']:.1f} tok/s: "
-                f"{'using int8' if faster else 'keeping ' + dtype}"
-            )
-    return (str(q), "int8") if faster else (draft_dir, "none")
+        return model_dir, "none"
+    gains = {}
+    for scheme in SCHEMES:
+        try:
+            check_int8_runs(backend, role, scheme)
+        except ConfigError:
+            continue
+        m = measurement(model_dir, cache_dir, dtype, scheme)
+        if m is not None and not m.int8_faster:
+            continue  # slower here: its copy is not even built
+        copy = ensure_w8a8(model_dir, cache_dir, progress, role=role, scheme=scheme)
+        if m is None:
+            m = _time_once(model_dir, str(copy), role, scheme, dtype, cache_dir, progress, gpu_cap)
+        if m.int8_faster:
+            gains[scheme] = (m.int8_tok_s / m.plain_tok_s, str(copy))
+    if not gains:
+        return model_dir, "none"
+    best = max(gains, key=lambda k: gains[k][0])
+    return gains[best][1], best
 
 
-if __name__ == "__main__":  # python -m lrtune.quantize PLAIN_DIR INT8_DIR [DTYPE]: time_drafts as one JSON line
+def _time_once(model_dir, copy, role, scheme, dtype, cache_dir, progress, gpu_cap):
+    """Time ``model_dir`` against its ``scheme`` copy once on this machine and record it."""
+    from lrtune.filekinds import Int8Measurement
+    from lrtune.runfiles import log
+
+    if progress:
+        log(f"lrtune: --{role}-quantization auto: timing the {role} and its {scheme} copy once on this machine")
+    speeds = measure_in_subprocess(model_dir, copy, dtype, gpu_share=timing_share(model_dir, gpu_cap), role=role)
+    entry = record_measurement(model_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], cache_dir, dtype, scheme)
+    if progress:
+        log(
+            f"lrtune: {role} {speeds['plain_tok_s']:.1f} tok/s, {scheme} copy {speeds['int8_tok_s']:.1f} tok/s"
+            f"{'' if entry['int8_faster'] else ': keeping the ' + role + ' as saved'}"
+        )
+    return Int8Measurement.model_validate(entry)
+
+
+if __name__ == "__main__":  # python -m lrtune.quantize PLAIN_DIR INT8_DIR [DTYPE]: time_copies as one JSON line
     import sys
 
     a = sys.argv[1:]
     print(
         json.dumps(
-            time_drafts(
+            time_copies(
                 a[0], a[1], a[2] if len(a) > 2 else "auto", gpu_share=float(a[3]) if len(a) > 3 and a[3] else None
             )
         ),

@@ -171,6 +171,27 @@ def test_keep_gguf_env_keeps_and_reuses_the_assembled_file(env, monkeypatch):
     assert env.conv.calls == [_expected_gguf()] * 2
 
 
+def test_default_gguf_is_assembled_once_verified_and_never_left_half_written(env, monkeypatch):
+    kept = default_pair.default_gguf("target", progress=False)
+    assert kept == env.cache / "gguf" / "fake-target.gguf" and kept.read_bytes() == _expected_gguf()
+    assert env.conv.calls == []  # llama.cpp's file: nothing is converted
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(env.pkgs)])
+    assert default_pair.default_gguf("target", progress=False) == kept  # reused: no part package needed
+    data = bytearray(kept.read_bytes())
+    data[0] ^= 1  # same size, other content: the checksum refuses it
+    kept.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="checksum mismatch"):
+        default_pair.default_gguf("target", progress=False)
+    bad = _fake_model("draft", "lrtfakedrf", sha="0" * 64)
+    monkeypatch.setattr(sys, "path", [str(env.pkgs), *sys.path])
+    monkeypatch.setitem(default_pair.DEFAULT_MODELS, "draft", bad)
+    with pytest.raises(ModelError, match="checksum mismatch"):
+        default_pair.default_gguf("draft", progress=False)
+    assert sorted(p.name for p in (env.cache / "gguf").iterdir() if not p.name.endswith(".lock")) == [
+        "fake-target.gguf"
+    ]
+
+
 def test_checksum_mismatch_raises_and_removes_temp_files(env, monkeypatch):
     bad = _fake_model("target", "lrtfaketgt", sha="0" * 64)
     monkeypatch.setitem(default_pair.DEFAULT_MODELS, "target", bad)

@@ -64,6 +64,8 @@ import warnings
 
 from lrtune.backends.base import SDCounters
 from lrtune.backends.vllm_shared import publish, register_loader, runner_models, shared_report
+from lrtune.backends.vllm_int8w import methods_in
+from lrtune.backends.vllm_int8w import register as register_int8_weights
 from lrtune.backends.vllm_exact import attention_patched, patch_cpu_attention_exact
 from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
 from lrtune.errors import ConfigError, ModelError
@@ -169,6 +171,7 @@ def apply_patches(by: str) -> None:
         patch_cpu_lm_head_release()
         patch_cpu_attention_exact()
         register_loader()
+        register_int8_weights()
     patch_prompt_logprobs_fill()
     patch_runner_no_spec()
     _APPLIED_BY = _APPLIED_BY or by
@@ -221,6 +224,7 @@ class LrtuneWorkerExtension:
             "async_scheduling": bool(getattr(runner, "use_async_scheduling", False)),
             "patches": patches_in_process(),
             "lm_heads_kept": lm_heads_kept(models["model"]) + lm_heads_kept(models["drafter"]),
+            "linear_methods": methods_in(models["model"]),
             "shared_weights": shared_report(runner),
         }
 
@@ -255,9 +259,12 @@ class LrtuneWorkerExtension:
         return done
 
 
-def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative: bool, on_cpu: bool) -> list[str]:
+def runtime_problems(
+    reports: list[dict], *, async_scheduling: bool, speculative: bool, on_cpu: bool, method: str | None = None
+) -> list[str]:
     """Why an engine does not run the path the patches serve (empty when it does): the
-    engine's scheduling and, for each worker's probe ``reports``, its runner and patches."""
+    engine's scheduling and, for each worker's probe ``reports``, its runner and patches, and
+    (``method``) the quantization method its model's linear layers must run."""
     problems = []
     if async_scheduling:
         problems.append(
@@ -283,6 +290,8 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
             missing += [
                 k for k in ("cpu_int8_float32", "cpu_lm_head_release", "cpu_attention_exact") if not patched.get(k)
             ]
+        if method is not None and method not in r.get("linear_methods", ()):
+            problems.append(f"{where} runs {r.get('linear_methods')} in its linear layers, not {method}")
         if missing:
             problems.append(
                 f"{where} runs without lrtune's vLLM patches ({', '.join(missing)}): is lrtune "
@@ -292,15 +301,18 @@ def runtime_problems(reports: list[dict], *, async_scheduling: bool, speculative
     return problems
 
 
-def check_engine(llm, name: str, *, speculative: bool, on_cpu: bool) -> list[dict]:
+def check_engine(llm, name: str, *, speculative: bool, on_cpu: bool, method: str | None = None) -> list[dict]:
     """Refuse (ModelError, one line) an engine that does not run the path the patches
-    serve (:func:`runtime_problems`); return its workers' probe reports."""
+    serve (:func:`runtime_problems`; ``method``: the linear method its model must run);
+    return its workers' probe reports."""
     async_on = bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling)
     try:
         reports = list(llm.collective_rpc("lrtune_probe"))
     except NotImplementedError:
         reports = []
-    problems = runtime_problems(reports, async_scheduling=async_on, speculative=speculative, on_cpu=on_cpu)
+    problems = runtime_problems(
+        reports, async_scheduling=async_on, speculative=speculative, on_cpu=on_cpu, method=method
+    )
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ModelError(f"vLLM engine {name!r} does not run the code path lrtune patches: {problems[0]}{more}")
