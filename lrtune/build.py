@@ -218,7 +218,16 @@ def check_configs(
     sd_draft = bool(draft_path) and models.sd_method == "draft"
     kv = kv_cache_plan(models, target_path, draft_path if sd_draft else None, draft_path, judge_dir)
     cpu_plan = cpu_memory_plan(
-        models, cfg, target_path, draft_path, judge_dir, keys, on_gpu=plan is not None, quantized=quant != "none", kv=kv
+        models,
+        cfg,
+        target_path,
+        draft_path,
+        judge_dir,
+        keys,
+        on_gpu=plan is not None,
+        quantized=quant != "none",
+        target_quantized=target_quant != "none",
+        kv=kv,
     )
     if cpu_plan is not None:
         from lrtune.cpumemory import check_budget
@@ -327,10 +336,12 @@ def cpu_memory_plan(
     on_gpu: bool,
     kv: dict,
     quantized: bool = False,
+    target_quantized: bool = False,
 ):
     """The resident memory the run's engines will hold in RAM (:mod:`lrtune.cpumemory`); None on a GPU.
-    ``quantized``: the draft engines run a quantized copy (which they cannot share); ``kv``: the
-    KV cache per engine role (:func:`kv_cache_plan`)."""
+    ``quantized`` / ``target_quantized``: the draft / target engines run a quantized copy (which
+    engines cannot share: :mod:`lrtune.backends.vllm_shared`); ``kv``: the KV cache per engine
+    role (:func:`kv_cache_plan`)."""
     from lrtune import cpumemory
     from lrtune.memory import held_weight_bytes
 
@@ -360,7 +371,7 @@ def cpu_memory_plan(
             kv_cache_gib=kv["target"],
             judge_bytes=weight_bytes(judge),
             draft_shared=bool(spec) and share and not quantized,
-            target_shared=share,
+            target_shared=share and not target_quantized,
             judge_is_target=bool(judge) and os.path.realpath(judge) == os.path.realpath(target),
             draft_kv_gib=kv.get("draft"),
             judge_kv_gib=kv.get("judge"),

@@ -206,3 +206,21 @@ def test_the_runs_plan_counts_bf16_weights_twice_where_vllm_runs_them_in_float32
     # LR without SD: no drafter to share, so the draft's own engine holds the draft's weights
     assert plans[False].parts["draft engine"] - plans[True].parts["draft engine"] == pytest.approx(f / 4, abs=0.01)
     assert plans[True].parts["draft engine"] == pytest.approx(cpumemory.engine_gib(GIB // 4, 0.5), abs=0.01)
+
+
+def test_a_quantized_targets_engines_each_hold_their_copy_in_the_plan(tmp_path, monkeypatch):
+    """Engines of one process share only unquantized weights (lrtune.backends.vllm_shared): with a
+    target copy, a second target engine (an SD engine beside the plain one) holds the copy again."""
+    import lrtune.backends.vllm as vllm_backend
+    from lrtune.build import cpu_memory_plan
+    from lrtune.decoder import DecodeConfig
+    from lrtune.modelconfig import ModelConfig
+
+    target = _model_dir(tmp_path, "t", "float32", GIB)
+    models = ModelConfig(target=target, verifier="exact")
+    monkeypatch.setattr(vllm_backend, "on_cpu_platform", lambda: True)
+    cfg = DecodeConfig(method="target")
+    kv = {"target": 0.5}
+    shared = cpu_memory_plan(models, cfg, target, None, None, (0, 4), on_gpu=False, kv=kv)
+    copies = cpu_memory_plan(models, cfg, target, None, None, (0, 4), on_gpu=False, kv=kv, target_quantized=True)
+    assert copies.total_gib - shared.total_gib == pytest.approx(cpumemory.ENGINE_FACTOR, abs=0.02)
