@@ -1,6 +1,8 @@
-"""A W8A8 copy of a model (the draft under ``--draft-quantization``, the target under
-``--target-quantization``): int8 weights per output channel, int8 activations per token
-(dynamic), in the compressed-tensors format vLLM loads, built once into the model cache.
+"""int8 copies of a model (the draft under ``--draft-quantization``, the target under
+``--target-quantization``), built once into the model cache: W8A8 (``int8``: int8 weights per
+output channel, int8 activations per token (dynamic), in the compressed-tensors format vLLM
+loads) and weight-only (``int8-weights``: the same weights with bf16 scales, run by
+:mod:`lrtune.backends.vllm_int8w` in bf16).
 
 Every linear layer of the decoder blocks is quantized by round-to-nearest,
 
@@ -21,8 +23,8 @@ copies once, ``lrtune doctor --timing`` too for the draft), keyed by the model a
 model, flags and GPUs.
 
 A quantized target is a different model: lossless methods stay lossless relative to the
-target that runs (its copy), not to the target as saved; ``benchmarks/target_formats.py``
-measures what the copy changes.
+target that runs (its copy), not to the target as saved; ``benchmarks/target_accuracy.py``
+and ``benchmarks/cpu_peers.py`` measure what a copy changes.
 """
 
 from __future__ import annotations
@@ -305,7 +307,7 @@ def time_copies(
     repeats: int = 3,
     gpu_share: float | None = None,
 ) -> dict:
-    """Tokens/s of greedy batch-1 decoding with a model as saved and with its W8A8 copy, on
+    """Tokens/s of greedy batch-1 decoding with a model as saved and with one of its copies, on
     vLLM, timed alternately (A B A B ...; the best of ``repeats`` each). Starts two engines
     that vLLM cannot free in-process: :func:`measure_in_subprocess` runs it in a child. On a
     GPU each engine takes ``gpu_share`` of it (:func:`timing_share`)."""
