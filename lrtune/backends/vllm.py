@@ -56,7 +56,6 @@ from lrtune.backends.vllm_patches import (
 )
 from lrtune.errors import ConfigError, ModelError
 from lrtune.machine import cpu_flags, native_bf16
-from lrtune.backends.vllm_int8w import expected_method
 from lrtune.backends.vllm_shared import LOAD_FORMAT as SHARED_LOAD_FORMAT
 from lrtune.backends.vllm_exact import check_exact, numerics_kwargs
 from lrtune.peakmem import GIB, HeapTrimmer, trim_heap
@@ -245,8 +244,7 @@ class VLLMBackend(TokenizerMixin):
         if on_cpu:
             trim_heap()  # start-up's freed buffers: about 0.4 GiB per engine (benchmarks/memory)
             HEAP.mark()
-        method = expected_method(self.model)  # a weight-only int8 copy must run its own linears
-        self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu, method=method)
+        self.probes[k] = check_engine(llm, self.name, speculative=k > 0, on_cpu=on_cpu)
         self.exact_reports[k] = check_exact(llm, self.name) if cfg.numerics == "exact" else []
         if k > 0:
             counter = sd_stat_logger()

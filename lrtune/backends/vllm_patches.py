@@ -64,7 +64,7 @@ import warnings
 
 from lrtune.backends.base import SDCounters
 from lrtune.backends.vllm_shared import publish, register_loader, runner_models, shared_report
-from lrtune.backends.vllm_int8w import methods_in
+from lrtune.backends.vllm_int8w import expected_method, methods_in
 from lrtune.backends.vllm_int8w import register as register_int8_weights
 from lrtune.backends.vllm_exact import attention_patched, patch_cpu_attention_exact
 from lrtune.backends.vllm_platform import MULTIPROC_ENV, RAY_COPY_ENV, multiproc_default, ray_vars_to_copy
@@ -301,11 +301,12 @@ def runtime_problems(
     return problems
 
 
-def check_engine(llm, name: str, *, speculative: bool, on_cpu: bool, method: str | None = None) -> list[dict]:
+def check_engine(llm, name: str, *, speculative: bool, on_cpu: bool) -> list[dict]:
     """Refuse (ModelError, one line) an engine that does not run the path the patches
-    serve (:func:`runtime_problems`; ``method``: the linear method its model must run);
-    return its workers' probe reports."""
+    serve (:func:`runtime_problems`; a weight-only int8 checkpoint must run its own linear
+    method); return its workers' probe reports."""
     async_on = bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling)
+    method = expected_method(llm.llm_engine.vllm_config.model_config.model)
     try:
         reports = list(llm.collective_rpc("lrtune_probe"))
     except NotImplementedError:
