@@ -66,3 +66,33 @@ def tree_env(root) -> dict:
         "    pass\n"
     )
     return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{shim}", "HF_HUB_OFFLINE": "1"}
+
+
+def run_child(module: str, spec: dict, timeout: float | None = None):
+    """Run ``python -m module --child JSON(spec)`` (a benchmark's one-row mode, which prints its
+    result as a JSON line): (the finished process, the last JSON line parsed or None, the last
+    line of its stderr)."""
+    import json
+    import os
+    import subprocess
+
+    cmd = [sys.executable, "-m", module, "--child", json.dumps(spec)]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=timeout
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    result = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+    return proc, result, (proc.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def child_or_main(parser: argparse.ArgumentParser, main, child) -> None:
+    """A script with a ``--child JSON`` mode: print ``child(spec)`` as one JSON line and end the
+    process at once (vLLM's engines end with it), else ``main(args)``."""
+    import json
+    import os
+
+    args = parse(parser)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        os._exit(0)
+    main(args)

@@ -27,14 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 THREADS = 2
+# what llama.cpp prints about a run: a pattern and the (name, type) of each of its groups
+FIGURES = (
+    (r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", (("prompt_ms", float), ("prompt_tokens", int))),
+    (r"\s eval time =\s*([\d.]+) ms /\s*(\d+) runs", (("eval_ms", float), ("eval_runs", int))),
+    (r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds", (("encoded_tokens", int), ("encoded_s", float))),
+    (r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", (("decoded_tokens", int), ("decoded_s", float))),
+    (r"accept\s*=\s*([\d.]+)%", (("accept_pct", float),)),
+)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -74,21 +80,10 @@ def llama_figures(stderr: str) -> dict:
     """What llama.cpp printed about a run: prompt and generated tokens with their milliseconds
     (``llama_perf_context_print``), speculative acceptance, and the kernel lines."""
     out: dict = {}
-    m = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", stderr)
-    if m:
-        out["prompt_ms"], out["prompt_tokens"] = float(m[1]), int(m[2])
-    m = re.search(r"\s eval time =\s*([\d.]+) ms /\s*(\d+) runs", stderr)
-    if m:
-        out["eval_ms"], out["eval_runs"] = float(m[1]), int(m[2])
-    m = re.search(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds", stderr)
-    if m:
-        out["encoded_tokens"], out["encoded_s"] = int(m[1]), float(m[2])
-    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", stderr)
-    if m:
-        out["decoded_tokens"], out["decoded_s"] = int(m[1]), float(m[2])
-    m = re.search(r"accept\s*=\s*([\d.]+)%", stderr)
-    if m:
-        out["accept_pct"] = float(m[1])
+    for pattern, names in FIGURES:
+        m = re.search(pattern, stderr)
+        if m:
+            out.update((name, cast(v)) for (name, cast), v in zip(names, m.groups()))
     keys = ("system_info", "file type", "buffer size", "CPU_REPACK", "n_accept", "n_drafted")
     out["kernels"] = [ln.strip()[:300] for ln in stderr.splitlines() if any(k in ln for k in keys)][:24]
     return out
@@ -175,16 +170,20 @@ def child(spec: dict) -> dict:
 
 
 def lrtune_row(fmt: str, method: str, ids: list[int], args) -> dict:
+    from benchmarks import run_child
+    from lrtune.peakmem import PeakMemory, tree_rss_bytes
+
     quant, _, dtype = fmt.partition(":")
     spec = {"quantization": quant, "dtype": dtype or "auto", "method": method, "gamma2": args.gamma2}
     spec["draft_quantization"] = args.draft_quantization if method != "target" else "none"
     spec.update(tokens=args.tokens, ids=ids)
-    cmd = [sys.executable, "-m", "benchmarks.cpu_peers", "--child", json.dumps(spec)]
-    proc, wall, peak = _watched(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300], "peak_gib": peak}
-    return {**json.loads(lines[-1]), "process_wall_s": wall, "peak_gib": peak, "format": fmt}
+    base, t0 = tree_rss_bytes(), time.perf_counter()
+    with PeakMemory(interval=0.25) as pm:
+        _, result, why = run_child("benchmarks.cpu_peers", spec)
+    wall, peak = time.perf_counter() - t0, max(0.0, (pm.peak_bytes - base) / 2**30)
+    if result is None:
+        return {"error": why[:300], "peak_gib": peak}
+    return {**result, "process_wall_s": wall, "peak_gib": peak, "format": fmt}
 
 
 def main(args: argparse.Namespace) -> dict:
@@ -248,10 +247,6 @@ def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    from benchmarks import parse
+    from benchmarks import child_or_main
 
-    a = parse(make_parser())
-    if a.child:
-        print(json.dumps(child(json.loads(a.child))), flush=True)
-        os._exit(0)  # vLLM's engines end with the process
-    main(a)
+    child_or_main(make_parser(), main, child)

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -39,20 +36,16 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _problems(args_or_spec):
-    from lrtune.tasks import get_task
-
-    task = get_task("gsm_symbolic")
-    return task, task.load(limit=args_or_spec["problems"], seed=args_or_spec["task_seed"])
-
-
 def child(spec: dict) -> dict:
     """Every problem decoded with the target in format ``spec["format"]`` (this process)."""
     from lrtune.decodeconfig import DecodeConfig
     from lrtune.decoding import Decoder
     from lrtune.modelconfig import ModelConfig
 
-    task, probs = _problems(spec)
+    from lrtune.tasks import get_task
+
+    task = get_task("gsm_symbolic")
+    probs = task.load(limit=spec["problems"], seed=spec["task_seed"])
     models = ModelConfig(verifier="never", max_model_len=1024, target_quantization=spec["format"])
     cfg = DecodeConfig(method="target", max_new_tokens=spec["max_new_tokens"])
     with Decoder.from_configs(models, cfg, progress=False) as dec:
@@ -92,6 +85,7 @@ def compare(ref: dict, other: dict, seed: int = 0) -> dict:
 
 
 def main(args: argparse.Namespace) -> dict:
+    from benchmarks import run_child
     from lrtune.machine import machine_info
     from lrtune.runfiles import write_atomic
 
@@ -109,12 +103,10 @@ def main(args: argparse.Namespace) -> dict:
         if len(res["formats"].get(fmt, {}).get("answers", ())) == args.problems:
             continue
         spec = {**settings, "format": fmt, "concurrent": args.concurrent}
-        cmd = [sys.executable, "-m", "benchmarks.target_accuracy", "--child", json.dumps(spec)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            raise SystemExit(f"target_accuracy: {fmt}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
-        res["formats"][fmt] = {**json.loads(lines[-1]), "concurrent": args.concurrent}
+        _, result, why = run_child("benchmarks.target_accuracy", spec)
+        if result is None:
+            raise SystemExit(f"target_accuracy: {fmt}: {why}")
+        res["formats"][fmt] = {**result, "concurrent": args.concurrent}
         r = res["formats"][fmt]
         print(f"{fmt}: {r['tokens_per_s']:.2f} tokens/s, {sum(r['finished'])}/{args.problems} finished", flush=True)
         write_atomic(out, json.dumps(res, indent=1))
@@ -133,10 +125,6 @@ def main(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    from benchmarks import parse
+    from benchmarks import child_or_main
 
-    a = parse(make_parser())
-    if a.child:
-        print(json.dumps(child(json.loads(a.child))), flush=True)
-        os._exit(0)  # vLLM's engines end with the process
-    main(a)
+    child_or_main(make_parser(), main, child)

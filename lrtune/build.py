@@ -176,39 +176,13 @@ def check_configs(
     spec = _checked_options(models, cfg, verifier)
     needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
     target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
-    target_quant = "none"
-    if models.target_quantization != "none":
-        from lrtune.quantize import for_engines
-
-        target_path, target_quant = for_engines(
-            models.target_quantization,
-            target_path,
-            backend=models.backend,
-            role="target",
-            dtype=models.dtype,
-            cache_dir=models.cache_dir,
-            progress=progress,
-            gpu_cap=models.engine.gpu.utilization,
-        )
+    target_path, target_quant = _engines_copy(models, "target", models.target_quantization, target_path, progress)
     draft_path = None
     if needs_draft:
         draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
         check_tokenizers_compatible(target_path, draft_path)
     padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
-    quant = "none"
-    if models.draft_quantization != "none":
-        from lrtune.quantize import for_engines
-
-        if draft_path:
-            draft_path, quant = for_engines(
-                models.draft_quantization,
-                draft_path,
-                backend=models.backend,
-                dtype=models.dtype,
-                cache_dir=models.cache_dir,
-                progress=progress,
-                gpu_cap=models.engine.gpu.utilization,
-            )
+    draft_path, quant = _engines_copy(models, "draft", models.draft_quantization, draft_path, progress)
     judge_dir = judge_path(models, spec, progress)
     plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
@@ -235,6 +209,25 @@ def check_configs(
         check_budget(cpu_plan, models.engine.memory_budget_gib)
     return ResolvedModels(
         target_path, draft_path, judge_dir, plan, quant, target_quant, padded, shared, keys, cpu_plan, kv
+    )
+
+
+def _engines_copy(models: ModelConfig, role: str, mode: str, path: str | None, progress: bool):
+    """(the directory ``role``'s engines load, its scheme) under ``--ROLE-quantization`` ``mode``
+    (:func:`lrtune.quantize.for_engines`); ``path`` itself, "none", where there is no copy to make."""
+    if mode == "none" or not path:
+        return path, "none"
+    from lrtune.quantize import for_engines
+
+    return for_engines(
+        mode,
+        path,
+        backend=models.backend,
+        role=role,
+        dtype=models.dtype,
+        cache_dir=models.cache_dir,
+        progress=progress,
+        gpu_cap=models.engine.gpu.utilization,
     )
 
 

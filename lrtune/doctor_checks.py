@@ -524,7 +524,7 @@ def draft_int8(r):
     from lrtune.machine import cpu_flags, int8_dot
     from lrtune.quantize import (
         check_int8_runs,
-        ensure_w8a8,
+        ensure_copy,
         measure_in_subprocess,
         quantized_source,
         record_measurement,
@@ -535,7 +535,7 @@ def draft_int8(r):
     if quantized_source(r.draft_dir):
         return "skip", "the draft is already quantized", {}
     check_int8_runs("vllm")
-    q = ensure_w8a8(r.draft_dir, r.opts.cache_dir, progress=True)
+    q = ensure_copy(r.draft_dir, r.opts.cache_dir, progress=True)
     speeds = measure_in_subprocess(r.draft_dir, str(q), r.opts.dtype, gpu_share=_share(r, "int8_timing"))
     entry = record_measurement(r.draft_dir, speeds["plain_tok_s"], speeds["int8_tok_s"], r.opts.cache_dir, r.opts.dtype)
     ratio = speeds["int8_tok_s"] / speeds["plain_tok_s"]

@@ -186,6 +186,10 @@ class ControlConfig(Checked):
     )
 
 
+# a model's weights for its engines (lrtune.quantize.SCHEMES, "none" and "auto")
+Quantization = Literal["none", "int8", "int8-weights", "auto"]
+
+
 @dataclass(init=False)
 class ModelConfig(Checked):
     """Which models to use (its own fields) and how they run, by concern: ``engine``,
@@ -208,7 +212,7 @@ class ModelConfig(Checked):
     sd_method: Literal["draft", "ngram"] = field(
         default="draft", metadata={"help": "token-level SD drafter: draft | ngram"}
     )
-    draft_quantization: Literal["none", "int8", "int8-weights", "auto"] = field(
+    draft_quantization: Quantization = field(
         default="none",
         metadata={
             "help": "the draft's weights for LR drafting and SD (vLLM): none (as saved) | int8 (a W8A8 copy built once "
@@ -216,7 +220,7 @@ class ModelConfig(Checked):
             "faster on this machine; timed once)"
         },
     )
-    target_quantization: Literal["none", "int8", "int8-weights", "auto"] = field(
+    target_quantization: Quantization = field(
         default="none",
         metadata={
             "help": "the target's weights (vLLM): none (as saved) | int8 (a W8A8 copy built once into the model "

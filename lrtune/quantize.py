@@ -94,7 +94,7 @@ def _digest_of(model_dir: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def w8a8_dir(
+def copy_dir(
     model_dir: str | Path, cache_dir: str | Path | None = None, lm_head: bool = False, scheme: str = "int8"
 ) -> Path:
     """Where the ``scheme`` copy (:data:`SCHEMES`; W8A8 by default) of ``model_dir`` lives (built or not)."""
@@ -139,7 +139,7 @@ def untied_head(model_dir: str | Path) -> bool:
     return False
 
 
-def ensure_w8a8(
+def ensure_copy(
     model_dir: str | Path,
     cache_dir: str | Path | None = None,
     progress: bool = True,
@@ -153,7 +153,7 @@ def ensure_w8a8(
     ("draft" | "target") names the option in errors."""
     if lm_head is None:
         lm_head = untied_head(model_dir)
-    final = w8a8_dir(model_dir, cache_dir, lm_head, scheme)
+    final = copy_dir(model_dir, cache_dir, lm_head, scheme)
     if _complete(final):
         return final
     if quantized_source(model_dir):
@@ -443,7 +443,7 @@ def for_engines(
         check_int8_runs(backend, role, mode)
         if already:
             raise ConfigError(f"--{role}-quantization {mode}: the {role} {model_dir} is already quantized ({already})")
-        return str(ensure_w8a8(model_dir, cache_dir, progress, role=role, scheme=mode)), mode
+        return str(ensure_copy(model_dir, cache_dir, progress, role=role, scheme=mode)), mode
     if already or backend != "vllm":
         return model_dir, "none"
     gains = {}
@@ -455,7 +455,7 @@ def for_engines(
         m = measurement(model_dir, cache_dir, dtype, scheme)
         if m is not None and not m.int8_faster:
             continue  # slower here: its copy is not even built
-        copy = ensure_w8a8(model_dir, cache_dir, progress, role=role, scheme=scheme)
+        copy = ensure_copy(model_dir, cache_dir, progress, role=role, scheme=scheme)
         if m is None:
             m = _time_once(model_dir, str(copy), role, scheme, dtype, cache_dir, progress, gpu_cap)
         if m.int8_faster:

@@ -24,10 +24,25 @@ def pair():
     return get_tiny_pair()
 
 
+def _tiny_vllm_models(pair, tmp_path, **quantization) -> ModelConfig:
+    """The tiny pair on vLLM in float32 with the ``never`` verifier, a copy per ``quantization``."""
+    return ModelConfig(
+        target=str(pair.target),
+        draft=str(pair.draft),
+        verifier="never",
+        dtype="float32",
+        max_model_len=1024,
+        kv_cache_gib=0.25,
+        gpu_memory_utilization=0.4,
+        cache_dir=str(tmp_path),
+        **quantization,
+    )
+
+
 @pytest.fixture(scope="module")
 def int8_draft(pair, tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
-    return cache, quantize.ensure_w8a8(pair.draft, cache, progress=False)
+    return cache, quantize.ensure_copy(pair.draft, cache, progress=False)
 
 
 def test_rows_round_to_nearest_within_half_a_step():
@@ -57,7 +72,7 @@ def test_copy_quantizes_every_block_linear_and_the_untied_head(pair, int8_draft)
 def test_copy_is_built_once_and_rebuilt_when_a_weight_file_changes(pair, int8_draft):
     cache, d = int8_draft
     mtime = (d / "model.safetensors").stat().st_mtime_ns
-    assert quantize.ensure_w8a8(pair.draft, cache, progress=False) == d
+    assert quantize.ensure_copy(pair.draft, cache, progress=False) == d
     assert (d / "model.safetensors").stat().st_mtime_ns == mtime
     with open(d / "model.safetensors", "r+b") as f:  # corrupt one byte of the copy
         f.seek(100)
@@ -65,7 +80,7 @@ def test_copy_is_built_once_and_rebuilt_when_a_weight_file_changes(pair, int8_dr
         f.seek(100)
         f.write(bytes([b[0] ^ 0xFF]))
     assert not quantize._complete(d)
-    assert quantize.ensure_w8a8(pair.draft, cache, progress=False) == d
+    assert quantize.ensure_copy(pair.draft, cache, progress=False) == d
     assert quantize._complete(d)
 
 
@@ -130,7 +145,7 @@ def test_auto_follows_the_recorded_measurement_of_this_machine(pair, tmp_path):
     assert not (tmp_path / "models").exists()  # slower here: no copy is even built
     quantize.record_measurement(draft, plain_tok_s=100.0, int8_tok_s=120.0, cache_dir=tmp_path)
     path, quant = quantize.for_engines("auto", draft, backend="vllm", cache_dir=str(tmp_path), progress=False)
-    assert quant == "int8" and path == str(quantize.w8a8_dir(draft, tmp_path, lm_head=True))
+    assert quant == "int8" and path == str(quantize.copy_dir(draft, tmp_path, lm_head=True))
     # measurements are per dtype (float32 was never timed) and per engine
     assert quantize.measured_faster(draft, tmp_path, "float32") is None
     assert quantize.for_engines("auto", draft, backend="transformers", cache_dir=str(tmp_path), progress=False) == (
@@ -161,17 +176,7 @@ def test_int8_draft_decodes_lossless_sd_and_lr_on_vllm(pair, tmp_path):
     """Greedy, float32 target: SD and LR (never verifier) with the int8 draft give the target's
     own tokens, and the int8 drafter's tokens are accepted."""
     pytest.importorskip("vllm")
-    models = ModelConfig(
-        target=str(pair.target),
-        draft=str(pair.draft),
-        verifier="never",
-        dtype="float32",
-        max_model_len=1024,
-        kv_cache_gib=0.25,
-        gpu_memory_utilization=0.4,
-        draft_quantization="int8",
-        cache_dir=str(tmp_path),
-    )
+    models = _tiny_vllm_models(pair, tmp_path, draft_quantization="int8")
     cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=40, max_step_tokens=24)
     resolved = check_configs(models, cfg, progress=False)
     assert resolved.draft_quantization == "int8" and "-w8a8-head-" in resolved.draft
@@ -228,17 +233,7 @@ def test_a_quantized_target_runs_its_own_kernels_and_lossless_methods_match_the_
     (never verifier) give that copy's own tokens, which is what lossless means for a quantized
     target (not the tokens of the target as saved)."""
     pytest.importorskip("vllm")
-    models = ModelConfig(
-        target=str(pair.target),
-        draft=str(pair.draft),
-        verifier="never",
-        dtype="float32",
-        max_model_len=1024,
-        kv_cache_gib=0.25,
-        gpu_memory_utilization=0.4,
-        target_quantization=scheme,
-        cache_dir=str(tmp_path),
-    )
+    models = _tiny_vllm_models(pair, tmp_path, target_quantization=scheme)
     cfg = DecodeConfig(method="lr+sd", gamma1=2, gamma2=3, max_new_tokens=40, max_step_tokens=24)
     resolved = check_configs(models, cfg, progress=False)
     assert resolved.target_quantization == scheme and f"-{quantize.SCHEMES[scheme]}-" in resolved.target
@@ -266,7 +261,7 @@ def test_weight_only_rows_keep_bf16_scales_within_half_a_step():
 def test_the_weight_only_copy_selects_lrtunes_method_and_keeps_the_int8_tensors(pair, tmp_path):
     from safetensors.torch import load_file
 
-    d = quantize.ensure_w8a8(pair.target, tmp_path, progress=False, scheme="int8-weights")
+    d = quantize.ensure_copy(pair.target, tmp_path, progress=False, scheme="int8-weights")
     assert d.name.startswith(Path(pair.target).name + "-w8-") and quantize._complete(d)
     cfg = json.loads((d / "config.json").read_text())["quantization_config"]
     assert cfg == {"quant_method": "lrtune_int8_weights", "lm_head": quantize.untied_head(pair.target)}
