@@ -176,14 +176,15 @@ def check_configs(
     spec = _checked_options(models, cfg, verifier)
     needs_draft = load_all_methods or cfg.uses_lr or (cfg.uses_sd and models.sd_method == "draft")
     target_path = resolve_model(models.target, "target", cache_dir=models.cache_dir, progress=progress)
-    target_path, target_quant = _engines_copy(models, "target", models.target_quantization, target_path, progress)
     draft_path = None
     if needs_draft:
         draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
         check_tokenizers_compatible(target_path, draft_path)
     padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
-    draft_path, quant = _engines_copy(models, "draft", models.draft_quantization, draft_path, progress)
     judge_dir = judge_path(models, spec, progress)
+    # every model is found before a copy is built into the cache (a mistyped judge builds nothing)
+    target_path, target_quant = _engines_copy(models, "target", models.target_quantization, target_path, progress)
+    draft_path, quant = _engines_copy(models, "draft", models.draft_quantization, draft_path, progress)
     plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
         plan, shared, keys = _gpu_plan(

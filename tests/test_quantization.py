@@ -13,7 +13,7 @@ import torch
 
 from lrtune import quantize
 from lrtune.api import Decoder, DecodeConfig, ModelConfig, check_configs
-from lrtune.errors import ConfigError
+from lrtune.errors import ConfigError, ModelError
 from lrtune.toymodels import get_tiny_pair
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,18 +24,18 @@ def pair():
     return get_tiny_pair()
 
 
-def _tiny_vllm_models(pair, tmp_path, **quantization) -> ModelConfig:
-    """The tiny pair on vLLM in float32 with the ``never`` verifier, a copy per ``quantization``."""
+def _tiny_vllm_models(pair, tmp_path, **options) -> ModelConfig:
+    """The tiny pair on vLLM in float32 (the ``never`` verifier unless ``options`` name another)."""
+    options = {"verifier": "never", **options}
     return ModelConfig(
         target=str(pair.target),
         draft=str(pair.draft),
-        verifier="never",
         dtype="float32",
         max_model_len=1024,
         kv_cache_gib=0.25,
         gpu_memory_utilization=0.4,
         cache_dir=str(tmp_path),
-        **quantization,
+        **options,
     )
 
 
@@ -310,3 +310,17 @@ def test_an_engine_whose_layers_do_not_run_the_copys_method_is_named():
         "worker 0 (pid 1) runs ['UnquantizedLinearMethod'] in its linear layers, not Int8WeightsLinearMethod"
     ]
     assert not runtime_problems([report], async_scheduling=False, speculative=False, on_cpu=False)
+
+
+def test_a_mistyped_judge_is_refused_before_any_copy_is_built(pair, tmp_path):
+    models = _tiny_vllm_models(
+        pair,
+        tmp_path,
+        target_quantization="int8",
+        draft_quantization="int8",
+        verifier="llm_judge",
+        judge_model=str(tmp_path / "no-such-judge"),
+    )
+    with pytest.raises(ModelError, match="no-such-judge"):
+        check_configs(models, DecodeConfig(method="lr+sd"), progress=False)
+    assert not (tmp_path / "models").exists()
