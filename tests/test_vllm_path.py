@@ -60,10 +60,13 @@ def test_runtime_check_refuses_an_engine_without_worker_answers():
     assert vp.runtime_problems([], async_scheduling=False, speculative=False, on_cpu=False)
 
 
-def test_check_engine_raises_one_line_naming_the_engine_and_the_first_problem():
+def test_check_engine_raises_one_line_naming_the_engine_and_the_first_problem(tmp_path):
     llm = SimpleNamespace(
         llm_engine=SimpleNamespace(
-            vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=True))
+            vllm_config=SimpleNamespace(
+                scheduler_config=SimpleNamespace(async_scheduling=True),
+                model_config=SimpleNamespace(model=str(tmp_path)),
+            )
         ),
         collective_rpc=lambda name: [dict(V1, v1_runner=False, runner="V2Runner")],
     )
