@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from lrtune import gate
 from lrtune import schema
 from lrtune.modelconfig import ModelConfig
 from lrtune.configs import ArgumentParser, Command, Section
@@ -91,8 +92,8 @@ def check_collect_out(cfg: CollectConfig) -> bool:
     if not path.is_file():
         return False
     old = _recorded_key(path)
-    same = old == key or (old is not None and not changed_keys(old, key, collect_key(CollectConfig())))
-    if not same and not cfg.options.force_new:  # same despite old != key: only options a newer lrtune added
+    same = _same_config(old, key)
+    if not same and not cfg.options.force_new:
         what = "another config" if old is not None else f"a config that is not readable ({path.name})"
         raise ConfigError(
             f"{out} holds a dataset collected with {what}; use another --out or "
@@ -110,9 +111,23 @@ def prepare_out(cfg: CollectConfig, backup: bool, lock: str | None = None) -> Pa
     out = claim_out(cfg.options.out, "collect", lock=lock or f".lrtune-lock-s{cfg.options.shards.shard_id:03d}")
     key = collect_key(cfg)
     path = out / CONFIG
-    if not path.is_file() or _recorded_key(path) != key:
-        write_atomic(path, json.dumps(key, indent=1))
+    from lrtune import locks
+
+    with locks.exclusive(out / ".lrtune-lock-config"):  # shards share the folder: check and record as one step
+        old = _recorded_key(path) if path.is_file() else None
+        if old is not None and not _same_config(old, key):
+            raise ConfigError(
+                f"{out} is being collected by another shard with another config now ({path.name} "
+                "changed after this run checked it); give every shard the same options"
+            )
+        if old != key:
+            write_atomic(path, json.dumps(key, indent=1))
     return out
+
+
+def _same_config(old: dict | None, key: dict) -> bool:
+    """Whether a recorded collect config is this run's (equal but for options a newer lrtune added)."""
+    return old == key or (old is not None and not changed_keys(old, key, collect_key(CollectConfig())))
 
 
 def _recorded_key(path: Path) -> dict | None:
@@ -194,7 +209,7 @@ def validate_run(cfg: CollectConfig) -> _Plan:
 def run(cfg: CollectConfig, *, card: bool = True) -> dict:
     """Collect this shard's problems (resuming), write the card; returns counts."""
     plan = validate_run(cfg)
-    # phase 2: every input is valid; only now is --out claimed, cleaned and written
+    gate.passed("collect")  # every input is valid; only now is --out claimed, cleaned and written
     opts, dcfg, task, mine = cfg.options, plan.dcfg, plan.task, plan.mine
     out = prepare_out(cfg, plan.backup)
     with warnings.catch_warnings(record=True) as caught:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lrtune import gate
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
 from lrtune.schema import STRICT, Checked, ContextLength, Positive, Seed, Size, Text
@@ -83,6 +84,7 @@ def main(args: JudgeProbeConfig) -> dict:
     pairs = [StepPair(r["context"] or "", r["draft_step"], r["target_step"]) for r in rows]
     labels = [bool(r["label"]) for r in rows]
     same = [same_step(p.draft, p.target) for p in pairs]
+    gate.passed("labels judge-probe")
     backend = _backend(args)
     res: dict = {
         "data": args.data,

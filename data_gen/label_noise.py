@@ -33,6 +33,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lrtune import gate
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
 from lrtune.schema import STRICT, Checked, Count, NonNegative, Seed, Size, Text
@@ -174,11 +175,14 @@ class _NoiseJob:
 
 def main(args: LabelNoiseConfig) -> int:
     """Probe the rollout teacher (phase 1 -- every input checked -- before any model loads)."""
+    from lrtune.build import check_configs
     from lrtune.data_gen.rollout import rollout_labels
     from lrtune.decoding import Decoder
     from lrtune.runfiles import write_json_file
 
     job = _read_collect(args)
+    check_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
+    gate.passed("labels noise")
     dec = Decoder.from_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
     dec.start_engines(job.dcfg)
     target = dec.target

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lrtune import gate
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
 from lrtune.runfiles import append_jsonl
@@ -181,9 +182,13 @@ class _VoteJob:
 
 def main(args: VoteLabelsConfig) -> int:
     """Relabel a rollout-labelled collect with the vote teacher (resumable; phase 1 first)."""
+    from lrtune.build import check_configs
+
     _check_outputs(args)
     job = _read_collect(args)
-    log, vote_cfg, done, todo = _open_vote_log(args, job)  # phase 2: every input checked
+    check_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)  # the rollouts' engines
+    gate.passed("labels vote")
+    log, vote_cfg, done, todo = _open_vote_log(args, job)
     skipped = _vote(args, job, todo, done, log) if todo else 0
     _write_results(args, job, done, vote_cfg, skipped)
     return 0

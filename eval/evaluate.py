@@ -35,6 +35,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from lrtune import gate
 from lrtune import schema
 from lrtune.modelconfig import ModelConfig
 from lrtune.batchcost import interpolate, read_profile_curve, read_profile_sd_curve
@@ -141,8 +142,12 @@ def run(cfg: EvalConfig) -> Summary:
     if opts.profile:
         profile_curve, profile_sd = read_profile_curve(opts.profile), read_profile_sd_curve(opts.profile)
     check_resume(cfg)  # cheap: before the models, which may be built on first use
-    resolved = _check_models(cfg, specs, task, problems, pricing, [c for c in (ctl, *own.values()) if c is not None])
-    # phase 2: every input is valid; only now is --out claimed and written
+    controllers = [c for c in (ctl, *own.values()) if c is not None]
+    resolved = _check_models(cfg, specs, task, problems, pricing, controllers)
+    gate.passed("evaluate")  # every input is valid; only now is --out claimed and written
+    if (cfg.models.target_quantization, cfg.models.draft_quantization) != ("none", "none"):
+        # a copy is built (and auto decided) now, so the run records what its engines load
+        resolved = _check_models(cfg, specs, task, problems, pricing, controllers, build=True)
     out, done, todo = _claim_out(cfg, specs, problems, resolved)
     timing: dict = {"load_s": 0.0, "warmup_s": 0.0, "loop_s": 0.0, "decode_s": 0.0, "prompt_cache_s": 0.0}
     previous = previous_summary(out)
@@ -229,9 +234,10 @@ def _task_problems(opts: EvalOptions) -> tuple:
     return task, problems
 
 
-def _check_models(cfg: EvalConfig, specs, task, problems, pricing, controllers: list):
+def _check_models(cfg: EvalConfig, specs, task, problems, pricing, controllers: list, build: bool = False):
     """The models resolved (every γ2 the methods and ``controllers`` may ask for) and a
-    prompt that fits the context checked, before ``--out`` is claimed."""
+    prompt that fits the context checked, before ``--out`` is claimed; with ``build``
+    (after the gate) a quantized copy is built and ``auto`` decided, as the engines will run."""
     from lrtune.build import check_configs, require_a_prompt_that_fits
 
     opts = cfg.options
@@ -241,8 +247,10 @@ def _check_models(cfg: EvalConfig, specs, task, problems, pricing, controllers: 
         progress=opts.progress,
         load_all_methods=uses_draft_model(cfg, specs),
         gamma2s=asked_gamma2s(cfg, specs, controllers, pricing),
+        build=build,
     )
-    require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
+    if not build:
+        require_a_prompt_that_fits(cfg.models, cfg.decode, [task.prompt(p) for p in problems], progress=opts.progress)
     return resolved
 
 

@@ -27,6 +27,7 @@ import dataclasses
 import time
 from dataclasses import replace
 
+from lrtune import gate
 from lrtune.modelconfig import ModelConfig
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
@@ -79,6 +80,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
             f"no problems to profile with in task {opts.task!r}" + (f" ({opts.data})" if opts.data else "")
         )
     _check_prefill_fits(opts, models, [task.prompt(p) for p in probs[: max(1, opts.repeats)]])
+    gate.passed("profile")
     dec = Decoder.from_configs(replace(models, controller=None), dcfg, progress=True)
     dec.start_engines(dcfg)
     prompts = [dec.encode(task.prompt(p)) for p in probs]

@@ -3,6 +3,7 @@ problem x method, appended and fsynced), resuming and ``--overwrite``."""
 
 from __future__ import annotations
 
+import os
 import json
 import time
 from pathlib import Path
@@ -47,8 +48,36 @@ def load_records(path: Path, keys: tuple[str, ...] = ("problem", "method")) -> l
 
 
 def resume_key(cfg: EvalConfig) -> dict:
-    """The part of the config that must match to append to an existing run."""
-    return config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
+    """The part of the config that must match to append to an existing run: the options and,
+    for each verifier checkpoint it decodes with, the sha256 of its metadata (threshold and
+    calibration live there), so a resume across a recalibration is refused."""
+    key = config_key({"options": cfg.options, "models": cfg.models, "decode": cfg.decode}, RESUME_FREE)
+    digests = checkpoint_digests(cfg)
+    return {**key, "checkpoints": digests} if digests else key
+
+
+def checkpoint_digests(cfg: EvalConfig) -> dict[str, str]:
+    """{checkpoint path: sha256 of its ``lrtune_verifier.json``} for the run's verifier and every
+    method's ``v=`` checkpoint (a path that holds no checkpoint is left to the checks that refuse it)."""
+    from lrtune.eval.methods import parse_methods
+    from lrtune.store import sha256
+    from lrtune.verifiers import VerifierSpec
+    from lrtune.verifiers.distilled import META
+
+    o = cfg.options
+    try:
+        methods = parse_methods(o.methods, o.sweep, cfg.decode.gamma1, cfg.decode.gamma2)
+    except ConfigError:
+        return {}
+    out = {}
+    for given in [cfg.models.verification.spec, *(m.verifier for m in methods)]:
+        try:
+            spec = VerifierSpec.parse(given) if isinstance(given, str) else None
+        except ConfigError:
+            continue
+        if spec is not None and spec.kind == "checkpoint" and (Path(spec.path).expanduser() / META).is_file():
+            out[spec.path] = sha256(Path(spec.path).expanduser() / META)
+    return out
 
 
 def check_resume(cfg: EvalConfig) -> None:
@@ -57,6 +86,9 @@ def check_resume(cfg: EvalConfig) -> None:
     out = check_out(cfg.options.out, "evaluate")
     if not cfg.options.overwrite:
         previous_summary(out)  # a summary whose carried-over keys do not fit is refused now
+        records = out / RECORDS
+        if records.is_file() and not os.access(records, os.W_OK):  # a resume appends to it
+            raise ConfigError(f"{records} cannot be written (read-only): a resumed run appends to it")
     cfg_path = out / CONFIG
     if not cfg_path.is_file():
         return

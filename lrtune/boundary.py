@@ -35,7 +35,7 @@ def run_guarded(command: Callable[[], int], debug: bool = False) -> int:
     # quiet logs: torch's C++ warnings (e.g. vLLM's CPU worker "NUMA binding" notice) are read
     # from the environment when torch loads, which the commands do; a user value wins
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    from lrtune import locks
+    from lrtune import gate, locks
 
     with _one_line_warnings(debug):
         try:
@@ -61,6 +61,7 @@ def run_guarded(command: Callable[[], int], debug: bool = False) -> int:
             return _fail(f"unexpected {type(e).__name__}: {first} (rerun with --debug for the traceback)", 1)
         finally:
             locks.release_all()  # the command's output directories are free again
+            gate.reset()  # the next command in this process checks its inputs again
 
 
 def _caused_by_interrupt(e: BaseException) -> bool:

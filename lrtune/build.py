@@ -163,6 +163,7 @@ def check_configs(
     progress: bool = True,
     gamma2s: Iterable[int] = (),
     controller_gamma2_max: int = 0,
+    build: bool = False,
 ) -> ResolvedModels:
     """Phase 1 of building a decoder, with no engine started: every option (schema and rules),
     the verifier spec, the model directories (config and weight headers readable; the default
@@ -170,7 +171,9 @@ def check_configs(
     and the GPU memory plan, which counts every target engine: the γ2 values a run asks for
     besides ``cfg.gamma2`` (``gamma2s``: an evaluate sweep) and a controller's range up to
     ``controller_gamma2_max``. Commands call it before they claim an output directory;
-    ``Decoder.from_configs`` calls it too."""
+    ``Decoder.from_configs`` calls it too, with ``build``: only then are a quantized copy built
+    and ``auto``'s timings taken (phase 2, :mod:`lrtune.gate`); before, the memory plan counts a
+    copy from its source's headers and the paths are those the copies will have."""
     from lrtune.models import check_tokenizers_compatible, needs_heterogeneous_vocab, resolve_model
 
     spec = _checked_options(models, cfg, verifier)
@@ -182,21 +185,27 @@ def check_configs(
         check_tokenizers_compatible(target_path, draft_path)
     padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
     judge_dir = judge_path(models, spec, progress)
+    check_positions(models, {"target": target_path, "draft": draft_path, "judge": judge_dir})
     # every model is found before a copy is built into the cache (a mistyped judge builds nothing)
-    target_path, target_quant = _engines_copy(models, "target", models.target_quantization, target_path, progress)
-    draft_path, quant = _engines_copy(models, "draft", models.draft_quantization, draft_path, progress)
+    # the plans read the models as saved (a copy is counted from its source's headers: as_copy)
+    target_src, draft_src = target_path, draft_path
+    target_path, target_quant = _engines_copy(
+        models, "target", models.target_quantization, target_path, progress, build
+    )
+    draft_path, quant = _engines_copy(models, "draft", models.draft_quantization, draft_path, progress, build)
+    copies = {"target": target_quant != "none", "draft": quant != "none"}
     plan, shared, keys = None, 0, (0,)
     if models.backend == "vllm":
         plan, shared, keys = _gpu_plan(
-            models, cfg, target_path, draft_path, judge_dir, load_all_methods, gamma2s, controller_gamma2_max
+            models, cfg, (target_src, draft_src, judge_dir), copies, load_all_methods, gamma2s, controller_gamma2_max
         )
     sd_draft = bool(draft_path) and models.sd_method == "draft"
-    kv = kv_cache_plan(models, target_path, draft_path if sd_draft else None, draft_path, judge_dir)
+    kv = kv_cache_plan(models, target_src, draft_src if sd_draft else None, draft_src, judge_dir)
     cpu_plan = cpu_memory_plan(
         models,
         cfg,
-        target_path,
-        draft_path,
+        target_src,
+        draft_src,
         judge_dir,
         keys,
         on_gpu=plan is not None,
@@ -213,9 +222,30 @@ def check_configs(
     )
 
 
-def _engines_copy(models: ModelConfig, role: str, mode: str, path: str | None, progress: bool):
+def check_positions(models: ModelConfig, dirs: dict[str, str | None]) -> None:
+    """vLLM refuses a ``--max-model-len`` longer than a model's positions (its config.json's
+    ``max_position_embeddings``) unless RoPE scaling stretches them or
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set: refused here in one line, before any engine starts."""
+    if models.backend != "vllm" or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("", "0"):
+        return
+    from lrtune.filekinds import model_side_config
+
+    want = models.engine.max_model_len
+    for role, path in dirs.items():
+        if not path or not os.path.isdir(path):
+            continue
+        side = model_side_config(path)
+        if side.rope_scaling is None and side.max_position_embeddings and want > side.max_position_embeddings:
+            raise ConfigError(
+                f"--max-model-len {want} is longer than the {role} model's {side.max_position_embeddings} "
+                f"positions (max_position_embeddings in {path}/config.json): lower --max-model-len"
+            )
+
+
+def _engines_copy(models: ModelConfig, role: str, mode: str, path: str | None, progress: bool, build: bool):
     """(the directory ``role``'s engines load, its scheme) under ``--ROLE-quantization`` ``mode``
-    (:func:`lrtune.quantize.for_engines`); ``path`` itself, "none", where there is no copy to make."""
+    (:func:`lrtune.quantize.for_engines`; built only with ``build``); ``path`` itself, "none",
+    where there is no copy to make."""
     if mode == "none" or not path:
         return path, "none"
     from lrtune.quantize import for_engines
@@ -229,6 +259,7 @@ def _engines_copy(models: ModelConfig, role: str, mode: str, path: str | None, p
         cache_dir=models.cache_dir,
         progress=progress,
         gpu_cap=models.engine.gpu.utilization,
+        build=build,
     )
 
 
@@ -247,6 +278,10 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
             require_one_sided(parsed)
     if models.engine.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
+    if models.backend == "vllm":
+        from lrtune.backends.vllm_patches import check_environment
+
+        check_environment()
     from lrtune.quantize import check_int8_runs
 
     for role, mode in (("draft", models.draft_quantization), ("target", models.target_quantization)):
@@ -255,12 +290,14 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
     return spec
 
 
-def _gpu_plan(models, cfg, target_path, draft_path, judge_dir, load_all_methods, gamma2s, controller_gamma2_max):
+def _gpu_plan(models, cfg, dirs, copies, load_all_methods, gamma2s, controller_gamma2_max):
     """vLLM: the GPU memory plan (None on a CPU), the shared SD engine's γ2, and the keys of the
-    target engines the run will start (every γ2 it asks for)."""
+    target engines the run will start (every γ2 it asks for). ``dirs``: (target, draft, judge)
+    as saved; ``copies``: which role's engines load a quantized copy."""
     from lrtune.backends.vllm import gpu_memory_plan
     from lrtune.memory import target_engine_keys
 
+    target_path, draft_path, judge_dir = dirs
     shared = shared_spec_tokens(
         models,
         cfg,
@@ -279,6 +316,7 @@ def _gpu_plan(models, cfg, target_path, draft_path, judge_dir, load_all_methods,
         {"target": target_path, "draft": draft_path, "judge": judge_dir},
         spec_model,
         engines={"target": len(keys)},
+        copies=copies,
     )
     return plan, shared, keys
 
@@ -333,9 +371,10 @@ def cpu_memory_plan(
     target_quantized: bool = False,
 ):
     """The resident memory the run's engines will hold in RAM (:mod:`lrtune.cpumemory`); None on a GPU.
-    ``quantized`` / ``target_quantized``: the draft / target engines run a quantized copy (which
-    engines cannot share: :mod:`lrtune.backends.vllm_shared`); ``kv``: the KV cache per engine
-    role (:func:`kv_cache_plan`)."""
+    ``target``, ``draft``, ``judge``: the models as saved; ``quantized`` / ``target_quantized``:
+    the draft / target engines run a quantized copy of it (counted from its headers; engines
+    cannot share one: :mod:`lrtune.backends.vllm_shared`); ``kv``: the KV cache per engine role
+    (:func:`kv_cache_plan`)."""
     from lrtune import cpumemory
     from lrtune.memory import held_weight_bytes
 
@@ -350,15 +389,16 @@ def cpu_memory_plan(
             return None
         from lrtune.backends.vllm import resolve_dtype
 
-        def weight_bytes(path):  # as the engine holds them: a bf16 checkpoint runs in float32 without native bf16
-            return held_weight_bytes(path, float32=bool(path) and resolve_dtype(models.dtype, path) == "float32")
+        def weight_bytes(path, as_copy=False):  # as the engine holds them: bf16 runs in float32 without native bf16
+            float32 = bool(path) and resolve_dtype(models.dtype, path) == "float32"
+            return held_weight_bytes(path, float32=float32, as_copy=as_copy)
 
-        spec = weight_bytes(draft) if draft and models.sd_method == "draft" else 0
+        spec = weight_bytes(draft, quantized) if draft and models.sd_method == "draft" else 0
         # engines of one process take the weights a first one loaded (one process holds them all: TP 1)
         share = models.engine.share_weights and models.engine.tensor_parallel_size == 1
         return cpumemory.plan_vllm(
-            weight_bytes(target),
-            weight_bytes(draft),
+            weight_bytes(target, target_quantized),
+            weight_bytes(draft, quantized),
             target_engines=keys,
             draft_engine=bool(draft) and cfg.uses_lr,
             spec_bytes=spec,
@@ -366,7 +406,9 @@ def cpu_memory_plan(
             judge_bytes=weight_bytes(judge),
             draft_shared=bool(spec) and share and not quantized,
             target_shared=share and not target_quantized,
-            judge_is_target=bool(judge) and os.path.realpath(judge) == os.path.realpath(target),
+            judge_is_target=bool(judge)
+            and not target_quantized
+            and os.path.realpath(judge) == os.path.realpath(target),
             draft_kv_gib=kv.get("draft"),
             judge_kv_gib=kv.get("judge"),
         )

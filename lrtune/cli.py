@@ -253,7 +253,10 @@ def cmd_train(args) -> int:
 
 
 def cmd_prepare(args) -> int:
+    from lrtune import gate
     from lrtune.models import resolve_model
+
+    gate.passed("prepare")  # nothing to check but the flags: the cache is what it builds
 
     for role in ("target", "draft"):
         path = resolve_model("default", role, cache_dir=args.cache_dir, progress=True)
@@ -299,6 +302,8 @@ def _take_auto(args) -> bool:
 
 
 def cmd_decode(args) -> int:
+    from lrtune import gate
+    from lrtune.build import check_configs
     from lrtune.decoding import Decoder
     from lrtune.errors import ConfigError
 
@@ -331,6 +336,8 @@ def cmd_decode(args) -> int:
         controller = (spec or auto_controller()) if choice.method == "adaptive" else None
         if not opts.json:
             print(f"auto: {choice.method}: {choice.reason}", file=sys.stderr)
+    check_configs(models, cfg, progress=not opts.json)
+    gate.passed("decode")
     dec = Decoder.from_configs(models, cfg, controller=controller, progress=not opts.json)
     out = dec.generate([prompt], chat=opts.chat)[0]
     if out.error:
@@ -350,10 +357,12 @@ def cmd_decode(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from lrtune import gate
     from lrtune.serve.main import ServeOptions, check_listen, main as serve_main
 
     opts, models, cfg = command_configs(args, ServeOptions)
     check_listen(opts, cfg)  # before any model loads
+    gate.passed("serve")
     return serve_main(opts, models, cfg)
 
 

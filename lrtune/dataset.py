@@ -290,8 +290,10 @@ def _merge_dest(dest: Path, merged: dict | None, ids: set[str], force_new: bool,
         raise ConfigError(
             f"--out {dest} {why}: pick another --out, or add --force-new (its files move to a backup folder)"
         )
+    from lrtune import gate
     from lrtune.outdir import claim_out
 
+    gate.passed("collect --merge")
     if why:
         move_to_backup(dest)
     return claim_out(dest, "collect --merge")

@@ -212,6 +212,7 @@ class Decoder:
             progress=progress,
             gamma2s=gamma2s,
             controller_gamma2_max=controller.bounds.gamma2_max if controller is not None else 0,
+            build=True,  # phase 2: quantized copies are built (and timed) now
         )
         target_path, draft_path, judge_dir = paths.target, paths.draft, paths.judge
         from lrtune import pricing

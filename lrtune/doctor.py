@@ -50,6 +50,7 @@ from typing import Annotated, Literal
 from annotated_types import Interval
 from pydantic import StringConstraints
 
+from lrtune import gate
 from lrtune import schema
 from lrtune.errors import ConfigError, LrtuneError
 from lrtune.schema import STRICT, Checked, Share, Text
@@ -209,6 +210,7 @@ def main(opts: DoctorOptions) -> int:
         out = json_out_file(
             opts.json, "--json", inputs=(opts.target, opts.draft)
         )  # a bad path fails before any check runs
+    gate.passed("doctor")
     report = run(opts, print_check if opts.json != "-" else (lambda c: None))
     text = json.dumps(report, indent=1)
     if opts.json == "-":

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, 
 
 from lrtune.errors import ConfigError
 
+Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
 Probability = Annotated[float, Interval(ge=0, le=1)]
 NonNegativeInt = Annotated[int, Ge(0)]
 PositiveNumber = Annotated[float, Gt(0)]
@@ -91,6 +93,8 @@ class VerifierMeta(FileKind):
     calibration: VerifierCalibration | None = None  # how the threshold was set (train/calibrate.py)
     calibration_history: list[VerifierCalibration | None] | None = None  # earlier calibrations (lrtune calibrate)
     accuracy_budget: VerifierAccuracyBudget | None = None  # lrtune calibrate --max-accuracy-loss
+    # sha256 of every file the checkpoint loads (distilled.check_files); a name, never a path
+    files: dict[Annotated[str, StringConstraints(pattern=r"^[^/\\]+$")], Sha256Hex] | None = None
 
     @model_validator(mode="after")
     def _features_once_each(self):
@@ -218,6 +222,7 @@ class ModelSideConfig(FileKind):
     quantization_config: dict[str, Any] | None = None
     vocab_size: Annotated[int, Interval(ge=1)] | None = None
     max_position_embeddings: Annotated[int, Interval(ge=1)] | None = None
+    rope_scaling: dict[str, Any] | None = None
     num_hidden_layers: Annotated[int, Interval(ge=1)] | None = None
     num_attention_heads: Annotated[int, Interval(ge=1)] | None = None
     num_key_value_heads: Annotated[int, Interval(ge=1)] | None = None
@@ -258,7 +263,7 @@ PartFile = Annotated[str, StringConstraints(pattern=r"^(pairs|problems)/part-s\d
 
 class ManifestPart(FileKind):
     file: PartFile  # a part of this dataset, nothing else (no ``..``, no other folder)
-    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    sha256: Sha256Hex
 
 
 class ManifestEntry(FileKind):

@@ -11,8 +11,10 @@ changes nothing in the folder. A leaf of the core (standard library only).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 _HELD: dict[str, int] = {}  # resolved lock file -> its open descriptor, held by this process
@@ -32,6 +34,20 @@ def hold(target: Path) -> bool:
         return False
     _HELD[key] = fd
     return True
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: Path) -> Iterator[None]:
+    """Hold ``lock_file`` (created empty if missing) exclusively for a short critical section,
+    waiting for another process that holds it: a check-then-write several writers of one folder
+    must not interleave (collect's shards recording their shared config)."""
+    fd = os.open(str(lock_file), os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def release_all() -> None:

@@ -189,27 +189,38 @@ def target_engine_keys(gamma2s: Iterable[int], *, shared: int) -> tuple[int, ...
     return tuple(sorted({0} | asked))
 
 
-def weight_bytes(model_dir: str | Path | None) -> int:
+def weight_bytes(model_dir: str | Path | None, *, as_copy: bool = False) -> int:
     """Bytes of a model directory's weight files (``*.safetensors``, ``*.bin``, ``*.pt``);
-    0 for None or a directory without them."""
+    0 for None or a directory without them. ``as_copy``: of the int8 copy lrtune would build of
+    it (:func:`lrtune.quantize.copy_dtype_bytes`, counted before it is built)."""
     if model_dir is None:
         return 0
     d = Path(model_dir)
     if not d.is_dir():
         return 0
+    if as_copy:
+        from lrtune.quantize import copy_dtype_bytes
+
+        return sum(copy_dtype_bytes(d).values())
     return sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt") for f in d.glob(pat) if f.is_file())
 
 
-def held_weight_bytes(model_dir: str | Path | None, *, float32: bool) -> int:
+def held_weight_bytes(model_dir: str | Path | None, *, float32: bool, as_copy: bool = False) -> int:
     """Bytes of a model's weights as an engine holds them: :func:`weight_bytes`, with every 16-bit
     tensor counted twice where it runs in float32 (``float32``: vLLM on a CPU without native
-    bf16, the transformers backend on a CPU); a quantized copy's int8 tensors stay as they are."""
+    bf16, the transformers backend on a CPU); a quantized copy's int8 tensors stay as they are.
+    ``as_copy``: of the int8 copy lrtune would build of ``model_dir``, counted before it is built."""
     from lrtune.filekinds import model_side_config
     from lrtune.modeldir import safetensors_dtype_bytes
 
-    size = weight_bytes(model_dir)
+    size = weight_bytes(model_dir, as_copy=as_copy)
     if not (size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16")):
         return size
+    if as_copy:
+        from lrtune.quantize import copy_dtype_bytes
+
+        kinds = copy_dtype_bytes(model_dir)
+        return size + sum(n for k, n in kinds.items() if k in ("BF16", "F16"))
     files = list(Path(str(model_dir)).glob("*.safetensors"))
     if not files:  # .bin / .pt: no header to read per tensor
         return 2 * size

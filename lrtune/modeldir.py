@@ -72,18 +72,27 @@ def generation_eos_ids(model_dir: str | Path) -> frozenset[int]:
     return frozenset(ids)
 
 
-def safetensors_dtype_bytes(path: Path) -> dict[str, int]:
-    """Bytes of a safetensors file's tensors per dtype (``{"BF16": n, "I8": m, ...}``), read from
-    its header alone; {} for a file whose header is unsound (:func:`safetensors_header_problem`)."""
+def safetensors_tensors(path: Path) -> dict[str, dict]:
+    """A safetensors file's tensors (``{name: {"dtype", "shape", "data_offsets"}}``), read from its
+    header alone; {} for a file whose header is unsound (:func:`safetensors_header_problem`)."""
     if safetensors_header_problem(path) is not None:
         return {}
     with open(path, "rb") as f:
         header = json.loads(f.read(int.from_bytes(f.read(8), "little")).decode("utf-8"))
+    return {
+        name: t
+        for name, t in header.items()
+        if name != "__metadata__" and isinstance(t, dict) and isinstance(t.get("dtype"), str)
+    }
+
+
+def safetensors_dtype_bytes(path: Path) -> dict[str, int]:
+    """Bytes of a safetensors file's tensors per dtype (``{"BF16": n, "I8": m, ...}``), read from
+    its header alone; {} for a file whose header is unsound (:func:`safetensors_header_problem`)."""
     out: dict[str, int] = {}
-    for name, t in header.items():
-        if name != "__metadata__" and isinstance(t, dict) and isinstance(t.get("dtype"), str):
-            start, end = t.get("data_offsets", [0, 0])
-            out[t["dtype"]] = out.get(t["dtype"], 0) + end - start
+    for t in safetensors_tensors(path).values():
+        start, end = t.get("data_offsets", [0, 0])
+        out[t["dtype"]] = out.get(t["dtype"], 0) + end - start
     return out
 
 

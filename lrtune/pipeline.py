@@ -17,6 +17,7 @@ Like ``cli.py`` this is a face of the library: it is the one module of ``lrtune`
 
 from __future__ import annotations
 
+from lrtune import gate
 from lrtune import schema
 from lrtune.schema import STRICT, Checked, Count, Gamma, Problems, Seed, Text
 
@@ -260,7 +261,8 @@ def run(opts: PipelineOptions, models: ModelConfig) -> dict:
         max_step_tokens=opts.max_step_tokens,
     )
     validate(opts, models, decode, size)
-    root = claim_out(opts.out, "pipeline")  # phase 2: every input checked
+    gate.passed("pipeline")  # every input checked
+    root = claim_out(opts.out, "pipeline")
     st = _Stages(root)
     _profile_stage(st, opts, size, models)
     _collect_stage(st, opts, size, models, decode)

@@ -63,6 +63,49 @@ def quantize_rows(weight, bf16_scale: bool = False):
     return q, scale.to(torch.float32)
 
 
+def quantized_tensor(name: str, ndim: int, lm_head: bool) -> bool:
+    """Whether a copy stores tensor ``name`` as int8 rows with a scale per row: the 2-D weight of
+    a linear layer (:data:`LINEARS`), and the output head's where ``lm_head``."""
+    parts = name.split(".")
+    linear = len(parts) >= 2 and parts[-2] in LINEARS
+    return name.endswith(".weight") and ndim == 2 and ((lm_head and name == "lm_head.weight") or linear)
+
+
+def copy_dtype_bytes(model_dir: str | Path, lm_head: bool | None = None) -> dict[str, int]:
+    """Bytes per dtype of a copy of ``model_dir`` (either scheme), from the source's safetensors
+    headers alone, so a memory plan can count a copy before it is built: each quantized matrix
+    (:func:`quantized_tensor`) as rows × cols bytes of ``I8`` plus 4 bytes of ``F32`` scale per
+    row, every other tensor as saved. What :func:`ensure_copy` writes, less file headers."""
+    from lrtune.modeldir import safetensors_tensors
+
+    if lm_head is None:
+        lm_head = untied_head(model_dir)
+    out: dict[str, int] = {}
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        for name, t in safetensors_tensors(f).items():
+            shape = t.get("shape") or []
+            if quantized_tensor(name, len(shape), lm_head):
+                out["I8"] = out.get("I8", 0) + shape[0] * shape[1]
+                out["F32"] = out.get("F32", 0) + 4 * shape[0]
+            else:
+                start, end = t.get("data_offsets", [0, 0])
+                out[t["dtype"]] = out.get(t["dtype"], 0) + end - start
+    return out
+
+
+def check_copyable(model_dir: str | Path, role: str, scheme: str) -> None:
+    """Phase 1 of :func:`ensure_copy`, from files and headers alone: ``model_dir`` is not already
+    quantized and holds safetensors weights with at least one linear layer to quantize."""
+    src = Path(model_dir).resolve()
+    already = quantized_source(src)
+    if already:
+        raise ConfigError(f"--{role}-quantization {scheme}: the {role} {model_dir} is already quantized ({already})")
+    if not any(src.glob("*.safetensors")):
+        raise ConfigError(f"--{role}-quantization {scheme} needs safetensors weights in {src}")
+    if not copy_dtype_bytes(src, lm_head=False).get("I8"):
+        raise ConfigError(f"--{role}-quantization {scheme}: {src} has no linear layers named {', '.join(LINEARS)}")
+
+
 def quantization_config(lm_head: bool = False) -> dict:
     """The ``quantization_config`` of a W8A8 (channel / dynamic token) compressed-tensors model
     (``lm_head``: the output head quantized too)."""
@@ -181,9 +224,7 @@ def ensure_copy(
             tensors = load_file(str(wf))
             out = {}
             for name, t in tensors.items():
-                parts = name.split(".")
-                head = lm_head and name == "lm_head.weight"
-                if name.endswith(".weight") and t.dim() == 2 and (head or (len(parts) >= 2 and parts[-2] in LINEARS)):
+                if quantized_tensor(name, t.dim(), lm_head):
                     q, s = quantize_rows(t, bf16_scale=scheme == "int8-weights")
                     out[name], out[name[: -len("weight")] + "weight_scale"] = q, s
                     quantized += 1
@@ -430,19 +471,25 @@ def for_engines(
     cache_dir: str | None = None,
     progress: bool = True,
     gpu_cap: float = 0.9,
+    build: bool = True,
 ) -> tuple[str, str]:
     """(the directory the ``role`` engines load, the scheme: "none", "int8" or "int8-weights")
     under ``--ROLE-quantization`` ``mode``: none keeps ``model_dir``; a scheme builds (once) and
     uses that copy; auto uses the fastest copy that measured faster than the model as saved on
     this machine (each timed once per model and machine, in a child process, then read from the
-    measurement file), else the model as saved."""
+    measurement file), else the model as saved.
+
+    ``build=False`` is phase 1 (:mod:`lrtune.gate`): nothing is built or timed; the copy's path
+    is returned as it will be (:func:`check_copyable` checked), and ``auto`` with a scheme not
+    yet timed here answers the model as saved (phase 2 times it)."""
     if mode == "none":
         return model_dir, "none"
     already = quantized_source(model_dir)
     if mode in SCHEMES:
         check_int8_runs(backend, role, mode)
-        if already:
-            raise ConfigError(f"--{role}-quantization {mode}: the {role} {model_dir} is already quantized ({already})")
+        check_copyable(model_dir, role, mode)
+        if not build:
+            return str(copy_dir(model_dir, cache_dir, untied_head(model_dir), mode)), mode
         return str(ensure_copy(model_dir, cache_dir, progress, role=role, scheme=mode)), mode
     if already or backend != "vllm":
         return model_dir, "none"
@@ -455,6 +502,14 @@ def for_engines(
         m = measurement(model_dir, cache_dir, dtype, scheme)
         if m is not None and not m.int8_faster:
             continue  # slower here: its copy is not even built
+        if not build:
+            if m is None:
+                return model_dir, "none"  # the choice needs a timing: made in phase 2
+            gains[scheme] = (
+                m.int8_tok_s / m.plain_tok_s,
+                str(copy_dir(model_dir, cache_dir, untied_head(model_dir), scheme)),
+            )
+            continue
         copy = ensure_copy(model_dir, cache_dir, progress, role=role, scheme=scheme)
         if m is None:
             m = _time_once(model_dir, str(copy), role, scheme, dtype, cache_dir, progress, gpu_cap)

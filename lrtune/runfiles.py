@@ -44,6 +44,33 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         os.close(dir_fd)
 
 
+def write_atomic_files(files: dict[Path, str | bytes]) -> None:
+    """Write several files of one artifact so that a failure (a full disk) changes none of
+    them: every temp file is written and synced first, then all are renamed into place."""
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            blob = data.encode() if isinstance(data, str) else data
+            tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+            temps.append((tmp, path))
+            with open(tmp, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in temps:
+        os.replace(tmp, path)
+    for parent in {path.parent for _, path in temps}:
+        dir_fd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
 def writable_dir(path: str | Path) -> Path:
     """``path`` created if needed and checked writable; a ConfigError (one line) if not."""
     out = Path(path).expanduser()

@@ -133,3 +133,71 @@ def test_the_cli_prints_the_spec_and_refuses_in_one_line(heldout, tmp_path):
         timeout=300,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and not (tmp_path / "x.json").exists()
+
+
+def _trained(tmp_path):
+    from lrtune.train.verifier import TrainVerifierConfig, run as train
+
+    data = write_pairs(tmp_path / "train", _synthetic_rows())
+    train(
+        TrainVerifierConfig.of(
+            data=str(data), out=str(tmp_path / "ckpt"), student="features", progress=False, latency_pairs=4, seed=0
+        )
+    )
+    from lrtune import locks
+
+    locks.release_all()  # the training's claim on its output ends with it (the command line does this)
+    return tmp_path / "ckpt"
+
+
+def test_a_checkpoint_another_command_writes_is_not_recalibrated_and_stays_as_it_was(heldout, tmp_path):
+    from tests.test_output_locks import _hold_in_child
+
+    ckpt = _trained(tmp_path)
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir() if p.is_file()}
+    holder = _hold_in_child(ckpt)
+    try:
+        with pytest.raises(ConfigError, match="being written by another lrtune command"):
+            run(CalibrateConfig(verifier=str(ckpt), data=str(heldout), max_false_accept=0.2))
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir() if p.is_file()} == before
+
+
+def test_a_calibration_refuses_metadata_changed_since_it_read_it(tmp_path):
+    from lrtune import locks
+    from lrtune.train.recalibrate import hold_checkpoint
+    from lrtune.verifiers import distilled
+
+    ckpt = _trained(tmp_path)
+    read = distilled.read_meta(ckpt)
+    meta_file = ckpt / distilled.META
+    meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), "threshold": 0.123}))  # another calibration
+    try:
+        with pytest.raises(ConfigError, match="changed after this calibration read it"):
+            hold_checkpoint(ckpt, read)
+        hold_checkpoint(ckpt, distilled.read_meta(ckpt))  # what it holds now: fine
+    finally:
+        locks.release_all()
+
+
+def test_a_calibration_that_cannot_write_changes_neither_the_card_nor_the_metadata(heldout, tmp_path, monkeypatch):
+    import os
+
+    ckpt = _trained(tmp_path)
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir() if p.is_file()}
+    real_fsync, calls = os.fsync, []
+
+    def full_disk(fd):  # the second file's temp write fails, as on a full disk
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run(CalibrateConfig(verifier=str(ckpt), data=str(heldout), max_false_accept=0.2))
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir() if p.is_file()} == before
+    assert not [p for p in ckpt.iterdir() if p.name.endswith(".tmp")]

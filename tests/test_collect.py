@@ -476,3 +476,26 @@ def test_directories_of_other_tasks_merge_into_a_mix_and_other_settings_are_refu
     assert cfg["options"]["task"] == "gsm_symbolic+humaneval" and len(cfg["merged_from"]) == 2
     with pytest.raises(ConfigError, match="different settings"):
         merge([str(tmp_path / "gsm"), str(tmp_path / "other")], str(tmp_path / "bad"))
+
+
+def test_a_shard_refuses_a_folder_another_shard_recorded_with_another_config_after_its_check(data_file, tmp_path):
+    import dataclasses
+
+    from lrtune import locks
+    from lrtune.data_gen.collect import check_collect_out, collect_key, prepare_out
+    from lrtune.dataset import CONFIG
+
+    out = tmp_path / "ds"
+    mine = make_cfg(data_file, out, teacher="exact")
+    other = dataclasses.replace(mine, decode=dataclasses.replace(mine.decode, gamma1=3))
+    assert check_collect_out(mine) is False  # phase 1: an empty folder, nothing recorded yet
+    out.mkdir()
+    (out / CONFIG).write_text(json.dumps(collect_key(other)))  # another shard, started meanwhile
+    try:
+        with pytest.raises(ConfigError, match="another shard with another config"):
+            prepare_out(mine, backup=False)
+        assert json.loads((out / CONFIG).read_text()) == collect_key(other)  # its record stands
+        (out / CONFIG).write_text(json.dumps(collect_key(mine)))
+        assert prepare_out(mine, backup=False) == out  # the same config: shards share the folder
+    finally:
+        locks.release_all()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lrtune import cpumemory
@@ -102,12 +104,20 @@ def test_the_budget_is_checked_with_the_configs_before_any_engine_starts(monkeyp
 
     monkeypatch.setattr(vllm_backend.VLLMBackend, "_make_engine", lambda *a: pytest.fail("an engine started"))
     pair = get_tiny_pair()
-    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), verifier="exact", kv_cache_gib=0.25)
+    models = ModelConfig(
+        target=str(pair.target), draft=str(pair.draft), max_model_len=1024, verifier="exact", kv_cache_gib=0.25
+    )
     resolved = check_configs(models, DecodeConfig(method="lr+sd", gamma1=2, gamma2=2), progress=False)
     assert resolved.cpu_memory is not None and "draft engine" in resolved.cpu_memory.parts
     with pytest.raises(ConfigError, match="--memory-budget-gib 0.5: this run needs about"):
         check_configs(
-            ModelConfig(target=str(pair.target), draft=str(pair.draft), verifier="exact", memory_budget_gib=0.5),
+            ModelConfig(
+                target=str(pair.target),
+                draft=str(pair.draft),
+                max_model_len=1024,
+                verifier="exact",
+                memory_budget_gib=0.5,
+            ),
             DecodeConfig(method="lr+sd", gamma1=2, gamma2=2),
             progress=False,
         )
@@ -148,7 +158,9 @@ def test_each_engine_gets_the_kv_cache_of_its_own_models_unless_one_is_given():
     ).kv_gib
     assert 0 < auto["draft"] < auto["target"] < cpumemory.KV_CAP_GIB  # the SD engine also caches its drafter
     given = check_configs(
-        ModelConfig(target=str(pair.target), draft=str(pair.draft), verifier="exact", kv_cache_gib=0.3),
+        ModelConfig(
+            target=str(pair.target), draft=str(pair.draft), max_model_len=1024, verifier="exact", kv_cache_gib=0.3
+        ),
         cfg,
         progress=False,
     ).kv_gib
@@ -208,19 +220,45 @@ def test_the_runs_plan_counts_bf16_weights_twice_where_vllm_runs_them_in_float32
     assert plans[True].parts["draft engine"] == pytest.approx(cpumemory.engine_gib(GIB // 4, 0.5), abs=0.01)
 
 
+def _linear_model_dir(root, name: str, rows: int, cols: int) -> str:
+    """A float32 model directory whose one weight is a linear layer's rows x cols matrix: a real
+    safetensors header, the data sparse (its size without writing its bytes)."""
+    import json
+    import struct
+
+    d = Path(_model_dir(root, name, "float32", 0))
+    header = json.dumps(
+        {
+            "model.layers.0.mlp.up_proj.weight": {
+                "dtype": "F32",
+                "shape": [rows, cols],
+                "data_offsets": [0, 4 * rows * cols],
+            }
+        }
+    ).encode()
+    with open(d / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * rows * cols)
+    return str(d)
+
+
 def test_a_quantized_targets_engines_each_hold_their_copy_in_the_plan(tmp_path, monkeypatch):
     """Engines of one process share only unquantized weights (lrtune.backends.vllm_shared): with a
-    target copy, a second target engine (an SD engine beside the plain one) holds the copy again."""
+    target copy, a second target engine (an SD engine beside the plain one) holds the copy again;
+    the copy is counted from the source's header before it is built (int8 rows + a float32 scale each)."""
     import lrtune.backends.vllm as vllm_backend
     from lrtune.build import cpu_memory_plan
     from lrtune.decoder import DecodeConfig
     from lrtune.modelconfig import ModelConfig
 
-    target = _model_dir(tmp_path, "t", "float32", GIB)
+    rows, cols = 2**14, 2**14  # 1 GiB in float32, a quarter of it as int8
+    target = _linear_model_dir(tmp_path, "t", rows, cols)
     models = ModelConfig(target=target, verifier="exact")
     monkeypatch.setattr(vllm_backend, "on_cpu_platform", lambda: True)
     cfg = DecodeConfig(method="target")
     kv = {"target": 0.5}
     shared = cpu_memory_plan(models, cfg, target, None, None, (0, 4), on_gpu=False, kv=kv)
     copies = cpu_memory_plan(models, cfg, target, None, None, (0, 4), on_gpu=False, kv=kv, target_quantized=True)
-    assert copies.total_gib - shared.total_gib == pytest.approx(cpumemory.ENGINE_FACTOR, abs=0.02)
+    source, copy = 4 * rows * cols / GIB, (rows * cols + 4 * rows) / GIB
+    expected = cpumemory.ENGINE_FACTOR * (2 * copy - source)  # two engines hold the copy; one held the source
+    assert copies.total_gib - shared.total_gib == pytest.approx(expected, abs=0.03)

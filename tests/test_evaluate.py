@@ -474,3 +474,23 @@ def test_the_plan_prices_a_score_round_without_a_scoring_call_for_a_verifier_tha
     assert free is not score and free.prefill_cost(2) == 0.0 and score.prefill_cost(2) > 0
     assert priced(score, plan()).prefill_cost(2) == score.prefill_cost(2)
     assert priced(None, plan()) is None
+
+
+def test_a_resume_across_a_recalibrated_checkpoint_is_refused(tmp_path):
+    from lrtune.eval.records import CONFIG, check_resume, resume_key
+    from lrtune.verifiers.distilled import META
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / META).write_text(json.dumps({"kind": "features", "threshold": 0.5}))
+    out = tmp_path / "run"
+    cfg = EvalConfig(
+        options=EvalOptions(out=str(out), methods=f"target,lr/v={ckpt}"), models=ModelConfig(), decode=DecodeConfig()
+    )
+    out.mkdir()
+    (out / CONFIG).write_text(json.dumps(resume_key(cfg)))
+    (out / "records.jsonl").write_text("")  # an evaluate run's folder
+    check_resume(cfg)  # the same checkpoint: resumes
+    (ckpt / META).write_text(json.dumps({"kind": "features", "threshold": 0.7}))  # recalibrated meanwhile
+    with pytest.raises(ConfigError, match=r"different config \(checkpoints\."):
+        check_resume(cfg)

@@ -237,12 +237,14 @@ def test_check_configs_plans_every_target_engine_an_ngram_run_starts(monkeypatch
 
     pair = get_tiny_pair()
     monkeypatch.setattr(vb, "gpu_device_bytes", lambda: 80 * GiB)
-    models = ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="vllm", sd_method="ngram")
+    models = ModelConfig(
+        target=str(pair.target), draft=str(pair.draft), max_model_len=1024, backend="vllm", sd_method="ngram"
+    )
     got = check_configs(models, DecodeConfig(method="lr+sd", gamma2=4), progress=False, gamma2s=[2, 4])
     assert got.shared_spec_tokens == 0 and got.target_engines == (0, 2, 4)
     assert got.memory.engines["target"] == 3
     shared = check_configs(
-        ModelConfig(target=str(pair.target), draft=str(pair.draft), backend="vllm"),
+        ModelConfig(target=str(pair.target), draft=str(pair.draft), max_model_len=1024, backend="vllm"),
         DecodeConfig(method="lr+sd", gamma2=4),
         progress=False,
         gamma2s=[2, 4],
@@ -381,7 +383,12 @@ def test_the_decoder_hands_each_backend_its_planned_share_and_engine_count(monke
     pair = get_tiny_pair()
     monkeypatch.setattr(vb, "gpu_device_bytes", lambda: 80 * GiB)
     models = ModelConfig(
-        target=str(pair.target), draft=str(pair.draft), backend="vllm", sd_method="ngram", verifier="exact"
+        target=str(pair.target),
+        draft=str(pair.draft),
+        max_model_len=1024,
+        backend="vllm",
+        sd_method="ngram",
+        verifier="exact",
     )
     dec = Decoder.from_configs(models, DecodeConfig(method="lr+sd", gamma2=3), gamma2s=[2])
     t, d = dec.target.config, dec.draft.config

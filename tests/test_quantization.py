@@ -324,3 +324,28 @@ def test_a_mistyped_judge_is_refused_before_any_copy_is_built(pair, tmp_path):
     with pytest.raises(ModelError, match="no-such-judge"):
         check_configs(models, DecodeConfig(method="lr+sd"), progress=False)
     assert not (tmp_path / "models").exists()
+
+
+def test_a_copy_is_counted_before_it_is_built_as_it_is_after(pair, int8_draft):
+    from lrtune.memory import held_weight_bytes
+    from lrtune.modeldir import safetensors_dtype_bytes
+
+    _, built = int8_draft
+    planned = quantize.copy_dtype_bytes(pair.draft)
+    assert planned == safetensors_dtype_bytes(built / "model.safetensors") and planned["I8"] > 0
+    header = (built / "model.safetensors").stat().st_size - sum(planned.values())  # the file's own header
+    assert 0 < header < 2**16
+    for float32 in (False, True):
+        planned_held = held_weight_bytes(pair.draft, float32=float32, as_copy=True)
+        assert planned_held + header == held_weight_bytes(built, float32=float32)
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_the_checks_of_a_run_with_a_copy_build_nothing_and_plan_what_the_build_plans(pair, tmp_path, role):
+    models = _tiny_vllm_models(pair, tmp_path, **{f"{role}_quantization": "int8-weights"})
+    cfg = DecodeConfig(method="lr+sd")
+    checked = check_configs(models, cfg, progress=False)  # phase 1
+    assert not (tmp_path / "models").exists()
+    built = check_configs(models, cfg, progress=False, build=True)  # phase 2: the copy is built
+    assert Path(getattr(built, role)).is_dir() and getattr(checked, role) == getattr(built, role)
+    assert checked.cpu_memory.to_dict() == built.cpu_memory.to_dict()

@@ -806,3 +806,27 @@ def test_a_router_checkpoint_listing_a_two_sided_feature_is_refused_in_one_line(
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="one-sided features only.*word_jaccard"):
         distilled.load(tmp_path / "router")
+
+
+def test_a_checkpoint_lists_its_files_by_checksum_and_refuses_another_checkpoints_or_an_extra_file(tmp_path, pair_dir):
+    import shutil
+
+    from lrtune.train.verifier import run
+
+    first, second = _cfg(tmp_path / "a", pair_dir, "features"), _cfg(tmp_path / "b", pair_dir, "features", seed=3)
+    run(first)
+    run(second)
+    first, second = Path(first.out), Path(second.out)
+    meta = distilled.read_meta(first)
+    assert set(meta["files"]) == {"features.safetensors"}
+    distilled.load(first)  # as written: loads
+    swapped = tmp_path / "swapped"
+    shutil.copytree(first, swapped)
+    shutil.copy2(second / "features.safetensors", swapped / "features.safetensors")  # another checkpoint's weights
+    with pytest.raises(ConfigError, match=r"features.safetensors is not the file .* sha256 differs"):
+        distilled.load(swapped)
+    extra = tmp_path / "extra"
+    shutil.copytree(first, extra)
+    (extra / "tokenizer.json").write_text("{}")  # another model's tokenizer dropped in
+    with pytest.raises(ConfigError, match="holds tokenizer.json"):
+        distilled.load(extra)

@@ -24,6 +24,7 @@ from typing import Annotated
 
 from annotated_types import Interval
 
+from lrtune import gate
 from lrtune import schema
 from lrtune.schema import STRICT, Checked, Seed, Text
 
@@ -296,6 +297,7 @@ def run(cfg: TrainControllerConfig) -> dict:
     check_controller_out(Path(cfg.out).expanduser(), key)
     prof = _profile(cfg, c1s, given)
     prof["step_tokens"] = step_lengths(dirs, seed=cfg.seed)
+    gate.passed("train controller")  # the encoder loads below; --out is claimed once the fit is done
     bounds = Bounds(gamma1_min=0, gamma1_max=cfg.gamma1_max, gamma2_min=0, gamma2_max=cfg.gamma2_max, M=cfg.budget)
     feats = learned.ProblemFeaturizer(
         sorted({p.task for p in problems}), None if cfg.encoder.lower() == "none" else cfg.encoder

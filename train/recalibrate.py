@@ -34,9 +34,10 @@ from typing import Annotated, Literal
 from annotated_types import Interval
 
 
+from lrtune import gate
 from lrtune.configs import Command, Section
 from lrtune.errors import ConfigError
-from lrtune.runfiles import log, write_atomic
+from lrtune.runfiles import log
 from lrtune.schema import STRICT, Fraction, Problems, Seed, Text
 from lrtune.train.accuracy_budget import DEFAULT_LADDER
 from lrtune.train.calibrate import Budget
@@ -209,6 +210,9 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
 
     examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
     meta = _check_unseen(cfg, examples) if spec.kind == "checkpoint" else None
+    gate.passed("calibrate")
+    if meta is not None and not cfg.dry_run:
+        hold_checkpoint(Path(spec.path).expanduser(), meta)
     scores, labels, view = _scored(cfg, examples)
     calib = bound_threshold(scores, labels, [e.split_group for e in examples], cfg)
     warn = uncertified_warning(calib)
@@ -270,6 +274,9 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     problems = _calibration_problems(cfg, task, heldout)
     check_configs(models, dcfg, load_all_methods=True)
     ladder = parse_ladder(cfg.thresholds)
+    gate.passed("calibrate")
+    if meta is not None:
+        hold_checkpoint(Path(cfg.verifier_spec.path).expanduser(), meta)
     budget = _decode_ladder(cfg, models, dcfg, task, problems, ladder, progress_path, meta)
     budget.update(
         task=cfg.task,
@@ -385,10 +392,26 @@ def _write_checkpoint(root: Path, meta: dict, calib: dict, **extra) -> None:
     from lrtune.train.verifier_report import model_card
     from lrtune.verifiers.distilled import META
 
+    from lrtune.runfiles import write_atomic_files
+
     history = list(meta.get("calibration_history") or []) + [meta.get("calibration")]
     meta = {**meta, **extra, "threshold": calib["threshold"], "calibration": calib, "calibration_history": history}
-    write_atomic(root / "README.md", model_card(meta))
-    write_atomic(root / META, json.dumps(meta, indent=1, default=float))
+    # both or neither: a full disk leaves the card and the metadata as they were
+    write_atomic_files({root / "README.md": model_card(meta), root / META: json.dumps(meta, indent=1, default=float)})
+
+
+def hold_checkpoint(root: Path, meta: dict) -> None:
+    """Phase 2 for a checkpoint this calibration rewrites: lock it (:mod:`lrtune.locks`, as
+    ``train verifier`` locks its output), so two calibrations, or a calibration and a training,
+    never interleave a read-change-write; then check that its metadata is still the ``meta``
+    read in phase 1. ConfigError (one line) otherwise."""
+    from lrtune import locks
+    from lrtune.verifiers.distilled import META, read_meta
+
+    if not locks.hold(root):
+        raise ConfigError(f"{root} is being written by another lrtune command now; wait for it to end")
+    if read_meta(str(root)) != meta:
+        raise ConfigError(f"{root / META} changed after this calibration read it; run it again")
 
 
 def summary_lines(calib: dict) -> list[str]:

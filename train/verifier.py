@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 
 from annotated_types import Interval
 
+from lrtune import gate
 from lrtune import schema
 from lrtune.schema import STRICT, Checked, Count, Seed, Text
 from pydantic import StringConstraints
@@ -282,7 +283,8 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
     meta = read_json(out / distilled.META) if old is not None else None
-    out = claim_out(out, "train verifier")  # phase 2
+    gate.passed("train verifier")
+    out = claim_out(out, "train verifier")
     if meta is not None and "metrics" not in meta:
         (out / distilled.META).unlink()  # the provisional metadata of an interrupted run
     return out, meta is not None and "metrics" in meta
@@ -503,6 +505,7 @@ def _train_and_export(cfg: TrainVerifierConfig, out: Path, examples, teacher: st
             "train_seconds": train_s,
         },
         training={k: v_ for k, v_ in flat_dict(cfg).items() if k not in RESUME_FREE},
+        files=distilled.file_digests(out),  # checked on every load
     )
     write_atomic(out / "README.md", model_card(meta))
     write_atomic(out / distilled.META, json.dumps(meta, indent=1, default=float))  # last: the checkpoint is done

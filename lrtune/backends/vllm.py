@@ -548,20 +548,19 @@ def gpu_device_bytes() -> int | None:
     return int(torch.cuda.get_device_properties(0).total_memory)
 
 
-def gpu_memory_plan(
-    engine, paths: dict[str, str | None], spec_model: str | None, engines: dict[str, int] | None = None
-):
+def gpu_memory_plan(engine, paths: dict[str, str | None], spec_model: str | None, engines=None, copies=None):
     """The :class:`lrtune.memory.MemoryPlan` of the engines ``paths`` names (role -> model
     directory or None; ``engines``: how many each role starts, default 1) under ``engine``
     (a :class:`lrtune.modelconfig.EngineConfig`: its GPU cap, fixed shares and TP), checked before any
     engine starts (on CPU too, where the plan is then dropped: each engine gets
     ``kv_cache_gib`` of KV cache instead, and None is returned). The target's weights
-    include its SD drafter's."""
+    include its SD drafter's. ``copies``: the roles whose engines load an int8 copy of their
+    path, counted from its headers (:func:`lrtune.memory.weight_bytes`)."""
     from lrtune.memory import plan_gpu_memory, weight_bytes
 
-    device = gpu_device_bytes()
-    sizes = {role: weight_bytes(path) for role, path in paths.items() if path}
-    sizes["target"] = sizes.get("target", 0) + weight_bytes(spec_model)
+    copies, device = copies or {}, gpu_device_bytes()
+    sizes = {role: weight_bytes(path, as_copy=copies.get(role, False)) for role, path in paths.items() if path}
+    sizes["target"] = sizes.get("target", 0) + weight_bytes(spec_model, as_copy=copies.get("draft", False))
     plan = plan_gpu_memory(
         sizes,
         cap=engine.gpu.utilization,

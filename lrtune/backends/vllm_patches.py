@@ -135,8 +135,16 @@ def prepare_engine() -> None:
     environment (:func:`configure_env`), a refusal of settings that select a path the
     patches do not serve, and the patches themselves (the plugin applies the same ones in
     every process vLLM starts)."""
-    require_supported_vllm()
+    check_environment()
     configure_env()
+    apply_patches("lrtune")
+
+
+def check_environment() -> None:
+    """Refuse (ConfigError, one line) an unsupported vLLM or an environment that selects a path
+    the patches do not serve (the V2 model runner; a ``VLLM_PLUGINS`` list without lrtune's
+    plugin). Reads only: commands call it in phase 1 (:mod:`lrtune.gate`)."""
+    require_supported_vllm()
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0").strip().lower() in ("1", "true"):
         raise ConfigError(
             "VLLM_USE_V2_MODEL_RUNNER is set: lrtune's per-request speculation and SD counters "
@@ -148,7 +156,6 @@ def prepare_engine() -> None:
             f"VLLM_PLUGINS={allowed!r} leaves out lrtune's vLLM plugin ({PLUGIN_NAME!r}): processes "
             "vLLM starts would run unpatched; add it to the list or unset VLLM_PLUGINS"
         )
-    apply_patches("lrtune")
 
 
 def engine_kwargs() -> dict:

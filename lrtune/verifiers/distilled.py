@@ -56,6 +56,47 @@ def is_checkpoint(spec: str) -> bool:
     return Path(spec).expanduser().is_dir()
 
 
+# files of a checkpoint its metadata does not list by checksum: the metadata itself, its card and
+# the training record (calibrate rewrites the first two; neither is read to score)
+UNLISTED = (META, "README.md", "train_config.json")
+
+
+def payload_files(root: Path) -> list[Path]:
+    """The files a checkpoint is made of besides :data:`UNLISTED`: its top-level regular,
+    non-hidden files (weights, adapter and tokenizer files)."""
+    return sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith(".") and p.name not in UNLISTED)
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    """{name: sha256} of :func:`payload_files` (recorded as ``files`` in the metadata)."""
+    from lrtune.store import sha256
+
+    return {p.name: sha256(p) for p in payload_files(root)}
+
+
+def check_files(root: Path, meta: dict, name) -> None:
+    """ConfigError (one line) when the checkpoint's files are not the ones its metadata lists:
+    a file missing, one it does not list, or one whose sha256 differs (another checkpoint's
+    weights, another model's tokenizer). A checkpoint written before lrtune recorded ``files``
+    is not checked."""
+    listed = meta.get("files")
+    if listed is None:
+        return
+    from lrtune.store import sha256
+
+    present = {p.name for p in payload_files(root)}
+    extra, missing = sorted(present - set(listed)), sorted(set(listed) - present)
+    if extra or missing:
+        what = f"holds {', '.join(extra[:3])}, which" if extra else f"lacks {', '.join(missing[:3])}, which"
+        raise ConfigError(f"{name}: the checkpoint {what} its {META} does not match; retrain or restore it")
+    for file, digest in sorted(listed.items()):
+        if sha256(root / file) != digest:
+            raise ConfigError(
+                f"{name}: {file} is not the file its {META} records (its sha256 differs: a file of "
+                "another checkpoint or model?); retrain or restore it"
+            )
+
+
 def refuse_pickles(root: Path, name) -> None:
     """ConfigError when directory ``root`` holds a pickle-capable file (safetensors/JSON only)."""
     pickles = sorted(p.name for p in root.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
@@ -98,6 +139,7 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
     """Load a distilled verifier checkpoint (see module docstring) in one call."""
     meta = read_meta(path)
     root = Path(path).expanduser().resolve()
+    check_files(root, meta, path)
     if device == "auto":
         import torch
 
