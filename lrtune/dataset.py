@@ -178,13 +178,29 @@ def _concat_parts(
     order = sorted(found, key=lambda t: t[1]["index"])
     tables = []
     for kind, fields, need in (("pairs", PAIR_FIELDS, pair_columns), ("problems", PROBLEM_FIELDS, problem_columns)):
-        parts = [read_checked(s / e[kind]["file"], fields, need) for s, e in order]
+        parts = [_part_of_its_problem(s, e, kind, read_checked(s / e[kind]["file"], fields, need)) for s, e in order]
         try:  # promote: a dataset resumed by a newer lrtune may hold files with more columns (nulls elsewhere)
             tables.append(pa.concat_tables(parts, promote_options="default"))
         except (ValueError, TypeError) as e:  # ArrowInvalid, ArrowTypeError
             dirs = ", ".join(sorted({str(s) for s, _ in order}))
             raise ConfigError(f"the {kind} part files of {dirs} do not fit together ({_first_line(e)})") from None
     return tables[0], tables[1]
+
+
+def _part_of_its_problem(src: Path, entry: dict, kind: str, table):
+    """``table`` when it holds the rows its manifest entry lists: that many, all of its problem
+    (a part of another problem put in its place, even with the manifest's checksum updated, would
+    train on one problem twice and lose another); a ConfigError naming the file otherwise."""
+    path, pid = src / entry[kind]["file"], entry.get("problem_id")
+    if table.num_rows != entry[kind]["rows"]:
+        raise ConfigError(f"{path}: {table.num_rows} rows where its manifest lists {entry[kind]['rows']}")
+    if pid is not None and "problem_id" in table.column_names:
+        other = next((p for p in table.column("problem_id").to_pylist() if p != pid), None)
+        if other is not None:
+            raise ConfigError(
+                f"{path}: holds rows of problem {other!r:.60} where its manifest lists problem {pid!r:.60}"
+            )
+    return table
 
 
 def read_checked(path: Path, fields, required: tuple[str, ...] = ("problem_id",)):

@@ -192,14 +192,14 @@ def target_engine_keys(gamma2s: Iterable[int], *, shared: int) -> tuple[int, ...
 def weight_bytes(model_dir: str | Path | None, *, as_copy: bool = False) -> int:
     """Bytes of a model directory's weight files (``*.safetensors``, ``*.bin``, ``*.pt``);
     0 for None or a directory without them. ``as_copy``: of the int8 copy lrtune would build of
-    it (:func:`lrtune.quantize.copy_dtype_bytes`, counted before it is built)."""
+    it (:func:`lrtune.modeldir.copy_dtype_bytes`, counted before it is built)."""
     if model_dir is None:
         return 0
     d = Path(model_dir)
     if not d.is_dir():
         return 0
     if as_copy:
-        from lrtune.quantize import copy_dtype_bytes
+        from lrtune.modeldir import copy_dtype_bytes
 
         return sum(copy_dtype_bytes(d).values())
     return sum(f.stat().st_size for pat in ("*.safetensors", "*.bin", "*.pt") for f in d.glob(pat) if f.is_file())
@@ -217,7 +217,7 @@ def held_weight_bytes(model_dir: str | Path | None, *, float32: bool, as_copy: b
     if not (size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16")):
         return size
     if as_copy:
-        from lrtune.quantize import copy_dtype_bytes
+        from lrtune.modeldir import copy_dtype_bytes
 
         kinds = copy_dtype_bytes(model_dir)
         return size + sum(n for k, n in kinds.items() if k in ("BF16", "F16"))

@@ -116,3 +116,49 @@ def safetensors_header_problem(path: Path) -> str | None:
     if any(not isinstance(e, int) for e in ends) or (ends and 8 + n + max(ends) > size):
         return f"its tensors need more bytes than the file holds ({size} bytes: truncated?)"
     return None
+
+
+# ---- what a quantized copy holds (lrtune.quantize builds it; the memory plans count it first) -----
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def untied_head(model_dir: str | Path) -> bool:
+    """Whether the checkpoint stores its own ``lm_head.weight`` (not tied to the embeddings),
+    read from its config and its safetensors headers."""
+    from lrtune.filekinds import model_side_config
+
+    src = Path(model_dir)
+    try:
+        if model_side_config(src).tie_word_embeddings:
+            return False
+    except ConfigError:
+        return False
+    return any("lm_head.weight" in safetensors_tensors(wf) for wf in src.glob("*.safetensors"))
+
+
+def quantized_tensor(name: str, ndim: int, lm_head: bool) -> bool:
+    """Whether a copy stores tensor ``name`` as int8 rows with a scale per row: the 2-D weight of
+    a linear layer (:data:`LINEARS`), and the output head's where ``lm_head``."""
+    parts = name.split(".")
+    linear = len(parts) >= 2 and parts[-2] in LINEARS
+    return name.endswith(".weight") and ndim == 2 and ((lm_head and name == "lm_head.weight") or linear)
+
+
+def copy_dtype_bytes(model_dir: str | Path, lm_head: bool | None = None) -> dict[str, int]:
+    """Bytes per dtype of a copy of ``model_dir`` (either scheme), from the source's safetensors
+    headers alone, so a memory plan can count a copy before it is built: each quantized matrix
+    (:func:`quantized_tensor`) as rows × cols bytes of ``I8`` plus 4 bytes of ``F32`` scale per
+    row, every other tensor as saved. What :func:`ensure_copy` writes, less file headers."""
+    if lm_head is None:
+        lm_head = untied_head(model_dir)
+    out: dict[str, int] = {}
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        for name, t in safetensors_tensors(f).items():
+            shape = t.get("shape") or []
+            if quantized_tensor(name, len(shape), lm_head):
+                out["I8"] = out.get("I8", 0) + shape[0] * shape[1]
+                out["F32"] = out.get("F32", 0) + 4 * shape[0]
+            else:
+                start, end = t.get("data_offsets", [0, 0])
+                out[t["dtype"]] = out.get(t["dtype"], 0) + end - start
+    return out

@@ -37,10 +37,10 @@ from pathlib import Path
 
 from lrtune.backends.vllm_int8w import NAME as WEIGHTS_METHOD
 from lrtune.errors import ConfigError
+from lrtune.modeldir import LINEARS, copy_dtype_bytes, quantized_tensor, untied_head  # noqa: F401 (quantize.X)
 from lrtune.store import sha256
 
 MARKER = "lrtune_w8a8.json"
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MEASURE_FILE = "int8_speed.json"  # one entry per model, scheme, dtype and machine
 # the copies --draft-quantization / --target-quantization build: W8A8 (int8 weights and
 # activations: vLLM's compressed-tensors kernels, fast with VNNI/AMX) and weight-only int8
@@ -61,36 +61,6 @@ def quantize_rows(weight, bf16_scale: bool = False):
         scale = scale.to(torch.bfloat16).float()
     q = torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8)
     return q, scale.to(torch.float32)
-
-
-def quantized_tensor(name: str, ndim: int, lm_head: bool) -> bool:
-    """Whether a copy stores tensor ``name`` as int8 rows with a scale per row: the 2-D weight of
-    a linear layer (:data:`LINEARS`), and the output head's where ``lm_head``."""
-    parts = name.split(".")
-    linear = len(parts) >= 2 and parts[-2] in LINEARS
-    return name.endswith(".weight") and ndim == 2 and ((lm_head and name == "lm_head.weight") or linear)
-
-
-def copy_dtype_bytes(model_dir: str | Path, lm_head: bool | None = None) -> dict[str, int]:
-    """Bytes per dtype of a copy of ``model_dir`` (either scheme), from the source's safetensors
-    headers alone, so a memory plan can count a copy before it is built: each quantized matrix
-    (:func:`quantized_tensor`) as rows × cols bytes of ``I8`` plus 4 bytes of ``F32`` scale per
-    row, every other tensor as saved. What :func:`ensure_copy` writes, less file headers."""
-    from lrtune.modeldir import safetensors_tensors
-
-    if lm_head is None:
-        lm_head = untied_head(model_dir)
-    out: dict[str, int] = {}
-    for f in sorted(Path(model_dir).glob("*.safetensors")):
-        for name, t in safetensors_tensors(f).items():
-            shape = t.get("shape") or []
-            if quantized_tensor(name, len(shape), lm_head):
-                out["I8"] = out.get("I8", 0) + shape[0] * shape[1]
-                out["F32"] = out.get("F32", 0) + 4 * shape[0]
-            else:
-                start, end = t.get("data_offsets", [0, 0])
-                out[t["dtype"]] = out.get(t["dtype"], 0) + end - start
-    return out
 
 
 def check_copyable(model_dir: str | Path, role: str, scheme: str) -> None:
@@ -161,25 +131,6 @@ def _complete(d: Path) -> bool:
         return all(sha256(d / name) == v for name, v in meta["sha256"].items())
     except OSError:
         return False
-
-
-def untied_head(model_dir: str | Path) -> bool:
-    """Whether the checkpoint stores its own ``lm_head.weight`` (not tied to the embeddings)."""
-    from safetensors import safe_open
-
-    from lrtune.filekinds import model_side_config
-
-    src = Path(model_dir)
-    try:
-        if model_side_config(src).tie_word_embeddings:
-            return False
-    except ConfigError:
-        return False
-    for wf in src.glob("*.safetensors"):
-        with safe_open(str(wf), framework="pt") as f:
-            if "lm_head.weight" in f.keys():
-                return True
-    return False
 
 
 def ensure_copy(

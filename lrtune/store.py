@@ -96,6 +96,11 @@ class ShardStore:
                         os.replace(staged, f)  # committed before the crash: roll forward
                     except OSError:
                         pass  # a read-only copy: reported below as missing
+                if (not f.is_file() or sha256(f) != entry[kind]["sha256"]) and not roll_forward:
+                    raise ConfigError(  # a reader: the dataset is not whole, never read a part of it
+                        f"{f}: missing or corrupt (its sha256 is not the one {self.manifest_path.name} records for "
+                        f"problem {pid}); rerun lrtune collect on {self.out} to redo it, or restore the file"
+                    )
                 if not f.is_file() or sha256(f) != entry[kind]["sha256"]:
                     warnings.warn(
                         f"{f}: missing or corrupt (checksum mismatch); problem {pid} will be redone", stacklevel=3
@@ -181,8 +186,9 @@ def _fault_point(name: str, problem_number: int) -> None:
 
 
 def all_entries(out: Path) -> dict[str, dict]:
-    """Finished problems of every shard manifest in ``out`` (checksums verified), read without
-    changing anything (a part a crash left staged is read under its staged name)."""
+    """Finished problems of every shard manifest in ``out`` (checksums verified: a part that is
+    missing or differs is a ConfigError), read without changing anything (a part a crash left
+    staged is read under its staged name); each entry carries its ``problem_id``."""
     entries: dict[str, dict] = {}
     for m in sorted(out.glob("manifest-s*.json")):
         shard = _shard_of(m)
@@ -191,7 +197,7 @@ def all_entries(out: Path) -> dict[str, dict]:
         for pid, e in store._load_manifest(roll_forward=False).items():
             if pid in entries:
                 raise ConfigError(f"problem {pid} appears in two shard manifests of {out}")
-            entries[pid] = e
+            entries[pid] = {**e, "problem_id": pid}
     return entries
 
 

@@ -298,3 +298,33 @@ def test_a_problem_field_that_is_not_a_text_or_number_is_one_line_naming_file_li
         get_task("custom").load(path=str(path))
     msg = str(e.value)
     assert f"{path}:1" in msg and repr(field) in msg and "SECRET" not in msg and "\n" not in msg
+
+
+def test_a_reader_refuses_a_part_whose_checksum_disagrees_instead_of_dropping_its_problem(tmp_path, capsys):
+    src = collect_dir(tmp_path / "a", ["p0", "p1", "p2"])
+    (src / "pairs" / "part-s000-p000001.parquet").write_bytes(
+        (src / "pairs" / "part-s000-p000002.parquet").read_bytes()
+    )  # swapped in without the manifest knowing
+    before = snapshot(src)
+    line = cli_error(capsys, "collect", "--stats", str(src))
+    assert "part-s000-p000001.parquet" in line and "missing or corrupt" in line and "p1" in line
+    assert "part-s000-p000001.parquet" in cli_error(
+        capsys, "collect", "--merge", str(src), "--out", str(tmp_path / "m")
+    )
+    assert snapshot(src) == before and not (tmp_path / "m").exists()
+
+
+def test_a_part_of_another_problem_with_its_checksum_recorded_is_refused(tmp_path, capsys):
+    src = collect_dir(tmp_path / "a", ["p0", "p1", "p2"])
+    part, other = (src / "pairs" / f"part-s000-p00000{i}.parquet" for i in (1, 2))
+    part.write_bytes(other.read_bytes())  # p2's rows under p1's name, the manifest's sha256 updated to match
+    edit_manifest(
+        src,
+        lambda e: (
+            e["pairs"].update(sha256=hashlib.sha256(part.read_bytes()).hexdigest())
+            if e["pairs"]["file"].endswith("p000001.parquet")
+            else None
+        ),
+    )
+    line = cli_error(capsys, "collect", "--stats", str(src))
+    assert "part-s000-p000001.parquet" in line and "holds rows of problem 'p2'" in line

@@ -74,7 +74,7 @@ def test_the_gpu_memory_plan_takes_the_engine_concern_alone(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(vllm, "gpu_device_bytes", lambda: 80 * 2**30)
-    monkeypatch.setattr("lrtune.memory.weight_bytes", lambda path: 2**30 if path else 0)
+    monkeypatch.setattr("lrtune.memory.weight_bytes", lambda path, as_copy=False: 2**30 if path else 0)
     monkeypatch.setattr("lrtune.memory.plan_gpu_memory", lambda sizes, **kw: seen.update(kw) or "plan")
     engine = EngineConfig(tensor_parallel_size=2, gpu=GpuMemoryConfig(utilization=0.8, draft_share=0.1))
     assert vllm.gpu_memory_plan(engine, {"target": "/t", "draft": "/d"}, None) == "plan"

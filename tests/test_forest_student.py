@@ -3,6 +3,8 @@ predicts, a malformed forest file is refused, and the context feature tells code
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -116,11 +118,21 @@ def test_forest_checkpoint_with_a_malformed_forest_is_refused_with_the_reason(tm
     w = load_file(str(path))
     w["feature"] = np.where(w["left"] != -1, 99, w["feature"])
     save_file(w, str(path))
+    with pytest.raises(ConfigError, match="forest.safetensors is not the file its lrtune_verifier.json records"):
+        distilled.load(tmp_path / "forest")
+    _record_files(tmp_path / "forest")  # tampered with the metadata's checksums too: the forest itself is read
     with pytest.raises(ConfigError, match="not a valid forest: a split on a feature outside"):
         distilled.load(tmp_path / "forest")
     path.write_bytes(b"not safetensors")
-    with pytest.raises(ConfigError, match="forest.safetensors is not a readable weights file"):
+    _record_files(tmp_path / "forest")
+    with pytest.raises(ConfigError, match="forest.safetensors is not a whole safetensors file"):
         distilled.load(tmp_path / "forest")
+
+
+def _record_files(ckpt):
+    meta_file = ckpt / distilled.META
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "files": distilled.file_digests(ckpt)}))
 
 
 def test_drop_features_leaves_the_named_features_out_and_refuses_unknown_names(tmp_path):

@@ -279,3 +279,37 @@ def test_a_lone_surrogate_in_a_message_is_a_400_naming_the_field_not_a_tokenizer
     err = _openai_error(r, 400)
     assert err["param"] == "messages[0].content" and "surrogate" in err["message"]
     ok(url)
+
+
+def test_a_prompt_that_tokenizes_slowly_holds_no_other_request():
+    """Tokenizing runs in the app's worker threads, not on the decode thread: while one request's
+    prompt is still being encoded, another is admitted, decoded and answered."""
+    dec, gated = gated_decoder()
+    gated.gate.set()
+    entered, release, threads = threading.Event(), threading.Event(), []
+    encode = gated.encode_messages
+
+    def slow_encode(messages, **kw):
+        threads.append(threading.current_thread().name)
+        if messages[0]["content"] == "slow":
+            entered.set()
+            assert release.wait(WAIT)
+        return encode(messages, **kw)
+
+    gated.encode_messages = slow_encode
+    sched = RoundScheduler(dec, max_concurrent=2, max_queue=2, log=lambda line: None)
+    app = make_app(sched, AppSettings(limits=LIMITS, request_timeout=30.0, retry_after=3))
+    slow_body = {**CHAT, "messages": [{"role": "user", "content": "slow"}]}
+    with serving(app) as url:
+        answers = []
+        slow = threading.Thread(
+            target=lambda: answers.append(httpx.post(f"{url}/v1/chat/completions", json=slow_body, timeout=WAIT))
+        )
+        slow.start()
+        assert entered.wait(WAIT)
+        assert ok(url)["choices"][0]["finish_reason"]  # answered while the slow prompt is still encoding
+        release.set()
+        slow.join(WAIT)
+    sched.shutdown(WAIT)
+    assert answers and answers[0].status_code == 200
+    assert sched._thread.name not in threads  # never on the decode thread

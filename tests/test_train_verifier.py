@@ -830,3 +830,32 @@ def test_a_checkpoint_lists_its_files_by_checksum_and_refuses_another_checkpoint
     (extra / "tokenizer.json").write_text("{}")  # another model's tokenizer dropped in
     with pytest.raises(ConfigError, match="holds tokenizer.json"):
         distilled.load(extra)
+
+
+def test_a_truncated_weight_file_is_named_before_a_library_reads_it(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    d = _fake_checkpoint(tmp_path / "ckpt", features=["log_len_draft"])
+    weights = {"mean": [3.0], "scale": [1.0], "coef": [0.5], "intercept": [0.7]}
+    save_file({k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}, str(d / "features.safetensors"))
+    blob = (d / "features.safetensors").read_bytes()
+    (d / "features.safetensors").write_bytes(blob[:-8])  # cut short
+    with pytest.raises(ConfigError, match=r"features.safetensors is not a whole safetensors file \(its tensors need"):
+        distilled.load(d)
+
+
+def test_a_causal_lms_weights_in_an_adapters_place_are_refused_not_loaded_as_an_untrained_adapter(tmp_path, tiny_pair):
+    import shutil
+
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    meta = {"format": distilled.FORMAT, "version": 1, "kind": "lm-judge", "threshold": 0.5}
+    (d / distilled.META).write_text(json.dumps({**meta, "base_model": str(tiny_pair.target)}))
+    lora = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}
+    (d / "adapter_config.json").write_text(json.dumps({**lora, "base_model_name_or_path": str(tiny_pair.target)}))
+    shutil.copy2(tiny_pair.draft / "model.safetensors", d / "adapter_model.safetensors")  # a model, not an adapter
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy2(tiny_pair.target / f, d / f)
+    with pytest.raises(ConfigError, match="adapter does not fit the base model .* lacks the LoRA weights"):
+        distilled.load(d)

@@ -23,12 +23,13 @@ import uuid
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from lrtune.errors import one_line
+from lrtune.errors import LrtuneError, one_line
 from lrtune.inputs import nesting
 from lrtune.serve.metrics import CONTENT_TYPE, ServeMetrics
 from lrtune.serve.protocol import RequestError, ServeRequest, ServerLimits, parse_request
@@ -293,7 +294,8 @@ class _Routes:
             self.answered(endpoint, "-", e.status)
             return error_response(e.status, str(e), e.param)
         call = _Call(self, request, req, endpoint, arrived)
-        refusal = call.submit()
+        refusal = await call.encode()  # off the decode thread and off the event loop
+        refusal = refusal or call.submit()
         if refusal is not None:
             return refusal
         first = await call.next_event()
@@ -320,6 +322,22 @@ class _Call:
         events: asyncio.Queue = asyncio.Queue()
         self.events = events
         self.job = Job(req, emit=lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+
+    async def encode(self) -> Response | None:
+        """Tokenize the prompt in a worker thread (``job.ids``); the 400 (ids that cannot run, a
+        library error on bad input) or 500 that refuses it, else None."""
+        try:
+            self.job.ids = await run_in_threadpool(self.routes.scheduler.encode, self.req)
+        except RequestError as e:
+            self.routes.answered(self.endpoint, self.method, e.status)
+            return error_response(e.status, str(e), e.param)
+        except LrtuneError as e:
+            self.routes.answered(self.endpoint, self.method, 400)
+            return error_response(400, one_line(e))
+        except Exception as e:  # noqa: BLE001 - tokenizer trouble: this request only
+            self.routes.answered(self.endpoint, self.method, 500)
+            return error_response(500, one_line(f"{type(e).__name__}: {e}"))
+        return None
 
     def submit(self) -> Response | None:
         """Queue the job; the 429 (queue full) or 503 (draining) that refuses it, else None."""

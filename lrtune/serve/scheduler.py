@@ -83,6 +83,7 @@ class Job:
     stopped_at: int | None = None  # completion tokens when a stop sequence ended it
     resident: bool = False  # a target/sd request that stays in the engine between token steps
     submitted: float = field(default_factory=time.monotonic)
+    ids: list[int] | None = None  # the prompt's token ids, encoded before submit (None: encoded when admitted)
 
 
 def stop_cut(text: str, stops: tuple[str, ...], start: int = 0) -> int | None:
@@ -280,15 +281,7 @@ class RoundScheduler:
             return
         req, dec = job.request, self.decoder
         try:
-            if req.kind == "chat":
-                ids = dec.target.encode_messages(list(req.messages))
-            elif isinstance(req.prompt, str):
-                ids = dec.target.encode_prompt(req.prompt, chat=False)
-            else:
-                try:
-                    ids = checked_token_ids(req.prompt, getattr(dec.target, "vocab_size", None))
-                except ConfigError as e:
-                    raise RequestError("prompt", str(e)) from None
+            ids = job.ids if job.ids is not None else self.encode(req)
             cfg = req.cfg
             if self.max_len is not None and cfg.tokens_needed(len(ids)) > self.max_len:
                 raise RequestError(
@@ -317,6 +310,20 @@ class RoundScheduler:
             return
         self._active.append(job)
         job.emit(Admitted(prompt_tokens=len(ids)))
+
+    def encode(self, req: ServeRequest) -> list[int]:
+        """The token ids of ``req``'s prompt (chat template for messages; ids checked against the
+        vocabulary). Called by the app off the decode thread, so a long prompt's tokenizing never
+        holds the rounds of the requests in flight; :class:`RequestError` for ids that cannot run."""
+        target = self.decoder.target
+        if req.kind == "chat":
+            return target.encode_messages(list(req.messages))
+        if isinstance(req.prompt, str):
+            return target.encode_prompt(req.prompt, chat=False)
+        try:
+            return checked_token_ids(req.prompt, getattr(target, "vocab_size", None))
+        except ConfigError as e:
+            raise RequestError("prompt", str(e)) from None
 
     def _resident_update(self, job: Job, tokens: list[int], gen, sd) -> None:
         """A resident row advanced (``gen``: its :class:`Generation` when it ended): stream

@@ -97,6 +97,43 @@ def check_files(root: Path, meta: dict, name) -> None:
             )
 
 
+def with_adapter(model, root: Path, base: str):
+    """``model`` with the checkpoint's LoRA adapter merged in. A ConfigError (one line) when the
+    adapter does not fit the base model: peft's or torch's KeyError, ValueError or RuntimeError,
+    and what peft only warns about, adapter weights missing (another model's weights in the
+    adapter's place would leave the LoRA layers as initialised and score silently wrong)."""
+    import warnings
+
+    from peft import PeftModel
+
+    def refuse(why: str):
+        return ConfigError(f"{root}: its adapter does not fit the base model {base} ({why}); retrain it")
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            merged = PeftModel.from_pretrained(model, str(root)).merge_and_unload()
+    except (KeyError, ValueError, RuntimeError) as e:
+        raise refuse(f"{type(e).__name__}: {str(e).strip()[:160] or 'no message'}".splitlines()[0]) from None
+    if any("missing adapter keys" in str(w.message) for w in caught):
+        raise refuse("its adapter_model.safetensors lacks the LoRA weights the adapter config names")
+    for w in caught:  # anything else peft said stays a warning
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return merged
+
+
+def check_weight_headers(root: Path, name) -> None:
+    """ConfigError (one line) naming a ``*.safetensors`` file of the checkpoint whose header is
+    truncated or does not fit the file (:func:`lrtune.modeldir.safetensors_header_problem`), before
+    a library reads it."""
+    from lrtune.modeldir import safetensors_header_problem
+
+    for f in sorted(root.glob("*.safetensors")):
+        why = safetensors_header_problem(f)
+        if why is not None:
+            raise ConfigError(f"{name}: {f.name} is not a whole safetensors file ({why}); retrain or restore it")
+
+
 def refuse_pickles(root: Path, name) -> None:
     """ConfigError when directory ``root`` holds a pickle-capable file (safetensors/JSON only)."""
     pickles = sorted(p.name for p in root.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
@@ -140,6 +177,7 @@ def load(path: str | Path, *, device: str = "cpu", threshold: float | None = Non
     meta = read_meta(path)
     root = Path(path).expanduser().resolve()
     check_files(root, meta, path)
+    check_weight_headers(root, path)
     if device == "auto":
         import torch
 
@@ -368,7 +406,6 @@ class CrossEncoderVerifier:
 
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         import torch
-        from peft import PeftModel
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.name = "distilled:cross-encoder"
@@ -390,7 +427,7 @@ class CrossEncoderVerifier:
             model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
         finally:
             hf_logging.set_verbosity(level)
-        self.model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
+        self.model = with_adapter(model, root, base).to(device).eval()
 
     def logits(self, pairs: Sequence[StepPair]):
         torch = self._torch
@@ -420,11 +457,11 @@ class LMJudgeStudent:
 
     def __init__(self, root: Path, meta: dict, device: str = "cpu") -> None:
         import torch
-        from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(resolve_base_lm(meta["base_model"]), dtype=torch.float32)
-        model = PeftModel.from_pretrained(model, str(root)).merge_and_unload().to(device).eval()
+        base = resolve_base_lm(meta["base_model"])
+        model = with_adapter(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), root, base)
+        model = model.to(device).eval()
         max_length = meta.get("max_length")
         self._setup(
             model,
