@@ -30,10 +30,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# the command whose gate has passed in this process (None: phase 1, or no command running)
-_PASSED: list[str] = []
-_WATCHES: list[Watch] = []
-_HOOKED: list[bool] = []
+_PASSED: list[str] = []  # the command whose gate has passed in this process (empty: phase 1)
+_WATCHES: list[Watch] = []  # the spies now open
+_HOOKED: list[bool] = []  # [True] once the audit hook is installed (it cannot be removed)
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # audit events that change the file system: event -> indices of its path arguments
@@ -65,20 +64,15 @@ def passed(command: str) -> None:
     if not _PASSED:
         _PASSED.append(command)
     for w in _WATCHES:
-        if w.stop and w.reached is None:
-            w.reached = command
-            raise GatePassed(command)
         if w.reached is None:
             w.reached = command
+            if w.stop:
+                raise GatePassed(command)
 
 
 def reset() -> None:
     """Back to phase 1 (a command has ended; the next one in this process checks again)."""
     _PASSED.clear()
-
-
-def is_passed() -> bool:
-    return bool(_PASSED)
 
 
 @dataclass
