@@ -211,15 +211,13 @@ def held_weight_bytes(model_dir: str | Path | None, *, float32: bool, as_copy: b
     bf16, the transformers backend on a CPU); a quantized copy's int8 tensors stay as they are.
     ``as_copy``: of the int8 copy lrtune would build of ``model_dir``, counted before it is built."""
     from lrtune.filekinds import model_side_config
-    from lrtune.modeldir import safetensors_dtype_bytes
+    from lrtune.modeldir import copy_dtype_bytes, safetensors_dtype_bytes
 
-    size = weight_bytes(model_dir, as_copy=as_copy)
+    kinds = copy_dtype_bytes(model_dir) if as_copy and model_dir is not None and Path(model_dir).is_dir() else None
+    size = sum(kinds.values()) if kinds is not None else weight_bytes(model_dir)
     if not (size and float32 and model_side_config(str(model_dir)).saved_dtype in ("bfloat16", "float16")):
         return size
-    if as_copy:
-        from lrtune.modeldir import copy_dtype_bytes
-
-        kinds = copy_dtype_bytes(model_dir)
+    if kinds is not None:
         return size + sum(n for k, n in kinds.items() if k in ("BF16", "F16"))
     files = list(Path(str(model_dir)).glob("*.safetensors"))
     if not files:  # .bin / .pt: no header to read per tensor

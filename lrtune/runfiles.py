@@ -27,48 +27,53 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             return
     except OSError:
         pass  # unreadable: rewrite it
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # unique per writer
+    tmp = _temp_of(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp, blob)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed write leaves no stray temp file
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _sync_dir(path.parent)
 
 
 def write_atomic_files(files: dict[Path, str | bytes]) -> None:
     """Write several files of one artifact so that a failure (a full disk) changes none of
     them: every temp file is written and synced first, then all are renamed into place."""
-    temps: list[tuple[Path, Path]] = []
+    temps = [(_temp_of(path), path) for path in files]
     try:
-        for path, data in files.items():
-            blob = data.encode() if isinstance(data, str) else data
-            tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-            temps.append((tmp, path))
-            with open(tmp, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
+        for tmp, path in temps:
+            data = files[path]
+            _write_synced(tmp, data.encode() if isinstance(data, str) else data)
     except BaseException:
         for tmp, _ in temps:
             tmp.unlink(missing_ok=True)
         raise
     for tmp, path in temps:
         os.replace(tmp, path)
-    for parent in {path.parent for _, path in temps}:
-        dir_fd = os.open(parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    for parent in {path.parent for path in files}:
+        _sync_dir(parent)
+
+
+def _temp_of(path: Path) -> Path:
+    """The temp file a writer of ``path`` writes first (hidden, unique per process and thread)."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+
+def _write_synced(path: Path, blob: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(d: Path) -> None:
+    """fsync a directory, so a rename in it survives a crash."""
+    dir_fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def writable_dir(path: str | Path) -> Path:

@@ -96,12 +96,12 @@ class ShardStore:
                         os.replace(staged, f)  # committed before the crash: roll forward
                     except OSError:
                         pass  # a read-only copy: reported below as missing
-                if (not f.is_file() or sha256(f) != entry[kind]["sha256"]) and not roll_forward:
-                    raise ConfigError(  # a reader: the dataset is not whole, never read a part of it
-                        f"{f}: missing or corrupt (its sha256 is not the one {self.manifest_path.name} records for "
-                        f"problem {pid}); rerun lrtune collect on {self.out} to redo it, or restore the file"
-                    )
                 if not f.is_file() or sha256(f) != entry[kind]["sha256"]:
+                    if not roll_forward:  # a reader: the dataset is not whole, never read a part of it
+                        raise ConfigError(
+                            f"{f}: missing or corrupt (its sha256 is not the one {self.manifest_path.name} records "
+                            f"for problem {pid}); rerun lrtune collect on {self.out} to redo it, or restore the file"
+                        )
                     warnings.warn(
                         f"{f}: missing or corrupt (checksum mismatch); problem {pid} will be redone", stacklevel=3
                     )

@@ -70,6 +70,13 @@ def edit_manifest(d: Path, change) -> None:
     (d / "manifest-s000.json").write_text(json.dumps(m))
 
 
+def record_part_checksum(d: Path, part: Path) -> None:
+    """Set the manifest's sha256 of pairs ``part`` to what the file holds now (a tampering that
+    keeps the manifest consistent)."""
+    digest = hashlib.sha256(part.read_bytes()).hexdigest()
+    edit_manifest(d, lambda e: e["pairs"].update(sha256=digest) if e["pairs"]["file"] == f"pairs/{part.name}" else None)
+
+
 def write_parquet(path: Path, rows: list[dict]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -94,14 +101,7 @@ def test_merge_of_a_garbage_part_whose_checksum_matches_names_the_file(tmp_path,
     src = collect_dir(tmp_path / "a", ["p0", "p1"])
     part = src / "pairs" / "part-s000-p000001.parquet"
     part.write_bytes(b"garbage")
-    edit_manifest(
-        src,
-        lambda e: (
-            e["pairs"].update(sha256=hashlib.sha256(b"garbage").hexdigest())
-            if e["pairs"]["file"].endswith("p000001.parquet")
-            else None
-        ),
-    )
+    record_part_checksum(src, part)
     line = cli_error(capsys, "collect", "--merge", str(src), "--out", str(tmp_path / "m"))
     assert "part-s000-p000001.parquet" in line and "parquet" in line and not (tmp_path / "m").exists()
 
@@ -167,14 +167,7 @@ def test_a_mistyped_part_file_of_a_collect_dir_is_named(tmp_path, capsys):
     import pyarrow.parquet as pq
 
     write_parquet(part, [{**r, "label": "yes"} for r in pq.read_table(part).to_pylist()])
-    edit_manifest(
-        src,
-        lambda e: (
-            e["pairs"].update(sha256=hashlib.sha256(part.read_bytes()).hexdigest())
-            if e["pairs"]["file"].endswith("p000001.parquet")
-            else None
-        ),
-    )
+    record_part_checksum(src, part)
     line = cli_error(capsys, "collect", "--stats", str(src))
     assert "part-s000-p000001.parquet" in line and "'label'" in line
     assert "part-s000-p000001.parquet" in cli_error(
@@ -318,13 +311,6 @@ def test_a_part_of_another_problem_with_its_checksum_recorded_is_refused(tmp_pat
     src = collect_dir(tmp_path / "a", ["p0", "p1", "p2"])
     part, other = (src / "pairs" / f"part-s000-p00000{i}.parquet" for i in (1, 2))
     part.write_bytes(other.read_bytes())  # p2's rows under p1's name, the manifest's sha256 updated to match
-    edit_manifest(
-        src,
-        lambda e: (
-            e["pairs"].update(sha256=hashlib.sha256(part.read_bytes()).hexdigest())
-            if e["pairs"]["file"].endswith("p000001.parquet")
-            else None
-        ),
-    )
+    record_part_checksum(src, part)
     line = cli_error(capsys, "collect", "--stats", str(src))
     assert "part-s000-p000001.parquet" in line and "holds rows of problem 'p2'" in line

@@ -29,11 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from lrtune.errors import LrtuneError, one_line
+from lrtune.errors import one_line
 from lrtune.inputs import nesting
 from lrtune.serve.metrics import CONTENT_TYPE, ServeMetrics
 from lrtune.serve.protocol import RequestError, ServeRequest, ServerLimits, parse_request
-from lrtune.serve.scheduler import Admitted, Delta, Done, Error, Job, QueueFull, RoundScheduler, Stopping
+from lrtune.serve.scheduler import Admitted, Delta, Done, Error, Job, QueueFull, RoundScheduler, Stopping, error_of
 
 ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 429: "rate_limit_error"}
 DISCONNECT_POLL_S = 0.5
@@ -328,15 +328,8 @@ class _Call:
         library error on bad input) or 500 that refuses it, else None."""
         try:
             self.job.ids = await run_in_threadpool(self.routes.scheduler.encode, self.req)
-        except RequestError as e:
-            self.routes.answered(self.endpoint, self.method, e.status)
-            return error_response(e.status, str(e), e.param)
-        except LrtuneError as e:
-            self.routes.answered(self.endpoint, self.method, 400)
-            return error_response(400, one_line(e))
-        except Exception as e:  # noqa: BLE001 - tokenizer trouble: this request only
-            self.routes.answered(self.endpoint, self.method, 500)
-            return error_response(500, one_line(f"{type(e).__name__}: {e}"))
+        except Exception as e:  # noqa: BLE001 - this request only, as when the scheduler admits it
+            return self.refused(error_of(e))
         return None
 
     def submit(self) -> Response | None:

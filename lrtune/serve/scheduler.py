@@ -62,6 +62,16 @@ class Error:
 Event = Admitted | Delta | Done | Error
 
 
+def error_of(e: Exception) -> Error:
+    """The error a request's own failure answers with: a :class:`RequestError`'s status and
+    field, 400 for another lrtune error (bad input), 500 for anything else (tokenizer trouble)."""
+    if isinstance(e, RequestError):
+        return Error(e.status, str(e), e.param)
+    if isinstance(e, LrtuneError):
+        return Error(400, one_line(e))
+    return Error(500, one_line(f"{type(e).__name__}: {e}"))
+
+
 class QueueFull(LrtuneError):
     """The queue holds ``max_queue`` requests already (the app answers 429)."""
 
@@ -299,14 +309,8 @@ class RoundScheduler:
                 update = functools.partial(self._resident_update, job)
                 dec.target.add_resident(job.id, ids, dec.plain_params(cfg), update)
                 job.resident = True
-        except RequestError as e:
-            job.emit(Error(e.status, str(e), e.param))
-            return
-        except LrtuneError as e:
-            job.emit(Error(400, one_line(e)))
-            return
-        except Exception as e:  # tokenizer trouble: this request only
-            job.emit(Error(500, one_line(f"{type(e).__name__}: {e}")))
+        except Exception as e:  # noqa: BLE001 - this request only
+            job.emit(error_of(e))
             return
         self._active.append(job)
         job.emit(Admitted(prompt_tokens=len(ids)))
