@@ -78,13 +78,16 @@ def reset() -> None:
 @dataclass
 class Watch:
     """What :func:`watch` saw: ``effects`` made before the gate (``"open-for-write /x/y"``,
-    ``"load-model transformers ..."``), and the command whose gate was ``reached`` (None: no
-    gate passed)."""
+    ``"load-model transformers ..."``), the command whose gate was ``reached`` (None: no
+    gate passed) and, when asked for (``everything``), the file operations ``after`` it as
+    ``(operation, path, ...)`` in order (``open-append`` for a file opened to append)."""
 
     roots: tuple[Path, ...]
     stop: bool
     effects: list[str] = field(default_factory=list)
     reached: str | None = None
+    everything: bool = False
+    after: list[tuple[str, ...]] = field(default_factory=list)
 
     def under_roots(self, path) -> bool:
         try:
@@ -93,31 +96,39 @@ class Watch:
             return False
         return any(p == r or r in p.parents for r in self.roots)
 
-    def record(self, what: str) -> None:
+    def record(self, what: str, paths: tuple[str, ...] = ()) -> None:
+        """Keep one side effect on ``paths`` (absolute; named by the first under a root)."""
         if self.reached is None:
-            self.effects.append(what)
+            self.effects.append(" ".join([what, *[p for p in paths if self.under_roots(p)][:1]]))
+        elif self.everything:
+            self.after.append((what, *paths))
 
 
-def _is_write_open(args: tuple) -> bool:
+def _write_open(args: tuple) -> str | None:
+    """``open-append``, ``open-for-write`` or None (a read) for the audit event ``open``'s arguments."""
     _path, mode, flags = (tuple(args) + (None, None, None))[:3]
     if isinstance(mode, str):
-        return any(c in mode for c in "wax+")
-    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+        return "open-append" if "a" in mode else "open-for-write" if any(c in mode for c in "wx+") else None
+    if not isinstance(flags, int) or not flags & _WRITE_FLAGS:
+        return None
+    return "open-append" if flags & os.O_APPEND else "open-for-write"
 
 
 def _audit(event: str, args: tuple) -> None:
-    if not _WATCHES or _PASSED:
+    if not _WATCHES or (_PASSED and not any(w.everything for w in _WATCHES)):
         return
-    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)) and _is_write_open(args):
-        paths, what = (args[0],), "open-for-write"
+    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        what = _write_open(args)
+        if what is None:
+            return
+        paths = (args[0],)
     elif event in _PATH_EVENTS:
         paths, what = tuple(args[i] for i in _PATH_EVENTS[event] if i < len(args)), event
     else:
         return
     for w in _WATCHES:
-        hit = [p for p in paths if isinstance(p, (str, bytes, os.PathLike)) and w.under_roots(p)]
-        if hit:
-            w.record(f"{what} {os.fsdecode(hit[0])}")
+        if any(isinstance(p, (str, bytes, os.PathLike)) and w.under_roots(p) for p in paths):
+            w.record(what, tuple(str(Path(os.fsdecode(p)).absolute()) for p in paths))
 
 
 def _loader_wrappers(stack: contextlib.ExitStack) -> None:
@@ -151,21 +162,22 @@ def _wrap(original, label: str):
     def spied(*args, **kwargs):
         if not _PASSED:
             for w in _WATCHES:
-                w.record(label)
+                w.record(label, ())
         return func(*args, **kwargs)
 
     return classmethod(spied) if is_classmethod else spied
 
 
 @contextlib.contextmanager
-def watch(*roots: str | Path, stop: bool = False) -> Iterator[Watch]:
+def watch(*roots: str | Path, stop: bool = False, everything: bool = False) -> Iterator[Watch]:
     """Record every side effect under ``roots`` (and every model load, wherever)
     made before the gate passes; with ``stop`` the command ends at its gate (:class:`GatePassed`
-    is caught here). Starts in phase 1; the gate is reset when the block ends."""
+    is caught here); with ``everything`` the file operations after the gate are kept too
+    (``Watch.after``). Starts in phase 1; the gate is reset when the block ends."""
     if not _HOOKED:
         sys.addaudithook(_audit)  # audit hooks cannot be removed: it is idle unless a watch is open
         _HOOKED.append(True)
-    w = Watch(tuple(Path(r).absolute() for r in roots), stop)
+    w = Watch(tuple(Path(r).absolute() for r in roots), stop, everything=everything)
     reset()
     with contextlib.ExitStack() as stack:
         _loader_wrappers(stack)

@@ -18,11 +18,13 @@ Like ``cli.py`` this is a face of the library: it is the one module of ``lrtune`
 from __future__ import annotations
 
 from lrtune import gate
+from lrtune import profile_cache
 from lrtune import schema
 from lrtune.schema import STRICT, Checked, Count, Gamma, Problems, Seed, Text
 
 import dataclasses
 import json
+import textwrap
 import time
 from typing import Literal
 from dataclasses import dataclass, field
@@ -136,6 +138,13 @@ class PipelineOptions(Checked):
     )
     max_step_tokens: Count = field(default=96, metadata={"help": "a step ends after this many tokens at the latest"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    reuse_profile: bool = field(
+        default=True,
+        metadata={
+            "help": "reuse a profile measured before on this machine for the same pair, settings and lrtune "
+            "version (kept under $LRTUNE_CACHE/profiles); --no-reuse-profile measures again"
+        },
+    )
 
 
 def _sized(opts: PipelineOptions) -> DemoSize:
@@ -286,6 +295,7 @@ class _Stages:
         self.profile_path = root / "profile.json"
         self.timings: dict[str, float] = {}
         self.peaks: dict[str, float] = {}
+        self.reused: dict[str, str] = {}  # stage: the cached result it copied instead of running
 
     def run(self, name: str, argv: list[str]) -> None:
         """Run stage ``name`` (``lrtune ARGV`` in a child process); log and keep its time and peak memory."""
@@ -315,11 +325,41 @@ def _profile_stage(st: _Stages, opts: PipelineOptions, size: DemoSize, models: M
         sd_tokens=size.sd_tokens or ProfileOptions.sd_tokens,
         sd_prompts=size.sd_prompts,
     )
-    if not _profile_matches(st.profile_path, prof, models):
-        st.run(
-            "profile",
-            ["profile", *to_flags(prof), *to_flags(models, drop=("verifier", "verifier_threshold", "judge_model"))],
+    if _profile_matches(st.profile_path, prof, models):
+        return
+    key, kept = _profile_key(prof, models), _profiles_dir(models)
+    cached = profile_cache.lookup(key, kept) if opts.reuse_profile else None
+    if cached is not None:
+        path, measured = cached
+        reused = {**measured, "options": dataclasses.asdict(prof), "reused_from": str(path)}
+        write_atomic(st.profile_path, json.dumps(reused, indent=1))
+        st.reused["profile"] = str(path)
+        log(
+            f"== profile: reused the profile measured {measured.get('measured_at', '?')} on this machine for "
+            f"this pair and lrtune version ({path}); --no-reuse-profile measures again"
         )
+        return
+    st.run(
+        "profile",
+        ["profile", *to_flags(prof), *to_flags(models, drop=("verifier", "verifier_threshold", "judge_model"))],
+    )
+    measured = read_json_object(st.profile_path, "profile")
+    log(f"== profile: kept for later runs on this machine as {profile_cache.store(measured, key, kept)}")
+
+
+def _profiles_dir(models: ModelConfig) -> Path | None:
+    """Where profiles are kept: ``--cache-dir``'s ``profiles`` when given (else the cache's default)."""
+    return None if models.cache_dir is None else Path(models.cache_dir).expanduser() / "profiles"
+
+
+def _profile_key(prof, models: ModelConfig) -> str:
+    """The profile cache's key of this profile stage (the pair resolved to its directories)."""
+    from lrtune.models import resolve_model
+
+    dirs = [
+        resolve_model(getattr(models, r), r, cache_dir=models.cache_dir, progress=False) for r in ("target", "draft")
+    ]
+    return profile_cache.profile_key(prof, models, *dirs)
 
 
 def _collect_stage(
@@ -414,13 +454,17 @@ def _results(st: _Stages, size: DemoSize) -> dict:
     summary = read_json_object(st.root / "eval" / "summary.json", "evaluate summary")
     write_atomic(
         st.root / "pipeline.json",
-        json.dumps({"timings_s": st.timings, "peak_rss_gib": st.peaks, "sizes": dataclasses.asdict(size)}, indent=1),
+        json.dumps(
+            {"timings_s": st.timings, "peak_rss_gib": st.peaks, "reused": st.reused, "sizes": dataclasses.asdict(size)},
+            indent=1,
+        ),
     )
     student = read_meta(st.verifier_dir)
     return {
         "summary": summary,
         "timings": st.timings,
         "peak_rss_gib": st.peaks,
+        "reused": st.reused,
         "student": student,
         "eval_tokens": size.eval_tokens,
     }
@@ -451,8 +495,6 @@ def closing_lines(res: dict) -> list[str]:
         out.append("a cut-off answer as wrong.")
     auto = (rows.get("auto") or {}).get("auto")
     if auto:
-        import textwrap
-
         out += textwrap.wrap(f"auto ran {auto['runs']}: {auto['reason']}.", 80, subsequent_indent="  ")
     test = (res.get("student") or {}).get("metrics", {}).get("test") or {}
     if test:
@@ -463,12 +505,16 @@ def closing_lines(res: dict) -> list[str]:
             f"accepts {f(test.get('acceptance'))} (teacher {f(test.get('teacher_acceptance'))})"
         )
     out += promise_lines(res)
+    for stage, path in (res.get("reused") or {}).items():  # a kept result copied instead of measured
+        out += textwrap.wrap(
+            f"The {stage} was not measured again: this machine's, kept in {path} (--no-reuse-{stage} measures it).",
+            80,
+            subsequent_indent="  ",
+        )
     times = res["timings"]
     out.append("Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     peaks = res.get("peak_rss_gib") or {}
     if peaks:  # a stage skipped on resume has no figure
-        import textwrap
-
         line = "Peak resident memory (GiB): " + ", ".join(f"{k} {v:.1f}" for k, v in peaks.items())
         out += textwrap.wrap(line, 80, subsequent_indent="  ")
     out.append(f"Total: {sum(times.values()) / 60:.1f} min")

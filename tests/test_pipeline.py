@@ -13,7 +13,8 @@ import pytest
 from tiny_models import get_tiny_pair
 
 
-def demo(out, *extra):
+def demo(out, *extra, cache=None):
+    """``lrtune demo --size tiny`` into ``out``; profiles are kept in ``cache`` (default: beside ``out``)."""
     pair = get_tiny_pair()
     return subprocess.run(
         [
@@ -40,6 +41,8 @@ def demo(out, *extra):
             "--max-step-tokens",
             "12",
             "--no-progress",
+            "--cache-dir",  # profiles kept across runs go here, not to the user's cache
+            str(cache or Path(out).parent / "cache"),
             *extra,
         ],
         capture_output=True,
@@ -104,6 +107,9 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
         **prof["batch_cost_curve"],
     }
     assert "problem(s) in flight (b(n) " + str(out / "profile.json") in proc.stderr  # collect's concurrency from it
+    kept = list((out.parent / "cache" / "profiles").glob("*.json"))  # measured once, kept for later runs
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["batch_cost"] == prof["batch_cost"]
+    assert "kept for later runs on this machine" in proc.stderr and "reused_from" not in prof
     bounds = json.loads((out / "controller" / "lrtune_controller.json").read_text())["bounds"]
     assert bounds["gamma2_max"] == 4  # = the rows' γ2, so the SD engine drafts no more than they use
     assert (
@@ -120,18 +126,21 @@ def test_demo_tiny_runs_every_stage_and_a_rerun_skips_them(demo_run):
     assert "eval/records.jsonl" in before and "verifier/lrtune_verifier.json" in before
 
 
-@pytest.mark.slow  # reuses the demo's profile and collect; stops at the student
+@pytest.mark.slow  # reuses the demo's kept profile and its collect; stops at the student
 def test_demo_refuses_to_train_a_student_on_too_few_pairs_in_one_line(demo_dir, tmp_path):
     import shutil
 
     out = tmp_path / "demo"
     out.mkdir()
     shutil.copytree(demo_dir / "collect", out / "collect")
-    shutil.copy(demo_dir / "profile.json", out / "profile.json")
     shutil.copy(demo_dir / ".lrtune-owner.json", out / ".lrtune-owner.json")  # a demo's folder, stopped early
-    proc = demo(out, "--min-train-pairs", "1000")
+    proc = demo(out, "--min-train-pairs", "1000", cache=demo_dir.parent / "cache")
     assert proc.returncode != 0
     assert "fewer than --min-train-pairs 1000" in proc.stderr and "Traceback" not in proc.stderr
+    # a new demo folder on the same machine, pair and settings copies the kept profile instead of measuring
+    assert "reused the profile measured" in proc.stderr and "== profile: lrtune" not in proc.stderr
+    reused, first = (json.loads((d / "profile.json").read_text()) for d in (out, demo_dir))
+    assert reused["batch_cost"] == first["batch_cost"] and reused["options"]["out"] == str(out / "profile.json")
     assert not (out / "verifier" / "lrtune_verifier.json").exists() and not (out / "eval").exists()
     sizes = json.loads((demo_dir / "pipeline.json").read_text())["sizes"]
     assert sizes["min_train_pairs"] == 2 and sizes["collect_problems"] == 4  # the tiny size's, recorded
@@ -218,10 +227,12 @@ def test_the_demo_closing_lines_fit_80_columns_and_report_finished_answers():
             },
         },
         "eval_tokens": 512,
+        "reused": {"profile": "/home/someone/.cache/lrtune/profiles/" + "0" * 64 + ".json"},
     }
     lines = closing_lines(res)
     assert max(len(line) for line in lines) <= 80
     text = "\n".join(lines)
+    assert "The profile was not measured again" in text and "--no-reuse-profile" in text
     assert "The target finished 4 of 4 answers" in text and "46 test pairs" in text and "Total: 11.0 min" in text
     assert "lr+sd/v=resu" in text and "0.41" in text
     assert "auto ran sd: the verifier states no accuracy bound" in text

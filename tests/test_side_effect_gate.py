@@ -215,3 +215,87 @@ def test_the_spy_sees_a_write_a_rename_a_removal_and_a_load_before_the_gate(tmp_
     assert [e.split()[0] for e in seen.effects[:4]] == ["open-for-write", "os.rename", "os.remove", "os.mkdir"]
     assert seen.effects[4].startswith("load-model transformers") and seen.reached == "test"
     assert not any("after.txt" in e for e in seen.effects)
+
+
+def _is_lock(name: str) -> bool:
+    """A lock file (:mod:`lrtune.locks`): it holds no content."""
+    return name.endswith(".lock") or name.startswith(".lrtune-lock")
+
+
+def in_place_writes(after: list[tuple[str, ...]], root) -> list[str]:
+    """Files under ``root`` written in place: opened to write and then neither renamed (as
+    themselves or inside a folder renamed later, as :func:`lrtune.runfiles.write_atomic` and
+    ``building_dir`` do) nor removed. A lock file holds no content and does not count."""
+    from pathlib import Path
+
+    def covers(a: str, p) -> bool:
+        return Path(a) == p or Path(a) in p.parents
+
+    bad = set()
+    for i, (op, path, *_) in enumerate(after):
+        p = Path(path)
+        if op != "open-for-write" or not covers(str(root), p) or _is_lock(p.name):
+            continue
+        if not any(o in ("os.rename", "os.remove", "shutil.rmtree") and covers(a, p) for o, a, *_ in after[i + 1 :]):
+            bad.add(str(p.relative_to(root)))
+    return sorted(bad)
+
+
+def test_in_place_writes_are_told_from_atomic_ones():
+    ops = [
+        ("open-for-write", "/o/.a.json.1.tmp"),
+        ("os.rename", "/o/.a.json.1.tmp", "/o/a.json"),
+        ("open-for-write", "/o/.v.tmp-x/w.safetensors"),
+        ("os.rename", "/o/.v.tmp-x", "/o/v"),
+        ("open-for-write", "/o/.lock"),
+        ("open-for-write", "/o/card.md"),  # written in place
+        ("open-append", "/o/records.jsonl"),
+    ]
+    assert in_place_writes(ops, "/o") == ["card.md"]
+
+
+# commands run to completion under the spy (the tiny pair on transformers): what they write
+FULL = {
+    "collect": COMMANDS["collect"],
+    "collect --merge": COMMANDS["collect --merge"],
+    "train verifier": COMMANDS["train verifier"],
+    "train controller": COMMANDS["train controller"],
+    "calibrate": COMMANDS["calibrate"],
+    "labels noise": COMMANDS["labels noise"],
+    "evaluate": (*COMMANDS["evaluate"], "--backend", "transformers", "--max-new-tokens", "16"),
+    "profile": (
+        *COMMANDS["profile"],
+        "--backend",
+        "transformers",
+        "--tokens",
+        "4",
+        "--repeats",
+        "1",
+        "--sd-gamma2",
+        "0",
+    ),
+    "labels judge-probe": (*COMMANDS["labels judge-probe"], "--backend", "transformers", "--limit", "2"),
+    "doctor": (*COMMANDS["doctor"], "--backend", "transformers", "--no-timing"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(FULL))
+def test_a_command_run_to_the_end_writes_only_its_output_and_every_file_whole(
+    command, inputs, tmp_path, monkeypatch, capsys
+):
+    """After its gate a command writes under its output only (never its inputs), each file by a
+    temp file renamed into place (or a folder built aside and renamed), logs by appending."""
+    monkeypatch.setenv("LRTUNE_CACHE", str(tmp_path / "watched" / "cache"))
+    root, copied = _watched(tmp_path, inputs)
+    before = _tree(root / "in")
+    with gate.watch(root, everything=True) as seen:
+        code = cli_main(_argv(FULL[command], copied, root / "out"))
+    err = capsys.readouterr().err
+    assert code == 0, err[-600:]
+    assert seen.effects == [] and _tree(root / "in") == before
+    touched = {p for _, *paths in seen.after for p in paths}
+    assert not [p for p in touched if str(root / "in") in p]
+    assert any(op == "os.rename" for op, *_ in seen.after)  # the spy saw its output land
+    assert in_place_writes(seen.after, root / "out") == []
+    appended = {os.path.basename(p) for op, p, *_ in seen.after if op == "open-append"}
+    assert all(name.endswith(".jsonl") for name in appended), appended
