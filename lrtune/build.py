@@ -278,6 +278,9 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
             require_one_sided(parsed)
     if models.engine.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
+    from lrtune.consumers import check_read, engine_unread, engines_on_gpu
+
+    check_read(engine_unread(models, on_gpu=engines_on_gpu(models)))
     if models.backend == "vllm":
         from lrtune.backends.vllm_patches import check_environment
 

@@ -336,6 +336,10 @@ def cmd_decode(args) -> int:
         controller = (spec or auto_controller()) if choice.method == "adaptive" else None
         if not opts.json:
             print(f"auto: {choice.method}: {choice.reason}", file=sys.stderr)
+    if not auto:  # one method runs: an option it does not read is refused (auto reads them all)
+        from lrtune.consumers import check_read, method_unread
+
+        check_read(method_unread(cfg, models))
     check_configs(models, cfg, progress=not opts.json)
     gate.passed("decode")
     dec = Decoder.from_configs(models, cfg, controller=controller, progress=not opts.json)

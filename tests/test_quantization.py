@@ -32,8 +32,8 @@ def _tiny_vllm_models(pair, tmp_path, **options) -> ModelConfig:
         draft=str(pair.draft),
         dtype="float32",
         max_model_len=1024,
-        kv_cache_gib=0.25,
-        gpu_memory_utilization=0.4,
+        # each engine's memory where it is read: the KV cache on a CPU, a GPU share on a GPU
+        **({"gpu_memory_utilization": 0.4} if torch.cuda.is_available() else {"kv_cache_gib": 0.25}),
         cache_dir=str(tmp_path),
         **options,
     )
