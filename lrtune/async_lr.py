@@ -12,9 +12,11 @@ Each backend has one worker thread. The target worker runs every queued job of t
 current epoch as ONE batched call, so several positions share a batch as in sync LR.
 Work of an old epoch that has not started is cancelled; a call already running cannot be
 interrupted, so its result is discarded. Backends that cannot run concurrently with each
-other (vLLM in-process engines share process-global state) declare
-``concurrent_safe = False`` and their calls take one lock: then nothing overlaps and
-async LR only reorders work — ``DecodeStats.overlap_s`` reports the overlap obtained.
+other (vLLM engines in the calling process share process-global state: lrtune's default on a
+CPU) declare ``concurrent_safe = False`` and their calls take one lock: then nothing overlaps
+and async LR only reorders work. vLLM engine cores in their own processes (vLLM's default,
+lrtune's on a GPU) and the transformers backend are safe, so draft and target calls overlap.
+``DecodeStats.overlap_s`` reports the overlap obtained.
 
 Round accounting matches sync LR: a round ends when a target step is committed, and its
 verdicts are the draft steps accepted before it (plus the rejected one, if any).

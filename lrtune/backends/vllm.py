@@ -122,6 +122,9 @@ class VLLMBackend(TokenizerMixin):
 
     def __init__(self, model: str, config: VLLMConfig | None = None, *, name: str | None = None) -> None:
         configure_env()
+        # engines in this process share its vLLM state: one call at a time (async LR takes a lock);
+        # engine cores in their own processes (vLLM's default, lrtune's on GPUs) may run at once
+        self.concurrent_safe = not engine_in_process(os.environ)
         self.model = str(model)
         self.config = config or VLLMConfig()
         if self.config.spec_method not in ("draft", "ngram"):
@@ -137,7 +140,7 @@ class VLLMBackend(TokenizerMixin):
         self._resident_keys: dict[int, tuple[int, str]] = {}  # resident key -> (engine key, request id)
         self._load_tokenizer()
 
-    concurrent_safe = False  # one vLLM engine step at a time per process (async LR takes a lock)
+    concurrent_safe = False  # per instance: True where its engine cores run in their own processes
 
     # ---- engines -------------------------------------------------------------------
     def start(self, num_speculative_tokens: int = 0) -> None:
