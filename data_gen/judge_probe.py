@@ -85,6 +85,9 @@ def main(args: JudgeProbeConfig) -> dict:
     labels = [bool(r["label"]) for r in rows]
     same = [same_step(p.draft, p.target) for p in pairs]
     gate.passed("labels judge-probe")
+    from lrtune.outdir import claim_json_out
+
+    claim_json_out(out)
     backend = _backend(args)
     res: dict = {
         "data": args.data,

@@ -183,6 +183,9 @@ def main(args: LabelNoiseConfig) -> int:
     job = _read_collect(args)
     check_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
     gate.passed("labels noise")
+    from lrtune.outdir import claim_json_out
+
+    claim_json_out(job.out)
     dec = Decoder.from_configs(job.models, job.dcfg, progress=True, load_all_methods=job.dcfg.uses_sd)
     dec.start_engines(job.dcfg)
     target = dec.target

@@ -182,8 +182,15 @@ def resolved_auto(spec: MethodSpec, choice, controller: str | None) -> MethodSpe
 
 def parse_methods(methods: str, sweep: str | None, gamma1: int, gamma2: int) -> list[MethodSpec]:
     """Method specs from ``--methods`` and ``--sweep``; target-only is always first."""
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    specs = [parse_method(m, gamma1, gamma2) for m in dict.fromkeys(["target", *names])]
+    names = [m.strip() for m in methods.split(",")]
+    if not any(names) and not sweep:
+        raise ConfigError("--methods: empty; name at least one of target, sd, lr, lr+sd (target runs first anyway)")
+    if methods.strip() and not all(names):
+        raise ConfigError(f"--methods {methods[:80]!r}: an empty entry between commas")
+    twice = next((m for i, m in enumerate(names) if m and m in names[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"--methods: {twice!r} is listed twice")
+    specs = [parse_method(m, gamma1, gamma2) for m in dict.fromkeys(["target", *filter(None, names)])]
     if sweep:
         grid = parse_sweep(sweep)
         labels = {s.label for s in specs}

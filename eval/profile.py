@@ -34,7 +34,7 @@ from lrtune.errors import ConfigError
 from lrtune.decoder import DecodeConfig
 from lrtune import schema
 from lrtune.profiling import ProfileOptions, curve_sizes, measure
-from lrtune.outdir import json_out_file
+from lrtune.outdir import claim_json_out, json_out_file
 from lrtune.runfiles import write_json_file
 
 
@@ -81,6 +81,7 @@ def run(opts: ProfileOptions, models: ModelConfig) -> dict:
         )
     _check_prefill_fits(opts, models, [task.prompt(p) for p in probs[: max(1, opts.repeats)]])
     gate.passed("profile")
+    claim_json_out(out)  # one writer per file: a second profile into it is refused
     dec = Decoder.from_configs(replace(models, controller=None), dcfg, progress=True)
     dec.start_engines(dcfg)
     prompts = [dec.encode(task.prompt(p)) for p in probs]

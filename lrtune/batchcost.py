@@ -99,9 +99,58 @@ def read_profile_json(path: str) -> dict:
         for key in ("c1", "c2"):
             if key in data:
                 _cost(data[key], key)
+        check_profile_blocks(data)
         return dict(data)
 
     return _from_profile(path, an_object)
+
+
+# the profile's ``sd`` block: field -> (kind, lowest, highest); None where it may be absent
+_SD_FIELDS = {
+    "gamma2": ("count", 1, 16),
+    "tokens": ("count", 1, None),
+    "prompts": ("count", 1, None),
+    "speedup": ("number", 0, None),
+    "alpha2": ("number", 0, 1),
+    "acceptance_rate": ("number", 0, 1),
+    "c2": ("number", 0, None),
+    "plain_s": ("number", 0, None),
+    "sd_s": ("number", 0, None),
+}
+
+
+def check_profile_blocks(data: Mapping) -> None:
+    """ValueError naming the field unless the profile's ``sd`` block (the SD run that measured c2)
+    and ``prefill`` block (the score round's o and π) hold what ``lrtune profile`` writes: counts
+    as whole numbers, the rest finite numbers in range (never a bool or text), ``prefill``'s
+    ``ratio_per_token`` an object {chain length: number > 0}. Either may be absent or null."""
+    sd = data.get("sd")
+    if sd is not None:
+        if not isinstance(sd, Mapping):
+            raise ValueError("sd must be an object")
+        for key, (kind, lo, hi) in _SD_FIELDS.items():
+            v = sd.get(key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int if kind == "count" else (int, float)):
+                raise ValueError(f"sd.{key} must be a {'whole number' if kind == 'count' else 'number'}, got {v!r:.40}")
+            if not math.isfinite(v) or v < lo or (hi is not None and v > hi):
+                raise ValueError(f"sd.{key} must be in [{lo}, {hi if hi is not None else 'inf'}], got {v!r:.40}")
+    pre = data.get("prefill")
+    if pre is not None:
+        if not isinstance(pre, Mapping):
+            raise ValueError("prefill must be an object")
+        o = pre.get("overhead_tokens")
+        if o is not None and (isinstance(o, bool) or not isinstance(o, (int, float)) or not math.isfinite(o)):
+            raise ValueError(f"prefill.overhead_tokens must be a finite number, got {o!r:.40}")
+        ratios = pre.get("ratio_per_token")
+        if ratios is not None:
+            if not isinstance(ratios, Mapping):
+                raise ValueError("prefill.ratio_per_token must be an object {chain length: ratio}")
+            for n, r in ratios.items():
+                if not _BATCH_SIZE.fullmatch(str(n)):
+                    raise ValueError(f"prefill.ratio_per_token key {str(n)[:20]!r} is not a chain length")
+                _cost(r, f"prefill.ratio_per_token[{n!r}]")
 
 
 def _from_profile(path: str, read):

@@ -278,9 +278,12 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
             require_one_sided(parsed)
     if models.engine.max_model_len < cfg.max_step_tokens + 2:
         raise ConfigError("max_model_len is too small for one step")
-    from lrtune.consumers import check_read, engine_unread, engines_on_gpu
+    from lrtune.consumers import check_device, check_read, engine_unread, engines_on_gpu
 
+    check_device(models)
     check_read(engine_unread(models, on_gpu=engines_on_gpu(models)))
+    if isinstance(models.control.controller, str):  # a policy name or a directory: built (no model loads)
+        build_controller(models.control.controller, cfg)
     if models.backend == "vllm":
         from lrtune.backends.vllm_patches import check_environment
 

@@ -211,6 +211,10 @@ def main(opts: DoctorOptions) -> int:
             opts.json, "--json", inputs=(opts.target, opts.draft)
         )  # a bad path fails before any check runs
     gate.passed("doctor")
+    if out is not None:
+        from lrtune.outdir import claim_json_out
+
+        claim_json_out(out, "--json")
     report = run(opts, print_check if opts.json != "-" else (lambda c: None))
     text = json.dumps(report, indent=1)
     if opts.json == "-":

@@ -192,6 +192,24 @@ def check_out(path: str | Path, command: str, flag: str = "--out") -> Path:
     return d
 
 
+def claim_json_out(out: Path, flag: str = "--out") -> None:
+    """Phase 2 for a JSON file checked by :func:`json_out_file`: its folder made and the file
+    locked for the rest of the command (the hidden, empty lock file ``.<name>.lrtune-lock`` beside
+    it), so a second run writing the same file is refused in one line instead of one result
+    replacing the other."""
+    from lrtune import locks
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if not locks.hold(out.with_name(f".{out.name}.lrtune-lock")):
+            raise ConfigError(
+                f"{flag} {out} is being written by another lrtune command now; wait for it to end "
+                f"or pick another {flag}"
+            )
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: {os_error_message(e)}") from None
+
+
 def claim_out(path: str | Path, command: str, flag: str = "--out", lock: str | None = None) -> Path:
     """Phase 2: create ``path`` (checked by :func:`check_out`), lock it for the rest of the
     command (:mod:`lrtune.locks`: the directory itself, or the lock file ``lock`` in it where

@@ -110,3 +110,19 @@ def test_decode_refuses_an_unread_option_in_one_line_before_its_gate(extra, word
     err = capsys.readouterr().err.strip()
     assert code == 2 and seen.reached is None and seen.effects == []
     assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_a_cuda_device_this_machine_lacks_is_one_line_naming_it(monkeypatch):
+    import torch
+
+    from lrtune.consumers import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"^--device cuda:0: this machine has no CUDA device"):
+        check_device(ModelConfig(backend="transformers", device="cuda:0"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_device(ModelConfig(backend="transformers", device="cuda:1"))
+    with pytest.raises(ConfigError, match="has 2 CUDA device"):
+        check_device(ModelConfig(backend="transformers", device="cuda:2"))
+    check_device(ModelConfig(backend="transformers", device="cpu"))

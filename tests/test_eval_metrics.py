@@ -462,3 +462,15 @@ def test_the_summary_and_report_show_where_the_measured_rate_guard_closed_lr():
     md = render_markdown(_report_data("gsm", methods))
     assert "## The controller's measured-rate guard" in md
     assert "| adaptive | 1 | 4 | 5.50 | 8.10 | 0.70 [1.00] | 0 | — |" in md
+
+
+@pytest.mark.parametrize(
+    "methods,words",
+    [("", "--methods: empty"), ("target,,sd", "an empty entry"), ("sd,target,sd", "'sd' is listed twice")],
+)
+def test_an_empty_or_repeated_method_list_is_one_line_naming_methods(methods, words):
+    from lrtune.eval.methods import parse_methods
+
+    with pytest.raises(ConfigError, match=words):
+        parse_methods(methods, None, 2, 4)
+    assert [s.label for s in parse_methods("", "gamma1=2", 2, 4)][0] == "target"  # a sweep alone is a list

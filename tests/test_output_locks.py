@@ -91,3 +91,24 @@ def test_the_command_line_frees_its_locks_when_a_command_ends(tmp_path):
     child = _hold_in_child(tmp_path)  # another process can take it now
     child.stdin.close()
     assert child.wait() == 0
+
+
+def test_a_second_command_writing_one_json_file_is_refused_and_the_first_keeps_it(tmp_path):
+    from lrtune import locks
+    from lrtune.outdir import claim_json_out
+
+    out = tmp_path / "results" / "profile.json"
+    out.parent.mkdir()
+    out.write_text('{"c1": 0.3}')
+    child = _hold_in_child(out.parent, lock=".profile.json.lrtune-lock")
+    try:
+        with pytest.raises(ConfigError, match=r"^--out .*profile.json is being written by another lrtune command"):
+            claim_json_out(out)
+        assert out.read_text() == '{"c1": 0.3}'
+    finally:
+        child.stdin.close()
+        child.wait()
+    claim_json_out(tmp_path / "new" / "p.json")  # its folder made, the file itself not yet written
+    assert not (tmp_path / "new" / "p.json").exists()
+    claim_json_out(out)
+    locks.release_all()

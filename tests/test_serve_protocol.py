@@ -189,3 +189,10 @@ def test_a_lone_utf16_surrogate_is_no_text_and_is_refused_naming_its_field(body,
     str(e).encode("utf-8")  # the message itself is text a JSON response can carry
     paired = parse_request({"model": "m", "messages": [{"role": "user", "content": "\U0001f600"}]}, "chat", LIMITS)
     assert paired.messages[0]["content"] == "\U0001f600"  # a pair ("\ud83d\ude00" in JSON) is one character
+
+
+def test_a_score_round_request_on_a_server_whose_verifier_compares_two_steps_is_a_400_naming_the_schedule():
+    e = refused({**CHAT, "method": "lr", "schedule": "score"})  # LIMITS: a two-sided verifier (exact-like)
+    assert e.param == "schedule" and e.status == 400 and "judges a draft step alone" in str(e)
+    one_sided = ServerLimits(defaults=DecodeConfig(), models=("m",), has_draft=True, gamma2_max=4, one_sided=True)
+    assert parse_request({**CHAT, "method": "lr", "schedule": "score"}, "chat", one_sided).cfg.score_rounds

@@ -168,6 +168,12 @@ def read_profile(path: str) -> dict:
     b = prof.get("batch_cost")
     if b is not None and not (isinstance(b, list) and b and all(_positive(v) for v in b)):
         raise ConfigError(f"{path}: batch_cost must be a list of numbers > 0 (b(1), b(2), ...), got {b!r:.60}")
+    from lrtune.batchcost import check_profile_blocks
+
+    try:
+        check_profile_blocks(prof)
+    except ValueError as e:
+        raise ConfigError(f"--profile {path}: {e}") from None
     return prof
 
 

@@ -211,6 +211,10 @@ def run(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     examples, teacher = load_pairs([d.strip() for d in cfg.data.split(",")])
     meta = _check_unseen(cfg, examples) if spec.kind == "checkpoint" else None
     gate.passed("calibrate")
+    if cfg.out and not cfg.dry_run:
+        from lrtune.outdir import claim_json_out
+
+        claim_json_out(out)
     if meta is not None and not cfg.dry_run:
         hold_checkpoint(Path(spec.path).expanduser(), meta)
     scores, labels, view = _scored(cfg, examples)
@@ -275,6 +279,10 @@ def run_accuracy(cfg: CalibrateConfig, models=None, decode=None) -> dict:
     check_configs(models, dcfg, load_all_methods=True)
     ladder = parse_ladder(cfg.thresholds)
     gate.passed("calibrate")
+    if out is not None:
+        from lrtune.outdir import claim_json_out
+
+        claim_json_out(out)
     if meta is not None:
         hold_checkpoint(Path(cfg.verifier_spec.path).expanduser(), meta)
     budget = _decode_ladder(cfg, models, dcfg, task, problems, ladder, progress_path, meta)

@@ -283,11 +283,24 @@ def _prepare_out(cfg: TrainVerifierConfig) -> tuple[Path, bool]:
     if old is None and (out / distilled.META).is_file():
         raise ConfigError(f"{out} already holds a verifier checkpoint; use another --out")
     meta = read_json(out / distilled.META) if old is not None else None
+    _check_base_model(cfg)
     gate.passed("train verifier")
     out = claim_out(out, "train verifier")
     if meta is not None and "metrics" not in meta:
         (out / distilled.META).unlink()  # the provisional metadata of an interrupted run
     return out, meta is not None and "metrics" in meta
+
+
+def _check_base_model(cfg) -> None:
+    """Phase 1: a ``--base-model`` given is found (a sentence encoder for the features, forest and
+    cross-encoder students, a causal LM for lm-judge) before ``--out`` is claimed."""
+    base = cfg.neural.base_model
+    if base is None:
+        return
+    if cfg.student == "lm-judge":
+        distilled.resolve_base_lm(base)
+    else:
+        distilled.resolve_encoder(base)
 
 
 def _set_aside(out: Path) -> Path:

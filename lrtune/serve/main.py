@@ -171,6 +171,7 @@ def build_server(dec, cfg, opts: ServeOptions, *, log=None):
         has_draft=dec.draft is not None,
         gamma2_max=gamma2_max,
         auto_method=auto.decode_method,
+        one_sided=bool(getattr(dec.decoder.verifier, "one_sided", False)),
     )
     app = make_app(scheduler, AppSettings(limits=limits, request_timeout=opts.request_timeout), metrics)
     app.state.model = name

@@ -88,6 +88,7 @@ class ServerLimits:
     has_draft: bool
     gamma2_max: int
     auto_method: str = "sd"  # what method "auto" runs on this server (resolved once, at start)
+    one_sided: bool = False  # the server's verifier judges a draft step alone (score rounds need it)
 
 
 def _adapter(kind: Kind):
@@ -307,6 +308,10 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
             raise RequestError("schedule", str(e)) from None
     if cfg.async_lr:
         raise RequestError("schedule", f"the server batches sync rounds: one of {', '.join(SERVED_SCHEDULES)}")
+    if cfg.uses_lr and cfg.score_rounds and not limits.one_sided:
+        raise RequestError(
+            "schedule", "score rounds need a verifier that judges a draft step alone; this server's compares two steps"
+        )
     if (cfg.uses_lr or cfg.uses_sd) and not limits.has_draft:
         raise RequestError("method", f"{cfg.method!r} needs a draft model; this server loaded none")
     if cfg.uses_sd and cfg.gamma2 > limits.gamma2_max:
