@@ -183,6 +183,8 @@ def check_configs(
     if needs_draft:
         draft_path = resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
         check_tokenizers_compatible(target_path, draft_path)
+    elif models.draft != "default":  # named though this run loads none: a mistyped path still fails here
+        resolve_model(models.draft, "draft", cache_dir=models.cache_dir, progress=progress)
     padded = bool(draft_path) and needs_heterogeneous_vocab(target_path, draft_path)
     judge_dir = judge_path(models, spec, progress)
     check_positions(models, {"target": target_path, "draft": draft_path, "judge": judge_dir})

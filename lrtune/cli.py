@@ -312,6 +312,11 @@ def cmd_decode(args) -> int:
     if opts.profile is not None and not auto:
         raise ConfigError("--profile: used by --method auto only")
     prompt, problem, task = opts.prompt, None, None
+    if opts.task_problem is None:  # --task and --task-seed choose the problem --task-problem names
+        unread = [f for f in ("task", "task_seed") if getattr(opts, f) != getattr(DecodeOptions, f)]
+        if unread:
+            flag = "--" + unread[0].replace("_", "-")
+            raise ConfigError(f"{flag} {getattr(opts, unread[0])}: read with --task-problem N only; drop it")
     if opts.task_problem is not None:
         from lrtune.tasks import get_task
 

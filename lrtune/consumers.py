@@ -94,6 +94,7 @@ def method_unread(decode, models) -> list[str]:
         (models, "controller", lr or sd, f"--method {m} has no γ1 or γ2 to choose"),
         (decode, "gamma2", sd, f"--method {m} runs no token-level SD (sd, lr+sd do)"),
         (models, "sd_method", sd, f"--method {m} runs no token-level SD (sd, lr+sd do)"),
+        (decode, "record", lr, no_lr + "; only they record step details"),
         (models, "draft_quantization", draft, f"--method {m} loads no draft model"),
         (decode, "top_p", decode.temperature > 0, "greedy decoding (--temperature 0) samples nothing"),
     ]

@@ -39,6 +39,8 @@ class DecodeOutput:
 def checked_token_ids(prompt: Sequence[int], vocab: int | None) -> list[int]:
     """A token-id prompt as a list; ConfigError unless it is a non-empty list of integer ids
     in [0, ``vocab``) (None: no upper bound known)."""
+    if isinstance(prompt, bytes) or not isinstance(prompt, Sequence):
+        raise ConfigTypeError(f"prompt: a text or a list of token ids, got {type(prompt).__name__}")
     ids = list(prompt)
     if (
         not ids
@@ -178,6 +180,9 @@ class Decoder:
         ``gamma2s`` are the other γ2 values the run will ask for (its memory plan counts their
         engines). A controller named by a policy or a directory is built with the run's pricing
         plan (:mod:`lrtune.pricing`); a controller object handed in is used as it is."""
+        for name, flag in (("progress", progress), ("load_all_methods", load_all_methods)):
+            if not isinstance(flag, bool):  # a string is not a switch: "no" would read as on
+                raise ConfigTypeError(f"{name}: True or False, got {flag!r:.40}")
         spec = controller if controller is not None else models.control.controller
         return cls._from_configs(
             models,

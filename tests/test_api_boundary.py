@@ -67,6 +67,7 @@ class Picks:
         (lambda d, q: d.generate(q, gamma3=2), ValueError, "unknown decode option(s): gamma3"),
         (lambda d, q: d.generate([[1, 2, -5]]), ValueError, "token-id prompt"),
         (lambda d, q: d.decoder.decode_many([d.encode(q)], max_concurrent="2"), TypeError, "max_concurrent"),
+        (lambda d, q: d.encode(5), TypeError, "prompt: a text or a list of token ids, got int"),
     ],
 )
 def test_a_bad_argument_is_one_exception_naming_it_and_the_decoder_still_works(dec, call, kind, words):
@@ -75,6 +76,11 @@ def test_a_bad_argument_is_one_exception_naming_it_and_the_decoder_still_works(d
         call(dec, q)
     assert isinstance(e.value, LrtuneError) and words in str(e.value) and "\n" not in str(e.value)
     assert dec.generate(q, max_new_tokens=8)[0].token_ids  # nothing half-done
+
+
+def test_from_pretrained_refuses_a_string_for_a_switch_before_any_model_loads():
+    with pytest.raises(ConfigTypeError, match="progress: True or False, got 'yes'"):
+        Decoder.from_pretrained(target="/nonexistent", draft="/nonexistent", backend="transformers", progress="yes")
 
 
 def test_from_pretrained_names_an_unknown_option_before_any_model_loads():

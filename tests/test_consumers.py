@@ -63,6 +63,7 @@ def test_an_engine_option_read_where_it_is_given_or_left_at_its_default_passes(o
         ("sd", {}, {"sd_method": "ngram", "draft_quantization": "int8"}, "--draft-quantization int8"),
         ("lr", {}, {"sd_method": "ngram"}, "--sd-method ngram"),
         ("sd", {"top_p": 0.5}, {}, "--top-p 0.5"),
+        ("target", {"record": "logprobs"}, {}, "--record logprobs"),
     ],
 )
 def test_an_option_the_method_does_not_read_is_refused_by_name(method, decode, models, flag):
@@ -96,6 +97,7 @@ def test_two_unread_options_are_one_line_naming_the_first_and_counting_the_rest(
         (("--method", "target", "--gamma2", "5"), "--gamma2 5: --method target runs no token-level SD"),
         (("--backend", "transformers", "--kv-cache-gib", "2"), "--kv-cache-gib 2.0: it sizes vLLM's KV cache"),
         (("--backend", "vllm", "--device", "cpu"), "--device cpu: it picks the transformers backend's device"),
+        (("--task-seed", "7"), "--task-seed 7: read with --task-problem N only"),
     ],
 )
 def test_decode_refuses_an_unread_option_in_one_line_before_its_gate(extra, words, tmp_path, capsys):
@@ -126,3 +128,16 @@ def test_a_cuda_device_this_machine_lacks_is_one_line_naming_it(monkeypatch):
     with pytest.raises(ConfigError, match="has 2 CUDA device"):
         check_device(ModelConfig(backend="transformers", device="cuda:2"))
     check_device(ModelConfig(backend="transformers", device="cpu"))
+
+
+def test_a_draft_path_that_does_not_exist_is_refused_even_where_no_draft_loads(capsys, tmp_path):
+    from lrtune import gate
+    from lrtune.cli import main
+    from lrtune.toymodels import get_tiny_pair
+
+    pair = get_tiny_pair()
+    argv = ["decode", "hi", "--target", str(pair.target), "--draft", str(tmp_path / "no-draft"), "--method", "target"]
+    with gate.watch(tmp_path, stop=True) as seen:
+        code = main([*argv, "--max-model-len", "1024"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and seen.reached is None and "no-draft" in err and len(err.splitlines()) == 1
