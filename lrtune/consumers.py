@@ -101,6 +101,12 @@ def method_unread(decode, models) -> list[str]:
     return [f"{_spelled(cfg, n)}: {why}" for cfg, n, read, why in rules if not read and _given(cfg, n) is not None]
 
 
+def unread_fields(cfg, names: tuple[str, ...], why: str) -> list[str]:
+    """One reason per option of ``names`` set away from its default in ``cfg``, where a rule of
+    its command says nothing reads them (``why``)."""
+    return [f"{_spelled(cfg, n)}: {why}" for n in names if _given(cfg, n) is not None]
+
+
 def check_read(reasons: list[str]) -> None:
     """ConfigError (one line) naming the first unread option, and how many more there are."""
     if reasons:

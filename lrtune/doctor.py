@@ -107,6 +107,10 @@ class DoctorOptions(Checked):
         """The schema, then what can be known before any check runs: both model directories
         load (files and weight headers) and a CUDA device exists for ``--device cuda``."""
         schema.check(self)
+        if not self.timing:
+            from lrtune.consumers import check_read, unread_fields
+
+            check_read(unread_fields(self, ("timing_tokens",), "only --timing times generations"))
         if (self.target is None) != (self.draft is None):
             raise ConfigError("--target and --draft go together")
         if self.numerics == "exact" and self.backend == "transformers":

@@ -63,6 +63,10 @@ class ProfileOptions(Checked):
     )
 
     def check_rules(self) -> None:
+        if self.sd_gamma2 == 0:  # no SD run: its sizes have no consumer
+            from lrtune.consumers import check_read, unread_fields
+
+            check_read(unread_fields(self, ("sd_tokens", "sd_prompts"), "--sd-gamma2 0 runs no SD (c2 = c1)"))
         if 0 < self.prefill_max < 16:  # the timed chain lengths are 16, 32, 64, ...: below 16 none is timed
             raise ConfigError(
                 f"--prefill-max: 0 (skip) or at least 16 (the shortest chain timed), got {self.prefill_max}"

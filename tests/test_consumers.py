@@ -141,3 +141,16 @@ def test_a_draft_path_that_does_not_exist_is_refused_even_where_no_draft_loads(c
         code = main([*argv, "--max-model-len", "1024"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and seen.reached is None and "no-draft" in err and len(err.splitlines()) == 1
+
+
+def test_profile_and_doctor_refuse_sizes_of_a_measurement_they_do_not_make():
+    from lrtune.doctor import DoctorOptions
+    from lrtune.profiling import ProfileOptions
+
+    with pytest.raises(ConfigError, match=r"^--sd-tokens 64: --sd-gamma2 0 runs no SD"):
+        ProfileOptions(sd_gamma2=0, sd_tokens=64)
+    assert ProfileOptions(sd_gamma2=0).sd_tokens == ProfileOptions.sd_tokens  # the default is no value given
+    ProfileOptions(sd_gamma2=2, sd_tokens=64)
+    with pytest.raises(ConfigError, match=r"^--timing-tokens 8: only --timing times generations"):
+        DoctorOptions(timing_tokens=8).validate()
+    DoctorOptions(timing=True, timing_tokens=8).validate()
