@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lrtune import gate
 from lrtune import schema
-from lrtune.modelconfig import ModelConfig
+from lrtune.modelconfig import ModelConfig, VerifierConfig
 from lrtune.configs import ArgumentParser, Command, Section
 from lrtune.decoder import DecodeConfig
 from lrtune.errors import ConfigError, LrtuneError
@@ -184,6 +184,11 @@ def validate_run(cfg: CollectConfig) -> _Plan:
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
     spec = opts.teacher.parsed
+    if spec.kind != "rollout" and cfg.models.verification.spec != VerifierConfig.spec:
+        raise ConfigError(
+            f"--verifier {cfg.models.verification.spec}: decodes only under --teacher rollout (the teacher "
+            f"{opts.teacher.spec!r} judges the steps itself); drop it"
+        )
     if opts.rollout.samples and spec.kind == "verifier":
         raise ConfigError(
             f"--rollout-samples needs a rollout teacher, got {opts.rollout.samples} with --teacher {opts.teacher.spec}"
@@ -391,6 +396,8 @@ def config_from_args(args) -> CollectConfig:
 
 
 def main_from_args(args) -> int:
+    if args.stats and args.merge:
+        raise ConfigError("--stats reads one dataset and --merge writes one: give one of them")
     if args.stats:
         src = Path(args.stats).expanduser()
         if not src.is_dir():

@@ -33,11 +33,16 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def add_dataclass_args(
-    parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = (), help: dict[str, str] | None = None
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    skip: tuple[str, ...] = (),
+    help: dict[str, str] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> None:
     """Add one ``--flag`` per option of the dataclass, sub-configs flattened (bool options
     get ``--flag/--no-flag``); ``help`` replaces the help text of the named options (flat
-    names)."""
+    names); ``defaults`` are the command's own defaults of some options (shown in their help)."""
     group = parser.add_argument_group(cls.__name__)
     removed = getattr(cls, "LEGACY_REMOVED_IN", "a later version")
     for name, (flag, value) in legacy_flags(cls).items():  # old switches, still accepted
@@ -55,6 +60,7 @@ def add_dataclass_args(
         flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
         help_ = (help or {}).get(name, f.metadata.get("help", "")).replace("%", "%%")
         default = f.default if f.default is not dataclasses.MISSING else None
+        default = (defaults or {}).get(name, default)
         if typ is bool or str(typ) in ("bool | None", "typing.Optional[bool]"):
             group.add_argument(
                 flag,
@@ -250,7 +256,7 @@ class Command:
         if self.extra is not None:
             self.extra(p)
         for s in self.sections:
-            add_dataclass_args(p, s.cls, skip=s.skip, help=s.help)
+            add_dataclass_args(p, s.cls, skip=s.skip, help=s.help, defaults=s.defaults)
 
     def make_parser(self) -> ArgumentParser:
         p = ArgumentParser(prog="lrtune " + " ".join(self.words), description=self.description)

@@ -75,9 +75,10 @@ def _kv_why(vllm: bool) -> str:
     return "it sizes vLLM's KV cache on a CPU; the transformers backend's cache grows as it goes"
 
 
-def method_unread(decode, models) -> list[str]:
+def method_unread(decode, models, given: set[str] | None = None) -> list[str]:
     """One reason per option of ``decode`` (a DecodeConfig) and ``models`` set where ``decode.method``
-    does not read it."""
+    does not read it; ``given``: only these options count (a call's or a request's own fields,
+    whatever their defaults), each still exempt at DecodeConfig's default."""
     m = decode.method
     lr, sd = m in LR_METHODS, m in SD_METHODS
     draft = lr or (sd and models.sd_method == "draft")
@@ -98,7 +99,11 @@ def method_unread(decode, models) -> list[str]:
         (models, "draft_quantization", draft, f"--method {m} loads no draft model"),
         (decode, "top_p", decode.temperature > 0, "greedy decoding (--temperature 0) samples nothing"),
     ]
-    return [f"{_spelled(cfg, n)}: {why}" for cfg, n, read, why in rules if not read and _given(cfg, n) is not None]
+    return [
+        f"{_spelled(cfg, n)}: {why}"
+        for cfg, n, read, why in rules
+        if not read and (given is None or n in given) and _given(cfg, n) is not None
+    ]
 
 
 def unread_fields(cfg, names: tuple[str, ...], why: str) -> list[str]:

@@ -367,6 +367,10 @@ class Decoder:
         cfg = replace(self.decoder.config, **overrides).validate()
         if "schedule" in overrides:  # this call asks a schedule: its method must run it (the decoder's own need not)
             cfg.check_asked()
+        if cfg.method != "auto":  # an option this call gives that its method does not read
+            from lrtune.consumers import check_read, method_unread
+
+            check_read(method_unread(cfg, self.models, given=set(overrides)))
         if cfg.uses_lr and self.decoder.draft is None:
             raise ConfigError(f"method {cfg.method!r} needs the draft model; load with a draft")
         return cfg

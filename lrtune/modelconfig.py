@@ -161,6 +161,19 @@ class VerifierConfig(Checked):
         default=None, metadata={"flat": "verifier_threshold", "help": "accept when score >= this (embedding: 0.95)"}
     )
 
+    def check_rules(self) -> None:
+        """One threshold: a spec's ``@T`` and ``--verifier-threshold`` both given must agree."""
+        if self.threshold is None or "@" not in self.spec:
+            return
+        from lrtune.verifiers import split_threshold
+
+        _, at = split_threshold(self.spec)
+        if at is not None and abs(at - self.threshold) > 1e-12:
+            raise ConfigError(
+                f"--verifier-threshold {self.threshold:g} and --verifier {self.spec} (threshold {at:g}) disagree: "
+                "give the threshold once"
+            )
+
     @cached_property
     def parsed(self) -> VerifierSpec:
         """``spec`` parsed, once per config (:meth:`lrtune.verifiers.VerifierSpec.parse`); every

@@ -68,6 +68,7 @@ class Picks:
         (lambda d, q: d.generate([[1, 2, -5]]), ValueError, "token-id prompt"),
         (lambda d, q: d.decoder.decode_many([d.encode(q)], max_concurrent="2"), TypeError, "max_concurrent"),
         (lambda d, q: d.encode(5), TypeError, "prompt: a text or a list of token ids, got int"),
+        (lambda d, q: d.generate(q, method="sd", gamma1=7), ValueError, "--gamma1 7: --method sd runs no LR rounds"),
     ],
 )
 def test_a_bad_argument_is_one_exception_naming_it_and_the_decoder_still_works(dec, call, kind, words):

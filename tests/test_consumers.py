@@ -154,3 +154,9 @@ def test_profile_and_doctor_refuse_sizes_of_a_measurement_they_do_not_make():
     with pytest.raises(ConfigError, match=r"^--timing-tokens 8: only --timing times generations"):
         DoctorOptions(timing_tokens=8).validate()
     DoctorOptions(timing=True, timing_tokens=8).validate()
+
+
+def test_a_threshold_given_twice_that_disagrees_is_refused_and_one_that_agrees_is_not():
+    with pytest.raises(ConfigError, match=r"^--verifier-threshold 0.5 and --verifier embedding@0.9 .* disagree"):
+        ModelConfig(verifier="embedding@0.9", verifier_threshold=0.5)
+    assert ModelConfig(verifier="embedding@0.9", verifier_threshold=0.9).verification.threshold == 0.9

@@ -196,3 +196,13 @@ def test_a_score_round_request_on_a_server_whose_verifier_compares_two_steps_is_
     assert e.param == "schedule" and e.status == 400 and "judges a draft step alone" in str(e)
     one_sided = ServerLimits(defaults=DecodeConfig(), models=("m",), has_draft=True, gamma2_max=4, one_sided=True)
     assert parse_request({**CHAT, "method": "lr", "schedule": "score"}, "chat", one_sided).cfg.score_rounds
+
+
+@pytest.mark.parametrize(
+    "extra,param",
+    [({"method": "lr", "gamma2": 3}, "gamma2"), ({"method": "target", "draft_stop": -1.0}, "draft_stop")],
+)
+def test_a_request_field_its_method_does_not_read_is_a_400_naming_it(extra, param):
+    e = refused({**CHAT, **extra})
+    assert e.param == param and e.status == 400 and "runs no" in str(e)
+    assert parse_request({**CHAT, "method": "lr+sd", "gamma2": 3}, "chat", LIMITS).cfg.gamma2 == 3

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from lrtune.decodeconfig import DecodeConfig
+from lrtune.modelconfig import ModelConfig
 from lrtune.errors import ConfigError, one_line
 
 Kind = Literal["chat", "completion"]
@@ -308,6 +309,14 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
             raise RequestError("schedule", str(e)) from None
     if cfg.async_lr:
         raise RequestError("schedule", f"the server batches sync rounds: one of {', '.join(SERVED_SCHEDULES)}")
+    if body.get("method") != "auto":  # a field of this request its method does not read
+        from lrtune.consumers import method_unread
+
+        asked = {f for f, s in source.items() if s in LRTUNE_FIELDS}
+        unread = method_unread(cfg, _DEFAULT_MODELS, given=asked)  # a request sets no model option
+        if unread:
+            name = unread[0].split()[0][2:].replace("-", "_")
+            raise RequestError(source.get(name, name), unread[0].split(": ", 1)[1])
     if cfg.uses_lr and cfg.score_rounds and not limits.one_sided:
         raise RequestError(
             "schedule", "score rounds need a verifier that judges a draft step alone; this server's compares two steps"
@@ -317,6 +326,9 @@ def _decode_config(checked: dict, body: Mapping, limits: ServerLimits) -> Decode
     if cfg.uses_sd and cfg.gamma2 > limits.gamma2_max:
         raise RequestError("gamma2", f"at most {limits.gamma2_max} (the server's SD engine drafts that many)")
     return cfg
+
+
+_DEFAULT_MODELS = ModelConfig()
 
 
 def _checked_config(defaults: DecodeConfig, values: dict, source: dict[str, str]) -> DecodeConfig:
