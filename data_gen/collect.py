@@ -184,10 +184,10 @@ def validate_run(cfg: CollectConfig) -> _Plan:
     if not dcfg.uses_lr:
         raise ConfigError("collect records LR step pairs: use --method lr or lr+sd")
     spec = opts.teacher.parsed
-    if spec.kind != "rollout" and cfg.models.verification.spec != VerifierConfig.spec:
+    if spec.live is not None and cfg.models.verification.spec not in (VerifierConfig.spec, spec.live):
         raise ConfigError(
-            f"--verifier {cfg.models.verification.spec}: decodes only under --teacher rollout (the teacher "
-            f"{opts.teacher.spec!r} judges the steps itself); drop it"
+            f"--verifier {cfg.models.verification.spec}: decodes only under a rollout teacher (the teacher "
+            f"{opts.teacher.spec!r} decodes with {spec.live!r} itself); drop it"
         )
     if opts.rollout.samples and spec.kind == "verifier":
         raise ConfigError(

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from lrtune.control import Bounds
+from lrtune.errors import ConfigError
 from lrtune.pricing import Pricing
 from lrtune.verifiers import check_verifier_spec as parse_verifier_spec
 from lrtune.policies.auto import MIN_GAIN, accuracy_promise, best_sd, best_step_round, choose, measured_sd
@@ -91,12 +92,13 @@ def test_a_checkpoint_promises_what_its_certified_calibration_says_at_its_own_th
     assert accuracy_promise(VerifierSpec.of(bud)).startswith("answers differ from target-only on <= 0.1")
 
 
-def test_the_profiles_measured_sd_is_read_and_a_malformed_one_ignored(tmp_path):
+def test_the_profiles_measured_sd_is_read_and_a_malformed_one_refused_naming_the_file_and_field(tmp_path):
     f = tmp_path / "profile.json"
     f.write_text(json.dumps({"sd": {"speedup": 1.5, "alpha2": 0.88}}))
     assert measured_sd(str(f)) == (1.5, 0.88)
     f.write_text(json.dumps({"sd": {"speedup": "fast", "alpha2": True}}))
-    assert measured_sd(str(f)) == (None, None)
+    with pytest.raises(ConfigError, match=rf"^--profile {f}: not an lrtune profile \(sd.speedup must be a number"):
+        measured_sd(str(f))
     assert measured_sd(None) == (None, None)
 
 

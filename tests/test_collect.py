@@ -292,11 +292,14 @@ def test_bad_input_clear_errors_nothing_lost(data_file, tmp_path):
         (["--schedule", "reuse"], "Use --schedule sync"),
         (["--schedule", "score", "--verifier", "target_logprob"], "score rounds generate no target step"),
         (["--teacher", "oracle"], "unknown verifier"),
+        (["--verifier", "llm_judge"], "--verifier llm_judge: decodes only under a rollout teacher"),
     ):
         proc = collect_cli(*cli_args(data_file, tmp_path / "bad"), *args)
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     proc = collect_cli("--stats", str(tmp_path / "nothing"))
     assert proc.returncode == 2
+    proc = collect_cli("--stats", str(tmp_path), "--merge", str(tmp_path), "--out", str(tmp_path / "m"))
+    assert proc.returncode == 2 and "give one of them" in proc.stderr and not (tmp_path / "m").exists()
 
 
 # Ray's cluster start-up (16 s): slow. Ray is an optional extra; its settings forwarding and the

@@ -367,6 +367,7 @@ def test_throughput_mode_batches_problems_matches_latency_outputs_and_checks_no_
     lat_cfg = make_cfg(data_file, tmp_path / "lat")
     for c in (cfg, lat_cfg):  # transformers: vLLM engines stay alive for the whole test process
         c.models.verification.spec, c.models.backend, c.models.device = "never", "transformers", "cpu"
+        c.models.engine.kv_cache_gib = None  # vLLM's setting: the transformers backend has no KV cache size
     run(lat_cfg)
     summary = run(cfg)
     recs, lat = load_records(tmp_path / "tp" / "records.jsonl"), load_records(tmp_path / "lat" / "records.jsonl")
@@ -391,6 +392,7 @@ def test_throughput_run_takes_more_methods_later_and_decodes_only_the_new_ones(d
     cfg = make_cfg(data_file, out, mode="throughput", max_concurrent=3)
     cfg.options.methods = "target"
     cfg.models.verification.spec, cfg.models.backend, cfg.models.device = "never", "transformers", "cpu"
+    cfg.models.engine.kv_cache_gib = None  # vLLM's setting: the transformers backend has no KV cache size
     run(cfg)
     before = (out / "records.jsonl").read_text()
     cfg.options.methods = "target,lr"
@@ -404,6 +406,7 @@ def test_throughput_run_takes_more_methods_later_and_decodes_only_the_new_ones(d
     lat = make_cfg(data_file, tmp_path / "lat")
     lat.options.methods = "target"
     lat.models.verification.spec, lat.models.backend, lat.models.device = "never", "transformers", "cpu"
+    lat.models.engine.kv_cache_gib = None
     run(lat)
     lat.options.methods = "target,lr"
     with pytest.raises(ConfigError, match="different config.*methods"):

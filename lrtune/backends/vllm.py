@@ -122,9 +122,7 @@ class VLLMBackend(TokenizerMixin):
 
     def __init__(self, model: str, config: VLLMConfig | None = None, *, name: str | None = None) -> None:
         configure_env()
-        # engines in this process share its vLLM state: one call at a time (async LR takes a lock);
-        # engine cores in their own processes (vLLM's default, lrtune's on GPUs) may run at once
-        self.concurrent_safe = not engine_in_process(os.environ)
+        self.concurrent_safe = not engine_in_process(os.environ)  # in-process engines: async LR locks
         self.model = str(model)
         self.config = config or VLLMConfig()
         if self.config.spec_method not in ("draft", "ngram"):
@@ -140,7 +138,7 @@ class VLLMBackend(TokenizerMixin):
         self._resident_keys: dict[int, tuple[int, str]] = {}  # resident key -> (engine key, request id)
         self._load_tokenizer()
 
-    concurrent_safe = False  # per instance: True where its engine cores run in their own processes
+    concurrent_safe = False  # per instance: True where the engine cores run in their own processes (GPU)
 
     # ---- engines -------------------------------------------------------------------
     def start(self, num_speculative_tokens: int = 0) -> None:
