@@ -194,6 +194,13 @@ def test_a_prompt_too_long_for_the_context_fails_alone_naming_max_tokens(sched):
     assert isinstance(fits.last, Done)
 
 
+def test_a_step_too_long_for_the_context_fails_naming_max_step_tokens(sched):
+    s = sched(max_concurrent=1, max_len=30)
+    _, sink = submit(s, PROMPTS[0], max_new_tokens=16, max_step_tokens=16)  # 4 + 16 fits, + a step of 16 not
+    assert sink.ended.wait(WAIT)
+    assert isinstance(sink.last, Error) and sink.last.status == 400 and sink.last.param == "max_step_tokens"
+
+
 def test_a_stop_sequence_ends_the_answer_before_it(sched):
     full = alone(PROMPTS[4], method="target")
     stop = full[len(full) // 2 : len(full) // 2 + 4]

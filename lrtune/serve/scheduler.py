@@ -294,8 +294,10 @@ class RoundScheduler:
             ids = job.ids if job.ids is not None else self.encode(req)
             cfg = req.cfg
             if self.max_len is not None and cfg.tokens_needed(len(ids)) > self.max_len:
+                # the field to lower: the step's when the prompt and the budget alone would fit
+                fits = len(ids) + cfg.max_new_tokens <= self.max_len
                 raise RequestError(
-                    "max_tokens",
+                    "max_step_tokens" if cfg.uses_lr and fits else "max_tokens",
                     f"the prompt ({len(ids)} tokens) + max_tokens ({cfg.max_new_tokens})"
                     + (f" + a step ({cfg.max_step_tokens})" if cfg.uses_lr else "")
                     + f" exceed the server's context of {self.max_len} tokens",
