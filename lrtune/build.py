@@ -282,7 +282,8 @@ def _checked_options(models: ModelConfig, cfg: DecodeConfig, verifier):
         raise ConfigError("max_model_len is too small for one step")
     from lrtune.consumers import check_device, check_read, engine_unread, engines_on_gpu
 
-    check_device(models)
+    if models.backend == "transformers":  # vLLM picks its own device
+        check_device(models.device)
     check_read(engine_unread(models, on_gpu=engines_on_gpu(models)))
     if isinstance(models.control.controller, str):  # a policy name or a directory: built (no model loads)
         build_controller(models.control.controller, cfg)

@@ -313,10 +313,9 @@ def cmd_decode(args) -> int:
         raise ConfigError("--profile: used by --method auto only")
     prompt, problem, task = opts.prompt, None, None
     if opts.task_problem is None:  # --task and --task-seed choose the problem --task-problem names
-        unread = [f for f in ("task", "task_seed") if getattr(opts, f) != getattr(DecodeOptions, f)]
-        if unread:
-            flag = "--" + unread[0].replace("_", "-")
-            raise ConfigError(f"{flag} {getattr(opts, unread[0])}: read with --task-problem N only; drop it")
+        from lrtune.consumers import check_read, unread_fields
+
+        check_read(unread_fields(opts, ("task", "task_seed"), "read with --task-problem N only"))
     if opts.task_problem is not None:
         from lrtune.tasks import get_task
 

@@ -119,18 +119,18 @@ def check_read(reasons: list[str]) -> None:
         raise ConfigError(f"{reasons[0]}: drop it{more}")
 
 
-def check_device(models) -> None:
-    """ConfigError (one line) when the transformers backend is given a CUDA device this machine
-    does not have (torch would fail deep in the first model load)."""
-    if models.backend != "transformers" or not models.device.startswith("cuda"):
+def check_device(device: str) -> None:
+    """ConfigError (one line) when ``device`` (``--device``: auto, cpu or cuda[:i]) names a CUDA
+    device this machine does not have (torch would fail deep in the first model load)."""
+    if not device.startswith("cuda"):
         return
     import torch
 
-    index = int(models.device.split(":")[1]) if ":" in models.device else 0
+    index = int(device.split(":")[1]) if ":" in device else 0
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if index >= count:
-        have = f"{count} CUDA device(s)" if count else "no CUDA device (torch sees none)"
-        raise ConfigError(f"--device {models.device}: this machine has {have}; use --device cpu or auto")
+        have = f"{count} CUDA device(s)" if count else "no CUDA device"
+        raise ConfigError(f"--device {device}: torch sees {have} here; use --device cpu or auto")
 
 
 def engines_on_gpu(models) -> bool:

@@ -124,11 +124,9 @@ class DoctorOptions(Checked):
                     validate_model_dir(path)
                 except ModelError as e:
                     raise ConfigError(f"{flag}: {e}") from None
-        if self.device.startswith("cuda"):
-            import torch
+        from lrtune.consumers import check_device
 
-            if not torch.cuda.is_available():
-                raise ConfigError(f"--device {self.device}: torch sees no CUDA device here; use --device auto or cpu")
+        check_device(self.device)
         return self
 
 
